@@ -1,0 +1,93 @@
+"""What exists: dataset, model, method, augmentation, memory-policy and uncertainty names,
+and the paper's class orders. Plain Python (no torch), so the CLI can validate a config and
+list runs without paying for importing torch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DATASET_CLASSES = {
+    "digits": 10, "mnist": 10, "fashion_mnist": 10, "cifar10": 10, "cifar100": 100,
+    "tiny_imagenet": 200, "imagenet": 1000,
+}
+DATASETS = tuple(DATASET_CLASSES)
+MODEL_NAMES = ("mlp400", "resnet18", "resnet32", "resnet34")
+METHOD_NAMES = ("rm", "finetune", "er")
+MEMORY_POLICIES = ("uncertainty", "random", "reservoir", "prototype", "class_balanced")
+MEASURES = ("randaug", "autoaug", "vr", "none")
+AUGMENTATIONS = ("none", "cutmix", "randaug", "autoaug")
+
+
+class DatasetMissing(Exception):
+    """A dataset is not under the data root; the message says where we looked and what to do."""
+
+
+def data_root() -> Path:
+    """RMCONSOLE_DATA, or ./data: where datasets are looked for (and downloaded, if asked)."""
+    return Path(os.environ.get("RMCONSOLE_DATA", "data")).expanduser()
+
+
+def parse_augment(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """`"cutmix+autoaug"` or ["cutmix", "autoaug"] -> ("cutmix", "autoaug"); rejects unknown names
+    instead of silently dropping them (the authors' issue #11)."""
+    parts = spec.replace(",", "+").split("+") if isinstance(spec, str) else list(spec)
+    names: list[str] = []
+    for part in parts:
+        name = str(part).strip().lower()
+        if not name:
+            continue
+        if name not in AUGMENTATIONS:
+            raise ValueError(f"unknown augmentation {part!r}; allowed: {', '.join(AUGMENTATIONS)} (join with '+')")
+        if name != "none" and name not in names:
+            names.append(name)
+    if "randaug" in names and "autoaug" in names:
+        raise ValueError("choose one of randaug and autoaug, not both")
+    return tuple(names)
+
+
+# The paper's class splits (supplement Table 8 and the authors' MNIST files), by original label.
+_CIFAR10 = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+PAPER_CLASS_ORDERS: dict[tuple[str, int], list[int]] = {
+    ("cifar10", 1): [_CIFAR10.index(c) for c in
+                     "truck automobile frog airplane cat bird dog horse deer ship".split()],
+    ("cifar10", 2): [_CIFAR10.index(c) for c in
+                     "airplane dog ship cat horse truck bird frog automobile deer".split()],
+    ("cifar10", 3): [_CIFAR10.index(c) for c in
+                     "ship airplane dog truck automobile frog horse cat bird deer".split()],
+    ("mnist", 1): [2, 9, 6, 4, 0, 3, 1, 7, 8, 5],
+    ("mnist", 2): [4, 1, 5, 0, 7, 2, 3, 6, 9, 8],
+    ("mnist", 3): [5, 4, 1, 2, 9, 6, 7, 0, 3, 8],
+}
+
+
+HOW_TO_GET = (
+    "get it with `rmconsole data get {name}` (needs internet), or point RMCONSOLE_DATA at a folder "
+    "that has it"
+)
+
+
+_REQUIRED = {
+    "mnist": ["MNIST/raw/train-images-idx3-ubyte", "MNIST/raw/t10k-images-idx3-ubyte"],
+    "fashion_mnist": ["FashionMNIST/raw/train-images-idx3-ubyte", "FashionMNIST/raw/t10k-images-idx3-ubyte"],
+    "cifar10": ["cifar-10-batches-py/data_batch_1", "cifar-10-batches-py/test_batch"],
+    "cifar100": ["cifar-100-python/train", "cifar-100-python/test"],
+    "tiny_imagenet": ["tiny-imagenet-200/train", "tiny-imagenet-200/val"],
+    "imagenet": ["imagenet/train", "imagenet/val"],
+}
+
+
+def check_available(name: str, root: Path | None = None) -> None:
+    """Raise DatasetMissing, without loading anything, when a dataset's files are absent.
+
+    Called before a run is stored, so a missing dataset costs the user one line and leaves
+    nothing behind."""
+    if name == "digits":
+        return
+    root = data_root() if root is None else Path(root)
+    for rel in _REQUIRED[name]:
+        path = root / rel
+        if not (path.exists() or path.with_name(path.name + ".gz").exists()):
+            how = ("point RMCONSOLE_DATA at the folder that holds it" if name in ("tiny_imagenet", "imagenet")
+                   else HOW_TO_GET.format(name=name) + ", or set download=true")
+            raise DatasetMissing(f"dataset {name!r} not found: {path} does not exist; {how}")

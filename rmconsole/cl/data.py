@@ -1,0 +1,231 @@
+"""Datasets as uint8 image tensors + int64 labels, loaded once.
+
+Every dataset the console knows becomes a :class:`Dataset` with a train and a test
+:class:`ImageSource`. Streams, memories and minibatches are index tensors into a source;
+``source.take(idx)`` returns the uint8 images (N, C, H, W) on the training device. Small
+datasets live in memory as one tensor; ImageNet-size folders decode on demand.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+import torch
+from torch import Tensor
+
+from .catalog import DATASETS, HOW_TO_GET, DatasetMissing, check_available, data_root  # noqa: F401
+
+
+class ImageSource(Protocol):
+    """What the training loop needs of a split: its labels and images by index."""
+
+    labels: Tensor
+
+    def __len__(self) -> int: ...
+
+    def take(self, idx: Tensor) -> Tensor:
+        """uint8 images (len(idx), C, H, W) on the source's device."""
+        ...
+
+    def to(self, device: torch.device | str) -> "ImageSource": ...
+
+
+@dataclass
+class TensorImages:
+    """A split held in memory as one uint8 tensor, so a batch is one index operation."""
+
+    images: Tensor  # uint8 (N, C, H, W)
+    labels: Tensor  # int64 (N,)
+
+    def __post_init__(self) -> None:
+        if self.images.dtype != torch.uint8 or self.images.dim() != 4:
+            raise ValueError("images must be uint8 (N, C, H, W)")
+        if len(self.images) != len(self.labels):
+            raise ValueError("images and labels differ in length")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def take(self, idx: Tensor) -> Tensor:
+        return self.images[idx.to(self.images.device)]
+
+    def to(self, device: torch.device | str) -> "TensorImages":
+        return TensorImages(self.images.to(device), self.labels.to(device))
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+
+
+@dataclass
+class FolderImages:
+    """A split kept on disk as image files, decoded and resized per batch.
+
+    Used for ImageNet-size trees that cannot be one tensor in memory: the memory and the
+    streams still hold indices; only the batch being trained on is decoded.
+    """
+
+    paths: list[str]
+    labels: Tensor
+    size: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (3, self.size, self.size)
+
+    def take(self, idx: Tensor) -> Tensor:
+        from torchvision.io import ImageReadMode, decode_image, read_file
+        from torchvision.transforms.v2 import functional as F
+
+        out = torch.empty((len(idx), 3, self.size, self.size), dtype=torch.uint8)
+        for row, i in enumerate(idx.tolist()):
+            img = decode_image(read_file(self.paths[i]), mode=ImageReadMode.RGB)
+            img = F.resize(img, [self.size], antialias=True)
+            out[row] = F.center_crop(img, [self.size, self.size])
+        return out.to(self.device, non_blocking=True)
+
+    def to(self, device: torch.device | str) -> "FolderImages":
+        return FolderImages(self.paths, self.labels.to(device), self.size, torch.device(device))
+
+
+@dataclass
+class Dataset:
+    """A dataset with its normalisation and the train-time crop padding it uses."""
+
+    name: str
+    train: ImageSource
+    test: ImageSource
+    class_names: list[str]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    crop_padding: int = 4
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return self.train.shape  # type: ignore[attr-defined]
+
+    def to(self, device: torch.device | str) -> "Dataset":
+        return Dataset(self.name, self.train.to(device), self.test.to(device), self.class_names,
+                       self.mean, self.std, self.crop_padding)
+
+
+MNIST_STATS = ((0.1307,), (0.3081,))
+FASHION_STATS = ((0.2860,), (0.3530,))
+CIFAR10_STATS = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+CIFAR100_STATS = ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761))
+IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+def load_digits() -> Dataset:
+    """scikit-learn's bundled 8x8 digits: the embedded default, no download needed.
+
+    A fixed stratified 80/20 split (random_state 0) makes the test set the same on every
+    machine, so digits runs are comparable across seeds and installs.
+    """
+    from sklearn.datasets import load_digits as sk_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = sk_digits()
+    images = torch.from_numpy((bunch.images * (255.0 / 16.0)).round().astype("uint8")).unsqueeze(1)
+    labels = torch.from_numpy(bunch.target.astype("int64"))
+    train_i, test_i = train_test_split(
+        torch.arange(len(labels)).numpy(), test_size=0.2, random_state=0, stratify=labels.numpy()
+    )
+    train_i, test_i = torch.from_numpy(train_i), torch.from_numpy(test_i)
+    train = TensorImages(images[train_i].contiguous(), labels[train_i].contiguous())
+    test = TensorImages(images[test_i].contiguous(), labels[test_i].contiguous())
+    pixels = train.images.float() / 255.0
+    return Dataset("digits", train, test, [str(d) for d in range(10)],
+                   (round(pixels.mean().item(), 4),), (round(pixels.std().item(), 4),), crop_padding=1)
+
+
+def _torchvision_split(cls: Callable, root: Path, train: bool, download: bool) -> TensorImages:
+    ds = cls(str(root), train=train, download=download)
+    data = ds.data
+    images = torch.as_tensor(data)
+    if images.dim() == 3:  # MNIST-like (N, H, W)
+        images = images.unsqueeze(1)
+    else:  # CIFAR (N, H, W, C) numpy
+        images = images.permute(0, 3, 1, 2)
+    return TensorImages(images.contiguous().to(torch.uint8), torch.as_tensor(ds.targets, dtype=torch.int64))
+
+
+
+
+def _load_torchvision(name: str, root: Path, download: bool) -> Dataset:
+    from torchvision import datasets
+
+    cls, folder, stats, pad = {
+        "mnist": (datasets.MNIST, "MNIST", MNIST_STATS, 4),
+        "fashion_mnist": (datasets.FashionMNIST, "FashionMNIST", FASHION_STATS, 4),
+        "cifar10": (datasets.CIFAR10, "cifar-10-batches-py", CIFAR10_STATS, 4),
+        "cifar100": (datasets.CIFAR100, "cifar-100-python", CIFAR100_STATS, 4),
+    }[name]
+    try:
+        train = _torchvision_split(cls, root, True, download)
+        test = _torchvision_split(cls, root, False, download)
+        names = list(cls(str(root), train=False, download=False).classes)
+    except RuntimeError as err:  # torchvision: "Dataset not found or corrupted"
+        raise DatasetMissing(
+            f"dataset {name!r} not found or corrupt under {root / folder} ({err}); "
+            + HOW_TO_GET.format(name=name)
+        ) from None
+    except (OSError, ValueError, EOFError) as err:
+        raise DatasetMissing(f"dataset {name!r} under {root / folder} could not be read ({err})") from None
+    return Dataset(name, train, test, names, *stats, crop_padding=pad)
+
+
+def _image_folder(split_dir: Path, classes: list[str] | None = None) -> tuple[list[str], Tensor, list[str]]:
+    """(paths, labels, class names) of an ImageFolder tree, classes sorted like torchvision's."""
+    from torchvision.datasets import ImageFolder
+
+    folder = ImageFolder(str(split_dir))
+    if classes is not None and folder.classes != classes:
+        raise DatasetMissing(f"{split_dir} has other classes than the train split")
+    paths = [p for p, _ in folder.samples]
+    labels = torch.tensor([t for _, t in folder.samples], dtype=torch.int64)
+    return paths, labels, folder.classes
+
+
+def _load_folder(name: str, root: Path, size: int, in_memory: bool) -> Dataset:
+    base = root / {"tiny_imagenet": "tiny-imagenet-200", "imagenet": "imagenet"}[name]
+    train_dir, test_dir = base / "train", base / "val"
+    if not train_dir.is_dir() or not test_dir.is_dir():
+        raise DatasetMissing(
+            f"dataset {name!r} not found: expected ImageFolder trees {train_dir} and {test_dir} "
+            f"(one folder per class); point RMCONSOLE_DATA at the folder that holds {base.name}/"
+        )
+    train_paths, train_labels, classes = _image_folder(train_dir)
+    test_paths, test_labels, _ = _image_folder(test_dir, classes)
+    train: ImageSource = FolderImages(train_paths, train_labels, size)
+    test: ImageSource = FolderImages(test_paths, test_labels, size)
+    if in_memory:
+        train = TensorImages(train.take(torch.arange(len(train_paths))), train_labels)
+        test = TensorImages(test.take(torch.arange(len(test_paths))), test_labels)
+    return Dataset(name, train, test, classes, *IMAGENET_STATS, crop_padding=4)
+
+
+def load_dataset(name: str, root: Path | None = None, download: bool = False,
+                 image_size: int | None = None, in_memory: bool | None = None) -> Dataset:
+    """Load a dataset by name from the data root (downloading only when asked)."""
+    root = data_root() if root is None else Path(root)
+    if name == "digits":
+        return load_digits()
+    if name in ("mnist", "fashion_mnist", "cifar10", "cifar100"):
+        return _load_torchvision(name, root, download)
+    if name == "tiny_imagenet":
+        return _load_folder(name, root, image_size or 64, True if in_memory is None else in_memory)
+    if name == "imagenet":
+        return _load_folder(name, root, image_size or 224, False if in_memory is None else in_memory)
+    raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")

@@ -1,0 +1,55 @@
+"""What the protocol loop tells the outside world while a run trains.
+
+`cl` never imports the store or a UI: the worker passes a Reporter subclass that turns
+these calls into rows; tests and benchmarks use the silent base class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TaskPlan:
+    """One task of the stream, known before training starts (the TUI draws it at once)."""
+
+    task: int
+    n_samples: int
+    major_classes: list[int]
+    composition: list[int]  # samples per class in this task's stream
+    stream_hash: str
+
+
+@dataclass
+class TaskOutcome:
+    """The evaluation after a task: the honest (last-epoch) numbers, and optional extras."""
+
+    task: int
+    accuracy: float  # percent on the task's evaluation set
+    accuracy_row: list[float | None]  # acc[task][j] for every task j
+    class_accuracy: list[float | None]
+    eval_classes: list[int]
+    seconds: float
+    best_epoch_accuracy: float | None = None  # the authors' best-over-epochs figure (test-set selection!)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Reporter:
+    """Receives the loop's events. Every method is a no-op here."""
+
+    def run_started(self, plans: list[TaskPlan], class_order: list[int], class_names: list[str],
+                    pipeline: list[str]) -> None: ...
+
+    def phase(self, task: int, name: str, total: int) -> None:
+        """A phase of a task starts; `total` samples will be processed in it."""
+
+    def advance(self, n: int) -> None:
+        """n more samples of the current phase are done."""
+
+    def memory_updated(self, task: int, histogram: list[int], slots_per_class: int,
+                       info: dict[str, Any]) -> None: ...
+
+    def task_finished(self, outcome: TaskOutcome, checkpoint: dict[str, Any] | None) -> None: ...
+
+    def log(self, message: str) -> None: ...

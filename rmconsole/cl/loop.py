@@ -1,0 +1,115 @@
+"""The protocol driver: builds the stream, feeds it task by task to a method, evaluates.
+
+Pure science: it reports through a `Reporter` and returns the results; the worker decides
+what to store. Resuming passes the method state saved after `start_task - 1`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import metrics, streams
+from .augment import Augmenter, parse_augment
+from .data import Dataset
+from .events import Reporter, TaskOutcome, TaskPlan
+from .methods import Method, Setup, Task, method_class
+
+
+@dataclass
+class Protocol:
+    """The stream of a run: class order, remapped labels, tasks and evaluation scope."""
+
+    class_order: list[int]
+    train_labels: Tensor
+    test_labels: Tensor
+    groups: list[list[int]]
+    tasks: list[Tensor]
+    scope: streams.EvalScope
+
+    def plans(self, n_classes: int) -> list[TaskPlan]:
+        return [
+            TaskPlan(t, len(s), self.groups[t], streams.composition(self.train_labels, s, n_classes),
+                     streams.stream_hash(s))
+            for t, s in enumerate(self.tasks)
+        ]
+
+
+def build_protocol(cfg: Any, data: Dataset) -> Protocol:
+    order = streams.class_order(data.name, data.n_classes, cfg.seed, cfg.class_order)
+    train_labels = streams.remap_labels(data.train.labels.cpu(), order)
+    test_labels = streams.remap_labels(data.test.labels.cpu(), order)
+    single = method_class(cfg.method).single_task
+    n_tasks = 1 if single else cfg.n_tasks
+    groups = streams.task_classes(data.n_classes, n_tasks)
+    tasks = streams.make_tasks(train_labels, n_tasks, data.n_classes, cfg.blurry, cfg.seed)
+    return Protocol(order, train_labels, test_labels, groups, tasks,
+                    streams.EvalScope(blurry=cfg.blurry > 0 or single, groups=groups))
+
+
+@torch.inference_mode()
+def evaluate(method: Method, data: Dataset, labels: Tensor, classes: list[int], augmenter: Augmenter,
+             batch_size: int = 4096) -> tuple[float, list[float | None]]:
+    """Accuracy (percent) and per-class accuracy on the test samples of `classes`."""
+    keep = torch.isin(labels, torch.tensor(classes, device=labels.device)).nonzero().flatten()
+    preds = []
+    for part in keep.split(batch_size):
+        preds.append(method.predict(augmenter.test(data.test.take(part))).cpu())
+    pred = torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
+    truth = labels[keep].cpu()
+    return metrics.accuracy(pred, truth), metrics.per_class_accuracy(pred, truth, data.n_classes)
+
+
+def make_augmenter(cfg: Any, data: Dataset, device: torch.device) -> Augmenter:
+    mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
+    std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
+    return Augmenter(parse_augment(cfg.augment), mean, std, data.crop_padding, cfg.seed)
+
+
+def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Reporter | None = None,
+                 resume: dict[str, Any] | None = None) -> list[TaskOutcome]:
+    """Train `cfg.method` on the stream of `cfg` and evaluate after every task.
+
+    With `resume` (a checkpoint from `Reporter.task_finished`), training continues at the
+    task after the checkpoint's and only the remaining outcomes are returned.
+    """
+    reporter = reporter or Reporter()
+    torch.manual_seed(cfg.seed)
+    protocol = build_protocol(cfg, data)
+    data = data.to(device)
+    train_labels, test_labels = protocol.train_labels.to(device), protocol.test_labels.to(device)
+    augmenter = make_augmenter(cfg, data, device)
+    setup = Setup(cfg, data, train_labels, test_labels, protocol.groups, device, augmenter, reporter)
+    method = method_class(cfg.method)(setup)
+    start = 0
+    if resume is not None:
+        method.load_state_dict(resume["method"])
+        augmenter.load_state_dict(resume["augmenter"])
+        torch.set_rng_state(resume["torch_rng"])
+        start = int(resume["task"]) + 1
+    reporter.run_started(protocol.plans(data.n_classes), protocol.class_order, data.class_names,
+                         augmenter.describe())
+    outcomes = []
+    for t in range(start, len(protocol.tasks)):
+        started = time.perf_counter()
+        task = Task(t, protocol.tasks[t], len(protocol.tasks))
+        classes = protocol.scope.classes_after(t)
+        if getattr(cfg, "eval_every_epoch", False):
+            method.epoch_eval = lambda: evaluate(method, data, test_labels, classes, augmenter)[0]
+        method.before_task(task)
+        method.learn_task(task)
+        method.after_task(task)
+        reporter.phase(t, "evaluation", int(torch.isin(test_labels, torch.tensor(classes, device=device)).sum()))
+        acc, class_acc = evaluate(method, data, test_labels, classes, augmenter)
+        outcome = TaskOutcome(t, acc, metrics.task_accuracy_row(class_acc, protocol.groups), class_acc,
+                              classes, time.perf_counter() - started, method.best_epoch_accuracy,
+                              {"memory": dict(method.memory_info)})
+        checkpoint = {"task": t, "method": method.state_dict(), "augmenter": augmenter.state_dict(),
+                      "torch_rng": torch.get_rng_state()}
+        reporter.task_finished(outcome, checkpoint)
+        outcomes.append(outcome)
+    return outcomes

@@ -1,0 +1,160 @@
+"""The episodic memory and its update policies (paper Alg. 1 and Table 6).
+
+The memory holds train-set indices, never pixels. Each policy is a pure function from
+candidates (and, where it needs them, uncertainties or features) to the chosen indices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .catalog import MEMORY_POLICIES  # noqa: F401  (re-exported)
+
+
+
+@dataclass
+class Memory:
+    """K slots of train-set indices with their labels; `seen` counts stream samples (reservoir)."""
+
+    capacity: int
+    indices: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
+    labels: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
+    seen: int = 0
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def replace(self, indices: Tensor, labels: Tensor) -> None:
+        if len(indices) > self.capacity:
+            raise ValueError(f"memory over capacity: {len(indices)} > {self.capacity}")
+        self.indices, self.labels = indices.cpu().long(), labels.cpu().long()
+
+    def histogram(self, n_classes: int) -> list[int]:
+        return torch.bincount(self.labels, minlength=n_classes).tolist()
+
+    def state_dict(self) -> dict:
+        return {"capacity": self.capacity, "indices": self.indices, "labels": self.labels, "seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.capacity = int(state["capacity"])
+        self.indices, self.labels, self.seen = state["indices"], state["labels"], int(state["seen"])
+
+
+def slots_per_class(capacity: int, n_seen: int) -> int:
+    """k_c = floor(K / N_seen): GDumb's and RM's class-balanced slot count."""
+    return capacity // max(1, n_seen)
+
+
+def _fill_rest(chosen: Tensor, candidates: Tensor, capacity: int, gen: torch.Generator) -> Tensor:
+    """Top up to K with random unchosen candidates, so the memory stays full (Alg. 1 leaves
+    K - N*k_c slots, and classes with few candidates leave more)."""
+    rest = capacity - len(chosen)
+    if rest <= 0:
+        return chosen
+    unchosen = candidates[~torch.isin(candidates, chosen)]
+    extra = unchosen[torch.randperm(len(unchosen), generator=gen)[:rest]]
+    return torch.cat([chosen, extra])
+
+
+def random_select(candidates: Tensor, capacity: int, gen: torch.Generator) -> Tensor:
+    """K samples drawn uniformly from memory + stream (Table 6 "Random")."""
+    return candidates[torch.randperm(len(candidates), generator=gen)[:capacity]]
+
+
+def class_balanced_select(candidates: Tensor, labels: Tensor, capacity: int, classes: list[int],
+                          gen: torch.Generator) -> Tensor:
+    """k_c random samples of every seen class, then random fill (the authors' task-0 RM memory)."""
+    k = slots_per_class(capacity, len(classes))
+    chosen = []
+    for c in classes:
+        pool = candidates[labels == c]
+        chosen.append(pool[torch.randperm(len(pool), generator=gen)[:k]])
+    picked = torch.cat(chosen) if chosen else candidates[:0]
+    return _fill_rest(picked, candidates, capacity, gen)
+
+
+def step_positions(n: int, k: int) -> Tensor:
+    """k positions spread evenly over a ranking of n (i_j = floor(j * n / k)).
+
+    The paper's step |D_c| / k_c taken exactly, so the picks span the whole ranking from the
+    most certain to the least certain sample. (The authors' code steps by floor(n / k) and
+    keeps the first k, which covers only the certain part whenever n < 2k.)
+    """
+    if n <= k:
+        return torch.arange(n)
+    return (torch.arange(k, dtype=torch.float64) * n / k).floor().long()
+
+
+def uncertainty_select(candidates: Tensor, labels: Tensor, uncertainty: Tensor, capacity: int,
+                       classes: list[int], gen: torch.Generator) -> Tensor:
+    """Rainbow Memory's diversity-aware update (Alg. 1): per class, sort by uncertainty (most
+    certain first) and take every (n_c / k_c)-th sample; fill leftover slots at random."""
+    k = slots_per_class(capacity, len(classes))
+    chosen = []
+    for c in classes:
+        mask = labels == c
+        pool, u = candidates[mask], uncertainty[mask]
+        order = torch.argsort(u, stable=True)
+        chosen.append(pool[order[step_positions(len(pool), k)]])
+    picked = torch.cat(chosen) if chosen else candidates[:0]
+    return _fill_rest(picked, candidates, capacity, gen)
+
+
+def reservoir_update(memory: Tensor, stream: Tensor, seen: int, capacity: int,
+                     gen: torch.Generator) -> tuple[Tensor, int]:
+    """Classic reservoir sampling (Vitter's Algorithm R) of the stream, in stream order.
+
+    Sample i of the stream (the (seen + i)-th ever) enters while the memory is not full, and
+    afterwards replaces slot j ~ U{0 .. seen + i} when j < K. Vectorised: each slot keeps the
+    last stream sample that drew it, which is what the sequential loop leaves behind.
+    Returns (new memory, new seen count).
+    """
+    memory = memory.clone()
+    free = max(0, capacity - len(memory))
+    head, tail = stream[:free], stream[free:]
+    memory = torch.cat([memory, head])
+    seen += len(head)
+    if len(tail):
+        counts = seen + torch.arange(len(tail), dtype=torch.float64) + 1  # samples seen incl. this one
+        slot = (torch.rand(len(tail), generator=gen, dtype=torch.float64) * counts).floor().long()
+        hit = (slot < capacity).nonzero().flatten()
+        if len(hit):
+            last = torch.full((capacity,), -1, dtype=torch.long)
+            last.scatter_reduce_(0, slot[hit], hit, reduce="amax")
+            filled = last >= 0
+            memory[filled] = tail[last[filled]]
+        seen += len(tail)
+    return memory, seen
+
+
+def herding_select(candidates: Tensor, labels: Tensor, features: Tensor, capacity: int,
+                   classes: list[int], gen: torch.Generator) -> Tensor:
+    """iCaRL's herding (Table 6 "Prototype"): per class, greedily add the sample that keeps the
+    mean of the chosen (L2-normalised) features closest to the class mean."""
+    k = slots_per_class(capacity, len(classes))
+    feats = torch.nn.functional.normalize(features.float(), dim=1)
+    chosen = []
+    for c in classes:
+        mask = labels == c
+        pool, phi = candidates[mask], feats[mask]
+        if len(pool) <= k:
+            chosen.append(pool)
+            continue
+        mu = torch.nn.functional.normalize(phi.mean(0), dim=0)
+        running = torch.zeros_like(mu)
+        available = torch.ones(len(pool), dtype=torch.bool)
+        picks = []
+        for j in range(k):
+            candidate_means = (running + phi) / (j + 1)
+            dist = (candidate_means - mu).norm(dim=1)
+            dist[~available] = float("inf")
+            i = int(dist.argmin())
+            picks.append(i)
+            available[i] = False
+            running += phi[i]
+        chosen.append(pool[torch.tensor(picks)])
+    picked = torch.cat(chosen) if chosen else candidates[:0]
+    return _fill_rest(picked, candidates, capacity, gen)

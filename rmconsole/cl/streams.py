@@ -1,0 +1,125 @@
+"""Task streams as index tensors: class orders, disjoint and BlurryM splits (PROTOCOL §1).
+
+All functions are pure: the same labels, seed and settings give the same tasks on every
+machine. Labels are remapped so that task t owns labels t*c .. (t+1)*c-1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .catalog import PAPER_CLASS_ORDERS
+
+def seeded_class_order(n_classes: int, seed: int) -> list[int]:
+    """A permutation of the original labels, fixed by the seed."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randperm(n_classes, generator=gen).tolist()
+
+
+def class_order(dataset: str, n_classes: int, seed: int, kind: str = "seed") -> list[int]:
+    """The class order of a run: `seed` (shuffled by the seed) or `paper` (the authors' splits)."""
+    if kind == "paper":
+        try:
+            return list(PAPER_CLASS_ORDERS[(dataset, seed)])
+        except KeyError:
+            raise ValueError(f"no paper class order for {dataset} seed {seed}") from None
+    if kind == "identity":
+        return list(range(n_classes))
+    return seeded_class_order(n_classes, seed)
+
+
+def remap_labels(labels: Tensor, order: list[int]) -> Tensor:
+    """Label = position of the original class in the order."""
+    inverse = torch.empty(len(order), dtype=torch.int64)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    return inverse.to(labels.device)[labels]
+
+
+def task_classes(n_classes: int, n_tasks: int) -> list[list[int]]:
+    """The (remapped) major classes of each task: equal consecutive groups."""
+    if n_classes % n_tasks:
+        raise ValueError(f"{n_classes} classes cannot be split into {n_tasks} equal tasks")
+    per = n_classes // n_tasks
+    return [list(range(t * per, (t + 1) * per)) for t in range(n_tasks)]
+
+
+def _shuffled(idx: Tensor, gen: torch.Generator) -> Tensor:
+    return idx[torch.randperm(len(idx), generator=gen)]
+
+
+def disjoint_tasks(labels: Tensor, n_tasks: int, n_classes: int, seed: int) -> list[Tensor]:
+    """Blurry0: task t holds every training sample of its classes, in a seeded random order."""
+    return blurry_tasks(labels, n_tasks, n_classes, 0, seed)
+
+
+def blurry_tasks(labels: Tensor, n_tasks: int, n_classes: int, blurry: int, seed: int) -> list[Tensor]:
+    """BlurryM: M% of every class goes to a shared pool that is dealt out over all tasks.
+
+    Each class keeps (100-M)% of its samples in its own task; the shuffled pool fills every
+    task up to the same size N/T (so tasks are equal, no sample repeats, all are used), which
+    leaves a class with about (100-M) + M/T percent of its samples in its own task and makes
+    every class appear, as a minor class, from task 0 on.
+    """
+    if not 0 <= blurry <= 100:
+        raise ValueError(f"blurry must be in 0..100, got {blurry}")
+    labels = labels.cpu()
+    gen = torch.Generator().manual_seed(seed)
+    groups = task_classes(n_classes, n_tasks)
+    kept: list[Tensor] = []
+    pool: list[Tensor] = []
+    for classes in groups:
+        own = []
+        for c in classes:
+            idx = _shuffled((labels == c).nonzero().flatten(), gen)
+            n_out = int(round(len(idx) * blurry / 100))
+            own.append(idx[n_out:])
+            pool.append(idx[:n_out])
+        kept.append(_shuffled(torch.cat(own), gen))
+    if blurry == 0:
+        return kept
+    total = len(labels)
+    sizes = [total // n_tasks + (t < total % n_tasks) for t in range(n_tasks)]
+    for t in range(n_tasks):  # a task with large classes gives its surplus to the pool
+        if len(kept[t]) > sizes[t]:
+            pool.append(kept[t][sizes[t]:])
+            kept[t] = kept[t][: sizes[t]]
+    shared = _shuffled(torch.cat(pool), gen)
+    tasks, start = [], 0
+    for t in range(n_tasks):
+        need = sizes[t] - len(kept[t])
+        tasks.append(_shuffled(torch.cat([kept[t], shared[start:start + need]]), gen))
+        start += need
+    assert start == len(shared)
+    return tasks
+
+
+def make_tasks(labels: Tensor, n_tasks: int, n_classes: int, blurry: int, seed: int) -> list[Tensor]:
+    """The stream of every task as train-set indices, in the order they arrive."""
+    return blurry_tasks(labels, n_tasks, n_classes, blurry, seed)
+
+
+def composition(labels: Tensor, stream: Tensor, n_classes: int) -> list[int]:
+    """How many samples of each class a task's stream holds (the TUI's task-stream bars)."""
+    return torch.bincount(labels.cpu()[stream.cpu()], minlength=n_classes).tolist()
+
+
+def stream_hash(stream: Tensor) -> str:
+    """A short fingerprint of a task's sample list, stored so a run can be checked for rerun."""
+    return hashlib.sha1(stream.cpu().to(torch.int64).numpy().tobytes()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class EvalScope:
+    """Which test classes a task is evaluated on: all (blurry) or those seen so far (disjoint)."""
+
+    blurry: bool
+    groups: list[list[int]]
+
+    def classes_after(self, task: int) -> list[int]:
+        if self.blurry:
+            return [c for g in self.groups for c in g]
+        return [c for g in self.groups[: task + 1] for c in g]
