@@ -6,9 +6,11 @@ the runs.
 
 How cells are made, so that a number in a table always means one setting:
 - a row is a value of the `rows` keys (default: method) and a column group a value of the
-  `cols` keys; every other config key that differs between the selected runs (except the
-  seed and the runtime keys device/threads/download) is added to the row keys, so a cell never
-  mixes two settings;
+  `cols` keys. Every other config key that differs between the selected runs (except the
+  seed and the runtime keys device/threads/download) goes where it explains the table: into
+  the column titles when the column group fixes it (`dataset=mnist (memory_size=500)`, as
+  the paper's tables), beside the row when the row fixes it, and otherwise into the row keys,
+  so that a cell never mixes two settings;
 - a cell averages its **finished** runs, one per seed (the newest if a seed was run twice):
   mean ± sample std (ddof=1) and the count. A cell is *incomplete* (†) when one of its runs is
   not finished or a seed of the selection has no finished run in it.
@@ -125,11 +127,13 @@ class Report:
     row_keys: list[str]
     auto_keys: list[str]  # varying keys added to the rows so that cells never mix settings
     col_keys: list[str]
+    col_info_keys: list[str]  # keys that differ only between column groups: named in their titles
     label_keys: list[str]  # the columns that name a row
     metrics: list[str]
-    rows: list[tuple]  # row identities (values of row_keys)
+    rows: list[tuple]  # row identities (values of row_keys + auto_keys)
     row_labels: list[dict[str, Any]]  # label_keys -> value, per row
     cols: list[tuple]  # column-group identities (values of col_keys)
+    col_info: list[dict[str, Any]]  # col_info_keys -> value, per column group
     cells: dict[tuple[int, int], Cell]
     seeds: list[int]  # every seed of the selection: what a complete cell has
     constants: dict[str, Any]  # setting keys shared by every run (for the caption)
@@ -181,12 +185,23 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
             raise ReportError(f"--metrics {metric!r}: allowed: {', '.join(METRICS)}")
 
     skip = {"seed", *RUNTIME_KEYS, *row_keys, *col_keys}
-    auto_keys = [k for k in config_keys if k not in skip and len({key_value(r, k) for r in runs}) > 1]
-    identity = row_keys + auto_keys
+    changed = [k for k in config_keys if k not in skip and len({key_value(r, k) for r in runs}) > 1]
+    identity, row_info, col_info_keys = list(row_keys), [], []
+    for key in changed:  # where a differing key goes: a column title, a row label, or a row split
+        if not _constant_within(runs, key, identity + col_keys):
+            identity.append(key)  # it differs inside a cell: split the rows so that cells never mix
+        elif col_keys and _constant_within(runs, key, col_keys):
+            col_info_keys.append(key)  # set by the column group (the paper's "MNIST (K=500)")
+        elif _constant_within(runs, key, identity):
+            row_info.append(key)  # set by the row: shown beside it
+        else:
+            identity.append(key)
+    auto_keys = identity[len(row_keys):]
     if only_changed:
-        label_keys = list(identity)
+        label_keys = identity + row_info
     else:
-        label_keys = identity + [k for k in config_keys if k not in identity and k not in col_keys and k != "seed"]
+        label_keys = identity + row_info + [k for k in config_keys if k not in identity + row_info + col_keys
+                                            + col_info_keys and k != "seed"]
 
     row_ids: list[tuple] = []
     row_labels: list[dict[str, Any]] = []
@@ -202,6 +217,8 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
             col_ids.append(col)
         members.setdefault((row, col), []).append(run)
     col_ids.sort(key=_sort_key)
+    col_info = [{k: next(key_value(r, k) for r in runs if tuple(key_value(r, c) for c in col_keys) == col)
+                 for k in col_info_keys} for col in col_ids]
 
     seeds = sorted({r["seed"] for r in runs})
     seed_is_a_key = "seed" in identity or "seed" in col_keys
@@ -228,15 +245,29 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
         values = {key_value(r, key) for r in runs}
         if len(values) == 1 and key not in identity and key not in col_keys and None not in values:
             constants[key] = values.pop()
-    return Report(row_keys, auto_keys, col_keys, label_keys, list(metrics), row_ids, row_labels, col_ids, cells,
-                  seeds, constants, len(runs))
+    return Report(row_keys, auto_keys, col_keys, col_info_keys, label_keys, list(metrics), row_ids, row_labels,
+                  col_ids, col_info, cells, seeds, constants, len(runs))
+
+
+def _constant_within(runs: Sequence[dict[str, Any]], key: str, group_by: list[str]) -> bool:
+    """True when `key` has one value inside every group of runs that agree on `group_by`."""
+    seen: dict[tuple, Any] = {}
+    for run in runs:
+        group = tuple(key_value(run, k) for k in group_by)
+        value = key_value(run, key)
+        if seen.setdefault(group, value) != value:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------- text pieces
 
 
 def col_title(report: Report, col: tuple) -> str:
-    return " ".join(f"{k}={format_value(v)}" for k, v in zip(report.col_keys, col))
+    """`dataset=mnist (memory_size=500, model=mlp400)`: the group's keys, then what it implies."""
+    title = " ".join(f"{k}={format_value(v)}" for k, v in zip(report.col_keys, col))
+    info = report.col_info[report.cols.index(col)] if report.col_info_keys else {}
+    return title + (f" ({', '.join(f'{k}={format_value(v)}' for k, v in info.items())})" if info else "")
 
 
 def metric_title(metric: str, arrows: bool = True, arrow_up: str = "↑", arrow_down: str = "↓") -> str:
@@ -353,6 +384,7 @@ def to_dict(report: Report) -> dict[str, Any]:
                 continue
             cells.append({
                 "col": {k: _jsonable(v) for k, v in zip(report.col_keys, col)},
+                "col_setting": {k: _jsonable(v) for k, v in report.col_info[j].items()},
                 "runs": cell.runs, "used_runs": cell.used, "seeds": cell.seeds,
                 "unfinished_runs": cell.unfinished, "complete": cell.complete, "expected_seeds": cell.expected,
                 "metrics": {m: {"mean": s.mean, "std": s.std, "n": s.n,
@@ -362,6 +394,7 @@ def to_dict(report: Report) -> dict[str, Any]:
         rows.append({"row": {k: _jsonable(labels[k]) for k in report.label_keys}, "cells": cells})
     return {
         "rows_by": report.row_keys, "rows_also_by": report.auto_keys, "cols_by": report.col_keys,
+        "cols_also_differ_in": report.col_info_keys,
         "metrics": report.metrics, "seeds": report.seeds, "n_runs": report.n_runs,
         "setting": {k: _jsonable(v) for k, v in report.constants.items()},
         "std": "sample (ddof=1) over seeds; finished runs only", "caption": caption(report), "rows": rows,
@@ -529,13 +562,15 @@ def plot_accuracy(report: Report, details: dict[int, dict[str, Any]], path: Path
     for ax, j in zip(axes.flat, panels):
         longest = max(len(c.mean) for c in curves[j])
         for curve in curves[j]:
-            colour = colours(labels_order.index(curve.label) % 10)
+            k = labels_order.index(curve.label)  # colour, marker and dash differ, so equal curves stay visible
+            colour = colours(k % 10)
             label = f"{curve.label} (n={curve.n})"
             if len(curve.mean) == 1 and longest > 1:
                 ax.axhline(curve.mean[0], color=colour, linestyle="--", label=f"{label}, one task")
                 continue
             x = list(range(1, len(curve.mean) + 1))
-            ax.plot(x, curve.mean, marker="o", color=colour, label=label)
+            ax.plot(x, curve.mean, marker="osD^v<>ph*"[k % 10], linestyle=("-", "--", "-.", ":")[k % 4],
+                    color=colour, label=label)
             low = [m - s for m, s in zip(curve.mean, curve.std)]
             high = [m + s for m, s in zip(curve.mean, curve.std)]
             ax.fill_between(x, low, high, color=colour, alpha=0.2, linewidth=0)

@@ -84,6 +84,22 @@ def test_columns_sort_numerically_and_differing_keys_split_rows() -> None:
     assert "seed" not in wide.label_keys
 
 
+def test_keys_fixed_by_the_column_or_the_row_do_not_split_rows() -> None:
+    """The paper's layout: columns MNIST (K=500) | CIFAR10 (K=200); a method-specific lr is a label."""
+    runs = []
+    for i, (m, d, s) in enumerate([(m, d, s) for m in ("rm", "gdumb") for d in ("mnist", "cifar10") for s in (1, 2)]):
+        runs.append(make_run(i + 1, m, s, 80.0 + i, dataset=d, memory_size=500 if d == "mnist" else 200,
+                             model="mlp400" if d == "mnist" else "resnet18", lr=0.1 if m == "gdumb" else 0.05))
+    rep = R.build_report(runs, cols=["dataset"], metrics=["A_last"])
+    assert rep.auto_keys == [] and rep.col_info_keys == ["model", "memory_size"] and rep.label_keys == ["method", "lr"]
+    assert [R.col_title(rep, c) for c in rep.cols] == ["dataset=cifar10 (model=resnet18, memory_size=200)",
+                                                       "dataset=mnist (model=mlp400, memory_size=500)"]
+    assert all(c.complete and c.stats["A_last"].n == 2 for c in rep.cells.values())
+    assert R.to_markdown(rep).splitlines()[2].startswith("| rm | 0.05 | ")
+    cell = json.loads(R.to_json(rep))["rows"][0]["cells"][1]
+    assert cell["col"] == {"dataset": "mnist"} and cell["col_setting"] == {"model": "mlp400", "memory_size": 500}
+
+
 def test_seed_as_a_column_makes_single_run_cells_complete(grid) -> None:
     rep = R.build_report([r for r in grid if r["method"] == "rm"], cols=["seed"])
     assert all(c.complete and c.expected == [c.seeds[0]] for c in rep.cells.values())
