@@ -36,7 +36,7 @@ METRIC_LABELS = {
 LOWER_IS_BETTER = {"F_last", "I_last"}
 RUNTIME_KEYS = ("device", "threads", "download")
 RUN_FIELDS = {"preset": "preset", "sweep": "sweep_id", "status": "status"}  # row/col keys beside config keys
-SETTING_KEYS = ("dataset", "model", "memory_size", "n_tasks", "blurry", "stream", "epochs")
+SETTING_KEYS = ("dataset", "model", "memory_size", "n_tasks", "blurry", "stream", "augment", "epochs")
 FORMATS = ("table", "md", "csv", "latex", "json")
 INCOMPLETE = "†"
 
