@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -13,6 +14,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
 from . import launch, store
+from . import queue as sweep_queue, report as reports, sweep  # sweeps and reports
 from .cl.catalog import DatasetMissing, check_available
 from .config import ConfigError, load_config, preset_description, preset_names, read_preset
 
@@ -55,8 +57,14 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (class order, stream, init)."),
     device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda | cuda:N"),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return at once."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="A sweep over seeds: 1,2,3."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", "-j",
+                                           help="Sweep slots (default: one per visible GPU, 1 on CPU)."),
 ) -> None:
-    """Train one run: store it, start a worker process, follow its progress."""
+    """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs."""
+    if sweep.is_sweep(list(set_), seeds):
+        run_sweep(preset, list(set_), seed, seeds, device, detach, parallel)
+        return
     name, cfg = load_config(preset, list(set_), seed=seed, device=device)
     if not cfg.download:  # a missing dataset or GPU is a bad input: refuse before storing anything
         check_available(cfg.dataset)
@@ -111,6 +119,79 @@ def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
         return store.get_run(run_id).status
 
 
+# --------------------------------------------------------------------------- sweeps
+
+
+def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seeds: Optional[str],
+              device: Optional[str], detach: bool, parallel: Optional[int]) -> None:
+    """Validate every grid point, store the grid as queued runs, then drive the queue here (showing
+    progress) or, with --detach, in a queue runner process that outlives this command."""
+    if parallel is not None and parallel < 1:
+        raise ConfigError(f"--parallel {parallel}: must be at least 1")
+    plan = sweep.plan_sweep(preset, pairs, seeds, seed=seed, device=device)
+    for cfg in plan.configs:  # a missing dataset or GPU refuses the sweep before anything is stored
+        if not cfg.download:
+            check_available(cfg.dataset)
+    from .worker import resolve_device
+
+    for name in sorted({cfg.device for cfg in plan.configs}):
+        resolve_device(name)
+    gpus = sweep_queue.visible_gpus()
+    slots = parallel or sweep_queue.default_parallel(gpus)
+    sweep_id, ids = sweep.store_sweep(plan)
+    line = (f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
+            f"{slots} slot(s) on {'GPUs ' + ','.join(gpus) if gpus else 'CPU'}")
+    if detach:
+        proc = sweep_queue.start_queue_runner(sweep_id, slots, gpus)
+        err_console.print(f"{line}; queue runner pid {proc.pid}, log {sweep_queue.log_path(sweep_id)}",
+                          highlight=False, soft_wrap=True)
+        console.print(sweep_id, highlight=False)
+        return
+    console.print(line, highlight=False)
+    with sweep_queue.DriverLock(sweep_id):
+        counts = follow_sweep(sweep_id, sweep_queue.SweepQueue(sweep_id, slots, gpus=gpus), plan)
+    summaries = [store.run_summary(r) for r in store.list_runs(sweep_id=sweep_id)]
+    console.print(reports.rich_table(reports.build_report(summaries)))
+    console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
+                  f"; tables: rmconsole report --sweep {sweep_id} --format md|csv|latex|json", highlight=False)
+    raise typer.Exit(0 if set(counts) == {"finished"} else 1)
+
+
+def follow_sweep(sweep_id: str, queue: Any, plan: Any = None, poll_s: float = 0.5) -> dict[str, int]:
+    """Drive a sweep's queue in this process with one bar for the sweep and one per running run;
+    Ctrl-C stops the sweep. Returns the runs per status."""
+    varying = [k for k, v in (plan.axes if plan else {}).items() if len(v) > 1 and k != "seed"]
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[info]}"))
+    bars: dict[int, Any] = {}
+    try:
+        with Progress(*columns, console=console, transient=True) as progress:
+            overall = progress.add_task(f"sweep {sweep_id}", total=len(queue.runs()), info="")
+
+            def tick(q: Any) -> None:
+                runs = q.runs()
+                counts = sweep.status_counts(runs)
+                progress.update(overall, completed=sum(r.status not in store.ACTIVE for r in runs),
+                                info=", ".join(f"{v} {k}" for k, v in counts.items()))
+                for r in runs:
+                    if r.status == "running":
+                        if r.id not in bars:
+                            what = " ".join(f"{k}={reports.format_value(r.config.get(k))}" for k in varying)
+                            bars[r.id] = progress.add_task(f"  run {r.id} {what} seed {r.seed}".replace("  ", " ", 1),
+                                                           total=None, info="")
+                        if r.task is not None:
+                            progress.update(bars[r.id], total=max(r.phase_total, 1), completed=r.phase_done,
+                                            info=f"task {r.task + 1}/{r.n_tasks} {r.phase or ''}")
+                    elif r.id in bars:
+                        progress.remove_task(bars.pop(r.id))
+
+            queue.log = lambda message: progress.console.print(message, highlight=False)
+            queue.run(poll_s, on_tick=tick)
+    except KeyboardInterrupt:
+        err_console.print(f"stopping sweep {sweep_id}…")
+        queue.stop()
+    return sweep.status_counts(store.list_runs(sweep_id=sweep_id))
+
+
 # --------------------------------------------------------------------------- show
 
 
@@ -162,12 +243,13 @@ def show(run_id: int = typer.Argument(..., help="Run id."),
 @app.command()
 def runs(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
          status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status."),
-         limit: int = typer.Option(50, "--limit", help="Show the newest N runs (0 = all).")) -> None:
-    """All runs, newest last."""
+         limit: int = typer.Option(50, "--limit", help="Show the newest N runs (0 = all)."),
+         sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only the runs of this sweep (an id or 'last').")) -> None:
+    """All runs, newest last, and the queue of every sweep shown."""
     if status is not None and status not in store.STATUSES:
         raise ConfigError(f"--status {status!r}: allowed: {', '.join(store.STATUSES)}")
     launch.reap_dead()
-    rows = store.list_runs(status=status)
+    rows = store.list_runs(status=status, sweep_id=sweep.resolve_sweep_id(sweep_) if sweep_ else None)
     if limit:
         rows = rows[-limit:]
     with store.reading() as session:
@@ -189,6 +271,24 @@ def runs(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                       str(s["config"]["memory_size"]), str(s["seed"]), prog if s["status"] == "running" else "",
                       _fmt(m["A_last"]), _fmt(m["F_last"]), _fmt(m["I_last"]))
     console.print(table)
+    print_sweep_queues([s["sweep_id"] for s in summaries if s["sweep_id"]])
+
+
+def print_sweep_queues(sweep_ids: list[str]) -> None:
+    """One line per sweep: its runs per status and who drives its queue."""
+    for sweep_id in dict.fromkeys(sweep_ids):
+        members = store.list_runs(sweep_id=sweep_id)
+        counts = sweep.status_counts(members)
+        done = sum(counts.get(k, 0) for k in ("finished", "failed", "stopped"))
+        pid = sweep_queue.driver_pid(sweep_id)
+        if pid:
+            driver = f"; queue driven by pid {pid}"
+        elif counts.get("queued"):
+            driver = f"; no queue runner: continue with `python -m rmconsole.queue {sweep_id}`"
+        else:
+            driver = ""
+        console.print(f"sweep {sweep_id} ({members[0].preset}): {done}/{len(members)} done — " +
+                      ", ".join(f"{v} {k}" for k, v in counts.items()) + driver, highlight=False)
 
 
 @app.command()
@@ -210,6 +310,121 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
                       str(c.get("n_tasks", 5)), f"blurry{c.get('blurry', 10)} {c.get('stream', 'online')}",
                       item["description"])
     console.print(table)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _listed(option: str, text: Optional[str]) -> Optional[list[str]]:
+    if text is None:
+        return None
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values:
+        raise ConfigError(f"{option} {text!r}: expected one or more comma-separated values")
+    return values
+
+
+def _run_ids(text: str) -> set[int]:
+    """`3,4,7` or `3-9` (or both) -> run ids."""
+    ids: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ConfigError(f"--runs {text!r}: expected run ids like 3,4,7 or 3-9")
+        ids.update(range(int(first), int(last) + 1) if dash else [int(first)])
+    return ids
+
+
+def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, dataset: Optional[str] = None,
+                method: Optional[str] = None, status: Optional[str] = None, run_ids: Optional[str] = None,
+                where: Optional[list[str]] = None) -> list[store.Run]:
+    """The stored runs that pass every filter (comma-separated values mean any of them)."""
+    statuses = _listed("--status", status)
+    for value in statuses or []:
+        if value not in store.STATUSES:
+            raise ConfigError(f"--status {value!r}: allowed: {', '.join(store.STATUSES)}")
+    launch.reap_dead()
+    runs = store.list_runs(status=statuses, sweep_id=sweep.resolve_sweep_id(sweep_) if sweep_ else None)
+    for option, text, attr in (("--preset", preset, "preset"), ("--dataset", dataset, "dataset"),
+                               ("--method", method, "method")):
+        wanted = _listed(option, text)
+        if wanted is not None:
+            runs = [r for r in runs if getattr(r, attr) in wanted]
+    if run_ids is not None:
+        ids = _run_ids(run_ids)
+        runs = [r for r in runs if r.id in ids]
+    conditions: dict[str, list[str]] = {}
+    for pair in where or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--where {pair!r}: expected KEY=VALUE or KEY=V1,V2")
+        conditions[key.strip()] = sweep.split_values(raw.strip())
+    if conditions:
+        with store.reading() as session:
+            summaries = {r.id: store.run_summary(r, session) for r in runs}
+        keep = {s["id"] for s in reports.select(summaries.values(), conditions)}
+        runs = [r for r in runs if r.id in keep]
+    return runs
+
+
+@app.command()
+def report(
+    sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only this sweep (an id, or 'last')."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="Only these presets (comma-separated)."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="Only these datasets (comma-separated)."),
+    method: Optional[str] = typer.Option(None, "--method", help="Only these methods (comma-separated)."),
+    status: Optional[str] = typer.Option(None, "--status", help="Only these statuses (comma-separated)."),
+    run_ids: Optional[str] = typer.Option(None, "--runs", help="Only these run ids: 3,4,7 or 3-9."),
+    where: list[str] = typer.Option([], "--where", help="Only runs with KEY=V1,V2 in their config (repeatable)."),
+    rows: Optional[str] = typer.Option(None, "--rows", help="Keys that make a row (default: method)."),
+    cols: Optional[str] = typer.Option(None, "--cols", help="Keys that make a column group, e.g. memory_size."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Of A_last, A_avg, F_last, I_last, A_last_best_epoch."),
+    only_changed: bool = typer.Option(True, "--only-changed/--all-config",
+                                      help="Config columns: only the keys that differ between runs, or every key."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | md | csv | latex | json"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the table to FILE instead of stdout."),
+    digits: int = typer.Option(2, "--digits", help="Decimals in table, md and latex cells."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw accuracy after each task per row (PNG)."),
+    memory_plot: Optional[Path] = typer.Option(None, "--memory-plot",
+                                               help="Draw one run's memory class histogram per task (PNG)."),
+) -> None:
+    """Tables of stored runs: cells are mean ± std over seeds; also the paper's figures as PNG."""
+    if fmt not in reports.FORMATS:
+        raise ConfigError(f"--format {fmt!r}: allowed: {', '.join(reports.FORMATS)}")
+    if fmt == "table" and out is not None:
+        raise ConfigError("--out writes a file: choose --format md, csv, latex or json")
+    if not 0 <= digits <= 6:
+        raise ConfigError(f"--digits {digits}: allowed: 0 to 6")
+    for option, path in (("--plot", plot), ("--memory-plot", memory_plot)):
+        if path is not None and path.suffix.lower() not in (".png", ".pdf", ".svg"):
+            raise ConfigError(f"{option} {str(path)!r}: the file must end in .png (or .pdf, .svg)")
+    runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where)
+    if not runs:
+        raise ConfigError(f"no runs match the filters ({len(store.list_runs())} runs are stored; see `rmconsole runs`)")
+    if memory_plot is not None and len(runs) != 1:
+        raise ConfigError(f"--memory-plot draws one run, but {len(runs)} match: choose it with --runs ID")
+    with store.reading() as session:
+        summaries = [store.run_summary(r, session) for r in runs]
+    table = reports.build_report(summaries, rows=_listed("--rows", rows), cols=_listed("--cols", cols) or (),
+                                 metrics=_listed("--metrics", metrics), only_changed=only_changed)
+    if fmt == "table":
+        console.print(reports.rich_table(table, digits))
+    else:
+        text = reports.render(table, fmt, digits)
+        if out is None:
+            sys.stdout.write(text)
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_name(f".{out.name}.tmp")
+            tmp.write_text(text)
+            tmp.replace(out)
+            err_console.print(f"wrote {out}", highlight=False)
+    if plot is not None:
+        used = {run_id for cell in table.cells.values() for run_id in cell.used}
+        details = {run_id: store.run_detail(run_id) for run_id in used}
+        err_console.print(f"wrote {reports.plot_accuracy(table, details, plot)}", highlight=False)
+    if memory_plot is not None:
+        err_console.print(f"wrote {reports.plot_memory(store.run_detail(runs[0].id), memory_plot)}", highlight=False)
 
 
 # --------------------------------------------------------------------------- stop / resume

@@ -1,0 +1,323 @@
+"""The sweep queue: a sweep's queued runs, N worker processes at a time.
+
+Who drives it. `rmconsole run` without --detach drives the queue in its own process and
+shows the sweep's progress (Ctrl-C stops the sweep). With --detach it starts
+`python -m rmconsole.queue SWEEP_ID --parallel N` in its own session (output in
+RMCONSOLE_HOME/logs/sweep-ID.log) and returns; that queue runner carries on after the
+terminal closes and exits when the sweep is done. The same command continues a sweep whose
+driver died (add --retry to queue its failed and stopped runs again; they resume from their
+last task checkpoint). SIGTERM to the queue runner stops the sweep: running workers get
+`stop_run`, runs not yet started are marked stopped.
+
+One driver per sweep: it holds an exclusive lock on RMCONSOLE_HOME/sweeps/ID.lock (with its
+pid inside), released by the kernel however the driver ends. Workers are the same
+`python -m rmconsole.worker RUN_ID` processes a single run uses (launch.start_worker); slot i
+gets GPU i (of the visible ones, through CUDA_VISIBLE_DEVICES) unless the run pins `cuda:N`
+or uses the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from . import launch, store
+
+Starter = Callable[[int, Optional[dict]], Any]
+
+
+class QueueBusy(Exception):
+    """Another process already drives this sweep."""
+
+
+class SweepStopped(Exception):
+    """SIGTERM reached the queue runner."""
+
+
+def visible_gpus(env: Mapping[str, str] | None = None) -> list[str]:
+    """The GPUs this process may hand out: CUDA_VISIBLE_DEVICES's entries when it is set (up to
+    the first invalid one, as CUDA reads it), else 0..device_count-1."""
+    env = os.environ if env is None else env
+    if "CUDA_VISIBLE_DEVICES" in env:
+        gpus = []
+        for entry in env["CUDA_VISIBLE_DEVICES"].split(","):
+            entry = entry.strip()
+            if not entry or entry.startswith("-"):
+                break
+            gpus.append(entry)
+        return gpus
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001 - no usable CUDA means no GPUs to hand out
+        return []
+
+
+def default_parallel(gpus: list[str]) -> int:
+    """One slot per visible GPU; one on a CPU-only machine."""
+    return max(1, len(gpus))
+
+
+def slot_env(slot: int, gpus: list[str], device: str) -> dict[str, str]:
+    """The environment that gives slot `slot` its own GPU (nothing for CPU or pinned runs)."""
+    if not gpus or device == "cpu" or device.startswith("cuda:"):
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": gpus[slot % len(gpus)]}
+
+
+# ---------------------------------------------------------------------- the driver lock
+
+
+def lock_path(sweep_id: str) -> Path:
+    return store.home() / "sweeps" / f"{sweep_id}.lock"
+
+
+def driver_pid(sweep_id: str) -> Optional[int]:
+    """The pid of the live process driving this sweep, or None when nobody drives it."""
+    path = lock_path(sweep_id)
+    if not path.exists():
+        return None
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
+class DriverLock:
+    """The exclusive right to start this sweep's runs."""
+
+    def __init__(self, sweep_id: str) -> None:
+        self.sweep_id = sweep_id
+        self.handle: Any = None
+
+    def acquire(self) -> None:
+        path = lock_path(self.sweep_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")
+        for _ in range(20):  # a reader probing with a shared lock holds it for microseconds
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.05)
+        else:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            raise QueueBusy(f"sweep {self.sweep_id} is already driven by process {holder}")
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self.handle = handle
+
+    def release(self) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
+
+    def __enter__(self) -> "DriverLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+# ---------------------------------------------------------------------- the queue
+
+
+class SweepQueue:
+    """Starts a sweep's queued runs into `parallel` slots and notices when they end.
+
+    `step()` is one scheduling pass (the CLI calls it between progress refreshes); `start`
+    is how a worker is started (launch.start_worker; tests may pass their own)."""
+
+    def __init__(self, sweep_id: str, parallel: int | None = None, gpus: list[str] | None = None,
+                 start: Starter | None = None, log: Callable[[str], None] | None = None) -> None:
+        self.sweep_id = sweep_id
+        self.gpus = visible_gpus() if gpus is None else list(gpus)
+        self.parallel = parallel or default_parallel(self.gpus)
+        if self.parallel < 1:
+            raise ValueError(f"--parallel {self.parallel}: must be at least 1")
+        self.start = start or launch.start_worker
+        self.log = log or (lambda message: None)
+        self.busy: dict[int, tuple[int, Any]] = {}  # slot -> (run id, process)
+        self.launched: set[int] = set()
+
+    def runs(self) -> list[store.Run]:
+        return store.list_runs(sweep_id=self.sweep_id)
+
+    def _ours(self) -> set[int]:
+        return {run_id for run_id, _ in self.busy.values()}
+
+    def _reap(self) -> None:
+        for slot, (run_id, proc) in list(self.busy.items()):
+            if proc.poll() is None:
+                continue
+            del self.busy[slot]
+            run = store.get_run(run_id)
+            if run.status in store.ACTIVE:  # the worker died without recording why
+                launch.mark_dead(run_id, launch.exit_reason(proc.returncode))
+                run = store.get_run(run_id)
+            metrics = run.metrics or {}
+            shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""
+            self.log(f"run {run_id} {run.status}{shown}" + (f" ({run.error})" if run.error else ""))
+
+    def step(self) -> bool:
+        """Reap ended workers and fill free slots; False once nothing is left to run or wait for."""
+        self._reap()
+        runs = self.runs()
+        ours = self._ours()
+        launch.reap_dead([r for r in runs if r.status == "running" and r.id not in ours])
+        runs = self.runs()
+        # runs someone else started (a resume, an earlier driver's workers) take slots too
+        foreign = [r for r in runs if r.id not in ours and
+                   (r.status == "running" or (r.status == "queued" and launch.pid_alive(r.pid)))]
+        pending = [r for r in runs if r.status == "queued" and r.id not in self.launched
+                   and not launch.pid_alive(r.pid)]
+        free = [s for s in range(self.parallel) if s not in self.busy]
+        free = free[:max(0, self.parallel - len(self.busy) - len(foreign))]
+        for slot, run in zip(free, list(pending)):
+            if store.get_run(run.id).status != "queued":  # stopped meanwhile
+                pending.remove(run)
+                continue
+            device = str(run.config.get("device", "auto"))
+            env = slot_env(slot, self.gpus, device)
+            proc = self.start(run.id, env or None)
+            self.busy[slot] = (run.id, proc)
+            self.launched.add(run.id)
+            pending.remove(run)
+            where = f"GPU {env['CUDA_VISIBLE_DEVICES']}" if env else "CPU" if device == "cpu" or not self.gpus else device
+            self.log(f"run {run.id} started in slot {slot + 1}/{self.parallel} on {where} "
+                     f"({run.method}, seed {run.seed}); log {launch.log_path(run.id)}")
+        return bool(self.busy or pending or foreign)
+
+    def run(self, poll_s: float = 0.5, on_tick: Callable[["SweepQueue"], None] | None = None) -> dict[str, int]:
+        """Drive the queue to its end; returns the runs per status."""
+        while True:
+            more = self.step()
+            if on_tick is not None:
+                on_tick(self)
+            if not more:
+                break
+            time.sleep(poll_s)
+        from .sweep import status_counts
+
+        return status_counts(self.runs())
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop the sweep: SIGTERM the running workers (SIGKILL after the grace period) and mark
+        the runs that never started stopped. Finished tasks stay stored."""
+        for _, proc in self.busy.values():  # all at once, then wait for each
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for slot, (run_id, proc) in list(self.busy.items()):
+            try:
+                launch.stop_run(run_id, grace_s)
+            except ValueError:  # it ended by itself meanwhile
+                pass
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+            del self.busy[slot]
+        for run in self.runs():
+            if run.status == "queued" and not launch.pid_alive(run.pid):
+                store.update_run(run.id, status="stopped", finished_at=store.utcnow(),
+                                 error="sweep stopped before this run started")
+
+
+def requeue(sweep_id: str) -> list[int]:
+    """Queue a sweep's failed and stopped runs again (workers resume from their checkpoints)."""
+    ids = []
+    for run in store.list_runs(sweep_id=sweep_id, status=("failed", "stopped")):
+        store.update_run(run.id, status="queued", error=None, finished_at=None)
+        ids.append(run.id)
+    return ids
+
+
+def log_path(sweep_id: str) -> Path:
+    return store.home() / "logs" / f"sweep-{sweep_id}.log"
+
+
+def start_queue_runner(sweep_id: str, parallel: int, gpus: list[str] | None = None) -> subprocess.Popen:
+    """`python -m rmconsole.queue SWEEP_ID` in its own session: it outlives the CLI. Passing the
+    GPUs the CLI already found spares the runner importing torch."""
+    path = log_path(sweep_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "rmconsole.queue", sweep_id, "--parallel", str(parallel)]
+    if gpus is not None:
+        args.append(f"--gpus={','.join(gpus)}")
+    with open(path, "ab") as log:
+        return subprocess.Popen(args,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=launch.worker_env())
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise SweepStopped()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rmconsole.queue",
+                                     description="Run a stored sweep's queued runs, N at a time.")
+    parser.add_argument("sweep_id")
+    parser.add_argument("--parallel", type=int, default=None, help="slots (default: one per visible GPU, 1 on CPU)")
+    parser.add_argument("--retry", action="store_true", help="queue failed and stopped runs again first")
+    parser.add_argument("--gpus", default=None, help="GPU ids to hand out, comma-separated ('' for none; "
+                                                     "default: the visible ones)")
+    args = parser.parse_args(argv)
+
+    def log(message: str) -> None:
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}", flush=True)
+
+    if args.parallel is not None and args.parallel < 1:
+        print(f"--parallel {args.parallel}: must be at least 1", file=sys.stderr)
+        return 2
+    if not store.list_runs(sweep_id=args.sweep_id):
+        print(f"no runs in sweep {args.sweep_id!r}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        with DriverLock(args.sweep_id):
+            if args.retry:
+                log(f"queued again: {requeue(args.sweep_id) or 'nothing'}")
+            gpus = None if args.gpus is None else [g.strip() for g in args.gpus.split(",") if g.strip()]
+            queue = SweepQueue(args.sweep_id, args.parallel, gpus=gpus, log=log)
+            log(f"sweep {args.sweep_id}: driving with {queue.parallel} slot(s), pid {os.getpid()}, "
+                f"GPUs {','.join(queue.gpus) or 'none'}")
+            try:
+                queue.run()
+            except (SweepStopped, KeyboardInterrupt):
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                log("stopping the sweep")
+                queue.stop()
+            from .sweep import status_counts
+
+            counts = status_counts(queue.runs())
+            log(f"sweep {args.sweep_id} done: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+            return 0 if set(counts) == {"finished"} else 1
+    except QueueBusy as err:
+        print(str(err), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

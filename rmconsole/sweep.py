@@ -1,0 +1,199 @@
+"""Sweeps: a grid of runs from one command.
+
+`--set KEY=a,b` makes KEY an axis of the grid and `--seeds 1,2,3` adds the seed axis. Every
+grid point is validated (the same RunConfig check a single run gets) before anything is
+stored; then the whole grid is stored as queued runs sharing one sweep id, in one write
+transaction, so a refused or interrupted submission leaves nothing half-written. Running the
+queue is `queue.py`'s job.
+
+Commas split values only outside brackets and quotes, so a TOML list such as
+`augment=["cutmix","autoaug"]` stays one value (lists of names can also be joined with '+').
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Optional
+
+from sqlmodel import Session
+
+from . import store
+from .config import DEFAULT_PRESET, KEYS, ConfigError, RunConfig, load_config, parse_value, read_preset
+
+
+def split_values(raw: str) -> list[str]:
+    """`"rm,finetune"` -> ["rm", "finetune"]; commas inside [] {} or quotes do not split."""
+    parts, depth, quote, current = [], 0, "", []
+    for ch in raw:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+            continue
+        current.append(ch)
+    parts.append("".join(current).strip())
+    return parts
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`--seeds 1,2,3` -> [1, 2, 3]; refuses anything but distinct non-negative integers."""
+    seeds = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise ConfigError(f"--seeds {text!r}: expected comma-separated non-negative integers, e.g. 1,2,3")
+        if int(part) in seeds:
+            raise ConfigError(f"--seeds {text!r}: seed {int(part)} is given twice")
+        seeds.append(int(part))
+    return seeds
+
+
+def sweep_axes(pairs: list[str]) -> dict[str, list[Any]]:
+    """The `--set` pairs as key -> list of values (a single value is a one-point axis)."""
+    axes: dict[str, list[Any]] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE or KEY=V1,V2,...")
+        if key not in KEYS:
+            raise ConfigError(f"unknown config key {key!r}; known keys: {', '.join(KEYS)}")
+        parts = split_values(raw.strip())
+        if len(parts) > 1 and any(not p for p in parts):
+            raise ConfigError(f"--set {pair!r}: empty value in a comma-separated list")
+        values = [parse_value(p) for p in parts]
+        for i, value in enumerate(values):
+            if value in values[:i]:
+                raise ConfigError(f"--set {pair!r}: value {parts[i]!r} is given twice")
+        axes[key] = values  # a repeated key: the later one wins, as for a single run
+    return axes
+
+
+def is_sweep(pairs: list[str], seeds: Optional[str] = None) -> bool:
+    """True when the command asks for more than one point (or names its seeds as a list)."""
+    return seeds is not None or any(len(split_values(p.partition("=")[2].strip())) > 1 for p in pairs)
+
+
+def expand_grid(axes: dict[str, list[Any]], seeds: list[int] | None = None) -> list[dict[str, Any]]:
+    """Every combination of the axes' values, seed-major: all grid cells for the first seed come
+    first, so a half-done sweep already has one seed of every cell."""
+    keys = list(axes)
+    points = [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
+    if not seeds:
+        return points
+    return [{**point, "seed": seed} for seed in seeds for point in points]
+
+
+def describe_point(point: dict[str, Any], axes: dict[str, list[Any]]) -> str:
+    """The values that vary, as `method=rm, seed=2` (what a grid point is called in messages)."""
+    shown = [f"{k}={v}" for k, v in point.items() if k == "seed" or len(axes.get(k, [])) > 1]
+    return ", ".join(shown) or ", ".join(f"{k}={v}" for k, v in point.items())
+
+
+@dataclass
+class SweepPlan:
+    """A validated grid: one RunConfig per point, in launch order."""
+
+    preset: str
+    configs: list[RunConfig]
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+
+    def shape(self) -> str:
+        """`method × seed = 3 × 3` for the varying axes."""
+        varying = {k: v for k, v in self.axes.items() if len(v) > 1}
+        if not varying:
+            return f"{len(self.configs)} run"
+        return f"{' × '.join(varying)} = {' × '.join(str(len(v)) for v in varying.values())}"
+
+
+def plan_sweep(preset: Optional[str], pairs: list[str], seeds: Optional[str] = None, seed: Optional[int] = None,
+               device: Optional[str] = None) -> SweepPlan:
+    """Validate every grid point; one bad point refuses the whole sweep with one line."""
+    name, _ = read_preset(preset or DEFAULT_PRESET)  # a bad preset is named once, not per point
+    axes = sweep_axes(pairs)
+    seed_list = parse_seeds(seeds) if seeds is not None else None
+    if seed_list is not None:
+        if seed is not None:
+            raise ConfigError("give either --seed or --seeds, not both")
+        if "seed" in axes:
+            raise ConfigError("give the seeds either with --seeds or with --set seed=..., not both")
+        axes["seed"] = seed_list
+    points = expand_grid({k: v for k, v in axes.items() if k != "seed"}, axes.get("seed"))
+    configs, seen = [], {}
+    for i, point in enumerate(points, 1):
+        explicit = {"seed": seed, "device": device}
+        try:
+            _, cfg = load_config(preset, dict(point), **explicit)
+        except ConfigError as err:
+            raise ConfigError(f"grid point {i}/{len(points)} ({describe_point(point, axes)}): {err}") from None
+        key = repr(sorted(cfg.to_dict().items()))
+        if key in seen:
+            raise ConfigError(f"grid points {seen[key]} and {i} are the same run "
+                              f"({describe_point(point, axes)}); drop the repeated value")
+        seen[key] = i
+        configs.append(cfg)
+    return SweepPlan(name, configs, axes)
+
+
+def new_sweep_id() -> str:
+    """Sortable and short enough to type: `20250301-142233-7f3a`."""
+    return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def store_sweep(plan: SweepPlan, sweep_id: str | None = None) -> tuple[str, list[int]]:
+    """Store every grid point as a queued run sharing one sweep id, all in one transaction."""
+    sweep_id = sweep_id or new_sweep_id()
+
+    def add(session: Session) -> list[int]:
+        ids = []
+        for cfg in plan.configs:
+            config = cfg.to_dict()
+            run = store.Run(preset=plan.preset, method=config["method"], dataset=config["dataset"],
+                            seed=config["seed"], config=config, sweep_id=sweep_id,
+                            n_tasks=config.get("n_tasks", 0))
+            session.add(run)
+            session.flush()
+            assert run.id is not None
+            ids.append(run.id)
+        return ids
+
+    return sweep_id, store.write(add)
+
+
+def resolve_sweep_id(name: str) -> str:
+    """`last` is the newest sweep; anything else must be a stored sweep id."""
+    sweeps = sweep_ids()
+    if name == "last":
+        if not sweeps:
+            raise ConfigError("--sweep last: there is no sweep in the store")
+        return sweeps[-1]
+    if name not in sweeps:
+        shown = ", ".join(sweeps[-5:]) or "none yet"
+        raise ConfigError(f"--sweep {name!r}: no such sweep (newest: {shown}; or use 'last')")
+    return name
+
+
+def sweep_ids() -> list[str]:
+    """Every sweep id in the store, oldest first (by its first run)."""
+    from sqlmodel import col, func, select
+
+    with store.reading() as session:
+        rows = session.exec(select(store.Run.sweep_id, func.min(store.Run.id)).where(col(store.Run.sweep_id).is_not(None))
+                            .group_by(store.Run.sweep_id).order_by(func.min(store.Run.id))).all()
+    return [sweep_id for sweep_id, _ in rows]
+
+
+def status_counts(runs: list[store.Run]) -> dict[str, int]:
+    """Runs per status, in lifecycle order, zeros left out."""
+    counts = {status: sum(r.status == status for r in runs) for status in store.STATUSES}
+    return {k: v for k, v in counts.items() if v}
