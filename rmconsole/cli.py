@@ -57,14 +57,8 @@ def run(
     detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return at once."),
 ) -> None:
     """Train one run: store it, start a worker process, follow its progress."""
-    name, cfg = load_config(preset, list(set_), seed=seed, device=device)
-    if not cfg.download:  # a missing dataset or GPU is a bad input: refuse before storing anything
-        check_available(cfg.dataset)
-    from .worker import resolve_device
-
-    resolve_device(cfg.device)
-    run_id = store.create_run(cfg.to_dict(), name)
-    proc = launch.start_worker(run_id)
+    launched = launch.launch_run(preset, list(set_), seed=seed, device=device)  # shared with the TUI
+    run_id, name, cfg, proc = launched.run_id, launched.preset, launched.config, launched.process
     if detach:
         console.print(run_id)
         return
@@ -241,6 +235,20 @@ def resume(run_id: int = typer.Argument(..., help="Run id."),
     status = follow(run_id, proc)
     print_run(run_id)
     raise typer.Exit(0 if status == "finished" else 1)
+
+
+# --------------------------------------------------------------------------- tui
+
+
+@app.command()
+def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between store reads.")) -> None:
+    """Open the terminal UI: runs live, one run's stream/memory/accuracy/log, compare, launch, stop."""
+    if not refresh > 0:
+        raise ConfigError(f"--refresh {refresh}: must be a number of seconds above 0")
+    store.get_engine()  # an unusable store is a one-line error here, not a screen of them
+    from .tui import RMConsoleApp
+
+    RMConsoleApp(refresh_s=refresh).run()
 
 
 # --------------------------------------------------------------------------- data

@@ -1,0 +1,352 @@
+"""What the TUI reads from the store, as plain frozen values.
+
+These functions run in worker threads, never on the UI thread. They return immutable
+snapshots (so a screen can tell "nothing changed" by equality and skip a repaint) and raise
+`RunGone` when a run disappears under them. Everything here is UI-free and tested directly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from sqlmodel import col, select
+
+from .. import store
+from ..cl import metrics as M
+from ..store.runs import BUDGET_KEYS
+from ..store.tables import MemorySnapshot, Run, TaskResult, TaskStream
+
+LOG_TAIL_BYTES = 64 * 1024
+
+
+class RunGone(Exception):
+    """The run was deleted while a screen was showing it."""
+
+    def __init__(self, run_id: int) -> None:
+        super().__init__(f"run {run_id} no longer exists in the store")
+        self.run_id = run_id
+
+
+# --------------------------------------------------------------------------- runs table
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One line of the runs table: identity, lifecycle, live progress and summary metrics."""
+
+    id: int
+    status: str
+    preset: Optional[str]
+    method: str
+    dataset: str
+    memory_size: Optional[int]
+    seed: int
+    n_tasks: int
+    task: Optional[int]
+    phase: Optional[str]
+    phase_done: int
+    phase_total: int
+    samples_per_s: Optional[float]
+    eta_s: Optional[float]
+    a_last: Optional[float]
+    a_avg: Optional[float]
+    f_last: Optional[float]
+    i_last: Optional[float]
+    tasks_done: int
+    sweep_id: Optional[str]
+    error: Optional[str]
+    created_at: Optional[datetime]
+    heartbeat_at: Optional[datetime]
+
+    @property
+    def active(self) -> bool:
+        return self.status in store.ACTIVE
+
+    @property
+    def phase_fraction(self) -> Optional[float]:
+        if not self.phase_total:
+            return None
+        return min(self.phase_done / self.phase_total, 1.0)
+
+    def search_text(self) -> str:
+        """What the `/` filter matches against (lower case)."""
+        parts = [str(self.id), self.status, self.preset or "", self.method, self.dataset,
+                 f"k={self.memory_size}", f"seed={self.seed}", self.sweep_id or ""]
+        return " ".join(parts).lower()
+
+
+_ROW_COLUMNS = (Run.id, Run.status, Run.preset, Run.method, Run.dataset, Run.seed, Run.config, Run.n_tasks,
+                Run.task, Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s, Run.eta_s, Run.metrics,
+                Run.sweep_id, Run.error, Run.created_at, Run.heartbeat_at)
+
+
+def _finite(value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def load_run_rows(ids: Iterable[int] | None = None) -> list[RunRow]:
+    """Every run (or the given ids) in one query of the run table's columns (no ORM objects),
+    with I_last matched against finished joint runs in memory instead of a query per run."""
+    query = select(*_ROW_COLUMNS).order_by(col(Run.id))
+    if ids is not None:
+        query = query.where(col(Run.id).in_(list(ids)))
+    with store.reading() as session:
+        raw = session.exec(query).all()
+    joints = [(r[6], (r[14] or {}).get("A_last")) for r in raw
+              if r[3] == "joint" and r[1] == "finished" and r[14]]
+    rows = []
+    for (run_id, status, preset, method, dataset, seed, config, n_tasks, task, phase, done, total, rate, eta,
+         metrics, sweep_id, error, created_at, heartbeat_at) in raw:
+        metrics = metrics or {}
+        a_last = _finite(metrics.get("A_last"))
+        joint = None
+        if method != "joint":
+            joint = next((acc for cfg, acc in reversed(joints)
+                          if all(cfg.get(k) == config.get(k) for k in BUDGET_KEYS)), None)
+        rows.append(RunRow(
+            id=run_id, status=status, preset=preset, method=method, dataset=dataset,
+            memory_size=config.get("memory_size"), seed=seed, n_tasks=n_tasks, task=task, phase=phase,
+            phase_done=done, phase_total=total, samples_per_s=rate, eta_s=eta, a_last=a_last,
+            a_avg=_finite(metrics.get("A_avg")), f_last=_finite(metrics.get("F_last")),
+            i_last=M.intransigence(_finite(joint), a_last), tasks_done=int(metrics.get("tasks_done", 0)),
+            sweep_id=sweep_id, error=error, created_at=created_at, heartbeat_at=heartbeat_at))
+    return rows
+
+
+def matches(row: RunRow, query: str) -> bool:
+    """The `/` filter: every whitespace-separated term must occur in the row's text;
+    `key:value` terms (status:, preset:, method:, dataset:, k:, seed:) match that field."""
+    text = row.search_text()
+    fields = {"status": row.status, "preset": row.preset or "", "method": row.method, "dataset": row.dataset,
+              "k": str(row.memory_size), "seed": str(row.seed), "id": str(row.id), "sweep": row.sweep_id or ""}
+    for term in query.lower().split():
+        key, sep, value = term.partition(":")
+        if sep and key in fields:
+            if value not in fields[key].lower():
+                return False
+        elif term not in text:
+            return False
+    return True
+
+
+SORT_KEYS = {
+    "id": lambda r: r.id,
+    "status": lambda r: (r.status, r.id),
+    "preset": lambda r: (r.preset or "", r.id),
+    "method": lambda r: (r.method, r.id),
+    "A_last": lambda r: (r.a_last is not None, r.a_last or 0.0, r.id),
+    "F_last": lambda r: (r.f_last is not None, r.f_last or 0.0, r.id),
+}
+
+
+def arrange(rows: list[RunRow], query: str, sort: str, descending: bool) -> list[RunRow]:
+    """Filter then sort: the rows the table shows, in order."""
+    shown = [r for r in rows if matches(r, query)] if query.strip() else list(rows)
+    return sorted(shown, key=SORT_KEYS[sort], reverse=descending)
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclass(frozen=True)
+class StreamTask:
+    """A planned task: its class composition (samples per class) and its major classes."""
+
+    task: int
+    n_samples: int
+    major_classes: tuple[int, ...]
+    composition: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TaskAccuracy:
+    task: int
+    accuracy: float
+    accuracy_row: tuple[Optional[float], ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class MemoryUpdate:
+    """The memory after one update: per-class counts, the slot count, and RM's uncertainty
+    spread (vote-bin histograms of the candidates and of the chosen samples) when recorded."""
+
+    id: int
+    task: int
+    histogram: tuple[int, ...]
+    slots_per_class: int
+    policy: Optional[str]
+    note: Optional[str]
+    views: Optional[int]
+    candidates_uncertainty: Optional[tuple[int, ...]]
+    chosen_uncertainty: Optional[tuple[int, ...]]
+
+    @property
+    def size(self) -> int:
+        return sum(self.histogram)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """Everything the run screen draws, read in one session."""
+
+    row: RunRow
+    class_labels: tuple[str, ...]
+    streams: tuple[StreamTask, ...]
+    results: tuple[TaskAccuracy, ...]
+    memory: tuple[MemoryUpdate, ...]
+    log_path: Optional[str]
+    pipeline: tuple[str, ...]
+    config: dict[str, Any] = field(compare=True, hash=False)
+
+    @property
+    def accuracy_matrix(self) -> list[list[Optional[float]]]:
+        return [list(r.accuracy_row) for r in self.results]
+
+
+def class_labels(class_order: Optional[list[int]], class_names: Optional[list[str]], n_classes: int) -> tuple[str, ...]:
+    """Label of each (order-remapped) class index c: the dataset's name of class_order[c]."""
+    if class_order and class_names:
+        return tuple(class_names[o] if o < len(class_names) else str(o) for o in class_order)
+    return tuple(str(c) for c in range(n_classes))
+
+
+def _tuple(values: Any) -> Optional[tuple[int, ...]]:
+    return tuple(int(v) for v in values) if values else None
+
+
+def load_run_view(run_id: int) -> RunView:
+    """The run, its stream plan, task results and memory updates: four indexed queries."""
+    with store.reading() as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise RunGone(run_id)
+        streams = session.exec(select(TaskStream).where(TaskStream.run_id == run_id)
+                               .order_by(col(TaskStream.task))).all()
+        results = session.exec(select(TaskResult).where(TaskResult.run_id == run_id)
+                               .order_by(col(TaskResult.task))).all()
+        snapshots = session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id)
+                                 .order_by(col(MemorySnapshot.id))).all()
+    row = _row_of(run)
+    n_classes = len(streams[0].composition) if streams else len(run.class_order or [])
+    memory = []
+    for m in snapshots:
+        info = m.info or {}
+        memory.append(MemoryUpdate(
+            id=m.id or 0, task=m.task, histogram=tuple(m.histogram), slots_per_class=m.slots_per_class,
+            policy=info.get("policy"), note=info.get("note"), views=info.get("views"),
+            candidates_uncertainty=_tuple(info.get("candidates_uncertainty")),
+            chosen_uncertainty=_tuple(info.get("chosen_uncertainty"))))
+    return RunView(
+        row=row,
+        class_labels=class_labels(run.class_order, run.class_names, n_classes),
+        streams=tuple(StreamTask(s.task, s.n_samples, tuple(s.major_classes), tuple(s.composition)) for s in streams),
+        results=tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds) for r in results),
+        memory=tuple(memory),
+        log_path=run.log_path,
+        pipeline=tuple(run.pipeline or ()),
+        config=dict(run.config),
+    )
+
+
+def _row_of(run: Run) -> RunRow:
+    """A RunRow for one run (I_last through the store's joint-run lookup)."""
+    summary = store.run_summary(run)
+    m = summary["metrics"]
+    return RunRow(
+        id=run.id or 0, status=run.status, preset=run.preset, method=run.method, dataset=run.dataset,
+        memory_size=run.config.get("memory_size"), seed=run.seed, n_tasks=run.n_tasks, task=run.task,
+        phase=run.phase, phase_done=run.phase_done, phase_total=run.phase_total,
+        samples_per_s=run.samples_per_s, eta_s=run.eta_s, a_last=_finite(m["A_last"]), a_avg=_finite(m["A_avg"]),
+        f_last=_finite(m["F_last"]), i_last=_finite(m["I_last"]), tasks_done=int(m.get("tasks_done") or 0),
+        sweep_id=run.sweep_id, error=run.error, created_at=run.created_at, heartbeat_at=run.heartbeat_at)
+
+
+@dataclass(frozen=True)
+class CompareView:
+    """Selected runs side by side: their rows, accuracy after each task, and config differences."""
+
+    rows: tuple[RunRow, ...]
+    curves: dict[int, tuple[float, ...]] = field(hash=False)
+    differences: dict[str, tuple[Any, ...]] = field(hash=False)
+    missing: tuple[int, ...] = ()
+
+
+def load_compare(run_ids: list[int]) -> CompareView:
+    """Rows, accuracy curves and the config keys whose values differ, for the given runs."""
+    rows = {r.id: r for r in load_run_rows(run_ids)}
+    present = [i for i in run_ids if i in rows]
+    with store.reading() as session:
+        results = session.exec(select(TaskResult.run_id, TaskResult.accuracy)
+                               .where(col(TaskResult.run_id).in_(present))
+                               .order_by(col(TaskResult.run_id), col(TaskResult.task))).all()
+        configs = dict(session.exec(select(Run.id, Run.config).where(col(Run.id).in_(present))).all())
+    curves: dict[int, list[float]] = {i: [] for i in present}
+    for run_id, accuracy in results:
+        curves[run_id].append(accuracy)
+    keys = sorted({k for i in present for k in configs[i]})
+    differences = {k: tuple(configs[i].get(k) for i in present) for k in keys
+                   if len({repr(configs[i].get(k)) for i in present}) > 1}
+    return CompareView(rows=tuple(rows[i] for i in present), curves={i: tuple(c) for i, c in curves.items()},
+                       differences=differences, missing=tuple(i for i in run_ids if i not in rows))
+
+
+# --------------------------------------------------------------------------- the worker's log
+
+
+class LogTail:
+    """Follows a log file: the last LOG_TAIL_BYTES on the first read, then what was appended.
+    A file that shrank (rewritten) is read again from its tail; a missing file is no lines."""
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = Path(path) if path else None
+        self.offset: Optional[int] = None
+        self._partial = b""
+
+    def read_new(self) -> list[str]:
+        if self.path is None:
+            return []
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return []
+        if self.offset is None or size < self.offset:
+            self.offset = max(0, size - LOG_TAIL_BYTES)
+            self._partial = b""
+            skip_partial_first = self.offset > 0
+        else:
+            skip_partial_first = False
+        if size == self.offset:
+            return []
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read(size - self.offset)
+        except OSError:
+            return []
+        self.offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()  # an unfinished last line waits for its end
+        if skip_partial_first and lines:
+            lines = lines[1:]
+        return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def describe_store_error(err: BaseException) -> str:
+    """One line for the status bar: a locked or unreachable store is a condition, not a crash."""
+    text = str(getattr(err, "orig", None) or err).splitlines()[0]
+    if "locked" in text or "busy" in text:
+        return f"store busy ({text}); retrying"
+    return f"store unavailable: {text}; retrying"
