@@ -45,7 +45,9 @@ class RMConsoleApp(App[None]):
         Binding("question_mark", "help", "Keys", show=False),
     ]
 
-    def __init__(self, refresh_s: float = 1.0, clock: Clock = utc_clock, reap_every_s: float = 5.0) -> None:
+    def __init__(self, refresh_s: float = 1.0, clock: Clock = utc_clock, reap_every_s: float | None = 5.0) -> None:
+        """`clock` is what "heartbeat N s ago" is measured against (frozen in snapshot tests);
+        `reap_every_s=None` turns off marking dead runs failed (for fixed snapshot content)."""
         super().__init__()
         self.refresh_s = refresh_s
         self.clock = clock
@@ -54,10 +56,13 @@ class RMConsoleApp(App[None]):
         self.rows: list[RunRow] = []  # the latest read of all runs (command palette, compare)
         self.workers_started: dict[int, Any] = {}  # run id -> Popen of the worker processes this TUI started
         self._children_lock = threading.Lock()
-        self._last_reap = 0.0
+        self._reaping = False
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._poll_children, name="reap children")
+        if self.reap_every_s is not None:
+            self.set_interval(self.reap_every_s, self._reap_tick, name="reap dead runs")
+            self._reap_tick()
 
     # ------------------------------------------------------------------ routing
 
@@ -106,13 +111,23 @@ class RMConsoleApp(App[None]):
     def toggle_selected(self, run_id: int) -> None:
         self.selected.symmetric_difference_update({run_id})
 
-    def reap_due(self) -> bool:
-        """Whether a screen's read should also mark dead workers failed (every few seconds)."""
-        now = time.monotonic()
-        if now - self._last_reap >= self.reap_every_s:
-            self._last_reap = now
-            return True
-        return False
+    # ------------------------------------------------------------------ dead workers (thread)
+
+    def _reap_tick(self) -> None:
+        if not self._reaping:
+            self._reaping = True
+            self._reap()
+
+    @work(thread=True, group="reap", exit_on_error=False)
+    def _reap(self) -> None:
+        """Mark runs whose worker died (pid gone on this host, or heartbeat stale) failed, as
+        `rmconsole runs` does; in its own thread so a write waiting on a lock never delays reads."""
+        try:
+            launch.reap_dead()
+        except Exception:  # noqa: BLE001 - a busy or missing store: the next tick tries again
+            pass
+        finally:
+            self._reaping = False
 
     # ------------------------------------------------------------------ launch / stop (thread workers)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -62,6 +62,7 @@ class RunRow:
     error: Optional[str]
     created_at: Optional[datetime]
     heartbeat_at: Optional[datetime]
+    budget: tuple[str, ...] = field(default=(), repr=False)  # for matching a joint run (I_last)
 
     @property
     def active(self) -> bool:
@@ -92,33 +93,77 @@ def _finite(value: Any) -> Optional[float]:
     return None if math.isnan(value) else value
 
 
+def budget_of(config: dict[str, Any]) -> tuple[str, ...]:
+    """What a joint run must share with a run to be its upper bound (the store's BUDGET_KEYS)."""
+    return tuple(repr(config.get(k)) for k in BUDGET_KEYS)
+
+
+def with_intransigence(rows: Iterable[RunRow]) -> list[RunRow]:
+    """I_last of every row against the newest finished joint run with the same budget, matched
+    in memory (one pass) instead of one query per run."""
+    rows = list(rows)
+    joints: dict[tuple[str, ...], float] = {}
+    for r in sorted(rows, key=lambda r: r.id):
+        if r.method == "joint" and r.status == "finished" and r.a_last is not None:
+            joints[r.budget] = r.a_last
+    out = []
+    for r in rows:
+        i_last = None if r.method == "joint" else M.intransigence(joints.get(r.budget), r.a_last)
+        out.append(r if i_last == r.i_last else replace(r, i_last=i_last))
+    return out
+
+
 def load_run_rows(ids: Iterable[int] | None = None) -> list[RunRow]:
-    """Every run (or the given ids) in one query of the run table's columns (no ORM objects),
-    with I_last matched against finished joint runs in memory instead of a query per run."""
+    """Every run (or the given ids) in one query of the run table's columns (no ORM objects).
+    I_last is matched among the rows read (all of them when `ids` is None)."""
     query = select(*_ROW_COLUMNS).order_by(col(Run.id))
     if ids is not None:
         query = query.where(col(Run.id).in_(list(ids)))
     with store.reading() as session:
         raw = session.exec(query).all()
-    joints = [(r[6], (r[14] or {}).get("A_last")) for r in raw
-              if r[3] == "joint" and r[1] == "finished" and r[14]]
-    rows = []
-    for (run_id, status, preset, method, dataset, seed, config, n_tasks, task, phase, done, total, rate, eta,
-         metrics, sweep_id, error, created_at, heartbeat_at) in raw:
-        metrics = metrics or {}
-        a_last = _finite(metrics.get("A_last"))
-        joint = None
-        if method != "joint":
-            joint = next((acc for cfg, acc in reversed(joints)
-                          if all(cfg.get(k) == config.get(k) for k in BUDGET_KEYS)), None)
-        rows.append(RunRow(
-            id=run_id, status=status, preset=preset, method=method, dataset=dataset,
-            memory_size=config.get("memory_size"), seed=seed, n_tasks=n_tasks, task=task, phase=phase,
-            phase_done=done, phase_total=total, samples_per_s=rate, eta_s=eta, a_last=a_last,
-            a_avg=_finite(metrics.get("A_avg")), f_last=_finite(metrics.get("F_last")),
-            i_last=M.intransigence(_finite(joint), a_last), tasks_done=int(metrics.get("tasks_done", 0)),
-            sweep_id=sweep_id, error=error, created_at=created_at, heartbeat_at=heartbeat_at))
-    return rows
+    rows = [_row_from_columns(r) for r in raw]
+    return with_intransigence(rows) if ids is None else rows
+
+
+def _row_from_columns(raw: Any) -> RunRow:
+    (run_id, status, preset, method, dataset, seed, config, n_tasks, task, phase, done, total, rate, eta,
+     metrics, sweep_id, error, created_at, heartbeat_at) = raw
+    metrics = metrics or {}
+    return RunRow(
+        id=run_id, status=status, preset=preset, method=method, dataset=dataset,
+        memory_size=config.get("memory_size"), seed=seed, n_tasks=n_tasks, task=task, phase=phase,
+        phase_done=done, phase_total=total, samples_per_s=rate, eta_s=eta, a_last=_finite(metrics.get("A_last")),
+        a_avg=_finite(metrics.get("A_avg")), f_last=_finite(metrics.get("F_last")), i_last=None,
+        tasks_done=int(metrics.get("tasks_done", 0)), sweep_id=sweep_id, error=error, created_at=created_at,
+        heartbeat_at=heartbeat_at, budget=budget_of(config))
+
+
+class RunsFeed:
+    """The runs page's reader. A run only changes while it is queued or running, or when its
+    status changes (finish, fail, stop, resume), so each read takes every (id, status) pair —
+    a cheap index scan — and re-reads whole rows only for new runs, active runs and runs
+    whose status changed; deleted runs drop out. Used from one worker thread at a time."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, RunRow] = {}
+
+    def read(self) -> tuple[list[RunRow], bool]:
+        """(all rows by id, whether anything changed since the last read)."""
+        with store.reading() as session:
+            statuses = dict(session.exec(select(Run.id, Run.status)).all())
+        stale = [i for i, status in statuses.items()
+                 if i not in self.rows or self.rows[i].status != status or status in store.ACTIVE]
+        gone = [i for i in self.rows if i not in statuses]
+        fresh = load_run_rows(stale) if stale else []
+        merged = dict(self.rows)
+        for i in gone:
+            del merged[i]
+        merged.update((r.id, r) for r in fresh)
+        rows = with_intransigence(merged[i] for i in sorted(merged))
+        changed = bool(gone) or len(rows) != len(self.rows) or any(self.rows.get(r.id) != r for r in fresh) \
+            or any(self.rows.get(r.id) is not None and self.rows[r.id].i_last != r.i_last for r in rows)
+        self.rows = {r.id: r for r in rows}
+        return rows, changed
 
 
 def matches(row: RunRow, query: str) -> bool:
@@ -267,7 +312,17 @@ def _row_of(run: Run) -> RunRow:
         phase=run.phase, phase_done=run.phase_done, phase_total=run.phase_total,
         samples_per_s=run.samples_per_s, eta_s=run.eta_s, a_last=_finite(m["A_last"]), a_avg=_finite(m["A_avg"]),
         f_last=_finite(m["F_last"]), i_last=_finite(m["I_last"]), tasks_done=int(m.get("tasks_done") or 0),
-        sweep_id=run.sweep_id, error=run.error, created_at=run.created_at, heartbeat_at=run.heartbeat_at)
+        sweep_id=run.sweep_id, error=run.error, created_at=run.created_at, heartbeat_at=run.heartbeat_at,
+        budget=budget_of(run.config))
+
+
+def load_some_rows(ids: Iterable[int]) -> list[RunRow]:
+    """The rows of a few runs, with I_last matched against every finished joint run."""
+    ids = list(ids)
+    with store.reading() as session:
+        joint_ids = list(session.exec(select(Run.id).where(Run.method == "joint", Run.status == "finished")).all())
+    rows = with_intransigence(load_run_rows(set(ids) | set(joint_ids)))
+    return [r for r in rows if r.id in set(ids)]
 
 
 @dataclass(frozen=True)
@@ -282,7 +337,7 @@ class CompareView:
 
 def load_compare(run_ids: list[int]) -> CompareView:
     """Rows, accuracy curves and the config keys whose values differ, for the given runs."""
-    rows = {r.id: r for r in load_run_rows(run_ids)}
+    rows = {r.id: r for r in load_some_rows(run_ids)}
     present = [i for i in run_ids if i in rows]
     with store.reading() as session:
         results = session.exec(select(TaskResult.run_id, TaskResult.accuracy)

@@ -11,9 +11,10 @@ from .data import CompareView, RunRow, RunView
 
 @dataclass
 class RunsLoaded(Message):
-    """A fresh read of every run, for the runs table."""
+    """A fresh read of every run, for the runs table; `changed` is False when nothing moved."""
 
     rows: list[RunRow]
+    changed: bool = True
 
 
 @dataclass

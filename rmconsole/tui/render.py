@@ -202,8 +202,7 @@ def uncertainty_chart(update: MemoryUpdate, width: int, height: int = 3) -> Text
     cand = list(update.candidates_uncertainty or ())
     chosen = list(update.chosen_uncertainty or ())
     if not cand:
-        return Text("uncertainty: not recorded for this update"
-                    + (" (task 0 is class-balanced random)" if update.task == 0 else ""), style="grey62")
+        return Text("uncertainty: not recorded for this update", style="grey62")
     cm, cs = _hist_mean_std(cand)
     km, ks = _hist_mean_std(chosen)
     text = Text()
@@ -228,6 +227,7 @@ def uncertainty_chart(update: MemoryUpdate, width: int, height: int = 3) -> Text
     span = bins * (col_w + 1) - 1
     views = f"{update.views} views" if update.views else ""
     middle = max(1, span - len("certain") - len("uncertain"))
+    views = views if len(views) + 2 <= middle else ""
     text.append("  certain" + f"{views:^{middle}}" + "uncertain", style="grey62")
     return text
 
@@ -244,17 +244,34 @@ def heat(value: Optional[float]) -> str:
     return f"rgb({r},{g},90)"
 
 
-def accuracy_matrix(matrix: Sequence[Sequence[Optional[float]]], accuracies: Sequence[float], n_tasks: int) -> Table:
-    """acc[k][j]: accuracy on task j's classes after task k, with the overall accuracy per row."""
+def accuracy_matrix(matrix: Sequence[Sequence[Optional[float]]], accuracies: Sequence[float], n_tasks: int,
+                    max_rows: int = 12) -> Table | Text:
+    """acc[k][j]: accuracy on task j's classes after task k, with the overall accuracy per row.
+    Up to 10 tasks as numbers; beyond, a heat map of one coloured block per cell. Only the
+    last `max_rows` rows are drawn (the panel is small; the CLI's `show` prints them all)."""
+    first = max(0, len(matrix) - max_rows)
+    if n_tasks > 10:
+        text = Text()
+        text.append("after  " + "".join(str((j + 1) % 10) for j in range(n_tasks)) + "  all\n", style="bold")
+        if first:
+            text.append(f"  … {first} earlier rows\n", style="grey50")
+        for k in range(first, len(matrix)):
+            text.append(f"T{k + 1:<4} ", style="grey62")
+            for v in list(matrix[k]) + [None] * (n_tasks - len(matrix[k])):
+                text.append("█" if v is not None else "·", style=heat(v) if v is not None else "grey35")
+            text.append(f" {fmt(accuracies[k], 1):>5}", style="bold")
+            text.append("\n")
+        return text
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     table.add_column("after", justify="right", style="grey62")
     for j in range(n_tasks):
         table.add_column(f"T{j + 1}", justify="right")
     table.add_column("all", justify="right", style="bold")
-    for k, row in enumerate(matrix):
+    for k in range(first, len(matrix)):
+        row = matrix[k]
         cells = [Text(fmt(v, 1), style=heat(v)) for v in list(row) + [None] * (n_tasks - len(row))]
         table.add_row(f"T{k + 1}", *cells, fmt(accuracies[k], 1))
-    for k in range(len(matrix), n_tasks):
+    for k in range(len(matrix), min(n_tasks, first + max_rows)):
         table.add_row(f"T{k + 1}", *[Text("·", style="grey35")] * n_tasks, "")
     return table
 

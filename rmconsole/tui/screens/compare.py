@@ -21,8 +21,8 @@ from ..widgets.accuracy_chart import LINE_COLOURS, AccuracyChart
 if TYPE_CHECKING:
     from ..app import RMConsoleApp
 
-METRIC_COLUMNS = ("run", "status", "preset", "method", "dataset", "K", "seed", "progress", "A_last", "A_avg",
-                  "F_last", "I_last")
+METRIC_COLUMNS = ("run", "status", "preset", "method", "K", "seed", "progress", "A_last", "A_avg", "F_last",
+                  "I_last")
 
 
 class CompareScreen(Screen):
@@ -89,7 +89,7 @@ class CompareScreen(Screen):
         for i, row in enumerate(view.rows):
             r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
             cells = (Text(f"● #{row.id}", style=f"bold rgb({r},{g},{b})"), status_text(row.status),
-                     row.preset or "—", row.method, row.dataset, str(row.memory_size), str(row.seed),
+                     row.preset or "—", row.method, str(row.memory_size), str(row.seed),
                      progress_text(row), fmt(row.a_last), fmt(row.a_avg), fmt(row.f_last), fmt(row.i_last))
             key = str(row.id)
             if key in table.rows:

@@ -90,9 +90,9 @@ class RunScreen(Screen):
         header = self.query_one(RunHeader)
         if header.notice is not None:
             header.show_notice(None)
+        header.show(view, self.app.clock())  # every read: the heartbeat's age moves on
         if view != self.view:
             self.view = view
-            header.show(view)
             self.query_one(TaskStreamPanel).show(view)
             self.query_one(MemoryPanel).show(view)
             self.query_one(AccuracyPanel).show(view)

@@ -11,7 +11,6 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from ... import launch
 from .. import data
 from ..messages import RunsLoaded, StoreProblem
 from ..widgets.runs_table import SORTABLE, RunsTable
@@ -41,6 +40,7 @@ class RunsScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self.rows: list[data.RunRow] = []
+        self.feed = data.RunsFeed()  # used by one read thread at a time
         self.query_text = ""
         self.sort = "id"
         self.descending = True
@@ -74,27 +74,29 @@ class RunsScreen(Screen):
         if self._reading or not self.is_attached:
             return
         self._reading = True
-        self._read(self.app.reap_due())
+        self._read()
 
     @work(thread=True, group="runs-read", exit_on_error=False)
-    def _read(self, reap: bool) -> None:
+    def _read(self) -> None:
         try:
-            if reap:
-                launch.reap_dead()
-            rows = data.load_run_rows()
+            rows, changed = self.feed.read()
         except Exception as err:  # noqa: BLE001 - a locked or missing store is shown, then retried
             self.post_message(StoreProblem(data.describe_store_error(err)))
         else:
-            self.post_message(RunsLoaded(rows))
+            self.post_message(RunsLoaded(rows, changed))
         finally:
             self._reading = False
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
-        self.rows = message.rows
-        self.app.rows = message.rows
-        self._loaded = True
+        recovered = self._problem is not None
         self._problem = None
-        self.show_rows()
+        if message.changed or not self._loaded:
+            self.rows = message.rows
+            self.app.rows = message.rows
+            self._loaded = True
+            self.show_rows()
+        elif recovered:
+            self.show_status()
 
     def on_store_problem(self, message: StoreProblem) -> None:
         self._problem = message.text

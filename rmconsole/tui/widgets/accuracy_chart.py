@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from textual.app import RenderResult
 from textual_plotext import PlotextPlot
 
 from . import css_beside
@@ -22,16 +23,16 @@ class AccuracyChart(PlotextPlot):
         self._curves: dict[str, tuple[float, ...]] = {}
         self._n_tasks = 0
 
-    def on_mount(self) -> None:
-        super().on_mount()
-        self._draw()
-
     def plot(self, curves: Mapping[str, Sequence[float]], n_tasks: int) -> None:
         curves = {k: tuple(v) for k, v in curves.items()}
         if curves == self._curves and n_tasks == self._n_tasks:
             return
         self._curves, self._n_tasks = curves, n_tasks
-        self._draw()
+        self.refresh()
+
+    def render(self) -> RenderResult:
+        self._draw()  # the whole figure anew at the current size: plotext keeps state from earlier sizes
+        return super().render()
 
     def _draw(self) -> None:
         plt = self.plt
@@ -40,7 +41,8 @@ class AccuracyChart(PlotextPlot):
         plt.xlim(1, n)
         plt.ylim(0, 100)
         plt.xticks(list(range(1, n + 1)), [f"T{t}" for t in range(1, n + 1)])
-        plt.yticks([0, 25, 50, 75, 100])
+        # ticks that get a row each (colliding labels are resolved by plotext in hash order)
+        plt.yticks([0, 25, 50, 75, 100] if self.size.height >= 13 else [0, 50, 100])
         for i, (label, accs) in enumerate(self._curves.items()):
             if accs:
                 xs, colour = list(range(1, len(accs) + 1)), LINE_COLOURS[i % len(LINE_COLOURS)]
@@ -48,4 +50,3 @@ class AccuracyChart(PlotextPlot):
                          label=label if len(self._curves) > 1 else None)
                 plt.scatter(xs, list(accs), marker="●", color=colour)
         plt.ylabel("accuracy %")
-        self.refresh()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Optional
 
 from rich.text import Text
@@ -24,7 +25,14 @@ def describe(view: RunView) -> Text:
     return text
 
 
-def progress_line(row: RunRow, width: int) -> Text:
+def heartbeat_age(row: RunRow, now: Optional[datetime]) -> Optional[float]:
+    if now is None or row.heartbeat_at is None:
+        return None
+    beat = row.heartbeat_at if row.heartbeat_at.tzinfo else row.heartbeat_at.replace(tzinfo=timezone.utc)
+    return max((now - beat).total_seconds(), 0.0)
+
+
+def progress_line(row: RunRow, width: int, now: Optional[datetime] = None) -> Text:
     text = Text()
     if row.task is None:
         text.append("waiting for the worker to start…" if row.active else "never started", style="grey62")
@@ -35,12 +43,16 @@ def progress_line(row: RunRow, width: int) -> Text:
     text.append(f"task {row.task + 1}/{row.n_tasks} ", style="bold")
     text.append(f"{row.phase or ''} ", style="cyan")
     frac = row.phase_fraction or 0.0
-    text.append_text(bar(frac, max(10, min(40, width - 70))))
-    text.append(f" {frac:4.0%}  {row.phase_done:,}/{row.phase_total:,} samples")
+    tail = Text(f" {frac:4.0%}  {row.phase_done:,}/{row.phase_total:,} samples")
     if row.samples_per_s:
-        text.append(f" · {row.samples_per_s:,.0f} samples/s", style="bold")
+        tail.append(f" · {row.samples_per_s:,.0f} samples/s", style="bold")
     if row.eta_s is not None:
-        text.append(f" · ETA {duration(row.eta_s)}")
+        tail.append(f" · ETA {duration(row.eta_s)}")
+    age = heartbeat_age(row, now)
+    if age is not None:
+        tail.append(f" · heartbeat {age:.0f} s ago", style="bold red" if age > 10 else "grey62")
+    text.append_text(bar(frac, max(6, min(40, width - len(text) - len(tail) - 1))))
+    text.append_text(tail)
     return text
 
 
@@ -52,10 +64,11 @@ class RunHeader(Static):
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__("reading the run…", **kwargs)
         self.view: Optional[RunView] = None
+        self.now: Optional[datetime] = None
         self.notice: Optional[Text] = None
 
-    def show(self, view: RunView) -> None:
-        self.view = view
+    def show(self, view: RunView, now: Optional[datetime] = None) -> None:
+        self.view, self.now = view, now
         self.refresh(layout=True)
 
     def show_notice(self, notice: Optional[str], style: str = "bold yellow") -> None:
@@ -67,7 +80,7 @@ class RunHeader(Static):
             return self.notice or Text("reading the run…", style="grey62")
         text = describe(self.view)
         text.append("\n")
-        text.append_text(progress_line(self.view.row, self.size.width))
+        text.append_text(progress_line(self.view.row, self.size.width, self.now))
         if self.view.row.error:
             text.append("\n")
             text.append(f"{self.view.row.status}: ", style="bold red")

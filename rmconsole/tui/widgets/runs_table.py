@@ -14,7 +14,7 @@ from . import css_beside
 # key, label, width, justify
 COLUMNS: tuple[tuple[str, str, int, str], ...] = (
     ("sel", " ", 1, "left"), ("id", "id", 4, "right"), ("status", "status", 8, "left"),
-    ("preset", "preset", 18, "left"), ("method", "method", 7, "left"), ("K", "K", 5, "right"),
+    ("preset", "preset", 17, "left"), ("method", "method", 8, "left"), ("K", "K", 5, "right"),
     ("seed", "seed", 4, "right"), ("progress", "progress", 19, "left"), ("speed", "samples/s", 9, "right"),
     ("A_last", "A_last", 6, "right"), ("F_last", "F_last", 6, "right"), ("I_last", "I_last", 6, "right"),
 )
@@ -38,6 +38,7 @@ class RunsTable(DataTable):
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._cells: dict[str, tuple[tuple[object, ...], ...]] = {}
+        self._shown: dict[str, tuple[RunRow, bool]] = {}
         self._sort: tuple[str, bool] = ("id", True)
 
     def on_mount(self) -> None:
@@ -77,10 +78,14 @@ class RunsTable(DataTable):
         wanted = {str(r.id): r for r in rows}
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
-            del self._cells[key]
+            del self._cells[key], self._shown[key]
         column_keys = [c[0] for c in COLUMNS]
         for key, row in wanted.items():
-            cells = self.row_cells(row, row.id in selected)
+            state = (row, row.id in selected)
+            if self._shown.get(key) == state:
+                continue  # the same run, drawn the same: nothing to build
+            self._shown[key] = state
+            cells = self.row_cells(*state)
             signature = tuple(_signature(c) for c in cells)
             old = self._cells.get(key)
             if old is None:

@@ -41,7 +41,9 @@ class TaskStreamPanel(Widget):
         scale = max(s.n_samples for s in view.streams)
         width = self.size.width
         current = row.task if row.active else None
-        states = ["done" if s.task in done else "current" if s.task == current else "planned" for s in view.streams]
+        ended_in = row.task if row.status in ("failed", "stopped") else None  # where a run that did not finish stopped
+        states = ["done" if s.task in done else "current" if s.task == current else "ended" if s.task == ended_in
+                  else "planned" for s in view.streams]
         tails = []
         for s, state in zip(view.streams, states):
             tail = Text()
@@ -51,6 +53,8 @@ class TaskStreamPanel(Widget):
                 tail.append(f"{row.phase or ''}", style="bold cyan")
                 if row.phase_fraction is not None:
                     tail.append(f" {row.phase_fraction:.0%}", style="cyan")
+            elif state == "ended":
+                tail.append(f"{row.status} in {row.phase or '?'}", style="bold red")
             tails.append(tail)
         tail_width = max(len(t) for t in tails)
         prefix_width = 15  # "▶ T1  ✓    288 "
@@ -63,11 +67,19 @@ class TaskStreamPanel(Widget):
             count_width = max(len(c) for c in counts)
         bar_width = max(6, min(40, width - prefix_width - count_width - tail_width - 3))
         text = Text()
-        for s, state, count, tail in zip(view.streams, states, counts, tails):
+        rows = list(zip(view.streams, states, counts, tails))
+        room = max(self.size.height - 4, 3)  # the legend and the speed line take the rest
+        if len(rows) > room:  # a window around the task that is running (or the last one done)
+            focus = next((i for i, st in enumerate(states) if st in ("current", "ended")), len(done) - 1)
+            start = min(max(focus - room // 2, 0), len(rows) - room + 1)
+            shown = rows[start:start + room - 1]
+            text.append(f"  … {start} earlier · {len(rows) - start - len(shown)} later tasks\n", style="grey50")
+            rows = shown
+        for s, state, count, tail in rows:
             line = Text("▶ " if state == "current" else "  ", style="bold cyan")
             line.append(f"T{s.task + 1:<2} ", style="bold" if state != "planned" else "grey50")
-            line.append("✓ " if state == "done" else "● " if state == "current" else "  ",
-                        style="green" if state == "done" else "cyan")
+            line.append({"done": "✓ ", "current": "● ", "ended": "✗ "}.get(state, "  "),
+                        style={"done": "green", "current": "cyan", "ended": "bold red"}.get(state, ""))
             line.append(f"{s.n_samples:>6,} ", style="grey70")
             position = row.phase_fraction if state == "current" and row.phase == "stream" else None
             line.append_text(stream_bar(s, bar_width, scale, state, position))
