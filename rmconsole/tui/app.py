@@ -42,7 +42,7 @@ class RMConsoleApp(App[None]):
     DEFAULT_MODE = "runs"
     BINDINGS = [
         Binding("q", "quit", "Quit"),
-        Binding("question_mark", "help", "Keys", show=False),
+        Binding("question_mark", "toggle_help", "Keys"),
     ]
 
     def __init__(self, refresh_s: float = 1.0, clock: Clock = utc_clock, reap_every_s: float | None = 5.0) -> None:
@@ -105,6 +105,13 @@ class RMConsoleApp(App[None]):
         self.push_screen(ConfirmScreen(f"Stop {what}?",
                                        "The worker gets SIGTERM (SIGKILL after 10 s); finished tasks stay stored "
                                        "and `rmconsole resume` can continue it.", confirm="Stop run"), answered)
+
+    def action_toggle_help(self) -> None:
+        """`?` shows (and hides) the keys of the focused widget and the page."""
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
 
     # ------------------------------------------------------------------ state
 

@@ -4,6 +4,7 @@ call these, so what a panel shows is testable without a terminal."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Optional, Sequence
 
 from rich.table import Table
@@ -51,6 +52,8 @@ def progress_text(row: RunRow) -> Text:
         return text
     if row.status == "queued":
         return Text("waiting", style="dim")
+    if row.status == "running" and row.task is None:
+        return Text("starting", style="dim")
     if row.n_tasks:
         return Text(f"{row.tasks_done}/{row.n_tasks} tasks", style="dim" if row.tasks_done < row.n_tasks else "")
     return Text("")
@@ -73,7 +76,12 @@ def bar(fraction: float, width: int, style: str = "cyan", empty_style: str = "gr
 
 def stream_counts(task: StreamTask, labels: Sequence[str], wide: bool = True) -> Text:
     """`5:131 6:133 +24 minor (8 cls)`: the major classes with their sample counts, then the
-    blurry samples of other classes."""
+    blurry samples of other classes. (Cached: a task's plan never changes.)"""
+    return _stream_counts(task, tuple(labels), wide).copy()
+
+
+@lru_cache(maxsize=4096)
+def _stream_counts(task: StreamTask, labels: tuple[str, ...], wide: bool) -> Text:
     text = Text()
     for c in task.major_classes:
         if c < len(task.composition):
@@ -107,9 +115,13 @@ def stream_bar(task: StreamTask, bar_width: int, scale: int, state: str, positio
     text = Text()
     drawn = 0
     for (colour, _), n_cells in zip(segments, cells):
-        for _ in range(n_cells):
-            text.append("█" if drawn < reached else "░", style=colour if state != "planned" else f"{colour} dim")
-            drawn += 1
+        style = colour if state != "planned" else f"{colour} dim"
+        full = min(max(reached - drawn, 0), n_cells)  # one span per run of equal cells, not per cell
+        if full:
+            text.append("█" * full, style=style)
+        if n_cells - full:
+            text.append("░" * (n_cells - full), style=style)
+        drawn += n_cells
     text.append(" " * (bar_width - width))
     return text
 
@@ -282,6 +294,6 @@ def metrics_line(row: RunRow) -> Text:
         text.append(f"{name} ", style="grey62")
         text.append(fmt(value), style="bold")
         text.append("   ")
-    if row.i_last is None:
+    if row.i_last is None and row.a_last is not None:
         text.append("(I_last: no joint run to match)", style="grey50")
     return text

@@ -104,9 +104,13 @@ class LaunchScreen(Screen):
         except ConfigError as err:
             self.valid = False
             self.show_error(str(err))
+            table.border_subtitle = "last valid config: fix the overrides to start"
+            table.add_class("stale")
             return
         self.valid = True
         self.show_error(None)
+        table.border_subtitle = ""
+        table.remove_class("stale")
         table.clear()
         for key in KEYS:
             source = sources[key]

@@ -99,7 +99,9 @@ class RunScreen(Screen):
         if message.log_lines:
             self.query_one(LogPanel).add_lines(message.log_lines)
         log = self.query_one(LogPanel)
-        log.border_subtitle = Path(view.log_path).name if view.log_path else "no log yet"
+        subtitle = Path(view.log_path).name if view.log_path else "no log yet"
+        if log.border_subtitle != subtitle:
+            log.border_subtitle = subtitle
 
     def on_run_vanished(self, message: RunVanished) -> None:
         self._gone = True

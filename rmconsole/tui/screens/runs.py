@@ -9,11 +9,12 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Footer, Header, Input
 
 from .. import data
 from ..messages import RunsLoaded, StoreProblem
 from ..widgets.runs_table import SORTABLE, RunsTable
+from ..widgets.status_line import StatusLine
 
 if TYPE_CHECKING:
     from ..app import RMConsoleApp
@@ -53,7 +54,7 @@ class RunsScreen(Screen):
         yield Input(placeholder="filter: words, or status:running method:rm preset:digits k:200 seed:1 — Enter keeps, Esc clears",
                     id="filter")
         yield RunsTable(id="runs")
-        yield Static(id="status-line")
+        yield StatusLine(id="status-line")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -108,22 +109,22 @@ class RunsScreen(Screen):
         shown = data.arrange(self.rows, self.query_text, self.sort, self.descending)
         table = self.query_one(RunsTable)
         table.show(shown, self.app.selected)
-        table.border_subtitle = f"sort: {self.sort} {'▼' if self.descending else '▲'}"
+        subtitle = f"sort: {self.sort} {'▼' if self.descending else '▲'}"
+        if table.border_subtitle != subtitle:
+            table.border_subtitle = subtitle
         self.show_status(len(shown))
 
     def show_status(self, n_shown: int | None = None) -> None:
-        line = self.query_one("#status-line", Static)
+        line = self.query_one(StatusLine)
         if self._problem:
-            line.update(Text(self._problem))
-            line.add_class("problem")
+            line.show(self._problem, problem=True)
             return
-        line.remove_class("problem")
         if not self._loaded:
-            line.update("reading the store…")
+            line.show("reading the store…")
             return
         if not self.rows:
-            line.update(Text.assemble("No runs yet. Press ", ("n", "bold"), " to launch one (or run ",
-                                      ("rmconsole run --detach", "bold"), " in a shell)."))
+            line.show(Text.assemble("No runs yet. Press ", ("n", "bold"), " to launch one (or run ",
+                                    ("rmconsole run --detach", "bold"), " in a shell)."))
             return
         counts: dict[str, int] = {}
         for r in self.rows:
@@ -134,7 +135,7 @@ class RunsScreen(Screen):
             parts.append(f"{shown} match “{self.query_text.strip()}”")
         if self.app.selected:
             parts.append(f"{len(self.app.selected)} selected (c compares)")
-        line.update(" · ".join(parts))
+        line.show(" · ".join(parts))
 
     # ------------------------------------------------------------------ filter
 

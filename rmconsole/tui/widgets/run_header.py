@@ -35,7 +35,9 @@ def heartbeat_age(row: RunRow, now: Optional[datetime]) -> Optional[float]:
 def progress_line(row: RunRow, width: int, now: Optional[datetime] = None) -> Text:
     text = Text()
     if row.task is None:
-        text.append("waiting for the worker to start…" if row.active else "never started", style="grey62")
+        text.append({"queued": "queued: waiting for the worker to start…",
+                     "running": "starting: loading the dataset and planning the stream…"}.get(row.status, "never started"),
+                    style="grey62")
         return text
     if not row.active:
         text.append(f"{row.tasks_done}/{row.n_tasks} tasks done", style="bold")
@@ -66,14 +68,21 @@ class RunHeader(Static):
         self.view: Optional[RunView] = None
         self.now: Optional[datetime] = None
         self.notice: Optional[Text] = None
+        self._lines = 0
 
     def show(self, view: RunView, now: Optional[datetime] = None) -> None:
         self.view, self.now = view, now
-        self.refresh(layout=True)
+        self._repaint()
 
     def show_notice(self, notice: Optional[str], style: str = "bold yellow") -> None:
         self.notice = Text(notice, style=style) if notice else None
-        self.refresh(layout=True)
+        self._repaint()
+
+    def _repaint(self) -> None:
+        """Re-layout the screen only when the header's height changes (an error line came or went)."""
+        lines = 3 + bool(self.view and self.view.row.error) + (self.notice is not None)
+        self.refresh(layout=lines != self._lines)
+        self._lines = lines
 
     def render(self) -> Text:
         if self.view is None:

@@ -44,9 +44,18 @@ class TaskStreamPanel(Widget):
         ended_in = row.task if row.status in ("failed", "stopped") else None  # where a run that did not finish stopped
         states = ["done" if s.task in done else "current" if s.task == current else "ended" if s.task == ended_in
                   else "planned" for s in view.streams]
-        tails = []
-        for s, state in zip(view.streams, states):
-            tail = Text()
+        indices = list(range(len(view.streams)))
+        text = Text()
+        room = max(self.size.height - 4, 3)  # the legend and the speed line take the rest
+        if len(indices) > room:  # a window around the task that is running (or the last one done)
+            focus = next((i for i, st in enumerate(states) if st in ("current", "ended")), len(done) - 1)
+            start = min(max(focus - room // 2, 0), len(indices) - room + 1)
+            shown = indices[start:start + room - 1]
+            text.append(f"  … {start} earlier · {len(indices) - start - len(shown)} later tasks\n", style="grey50")
+            indices = shown
+        tails = {}
+        for i in indices:
+            s, state, tail = view.streams[i], states[i], Text()
             if state == "done":
                 tail.append(f"{fmt(done[s.task].accuracy, 1):>5}%", style="bold green")
             elif state == "current":
@@ -54,28 +63,17 @@ class TaskStreamPanel(Widget):
                 if row.phase_fraction is not None:
                     tail.append(f" {row.phase_fraction:.0%}", style="cyan")
             elif state == "ended":
-                tail.append(f"{row.status} in {row.phase or '?'}", style="bold red")
-            tails.append(tail)
-        tail_width = max(len(t) for t in tails)
+                tail.append(row.status, style="bold red")
+            tails[i] = tail
+        tail_width = max(len(t) for t in tails.values())
         prefix_width = 15  # "▶ T1  ✓    288 "
-        wide = True
-        counts = [stream_counts(s, view.class_labels, wide) for s in view.streams]
-        count_width = max(len(c) for c in counts)
-        if width - prefix_width - count_width - tail_width - 3 < 12:
-            wide = False
-            counts = [stream_counts(s, view.class_labels, wide) for s in view.streams]
-            count_width = max(len(c) for c in counts)
+        counts = {i: stream_counts(view.streams[i], view.class_labels, True) for i in indices}
+        if width - prefix_width - max(len(c) for c in counts.values()) - tail_width - 3 < 12:
+            counts = {i: stream_counts(view.streams[i], view.class_labels, False) for i in indices}
+        count_width = max(len(c) for c in counts.values())
         bar_width = max(6, min(40, width - prefix_width - count_width - tail_width - 3))
-        text = Text()
-        rows = list(zip(view.streams, states, counts, tails))
-        room = max(self.size.height - 4, 3)  # the legend and the speed line take the rest
-        if len(rows) > room:  # a window around the task that is running (or the last one done)
-            focus = next((i for i, st in enumerate(states) if st in ("current", "ended")), len(done) - 1)
-            start = min(max(focus - room // 2, 0), len(rows) - room + 1)
-            shown = rows[start:start + room - 1]
-            text.append(f"  … {start} earlier · {len(rows) - start - len(shown)} later tasks\n", style="grey50")
-            rows = shown
-        for s, state, count, tail in rows:
+        for i in indices:
+            s, state, count, tail = view.streams[i], states[i], counts[i], tails[i]
             line = Text("▶ " if state == "current" else "  ", style="bold cyan")
             line.append(f"T{s.task + 1:<2} ", style="bold" if state != "planned" else "grey50")
             line.append({"done": "✓ ", "current": "● ", "ended": "✗ "}.get(state, "  "),
