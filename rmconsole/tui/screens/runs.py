@@ -108,7 +108,8 @@ class RunsScreen(Screen):
     def show_rows(self) -> None:
         shown = data.arrange(self.rows, self.query_text, self.sort, self.descending)
         table = self.query_one(RunsTable)
-        table.show(shown, self.app.selected)
+        if table.show(shown, self.app.selected):
+            self.call_after_refresh(self.show_rows)  # a big store: the rest after this frame
         subtitle = f"sort: {self.sort} {'▼' if self.descending else '▲'}"
         if table.border_subtitle != subtitle:
             table.border_subtitle = subtitle

@@ -18,6 +18,8 @@ COLUMNS: tuple[tuple[str, str, int, str], ...] = (
     ("seed", "seed", 4, "right"), ("progress", "progress", 19, "left"), ("speed", "samples/s", 9, "right"),
     ("A_last", "A_last", 6, "right"), ("F_last", "F_last", 6, "right"), ("I_last", "I_last", 6, "right"),
 )
+FIRST_BATCH, ADD_BATCH = 60, 300  # new rows per repaint: a big store's first screenful appears at once
+
 SORTABLE = {"id": "id", "status": "status", "preset": "preset", "method": "method", "A_last": "A_last",
             "F_last": "F_last"}
 
@@ -72,35 +74,46 @@ class RunsTable(DataTable):
             Text(fmt(row.i_last), justify="right"),
         )
 
-    def show(self, rows: list[RunRow], selected: set[int]) -> None:
-        """Make the table show `rows` in this order, touching only rows and cells that changed."""
+    def show(self, rows: list[RunRow], selected: set[int]) -> bool:
+        """Make the table show `rows` in this order, touching only rows and cells that changed.
+
+        At most FIRST_BATCH (then ADD_BATCH) new rows are added per call, first rows first, so a big store shows
+        its first screenful at once (DataTable measures every new cell); returns True while
+        rows remain to be added (the caller calls again after the next repaint)."""
         keep = self.cursor_run_id
         wanted = {str(r.id): r for r in rows}
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
             del self._cells[key], self._shown[key]
         column_keys = [c[0] for c in COLUMNS]
+        added, limit = 0, ADD_BATCH if self._cells else FIRST_BATCH
+        pending = False
         for key, row in wanted.items():
             state = (row, row.id in selected)
             if self._shown.get(key) == state:
                 continue  # the same run, drawn the same: nothing to build
+            old = self._cells.get(key)
+            if old is None and added >= limit:
+                pending = True
+                continue
             self._shown[key] = state
             cells = self.row_cells(*state)
             signature = tuple(_signature(c) for c in cells)
-            old = self._cells.get(key)
             if old is None:
                 self.add_row(*cells, key=key)
+                added += 1
             elif old != signature:
                 for column, cell, new, was in zip(column_keys, cells, signature, old):
                     if new != was:
                         self.update_cell(key, column, cell)
             self._cells[key] = signature
-        order = [str(r.id) for r in rows]
+        order = [k for k in wanted if k in self._cells]
         if [row.key.value for row in self.ordered_rows] != order:
             rank = {k: i for i, k in enumerate(order)}
             self.sort("id", key=lambda cell: rank[cell.plain])
-        if keep is not None and str(keep) in wanted:
+        if keep is not None and str(keep) in self._cells:
             self.move_cursor(row=self.get_row_index(str(keep)), scroll=False)
+        return pending
 
     def mark_sort(self, column: str, descending: bool) -> None:
         """Show the sort column and direction in the header."""
