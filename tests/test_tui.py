@@ -90,6 +90,10 @@ async def test_filter_sort_select_and_compare() -> None:
         assert [cell(app, i, "status") for i in table_ids(app)] == ["failed", "finished", "queued", "running"]
         await pilot.press("r")
         assert [cell(app, i, "status") for i in table_ids(app)][0] == "running"
+        await pilot.press("question_mark")  # ? lists the keys
+        assert app.screen.query("HelpPanel")
+        await pilot.press("question_mark")
+        assert not app.screen.query("HelpPanel")
 
         # Space selects the highlighted run; c compares the selection
         table = app.screen.query_one(RunsTable)

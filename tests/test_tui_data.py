@@ -91,6 +91,23 @@ def test_run_view_has_stream_results_memory_and_uncertainty() -> None:
         data.load_run_view(999)
 
 
+def test_run_feed_rereads_results_and_memory_only_when_they_change(monkeypatch) -> None:
+    ids = tui_store.build()
+    feed = data.RunFeed(ids["running"])
+    first = feed.read()
+    again = feed.read()
+    assert again == first and again.memory is first.memory and again.streams is first.streams  # cached
+    store.update_run(ids["running"], phase_done=400)
+    moved = feed.read()
+    assert moved.row.phase_done == 400 and moved.results is first.results
+    store.record_task(ids["running"], tui_store._outcome(2))
+    store.record_memory(ids["running"], 3, tui_store.memory_histogram(3), 25, {"policy": "uncertainty"})
+    grown = feed.read()
+    assert len(grown.results) == 3 and len(grown.memory) == 4
+    store.delete_results_from(ids["running"], 1)  # as a resume does
+    assert len(feed.read().results) == 1 and len(feed.read().memory) == 1
+
+
 def test_compare_view_curves_differences_and_missing_runs() -> None:
     ids = tui_store.build()
     view = data.load_compare([ids["finished"], ids["running"], 999])

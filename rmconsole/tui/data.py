@@ -17,7 +17,7 @@ from typing import Any, Iterable, Optional
 
 from functools import lru_cache
 
-from sqlalchemy import String, type_coerce
+from sqlalchemy import String, func, type_coerce
 from sqlmodel import col, select
 
 from .. import store
@@ -283,42 +283,80 @@ def _tuple(values: Any) -> Optional[tuple[int, ...]]:
 
 
 def load_run_view(run_id: int) -> RunView:
-    """The run, its stream plan, task results and memory updates: four indexed queries."""
-    with store.reading() as session:
-        run = session.get(Run, run_id)
-        if run is None:
-            raise RunGone(run_id)
-        streams = session.exec(select(TaskStream).where(TaskStream.run_id == run_id)
-                               .order_by(col(TaskStream.task))).all()
-        results = session.exec(select(TaskResult).where(TaskResult.run_id == run_id)
-                               .order_by(col(TaskResult.task))).all()
-        snapshots = session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id)
-                                 .order_by(col(MemorySnapshot.id))).all()
-    row = _row_of(run)
-    n_classes = len(streams[0].composition) if streams else len(run.class_order or [])
-    memory = []
-    for m in snapshots:
-        info = m.info or {}
-        memory.append(MemoryUpdate(
-            id=m.id or 0, task=m.task, histogram=tuple(m.histogram), slots_per_class=m.slots_per_class,
-            policy=info.get("policy"), note=info.get("note"), views=info.get("views"),
-            candidates_uncertainty=_tuple(info.get("candidates_uncertainty")),
-            chosen_uncertainty=_tuple(info.get("chosen_uncertainty"))))
-    return RunView(
-        row=row,
-        class_labels=class_labels(run.class_order, run.class_names, n_classes),
-        streams=tuple(StreamTask(s.task, s.n_samples, tuple(s.major_classes), tuple(s.composition)) for s in streams),
-        results=tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds) for r in results),
-        memory=tuple(memory),
-        log_path=run.log_path,
-        pipeline=tuple(run.pipeline or ()),
-        config=dict(run.config),
-    )
+    """The run, its stream plan, task results and memory updates (a one-off read)."""
+    return RunFeed(run_id).read()
 
 
-def _row_of(run: Run) -> RunRow:
+class RunFeed:
+    """The run page's reader. The run row is read every time; its stream plan, task results
+    and memory updates only when their (count, newest id) changed — a task ended, the memory
+    was updated, or a resume replaced them — so a long run costs the same as a short one.
+    Used from one worker thread at a time."""
+
+    PARTS: dict[str, Any] = {"streams": TaskStream, "results": TaskResult, "memory": MemorySnapshot}
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self._marks: dict[str, tuple[int, Optional[int]]] = {}
+        self._parts: dict[str, tuple[Any, ...]] = {}
+        self._labels: tuple[str, ...] = ()
+
+    def read(self) -> RunView:
+        run_id = self.run_id
+        with store.reading() as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise RunGone(run_id)
+            probe = select(*[agg for t in self.PARTS.values() for agg in (
+                select(func.count(t.id)).where(t.run_id == run_id).scalar_subquery(),
+                select(func.max(t.id)).where(t.run_id == run_id).scalar_subquery())])  # one round trip
+            values = session.exec(probe).one()
+            stale = {}
+            for i, name in enumerate(self.PARTS):
+                mark = (values[2 * i], values[2 * i + 1])
+                stale[name] = mark != self._marks.get(name)
+                self._marks[name] = mark
+            if stale["streams"]:
+                rows = session.exec(select(TaskStream).where(TaskStream.run_id == run_id)
+                                    .order_by(col(TaskStream.task))).all()
+                self._parts["streams"] = tuple(StreamTask(s.task, s.n_samples, tuple(s.major_classes),
+                                                          tuple(s.composition)) for s in rows)
+            if stale["results"]:
+                rows = session.exec(select(TaskResult).where(TaskResult.run_id == run_id)
+                                    .order_by(col(TaskResult.task))).all()
+                self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds)
+                                               for r in rows)
+            if stale["memory"]:
+                rows = session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id)
+                                    .order_by(col(MemorySnapshot.id))).all()
+                self._parts["memory"] = tuple(_memory_update(m) for m in rows)
+            row = _row_of(run, session)
+        streams = self._parts["streams"]
+        n_classes = len(streams[0].composition) if streams else len(run.class_order or [])
+        return RunView(
+            row=row,
+            class_labels=class_labels(run.class_order, run.class_names, n_classes),
+            streams=streams,
+            results=self._parts["results"],
+            memory=self._parts["memory"],
+            log_path=run.log_path,
+            pipeline=tuple(run.pipeline or ()),
+            config=dict(run.config),
+        )
+
+
+def _memory_update(m: MemorySnapshot) -> MemoryUpdate:
+    info = m.info or {}
+    return MemoryUpdate(
+        id=m.id or 0, task=m.task, histogram=tuple(m.histogram), slots_per_class=m.slots_per_class,
+        policy=info.get("policy"), note=info.get("note"), views=info.get("views"),
+        candidates_uncertainty=_tuple(info.get("candidates_uncertainty")),
+        chosen_uncertainty=_tuple(info.get("chosen_uncertainty")))
+
+
+def _row_of(run: Run, session: Any = None) -> RunRow:
     """A RunRow for one run (I_last through the store's joint-run lookup)."""
-    summary = store.run_summary(run)
+    summary = store.run_summary(run, session)
     m = summary["metrics"]
     return RunRow(
         id=run.id or 0, status=run.status, preset=run.preset, method=run.method, dataset=run.dataset,

@@ -41,6 +41,7 @@ class RunScreen(Screen):
         super().__init__()
         self.run_id = run_id
         self.view: Optional[data.RunView] = None
+        self.feed = data.RunFeed(run_id)  # used by one read thread at a time
         self.log_tail: Optional[data.LogTail] = None
         self._reading = False
         self._gone = False
@@ -72,7 +73,7 @@ class RunScreen(Screen):
     @work(thread=True, group="run-read", exit_on_error=False)
     def _read(self) -> None:
         try:
-            view = data.load_run_view(self.run_id)
+            view = self.feed.read()
             if self.log_tail is None or (view.log_path and self.log_tail.path != Path(view.log_path)):
                 self.log_tail = data.LogTail(view.log_path)
             lines = self.log_tail.read_new()
