@@ -15,8 +15,8 @@ from rich.table import Table
 
 from . import launch, store
 from . import queue as sweep_queue, report as reports, sweep  # sweeps and reports
-from .cl.catalog import DatasetMissing, check_available
-from .config import ConfigError, load_config, preset_description, preset_names, read_preset
+from .cl.catalog import DatasetMissing
+from .config import ConfigError, preset_description, preset_names, read_preset
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A terminal experiment console for continual learning around Rainbow Memory.")
@@ -65,14 +65,8 @@ def run(
     if sweep.is_sweep(list(set_), seeds):
         run_sweep(preset, list(set_), seed, seeds, device, detach, parallel)
         return
-    name, cfg = load_config(preset, list(set_), seed=seed, device=device)
-    if not cfg.download:  # a missing dataset or GPU is a bad input: refuse before storing anything
-        check_available(cfg.dataset)
-    from .worker import resolve_device
-
-    resolve_device(cfg.device)
-    run_id = store.create_run(cfg.to_dict(), name)
-    proc = launch.start_worker(run_id)
+    launched = launch.launch_run(preset, list(set_), seed=seed, device=device)  # shared with the TUI
+    run_id, name, cfg, proc = launched.run_id, launched.preset, launched.config, launched.process
     if detach:
         console.print(run_id)
         return
@@ -130,12 +124,7 @@ def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seed
         raise ConfigError(f"--parallel {parallel}: must be at least 1")
     plan = sweep.plan_sweep(preset, pairs, seeds, seed=seed, device=device)
     for cfg in plan.configs:  # a missing dataset or GPU refuses the sweep before anything is stored
-        if not cfg.download:
-            check_available(cfg.dataset)
-    from .worker import resolve_device
-
-    for name in sorted({cfg.device for cfg in plan.configs}):
-        resolve_device(name)
+        launch.check_runnable(cfg)
     gpus = sweep_queue.visible_gpus()
     slots = parallel or sweep_queue.default_parallel(gpus)
     sweep_id, ids = sweep.store_sweep(plan)
@@ -456,6 +445,20 @@ def resume(run_id: int = typer.Argument(..., help="Run id."),
     status = follow(run_id, proc)
     print_run(run_id)
     raise typer.Exit(0 if status == "finished" else 1)
+
+
+# --------------------------------------------------------------------------- tui
+
+
+@app.command()
+def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between store reads.")) -> None:
+    """Open the terminal UI: runs live, one run's stream/memory/accuracy/log, compare, launch, stop."""
+    if not refresh > 0:
+        raise ConfigError(f"--refresh {refresh}: must be a number of seconds above 0")
+    store.get_engine()  # an unusable store is a one-line error here, not a screen of them
+    from .tui import RMConsoleApp
+
+    RMConsoleApp(refresh_s=refresh).run()
 
 
 # --------------------------------------------------------------------------- data

@@ -13,8 +13,10 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from . import store
 from .cl.catalog import data_root
@@ -126,3 +128,39 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
     if run.status in store.ACTIVE:
         store.update_run(run_id, status="stopped", finished_at=store.utcnow(), error="stopped by request")
     return "stopped"
+
+
+@dataclass
+class Launched:
+    """A run that `launch_run` stored and started."""
+
+    run_id: int
+    preset: str
+    config: Any
+    process: subprocess.Popen
+
+
+def check_runnable(cfg: Any) -> None:
+    """Refuse a config whose dataset files or CUDA device are missing here (DatasetMissing /
+    ConfigError), before anything is stored."""
+    from .cl.catalog import check_available
+
+    if not cfg.download:
+        check_available(cfg.dataset)
+    if cfg.device not in ("auto", "cpu"):  # only a CUDA device can be missing; skip importing torch otherwise
+        from .worker import resolve_device
+
+        resolve_device(cfg.device)
+
+
+def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None = None, *, seed: int | None = None,
+               device: str | None = None, sweep_id: str | None = None) -> Launched:
+    """Preset + overrides → validated config → stored run → started worker: the one path the
+    CLI's `run` and the TUI's launch screen share. A bad config, a missing dataset or an
+    unavailable device is refused (ConfigError / DatasetMissing) before anything is stored."""
+    from .config import load_config
+
+    name, cfg = load_config(preset, overrides, seed=seed, device=device)
+    check_runnable(cfg)
+    run_id = store.create_run(cfg.to_dict(), name, sweep_id)
+    return Launched(run_id, name, cfg, start_worker(run_id))

@@ -1,0 +1,203 @@
+"""TUI start-up time and the time of one refresh on a big store.
+
+    python benchmarks/tui_refresh.py [--runs 1000] [--tasks 50] [--repeat 20]
+
+Builds a throwaway store (RMCONSOLE_HOME in a temp folder) with RUNS runs of TASKS tasks each,
+every task with a TaskResult and a MemorySnapshot row (1,000 × 50 × 2 = 100,000 metric rows
+by default; CIFAR-100-sized: 100-class histograms, 50-task accuracy rows), a tenth of the runs
+"running" (their last task). Then it measures, and prints:
+
+- start-up: a fresh `python` process importing the TUI and starting the app headless: the
+  time until the first screenful of runs is drawn (target: import + that under 1 s) and
+  until all runs are in the table (rows beyond the first screen are added in batches);
+- one runs-page refresh: the store read (the worker thread's incremental RunsFeed.read) +
+  applying it to the table and drawing the next frame (UI thread), while the 100 running
+  runs progress between refreshes (target: under 100 ms);
+- one run-page refresh for a 50-task run: the store read + repainting its four panels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+STARTUP_CHILD = r"""
+import time, sys, json, asyncio
+t0 = time.perf_counter()
+from rmconsole.tui import RMConsoleApp
+from rmconsole.tui.widgets.runs_table import RunsTable
+t_import = time.perf_counter() - t0
+N = int(sys.argv[1])
+marks = {}
+render_line = RunsTable.render_line
+
+def timed_render_line(self, y):  # the first frame that draws a screenful of runs
+    if self.row_count >= 36 and "first" not in marks:
+        marks["first"] = time.perf_counter() - t1
+    return render_line(self, y)
+
+RunsTable.render_line = timed_render_line
+
+async def main():
+    global t1
+    app = RMConsoleApp(reap_every_s=None)
+    t1 = time.perf_counter()
+    async with app.run_test(size=(120, 40)) as pilot:
+        while app.screen.query(RunsTable).first().row_count < N:
+            await pilot.pause(0.01)
+        await pilot.pause()
+        marks["all"] = time.perf_counter() - t1
+
+asyncio.run(main())
+print(json.dumps({"import_s": t_import, "first_s": marks["first"], "all_s": marks["all"]}))
+"""
+
+
+def build_store(n_runs: int, n_tasks: int) -> dict[str, int]:
+    from sqlalchemy import insert
+
+    from rmconsole import store
+    from rmconsole.config import load_config
+    from rmconsole.store.tables import MemorySnapshot, Run, TaskResult, TaskStream
+
+    _, cfg = load_config("cifar100-blurry10-online", {"n_tasks": n_tasks, "memory_size": 500})
+    config = cfg.to_dict()
+    now = datetime.now(timezone.utc)
+    n_classes = 100
+    engine = store.get_engine()
+    runs, streams, results, snapshots = [], [], [], []
+    for i in range(1, n_runs + 1):
+        running = i % 10 == 0  # a tenth are training their last task
+        done = n_tasks
+        runs.append(dict(id=i, status="running" if running else "finished", preset="cifar100-blurry10-online",
+                         method="rm", dataset="cifar100", seed=i % 5 + 1, config={**config, "seed": i % 5 + 1},
+                         created_at=now, n_tasks=n_tasks, task=n_tasks - 1,
+                         phase="memory" if running else "done", phase_done=100, phase_total=1000,
+                         samples_per_s=1500.0 if running else None, heartbeat_at=now, host="bench",
+                         metrics={"A_last": 40.0 + i % 30, "A_avg": 50.0, "F_last": 10.0, "tasks_done": done}))
+        for t in range(n_tasks):
+            composition = [5] * n_classes
+            composition[2 * t % n_classes] = 450
+            streams.append(dict(run_id=i, task=t, n_samples=sum(composition), major_classes=[2 * t, 2 * t + 1],
+                                composition=composition, stream_hash=f"{i}-{t}"))
+            if t < done:
+                row = [60.0 - j * 0.1 for j in range(t + 1)] + [0.0] * (n_tasks - t - 1)
+                results.append(dict(run_id=i, task=t, accuracy=50.0, accuracy_row=row,
+                                    class_accuracy=[50.0] * n_classes, eval_classes=list(range(2 * (t + 1))),
+                                    seconds=10.0, finished_at=now))
+                snapshots.append(dict(run_id=i, task=t, histogram=[5] * n_classes, slots_per_class=5,
+                                      info={"policy": "uncertainty", "views": 12,
+                                            "candidates_uncertainty": [30] * 13, "chosen_uncertainty": [10] * 13},
+                                      created_at=now))
+    with engine.begin() as conn:
+        conn.execute(insert(Run), runs)
+        conn.execute(insert(TaskStream), streams)
+        conn.execute(insert(TaskResult), results)
+        conn.execute(insert(MemorySnapshot), snapshots)
+    return {"runs": len(runs), "task_results": len(results), "memory_snapshots": len(snapshots),
+            "task_streams": len(streams)}
+
+
+def median_ms(samples: list[float]) -> str:
+    return f"{statistics.median(samples) * 1000:7.1f} ms (min {min(samples) * 1000:.1f}, max {max(samples) * 1000:.1f})"
+
+
+async def measure_refresh(n_runs: int, repeat: int) -> dict[str, list[float]]:
+    from rmconsole import store
+    from rmconsole.tui import RMConsoleApp, data
+    from rmconsole.tui.messages import RunLoaded, RunsLoaded
+    from rmconsole.tui.screens.run import RunScreen
+    from rmconsole.tui.screens.runs import RunsScreen
+    from rmconsole.tui.widgets.runs_table import RunsTable
+
+    timings: dict[str, list[float]] = {"runs read": [], "runs apply": [], "runs apply+frame": [],
+                                       "run read": [], "run apply+frame": []}
+    app = RMConsoleApp(refresh_s=3600, reap_every_s=None)  # refreshes driven by hand below
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        while screen.query_one(RunsTable).row_count < n_runs:
+            await pilot.pause(0.01)
+        running = [r.id for r in data.load_run_rows() if r.status == "running"]
+        feed = data.RunsFeed()
+        feed.read()  # the screen's reader is warm after its first tick
+        for k in range(repeat):
+            store.write(lambda s, k=k: [s.get(store.Run, i).__setattr__("phase_done", 100 + k + 1) for i in running])
+            t = time.perf_counter()
+            rows, changed = feed.read()  # what the worker thread does each tick
+            timings["runs read"].append(time.perf_counter() - t)
+            assert changed
+            t = time.perf_counter()
+            screen.on_runs_loaded(RunsLoaded(rows, changed))  # what the UI thread does with it
+            timings["runs apply"].append(time.perf_counter() - t)
+            await pilot.pause()
+            timings["runs apply+frame"].append(time.perf_counter() - t)
+        run_id = running[0]
+        app.open_run(run_id)
+        while not (isinstance(app.screen, RunScreen) and app.screen.view is not None):
+            await pilot.pause(0.01)
+        run_screen = app.screen
+        for k in range(repeat):
+            store.update_run(run_id, phase_done=200 + k)
+            t = time.perf_counter()
+            view = run_screen.feed.read()  # what the run page's worker thread does each tick
+            timings["run read"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            run_screen.on_run_loaded(RunLoaded(view, []))
+            await pilot.pause()
+            timings["run apply+frame"].append(time.perf_counter() - t)
+    return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--tasks", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rmconsole-bench-") as home:
+        os.environ["RMCONSOLE_HOME"] = home
+        os.environ.pop("RMCONSOLE_DB", None)
+        t = time.perf_counter()
+        counts = build_store(args.runs, args.tasks)
+        print(f"store: {counts['runs']:,} runs, {counts['task_results'] + counts['memory_snapshots']:,} metric rows "
+              f"({counts['task_results']:,} task results + {counts['memory_snapshots']:,} memory snapshots; "
+              f"{counts['task_streams']:,} stream rows), built in {time.perf_counter() - t:.1f} s, "
+              f"{(Path(home) / 'rmconsole.db').stat().st_size / 1e6:.0f} MB")
+
+        starts = []
+        for _ in range(3):
+            t = time.perf_counter()
+            out = subprocess.run([sys.executable, "-c", STARTUP_CHILD, str(args.runs)], capture_output=True, text=True,
+                                 env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+            wall = time.perf_counter() - t
+            starts.append({**json.loads(out.stdout.strip().splitlines()[-1]), "wall_s": wall})
+        best = min(starts, key=lambda s: s["import_s"] + s["first_s"])
+        print(f"start-up (best of 3): import {best['import_s']:.2f} s; first screenful of runs "
+              f"{best['first_s']:.2f} s after the app starts (import + first screen "
+              f"{best['import_s'] + best['first_s']:.2f} s, target < 1 s); all {args.runs:,} rows in the table "
+              f"{best['all_s']:.2f} s; process wall incl. interpreter start and exit {best['wall_s']:.2f} s")
+
+        timings = asyncio.run(measure_refresh(args.runs, args.repeat))
+        for name, samples in timings.items():
+            print(f"{name:<18} {median_ms(samples)}")
+        total = statistics.median(timings["runs read"]) + statistics.median(timings["runs apply+frame"])
+        run_total = statistics.median(timings["run read"]) + statistics.median(timings["run apply+frame"])
+        print(f"one runs-page refresh (read + apply + frame): {total * 1000:.1f} ms   target < 100 ms")
+        print(f"one run-page refresh ({args.tasks} tasks; read + apply + frame): {run_total * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

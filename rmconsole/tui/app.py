@@ -1,0 +1,212 @@
+"""The rmconsole TUI: the App holds routing and app state (selected runs, the worker processes
+it started); each page is a Screen in screens/, each panel a widget in widgets/.
+
+Store reads happen in thread workers started by each screen's timer and come back as
+messages; the UI thread never waits on SQLite. Launching and stopping go through
+`launch.launch_run` and `launch.stop_run`, the same calls as the CLI.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Optional
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from .. import launch, store
+from .commands import RunCommands
+from .data import RunRow
+from .messages import LaunchFailed, RunLaunched, RunStopped
+from .screens.runs import RunsScreen
+
+Clock = Callable[[], datetime]
+
+
+def utc_clock() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class RMConsoleApp(App[None]):
+    """Routing and state; the screens do the drawing."""
+
+    TITLE = "rmconsole"
+    SUB_TITLE = "Rainbow Memory experiment console"
+    CSS_PATH = "app.tcss"
+    COMMANDS = App.COMMANDS | {RunCommands}
+    MODES = {"runs": RunsScreen}
+    DEFAULT_MODE = "runs"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "toggle_help", "Keys"),
+    ]
+
+    def __init__(self, refresh_s: float = 1.0, clock: Clock = utc_clock, reap_every_s: float | None = 5.0) -> None:
+        """`clock` is what "heartbeat N s ago" is measured against (frozen in snapshot tests);
+        `reap_every_s=None` turns off marking dead runs failed (for fixed snapshot content)."""
+        super().__init__()
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self.reap_every_s = reap_every_s
+        self.selected: set[int] = set()
+        self.rows: list[RunRow] = []  # the latest read of all runs (command palette, compare)
+        self.workers_started: dict[int, Any] = {}  # run id -> Popen of the worker processes this TUI started
+        self._children_lock = threading.Lock()
+        self._reaping = False
+
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self._poll_children, name="reap children")
+        if self.reap_every_s is not None:
+            self.set_interval(self.reap_every_s, self._reap_tick, name="reap dead runs")
+            self._reap_tick()
+
+    # ------------------------------------------------------------------ routing
+
+    def open_run(self, run_id: int) -> None:
+        from .screens.run import RunScreen
+
+        self.push_screen(RunScreen(run_id))
+
+    def open_compare(self, run_ids: Iterable[int] | None = None) -> None:
+        from .screens.compare import CompareScreen
+
+        ids = sorted(run_ids if run_ids is not None else self.selected)
+        if not ids:
+            self.notify("Select runs with Space first (or open the command palette with ctrl+p).",
+                        title="Nothing to compare", severity="warning")
+            return
+        self.push_screen(CompareScreen(ids))
+
+    def open_launch(self) -> None:
+        from .screens.launch import LaunchScreen
+
+        self.push_screen(LaunchScreen())
+
+    def confirm_stop(self, run_id: int) -> None:
+        from .screens.confirm import ConfirmScreen
+
+        row = next((r for r in self.rows if r.id == run_id), None)
+        if row is not None and not row.active:
+            self.notify(f"run {run_id} is {row.status}: only queued or running runs can be stopped",
+                        severity="warning")
+            return
+        what = f"run {run_id}" + (f" ({row.preset}, {row.method}, task {row.task + 1}/{row.n_tasks})"
+                                  if row is not None and row.task is not None else "")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.notify(f"stopping run {run_id}…")
+                self.stop_run(run_id)
+
+        self.push_screen(ConfirmScreen(f"Stop {what}?",
+                                       "The worker gets SIGTERM (SIGKILL after 10 s); finished tasks stay stored "
+                                       "and `rmconsole resume` can continue it.", confirm="Stop run"), answered)
+
+    def action_toggle_help(self) -> None:
+        """`?` shows (and hides) the keys of the focused widget and the page."""
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    # ------------------------------------------------------------------ state
+
+    def toggle_selected(self, run_id: int) -> None:
+        self.selected.symmetric_difference_update({run_id})
+
+    # ------------------------------------------------------------------ dead workers (thread)
+
+    def _reap_tick(self) -> None:
+        if not self._reaping:
+            self._reaping = True
+            self._reap()
+
+    @work(thread=True, group="reap", exit_on_error=False)
+    def _reap(self) -> None:
+        """Mark runs whose worker died (pid gone on this host, or heartbeat stale) failed, as
+        `rmconsole runs` does; in its own thread so a write waiting on a lock never delays reads."""
+        try:
+            launch.reap_dead()
+        except Exception:  # noqa: BLE001 - a busy or missing store: the next tick tries again
+            pass
+        finally:
+            self._reaping = False
+
+    # ------------------------------------------------------------------ launch / stop (thread workers)
+
+    @work(thread=True, group="launch", exit_on_error=False)
+    def launch_run(self, preset: str, overrides: list[str]) -> None:
+        """Store and start a run exactly as `rmconsole run --detach` does."""
+        try:
+            launched = launch.launch_run(preset, overrides)
+        except Exception as err:  # noqa: BLE001 - every refusal is one line for the launch screen
+            self.post_message(LaunchFailed(str(err).splitlines()[0] if str(err) else type(err).__name__))
+            return
+        with self._children_lock:
+            self.workers_started[launched.run_id] = launched.process
+        self.post_message(RunLaunched(launched.run_id, launched.preset))
+
+    def on_run_launched(self, message: RunLaunched) -> None:
+        from .screens.launch import LaunchScreen
+
+        self.notify(f"run {message.run_id} started ({message.preset})", title="Launched")
+        if isinstance(self.screen, LaunchScreen):
+            self.pop_screen()
+        self.open_run(message.run_id)
+
+    def on_launch_failed(self, message: LaunchFailed) -> None:
+        from .screens.launch import LaunchScreen
+
+        if isinstance(self.screen, LaunchScreen):
+            self.screen.show_error(message.text)
+        else:
+            self.notify(message.text, title="Launch refused", severity="error")
+
+    @work(thread=True, group="stop", exit_on_error=False)
+    def stop_run(self, run_id: int) -> None:
+        try:
+            status = launch.stop_run(run_id)
+        except (ValueError, store.UnknownRun) as err:
+            self.call_from_thread(self.notify, str(err), severity="warning")
+            return
+        except Exception as err:  # noqa: BLE001
+            self.call_from_thread(self.notify, f"stopping run {run_id} failed: {err}", severity="error")
+            return
+        self.post_message(RunStopped(run_id, status))
+
+    def on_run_stopped(self, message: RunStopped) -> None:
+        self.notify(f"run {message.run_id} {message.status}", title="Stopped")
+        self._poll_children()
+
+    # ------------------------------------------------------------------ our worker processes
+
+    def _poll_children(self) -> None:
+        """Reap workers this TUI started; one that exited without recording an end is failed."""
+        with self._children_lock:
+            ended = [(run_id, proc.returncode) for run_id, proc in self.workers_started.items() if proc.poll() is not None]
+            for run_id, _ in ended:
+                del self.workers_started[run_id]
+        for run_id, returncode in ended:
+            self._settle_exit(run_id, returncode)
+
+    @work(thread=True, group="reap", exit_on_error=False)
+    def _settle_exit(self, run_id: int, returncode: Optional[int]) -> None:
+        time.sleep(0.5)  # a worker that exited cleanly may still be committing its last write
+        try:
+            if store.get_run(run_id).status in store.ACTIVE:
+                launch.mark_dead(run_id, launch.exit_reason(returncode))
+        except Exception:  # noqa: BLE001 - a vanished run needs no settling; a busy store is retried by reap_dead
+            pass
+
+    # ------------------------------------------------------------------ command palette
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Launch a run", "Pick a preset, edit overrides, start a worker", self.open_launch)
+        yield SystemCommand("Compare selected runs", "Metrics and accuracy curves side by side",
+                            lambda: self.open_compare())
+        yield SystemCommand("Clear selection", "Unselect every run", self.selected.clear)

@@ -1,0 +1,68 @@
+"""Messages the store-reading threads and the launcher post to the UI thread."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from .data import CompareView, RunRow, RunView
+
+
+@dataclass
+class RunsLoaded(Message):
+    """A fresh read of every run, for the runs table; `changed` is False when nothing moved."""
+
+    rows: list[RunRow]
+    changed: bool = True
+
+
+@dataclass
+class RunLoaded(Message):
+    """A fresh read of one run, plus the log lines appended since the last read."""
+
+    view: RunView
+    log_lines: list[str]
+
+
+@dataclass
+class CompareLoaded(Message):
+    view: CompareView
+
+
+@dataclass
+class RunVanished(Message):
+    """The run a screen shows was deleted from the store."""
+
+    run_id: int
+
+
+@dataclass
+class StoreProblem(Message):
+    """A read failed (locked, unreachable); the screen keeps its last data and retries."""
+
+    text: str
+
+
+@dataclass
+class StoreOk(Message):
+    """A read succeeded after a problem."""
+
+
+@dataclass
+class RunLaunched(Message):
+    """The launcher stored a run and started its worker."""
+
+    run_id: int
+    preset: str
+
+
+@dataclass
+class LaunchFailed(Message):
+    text: str
+
+
+@dataclass
+class RunStopped(Message):
+    run_id: int
+    status: str

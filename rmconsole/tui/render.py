@@ -1,0 +1,299 @@
+"""Pure drawing functions: store values in, Rich Text out. The widgets only pick sizes and
+call these, so what a panel shows is testable without a terminal."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Optional, Sequence
+
+from rich.table import Table
+from rich.text import Text
+
+from .data import MemoryUpdate, RunRow, StreamTask
+
+STATUS_STYLES = {"finished": "green", "running": "bold cyan", "queued": "yellow", "failed": "bold red",
+                 "stopped": "magenta"}
+# Distinct, readable on dark and light backgrounds; classes cycle through them.
+CLASS_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+                 "#9c755f", "#bab0ac")
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def fmt(value: Optional[float], digits: int = 2) -> str:
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "—"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def status_text(status: str) -> Text:
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def class_colour(c: int) -> str:
+    return CLASS_COLOURS[c % len(CLASS_COLOURS)]
+
+
+PHASE_SHORT = {"memory update": "mem update", "evaluation": "eval"}
+
+
+def progress_text(row: RunRow) -> Text:
+    """`3/5 memory  60%` (task, phase, phase progress) for an active run; `5/5 tasks` once it ended."""
+    if row.active and row.task is not None:
+        text = Text(f"{row.task + 1}/{row.n_tasks} ")
+        text.append(PHASE_SHORT.get(row.phase or "", row.phase or ""), style="cyan")
+        if row.phase_fraction is not None:
+            text.append(f" {row.phase_fraction:4.0%}")
+        return text
+    if row.status == "queued":
+        return Text("waiting", style="dim")
+    if row.status == "running" and row.task is None:
+        return Text("starting", style="dim")
+    if row.n_tasks:
+        return Text(f"{row.tasks_done}/{row.n_tasks} tasks", style="dim" if row.tasks_done < row.n_tasks else "")
+    return Text("")
+
+
+def bar(fraction: float, width: int, style: str = "cyan", empty_style: str = "grey23") -> Text:
+    """A one-line progress bar with eighth-block resolution."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = int(round(fraction * width * 8))
+    full, part = divmod(eighths, 8)
+    text = Text("█" * full, style=style)
+    if full < width:
+        text.append("▏▎▍▌▋▊▉"[part - 1] if part else " ", style=f"{style} on {empty_style}")
+        text.append(" " * (width - full - 1), style=f"on {empty_style}")
+    return text
+
+
+# --------------------------------------------------------------------------- task stream
+
+
+def stream_counts(task: StreamTask, labels: Sequence[str], wide: bool = True) -> Text:
+    """`5:131 6:133 +24 minor (8 cls)`: the major classes with their sample counts, then the
+    blurry samples of other classes. (Cached: a task's plan never changes.)"""
+    return _stream_counts(task, tuple(labels), wide).copy()
+
+
+@lru_cache(maxsize=4096)
+def _stream_counts(task: StreamTask, labels: tuple[str, ...], wide: bool) -> Text:
+    text = Text()
+    for c in task.major_classes:
+        if c < len(task.composition):
+            text.append(f"{labels[c] if c < len(labels) else c}", style=f"bold {class_colour(c)}")
+            text.append(f":{task.composition[c]} ")
+    minor = task.n_samples - sum(task.composition[c] for c in task.major_classes if c < len(task.composition))
+    text.append(f"+{minor} minor", style="grey62")
+    n_minor_classes = sum(1 for c, n in enumerate(task.composition) if n and c not in task.major_classes)
+    if wide and n_minor_classes:
+        text.append(f" ({n_minor_classes} cls)", style="grey50")
+    return text
+
+
+def stream_bar(task: StreamTask, bar_width: int, scale: int, state: str, position: Optional[float] = None) -> Text:
+    """One task of the stream as a stacked bar of its classes: each major class in its own
+    colour, all minor (blurry) samples as one grey segment.
+
+    `scale` is the largest task's sample count (so bar lengths compare across tasks); `state`
+    is done / current / planned; `position` (0..1) shades what the current task has not yet
+    streamed."""
+    width = max(1, round(bar_width * task.n_samples / max(scale, 1)))
+    majors = [(c, task.composition[c]) for c in task.major_classes if c < len(task.composition)]
+    minor = task.n_samples - sum(n for _, n in majors)
+    segments = [(class_colour(c), n) for c, n in majors] + [("grey50", minor)]
+    # widths by largest remainder so they add up to `width`
+    exact = [n / max(task.n_samples, 1) * width for _, n in segments]
+    cells = [int(e) for e in exact]
+    for i in sorted(range(len(exact)), key=lambda i: exact[i] - cells[i], reverse=True)[:width - sum(cells)]:
+        cells[i] += 1
+    reached = width if position is None else int(round(position * width))
+    text = Text()
+    drawn = 0
+    for (colour, _), n_cells in zip(segments, cells):
+        style = colour if state != "planned" else f"{colour} dim"
+        full = min(max(reached - drawn, 0), n_cells)  # one span per run of equal cells, not per cell
+        if full:
+            text.append("█" * full, style=style)
+        if n_cells - full:
+            text.append("░" * (n_cells - full), style=style)
+        drawn += n_cells
+    text.append(" " * (bar_width - width))
+    return text
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _column_cell(value: float, row: int, scale: float) -> str:
+    """The block character of a bar of height `value` (data units) in chart row `row` (0 = bottom)."""
+    level = value * scale - row  # how much of this cell is filled, in cells
+    if level >= 1:
+        return "█"
+    if level <= 0:
+        return " "
+    return BLOCKS[max(1, int(level * 8))]
+
+
+def memory_chart(update: MemoryUpdate, labels: Sequence[str], width: int, height: int) -> Text:
+    """The memory's class histogram as columns against the per-class slot count (a dashed
+    line): columns above the line are classes holding more than their share (they will give
+    samples up as new classes arrive); below it, classes short of their share. With more
+    classes than columns fit, each column is the mean of a group of classes."""
+    hist = list(update.histogram)
+    n = len(hist)
+    axis = len(str(max(hist + [update.slots_per_class]))) + 1
+    room = max(width - axis, 1)
+    group = max(1, math.ceil(n / room))
+    values = [sum(hist[i:i + group]) / len(hist[i:i + group]) for i in range(0, n, group)]
+    cols = len(values)
+    col_w = max(1, min(5, room // cols - (1 if room // cols > 2 else 0)))
+    gap = 1 if room // cols > 2 else 0
+    top = max(max(values), update.slots_per_class, 1)
+    height = max(height, 2)
+    scale = height / top
+    slot_row = min(int(update.slots_per_class * scale - 1e-9), height - 1)
+    lines = Text()
+    for r in range(height - 1, -1, -1):
+        label = str(update.slots_per_class) if r == slot_row else str(int(round(top))) if r == height - 1 else ""
+        lines.append(f"{label:>{axis - 1}}", style="grey62")
+        lines.append("┤" if label else "│", style="grey42")
+        for i, v in enumerate(values):
+            cell = _column_cell(v, r, scale)
+            c = i * group
+            colour = class_colour(c) if group == 1 else "cyan"
+            if cell == " " and r == slot_row:
+                lines.append("╌" * col_w, style="yellow")
+            else:
+                lines.append(cell * col_w, style=colour)
+            if gap:
+                lines.append("╌" if r == slot_row else " ", style="yellow")
+        lines.append("\n")
+    lines.append(" " * axis)
+    if group == 1:
+        for i in range(cols):
+            lines.append(f"{labels[i] if i < len(labels) else i:^{col_w}.{col_w}}" + " " * gap,
+                         style=class_colour(i))
+    else:
+        lines.append(f"each column: mean of {group} classes", style="grey62")
+    return lines
+
+
+def memory_summary(update: MemoryUpdate, index: int, total: int, follow: bool) -> Text:
+    at_share = sum(1 for v in update.histogram if v == update.slots_per_class)
+    seen = sum(1 for v in update.histogram if v)
+    text = Text()
+    text.append(f"update {index + 1}/{total}", style="bold")
+    text.append(f" · after task {update.task + 1}" + (" · latest" if follow else " · pinned"), style="grey62")
+    if update.policy:
+        text.append(f" · {update.policy}", style="cyan")
+    text.append(f"\n{update.size} samples · {update.slots_per_class} slots/class · {at_share}/{seen} at share")
+    if update.note:
+        text.append(f"\n{update.note}", style="grey62")
+    return text
+
+
+def _hist_mean_std(hist: Sequence[int]) -> tuple[float, float]:
+    n = sum(hist)
+    if not n:
+        return 0.0, 0.0
+    bins = len(hist) - 1 or 1
+    mean = sum(i / bins * h for i, h in enumerate(hist)) / n
+    var = sum((i / bins - mean) ** 2 * h for i, h in enumerate(hist)) / n
+    return mean, math.sqrt(var)
+
+
+def uncertainty_chart(update: MemoryUpdate, width: int, height: int = 3) -> Text:
+    """RM's spread: for each vote bin (u = 0 certain … 1 uncertain) the candidates as a grey
+    column and the chosen samples as a magenta one inside it; RM's step sampling should pick
+    across the whole range (chosen spread ≈ candidates spread), not only the certain end."""
+    cand = list(update.candidates_uncertainty or ())
+    chosen = list(update.chosen_uncertainty or ())
+    if not cand:
+        return Text("uncertainty: not recorded for this update", style="grey62")
+    cm, cs = _hist_mean_std(cand)
+    km, ks = _hist_mean_std(chosen)
+    text = Text()
+    text.append("u ", style="bold")
+    text.append("■ chosen", style="bold magenta")
+    text.append(f" {sum(chosen)} {km:.2f}±{ks:.2f}  ")
+    text.append("■ candidates", style="grey50")
+    text.append(f" {sum(cand)} {cm:.2f}±{cs:.2f}\n")
+    bins = len(cand)
+    col_w = max(1, min(4, (width - 2) // bins - 1))
+    top = max(cand) or 1
+    scale = height / top
+    for r in range(height - 1, -1, -1):
+        text.append("  ")
+        for c, k in zip(cand, chosen + [0] * (bins - len(chosen))):
+            if k * scale - r > 0:
+                text.append(_column_cell(k, r, scale) * col_w, style="bold magenta")
+            else:
+                text.append(_column_cell(c, r, scale) * col_w, style="grey35")
+            text.append(" ")
+        text.append("\n")
+    span = bins * (col_w + 1) - 1
+    views = f"{update.views} views" if update.views else ""
+    middle = max(1, span - len("certain") - len("uncertain"))
+    views = views if len(views) + 2 <= middle else ""
+    text.append("  certain" + f"{views:^{middle}}" + "uncertain", style="grey62")
+    return text
+
+
+# --------------------------------------------------------------------------- accuracy
+
+
+def heat(value: Optional[float]) -> str:
+    """Red (0 %) to green (100 %) for the accuracy matrix."""
+    if value is None:
+        return "grey42"
+    v = min(max(value / 100, 0.0), 1.0)
+    r, g = int(230 - 150 * v), int(80 + 140 * v)
+    return f"rgb({r},{g},90)"
+
+
+def accuracy_matrix(matrix: Sequence[Sequence[Optional[float]]], accuracies: Sequence[float], n_tasks: int,
+                    max_rows: int = 12) -> Table | Text:
+    """acc[k][j]: accuracy on task j's classes after task k, with the overall accuracy per row.
+    Up to 10 tasks as numbers; beyond, a heat map of one coloured block per cell. Only the
+    last `max_rows` rows are drawn (the panel is small; the CLI's `show` prints them all)."""
+    first = max(0, len(matrix) - max_rows)
+    if n_tasks > 10:
+        text = Text()
+        text.append("after  " + "".join(str((j + 1) % 10) for j in range(n_tasks)) + "  all\n", style="bold")
+        if first:
+            text.append(f"  … {first} earlier rows\n", style="grey50")
+        for k in range(first, len(matrix)):
+            text.append(f"T{k + 1:<4} ", style="grey62")
+            for v in list(matrix[k]) + [None] * (n_tasks - len(matrix[k])):
+                text.append("█" if v is not None else "·", style=heat(v) if v is not None else "grey35")
+            text.append(f" {fmt(accuracies[k], 1):>5}", style="bold")
+            text.append("\n")
+        return text
+    table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+    table.add_column("after", justify="right", style="grey62")
+    for j in range(n_tasks):
+        table.add_column(f"T{j + 1}", justify="right")
+    table.add_column("all", justify="right", style="bold")
+    for k in range(first, len(matrix)):
+        row = matrix[k]
+        cells = [Text(fmt(v, 1), style=heat(v)) for v in list(row) + [None] * (n_tasks - len(row))]
+        table.add_row(f"T{k + 1}", *cells, fmt(accuracies[k], 1))
+    for k in range(len(matrix), min(n_tasks, first + max_rows)):
+        table.add_row(f"T{k + 1}", *[Text("·", style="grey35")] * n_tasks, "")
+    return table
+
+
+def metrics_line(row: RunRow) -> Text:
+    text = Text()
+    for name, value in (("A_last", row.a_last), ("A_avg", row.a_avg), ("F_last", row.f_last), ("I_last", row.i_last)):
+        text.append(f"{name} ", style="grey62")
+        text.append(fmt(value), style="bold")
+        text.append("   ")
+    if row.i_last is None and row.a_last is not None:
+        text.append("(I_last: no joint run to match)", style="grey50")
+    return text

@@ -1,0 +1,1 @@
+"""The pages of the TUI: runs, one run, compare, launch, and the stop confirmation."""

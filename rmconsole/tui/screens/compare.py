@@ -1,0 +1,137 @@
+"""Selected runs side by side: metrics, accuracy curves, and the config keys that differ."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from .. import data
+from ..messages import CompareLoaded, StoreProblem
+from ..render import fmt, progress_text, status_text
+from ..widgets.accuracy_chart import LINE_COLOURS, AccuracyChart
+
+if TYPE_CHECKING:
+    from ..app import RMConsoleApp
+
+METRIC_COLUMNS = ("run", "status", "preset", "method", "K", "seed", "progress", "A_last", "A_avg", "F_last",
+                  "I_last")
+
+
+class CompareScreen(Screen):
+    CSS_PATH = "compare.tcss"
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("enter", "open", "Open run"),
+    ]
+
+    app: "RMConsoleApp"
+
+    def __init__(self, run_ids: list[int]) -> None:
+        super().__init__()
+        self.run_ids = list(run_ids)
+        self.view: Optional[data.CompareView] = None
+        self._reading = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        table: DataTable = DataTable(id="metrics", cursor_type="row", classes="panel")
+        table.border_title = "metrics (percent; A/F/I from the last epoch)"
+        yield table
+        with Horizontal(id="compare-body"):
+            chart = AccuracyChart(id="curves", classes="panel")
+            chart.border_title = "accuracy after each task"
+            yield chart
+            with VerticalScroll(id="differences", classes="panel") as box:
+                box.border_title = "config differences"
+                yield Static(id="differences-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "compare " + ", ".join(f"#{i}" for i in self.run_ids)
+        table = self.query_one("#metrics", DataTable)
+        for name in METRIC_COLUMNS:
+            table.add_column(name, key=name)
+        table.focus()
+        self.set_interval(self.app.refresh_s, self.read_store, name="compare refresh")
+        self.read_store()
+
+    def read_store(self) -> None:
+        if self._reading or not self.is_attached:
+            return
+        self._reading = True
+        self._read()
+
+    @work(thread=True, group="compare-read", exit_on_error=False)
+    def _read(self) -> None:
+        try:
+            view = data.load_compare(self.run_ids)
+        except Exception as err:  # noqa: BLE001
+            self.post_message(StoreProblem(data.describe_store_error(err)))
+        else:
+            self.post_message(CompareLoaded(view))
+        finally:
+            self._reading = False
+
+    def on_compare_loaded(self, message: CompareLoaded) -> None:
+        view = message.view
+        if view == self.view:
+            return
+        self.view = view
+        table = self.query_one("#metrics", DataTable)
+        for i, row in enumerate(view.rows):
+            r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
+            cells = (Text(f"● #{row.id}", style=f"bold rgb({r},{g},{b})"), status_text(row.status),
+                     row.preset or "—", row.method, str(row.memory_size), str(row.seed),
+                     progress_text(row), fmt(row.a_last), fmt(row.a_avg), fmt(row.f_last), fmt(row.i_last))
+            key = str(row.id)
+            if key in table.rows:
+                for column, cell in zip(METRIC_COLUMNS, cells):
+                    table.update_cell(key, column, cell)
+            else:
+                table.add_row(*cells, key=key)
+        for gone in view.missing:
+            if str(gone) in table.rows:
+                table.remove_row(str(gone))
+        n_tasks = max((r.n_tasks for r in view.rows), default=0)
+        self.query_one(AccuracyChart).plot({f"#{r.id} {r.method}": view.curves.get(r.id, ()) for r in view.rows},
+                                           n_tasks)
+        self.query_one("#differences-text", Static).update(self._differences(view))
+
+    def _differences(self, view: data.CompareView) -> Table | Text:
+        notes = Text()
+        if view.missing:
+            notes.append(f"no longer in the store: {', '.join(f'#{i}' for i in view.missing)}\n", style="red")
+        if len(view.rows) < 2:
+            notes.append("Select two or more runs (Space on the runs page) to see what differs.", style="grey62")
+            return notes
+        if not view.differences:
+            notes.append("Same config (only the run differs).", style="grey62")
+            return notes
+        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+        table.add_column("key", style="cyan")
+        for i, row in enumerate(view.rows):
+            r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
+            table.add_column(f"#{row.id}", header_style=f"bold rgb({r},{g},{b})")
+        for key, values in view.differences.items():
+            table.add_row(key, *[str(v) for v in values])
+        return table
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_open(self) -> None:
+        table = self.query_one("#metrics", DataTable)
+        if table.row_count:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            self.app.open_run(int(str(key)))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.app.open_run(int(str(event.row_key.value)))

@@ -1,0 +1,87 @@
+"""Memory panel: the class histogram after each memory update against the per-class slot
+count, with ←/→ to step back through earlier updates, and RM's uncertainty spread."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from ..data import MemoryUpdate, RunView
+from ..render import memory_chart, memory_summary, uncertainty_chart
+from . import css_beside
+
+
+class MemoryPanel(Widget):
+    """Follows the latest update until you step back (← / [), then stays pinned on the
+    update you chose while new ones arrive; End (or ]) at the last one follows again."""
+
+    DEFAULT_CSS = css_beside(__file__)
+    can_focus = True
+    BINDINGS = [
+        Binding("left", "step(-1)", "Earlier update", show=False),
+        Binding("right", "step(1)", "Later update", show=False),
+        Binding("home", "first", "First update", show=False),
+        Binding("end", "latest", "Latest update", show=False),
+    ]
+
+    pinned: reactive[Optional[int]] = reactive(None)  # index of the shown update; None = latest
+
+    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.updates: tuple[MemoryUpdate, ...] = ()
+        self.labels: tuple[str, ...] = ()
+        self.border_title = "memory"
+
+    def show(self, view: RunView) -> None:
+        if view.memory != self.updates or view.class_labels != self.labels:
+            self.updates, self.labels = view.memory, view.class_labels
+            self.refresh()
+
+    @property
+    def index(self) -> Optional[int]:
+        if not self.updates:
+            return None
+        return len(self.updates) - 1 if self.pinned is None else min(self.pinned, len(self.updates) - 1)
+
+    def action_step(self, delta: int) -> None:
+        if not self.updates:
+            return
+        target = min(max((self.index or 0) + delta, 0), len(self.updates) - 1)
+        self.pinned = None if target == len(self.updates) - 1 and delta > 0 else target
+
+    def action_first(self) -> None:
+        if self.updates:
+            self.pinned = 0
+
+    def action_latest(self) -> None:
+        self.pinned = None
+
+    def watch_pinned(self) -> None:
+        self.border_subtitle = "← → step · End latest" if self.pinned is None else "pinned · End = latest"
+        self.refresh()
+
+    def render(self) -> Text:
+        index = self.index
+        if index is None:
+            return Text("no memory update yet: the memory is filled after the first task's stream pass",
+                        style="grey62")
+        update = self.updates[index]
+        width, height = self.size.width, self.size.height
+        has_uncertainty = bool(update.candidates_uncertainty) or update.policy == "uncertainty"
+        summary = memory_summary(update, index, len(self.updates), self.pinned is None)
+        summary_lines = sum(max(1, -(-len(line) // max(width, 1))) for line in summary.plain.split("\n"))
+        spread = uncertainty_chart(update, width) if has_uncertainty else Text()
+        spread_lines = spread.plain.count("\n") + 1 if has_uncertainty else 0
+        chart_height = max(3, height - summary_lines - spread_lines - 1)  # - the class labels
+        text = Text()
+        text.append_text(summary)
+        text.append("\n")
+        text.append_text(memory_chart(update, self.labels, width, chart_height))
+        if has_uncertainty:
+            text.append("\n")
+            text.append_text(spread)
+        return text

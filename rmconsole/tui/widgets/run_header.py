@@ -1,0 +1,100 @@
+"""The top of the run page: what the run is, where it is, and its error if it failed."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Optional
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ..data import RunRow, RunView
+from ..render import bar, duration, status_text
+from . import css_beside
+
+
+def describe(view: RunView) -> Text:
+    row, cfg = view.row, view.config
+    text = Text()
+    text.append(f"run {row.id}", style="bold")
+    text.append(f"  {row.preset or 'custom'}  ", style="grey62")
+    text.append_text(status_text(row.status))
+    text.append(f"\n{row.method} on {row.dataset} · {cfg.get('model', '?')} · K={row.memory_size} · "
+                f"{row.n_tasks or cfg.get('n_tasks')} tasks · blurry{cfg.get('blurry')} {cfg.get('stream')} · "
+                f"epochs {cfg.get('epochs')} · seed {row.seed}", style="grey70")
+    return text
+
+
+def heartbeat_age(row: RunRow, now: Optional[datetime]) -> Optional[float]:
+    if now is None or row.heartbeat_at is None:
+        return None
+    beat = row.heartbeat_at if row.heartbeat_at.tzinfo else row.heartbeat_at.replace(tzinfo=timezone.utc)
+    return max((now - beat).total_seconds(), 0.0)
+
+
+def progress_line(row: RunRow, width: int, now: Optional[datetime] = None) -> Text:
+    text = Text()
+    if row.task is None:
+        text.append({"queued": "queued: waiting for the worker to start…",
+                     "running": "starting: loading the dataset and planning the stream…"}.get(row.status, "never started"),
+                    style="grey62")
+        return text
+    if not row.active:
+        text.append(f"{row.tasks_done}/{row.n_tasks} tasks done", style="bold")
+        return text
+    text.append(f"task {row.task + 1}/{row.n_tasks} ", style="bold")
+    text.append(f"{row.phase or ''} ", style="cyan")
+    frac = row.phase_fraction or 0.0
+    tail = Text(f" {frac:4.0%}  {row.phase_done:,}/{row.phase_total:,} samples")
+    if row.samples_per_s:
+        tail.append(f" · {row.samples_per_s:,.0f} samples/s", style="bold")
+    if row.eta_s is not None:
+        tail.append(f" · ETA {duration(row.eta_s)}")
+    age = heartbeat_age(row, now)
+    if age is not None:
+        tail.append(f" · heartbeat {age:.0f} s ago", style="bold red" if age > 10 else "grey62")
+    text.append_text(bar(frac, max(6, min(40, width - len(text) - len(tail) - 1))))
+    text.append_text(tail)
+    return text
+
+
+class RunHeader(Static):
+    """Identity, live progress (task, phase, bar, samples/s, ETA) and the error line."""
+
+    DEFAULT_CSS = css_beside(__file__)
+
+    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__("reading the run…", **kwargs)
+        self.view: Optional[RunView] = None
+        self.now: Optional[datetime] = None
+        self.notice: Optional[Text] = None
+        self._lines = 0
+
+    def show(self, view: RunView, now: Optional[datetime] = None) -> None:
+        self.view, self.now = view, now
+        self._repaint()
+
+    def show_notice(self, notice: Optional[str], style: str = "bold yellow") -> None:
+        self.notice = Text(notice, style=style) if notice else None
+        self._repaint()
+
+    def _repaint(self) -> None:
+        """Re-layout the screen only when the header's height changes (an error line came or went)."""
+        lines = 3 + bool(self.view and self.view.row.error) + (self.notice is not None)
+        self.refresh(layout=lines != self._lines)
+        self._lines = lines
+
+    def render(self) -> Text:
+        if self.view is None:
+            return self.notice or Text("reading the run…", style="grey62")
+        text = describe(self.view)
+        text.append("\n")
+        text.append_text(progress_line(self.view.row, self.size.width, self.now))
+        if self.view.row.error:
+            text.append("\n")
+            text.append(f"{self.view.row.status}: ", style="bold red")
+            text.append(self.view.row.error, style="red")
+        if self.notice is not None:
+            text.append("\n")
+            text.append_text(self.notice)
+        return text
