@@ -16,7 +16,7 @@ from rich.table import Table
 from . import launch, store
 from . import queue as sweep_queue, report as reports, sweep  # sweeps and reports
 from .cl.catalog import DatasetMissing
-from .config import ConfigError, preset_description, preset_names, read_preset
+from .config import ConfigError, build_config, preset_description, preset_names, read_preset
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A terminal experiment console for continual learning around Rainbow Memory.")
@@ -423,6 +423,7 @@ def report(
 def stop(run_id: int = typer.Argument(..., help="Run id."),
          grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL.")) -> None:
     """Stop a running run (SIGTERM to its process group, then SIGKILL); finished tasks stay stored."""
+    launch.reap_dead([store.get_run(run_id)])  # a worker that already died is failed, not stoppable
     run = store.get_run(run_id)
     if run.status not in store.ACTIVE:
         raise UserError(f"run {run_id} is {run.status}: only queued or running runs can be stopped")
@@ -437,7 +438,19 @@ def resume(run_id: int = typer.Argument(..., help="Run id."),
     run = store.get_run(run_id)
     if run.status not in ("failed", "stopped"):
         raise UserError(f"run {run_id} is {run.status}: only failed or stopped runs can be resumed")
-    store.update_run(run_id, status="queued", error=None, finished_at=None)
+    from .checkpoints import check_checkpoint, load_checkpoint
+
+    build_config(run.config)  # a config this version refuses is one line here, not a failed worker
+    checkpoint = load_checkpoint(run_id)  # corrupt or foreign checkpoints: one line, nothing changed
+    if checkpoint is not None:
+        check_checkpoint(checkpoint, run_id, run.config)
+    launch.check_home()
+    start = int(checkpoint["task"]) + 1 if checkpoint is not None else 0
+    if not detach:
+        console.print(f"run {run_id}: resuming at task {start + 1}/{run.n_tasks or '?'}"
+                      + ("" if checkpoint is not None else " (no checkpoint: no task had finished)"))
+    if not store.requeue_run(run_id):
+        raise UserError(f"run {run_id} is {store.get_run(run_id).status} now (changed meanwhile): not resumed")
     proc = launch.start_worker(run_id)
     if detach:
         console.print(run_id)

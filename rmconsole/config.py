@@ -55,6 +55,18 @@ class RunConfig(BaseModel):
     download: bool = False
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for torch")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        """`epochs=true` is a wrong type, not 1 (pydantic would quietly take a bool as a number)."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key)
+                expected = _number_kind(field.annotation) if field is not None else None
+                if isinstance(value, bool) and expected:
+                    raise ValueError(f"{key}={str(value).lower()}: expected {expected}, not a boolean")
+        return data
+
     @field_validator("augment", mode="before")
     @classmethod
     def _augment(cls, value: Any) -> tuple[str, ...]:
@@ -98,6 +110,16 @@ class RunConfig(BaseModel):
 
 
 KEYS = tuple(RunConfig.model_fields)
+
+
+def _number_kind(annotation: Any) -> str | None:
+    """'an integer' / 'a number' for int / float fields (optional or not), else None."""
+    text = str(annotation)
+    if text in ("<class 'int'>", "typing.Optional[int]", "int | None", "Optional[int]"):
+        return "an integer"
+    if text in ("<class 'float'>", "typing.Optional[float]", "float | None", "Optional[float]"):
+        return "a number"
+    return None
 
 
 def _one_line(err: ValidationError) -> str:

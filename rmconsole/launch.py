@@ -2,7 +2,13 @@
 
 A worker runs in its own process session (so a terminal's Ctrl-C or a closed TUI does not
 kill it, and a stop reaches its whole process group), with its output in a log file
-under RMCONSOLE_HOME/logs.
+under RMCONSOLE_HOME/logs. The group's leader is `rmconsole.supervise`, the worker's parent,
+which records how the worker ended; `run.pid` is the supervisor's pid (= the group id).
+
+Dead runs are found two ways: the supervisor records a worker's death at once (signal or
+exit code), and `reap_dead`, called by every command that lists or shows runs, catches what
+no supervisor could report: a process group killed whole, a machine that rebooted, a worker
+on another host whose heartbeat went stale.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +28,7 @@ from . import store
 from .cl.catalog import data_root
 
 STALE_AFTER_S = 30.0
+EXIT_SUPERSEDED = 3  # a worker that found its run owned or ended by someone else: it wrote nothing
 
 
 def log_path(run_id: int) -> Path:
@@ -39,12 +46,25 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def check_home() -> None:
+    """Refuse, before anything is stored, a RMCONSOLE_HOME where logs and checkpoints cannot be written."""
+    for folder in (store.home() / "logs", store.home() / "checkpoints"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise store.StoreError(f"cannot create {folder}: {err.strerror} "
+                                   f"(set RMCONSOLE_HOME to a writable folder)") from None
+        if not os.access(folder, os.W_OK):
+            raise store.StoreError(f"{folder} is not writable (set RMCONSOLE_HOME to a writable folder)")
+
+
 def start_worker(run_id: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start `python -m rmconsole.worker RUN_ID` in a new session, output to the run's log."""
+    """Start the run's supervisor (which starts `python -m rmconsole.worker RUN_ID`) in a new
+    session, output to the run's log; returns the supervisor's process."""
     path = log_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "rmconsole.worker", str(run_id)], stdout=log,
+        proc = subprocess.Popen([sys.executable, "-m", "rmconsole.supervise", str(run_id)], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=worker_env(extra_env))
     store.update_run(run_id, pid=proc.pid, host=socket.gethostname(), log_path=str(path))
@@ -67,6 +87,46 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
+def _cmdline(pid: int) -> list[str] | None:
+    """A process's argv (Linux /proc), or None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return None
+
+
+def worker_state(run: store.Run) -> str:
+    """The run's recorded local process: "ours" (alive, and its argv names this run's
+    supervisor or worker), "gone", or "other" (alive, but not recognisably ours: a pid reused by
+    another program, or a worker started in-process by some other launcher). Only "ours" is
+    ever signalled; "other" is judged by its heartbeat, like a run on another host."""
+    if not pid_alive(run.pid):
+        return "gone"
+    argv = _cmdline(run.pid)  # type: ignore[arg-type]
+    if argv is not None and any(a in ("rmconsole.supervise", "rmconsole.worker") for a in argv) \
+            and argv[-1] == str(run.id):
+        return "ours"
+    return "other"
+
+
+def worker_alive(run: store.Run) -> bool:
+    """Whether the run's recorded process on this host is alive (ours or not recognisably so)."""
+    return worker_state(run) != "gone"
+
+
+def last_log_line(run_id: int, limit: int = 200) -> str | None:
+    """The last non-empty line of the run's log: often the error that killed it."""
+    try:
+        with open(log_path(run_id), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return " ".join(lines[-1].split())[:limit] if lines else None
+
+
 def exit_reason(returncode: int | None) -> str:
     if returncode is None:
         return "worker process is gone"
@@ -79,55 +139,97 @@ def exit_reason(returncode: int | None) -> str:
     return f"worker exited with code {returncode}"
 
 
-def mark_dead(run_id: int, reason: str) -> None:
-    """Record a run whose worker died without saying so as failed (never stuck running)."""
+def mark_dead(run_id: int, reason: str) -> bool:
+    """Record a run whose worker died without saying so as failed (never stuck running), with
+    the reason, the phase it was in and the log's last line; returns whether it was marked."""
     run = store.get_run(run_id)
-    if run.status in store.ACTIVE:
-        detail = f"{reason}; last phase: {run.phase or 'none'}" + (f" of task {run.task + 1}" if run.task is not None else "")
-        store.update_run(run_id, status="failed", finished_at=store.utcnow(), error=detail)
+    if run.status not in store.ACTIVE:
+        return False
+    detail = f"{reason}; last phase: {run.phase or 'none'}" + (f" of task {run.task + 1}" if run.task is not None else "")
+    line = last_log_line(run_id)
+    if line:
+        detail += f"; last log line: {line}"
+    return store.finish_run(run_id, "failed", error=detail)
+
+
+def _heartbeat_age(run: store.Run, now: datetime) -> float | None:
+    if run.heartbeat_at is None:
+        return None
+    beat = run.heartbeat_at if run.heartbeat_at.tzinfo else run.heartbeat_at.replace(tzinfo=timezone.utc)
+    return (now - beat).total_seconds()
+
+
+def _kill_group(run: store.Run) -> None:
+    try:
+        os.killpg(run.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    except (ProcessLookupError, PermissionError, TypeError):
+        pass
 
 
 def reap_dead(runs: list[store.Run] | None = None) -> list[int]:
-    """Mark running runs on this host whose process is gone, or whose heartbeat is stale, failed."""
+    """Mark failed every queued or running run whose worker is gone or whose heartbeat is stale.
+
+    On this host a recorded pid that is gone is dead at once; a run with a stale heartbeat
+    (> STALE_AFTER_S) is dead wherever it runs (this also catches a pid reused by another
+    program). A stale worker of ours still alive here is killed first, so `failed` always means
+    not running and a resume never races a second worker; a worker elsewhere (or one we do not
+    recognise, which we never signal) sees the new status at its next heartbeat and exits.
+    """
     host = socket.gethostname()
     now = store.utcnow()
     dead = []
-    for run in runs if runs is not None else store.list_runs(status="running"):
-        if run.status != "running":
+    for run in runs if runs is not None else store.list_runs(status=store.ACTIVE):
+        if run.status not in store.ACTIVE or run.id is None:
             continue
-        if run.host == host and not pid_alive(run.pid):
-            mark_dead(run.id, "worker process is gone")
-            dead.append(run.id)
-        elif run.heartbeat_at and now - run.heartbeat_at > timedelta(seconds=STALE_AFTER_S):
-            mark_dead(run.id, f"no heartbeat for {int((now - run.heartbeat_at).total_seconds())} s")
+        state = worker_state(run) if run.host == host and run.pid is not None else "remote"
+        age = _heartbeat_age(run, now) if run.status == "running" else None
+        if state == "gone":
+            reason = "worker process is gone (no exit status was recorded: its supervisor died too)"
+        elif age is not None and age > STALE_AFTER_S:
+            reason = f"no heartbeat for {int(age)} s"
+            if state == "ours":
+                _kill_group(run)
+                reason += " (worker killed)"
+        else:
+            continue
+        if mark_dead(run.id, reason):
             dead.append(run.id)
     return dead
 
 
 def stop_run(run_id: int, grace_s: float = 10.0) -> str:
-    """SIGTERM the worker's process group, SIGKILL after the grace period; returns the status."""
+    """SIGTERM the worker's process group, SIGKILL after the grace period; returns the status.
+
+    Finished tasks stay stored (each was committed as it ended). A run on another host cannot
+    be signalled from here: it is marked stopped and its worker exits at its next heartbeat.
+    """
     run = store.get_run(run_id)
     if run.status not in store.ACTIVE:
         raise ValueError(f"run {run_id} is {run.status}, not running: nothing to stop")
-    if run.status == "queued" and not pid_alive(run.pid):
-        store.update_run(run_id, status="stopped", finished_at=store.utcnow(), error="stopped before it started")
-        return "stopped"
+    state = worker_state(run) if run.host in (None, socket.gethostname()) else "remote"
+    if state in ("remote", "other"):  # cannot (or must not) signal it: the worker obeys the store
+        where = f"on {run.host}" if state == "remote" else f"(pid {run.pid}, not started by rmconsole)"
+        store.finish_run(run_id, "stopped", error=f"stopped by request from {socket.gethostname()}; "
+                                                  f"the worker {where} exits at its next heartbeat")
+        return store.get_run(run_id).status
+    if state == "gone":
+        store.finish_run(run_id, "stopped", error="stopped before it started" if run.status == "queued"
+                         else "stopped by request (its worker was already gone)")
+        return store.get_run(run_id).status
     try:
-        os.killpg(run.pid, signal.SIGTERM)
+        os.killpg(run.pid, signal.SIGTERM)  # type: ignore[arg-type]
     except (ProcessLookupError, PermissionError, TypeError):
         pass
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and pid_alive(run.pid):
         time.sleep(0.1)
     if pid_alive(run.pid):
-        try:
-            os.killpg(run.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    run = store.get_run(run_id)
-    if run.status in store.ACTIVE:
-        store.update_run(run_id, status="stopped", finished_at=store.utcnow(), error="stopped by request")
-    return "stopped"
+        _kill_group(run)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and pid_alive(run.pid):
+            time.sleep(0.05)
+    store.finish_run(run_id, "stopped", error=f"stopped by request (no exit within {grace_s:g} s: SIGKILL)")
+    return store.get_run(run_id).status
 
 
 @dataclass
@@ -141,12 +243,13 @@ class Launched:
 
 
 def check_runnable(cfg: Any) -> None:
-    """Refuse a config whose dataset files or CUDA device are missing here (DatasetMissing /
-    ConfigError), before anything is stored."""
-    from .cl.catalog import check_available
+    """Refuse, before anything is stored, a config whose dataset files are missing or corrupt, whose
+    CUDA device is absent, or whose RMCONSOLE_HOME is not writable (one-line errors)."""
+    from .cl.catalog import verify_dataset
 
     if not cfg.download:
-        check_available(cfg.dataset)
+        verify_dataset(cfg.dataset)  # present and not corrupt
+    check_home()
     if cfg.device not in ("auto", "cpu"):  # only a CUDA device can be missing; skip importing torch otherwise
         from .worker import resolve_device
 

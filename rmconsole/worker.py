@@ -4,6 +4,11 @@ It loads the run's config from the store, runs `cl.loop.run_protocol`, and turns
 events into rows: the stream plan at start, progress and a heartbeat about once a second, a
 memory histogram per update, and a task result plus a checkpoint as each task ends. SIGTERM
 stops it cleanly (status `stopped`); a checkpoint lets `rmconsole resume` continue later.
+
+Started by `rmconsole.supervise` (its parent, which records the exit status if the worker dies
+without a word) or directly. Every end of the run goes through `store.finish_run`, so the
+first to decide wins; a heartbeat that finds the run no longer `running` (stopped from another
+host, or declared dead) makes the worker exit without writing anything more.
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ from typing import Any
 import torch
 
 from . import __version__
+from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint: re-exported)
+    CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint,
+)
 from .cl.data import DatasetMissing, load_dataset
 from .cl.events import Reporter, TaskOutcome, TaskPlan
-from .cl.loop import run_protocol
-from .config import ConfigError, RunConfig
+from .cl.loop import CheckpointMismatch, run_protocol
+from .config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
+from .launch import EXIT_SUPERSEDED
 from . import store
 
 HEARTBEAT_S = 1.0
@@ -36,24 +45,15 @@ class StopRequested(Exception):
     """SIGTERM arrived: stop at once and record the run as stopped."""
 
 
-def checkpoint_path(run_id: int) -> Path:
-    return store.home() / "checkpoints" / f"run-{run_id}.pt"
+class Superseded(Exception):
+    """Someone else ended the run (a stop from another host, dead-run detection): exit quietly."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
 
 
-def load_checkpoint(run_id: int) -> dict[str, Any] | None:
-    """The last task checkpoint of a run, or None; a corrupt file is a clear error."""
-    path = checkpoint_path(run_id)
-    if not path.exists():
-        return None
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unpickling failure means the same to the user
-        raise CheckpointError(f"checkpoint {path} cannot be loaded ({type(err).__name__}); "
-                              f"delete it to restart run {run_id} from the beginning") from None
-
-
-class CheckpointError(Exception):
-    pass
+_signal_state: dict[str, Any] = {"stopping": False, "superseded": None}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -89,9 +89,10 @@ class StoreReporter(Reporter):
     """Writes the loop's events to the store; progress is flushed by a heartbeat thread so
     that counting samples costs nothing on the training path."""
 
-    def __init__(self, run_id: int, n_tasks: int) -> None:
+    def __init__(self, run_id: int, n_tasks: int, config: dict[str, Any] | None = None) -> None:
         self.run_id = run_id
         self.n_tasks = n_tasks
+        self.config = config  # written into every checkpoint, checked on resume
         self.lock = threading.Lock()
         self.task: int | None = None
         self.phase_name: str | None = None
@@ -122,14 +123,22 @@ class StoreReporter(Reporter):
                     "eta_s": round(eta, 1) if eta is not None else None}
 
     def flush(self) -> None:
-        store.update_run(self.run_id, **self._progress())
+        """Write progress; if the run is no longer `running`, someone else ended it: stop."""
+        status = store.heartbeat(self.run_id, **self._progress())
+        if status == "running" or _signal_state["superseded"]:
+            return
+        _signal_state["superseded"] = status
+        print(f"run {self.run_id} is now {status} in the store (ended elsewhere): this worker exits", flush=True)
+        if threading.current_thread() is threading.main_thread():
+            raise Superseded(status)
+        os.kill(os.getpid(), signal.SIGTERM)  # reaches the main thread as Superseded
 
     def _beat(self) -> None:
         while not self.stop.wait(HEARTBEAT_S):
             try:
                 self.flush()
             except Exception as err:  # noqa: BLE001 - a missed heartbeat must not kill training
-                print(f"heartbeat failed: {err}", file=sys.stderr, flush=True)
+                print(f"heartbeat failed: {' '.join(str(err).split())[:300]}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.stop.set()
@@ -161,13 +170,14 @@ class StoreReporter(Reporter):
               f"histogram {histogram}", flush=True)
 
     def task_finished(self, outcome: TaskOutcome, checkpoint: dict[str, Any] | None) -> None:
-        if checkpoint is not None:
-            path = checkpoint_path(self.run_id)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            torch.save(checkpoint, tmp)
-            os.replace(tmp, path)
+        # the result first, then the checkpoint: a kill in between leaves a checkpoint one task
+        # behind the results, and the resume recomputes (identically) that task; the reverse
+        # order could leave a checkpoint past a result that was never stored
         summary = store.record_task(self.run_id, outcome)
+        if checkpoint is not None:
+            if self.config is None:
+                self.config = store.get_run(self.run_id).config
+            save_checkpoint(self.run_id, checkpoint, self.config)
         with self.lock:
             self.task_seconds.append(outcome.seconds)
         print(f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}% "
@@ -178,32 +188,87 @@ class StoreReporter(Reporter):
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
+    if _signal_state["stopping"]:  # a second signal (group kill + forward, a second Ctrl-C): one stop
+        return
+    _signal_state["stopping"] = True
+    if _signal_state["superseded"]:
+        raise Superseded(_signal_state["superseded"])
     raise StopRequested()
+
+
+def _die_with_parent() -> None:
+    """Under a supervisor: if it dies (even by SIGKILL), the kernel kills this worker too, so
+    a live worker always has a parent that will record how it ended (Linux)."""
+    parent = os.environ.get("RMCONSOLE_SUPERVISOR_PID")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # the supervisor died before prctl took effect
+        os._exit(1)
+
+
+def _claim(run_id: int, fields: dict[str, Any]) -> str:
+    """queued -> running with the worker's facts, in one transaction; returns the status found.
+    Only a queued run is started, so a stopped or already running run never gets a second worker."""
+
+    def apply(session: Any) -> str:
+        run = session.get(store.Run, run_id)
+        if run is None:
+            raise store.UnknownRun(run_id)
+        found = run.status
+        if found == "queued":
+            for key, value in fields.items():
+                setattr(run, key, value)
+            session.add(run)
+        return found
+
+    return store.write(apply)
 
 
 def train(run_id: int) -> str:
     """Run the stored run to its end; returns the final status."""
     run = store.get_run(run_id)
-    cfg = RunConfig(**run.config)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = resolve_device(cfg.device)
+    cfg = build_config(run.config)
+    if run.started_at is None:  # never started: a checkpoint here is a leftover of a deleted run with this id
+        remove_checkpoint(run_id)
     resume = load_checkpoint(run_id)
     if resume is not None:
-        store.delete_results_from(run_id, int(resume["task"]) + 1)
-        print(f"resuming after task {int(resume['task']) + 1} from {checkpoint_path(run_id)}", flush=True)
-    store.update_run(run_id, status="running", pid=os.getpid(), host=socket.gethostname(), device=str(device),
-                     versions=package_versions(), git_commit=git_commit(), started_at=store.utcnow(),
-                     heartbeat_at=store.utcnow(), error=None, finished_at=None)
-    reporter = StoreReporter(run_id, cfg.n_tasks)
+        check_checkpoint(resume, run_id, run.config)
+    threads = cfg.threads or (resume or {}).get("threads")  # same thread count, same float sums
+    if threads:
+        torch.set_num_threads(int(threads))
+    device = resolve_device(cfg.device)
+    fields = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
+                  git_commit=git_commit(), started_at=store.utcnow(), heartbeat_at=store.utcnow(), error=None,
+                  finished_at=None)
+    if not os.environ.get("RMCONSOLE_SUPERVISOR_PID"):  # under a supervisor, the pid is the supervisor's group
+        fields["pid"] = os.getpid()
+    found = _claim(run_id, fields)
+    if found != "queued":
+        raise Superseded(found)
+    start = int(resume["task"]) + 1 if resume is not None else 0
+    store.delete_results_from(run_id, start)  # rows of an unfinished task from an earlier attempt
+    if resume is not None:
+        print(f"resuming after task {start} from {checkpoint_path(run_id)}", flush=True)
+    reporter = StoreReporter(run_id, cfg.n_tasks, run.config)
     try:
         data = load_dataset(cfg.dataset, download=cfg.download, image_size=cfg.image_size)
         run_protocol(cfg, data, device, reporter, resume=resume)
     finally:
         reporter.close()
-    store.update_run(run_id, status="finished", finished_at=store.utcnow(), phase="done", eta_s=0.0,
-                     heartbeat_at=store.utcnow())
+    if not store.finish_run(run_id, "finished", only_from=("running",), phase="done", eta_s=0.0,
+                            heartbeat_at=store.utcnow()):
+        raise Superseded(store.get_run(run_id).status)
     return "finished"
+
+
+def _one_line(message: str, limit: int = 500) -> str:
+    return " ".join(message.split())[:limit]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,26 +277,31 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m rmconsole.worker RUN_ID", file=sys.stderr)
         return 2
     run_id = int(argv[0])
+    _die_with_parent()
     signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, _on_sigterm)
     try:
         status = train(run_id)
         print(f"run {run_id} {status}", flush=True)
         return 0
     except StopRequested:
-        store.update_run(run_id, status="stopped", finished_at=store.utcnow(), error="stopped by request (SIGTERM)")
+        store.finish_run(run_id, "stopped", error="stopped by request (SIGTERM)")
         print(f"run {run_id} stopped", flush=True)
         return 143
-    except (DatasetMissing, ConfigError, CheckpointError) as err:
-        message = str(err)
+    except Superseded as err:
+        print(f"run {run_id} is {err.status} (not this worker's to run or end): nothing written", flush=True)
+        return EXIT_SUPERSEDED
+    except (DatasetMissing, ConfigError, CheckpointError, CheckpointMismatch) as err:
+        message = _one_line(str(err))
     except store.UnknownRun as err:
         print(str(err), file=sys.stderr, flush=True)
         return 2
     except Exception as err:  # noqa: BLE001 - record any crash on the run, with its traceback in the log
         traceback.print_exc()
-        message = f"{type(err).__name__}: {err}"
+        message = _one_line(f"{type(err).__name__}: {err}") + " (traceback in the run's log)"
     print(f"run {run_id} failed: {message}", file=sys.stderr, flush=True)
     try:
-        store.update_run(run_id, status="failed", finished_at=store.utcnow(), error=message)
+        store.finish_run(run_id, "failed", error=message)
     except Exception as err:  # noqa: BLE001
         print(f"could not record the failure: {err}", file=sys.stderr, flush=True)
     return 1

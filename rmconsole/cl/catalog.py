@@ -91,3 +91,93 @@ def check_available(name: str, root: Path | None = None) -> None:
             how = ("point RMCONSOLE_DATA at the folder that holds it" if name in ("tiny_imagenet", "imagenet")
                    else HOW_TO_GET.format(name=name) + ", or set download=true")
             raise DatasetMissing(f"dataset {name!r} not found: {path} does not exist; {how}")
+
+
+class DatasetCorrupt(DatasetMissing):
+    """A dataset's files are there but damaged (wrong size, bad header, checksum mismatch)."""
+
+
+_IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def _idx_shape(path: Path) -> tuple[list[int], int]:
+    """(dims, byte size) of an MNIST idx file, plain or .gz, from its header and size alone."""
+    import gzip
+    import struct
+
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as f:
+            header = f.read(16)
+        with open(path, "rb") as f:  # gzip's trailer holds the uncompressed size (mod 2**32)
+            f.seek(-4, os.SEEK_END)
+            size = struct.unpack("<I", f.read(4))[0]
+    else:
+        with open(path, "rb") as f:
+            header = f.read(16)
+        size = path.stat().st_size
+    if len(header) < 8 or header[0] != 0 or header[1] != 0 or header[2] != 0x08 or header[3] not in (1, 3):
+        raise ValueError("not an idx file of unsigned bytes (bad magic number)")
+    nd = header[3]
+    dims = list(struct.unpack(f">{nd}I", header[4:4 + 4 * nd]))
+    return dims, size
+
+
+def _has_entries(folder: str) -> bool:
+    with os.scandir(folder) as entries:
+        return next(entries, None) is not None
+
+
+def verify_dataset(name: str, root: Path | None = None) -> None:
+    """Check a dataset's files without loading it: present (check_available), and not damaged:
+    MNIST-style idx headers must match the file sizes and each other, CIFAR files must match
+    torchvision's MD5 sums, ImageFolder trees must hold the same non-empty class folders.
+    Raises DatasetMissing / DatasetCorrupt with one line; the CLI calls it before storing a run."""
+    import math
+    import struct
+
+    root = data_root() if root is None else Path(root)
+    check_available(name, root)
+    fix = (f"fetch it again (`rmconsole data get {name}`, needs internet) or point RMCONSOLE_DATA at a good copy"
+           if name in ("mnist", "fashion_mnist", "cifar10", "cifar100") else "point RMCONSOLE_DATA at a good copy")
+    if name in ("mnist", "fashion_mnist"):
+        raw = root / {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}[name] / "raw"
+        shapes = {}
+        for base in _IDX_FILES:
+            path = raw / base if (raw / base).exists() else raw / f"{base}.gz"
+            if not path.exists():
+                raise DatasetMissing(f"dataset {name!r} not found: {raw / base} does not exist; {fix}")
+            try:
+                dims, size = _idx_shape(path)
+            except (OSError, ValueError, EOFError, struct.error) as err:
+                raise DatasetCorrupt(f"dataset {name!r} is corrupt: {path} cannot be read ({err}); {fix}") from None
+            expected = 4 * (len(dims) + 1) + math.prod(dims)
+            if size != expected:
+                raise DatasetCorrupt(f"dataset {name!r} is corrupt: {path} holds {size} bytes, its header says "
+                                     f"{expected}; {fix}")
+            shapes[base] = dims
+        for split in ("train", "t10k"):
+            if shapes[f"{split}-images-idx3-ubyte"][0] != shapes[f"{split}-labels-idx1-ubyte"][0]:
+                raise DatasetCorrupt(f"dataset {name!r} is corrupt: {split} images and labels differ in count; {fix}")
+    elif name in ("cifar10", "cifar100"):
+        from torchvision.datasets import CIFAR10, CIFAR100
+        from torchvision.datasets.utils import check_integrity
+
+        cls = CIFAR10 if name == "cifar10" else CIFAR100
+        for filename, md5 in [*cls.train_list, *cls.test_list, (cls.meta["filename"], cls.meta["md5"])]:
+            path = root / cls.base_folder / filename
+            if not check_integrity(str(path), md5):
+                what = "does not exist" if not path.exists() else "fails its MD5 check"
+                raise DatasetCorrupt(f"dataset {name!r} is corrupt: {path} {what}; {fix}")
+    elif name in ("tiny_imagenet", "imagenet"):
+        base = root / {"tiny_imagenet": "tiny-imagenet-200", "imagenet": "imagenet"}[name]
+        classes = {}
+        for split in ("train", "val"):
+            folders = sorted((e for e in os.scandir(base / split) if e.is_dir()), key=lambda e: e.name)
+            empty = next((f.path for f in folders if not _has_entries(f.path)), None)
+            if not folders or empty:
+                raise DatasetCorrupt(f"dataset {name!r} is corrupt: {empty or base / split} has no images "
+                                     f"(expected one folder of images per class); {fix}")
+            classes[split] = [f.name for f in folders]
+        if classes["train"] != classes["val"]:
+            raise DatasetCorrupt(f"dataset {name!r} is corrupt: {base / 'val'} has other class folders than "
+                                 f"{base / 'train'}; {fix}")

@@ -16,7 +16,9 @@ from typing import Callable, Protocol
 import torch
 from torch import Tensor
 
-from .catalog import DATASETS, HOW_TO_GET, DatasetMissing, check_available, data_root  # noqa: F401
+from .catalog import (  # noqa: F401  (re-exported for callers of cl.data)
+    DATASETS, HOW_TO_GET, DatasetCorrupt, DatasetMissing, check_available, data_root, verify_dataset,
+)
 
 
 class ImageSource(Protocol):
@@ -181,8 +183,9 @@ def _load_torchvision(name: str, root: Path, download: bool) -> Dataset:
             f"dataset {name!r} not found or corrupt under {root / folder} ({err}); "
             + HOW_TO_GET.format(name=name)
         ) from None
-    except (OSError, ValueError, EOFError) as err:
-        raise DatasetMissing(f"dataset {name!r} under {root / folder} could not be read ({err})") from None
+    except (OSError, ValueError, EOFError, AssertionError) as err:  # torchvision asserts on a bad idx header
+        raise DatasetMissing(f"dataset {name!r} under {root / folder} could not be read "
+                             f"({type(err).__name__}: {' '.join(str(err).split())[:160]})") from None
     return Dataset(name, train, test, names, *stats, crop_padding=pad)
 
 

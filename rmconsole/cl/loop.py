@@ -20,6 +20,10 @@ from .events import Reporter, TaskOutcome, TaskPlan
 from .methods import Method, Setup, Task, method_class
 
 
+class CheckpointMismatch(ValueError):
+    """A resume checkpoint that does not fit this run's method or stream (one line)."""
+
+
 @dataclass
 class Protocol:
     """The stream of a run: class order, remapped labels, tasks and evaluation scope."""
@@ -87,12 +91,9 @@ def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Report
     method = method_class(cfg.method)(setup)
     start = 0
     if resume is not None:
-        method.load_state_dict(resume["method"])
-        augmenter.load_state_dict(resume["augmenter"])
-        torch.set_rng_state(resume["torch_rng"])
-        start = int(resume["task"]) + 1
-    reporter.run_started(protocol.plans(data.n_classes), protocol.class_order, data.class_names,
-                         augmenter.describe())
+        start = restore(resume, cfg, protocol, method, augmenter, device)
+    plans = protocol.plans(data.n_classes)
+    reporter.run_started(plans, protocol.class_order, data.class_names, augmenter.describe())
     outcomes = []
     for t in range(start, len(protocol.tasks)):
         started = time.perf_counter()
@@ -109,7 +110,39 @@ def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Report
                               classes, time.perf_counter() - started, method.best_epoch_accuracy,
                               {"memory": dict(method.memory_info)})
         checkpoint = {"task": t, "method": method.state_dict(), "augmenter": augmenter.state_dict(),
-                      "torch_rng": torch.get_rng_state()}
+                      "torch_rng": torch.get_rng_state(), "method_name": cfg.method,
+                      "stream_hashes": [p.stream_hash for p in plans]}
+        if device.type == "cuda":
+            checkpoint["cuda_rng"] = torch.cuda.get_rng_state_all()
         reporter.task_finished(outcome, checkpoint)
         outcomes.append(outcome)
     return outcomes
+
+
+def restore(resume: dict[str, Any], cfg: Any, protocol: Protocol, method: Method, augmenter: Augmenter,
+            device: torch.device) -> int:
+    """Put a checkpoint's state back (method, augmenter, RNGs) and return the task to start at.
+
+    Everything that draws randomness or carries learning from task to task is in the
+    checkpoint, so a resumed run continues exactly as the uninterrupted run would have.
+    """
+    name = resume.get("method_name", cfg.method)
+    if name != cfg.method:
+        raise CheckpointMismatch(f"checkpoint holds method {name!r}, the run is method {cfg.method!r}")
+    hashes = resume.get("stream_hashes")
+    if hashes is not None and hashes != [streams.stream_hash(s) for s in protocol.tasks]:
+        raise CheckpointMismatch("checkpoint was written for another task stream (dataset, seed, tasks or blurry differ)")
+    start = int(resume["task"]) + 1
+    if start > len(protocol.tasks):
+        raise CheckpointMismatch(f"checkpoint is after task {start}, the run has {len(protocol.tasks)} tasks")
+    try:
+        method.load_state_dict(resume["method"])
+        augmenter.load_state_dict(resume["augmenter"])
+        torch.set_rng_state(resume["torch_rng"])
+        if device.type == "cuda" and resume.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(resume["cuda_rng"])
+    except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as err:
+        detail = " ".join(str(err).split())[:200] or type(err).__name__
+        raise CheckpointMismatch(f"checkpoint does not fit method {cfg.method!r} ({type(err).__name__}: "
+                                 f"{detail})") from None
+    return start

@@ -13,3 +13,9 @@ __all__ = [
     "list_runs", "memory_snapshots", "reading", "record_memory", "record_start", "record_task", "run_detail",
     "run_summary", "task_results", "task_streams", "update_run", "utcnow", "write",
 ]
+
+# run lifecycle: conditional end-of-run transitions and fenced heartbeats (faults, issue 7)
+from .db import shown_url  # noqa: E402
+from .runs import finish_run, heartbeat, requeue_run  # noqa: E402
+
+__all__ += ["finish_run", "heartbeat", "requeue_run", "shown_url"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 from sqlalchemy import event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, create_engine
 
@@ -34,6 +34,27 @@ def database_url() -> str:
     if url:
         return url
     return f"sqlite:///{(home() / 'rmconsole.db').resolve()}"
+
+
+def shown_url(url: str) -> str:
+    """A database URL fit for a message: the password masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL has no password part we can find
+        return url
+
+
+def _hint() -> str:
+    if os.environ.get("RMCONSOLE_DB"):
+        return "check RMCONSOLE_DB, or unset it to use the SQLite file in RMCONSOLE_HOME"
+    return "move that file away, or set RMCONSOLE_HOME to another folder"
+
+
+def _one_line(err: BaseException) -> str:
+    """The driver's own words, without SQLAlchemy's background link, on one line."""
+    text = str(getattr(err, "orig", None) or err)
+    text = text.split("(Background on this error")[0]
+    return " ".join(text.split()) or type(err).__name__
 
 
 def _sqlite_pragmas(engine: Engine) -> None:
@@ -77,27 +98,29 @@ def get_engine(url: str | None = None) -> Engine:
         else:
             engine = create_engine(url, pool_pre_ping=True)
     except (SQLAlchemyError, ImportError, ValueError) as err:
-        raise StoreError(f"cannot use RMCONSOLE_DB={url!r}: {err}") from None
+        raise StoreError(f"cannot use the database {shown_url(url)!r}: {_one_line(err)} ({_hint()})") from None
     _create_schema(engine, url)
     _ENGINES[url] = engine
     return engine
 
 
 def _create_schema(engine: Engine, url: str) -> None:
-    """create_all, retried: several processes starting together may race to create tables."""
+    """create_all in one write transaction (BEGIN IMMEDIATE on SQLite), so that processes
+    starting together queue on the lock instead of racing to create the same table; retried
+    on lock errors, and an unreachable database is one line."""
+    bind = engine.execution_options(sqlite_begin="IMMEDIATE") if engine.dialect.name == "sqlite" else engine
     for attempt in range(10):
         try:
-            SQLModel.metadata.create_all(engine)
+            SQLModel.metadata.create_all(bind)
             return
         except OperationalError as err:
-            text = str(err.orig) if getattr(err, "orig", None) else str(err)
-            if "already exists" in text or "locked" in text:
+            text = _one_line(err)
+            if ("already exists" in text or "locked" in text or "busy" in text) and attempt < 9:
                 time.sleep(0.05 * (attempt + 1))
                 continue
-            raise StoreError(f"cannot open the store at {url}: {text}") from None
-        except SQLAlchemyError as err:
-            raise StoreError(f"cannot open the store at {url}: {err}") from None
-    SQLModel.metadata.create_all(engine)
+            raise StoreError(f"cannot open the store at {shown_url(url)}: {text} ({_hint()})") from None
+        except (SQLAlchemyError, OSError) as err:
+            raise StoreError(f"cannot open the store at {shown_url(url)}: {_one_line(err)} ({_hint()})") from None
 
 
 @contextmanager

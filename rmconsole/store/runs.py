@@ -9,7 +9,7 @@ from sqlmodel import Session, col, select
 
 from ..cl import metrics as M
 from .db import reading, write
-from .tables import MemorySnapshot, Run, TaskResult, TaskStream, utcnow
+from .tables import ACTIVE, MemorySnapshot, Run, TaskResult, TaskStream, utcnow
 
 
 class UnknownRun(Exception):
@@ -52,6 +52,54 @@ def update_run(run_id: int, **fields: Any) -> None:
         session.add(run)
 
     write(apply)
+
+
+def finish_run(run_id: int, status: str, *, only_from: Iterable[str] = ACTIVE, **fields: Any) -> bool:
+    """Move a run to `status` only if it is still in `only_from` (default: queued or running),
+    in one write transaction; returns whether it moved. Everyone who ends a run (the worker,
+    its supervisor, a stop, dead-run detection) goes through here, so the first to decide
+    wins and no later writer turns a failed run back into a stopped one or the reverse."""
+    allowed = tuple(only_from)
+
+    def apply(session: Session) -> bool:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise UnknownRun(run_id)
+        if run.status not in allowed:
+            return False
+        run.status = status
+        run.finished_at = fields.pop("finished_at", utcnow())
+        for key, value in fields.items():
+            setattr(run, key, value)
+        session.add(run)
+        return True
+
+    return write(apply)
+
+
+def requeue_run(run_id: int, only_from: Iterable[str] = ("failed", "stopped")) -> bool:
+    """failed/stopped -> queued for a resume, atomically (two resumes cannot both win); the old
+    pid, heartbeat and error are cleared so nothing mistakes the dead worker for the new one."""
+    return finish_run(run_id, "queued", only_from=only_from, finished_at=None, error=None, pid=None,
+                      heartbeat_at=None)
+
+
+def heartbeat(run_id: int, **progress: Any) -> str:
+    """Write a running worker's progress and return the run's status. The progress is written
+    only while the run is `running`; any other status means someone else ended the run (a
+    stop from another host, dead-run detection) and the worker must exit without writing."""
+
+    def apply(session: Session) -> str:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise UnknownRun(run_id)
+        if run.status == "running":
+            for key, value in progress.items():
+                setattr(run, key, value)
+            session.add(run)
+        return run.status
+
+    return write(apply)
 
 
 def list_runs(status: str | Iterable[str] | None = None, preset: str | None = None, method: str | None = None,
@@ -161,6 +209,12 @@ def delete_results_from(run_id: int, first_task: int) -> None:
         for row in session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id,
                                                              MemorySnapshot.task >= first_task)).all():
             session.delete(row)
+        session.flush()
+        run = session.get(Run, run_id)
+        if run is not None:  # the summary must not keep metrics of the dropped tasks
+            results = _results(session, run_id)
+            run.metrics = summarize_results(results) if results else None
+            session.add(run)
 
     write(apply)
 

@@ -62,6 +62,9 @@ class Method:
     name: ClassVar[str] = "er"
     default_memory_policy: ClassVar[str] = "random"
     single_task: ClassVar[bool] = False  # joint training sees the whole train set as one task
+    # attributes beyond the base state that carry over from task to task (EWC's Fisher, BiC's
+    # bias layer, ...): checkpointed and restored by name; modules by their state_dict
+    checkpoint_attrs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
@@ -291,6 +294,7 @@ class Method:
             "memory": self.memory.state_dict(),
             "seen": self.seen.cpu(),
             "gen": self.gen.get_state(),
+            "extra": {name: _checkpointable(getattr(self, name)) for name in self.checkpoint_attrs},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -301,6 +305,29 @@ class Method:
         if state.get("optimizer") is not None:
             self.optimizer = self.make_optimizer()
             self.optimizer.load_state_dict(state["optimizer"])
+        for name in self.checkpoint_attrs:
+            value, current = state["extra"][name], getattr(self, name, None)
+            if isinstance(current, torch.nn.Module):
+                current.load_state_dict(value)
+            else:
+                setattr(self, name, _on_device(value, self.device))
+
+
+def _checkpointable(value: Any) -> Any:
+    """A module as its state_dict, tensors moved to the CPU (weights_only-loadable)."""
+    if isinstance(value, torch.nn.Module):
+        return value.state_dict()
+    return _on_device(value, torch.device("cpu"))
+
+
+def _on_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _on_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_device(v, device) for v in value)
+    return value
 
 
 def _chunks(batches: list[Tensor], max_images: int) -> Iterator[list[Tensor]]:

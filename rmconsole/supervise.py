@@ -1,0 +1,79 @@
+"""`python -m rmconsole.supervise RUN_ID`: the parent of one worker, there to record how it ended.
+
+A worker killed by SIGKILL (the OOM killer, `kill -9`) has no chance to write anything, and
+once the console that launched it has exited nobody else can learn its exit status. So
+`launch.start_worker` starts this small process (it never imports torch) as the leader of the
+run's process group; it starts the worker as its child and waits. When the worker exits and
+the run is still queued or running in the store, it records `failed` with the signal or exit
+code, the phase the worker was in and the log's last line, at once, whether or not any CLI or
+TUI is open. A stop (SIGTERM to the process group) reaches both: the supervisor then waits for
+the worker, and records `stopped` if the worker could not.
+
+The worker dies with its supervisor (PR_SET_PDEATHSIG), so a live worker always has a parent
+that will speak for it; if both die at once, `launch.reap_dead` finds the run on its next look.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not argv[0].isdigit():
+        print("usage: python -m rmconsole.supervise RUN_ID", file=sys.stderr)
+        return 2
+    run_id = int(argv[0])
+    stop_requested = False
+    child: subprocess.Popen | None = None
+
+    def on_stop(signum: int, frame: Any) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+        if child is not None and child.poll() is None:  # a signal sent to this pid alone reaches the worker too
+            try:
+                child.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    env = dict(os.environ, RMCONSOLE_SUPERVISOR_PID=str(os.getpid()))
+    child = subprocess.Popen([sys.executable, "-m", "rmconsole.worker", str(run_id)], env=env,
+                             stdin=subprocess.DEVNULL)
+    returncode = child.wait()  # retried across signals (PEP 475)
+    record_end(run_id, returncode, stop_requested)
+    if returncode < 0:  # end the way the worker ended, so our parent sees the same status
+        try:
+            signal.signal(-returncode, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL/SIGSTOP have no handler to reset
+            pass
+        os.kill(os.getpid(), -returncode)
+        return 128 - returncode  # a signal whose default is to be ignored
+    return returncode
+
+
+def record_end(run_id: int, returncode: int, stop_requested: bool) -> None:
+    """If the worker left its run queued or running, say how it ended."""
+    from . import launch, store
+
+    try:
+        run = store.get_run(run_id)
+        if run.status not in store.ACTIVE or returncode == launch.EXIT_SUPERSEDED:
+            return  # the worker recorded its own end, or the run is another worker's
+        if stop_requested:
+            store.finish_run(run_id, "stopped", error=f"stopped by request ({launch.exit_reason(returncode)})")
+        else:
+            launch.mark_dead(run_id, launch.exit_reason(returncode))
+        print(f"supervisor: run {run_id} {store.get_run(run_id).status}: {launch.exit_reason(returncode)}", flush=True)
+    except Exception as err:  # noqa: BLE001 - nothing more we can do; dead-run detection is the fallback
+        print(f"supervisor: could not record the end of run {run_id}: {err}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""8 worker-like processes write to one SQLite store at once: no row lost, no "database is
+locked", and the schema is created safely by whichever process gets there first."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rmconsole import store
+
+WRITERS = 8
+STEPS = 40
+HELPER = Path(__file__).with_name("store_writer.py")
+
+
+def run_writers(home: Path, writers: int = WRITERS, steps: int = STEPS) -> list[subprocess.CompletedProcess]:
+    go = home.parent / "go"
+    env = dict(os.environ, RMCONSOLE_HOME=str(home))
+    procs = [subprocess.Popen([sys.executable, str(HELPER), str(go), str(steps), str(i)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for i in range(writers)]
+    try:
+        deadline = time.monotonic() + 120
+        while sum(1 for i in range(writers) if Path(f"{go}.ready-{i}").exists()) < writers:
+            assert time.monotonic() < deadline, "writers did not start"
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs if p.poll() is not None]
+            time.sleep(0.01)
+        assert not (home / "rmconsole.db").exists()  # nobody has created the schema yet
+        go.touch()  # all at once
+        done = []
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+        return done
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_eight_writers_lose_nothing_and_never_see_locked(isolated_home) -> None:
+    done = run_writers(isolated_home)
+    for d in done:
+        assert d.returncode == 0 and "locked" not in d.stderr, d.stderr
+    ids = sorted(int(d.stdout) for d in done)
+    assert ids == list(range(1, WRITERS + 1))
+    runs = store.list_runs()
+    assert len(runs) == WRITERS and all(r.status == "finished" for r in runs)
+    for run in runs:
+        assert run.phase_done == STEPS - 1
+        snapshots = store.memory_snapshots(run.id)
+        assert [m.task for m in snapshots] == list(range(STEPS))
+        assert all(m.info == {"writer": run.preset.removeprefix("writer-")} for m in snapshots)
+        assert [r.task for r in store.task_results(run.id)] == list(range(STEPS // 5))
+        assert run.metrics["tasks_done"] == STEPS // 5
+        assert len(store.task_streams(run.id)) == STEPS // 5
