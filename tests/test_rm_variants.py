@@ -97,9 +97,10 @@ def test_each_setting_runs(blurry: int, stream: str) -> None:
 
 
 def test_rm_and_rm_without_da_presets_differ_only_in_augmentation() -> None:
-    for dataset in ("mnist", "cifar10"):
-        _, rm = load_config(f"{dataset}-blurry10-online")
-        _, noda = load_config(f"{dataset}-blurry10-online-noda")
+    for preset in ("mnist-blurry10-online", "cifar10-blurry10-online", "cifar100-blurry10-online",
+                   "imagenet-blurry10"):
+        _, rm = load_config(preset)
+        _, noda = load_config(f"{preset}-noda")
         assert rm.augment == ("cutmix", "autoaug") and noda.augment == ()
         differing = {k for k, v in rm.to_dict().items() if noda.to_dict()[k] != v}
         assert differing == {"augment"}
