@@ -51,6 +51,7 @@ class RunConfig(BaseModel):
     device: str = "auto"
     class_order: Literal["seed", "paper"] = "seed"
     eval_every_epoch: bool = False
+    reset_head: bool = Field(default=False, description="re-create the classifier head at every task (authors' code)")
     image_size: Optional[int] = Field(default=None, ge=8)
     download: bool = False
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for torch")

@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+# The tests train on tiny tensors: one torch thread is faster, and on a shared, loaded CPU
+# several threads per process oversubscribe the cores (measured 20x slower at load 13 on 2
+# cores). Set before torch is imported; worker subprocesses inherit it. A user's value wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RMCONSOLE_TEST_DATA", REPO.parent / "shared" / "data"))
 

@@ -111,3 +111,66 @@ def test_parse_augment_rejects_unknown_names() -> None:
         A.parse_augment("cutmix autoaug")  # the authors' issue #11 token
     with pytest.raises(ValueError):
         A.parse_augment("cutmix+mixup")
+
+
+SETTINGS = {  # paper Table 4's rows, as `augment` values
+    "none": (), "cutmix": ("cutmix",), "randaug": ("randaug",), "autoaug": ("autoaug",),
+    "cutmix+autoaug": ("cutmix", "autoaug"),
+}
+
+
+def _augmenter(names: tuple[str, ...], seed: int = 0) -> A.Augmenter:
+    return A.Augmenter(names, torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1), 4, seed)
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_parse_augment_settings(setting: str) -> None:
+    assert A.parse_augment(setting) == SETTINGS[setting]
+    assert A.parse_augment(setting.upper().replace("+", ",")) == SETTINGS[setting]
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_each_setting_augments_every_sample_on_its_own(setting: str) -> None:
+    """A batch of 64 copies of one image: crop/flip and the policy are drawn per sample, so the
+    batch comes out with many distinct images. Crop/flip only move pixels (and pad with 0); a
+    policy also makes pixel values the image never had, in many samples but not in all."""
+    aug = _augmenter(SETTINGS[setting])
+    one = torch.randint(0, 256, (1, 1, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(5))
+    out = aug.train(one.repeat(64, 1, 1, 1))
+    assert out.shape == (64, 1, 16, 16) and out.dtype == torch.float32
+    assert len({img.numpy().tobytes() for img in out}) > 20
+    values = (out * 255).round().to(torch.uint8)  # mean 0, std 1: undo the scaling only
+    known = torch.isin(values, torch.cat([one.flatten(), torch.tensor([0], dtype=torch.uint8)]))
+    new_values = int((~known).flatten(1).any(1).sum())
+    if "randaug" in setting or "autoaug" in setting:
+        assert 10 < new_values < 64
+    else:
+        assert new_values == 0
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_describe_names_the_effective_pipeline(setting: str) -> None:
+    steps = _augmenter(SETTINGS[setting]).describe()
+    assert steps[:2] == ["random_crop(padding=4)", "horizontal_flip(p=0.5)"] and "normalize" in steps
+    assert any(s.startswith("randaugment") for s in steps) == ("randaug" in setting)
+    assert any(s.startswith("autoaugment") for s in steps) == ("autoaug" in setting)
+    assert any(s.startswith("cutmix") for s in steps) == ("cutmix" in setting)
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_cutmix_only_when_enabled_and_about_half_the_batches(setting: str) -> None:
+    aug = _augmenter(SETTINGS[setting], seed=1)
+    x, y = torch.rand(8, 1, 16, 16), torch.arange(8)
+    mixed = [aug.maybe_cutmix(x, y) is not None for _ in range(400)]
+    if "cutmix" in setting:
+        assert 150 < sum(mixed) < 250
+    else:
+        assert not any(mixed)
+
+
+@pytest.mark.parametrize("bad", ["cutmix autoaug", "mixup", "cutmix+cutout", ["cutmix", "autoaugment"], "randaug+autoaug"])
+def test_unknown_or_conflicting_augmentation_is_rejected_everywhere(bad) -> None:
+    with pytest.raises(ValueError):
+        A.parse_augment(bad)
+    with pytest.raises(ValueError):
+        _augmenter(tuple(bad) if isinstance(bad, list) else (bad,))

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from rmconsole.cl import memory as M
@@ -100,3 +101,113 @@ def test_memory_histogram_and_capacity() -> None:
         pass
     else:
         raise AssertionError("over capacity accepted")
+
+
+def test_step_positions_are_even_over_the_ranking() -> None:
+    """i_j = floor(j n / k): k distinct ranks, first the most certain, gaps of floor or ceil of n/k,
+    the last within one step of the least certain end."""
+    for n in (11, 19, 20, 57, 100, 1000, 1001):
+        for k in (1, 3, 10, 50):
+            if n <= k:
+                continue
+            pos = M.step_positions(n, k)
+            gaps = pos.diff()
+            assert len(pos) == k and pos[0] == 0 and bool((gaps > 0).all())
+            assert set(gaps.tolist()) <= {n // k, -(-n // k)}
+            assert n - n / k - 1 <= pos[-1] <= n - 1
+
+
+def test_uncertainty_select_takes_one_sample_per_stratum_of_the_ranking() -> None:
+    """With n = 100 candidates and k = 10 slots, exactly one pick in each tenth of the ranking."""
+    gen = torch.Generator().manual_seed(3)
+    uncertainty = torch.rand(100, generator=gen)
+    chosen = M.uncertainty_select(torch.arange(100), torch.zeros(100, dtype=torch.long), uncertainty, 10, [0], gen)
+    rank = torch.argsort(torch.argsort(uncertainty))  # 0 = most certain
+    assert sorted((rank[chosen] // 10).tolist()) == list(range(10))
+
+
+def test_class_balanced_select_keeps_rare_classes_whole_and_fills_to_capacity() -> None:
+    gen = torch.Generator().manual_seed(4)
+    labels = torch.tensor([0] * 5 + [1] * 100 + [2] * 100)
+    chosen = M.class_balanced_select(torch.arange(205), labels, 60, [0, 1, 2], gen)
+    counts = torch.bincount(labels[chosen], minlength=3).tolist()
+    assert len(chosen) == 60 and len(chosen.unique()) == 60
+    assert counts[0] == 5 and counts[1] >= 20 and counts[2] >= 20  # k_c = 20 each, 15 spare slots filled
+
+
+def test_random_select_is_a_uniform_subset() -> None:
+    hits = torch.zeros(50)
+    for s in range(400):
+        hits[M.random_select(torch.arange(50), 10, torch.Generator().manual_seed(s))] += 1
+    assert hits.sum() == 4000 and hits.min() > 40 and hits.max() < 125  # expectation 80 each
+
+
+def test_reservoir_over_several_tasks_counts_everything_seen() -> None:
+    gen = torch.Generator().manual_seed(6)
+    memory, seen = torch.empty(0, dtype=torch.long), 0
+    for t in range(4):
+        memory, seen = M.reservoir_update(memory, torch.arange(t * 100, (t + 1) * 100), seen, 30, gen)
+        assert len(memory) == 30 and len(memory.unique()) == 30
+    assert seen == 400 and (memory >= 300).sum() < 20  # the last task does not take over the memory
+
+
+# ---------------------------------------------------------------- any method, any policy
+
+
+def _setup(overrides: dict):
+    from rmconsole.cl.data import load_digits
+    from rmconsole.cl.loop import build_protocol, make_augmenter
+    from rmconsole.cl.methods import Setup
+    from rmconsole.config import load_config
+
+    _, cfg = load_config(None, {"epochs": 1, **overrides})
+    data = load_digits()
+    proto = build_protocol(cfg, data)
+    setup = Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, torch.device("cpu"),
+                  make_augmenter(cfg, data, torch.device("cpu")))
+    return setup, proto
+
+
+def _methods() -> list[str]:
+    from rmconsole.cl.methods import METHODS
+
+    return sorted(cls.name for cls in set(METHODS.values()) if not cls.single_task)  # aliases once
+
+
+def test_each_method_has_a_paper_default_policy() -> None:
+    from rmconsole.cl.methods import METHODS
+
+    for name, cls in METHODS.items():
+        assert cls.default_memory_policy in M.MEMORY_POLICIES, name
+    assert METHODS["rm"].default_memory_policy == "uncertainty"
+    assert METHODS["finetune"].default_memory_policy == "random"
+
+
+@pytest.mark.parametrize("policy", M.MEMORY_POLICIES)
+@pytest.mark.parametrize("method", _methods())
+def test_every_policy_is_selectable_for_every_method(method: str, policy: str) -> None:
+    """Disjoint digits, K=200: after task 1 the memory is full, holds no duplicates, comes from
+    what was streamed, and (for the class-balanced policies) has k_c = 50 of each seen class."""
+    from rmconsole.cl.methods import Task, method_class
+
+    setup, proto = _setup({"method": method, "memory_policy": policy, "blurry": 0})
+    learner = method_class(method)(setup)
+    assert learner.memory_policy == policy
+    streamed = []
+    for t in range(2):
+        task = Task(t, proto.tasks[t], 5)
+        learner.before_task(task)
+        learner.update_memory(task)
+        streamed.append(task.stream)
+        assert learner.memory_info["policy"] == policy
+    mem = learner.memory
+    assert len(mem) == 200 and len(mem.indices.unique()) == 200
+    assert bool(torch.isin(mem.indices, torch.cat(streamed)).all())
+    hist = mem.histogram(10)
+    assert sum(hist[4:]) == 0  # only classes seen so far
+    if policy in ("uncertainty", "class_balanced", "prototype"):
+        assert hist[:4] == [50, 50, 50, 50]
+    if policy == "reservoir":
+        assert mem.seen == len(proto.tasks[0]) + len(proto.tasks[1])
+    if policy == "uncertainty":
+        assert learner.memory_info["measure"] == "randaug" and sum(learner.memory_info["chosen_uncertainty"]) == 200

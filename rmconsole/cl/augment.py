@@ -372,6 +372,7 @@ class Augmenter:
     rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
+        self.names = parse_augment(tuple(self.names))  # an unknown name is an error, never dropped
         self.gen = torch.Generator().manual_seed(self.seed)
         self.rng = random.Random(self.seed)
 

@@ -15,7 +15,10 @@ from . import augment as A
 from .catalog import MEASURES
 
 
-# The authors' fixed "vr" perturbation list (sizes for 32x32 images; scaled to the image).
+# The authors' fixed "vr" perturbation list, one view each (sizes for 32x32 images; scaled to
+# the image). As in their code (torchvision's RandomHorizontalFlip / RandomVerticalFlip /
+# RandomRotation), the flips happen with probability 0.5 and the rotations draw an angle
+# uniformly in [-d, d], independently per sample; cutout centres are drawn per sample.
 VR_VIEWS = ("cutout8", "cutout16", "cutout24", "cutout32", "hflip", "vflip", "rotate45", "rotate90",
             "invert", "solarize128", "solarize64", "solarize32")
 
@@ -25,10 +28,9 @@ def _vr_view(name: str, images: Tensor, gen: torch.Generator) -> Tensor:
     if name.startswith("cutout"):
         size = max(1, round(int(name[6:]) * w / 32))
         return A.cutout(images, size, gen)
-    if name == "hflip":
-        return images.flip(-1)
-    if name == "vflip":
-        return images.flip(-2)
+    if name in ("hflip", "vflip"):
+        flip = (torch.rand(n, generator=gen) < 0.5).to(images.device).view(-1, 1, 1, 1)
+        return torch.where(flip, images.flip(-1 if name == "hflip" else -2), images)
     if name.startswith("rotate"):  # torchvision RandomRotation(d): an angle uniform in [-d, d]
         limit = float(name[6:])
         return A.rotate_per_sample(images, (torch.rand(n, generator=gen, dtype=torch.float64) * 2 - 1) * limit)
@@ -41,7 +43,11 @@ def _vr_view(name: str, images: Tensor, gen: torch.Generator) -> Tensor:
 
 
 def perturbed_views(images: Tensor, measure: str, n_views: int, gen: torch.Generator) -> Tensor:
-    """(n_views, N, C, H, W) uint8 perturbations of `images`; each view is an independent draw."""
+    """(n_views, N, C, H, W) uint8 perturbations of `images`; each view is an independent draw.
+
+    randaug / autoaug: every view of every sample gets its own RandAugment (2 ops, random
+    magnitude) / AutoAugment (CIFAR10 policy) draw. vr: view v is VR_VIEWS[v % 12].
+    """
     if measure == "randaug":
         stacked = images.repeat(n_views, 1, 1, 1)
         return A.randaugment(stacked, gen).view(n_views, *images.shape)
@@ -64,6 +70,10 @@ def vote_uncertainty(predict: Callable[[Tensor], Tensor], images_of: Callable[[T
     `none` is the non-Monte-Carlo baseline of Table 7: one clean forward pass and
     u(x) = 1 - max softmax probability ("least confidence"); it has no votes (None).
     """
+    if measure not in MEASURES:
+        raise ValueError(f"unknown uncertainty measure {measure!r}; allowed: {', '.join(MEASURES)}")
+    if n_views < 1:
+        raise ValueError(f"uncertainty needs at least one view, got {n_views}")
     uncertainty = torch.empty(len(candidates))
     votes = torch.empty(len(candidates), dtype=torch.long)
     views_per_chunk = 1 if measure == "none" else n_views

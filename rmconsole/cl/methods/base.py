@@ -187,7 +187,15 @@ class Method:
 
     def before_task(self, task: Task) -> None:
         self.seen |= torch.bincount(self.labels_of(task.stream), minlength=self.n_classes).bool()
+        if getattr(self.cfg, "reset_head", False):
+            self.reset_head()
         self.optimizer = self.make_optimizer()  # optimiser and schedule reset each task
+
+    def reset_head(self) -> None:
+        """A freshly initialised classifier head: the authors' code builds a new `fc` at every
+        task (`before_task`), even when the class count does not change (blurry streams)."""
+        old = self.model.fc
+        self.model.fc = torch.nn.Linear(old.in_features, old.out_features).to(self.device)
 
     def learn_task(self, task: Task) -> None:
         if self.cfg.stream == "online":
