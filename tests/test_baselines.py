@@ -11,7 +11,7 @@ from rmconsole.cl.data import load_digits
 from rmconsole.cl.loop import build_protocol, make_augmenter, run_protocol
 from rmconsole.cl.methods import METHODS, Setup, Task, method_class
 from rmconsole.cl.methods.incremental import split_new_old
-from rmconsole.cl.methods.quadratic import quadratic_penalty
+from rmconsole.cl.methods.quadratic import QuadraticPenalty
 from rmconsole.config import ConfigError, load_config
 
 CPU = torch.device("cpu")
@@ -64,23 +64,30 @@ def test_short_digits_run_of_every_method(digits, name: str) -> None:
 # ---------------------------------------------------------------------- EWC / Rwalk
 
 
-def test_quadratic_penalty_value_and_gradient() -> None:
+def test_quadratic_penalty_gradient_value_and_observer() -> None:
     gen = torch.Generator().manual_seed(0)
     params = [torch.randn(3, 4, generator=gen, requires_grad=True), torch.randn(5, generator=gen, requires_grad=True)]
-    weights = [torch.rand(3, 4, generator=gen), torch.rand(5, generator=gen)]
-    centres = [torch.randn(3, 4, generator=gen), torch.randn(5, generator=gen)]
-    value = quadratic_penalty(params, weights, centres, 2.5)
-    value.backward()
-    for p, w, c in zip(params, weights, centres):
-        assert torch.allclose(p.grad, 2 * 2.5 * w * (p.detach() - c), atol=1e-6)
-    explicit = 2.5 * sum((w * (p.detach() - c) ** 2).sum() for p, w, c in zip(params, weights, centres))
-    assert torch.isclose(value.detach(), explicit, rtol=1e-5)
+    penalty = QuadraticPenalty(params)
+    seen = {}
+    penalty.observer = lambda i, g: seen.__setitem__(i, g.clone())
+    for w, c in zip(penalty.weights, penalty.centres):
+        w.copy_(torch.rand(w.shape, generator=gen))
+        c.copy_(torch.randn(c.shape, generator=gen))
+    penalty.scale, penalty.active = 2.5, True
+    task_loss = sum((p * 3.0).sum() for p in params)
+    task_loss.backward()
+    for i, (p, w, c) in enumerate(zip(params, penalty.weights, penalty.centres)):
+        assert torch.allclose(seen[i], torch.full_like(p, 3.0))  # the observer sees the task loss's gradient
+        assert torch.allclose(p.grad, 3.0 + 2 * 2.5 * w * (p.detach() - c), atol=1e-6)  # then the penalty's joins
+    explicit = 2.5 * sum((w * (p.detach() - c) ** 2).sum() for p, w, c in zip(params, penalty.weights, penalty.centres))
+    assert torch.isclose(penalty.value(), explicit, rtol=1e-5)
 
 
 def test_ewc_consolidation_is_the_sum_of_per_task_penalties(digits) -> None:
     ewc, _ = build("ewc", digits)
     gen = torch.Generator().manual_seed(1)
     params = ewc.trainable()
+    assert ewc.penalty() is None  # applied as a gradient by parameter hooks, not through the loss
     tasks = [([torch.rand(p.shape, generator=gen) for p in params], [torch.randn(p.shape, generator=gen) for p in params])
              for _ in range(3)]
     for fisher, anchor in tasks:
@@ -90,27 +97,27 @@ def test_ewc_consolidation_is_the_sum_of_per_task_penalties(digits) -> None:
             p.copy_(torch.randn(p.shape, generator=gen))
     explicit = sum(0.5 * ewc.reg_weight * (f * (p - a) ** 2).sum()
                    for fisher, anchor in tasks for p, f, a in zip(params, fisher, anchor))
-    assert torch.isclose(ewc.penalty().detach(), explicit.detach(), rtol=1e-4)
+    assert abs(ewc.penalty_value() - float(explicit)) <= 1e-4 * float(explicit)
 
 
 def test_ewc_penalty_is_nonzero_after_the_first_task(digits) -> None:
     ewc, proto = build("ewc", digits)
-    assert ewc.penalty() is None  # nothing consolidated before the first task ends
-    assert ewc.memory_policy == "reservoir" and ewc.reg_weight == 100.0
+    assert ewc.penalty_value() == 0.0  # nothing consolidated before the first task ends
+    assert ewc.memory_policy == "reservoir" and ewc.reg_weight == 10.0
     learn(ewc, proto, 0)
     assert ewc.consolidated == 1
-    assert sum(float(a.sum()) for a in ewc.precision) > 0  # the Fisher is not zero
+    assert sum(float(a.sum()) for a in ewc.quadratic.weights) > 0  # the Fisher is not zero
     task = Task(1, proto.tasks[1], 5)
     ewc.before_task(task)
     ewc.learn_task(task)
-    assert float(ewc.penalty().detach()) > 0  # parameters left theta* of task 0 and are pulled back
+    assert ewc.penalty_value() > 0  # parameters left theta* of task 0 and are pulled back
     ewc.after_task(task)
     assert ewc.consolidated == 2
 
 
 def test_rwalk_scores_accumulate_and_change(digits) -> None:
     rwalk, proto = build("rwalk", digits)
-    assert rwalk.memory_policy == "reservoir" and rwalk.penalty() is None
+    assert rwalk.memory_policy == "reservoir" and rwalk.penalty_value() == 0.0
     learn(rwalk, proto, 0)
     first = [s.clone() for s in rwalk.score]
     assert sum(float(s.sum()) for s in first) > 0  # the path integral really accumulates
@@ -119,7 +126,7 @@ def test_rwalk_scores_accumulate_and_change(digits) -> None:
     task = Task(1, proto.tasks[1], 5)
     rwalk.before_task(task)
     rwalk.learn_task(task)
-    assert float(rwalk.penalty().detach()) > 0  # parameters left theta* of task 0
+    assert rwalk.penalty_value() > 0  # parameters left theta* of task 0
     rwalk.after_task(task)
     assert any(not torch.equal(a, b) for a, b in zip(first, rwalk.score))  # scores change task to task
 
@@ -131,7 +138,7 @@ def test_rwalk_score_is_the_loss_decrease_over_the_kl_distance(digits) -> None:
     rwalk.before_task(task)
     p = rwalk.trainable()[0]
     start = p.detach().clone()
-    p.grad = torch.full_like(p, 0.5)
+    (p * 0.5).sum().backward()  # task-loss gradient 0.5 everywhere
     with torch.no_grad():
         p.sub_(0.1)  # a step that lowers the loss: -g * delta = 0.05 per parameter
     rwalk.after_step()
@@ -331,7 +338,7 @@ def test_baseline_keys_are_validated(overrides, fragment) -> None:
 
 
 def test_method_defaults() -> None:
-    assert method_class("ewc").default_reg_weight == 100.0
+    assert method_class("ewc").default_reg_weight == 10.0 and method_class("rwalk").default_reg_weight == 1.0
     assert method_class("gdumb").default_memory_policy == "greedy_balanced"
     assert method_class("icarl").default_memory_policy == "prototype"
     for name in ("mnist-blurry10-online-ewc", "mnist-blurry10-online-rwalk", "mnist-blurry10-online-bic",

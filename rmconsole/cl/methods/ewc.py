@@ -6,7 +6,8 @@ What differs from experience replay:
   own predictive distribution (the Fisher as defined, not the "empirical" one with true labels);
 - while learning later tasks the loss gets lambda/2 * sum_t sum_i F_t,i (theta_i - theta*_t,i)^2,
   one penalty per finished task (the paper's multi-task form). The sum of quadratics is kept as
-  one quadratic (precision A, centre c, constant) so a step costs one penalty term, not T;
+  one quadratic (precision A, centre c, constant) so a step costs one penalty term, not T, and
+  its gradient is added in place by parameter hooks (quadratic.py);
 - the memory is a reservoir (the RM paper's "fair comparison" setting).
 
 The Fisher is estimated on the data of the task's last training phase: the memory in online
@@ -23,13 +24,19 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
 from .base import Method, Task
-from .quadratic import quadratic_penalty
+from .quadratic import QuadraticPenalty
 
 
 class EWC(Method):
     name = "ewc"
     default_memory_policy = "reservoir"
-    default_reg_weight = 100.0  # the RM authors' reg_coef
+    # Gradient descent on lambda/2 * A (theta - c)^2 is stable only while lr * lambda * A_max <
+    # 2(1 + mu)/(1 + 2 mu) ~ 1.36 (SGD, Nesterov momentum mu = 0.9). With the per-sample Fisher,
+    # A_max grows by up to 1/4 per task (output biases: F = p(1 - p)), so after 4 tasks at lr 0.05
+    # lambda must stay below ~27: the RM authors' 100 (meant for their minibatch Fisher, about
+    # batch-size times smaller) diverges from the third task on. 10 is the largest power of ten
+    # under the bound, fixed before looking at any accuracy.
+    default_reg_weight = 10.0
 
     @property
     def reg_weight(self) -> float:
@@ -37,20 +44,21 @@ class EWC(Method):
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)
-        params = self.trainable()
-        self.precision = [torch.zeros_like(p) for p in params]  # A = sum_t F_t
-        self.centre = [p.detach().clone() for p in params]  # c = sum_t F_t theta*_t / A
-        self.constant = 0.0  # sum_t F_t (theta*_t - c)^2, so the penalty value is exact
+        # A (theta - c)^2 + constant = sum_t F_t (theta - theta*_t)^2: A = sum_t F_t (`weights`),
+        # c the Fisher-weighted mean of the anchors (`centres`); applied as a gradient (quadratic.py)
+        self.quadratic = QuadraticPenalty(self.trainable())
         self.consolidated = 0  # tasks folded into the penalty
 
     def trainable(self) -> list[Tensor]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def penalty(self) -> Tensor | None:
-        if not self.consolidated or self.reg_weight == 0:
-            return None
-        half = 0.5 * self.reg_weight
-        return quadratic_penalty(self.trainable(), self.precision, self.centre, half) + half * self.constant
+        """None: the penalty's gradient is added by the parameter hooks of `self.quadratic`."""
+        return None
+
+    def penalty_value(self) -> float:
+        """lambda/2 * sum over finished tasks t of sum_i F_t,i (theta_i - theta*_t,i)^2, right now."""
+        return float(self.quadratic.value()) if self.consolidated else 0.0
 
     def fisher_samples(self, task: Task) -> Tensor:
         if self.cfg.stream == "online":
@@ -58,6 +66,7 @@ class EWC(Method):
         return torch.cat([task.stream, self.memory.indices])
 
     def after_task(self, task: Task) -> None:
+        check_finite(self, task)
         idx = self.fisher_samples(task)
         if len(idx) == 0:
             return
@@ -72,26 +81,31 @@ class EWC(Method):
     def consolidate(self, fisher: list[Tensor], anchor: list[Tensor]) -> None:
         """Fold F (theta - anchor)^2 into A (theta - c)^2 + constant, exactly:
         A(x-c)^2 + F(x-b)^2 = (A+F)(x - (Ac+Fb)/(A+F))^2 + AF/(A+F) (c-b)^2."""
-        for i, (a, c, f, b) in enumerate(zip(self.precision, self.centre, fisher, anchor)):
+        q = self.quadratic
+        for i, (a, c, f, b) in enumerate(zip(q.weights, q.centres, fisher, anchor)):
             total = a + f
             safe = torch.where(total > 0, total, torch.ones_like(total))
-            self.constant += float((a.double() * f.double() / safe.double() * (c.double() - b.double()).pow(2)).sum())
-            self.centre[i] = torch.where(total > 0, (a * c + f * b) / safe, b)
-            self.precision[i] = total
+            q.constant += float((a.double() * f.double() / safe.double() * (c.double() - b.double()).pow(2)).sum())
+            c.copy_(torch.where(total > 0, (a * c + f * b) / safe, b))
+            a.copy_(total)
         self.consolidated += 1
+        q.scale, q.active = 0.5 * self.reg_weight, True
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["ewc"] = {"precision": self.precision, "centre": self.centre, "constant": self.constant,
+        q = self.quadratic
+        state["ewc"] = {"precision": q.weights, "centre": q.centres, "constant": q.constant,
                         "consolidated": self.consolidated}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        ewc = state["ewc"]
-        self.precision = [t.to(self.device) for t in ewc["precision"]]
-        self.centre = [t.to(self.device) for t in ewc["centre"]]
-        self.constant, self.consolidated = float(ewc["constant"]), int(ewc["consolidated"])
+        ewc, q = state["ewc"], self.quadratic
+        for a, c, a_saved, c_saved in zip(q.weights, q.centres, ewc["precision"], ewc["centre"]):
+            a.copy_(a_saved)
+            c.copy_(c_saved)
+        q.constant, self.consolidated = float(ewc["constant"]), int(ewc["consolidated"])
+        q.scale, q.active = 0.5 * self.reg_weight, self.consolidated > 0
 
 
 def diagonal_fisher(method: Method, idx: Tensor, max_floats: int = 2 ** 25) -> list[Tensor]:
@@ -128,3 +142,11 @@ def diagonal_fisher(method: Method, idx: Tensor, max_floats: int = 2 ** 25) -> l
         for n in names:
             fisher[n] += grads[n].pow(2).sum(0)
     return [fisher[n] / len(idx) for n in names]
+
+
+def check_finite(method: Method, task: Task) -> None:
+    """Stop a diverged run with a clear reason instead of consolidating NaNs."""
+    if not all(bool(torch.isfinite(p).all()) for p in method.model.parameters()):
+        raise FloatingPointError(
+            f"{method.name} diverged during task {task.index + 1} (parameters are not finite): lower "
+            f"reg_weight (now {getattr(method, 'reg_weight', '?')}) or lr (now {method.cfg.lr})")

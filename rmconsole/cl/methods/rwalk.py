@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from .base import Method, Task
-from .quadratic import quadratic_penalty
+from .ewc import check_finite
+from .quadratic import QuadraticPenalty
 
 EPSILON = 1e-3  # the paper's / reference code's damping of the score denominator
 
@@ -33,8 +34,10 @@ EPSILON = 1e-3  # the paper's / reference code's damping of the score denominato
 class Rwalk(Method):
     name = "rwalk"
     default_memory_policy = "reservoir"
-    # On the paper's [0, 1]-normalised importances lambda = 100 makes the penalty's curvature
-    # (2 lambda w, up to 400) unstable for SGD at lr 0.05; 1 is the RWalk authors' own value.
+    # The penalty's curvature is 2 lambda w with w = F + s <= 2, and SGD with Nesterov momentum
+    # 0.9 at lr 0.05 stays stable only while lr * 4 lambda < ~1.36, i.e. lambda < ~6.8: the RM
+    # authors' 100 (meant for their unnormalised, near-zero importances) diverges. 1 is the largest
+    # power of ten under the bound and the RWalk authors' own value.
     default_reg_weight = 1.0
 
     @property
@@ -50,41 +53,53 @@ class Rwalk(Method):
         self.small_omega = zeros()  # sum of -g * delta_theta over the current window
         self.task_score = zeros()  # this task's accumulated path-integral score
         self.score = zeros()  # consolidated (averaged over tasks) score
-        self.weight = zeros()  # normalised F + s of the penalty
-        self.anchor = [p.detach().clone() for p in params]  # theta* of the penalty
+        self.task_grad = zeros()  # the last step's task-loss gradient (before the penalty's is added)
         self.previous = [p.detach().clone() for p in params]  # theta before the step being taken
         self.window_start = [p.detach().clone() for p in params]
+        self._delta = zeros()
         self.window_steps = 0
         self.fisher_started = False
         self.consolidated = 0
+        # lambda * sum (F + s)(theta - theta*)^2: `weights` = normalised F + s, `centres` = theta*
+        self.quadratic = QuadraticPenalty(params)
+        self.quadratic.observer = self._observe_task_gradient
 
     def trainable(self) -> list[Tensor]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    @property
+    def weight(self) -> list[Tensor]:
+        return self.quadratic.weights
+
+    @property
+    def anchor(self) -> list[Tensor]:
+        return self.quadratic.centres
+
     def before_task(self, task: Task) -> None:
         super().before_task(task)
-        with torch.no_grad():
-            for prev, start, p in zip(self.previous, self.window_start, self.trainable()):
-                prev.copy_(p)
-                start.copy_(p)
+        torch._foreach_copy_(self.previous, [p.detach() for p in self.trainable()])
+        torch._foreach_copy_(self.window_start, self.previous)
 
     def penalty(self) -> Tensor | None:
-        if not self.consolidated or self.reg_weight == 0:
-            return None
-        return quadratic_penalty(self.trainable(), self.weight, self.anchor, self.reg_weight)
+        """None: the penalty's gradient is added by the parameter hooks of `self.quadratic`."""
+        return None
+
+    def penalty_value(self) -> float:
+        return float(self.quadratic.value()) if self.consolidated else 0.0
+
+    def _observe_task_gradient(self, i: int, grad: Tensor) -> None:
+        """Runs in backward, before the penalty's gradient joins: grad is the task loss's."""
+        self.task_grad[i].copy_(grad)
+        self.window_grad_sq[i].addcmul_(grad, grad)
 
     @torch.no_grad()
     def after_step(self) -> None:
-        params = self.trainable()
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        reg = self.reg_weight if self.consolidated else 0.0
-        if reg:  # the task loss's gradient: remove the penalty's, 2 lambda w (theta_prev - theta*)
-            pull = torch._foreach_mul(torch._foreach_sub(self.previous, self.anchor), self.weight)
-            grads = torch._foreach_sub(grads, torch._foreach_mul(pull, 2.0 * reg))
-        delta = torch._foreach_sub(params, self.previous)
-        torch._foreach_addcmul_(self.small_omega, grads, delta, value=-1.0)  # -g * delta_theta
-        torch._foreach_addcmul_(self.window_grad_sq, grads, grads)
+        params = [p.detach() for p in self.trainable()]
+        torch._foreach_copy_(self._delta, params)
+        torch._foreach_sub_(self._delta, self.previous)
+        torch._foreach_addcmul_(self.small_omega, self.task_grad, self._delta, value=-1.0)  # -g * delta_theta
         torch._foreach_copy_(self.previous, params)
+        torch._foreach_zero_(self.task_grad)  # a parameter without a gradient next step moved by no loss
         self.window_steps += 1
         if self.window_steps >= self.cfg.rwalk_interval:
             self.close_window()
@@ -95,22 +110,33 @@ class Rwalk(Method):
         if self.window_steps == 0:
             return
         alpha = self.cfg.rwalk_alpha
-        for i, p in enumerate(self.trainable()):
-            fresh = self.window_grad_sq[i] / self.window_steps
-            if self.fisher_started:
-                self.fisher[i].mul_(1 - alpha).add_(alpha * fresh)
-            else:
-                self.fisher[i].copy_(fresh)
-            distance = 0.5 * self.fisher[i] * (p - self.window_start[i]).pow(2) + EPSILON
-            self.task_score[i].add_((self.small_omega[i] / distance).clamp_(min=0))
-            self.small_omega[i].zero_()
-            self.window_grad_sq[i].zero_()
-            self.window_start[i].copy_(p)
+        params = [p.detach() for p in self.trainable()]
+        fresh = self.window_grad_sq
+        torch._foreach_div_(fresh, float(self.window_steps))  # mean squared gradient of the window
+        if self.fisher_started:
+            torch._foreach_mul_(self.fisher, 1 - alpha)
+            torch._foreach_add_(self.fisher, fresh, alpha=alpha)
+        else:
+            torch._foreach_copy_(self.fisher, fresh)
+        distance = self._delta  # 1/2 F (theta - theta_window_start)^2 + eps, in place
+        torch._foreach_copy_(distance, params)
+        torch._foreach_sub_(distance, self.window_start)
+        torch._foreach_mul_(distance, distance)
+        torch._foreach_mul_(distance, self.fisher)
+        torch._foreach_mul_(distance, 0.5)
+        torch._foreach_add_(distance, EPSILON)
+        torch._foreach_div_(self.small_omega, distance)
+        torch._foreach_clamp_min_(self.small_omega, 0.0)  # only positive influence counts
+        torch._foreach_add_(self.task_score, self.small_omega)
+        torch._foreach_zero_(self.small_omega)
+        torch._foreach_zero_(self.window_grad_sq)
+        torch._foreach_copy_(self.window_start, params)
         self.fisher_started = True
         self.window_steps = 0
 
     @torch.no_grad()
     def after_task(self, task: Task) -> None:
+        check_finite(self, task)
         self.close_window()
         params = self.trainable()
         if self.consolidated:
@@ -118,8 +144,11 @@ class Rwalk(Method):
         else:
             self.score = [t.clone() for t in self.task_score]
         fisher_n, score_n = _min_max(self.fisher), _min_max(self.score)
-        self.weight = [f + s for f, s in zip(fisher_n, score_n)]
-        self.anchor = [p.detach().clone() for p in params]
+        q = self.quadratic
+        for w, a, f, sc, p in zip(q.weights, q.centres, fisher_n, score_n, params):
+            w.copy_(f + sc)
+            a.copy_(p)
+        q.scale, q.active = self.reg_weight, True
         total = lambda ts: float(sum(t.sum() for t in ts))  # noqa: E731
         self.report.log(f"task {task.index + 1}: Rwalk task score sum {total(self.task_score):.4g}, consolidated "
                         f"score sum {total(self.score):.4g}, Fisher sum {total(self.fisher):.4g}, lambda={self.reg_weight:g}")
@@ -128,7 +157,7 @@ class Rwalk(Method):
         self.consolidated += 1
 
     _STATE = ("fisher", "window_grad_sq", "small_omega", "task_score", "score", "weight", "anchor", "previous",
-              "window_start")
+              "window_start", "task_grad")
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -141,9 +170,10 @@ class Rwalk(Method):
         super().load_state_dict(state)
         saved = state["rwalk"]
         for k in self._STATE:
-            setattr(self, k, [t.to(self.device) for t in saved[k]])
+            torch._foreach_copy_(getattr(self, k), [t.to(self.device) for t in saved[k]])
         self.window_steps, self.fisher_started = int(saved["window_steps"]), bool(saved["fisher_started"])
         self.consolidated = int(saved["consolidated"])
+        self.quadratic.scale, self.quadratic.active = self.reg_weight, self.consolidated > 0
 
 
 def _min_max(tensors: list[Tensor]) -> list[Tensor]:
