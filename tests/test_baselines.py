@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 import torch.nn.functional as nnf
 
 from rmconsole.cl import memory as M
 from rmconsole.cl.data import load_digits
+from rmconsole.cl.events import Reporter
 from rmconsole.cl.loop import build_protocol, make_augmenter, run_protocol
 from rmconsole.cl.methods import METHODS, Setup, Task, method_class
 from rmconsole.cl.methods.incremental import split_new_old
@@ -348,3 +351,29 @@ def test_method_defaults() -> None:
         assert cfg.augment == () and cfg.dataset == "mnist" and cfg.memory_size == 500  # main-table baselines: no DA
         if cfg.method in ("ewc", "rwalk"):
             assert cfg.memory_policy == "reservoir"
+
+
+# ---------------------------------------------------------------------- checkpoints
+
+
+class _Checkpoints(Reporter):
+    """Keeps every task checkpoint, round-tripped through torch.save/load(weights_only=True) as the worker does."""
+
+    def __init__(self) -> None:
+        self.saved: list[dict] = []
+
+    def task_finished(self, outcome, checkpoint) -> None:
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        buffer.seek(0)
+        self.saved.append(torch.load(buffer, weights_only=True))
+
+
+@pytest.mark.parametrize("name", ["ewc", "rwalk", "icarl", "gdumb", "bic"])
+def test_resuming_from_a_task_checkpoint_continues_the_same_run(digits, name: str) -> None:
+    _, cfg = load_config(None, {"method": name, "augment": "none", "epochs": 1, "bic_bias_epochs": 5})
+    keeper = _Checkpoints()
+    full = run_protocol(cfg, digits, CPU, keeper)
+    resumed = run_protocol(cfg, digits, CPU, resume=keeper.saved[1])
+    assert [o.task for o in resumed] == [2, 3, 4]
+    assert [o.accuracy for o in resumed] == [o.accuracy for o in full[2:]]
