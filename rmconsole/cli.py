@@ -209,8 +209,12 @@ def print_run(run_id: int) -> None:
         console.print(f"memory after task {last['task'] + 1}: {last['size']} samples, "
                       f"{last['slots_per_class']} slots/class, per class {last['histogram']}")
     m = detail["metrics"]
+    if m["I_last"] is not None:
+        i_last = f"{_fmt(m['I_last'])} (vs joint run {m.get('I_last_joint_run')})"
+    else:
+        i_last = "— (a joint run is the upper bound itself)" if detail["method"] == "joint" else "— (no matching joint run)"
     line = (f"A_last {_fmt(m['A_last'])}  A_avg {_fmt(m['A_avg'])}  F_last {_fmt(m['F_last'])}  "
-            f"I_last {_fmt(m['I_last']) if m['I_last'] is not None else '— (no matching joint run)'}")
+            f"I_last {i_last}")
     if m.get("A_last_best_epoch") is not None:
         line += f"  [dim]A_last best-over-epochs (test-set selected, authors' figure) {_fmt(m['A_last_best_epoch'])}[/]"
     console.print(line)

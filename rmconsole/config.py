@@ -55,6 +55,16 @@ class RunConfig(BaseModel):
     image_size: Optional[int] = Field(default=None, ge=8)
     download: bool = False
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for torch")
+    # baselines' own hyper-parameters (paper defaults); methods that do not use a key ignore it
+    reg_weight: Optional[float] = Field(
+        default=None, ge=0, description="EWC / Rwalk regularisation weight lambda (default: the method's own, EWC 10, Rwalk 1)")
+    rwalk_alpha: float = Field(default=0.9, gt=0, le=1, description="Rwalk: weight of the newest window in the EWC++ Fisher")
+    rwalk_interval: int = Field(default=10, ge=1, description="Rwalk: optimiser steps per Fisher/score update")
+    new_classes: Literal["task", "unseen"] = Field(
+        default="task", description="iCaRL / BiC: a task's new classes are its own classes (task) or only never-seen ones (unseen)")
+    bic_val_fraction: float = Field(default=0.1, gt=0, lt=1, description="BiC: share of the memory held out for validation")
+    bic_temperature: float = Field(default=2.0, gt=0, description="BiC: distillation temperature T")
+    bic_bias_epochs: int = Field(default=200, ge=0, description="BiC: epochs of the bias-correction stage on the held-out set")
 
     @model_validator(mode="before")
     @classmethod
@@ -102,6 +112,16 @@ class RunConfig(BaseModel):
             known = sorted({d for d, _ in PAPER_CLASS_ORDERS})
             raise ValueError(f"class_order=paper: the paper has orders for {', '.join(known)} seeds 1-3 only, "
                              f"not {self.dataset} seed {self.seed} (use class_order=seed)")
+        return self
+
+    @model_validator(mode="after")
+    def _baseline_budget(self) -> "RunConfig":
+        if self.method in ("bic", "bic_star"):
+            held_out = max(1, round(self.bic_val_fraction * self.memory_size))
+            n_classes = DATASET_CLASSES[self.dataset]
+            if self.memory_size - held_out < n_classes:
+                raise ValueError(f"bic_val_fraction={self.bic_val_fraction}: holding out {held_out} of memory_size="
+                                 f"{self.memory_size} leaves fewer training slots than the {n_classes} classes")
         return self
 
     def to_dict(self) -> dict[str, Any]:

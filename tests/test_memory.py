@@ -187,7 +187,8 @@ def test_each_method_has_a_paper_default_policy() -> None:
 @pytest.mark.parametrize("method", _methods())
 def test_every_policy_is_selectable_for_every_method(method: str, policy: str) -> None:
     """Disjoint digits, K=200: after task 1 the memory is full, holds no duplicates, comes from
-    what was streamed, and (for the class-balanced policies) has k_c = 50 of each seen class."""
+    what was streamed, and (for the class-balanced policies) has K/4 of each seen class (BiC's
+    training memory is K less its 10% validation set: 180)."""
     from rmconsole.cl.methods import Task, method_class
 
     setup, proto = _setup({"method": method, "memory_policy": policy, "blurry": 0})
@@ -201,13 +202,14 @@ def test_every_policy_is_selectable_for_every_method(method: str, policy: str) -
         streamed.append(task.stream)
         assert learner.memory_info["policy"] == policy
     mem = learner.memory
-    assert len(mem) == 200 and len(mem.indices.unique()) == 200
+    k = 180 if method == "bic" or method == "bic_star" else 200
+    assert mem.capacity == k and len(mem) == k and len(mem.indices.unique()) == k
     assert bool(torch.isin(mem.indices, torch.cat(streamed)).all())
     hist = mem.histogram(10)
     assert sum(hist[4:]) == 0  # only classes seen so far
     if policy in ("uncertainty", "class_balanced", "prototype"):
-        assert hist[:4] == [50, 50, 50, 50]
+        assert hist[:4] == [k // 4] * 4
     if policy == "reservoir":
         assert mem.seen == len(proto.tasks[0]) + len(proto.tasks[1])
     if policy == "uncertainty":
-        assert learner.memory_info["measure"] == "randaug" and sum(learner.memory_info["chosen_uncertainty"]) == 200
+        assert learner.memory_info["measure"] == "randaug" and sum(learner.memory_info["chosen_uncertainty"]) == k

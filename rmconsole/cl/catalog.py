@@ -13,8 +13,8 @@ DATASET_CLASSES = {
 }
 DATASETS = tuple(DATASET_CLASSES)
 MODEL_NAMES = ("mlp400", "resnet18", "resnet32", "resnet34")
-METHOD_NAMES = ("rm", "finetune", "er")
-MEMORY_POLICIES = ("uncertainty", "random", "reservoir", "prototype", "class_balanced")
+METHOD_NAMES = ("rm", "finetune", "er", "ewc", "rwalk", "icarl", "gdumb", "bic", "bic_star", "joint")
+MEMORY_POLICIES = ("uncertainty", "random", "reservoir", "prototype", "class_balanced", "greedy_balanced")
 MEASURES = ("randaug", "autoaug", "vr", "none")
 AUGMENTATIONS = ("none", "cutmix", "randaug", "autoaug")
 

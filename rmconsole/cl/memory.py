@@ -158,3 +158,37 @@ def herding_select(candidates: Tensor, labels: Tensor, features: Tensor, capacit
         chosen.append(pool[torch.tensor(picks)])
     picked = torch.cat(chosen) if chosen else candidates[:0]
     return _fill_rest(picked, candidates, capacity, gen)
+
+
+def greedy_balanced_update(memory: Tensor, memory_labels: Tensor, stream: Tensor, stream_labels: Tensor,
+                           capacity: int, gen: torch.Generator) -> Tensor:
+    """GDumb's greedy class-balancing sampler (Prabhu et al. 2020, Alg. 1), in stream order.
+
+    A sample enters while the memory has room; once full, a sample of class y enters only if
+    y holds fewer than K / |classes seen so far| slots, evicting a random sample of the
+    currently largest class. Sequential by nature (each decision depends on the last), so it
+    runs over plain Python ints: a few microseconds per streamed sample, once per task.
+    """
+    slots = memory.tolist()
+    labels = memory_labels.tolist()
+    by_class: dict[int, list[int]] = {}
+    for position, label in enumerate(labels):
+        by_class.setdefault(label, []).append(position)
+    # one uniform draw per streamed sample, taken up front from the run's generator
+    draws = torch.rand(len(stream), generator=gen, dtype=torch.float64).tolist()
+    for index, label, draw in zip(stream.tolist(), stream_labels.tolist(), draws):
+        by_class.setdefault(label, [])
+        if len(slots) < capacity:
+            by_class[label].append(len(slots))
+            slots.append(index)
+            labels.append(label)
+            continue
+        quota = capacity // len(by_class)
+        if len(by_class[label]) >= quota:
+            continue
+        largest = max(by_class, key=lambda c: len(by_class[c]))
+        victims = by_class[largest]
+        position = victims.pop(int(draw * len(victims)))
+        slots[position], labels[position] = index, label
+        by_class[label].append(position)
+    return torch.tensor(slots, dtype=torch.long)

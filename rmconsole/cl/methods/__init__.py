@@ -6,10 +6,18 @@ To add a method: write `cl/methods/<name>.py` with a `Method` subclass and list 
 from __future__ import annotations
 
 from .base import Method, Setup, Task
+from .bic import BiC, BiCStar
+from .ewc import EWC
 from .finetune import Finetune
+from .gdumb import GDumb
+from .icarl import ICaRL
+from .joint import Joint
 from .rm import RainbowMemory
+from .rwalk import Rwalk
 
-METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (RainbowMemory, Finetune)}
+METHODS: dict[str, type[Method]] = {
+    cls.name: cls for cls in (RainbowMemory, Finetune, EWC, Rwalk, ICaRL, GDumb, BiC, BiCStar, Joint)
+}
 METHODS["er"] = Finetune
 
 

@@ -232,6 +232,9 @@ class Method:
         if policy == "reservoir":
             chosen, self.memory.seen = M.reservoir_update(self.memory.indices, task.stream, self.memory.seen,
                                                           cap, self.gen)
+        elif policy == "greedy_balanced":  # GDumb's sampler: decides per streamed sample, like reservoir
+            chosen = M.greedy_balanced_update(self.memory.indices, self.memory.labels, task.stream,
+                                              self.labels_of(task.stream).cpu(), cap, self.gen)
         elif len(candidates) <= cap:
             chosen = candidates
         elif policy == "random":

@@ -1,0 +1,37 @@
+"""What iCaRL and BiC call a task's "new" and "old" classes, in disjoint and blurry streams.
+
+Both methods were defined for disjoint class-incremental learning: a task brings classes never
+seen before (new), everything learned earlier is old; new classes get labels, old classes get
+distillation from the previous model, and BiC corrects the new classes' logits. In a blurry
+stream every class already appears in task 0, so the literal rule ("never seen before") makes
+every class old from task 1 on: nothing is learned from labels any more (the RM authors' code
+does exactly this, see the README). rmconsole offers both readings through `new_classes`:
+
+- ``task`` (default): a task's new classes are its own (major) classes, plus any class never
+  seen before. Identical to the literal rule on disjoint streams.
+- ``unseen``: only classes never seen before (the papers' literal rule, the authors' code).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+NEW_CLASS_RULES = ("task", "unseen")
+
+
+def split_new_old(seen_before: Tensor, seen_now: Tensor, major: list[int], rule: str) -> tuple[Tensor, Tensor]:
+    """(new, old) boolean class masks for a task.
+
+    `seen_before`: classes exposed by earlier tasks; `seen_now`: after this task's stream is
+    exposed; `major`: the task's own classes. Old classes are seen before and not new.
+    """
+    if rule not in NEW_CLASS_RULES:
+        raise ValueError(f"unknown new-class rule {rule!r}; allowed: {', '.join(NEW_CLASS_RULES)}")
+    new = seen_now & ~seen_before
+    if rule == "task":
+        majors = torch.zeros_like(seen_now)
+        majors[torch.tensor(major, dtype=torch.long, device=seen_now.device)] = True
+        new = new | (majors & seen_now)
+    old = seen_before & ~new
+    return new, old

@@ -1,0 +1,54 @@
+"""I_last: which joint run is a run's upper bound, and I_last in `runs` and `show`."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import rmconsole
+
+from rmconsole import store
+from rmconsole.cl.events import TaskOutcome
+from rmconsole.config import load_config
+
+
+def _stored(method: str, a_last: float, status: str = "finished", **overrides) -> int:
+    _, cfg = load_config(None, {"method": method, **overrides})
+    run_id = store.create_run(cfg.to_dict(), f"{method}-preset")
+    store.record_task(run_id, TaskOutcome(0, a_last, [a_last], [a_last] * 10, list(range(10)), 1.0))
+    store.update_run(run_id, status=status)
+    return run_id
+
+
+def test_joint_matching_rules() -> None:
+    run = _stored("ewc", 80.0, augment="none", epochs=256)
+    assert store.run_detail(run)["metrics"]["I_last"] is None  # no joint run yet
+    _stored("joint", 99.0, model="mlp400", seed=2)  # another seed: not this run's upper bound
+    _stored("joint", 98.0, status="failed")  # unfinished joint runs do not count
+    assert store.run_detail(run)["metrics"]["I_last"] is None
+    other_budget = _stored("joint", 95.0, augment="cutmix", epochs=8, batch_size=64)
+    metrics = store.run_detail(run)["metrics"]
+    assert metrics["I_last"] == 15.0 and metrics["I_last_joint_run"] == other_budget  # its own budget is fine
+    same_augment = _stored("joint", 96.0, augment="none", epochs=16)
+    _stored("joint", 97.0, augment="cutmix", epochs=16)  # newer, but a different augmentation
+    metrics = store.run_detail(run)["metrics"]
+    assert metrics["I_last"] == 16.0 and metrics["I_last_joint_run"] == same_augment
+    joint_detail = store.run_detail(same_augment)
+    assert joint_detail["metrics"]["I_last"] is None  # the upper bound has no intransigence
+
+
+def test_i_last_in_runs_and_show(isolated_home) -> None:
+    joint = rmconsole("run", "--set", "method=joint", "--set", "epochs=2", "--set", "augment=none", "--set", "threads=1")
+    assert joint.returncode == 0, joint.stderr
+    assert "a joint run is the upper bound itself" in joint.stdout
+    ewc = rmconsole("run", "--set", "method=ewc", "--set", "epochs=1", "--set", "augment=none", "--set", "threads=1")
+    assert ewc.returncode == 0, ewc.stderr
+    listed = {r["method"]: r for r in json.loads(rmconsole("runs", "--json").stdout)}
+    a_joint, a_ewc = listed["joint"]["metrics"]["A_last"], listed["ewc"]["metrics"]["A_last"]
+    assert abs(listed["ewc"]["metrics"]["I_last"] - (a_joint - a_ewc)) < 1e-9
+    assert listed["ewc"]["metrics"]["I_last_joint_run"] == listed["joint"]["id"]
+    shown = rmconsole("show", str(listed["ewc"]["id"])).stdout
+    assert f"I_last {a_joint - a_ewc:.2f} (vs joint run {listed['joint']['id']})" in shown
+    table = rmconsole("runs").stdout
+    assert f"{a_joint - a_ewc:.2f}" in table
+    finetune = rmconsole("run", "--set", "method=finetune", "--set", "epochs=1", "--set", "threads=1", "--seed", "3")
+    assert "I_last — (no matching joint run)" in finetune.stdout
