@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from . import __version__
-from .cl.data import DatasetMissing, load_dataset
+from .cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401
 from .cl.events import Reporter, TaskOutcome, TaskPlan
 from .cl.loop import run_protocol
 from .config import ConfigError, RunConfig
@@ -192,12 +192,14 @@ def train(run_id: int) -> str:
     if resume is not None:
         store.delete_results_from(run_id, int(resume["task"]) + 1)
         print(f"resuming after task {int(resume['task']) + 1} from {checkpoint_path(run_id)}", flush=True)
-    store.update_run(run_id, status="running", pid=os.getpid(), host=socket.gethostname(), device=str(device),
+    # under torchrun (`rmconsole.multigpu`) the run's pid stays the launcher's: it leads the process group a stop signals
+    pid = int(os.environ.get("RMCONSOLE_GROUP_PID") or os.getpid())
+    store.update_run(run_id, status="running", pid=pid, host=socket.gethostname(), device=str(device),
                      versions=package_versions(), git_commit=git_commit(), started_at=store.utcnow(),
                      heartbeat_at=store.utcnow(), error=None, finished_at=None)
     reporter = StoreReporter(run_id, cfg.n_tasks)
     try:
-        data = load_dataset(cfg.dataset, download=cfg.download, image_size=cfg.image_size)
+        data = load_run_dataset(cfg)  # the input-pipeline keys too (streamed or in memory)
         run_protocol(cfg, data, device, reporter, resume=resume)
     finally:
         reporter.close()
