@@ -217,6 +217,25 @@ def reseed_augmenter(augmenter: Any, seed: int, rank: int, task: int) -> None:
     augmenter.rng.seed(derived)
 
 
+def rank_states(augmenter: Any, d: Dist) -> list[dict[str, Any]]:
+    """Every rank's augmenter and torch RNG state, in rank order (for rank 0's checkpoint)."""
+    mine = {"augmenter": augmenter.state_dict(), "torch_rng": torch.get_rng_state()}
+    every: list[Any] = [None] * d.world
+    dist.all_gather_object(every, mine)
+    return every
+
+
+def restore_rank_state(augmenter: Any, resume: dict[str, Any] | None, seed: int, d: Dist) -> None:
+    """A rank's own draws: from the checkpoint when it has them for this world size, else
+    freshly seeded per rank (a first start, or a checkpoint written by another world size)."""
+    states = (resume or {}).get("rank_states")
+    if states is not None and len(states) == d.world:
+        augmenter.load_state_dict(states[d.rank]["augmenter"])
+        torch.set_rng_state(states[d.rank]["torch_rng"])
+        return
+    reseed_augmenter(augmenter, seed, d.rank, 0 if resume is None else int(resume["task"]) + 1)
+
+
 def shutdown() -> None:
     if dist.is_available() and dist.is_initialized():
         try:

@@ -109,7 +109,7 @@ def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Report
         start = int(resume["task"]) + 1
     if dist:
         dist.sync_module(method.model)
-        distributed.reseed_augmenter(augmenter, cfg.seed, dist.rank, start)
+        distributed.restore_rank_state(augmenter, resume, cfg.seed, dist)
     reporter.log((f"rank {dist.rank}/{dist.world}, collectives on {dist.device}; " if dist else "")
                  + f"compute on {device}: {method.accel.describe()}")
     reporter.run_started(protocol.plans(data.n_classes), protocol.class_order, data.class_names,
@@ -135,6 +135,8 @@ def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Report
                               {"memory": dict(method.memory_info)})
         checkpoint = {"task": t, "method": method.state_dict(), "augmenter": augmenter.state_dict(),
                       "torch_rng": torch.get_rng_state()}
+        if dist:  # every rank's own draws, so a resumed multi-process run continues exactly
+            checkpoint["rank_states"] = distributed.rank_states(augmenter, dist)
         reporter.task_finished(outcome, checkpoint)
         outcomes.append(outcome)
     return outcomes
