@@ -207,12 +207,14 @@ def _run_processes(home: Path) -> list[int]:
 def test_stop_reaches_every_rank(isolated_home: Path) -> None:
     out = rmconsole("run", "--gpus", "2", "--set", "device=cpu", "--set", "threads=1", "--set", "epochs=500", "--detach")
     assert out.returncode == 0, out.stderr
+    from rmconsole import store
+
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        run = json.loads(rmconsole("runs", "--json").stdout)[0]
-        if run["status"] == "running" and run["progress"]["phase"] in ("stream", "memory update", "memory"):
+        run = store.get_run(1)
+        if run.status == "running" and run.phase in ("stream", "memory update", "memory"):
             break
-        time.sleep(1)
+        time.sleep(0.5)
     assert len(_run_processes(isolated_home)) == 4  # launcher, torchrun, 2 ranks
     stopped = rmconsole("stop", "1")
     assert stopped.returncode == 0 and "stopped" in stopped.stdout

@@ -82,9 +82,9 @@ class Accel:
             model = model.to(memory_format=torch.channels_last)
         features = getattr(model, "features", None)
         if self.compile and isinstance(features, nn.Module):
-            import torch._dynamo
+            from torch import _dynamo
 
-            torch._dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly
+            _dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly
             try:
                 features.compile(dynamic=None)
             except Exception as err:  # noqa: BLE001 - the eager model is always a valid fallback
