@@ -223,3 +223,31 @@ def test_stop_reaches_every_rank(isolated_home: Path) -> None:
         time.sleep(0.5)
     assert _run_processes(isolated_home) == []
     assert json.loads(rmconsole("runs", "--json").stdout)[0]["status"] == "stopped"
+
+
+@pytest.mark.slow
+def test_two_nodes_on_localhost_join_without_the_store(isolated_home: Path, tmp_path: Path) -> None:
+    """A static two-node rendezvous on one machine: node 0 runs the run, node 1 joins it with
+    an unusable store URL (its rank never touches the store) and the run finishes."""
+    import subprocess
+    import sys
+
+    port = str(_free_port())
+    node0 = rmconsole("run", "--gpus", "1", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                      "--master-port", port, "--set", "device=cpu", "--set", "threads=1", "--set", "epochs=1", "--detach")
+    assert node0.returncode == 0, node0.stderr
+    env = dict(os.environ, RMCONSOLE_DB=f"sqlite:///{tmp_path}/missing/dir/x.db", RMCONSOLE_HOME=str(tmp_path / "elsewhere"))
+    joined = subprocess.run([sys.executable, "-m", "rmconsole", "join", node0.stdout.strip(), "--gpus", "1", "--nnodes", "2",
+                             "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", port, "--device", "cpu"],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert joined.returncode == 0, joined.stdout + joined.stderr
+    from rmconsole import store
+
+    deadline = time.monotonic() + 60
+    while store.get_run(1).status in store.ACTIVE and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert store.get_run(1).status == "finished"
+    log = (isolated_home / "logs" / "run-1.log").read_text()
+    assert sorted(_hashes(log, "memory")) == [1, 2, 3, 4, 5]  # rank 0's lines here; rank 1's went to `join`
+    node0_hashes, node1_hashes = _hashes(log, "memory"), _hashes(joined.stdout, "memory")
+    assert all(node1_hashes[t][1] == node0_hashes[t][0] for t in range(1, 6))

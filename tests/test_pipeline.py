@@ -116,6 +116,31 @@ def test_prefetched_serves_the_plan_and_falls_back(tree: Path) -> None:
     assert pipeline.prefetching(tensors, [torch.arange(2)]) == tensors.take  # in memory: nothing to prefetch
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_memory_cache_serves_cached_samples_without_the_files(tmp_path: Path, workers: int) -> None:
+    write_tree(tmp_path, train_per_class=6, val_per_class=1)
+    data = load_dataset("tiny_imagenet", tmp_path, image_size=8, pipeline="stream", loader_workers=workers)
+    source = data.train
+    everything = source.take(torch.arange(len(source)))
+    memory = torch.tensor([3, 17, 42, 8, 55])
+    assert source.cache(memory)
+    for i in memory.tolist():
+        Path(source.paths[i]).unlink()  # cached samples are never read again
+    assert torch.equal(source.take(memory.flip(0)), everything[memory.flip(0)])
+    plan = [torch.tensor([42, 3]), torch.tensor([0, 17, 1]), torch.tensor([], dtype=torch.long), torch.tensor([2, 4])]
+    got = list(source.batches(plan))  # cached, mixed (the RM stream batch), empty, not cached
+    assert [len(g) for g in got] == [2, 3, 0, 2]
+    for idx, images in zip(plan, got):
+        assert torch.equal(images, everything[idx])
+    assert source.cache(torch.tensor([3, 0]))  # a new memory: 3 from the old cache, 0 decoded
+    assert torch.equal(source.take(torch.tensor([0, 3])), everything[[0, 3]])
+    with pytest.raises(RuntimeError):
+        source.take(torch.tensor([17]))  # dropped from the cache, file deleted: really read from disk
+    assert not source.cache(torch.arange(10), budget=10)  # too big: no cache
+    assert torch.equal(source.take(torch.tensor([1, 2])), everything[[1, 2]])
+    source.close()
+
+
 def test_choice_is_automatic_by_size_and_overridable(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert choose_in_memory("auto", 20000 + 10000, (3, 64, 64))  # Tiny-ImageNet: 369 MB
     assert not choose_in_memory("auto", 1_281_167 + 50_000, (3, 224, 224))  # ImageNet: 200 GB
@@ -144,6 +169,8 @@ def test_a_run_through_the_stream_equals_the_in_memory_run(tree: Path) -> None:
     streamed = _run({}, load_dataset("tiny_imagenet", tree, image_size=8, pipeline="stream", loader_workers=1))
     in_memory = _run({}, load_dataset("tiny_imagenet", tree, image_size=8, pipeline="memory"))
     assert len(streamed) == 5
+    assert all(o.extra["memory"]["memory_cached"] for o in streamed)  # the memory read from its cache
+    assert "memory_cached" not in in_memory[0].extra["memory"]
     assert [o.accuracy for o in streamed] == [o.accuracy for o in in_memory]
     scored = [o.extra["memory"].get("candidates_uncertainty") for o in streamed]
     assert scored[3] is not None and scored == [o.extra["memory"].get("candidates_uncertainty") for o in in_memory]

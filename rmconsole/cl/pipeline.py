@@ -117,6 +117,8 @@ class StreamingFolder:
     prefetch: int = 4  # batches each worker decodes ahead
     _loader: Any = field(default=None, init=False, repr=False)
     _pool: Any = field(default=None, init=False, repr=False)
+    _cache_rows: Any = field(default=None, init=False, repr=False)  # (N,) row in _cache_images, -1: not cached
+    _cache_images: Any = field(default=None, init=False, repr=False)  # uint8 (M, 3, size, size) on the device
 
     def __post_init__(self) -> None:
         self.device = torch.device(self.device)
@@ -134,7 +136,7 @@ class StreamingFolder:
     def decodes_on_gpu(self) -> bool:
         return self.device.type == "cuda" and self.gpu_decode is not False
 
-    def to(self, device: torch.device | str) -> "StreamingFolder":
+    def to(self, device: torch.device | str) -> "StreamingFolder":  # (the copy starts without a cache)
         return StreamingFolder(self.paths, self.labels.to(device), self.size, torch.device(device), self.workers,
                                self.gpu_decode, self.prefetch)
 
@@ -146,7 +148,12 @@ class StreamingFolder:
         return self._pool
 
     def take(self, idx: Tensor) -> Tensor:
-        """uint8 (len(idx), 3, size, size) on the source's device."""
+        """uint8 (len(idx), 3, size, size) on the source's device (cached samples from the cache)."""
+        if self._cache_rows is not None:
+            return self._merge(idx, lambda missing: self._decode(missing))
+        return self._decode(idx)
+
+    def _decode(self, idx: Tensor) -> Tensor:
         rows = idx.tolist()
         if not rows:
             return torch.empty((0, *self.shape), dtype=torch.uint8, device=self.device)
@@ -169,6 +176,8 @@ class StreamingFolder:
         Any other failure turns GPU decoding off for the run, with one line in the log."""
         from torchvision.io import ImageReadMode, decode_jpeg
 
+        if self.gpu_decode is False:  # turned off after a failure: the workers still send bytes
+            return self._to_device(torch.stack([decode_resized(d, self.size) for d in raw]))
         try:
             images = decode_jpeg(raw, mode=ImageReadMode.RGB, device=self.device)
         except RuntimeError:
@@ -198,18 +207,64 @@ class StreamingFolder:
         return self._loader
 
     def batches(self, plan: Iterable[Tensor]) -> Iterator[Tensor]:
-        """The images of every index batch in `plan`, in order, decoded ahead of use."""
-        plan = list(plan)
-        workers = default_workers() if self.workers is None else self.workers
+        """The images of every index batch in `plan`, in order, decoded ahead of use (samples in
+        the cache are not decoded again)."""
+        plan = [b.cpu() for b in plan]
+        rows = self._cache_rows
+        missing = [b if rows is None else b[rows[b] < 0] for b in plan]
+        decoded = self._decoded_batches([m for m in missing if len(m)])
+        for b, m in zip(plan, missing):
+            if len(b) == 0:
+                yield torch.empty((0, *self.shape), dtype=torch.uint8, device=self.device)
+            elif len(m) == len(b):
+                yield next(decoded)
+            else:  # some or all of it cached
+                yield self._merge(b, lambda _: next(decoded))
+
+    def _decoded_batches(self, plan: list[Tensor]) -> Iterator[Tensor]:
         if not plan:
             return
+        workers = default_workers() if self.workers is None else self.workers
         if workers == 0:
-            yield from _threaded(self.take, plan, self.prefetch)
+            yield from _threaded(self._decode, plan, self.prefetch)
             return
         loader = self._dataloader(workers)
         loader.batch_sampler.plan = [b.tolist() for b in plan]
         for item in loader:
             yield self._gpu_decode(item) if isinstance(item, list) else self._to_device(item)
+
+    # ------------------------------------------------------------------ the memory, decoded once
+
+    def _merge(self, idx: Tensor, decode_missing: Callable[[Tensor], Tensor]) -> Tensor:
+        """A batch whose cached samples come from the cache and the others from `decode_missing`."""
+        idx = idx.cpu()
+        rows = self._cache_rows[idx]
+        hit = rows >= 0
+        if bool(hit.all()):
+            return self._cache_images[rows.to(self._cache_images.device)]
+        out = torch.empty((len(idx), *self.shape), dtype=torch.uint8, device=self._cache_images.device)
+        if bool(hit.any()):
+            out[hit.to(out.device)] = self._cache_images[rows[hit].to(out.device)]
+        out[(~hit).to(out.device)] = decode_missing(idx[~hit]).to(out.device)
+        return out
+
+    def cache(self, idx: Tensor, budget: int | None = None) -> bool:
+        """Keep the images of `idx` (the episodic memory) decoded on the device, so the memory
+        epochs, the replay half of every stream batch and the memory's share of scoring read
+        them instead of decoding them again. Only what was not cached before is decoded. Off
+        (and False) when they would not fit `budget` bytes (default MEMORY_BUDGET_BYTES)."""
+        budget = MEMORY_BUDGET_BYTES if budget is None else budget
+        idx = idx.cpu().long()
+        c, h, w = self.shape
+        if len(idx) * c * h * w > budget:
+            self._cache_rows = self._cache_images = None
+            return False
+        images = torch.cat(list(self.batches(idx.split(512)))) if len(idx) else \
+            torch.empty((0, *self.shape), dtype=torch.uint8, device=self.device)
+        rows = torch.full((len(self),), -1, dtype=torch.long)
+        rows[idx] = torch.arange(len(idx))
+        self._cache_rows, self._cache_images = rows, images
+        return True
 
     def decode_all(self) -> Tensor:
         """Every image, decoded by the DataLoader workers: the in-memory path's one-time load."""
@@ -230,7 +285,7 @@ class StreamingFolder:
 
     def __getstate__(self) -> dict[str, Any]:  # DataLoader workers pickle the dataset, never this
         state = dict(self.__dict__)
-        state["_loader"] = state["_pool"] = None
+        state["_loader"] = state["_pool"] = state["_cache_rows"] = state["_cache_images"] = None
         return state
 
 

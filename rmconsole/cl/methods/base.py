@@ -266,6 +266,9 @@ class Method:
         if self.dist:
             chosen = self.agree_on_memory(task, chosen)
         self.memory.replace(chosen, self.labels_of(chosen).cpu())
+        cache = getattr(self.setup.data.train, "cache", None)
+        if cache is not None:  # a streamed dataset keeps the memory decoded (when it fits)
+            self.memory_info["memory_cached"] = cache(self.memory.indices)
         self.report.advance(len(candidates))
         self.memory_info["seconds"] = round(time.perf_counter() - started, 3)
         self.report.memory_updated(task.index, self.memory.histogram(self.n_classes),
