@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
@@ -60,12 +61,29 @@ def run(
     seeds: Optional[str] = typer.Option(None, "--seeds", help="A sweep over seeds: 1,2,3."),
     parallel: Optional[int] = typer.Option(None, "--parallel", "-j",
                                            help="Sweep slots (default: one per visible GPU, 1 on CPU)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Train on N GPUs of this node under torchrun (data parallel); "
+                                       "with --set device=cpu, N CPU processes on gloo."),
+    nnodes: int = typer.Option(1, "--nnodes", help="Nodes in a multi-node run (torchrun; see `rmconsole join`)."),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This node's rank (0 for `run`)."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Node 0's address (static rendezvous)."),
+    master_port: Optional[int] = typer.Option(None, "--master-port", help="Node 0's port (torchrun's default 29500)."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
+    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id shared by the nodes of a c10d rendezvous."),
 ) -> None:
     """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs."""
+    from .multigpu import Rendezvous
+
+    rendezvous = Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
+    if gpus is not None and gpus < 1:
+        raise ConfigError(f"--gpus {gpus}: must be at least 1")
     if sweep.is_sweep(list(set_), seeds):
+        if (gpus or 1) > 1 or rendezvous.multi_node:
+            raise ConfigError("--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
+                              "(--parallel slots); start multi-GPU runs one at a time")
         run_sweep(preset, list(set_), seed, seeds, device, detach, parallel)
         return
-    launched = launch.launch_run(preset, list(set_), seed=seed, device=device)  # shared with the TUI
+    launched = launch.launch_run(preset, list(set_), seed=seed, device=device, gpus=gpus,  # shared with the TUI
+                                 rendezvous=rendezvous)
     run_id, name, cfg, proc = launched.run_id, launched.preset, launched.config, launched.process
     if detach:
         console.print(run_id)
@@ -123,6 +141,8 @@ def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seed
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: must be at least 1")
     plan = sweep.plan_sweep(preset, pairs, seeds, seed=seed, device=device)
+    if any(getattr(cfg, "gpus", 1) > 1 for cfg in plan.configs):
+        raise ConfigError("gpus: a sweep runs one GPU per run (--parallel slots); start multi-GPU runs one at a time")
     for cfg in plan.configs:  # a missing dataset or GPU refuses the sweep before anything is stored
         launch.check_runnable(cfg)
     gpus = sweep_queue.visible_gpus()
@@ -219,7 +239,7 @@ def print_run(run_id: int) -> None:
         line += f"  [dim]A_last best-over-epochs (test-set selected, authors' figure) {_fmt(m['A_last_best_epoch'])}[/]"
     console.print(line)
     if detail["error"]:
-        err_console.print(f"[red]{detail['status']}:[/] {detail['error']}")
+        err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
 
 
 @app.command()
@@ -436,8 +456,17 @@ def stop(run_id: int = typer.Argument(..., help="Run id."),
 
 @app.command()
 def resume(run_id: int = typer.Argument(..., help="Run id."),
-           detach: bool = typer.Option(False, "--detach", "-d", help="Return at once.")) -> None:
+           detach: bool = typer.Option(False, "--detach", "-d", help="Return at once."),
+           nnodes: int = typer.Option(1, "--nnodes", help="Nodes, for a multi-node run (as for `run`)."),
+           node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This node's rank (0)."),
+           master_addr: Optional[str] = typer.Option(None, "--master-addr", help="This node's address for the others."),
+           master_port: Optional[int] = typer.Option(None, "--master-port", help="Rendezvous port."),
+           rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
+           rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous.")) -> None:
     """Continue a failed or stopped run from its last finished task."""
+    from .multigpu import Rendezvous
+
+    rendezvous = Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
     launch.reap_dead([store.get_run(run_id)])
     run = store.get_run(run_id)
     if run.status not in ("failed", "stopped"):
@@ -455,13 +484,35 @@ def resume(run_id: int = typer.Argument(..., help="Run id."),
                       + ("" if checkpoint is not None else " (no checkpoint: no task had finished)"))
     if not store.requeue_run(run_id):
         raise UserError(f"run {run_id} is {store.get_run(run_id).status} now (changed meanwhile): not resumed")
-    proc = launch.start_worker(run_id)
+    proc = launch.start_worker(run_id, rendezvous=rendezvous)
     if detach:
         console.print(run_id)
         return
     status = follow(run_id, proc)
     print_run(run_id)
     raise typer.Exit(0 if status == "finished" else 1)
+
+
+@app.command()
+def join(run_id: int = typer.Argument(..., help="The run started on node 0 with `rmconsole run --nnodes N`."),
+         gpus: int = typer.Option(..., "--gpus", help="Ranks (GPUs) on this node; the same as node 0's."),
+         nnodes: int = typer.Option(..., "--nnodes", help="Nodes in the run."),
+         node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This node's rank, 1 to nnodes-1."),
+         master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Node 0's address."),
+         master_port: Optional[int] = typer.Option(None, "--master-port", help="Node 0's port."),
+         rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
+         rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous."),
+         device: str = typer.Option("auto", "--device", help="auto or cpu (as the run's device).")) -> None:
+    """Start this node's ranks of a multi-node run (foreground). The ranks here get the run's
+    config from rank 0 and never write the store; they need the dataset under RMCONSOLE_DATA."""
+    from .multigpu import Rendezvous, join as join_run
+
+    if gpus < 1:
+        raise ConfigError(f"--gpus {gpus}: must be at least 1")
+    if device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"--device {device!r}: allowed: auto, cuda, cpu")
+    rendezvous = Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check(joining=True)
+    raise typer.Exit(join_run(run_id, gpus, rendezvous, device))
 
 
 # --------------------------------------------------------------------------- tui

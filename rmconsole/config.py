@@ -9,7 +9,7 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -66,6 +66,16 @@ class RunConfig(BaseModel):
     bic_temperature: float = Field(default=2.0, gt=0, description="BiC: distillation temperature T")
     bic_bias_epochs: int = Field(default=200, ge=0, description="BiC: epochs of the bias-correction stage on the held-out set")
 
+    # ImageNet scale: input pipeline, GPU fast path, multi-GPU (runtime choices, like device)
+    data_pipeline: Literal["auto", "memory", "stream"] = Field(
+        default="auto", description="ImageFolder datasets: decoded once into memory, or streamed from disk; auto by size")
+    loader_workers: Optional[int] = Field(default=None, ge=0, description="DataLoader decode processes per rank (0: a thread)")
+    gpu_decode: Union[bool, Literal["auto"]] = Field(default="auto", description="decode JPEGs with nvJPEG on a CUDA device")
+    amp: Literal["auto", "bf16", "off"] = Field(default="auto", description="autocast dtype; auto = bf16 on CUDA, off on CPU")
+    channels_last: Union[bool, Literal["auto"]] = Field(default="auto", description="channels_last convolutions; auto = on CUDA")
+    compile: Union[bool, Literal["auto"]] = Field(default="auto", description="torch.compile the backbone; auto = on CUDA")
+    gpus: int = Field(default=1, ge=1, description="processes per node under torchrun (one GPU each; CPU processes on device=cpu)")
+
     @model_validator(mode="before")
     @classmethod
     def _no_bool_numbers(cls, data: Any) -> Any:
@@ -84,6 +94,13 @@ class RunConfig(BaseModel):
         if not isinstance(value, (str, list, tuple)):
             raise ValueError("must be a list or a '+'-joined string")
         return parse_augment(value)
+
+    @field_validator("gpu_decode", "channels_last", "compile", mode="before")
+    @classmethod
+    def _auto_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool) or value == "auto":
+            return value
+        raise ValueError("allowed: auto, true, false")
 
     @field_validator("method")
     @classmethod
@@ -108,6 +125,9 @@ class RunConfig(BaseModel):
         if self.memory_size < n_classes:
             raise ValueError(f"memory_size={self.memory_size}: smaller than the {n_classes} classes of "
                              f"{self.dataset}, so some class would get no slot")
+        if self.gpus > 1 and self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"gpus={self.gpus}: each process takes its own GPU, so device must be auto, cuda "
+                             f"or cpu, not {self.device!r} (choose GPUs with CUDA_VISIBLE_DEVICES)")
         if self.class_order == "paper" and (self.dataset, self.seed) not in PAPER_CLASS_ORDERS:
             known = sorted({d for d, _ in PAPER_CLASS_ORDERS})
             raise ValueError(f"class_order=paper: the paper has orders for {', '.join(known)} seeds 1-3 only, "

@@ -58,13 +58,42 @@ def check_home() -> None:
             raise store.StoreError(f"{folder} is not writable (set RMCONSOLE_HOME to a writable folder)")
 
 
-def start_worker(run_id: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start the run's supervisor (which starts `python -m rmconsole.worker RUN_ID`) in a new
-    session, output to the run's log; returns the supervisor's process."""
+def die_with_parent(expected_parent: int | None = None) -> None:
+    """Ask the kernel to kill this process when its parent dies, even by SIGKILL (Linux), so a
+    live worker, launcher or rank always has a parent that will record how it ended. Exits at
+    once if the parent (`expected_parent`, or any parent but init) is already gone."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    parent = os.getppid()
+    if parent == 1 or (expected_parent is not None and parent != expected_parent):  # died before prctl took effect
+        os._exit(1)
+
+
+def worker_command(run_id: int, rendezvous: Any = None) -> list[str]:
+    """`python -m rmconsole.worker RUN_ID`, or for a run with gpus > 1 (or several nodes) the
+    torchrun launcher of `rmconsole.multigpu`."""
+    gpus = int((store.get_run(run_id).config or {}).get("gpus", 1))
+    if gpus > 1 or (rendezvous is not None and rendezvous.multi_node):
+        from .multigpu import launcher_argv
+
+        return launcher_argv(run_id, gpus, rendezvous)
+    return [sys.executable, "-m", "rmconsole.worker", str(run_id)]
+
+
+def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvous: Any = None) -> subprocess.Popen:
+    """Start the run's supervisor (which starts `worker_command`) in a new session, output to
+    the run's log; returns the supervisor's process."""
     path = log_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "rmconsole.supervise", str(run_id)], stdout=log,
+        proc = subprocess.Popen([sys.executable, "-m", "rmconsole.supervise", str(run_id), "--",
+                                 *worker_command(run_id, rendezvous)], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=worker_env(extra_env))
     store.update_run(run_id, pid=proc.pid, host=socket.gethostname(), log_path=str(path))
@@ -254,16 +283,21 @@ def check_runnable(cfg: Any) -> None:
         from .worker import resolve_device
 
         resolve_device(cfg.device)
+    if getattr(cfg, "gpus", 1) > 1:
+        from .multigpu import check_gpus
+
+        check_gpus(cfg.gpus, cfg.device)
 
 
 def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None = None, *, seed: int | None = None,
-               device: str | None = None, sweep_id: str | None = None) -> Launched:
+               device: str | None = None, sweep_id: str | None = None, gpus: int | None = None,
+               rendezvous: Any = None) -> Launched:
     """Preset + overrides → validated config → stored run → started worker: the one path the
     CLI's `run` and the TUI's launch screen share. A bad config, a missing dataset or an
     unavailable device is refused (ConfigError / DatasetMissing) before anything is stored."""
     from .config import load_config
 
-    name, cfg = load_config(preset, overrides, seed=seed, device=device)
+    name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
     check_runnable(cfg)
     run_id = store.create_run(cfg.to_dict(), name, sweep_id)
-    return Launched(run_id, name, cfg, start_worker(run_id))
+    return Launched(run_id, name, cfg, start_worker(run_id, rendezvous=rendezvous))

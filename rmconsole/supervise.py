@@ -1,4 +1,4 @@
-"""`python -m rmconsole.supervise RUN_ID`: the parent of one worker, there to record how it ended.
+"""`python -m rmconsole.supervise RUN_ID [-- COMMAND...]`: the parent of one worker, there to record how it ended.
 
 A worker killed by SIGKILL (the OOM killer, `kill -9`) has no chance to write anything, and
 once the console that launched it has exited nobody else can learn its exit status. So
@@ -11,6 +11,8 @@ the worker, and records `stopped` if the worker could not.
 
 The worker dies with its supervisor (PR_SET_PDEATHSIG), so a live worker always has a parent
 that will speak for it; if both die at once, `launch.reap_dead` finds the run on its next look.
+The worker is `python -m rmconsole.worker RUN_ID` unless a COMMAND follows `--` (a multi-process
+run: the torchrun launcher of `rmconsole.multigpu`, whose rank 0 is that worker).
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from typing import Any
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or not argv[0].isdigit():
-        print("usage: python -m rmconsole.supervise RUN_ID", file=sys.stderr)
+    if not argv or not argv[0].isdigit() or (len(argv) > 1 and (argv[1] != "--" or len(argv) < 3)):
+        print("usage: python -m rmconsole.supervise RUN_ID [-- COMMAND...]", file=sys.stderr)
         return 2
     run_id = int(argv[0])
+    command = argv[2:] or [sys.executable, "-m", "rmconsole.worker", str(run_id)]
     stop_requested = False
     child: subprocess.Popen | None = None
 
@@ -44,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     env = dict(os.environ, RMCONSOLE_SUPERVISOR_PID=str(os.getpid()))
-    child = subprocess.Popen([sys.executable, "-m", "rmconsole.worker", str(run_id)], env=env,
-                             stdin=subprocess.DEVNULL)
+    child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
     returncode = child.wait()  # retried across signals (PEP 475)
     record_end(run_id, returncode, stop_requested)
     if returncode < 0:  # end the way the worker ended, so our parent sees the same status

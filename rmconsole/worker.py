@@ -31,11 +31,11 @@ from . import __version__
 from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint: re-exported)
     CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint,
 )
-from .cl.data import DatasetMissing, load_dataset
+from .cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401  (load_dataset: re-exported)
 from .cl.events import Reporter, TaskOutcome, TaskPlan
 from .cl.loop import CheckpointMismatch, run_protocol
 from .config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
-from .launch import EXIT_SUPERSEDED
+from .launch import EXIT_SUPERSEDED, die_with_parent
 from . import store
 
 HEARTBEAT_S = 1.0
@@ -196,22 +196,6 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise StopRequested()
 
 
-def _die_with_parent() -> None:
-    """Under a supervisor: if it dies (even by SIGKILL), the kernel kills this worker too, so
-    a live worker always has a parent that will record how it ended (Linux)."""
-    parent = os.environ.get("RMCONSOLE_SUPERVISOR_PID")
-    if not parent or not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != int(parent):  # the supervisor died before prctl took effect
-        os._exit(1)
-
-
 def _claim(run_id: int, fields: dict[str, Any]) -> str:
     """queued -> running with the worker's facts, in one transaction; returns the status found.
     Only a queued run is started, so a stopped or already running run never gets a second worker."""
@@ -257,7 +241,7 @@ def train(run_id: int) -> str:
         print(f"resuming after task {start} from {checkpoint_path(run_id)}", flush=True)
     reporter = StoreReporter(run_id, cfg.n_tasks, run.config)
     try:
-        data = load_dataset(cfg.dataset, download=cfg.download, image_size=cfg.image_size)
+        data = load_run_dataset(cfg)  # the input-pipeline keys too (streamed or in memory)
         run_protocol(cfg, data, device, reporter, resume=resume)
     finally:
         reporter.close()
@@ -277,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m rmconsole.worker RUN_ID", file=sys.stderr)
         return 2
     run_id = int(argv[0])
-    _die_with_parent()
+    if os.environ.get("RMCONSOLE_SUPERVISOR_PID") and os.environ.get("LOCAL_RANK") is None:
+        die_with_parent(int(os.environ["RMCONSOLE_SUPERVISOR_PID"]))  # (a torchrun rank dies with torchrun)
     signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGINT, _on_sigterm)
     try:

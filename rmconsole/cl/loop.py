@@ -13,11 +13,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import metrics, streams
+from . import distributed, metrics, streams
+from .accel import Accel, inference_batch
 from .augment import Augmenter, parse_augment
 from .data import Dataset
 from .events import Reporter, TaskOutcome, TaskPlan
 from .methods import Method, Setup, Task, method_class
+from .pipeline import iter_batches
 
 
 class CheckpointMismatch(ValueError):
@@ -57,13 +59,24 @@ def build_protocol(cfg: Any, data: Dataset) -> Protocol:
 
 @torch.inference_mode()
 def evaluate(method: Method, data: Dataset, labels: Tensor, classes: list[int], augmenter: Augmenter,
-             batch_size: int = 4096) -> tuple[float, list[float | None]]:
-    """Accuracy (percent) and per-class accuracy on the test samples of `classes`."""
+             batch_size: int | None = None) -> tuple[float, list[float | None]]:
+    """Accuracy (percent) and per-class accuracy on the test samples of `classes`.
+
+    Batches are decoded ahead when the test split streams from disk; on several ranks each
+    predicts a block of the test samples and the predictions are gathered in order."""
     keep = torch.isin(labels, torch.tensor(classes, device=labels.device)).nonzero().flatten()
+    device = getattr(method, "device", labels.device)
+    batch_size = batch_size or inference_batch(data.image_shape, device, 4096)
+    accel = getattr(method, "accel", None) or Accel(torch.device(device))
+    dist = distributed.context()
+    local = dist.block(keep) if dist else keep
     preds = []
-    for part in keep.split(batch_size):
-        preds.append(method.predict(augmenter.test(data.test.take(part))).cpu())
+    with accel.autocast():
+        for images in iter_batches(data.test, local.split(batch_size)):
+            preds.append(method.predict(accel.prepare(augmenter.test(images))).cpu())
     pred = torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
+    if dist:
+        pred = dist.gather(pred)
     truth = labels[keep].cpu()
     return metrics.accuracy(pred, truth), metrics.per_class_accuracy(pred, truth, data.n_classes)
 
@@ -88,10 +101,18 @@ def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Report
     train_labels, test_labels = protocol.train_labels.to(device), protocol.test_labels.to(device)
     augmenter = make_augmenter(cfg, data, device)
     setup = Setup(cfg, data, train_labels, test_labels, protocol.groups, device, augmenter, reporter)
+    dist = distributed.context()
+    if dist:  # the resume checkpoint is rank 0's to read; every rank continues from it
+        resume = dist.broadcast_object(resume)
     method = method_class(cfg.method)(setup)
     start = 0
     if resume is not None:
         start = restore(resume, cfg, protocol, method, augmenter, device)
+    if dist:
+        dist.sync_module(method.model)
+        distributed.restore_rank_state(augmenter, resume, cfg.seed, dist)
+    reporter.log((f"rank {dist.rank}/{dist.world}, collectives on {dist.device}; " if dist else "")
+                 + f"compute on {device}: {method.accel.describe()}")
     plans = protocol.plans(data.n_classes)
     reporter.run_started(plans, protocol.class_order, data.class_names, augmenter.describe())
     outcomes = []
@@ -104,6 +125,10 @@ def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Report
         method.before_task(task)
         method.learn_task(task)
         method.after_task(task)
+        if dist:  # whatever a method trained outside `fit` (BiC's bias layer...) is rank 0's everywhere
+            dist.sync_module(method.model)
+            dist.agree(f"model after task {t + 1}", torch.tensor(
+                list(bytes.fromhex(distributed.module_hash(method.model))), dtype=torch.uint8))
         reporter.phase(t, "evaluation", int(torch.isin(test_labels, torch.tensor(classes, device=device)).sum()))
         acc, class_acc = evaluate(method, data, test_labels, classes, augmenter)
         outcome = TaskOutcome(t, acc, metrics.task_accuracy_row(class_acc, protocol.groups), class_acc,
@@ -114,6 +139,8 @@ def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Report
                       "stream_hashes": [p.stream_hash for p in plans]}
         if device.type == "cuda":
             checkpoint["cuda_rng"] = torch.cuda.get_rng_state_all()
+        if dist:  # every rank's own draws, so a resumed multi-process run continues exactly
+            checkpoint["rank_states"] = distributed.rank_states(augmenter, dist)
         reporter.task_finished(outcome, checkpoint)
         outcomes.append(outcome)
     return outcomes

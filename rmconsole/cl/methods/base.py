@@ -20,10 +20,13 @@ import torch.nn.functional as nnf
 from torch import Tensor
 
 from .. import memory as M
+from ..accel import Accel, inference_batch, train_chunk
 from ..augment import Augmenter
 from ..data import Dataset
 from ..events import Reporter
+from .. import distributed
 from ..models import Backbone, build_model
+from ..pipeline import iter_batches, prefetching
 from ..schedule import epoch_lr
 from ..uncertainty import vote_uncertainty
 
@@ -71,7 +74,9 @@ class Method:
         self.cfg = setup.cfg
         self.device = setup.device
         self.n_classes = setup.n_classes
-        self.model: Backbone = self.build_model()
+        self.dist = distributed.context()  # None unless torchrun started several ranks
+        self.accel = Accel.from_config(self.cfg, self.device)
+        self.model: Backbone = self.accel.prepare_model(self.build_model())
         self.memory = M.Memory(self.cfg.memory_size)
         self.memory_policy: str = self.cfg.memory_policy or self.default_memory_policy
         self.seen = torch.zeros(self.n_classes, dtype=torch.bool, device=self.device)
@@ -145,13 +150,17 @@ class Method:
         """Called after every optimiser step (Rwalk accumulates its path integral here)."""
 
     def fit(self, epochs: int, batches_for_epoch: Callable[[int], list[Tensor]], phase: str,
-            task: Task, chunk_images: int = 8192) -> None:
+            task: Task, chunk_images: int | None = None) -> None:
         """Train `epochs` epochs; epoch e runs the index batches `batches_for_epoch(e)`.
 
         Augmentation runs once per chunk of upcoming batches (one batched call for many
-        batches), which is what makes per-sample RandAugment/AutoAugment cheap.
+        batches), which is what makes per-sample RandAugment/AutoAugment cheap. The chunks'
+        images are decoded ahead while the model trains (streamed datasets). With several
+        ranks, each trains on its shard of every batch and the gradients are averaged.
         """
         assert self.optimizer is not None, "before_task must create the optimiser"
+        if chunk_images is None:
+            chunk_images = train_chunk(self.setup.data.image_shape, self.train_batch_size)
         plans = [batches_for_epoch(e) for e in range(epochs)] if epochs <= 4 else None
         total = sum(len(b) for plan in plans for b in plan) if plans else None
         if total is None:  # long calls: every epoch has the same size
@@ -165,23 +174,44 @@ class Method:
             for group in self.optimizer.param_groups:
                 group["lr"] = epoch_lr(epoch, self.cfg.lr, self.cfg.schedule)
             self.model.train()
-            for chunk in _chunks(batches, chunk_images):
-                flat = torch.cat(chunk)
-                images = aug.train(self.images_of(flat))
+            chunks = list(_chunks(batches, chunk_images))
+            shards = [[self.dist.shard(b) for b in chunk] for chunk in chunks] if self.dist else \
+                [[(b, 1.0) for b in chunk] for chunk in chunks]
+            flats = [torch.cat([part for part, _ in shard]) for shard in shards]
+            for chunk, shard, flat, raw in zip(chunks, shards, flats, self.chunk_images(flats)):
+                sizes = [len(part) for part, _ in shard]
+                images = self.accel.prepare(aug.train(raw))
                 labels = self.labels_of(flat)
-                for x, y in zip(images.split([len(b) for b in chunk]), labels.split([len(b) for b in chunk])):
-                    loss = self.step_loss(x, y)
+                for x, y, (_, weight) in zip(images.split(sizes), labels.split(sizes), shard):
+                    with self.accel.autocast():
+                        loss = self.step_loss(x, y)
                     extra = self.penalty()
                     if extra is not None:
                         loss = loss + extra
                     self.optimizer.zero_grad(set_to_none=True)
                     loss.backward()
+                    if self.dist:
+                        self.dist.average_gradients(self.trained_parameters(), weight)
                     self.optimizer.step()
                     self.after_step()
-                self.report.advance(len(flat))
+                self.report.advance(sum(len(b) for b in chunk))
+            if self.dist:  # one model on every rank: rank 0's batch-norm statistics (and weights)
+                self.dist.sync_module(self.model)
             if self.epoch_eval is not None and phase != "stream":
                 acc = self.epoch_eval()
                 self.best_epoch_accuracy = max(acc, self.best_epoch_accuracy or acc)
+
+    def chunk_images(self, flats: list[Tensor]) -> Iterator[Tensor]:
+        """uint8 images of each chunk: decoded ahead by the source's pipeline when it streams
+        from disk (and `images_of` is the base one), else `images_of` one chunk at a time."""
+        if type(self).images_of is Method.images_of:
+            return iter_batches(self.setup.data.train, flats)
+        return (self.images_of(flat) for flat in flats)
+
+    def trained_parameters(self) -> list[Tensor]:
+        """What the optimiser updates: the gradients averaged over ranks."""
+        assert self.optimizer is not None
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     # ------------------------------------------------------------------ the schedule
 
@@ -247,11 +277,28 @@ class Method:
             chosen = M.herding_select(candidates, labels, self.features_of(candidates), cap, classes, self.gen)
         else:
             raise ValueError(f"unknown memory policy {policy!r}")
+        if self.dist:
+            chosen = self.agree_on_memory(task, chosen)
         self.memory.replace(chosen, self.labels_of(chosen).cpu())
+        cache = getattr(self.setup.data.train, "cache", None)
+        if cache is not None:  # a streamed dataset keeps the memory decoded (when it fits)
+            self.memory_info["memory_cached"] = cache(self.memory.indices)
         self.report.advance(len(candidates))
         self.memory_info["seconds"] = round(time.perf_counter() - started, 3)
         self.report.memory_updated(task.index, self.memory.histogram(self.n_classes),
                                    M.slots_per_class(cap, len(classes)), self.memory_info)
+
+    def agree_on_memory(self, task: Task, chosen: Tensor) -> Tensor:
+        """Every rank holds rank 0's memory. Ranks decide alike (same scores, same generator
+        draws); a rank that did not is logged, and rank 0's choice wins everywhere."""
+        assert self.dist is not None
+        if not self.dist.same_on_every_rank(chosen.cpu()):
+            self.report.log(f"rank {self.dist.rank}: memory choice differed between ranks at task "
+                            f"{task.index + 1}; rank 0's is used")
+            self.memory_info["ranks_differed"] = True
+        chosen = self.dist.broadcast(chosen.cpu())
+        self.dist.agree(f"memory after task {task.index + 1} ({len(chosen)} samples)", chosen)
+        return chosen
 
     def uncertainty_memory(self, task: Task, candidates: Tensor, labels: Tensor) -> Tensor:
         """RM's diversity-aware selection; task 0 is class-balanced random as in the authors' code
@@ -273,17 +320,40 @@ class Method:
 
     @torch.inference_mode()
     def uncertainty_of(self, idx: Tensor) -> tuple[Tensor, Tensor | None]:
-        """u(x) for every index, scored in large batches on the device."""
+        """u(x) for every index, scored in large batches on the device (on several ranks, each
+        scores a block of the candidates and the scores are gathered in order)."""
         self.model.eval()
         aug = self.setup.augmenter
-        return vote_uncertainty(self.logits, self.images_of, idx, self.cfg.uncertainty,
-                                self.cfg.uncertainty_views, aug.gen, aug.test)
+        local = self.dist.block(idx) if self.dist else idx
+        views = 1 if self.cfg.uncertainty == "none" else self.cfg.uncertainty_views
+        chunk_images = inference_batch(self.setup.data.image_shape, self.device)
+        per_chunk = max(1, chunk_images // views)  # vote_uncertainty's own chunking, decoded ahead
+        images_of = self.images_of
+        if type(self).images_of is Method.images_of:
+            images_of = prefetching(self.setup.data.train, list(local.split(per_chunk)))
+        with self.accel.autocast():
+            u, votes = vote_uncertainty(lambda x: self.logits(self.accel.prepare(x)), images_of, local,
+                                        self.cfg.uncertainty, self.cfg.uncertainty_views, aug.gen, aug.test,
+                                        chunk_images=chunk_images)
+        if hasattr(images_of, "close"):
+            images_of.close()
+        if self.dist:
+            u = self.dist.gather(u)
+            votes = None if votes is None else self.dist.gather(votes)
+        return u, votes
 
     @torch.inference_mode()
-    def features_of(self, idx: Tensor, chunk: int = 4096) -> Tensor:
+    def features_of(self, idx: Tensor, chunk: int | None = None) -> Tensor:
         self.model.eval()
         test = self.setup.augmenter.test
-        return torch.cat([self.model.features(test(self.images_of(part))) for part in idx.split(chunk)])
+        local = self.dist.block(idx) if self.dist else idx
+        plan = list(local.split(chunk or inference_batch(self.setup.data.image_shape, self.device, 4096)))
+        images = (iter_batches(self.setup.data.train, plan) if type(self).images_of is Method.images_of
+                  else (self.images_of(part) for part in plan))
+        with self.accel.autocast():
+            feats = [self.model.features(self.accel.prepare(test(x))).float() for x in images]
+        out = torch.cat(feats) if feats else torch.empty(0, self.model.feature_dim, device=self.device)
+        return self.dist.gather(out) if self.dist else out
 
     # ------------------------------------------------------------------ inference
 

@@ -1,0 +1,116 @@
+"""What the benchmarks share: the machine they ran on, and a reporter that times the phases."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from rmconsole.cl.events import Reporter  # noqa: E402
+
+
+def machine() -> str:
+    """One paragraph: CPU, cores, load, torch, GPU."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = ", load average %.1f %.1f %.1f" % os.getloadavg() if hasattr(os, "getloadavg") else ""
+    gpu = "no GPU"
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        gpu = f"{torch.cuda.device_count()} x {props.name} ({props.total_memory / 2**30:.0f} GiB)"
+    return (f"machine: {cpu}, {cores} cores{load}; {gpu}; torch {torch.__version__}, "
+            f"{torch.get_num_threads()} torch threads; python {platform.python_version()}")
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_gib(device: torch.device) -> float:
+    """Peak GPU memory allocated since the last reset, or the process's peak RSS on CPU (which
+    never resets: on CPU it is the peak up to and including the phase)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return peak_rss_mib() / 1024
+
+
+def memory_unit(device: torch.device) -> str:
+    return "GiB GPU" if device.type == "cuda" else "GiB RSS"
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+@dataclass
+class Phase:
+    task: int
+    name: str
+    samples: int
+    seconds: float = 0.0
+    peak: float = 0.0  # GiB
+
+
+@dataclass
+class TimingReporter(Reporter):
+    """Times each phase of a run (synchronising the GPU at the boundaries) with its peak memory."""
+
+    device: torch.device
+    phases: list[Phase] = field(default_factory=list)
+    started: float = 0.0
+    memory_seconds: list[float] = field(default_factory=list)
+
+    def _close(self) -> None:
+        if self.phases and not self.phases[-1].seconds:
+            sync(self.device)
+            self.phases[-1].seconds = time.perf_counter() - self.started
+            self.phases[-1].peak = peak_gib(self.device)
+
+    def phase(self, task: int, name: str, total: int) -> None:
+        self._close()
+        reset_peak(self.device)
+        self.phases.append(Phase(task, name, total))
+        self.started = time.perf_counter()
+
+    def task_finished(self, outcome: Any, checkpoint: Any) -> None:
+        self._close()
+        done = [p for p in self.phases if p.task == outcome.task]
+        print(f"  task {outcome.task + 1}: {sum(p.seconds for p in done):.1f} s (" +
+              ", ".join(f"{p.name} {p.seconds:.1f} s" for p in done) + ")", flush=True)
+
+    def log(self, message: str) -> None:
+        print(f"  {message}", flush=True)
+
+    def table(self, views: int) -> str:
+        """Per phase name: samples, seconds, samples/s, peak memory; then per task."""
+        lines = [f"{'phase':<15} {'samples':>10} {'seconds':>9} {'share':>6} {'samples/s':>11}  {'peak memory':>16}"]
+        total = sum(p.seconds for p in self.phases) or 1e-9
+        for name in dict.fromkeys(p.name for p in self.phases):
+            group = [p for p in self.phases if p.name == name]
+            n, s = sum(p.samples for p in group), sum(p.seconds for p in group)
+            rate = f"{n / s:,.0f}" if s else "—"
+            extra = f"  ({n * views / s:,.0f} views/s)" if name == "memory update" and s else ""
+            peak = f"{max(p.peak for p in group):.2f} {memory_unit(self.device)}"
+            lines.append(f"{name:<15} {n:>10,} {s:>9.1f} {s / total:>6.0%} {rate:>11}  {peak:>16}{extra}")
+        lines.append(f"{'all phases':<15} {'':>10} {total:>9.1f}")
+        return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""The GPU fast path: bf16 autocast, channels_last, torch.compile, and inference batch sizes.
+
+Each knob is a config key with an `auto` default that is on where it pays and off where it
+does not (or cannot be trusted): on a CPU run everything is off, so the CPU path computes in
+float32 exactly as before. Anything that fails at run time falls back to the plain path with
+one line in the log instead of failing the run (torch.compile with `suppress_errors`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass
+from typing import Any, ContextManager
+
+import torch
+from torch import Tensor, nn
+
+# uint8 pixels (C*H*W per image) a batched inference call may hold at once: 16384 CIFAR images,
+# about 330 ImageNet ones (x the model's activations: what an 80 GB GPU or a laptop can hold)
+INFERENCE_PIXELS = 16384 * 3 * 32 * 32
+TRAIN_CHUNK_PIXELS = 8192 * 3 * 32 * 32  # images augmented in one batched call during training
+
+
+def bf16_supported() -> bool:
+    """bf16 tensor cores (Ampere and newer); False where there is no CUDA at all."""
+    try:
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    except (RuntimeError, AssertionError):
+        return False
+
+
+def _auto(value: Any) -> Any:
+    return None if value in (None, "auto") else value
+
+
+@dataclass
+class Accel:
+    """How this run computes: set once per run from its config and device."""
+
+    device: torch.device
+    amp_dtype: torch.dtype | None = None  # autocast dtype, None = float32
+    channels_last: bool = False
+    compile: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: Any, device: torch.device) -> "Accel":
+        cuda = device.type == "cuda"
+        conv = getattr(cfg, "model", "") != "mlp400"
+        amp = getattr(cfg, "amp", "auto")
+        if amp == "auto":
+            amp = "bf16" if cuda and bf16_supported() else "off"
+        channels_last = _auto(getattr(cfg, "channels_last", "auto"))
+        compile_ = _auto(getattr(cfg, "compile", "auto"))
+        return cls(
+            device=device,
+            amp_dtype=torch.bfloat16 if amp == "bf16" else None,
+            channels_last=(cuda and conv) if channels_last is None else bool(channels_last) and conv,
+            compile=(cuda and conv) if compile_ is None else bool(compile_),
+        )
+
+    def describe(self) -> str:
+        return (f"amp={'bf16' if self.amp_dtype is not None else 'off'}, channels_last={self.channels_last}, "
+                f"compile={self.compile}")
+
+    def autocast(self) -> ContextManager[Any]:
+        """Mixed precision around forward passes (loss and backward stay float32 where it matters)."""
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def prepare(self, x: Tensor) -> Tensor:
+        """A normalised image batch in the memory format the model runs fastest on."""
+        if self.channels_last and x.dim() == 4:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        """channels_last weights; the feature extractor compiled in place (state_dict keys, the
+        `features`/`fc` split and checkpoints stay as they are)."""
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        features = getattr(model, "features", None)
+        if self.compile and isinstance(features, nn.Module):
+            from torch import _dynamo
+
+            _dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly
+            try:
+                features.compile(dynamic=None)
+            except Exception as err:  # noqa: BLE001 - the eager model is always a valid fallback
+                print(f"torch.compile unavailable ({type(err).__name__}: {err}); running eagerly",
+                      file=sys.stderr, flush=True)
+                self.compile = False
+        return model
+
+
+def pixels(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return max(n, 1)
+
+
+def inference_batch(shape: tuple[int, ...], device: torch.device | str = "cuda", cap: int = 16384) -> int:
+    """Images per batched inference call (evaluation, scoring, features) for images of `shape`.
+
+    Up to CIFAR's size this is `cap` (the spine's batch sizes, unchanged); bigger images get
+    proportionally fewer, and on a CPU eight times fewer again: a bigger batch does not speed a
+    CPU up, and 4096 64x64 ResNet activations alone would need about 15 GB of RAM.
+    """
+    px = pixels(shape)
+    budget = INFERENCE_PIXELS if (torch.device(device).type != "cpu" or px <= 3 * 32 * 32) else INFERENCE_PIXELS // 8
+    return max(1, min(cap, budget // px))
+
+
+def train_chunk(shape: tuple[int, ...], batch: int, cap: int = 8192) -> int:
+    """Images per batched augmentation call during training (at least one batch)."""
+    return max(batch, min(cap, TRAIN_CHUNK_PIXELS // pixels(shape)))

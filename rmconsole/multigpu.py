@@ -1,0 +1,177 @@
+"""Multi-GPU runs through torchrun: the command lines, the rendezvous options, the launcher.
+
+`rmconsole run --gpus N` stores the run with `gpus = N`, and `launch.start_worker` has the
+run's supervisor (`rmconsole.supervise`, the leader of the run's process session) start
+
+    python -m rmconsole.multigpu RUN_ID -- <torchrun options>
+
+That launcher runs torchrun as its child
+(`python -m torch.distributed.run ... -m rmconsole.dist_worker RUN_ID`), which starts N ranks:
+NCCL between GPUs, gloo on CPU (`device=cpu`: N CPU processes, for testing). A stop signals
+the supervisor's process group (torchrun passes SIGTERM on to the ranks, rank 0 records
+`stopped`), and after torchrun exits the launcher makes the store tell the truth:
+a run that a failing rank brought down is `failed`, not `stopped` or left `running`.
+
+Several nodes: torchrun's rendezvous options pass through (`--nnodes --node-rank --master-addr
+--master-port`, or `--rdzv-endpoint --rdzv-id`); the node that runs `rmconsole run` is node
+0 and holds rank 0, the others start their ranks with `rmconsole join RUN_ID ...`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from .config import ConfigError
+
+
+@dataclass
+class Rendezvous:
+    """torchrun's options for finding the other nodes; empty = one node (`--standalone`)."""
+
+    nnodes: int = 1
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    extra: list[str] = field(default_factory=list)
+
+    def check(self, joining: bool = False) -> "Rendezvous":
+        """Refuse combinations torchrun would fail on later, with one line."""
+        if self.nnodes < 1:
+            raise ConfigError(f"--nnodes {self.nnodes}: must be at least 1")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise ConfigError(f"--master-port {self.master_port}: must be a TCP port (1-65535)")
+        if self.node_rank is not None and not 0 <= self.node_rank < self.nnodes:
+            raise ConfigError(f"--node-rank {self.node_rank}: must be 0 to {self.nnodes - 1} for --nnodes {self.nnodes}")
+        if self.master_addr and self.rdzv_endpoint:
+            raise ConfigError("give --master-addr (static rendezvous) or --rdzv-endpoint (c10d rendezvous), not both")
+        if self.nnodes > 1 or joining:
+            if not (self.master_addr or self.rdzv_endpoint):
+                raise ConfigError(f"--nnodes {self.nnodes}: the nodes must find each other: give --master-addr HOST "
+                                  f"(with --node-rank) or --rdzv-endpoint HOST:PORT")
+            if self.master_addr and self.node_rank is None:
+                raise ConfigError("--master-addr needs --node-rank (0 on the node that runs `rmconsole run`)")
+        if self.master_addr and self.node_rank is not None:
+            if not joining and self.node_rank != 0:
+                raise ConfigError(f"--node-rank {self.node_rank}: `rmconsole run` is node 0 (it holds rank 0, which "
+                                  f"writes the store); start the other nodes with `rmconsole join RUN_ID`")
+            if joining and self.node_rank == 0:
+                raise ConfigError("--node-rank 0 is the node that ran `rmconsole run`; a joining node has rank 1 or more")
+        return self
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nnodes > 1 or bool(self.master_addr or self.rdzv_endpoint)
+
+    def args(self) -> list[str]:
+        if not self.multi_node:
+            return ["--standalone", *self.extra]
+        out = ["--nnodes", str(self.nnodes)]
+        if self.master_addr:
+            out += ["--node-rank", str(self.node_rank), "--master-addr", self.master_addr]
+            if self.master_port is not None:
+                out += ["--master-port", str(self.master_port)]
+        else:
+            out += ["--rdzv-backend", "c10d", "--rdzv-endpoint", str(self.rdzv_endpoint)]
+            if self.rdzv_id:
+                out += ["--rdzv-id", self.rdzv_id]
+        return out + self.extra
+
+
+def torchrun_argv(run_id: int, nproc: int, rendezvous: Rendezvous | None = None) -> list[str]:
+    """torchrun starting `nproc` ranks of `rmconsole.dist_worker RUN_ID` on this node."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+            *(rendezvous or Rendezvous()).args(), "-m", "rmconsole.dist_worker", str(run_id)]
+
+
+def launcher_argv(run_id: int, nproc: int, rendezvous: Rendezvous | None = None) -> list[str]:
+    """What `launch.start_worker` runs for a multi-process run: this module's launcher."""
+    return [sys.executable, "-m", "rmconsole.multigpu", str(run_id), "--",
+            *torchrun_argv(run_id, nproc, rendezvous)[3:]]
+
+
+def rank_env(device: str) -> dict[str, str]:
+    """Environment for the ranks: CPU runs use gloo only (no NCCL on a GPU machine)."""
+    return {"RMCONSOLE_DIST_CPU": "1"} if device == "cpu" else {}
+
+
+def check_gpus(gpus: int, device: str) -> None:
+    """Refuse `gpus > 1` where this node cannot give every rank its own GPU (ConfigError)."""
+    if gpus <= 1 or device == "cpu":
+        return
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < gpus:
+        raise ConfigError(f"gpus={gpus}: this machine has {have} visible CUDA device(s); use at most {have}, "
+                          f"or --set device=cpu to run {gpus} CPU processes on gloo")
+
+
+# ---------------------------------------------------------------------------- the launcher
+
+
+_stop_requested = {"flag": False}
+
+
+def _on_stop(signum: int, frame: object) -> None:
+    # the whole process group got the signal (rmconsole stop): torchrun forwards it to the ranks
+    _stop_requested["flag"] = True
+
+
+def settle(run_id: int, returncode: int, stop_requested: bool) -> str:
+    """After torchrun: a run still active, or marked stopped although nobody asked, is failed."""
+    from . import store
+
+    run = store.get_run(run_id)
+    if run.status in store.ACTIVE:
+        store.update_run(run_id, status="failed", finished_at=store.utcnow(),
+                         error=f"torchrun exited with code {returncode} before the run ended (see the run's log)")
+    elif run.status == "stopped" and not stop_requested and returncode != 0:
+        store.update_run(run_id, status="failed",
+                         error=f"a rank failed and torchrun stopped the others (exit code {returncode}); "
+                               f"the failing rank's traceback is in the run's log")
+    return store.get_run(run_id).status
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rmconsole.multigpu RUN_ID -- TORCHRUN_ARGS...`: run torchrun, then settle the run."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 3 or not argv[0].isdigit() or argv[1] != "--":
+        print("usage: python -m rmconsole.multigpu RUN_ID -- TORCHRUN_ARGS", file=sys.stderr)
+        return 2
+    run_id = int(argv[0])
+    from . import store
+
+    cfg = store.get_run(run_id).config
+    if os.environ.get("RMCONSOLE_SUPERVISOR_PID"):
+        from .launch import die_with_parent
+
+        die_with_parent(int(os.environ["RMCONSOLE_SUPERVISOR_PID"]))
+    signal.signal(signal.SIGTERM, _on_stop)
+    signal.signal(signal.SIGINT, _on_stop)
+    env = dict(os.environ)
+    env.update(rank_env(str(cfg.get("device", "auto"))))
+    if cfg.get("threads"):
+        env["OMP_NUM_THREADS"] = str(cfg["threads"])
+    print(f"launcher: {' '.join(argv[2:])}", flush=True)
+    child = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv[2:]], env=env)
+    returncode = child.wait()  # a stop's SIGTERM only sets the flag here; torchrun ends the ranks
+    status = settle(run_id, returncode, _stop_requested["flag"])
+    print(f"launcher: torchrun exited with code {returncode}; run {run_id} is {status}", flush=True)
+    return 0 if status == "finished" else (143 if status == "stopped" else 1)
+
+
+def join(run_id: int, nproc: int, rendezvous: Rendezvous, device: str = "auto") -> int:
+    """Start this node's ranks of a run started on another node (foreground; no store needed)."""
+    env = dict(os.environ)
+    env.update(rank_env(device))
+    return subprocess.call(torchrun_argv(run_id, nproc, rendezvous), env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
