@@ -34,7 +34,9 @@ METRIC_LABELS = {
     "A_last_best_epoch": "A_last best-over-epochs (test-selected)",
 }
 LOWER_IS_BETTER = {"F_last", "I_last"}
-RUNTIME_KEYS = ("device", "threads", "download",
+# keys that change how or where a run computes, or what it records, not what it learns
+# (eval_every_epoch only adds test passes after epochs: the trajectory is the same, tested)
+RUNTIME_KEYS = ("device", "threads", "download", "eval_every_epoch",
                 "data_pipeline", "loader_workers", "gpu_decode", "amp", "channels_last", "compile", "gpus")
 RUN_FIELDS = {"preset": "preset", "sweep": "sweep_id", "status": "status"}  # row/col keys beside config keys
 SETTING_KEYS = ("dataset", "model", "memory_size", "n_tasks", "blurry", "stream", "augment", "epochs")

@@ -69,6 +69,15 @@ def test_a_rerun_seed_counts_once_newest_finished(grid) -> None:
     assert rm.stats["A_last"].n == 3 and rm.stats["A_last"].mean == pytest.approx((80 + 92 + 94) / 3)
 
 
+def test_recording_only_keys_do_not_split_rows(grid) -> None:
+    """eval_every_epoch=true records best-over-epochs figures beside the same training: its runs
+    share a row with the others (test_rm_variants checks the trajectory is identical)."""
+    grid[0]["config"]["eval_every_epoch"] = True
+    grid[0]["config"]["threads"] = 1
+    rep = R.build_report(grid)
+    assert rep.auto_keys == [] and rep.cell(0, 0).used == [1, 4, 7]
+
+
 def test_columns_sort_numerically_and_differing_keys_split_rows() -> None:
     runs = [make_run(i, m, s, 60.0 + i, memory_size=k) for i, (m, k, s) in
             enumerate([(m, k, s) for m in ("rm", "finetune") for k in (1000, 200, 500) for s in (1, 2)], 1)]
