@@ -222,16 +222,22 @@ def parse_value(raw: str) -> Any:
         return raw
 
 
+def split_override(pair: str, expected: str = "KEY=VALUE") -> tuple[str, str]:
+    """`--set KEY=RAW` -> (key, raw), the key checked against the config's keys."""
+    key, sep, raw = pair.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {pair!r}: expected {expected}")
+    if key not in KEYS:
+        raise ConfigError(f"unknown config key {key!r}; known keys: {', '.join(KEYS)}")
+    return key, raw.strip()
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE")
-        if key not in KEYS:
-            raise ConfigError(f"unknown config key {key!r}; known keys: {', '.join(KEYS)}")
-        out[key] = parse_value(raw.strip())
+        key, raw = split_override(pair)
+        out[key] = parse_value(raw)
     return out
 
 

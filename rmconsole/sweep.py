@@ -21,7 +21,7 @@ from typing import Any, Optional
 from sqlmodel import Session
 
 from . import store
-from .config import DEFAULT_PRESET, KEYS, ConfigError, RunConfig, load_config, parse_value, read_preset
+from .config import DEFAULT_PRESET, ConfigError, RunConfig, load_config, parse_value, read_preset, split_override
 
 
 def split_values(raw: str) -> list[str]:
@@ -62,13 +62,8 @@ def sweep_axes(pairs: list[str]) -> dict[str, list[Any]]:
     """The `--set` pairs as key -> list of values (a single value is a one-point axis)."""
     axes: dict[str, list[Any]] = {}
     for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE or KEY=V1,V2,...")
-        if key not in KEYS:
-            raise ConfigError(f"unknown config key {key!r}; known keys: {', '.join(KEYS)}")
-        parts = split_values(raw.strip())
+        key, raw = split_override(pair, "KEY=VALUE or KEY=V1,V2,...")
+        parts = split_values(raw)
         if len(parts) > 1 and any(not p for p in parts):
             raise ConfigError(f"--set {pair!r}: empty value in a comma-separated list")
         values = [parse_value(p) for p in parts]

@@ -24,10 +24,10 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
 from .base import Method, Task
-from .quadratic import QuadraticPenalty
+from .quadratic import QuadraticPenalty, RegWeight
 
 
-class EWC(Method):
+class EWC(RegWeight, Method):
     name = "ewc"
     default_memory_policy = "reservoir"
     # Gradient descent on lambda/2 * A (theta - c)^2 is stable only while lr * lambda * A_max <
@@ -37,10 +37,6 @@ class EWC(Method):
     # batch-size times smaller) diverges from the third task on. 10 is the largest power of ten
     # under the bound, fixed before looking at any accuracy.
     default_reg_weight = 10.0
-
-    @property
-    def reg_weight(self) -> float:
-        return self.default_reg_weight if self.cfg.reg_weight is None else self.cfg.reg_weight
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)

@@ -15,6 +15,16 @@ import torch
 from torch import Tensor
 
 
+class RegWeight:
+    """Mixin of the regularised methods: `reg_weight` is the run's, else the method's default."""
+
+    default_reg_weight: float
+
+    @property
+    def reg_weight(self) -> float:
+        return self.default_reg_weight if self.cfg.reg_weight is None else self.cfg.reg_weight
+
+
 class QuadraticPenalty:
     def __init__(self, params: list[Tensor]) -> None:
         self.params = params

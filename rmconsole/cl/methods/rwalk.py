@@ -26,12 +26,12 @@ from torch import Tensor
 
 from .base import Method, Task
 from .ewc import check_finite
-from .quadratic import QuadraticPenalty
+from .quadratic import QuadraticPenalty, RegWeight
 
 EPSILON = 1e-3  # the paper's / reference code's damping of the score denominator
 
 
-class Rwalk(Method):
+class Rwalk(RegWeight, Method):
     name = "rwalk"
     default_memory_policy = "reservoir"
     # The penalty's curvature is 2 lambda w with w = F + s <= 2, and SGD with Nesterov momentum
@@ -39,10 +39,6 @@ class Rwalk(Method):
     # authors' 100 (meant for their unnormalised, near-zero importances) diverges. 1 is the largest
     # power of ten under the bound and the RWalk authors' own value.
     default_reg_weight = 1.0
-
-    @property
-    def reg_weight(self) -> float:
-        return self.default_reg_weight if self.cfg.reg_weight is None else self.cfg.reg_weight
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)
