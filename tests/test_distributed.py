@@ -3,6 +3,8 @@ end to end (same memory and model on both ranks after every task, one set of row
 
 from __future__ import annotations
 
+import copy
+
 import json
 import os
 import re
@@ -52,6 +54,22 @@ def _collectives(rank: int, world: int, port: int, out: str) -> None:
     results["broadcast"] = d.broadcast(torch.tensor([4, 5, 6]) if rank == 0 else torch.empty(0, dtype=torch.long)).tolist()
     results["object"] = d.broadcast_object({"k": 1} if rank == 0 else None)
     results["block"] = d.block(torch.arange(7)).tolist()
+    results["shard_ids"] = d.shard(torch.arange(8))[0].tolist()  # RM's [stream half | memory half]
+
+    # synced batch norm: a rank's shard trains as the single-process full batch does
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    synced = distributed.sync_batch_norm(copy.deepcopy(reference), d)
+    xb, yb = torch.randn(8, 4) * 3 + 1, torch.randint(0, 3, (8,))
+    torch.nn.functional.cross_entropy(reference(xb), yb).backward()
+    part, weight = d.shard(torch.arange(8))
+    torch.nn.functional.cross_entropy(synced(xb[part]), yb[part]).backward()
+    d.average_gradients(synced.parameters(), weight)
+    results["synced_bn"] = (
+        isinstance(synced[1], distributed.SyncedBatchNorm),
+        all(torch.allclose(a.grad, b.grad, atol=1e-5) for a, b in zip(reference.parameters(), synced.parameters())),
+        all(torch.allclose(a, b, atol=1e-5) for a, b in zip(reference.buffers(), synced.buffers())),
+    )
 
     torch.manual_seed(rank)  # different weights and batch-norm statistics on every rank
     net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
@@ -74,6 +92,8 @@ def test_collectives_on_two_gloo_processes(tmp_path: Path) -> None:
     mp.start_processes(_collectives, args=(2, _free_port(), str(tmp_path)), nprocs=2, start_method="fork")
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
     assert r0["sharded"] == (6, True) and r1["sharded"] == (5, True)  # 11 samples: 6 + 5, weights 6/11, 5/11
+    assert r0["shard_ids"] == [0, 2, 4, 6] and r1["shard_ids"] == [1, 3, 5, 7]  # both halves on every rank
+    assert r0["synced_bn"] == r1["synced_bn"] == (True, True, True)  # gradients and running statistics
     assert r0["replicated"] == (3, True) and r1["replicated"] == (3, True)  # too small to split: whole on both
     assert r0["gather"] == r1["gather"] == [0, 1, 10, 11, 12]
     assert r0["gather_2d"] == r1["gather_2d"] == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]

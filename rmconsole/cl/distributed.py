@@ -6,6 +6,9 @@ Every rank runs the same protocol on the same stream. What keeps them one run:
   every rank builds the same plan; each rank trains on its shard of every batch and the
   gradients are averaged over ranks (one coalesced all-reduce per step, weighted by shard
   size, so the step equals the full batch's step);
+- batch norm is synchronised: in training its statistics are those of the whole batch (all
+  ranks' shards; `sync_batch_norm`), so a rank's shard of a small batch (the paper's 16) is
+  normalised as the single-process run normalises the batch;
 - model parameters and buffers (batch-norm statistics) are broadcast from rank 0 at the
   start and after every training call, so evaluation and scoring use one model;
 - uncertainty scoring, feature extraction and evaluation score contiguous blocks of their
@@ -52,12 +55,16 @@ class Dist:
     def shard(self, batch: Tensor) -> tuple[Tensor, float]:
         """This rank's part of a training batch and its gradient weight (its share of the batch).
 
-        A batch too small to give every rank two samples (batch norm needs two) is trained whole
-        on every rank; the weights then average the ranks' (differently augmented) gradients.
+        Shards interleave (rank r takes samples r, r + world, ...): batches are built in
+        parts (RM's stream half, then its memory half), and a contiguous split would give one
+        rank only stream samples and another only memory samples, so each rank's batch-norm
+        statistics would describe a different population. A batch too small to give every
+        rank two samples (batch norm needs two) is trained whole on every rank; the weights
+        then average the ranks' (differently augmented) gradients.
         """
         if len(batch) < 2 * self.world:
             return batch, 1.0 / self.world
-        part = batch.tensor_split(self.world)[self.rank]
+        part = batch[self.rank::self.world]
         return part, len(part) / len(batch)
 
     def block(self, idx: Tensor) -> Tensor:
@@ -96,6 +103,12 @@ class Dist:
         box = [obj if self.is_main else None]
         dist.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda" else None)
         return box[0]
+
+    def all_sum(self, t: Tensor) -> Tensor:
+        """The sum of `t` over every rank (a new tensor on `t`'s device)."""
+        summed = self._on(t.clone())
+        dist.all_reduce(summed)
+        return summed.to(t.device)
 
     def average_gradients(self, params: Iterable[Tensor], weight: float) -> None:
         """Replace each gradient by the weighted sum over ranks (weights sum to 1): one all-reduce.
@@ -242,3 +255,81 @@ def shutdown() -> None:
             dist.destroy_process_group()
         except Exception as err:  # noqa: BLE001 - exiting anyway
             print(f"process group teardown failed: {err}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- synchronised batch norm
+
+
+class _SyncedNorm(torch.autograd.Function):
+    """y = w * (x - mean) * invstd + b with mean/invstd over every rank's samples; its backward
+    all-reduces the two sums the input gradient needs (as torch's SyncBatchNorm does on GPUs)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, mean: Tensor, invstd: Tensor,
+                count: float, d: "Dist") -> Tensor:
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        xhat = (x - mean.view(shape)) * invstd.view(shape)
+        ctx.save_for_backward(xhat, weight, invstd)
+        ctx.count, ctx.d, ctx.shape = count, d, shape
+        return xhat * weight.view(shape) + bias.view(shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        xhat, weight, invstd = ctx.saved_tensors
+        dims = [0, *range(2, grad.dim())]
+        local = torch.cat([grad.sum(dims), (grad * xhat).sum(dims)])
+        total = ctx.d.all_sum(local) / ctx.count
+        c, shape = weight.numel(), ctx.shape
+        dx = (weight * invstd).view(shape) * (grad - total[:c].view(shape) - xhat * total[c:].view(shape))
+        return dx, local[c:], local[:c], None, None, None, None
+
+
+class SyncedBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """Batch norm whose training statistics are the whole batch's, over every rank (gloo or
+    NCCL); in evaluation it is plain batch norm on the (rank-0-broadcast) running statistics."""
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+    dist: "Dist | None" = None  # set by sync_batch_norm
+
+    def forward(self, x: Tensor) -> Tensor:
+        d = self.dist
+        if not self.training or d is None or not self.affine or not self.track_running_stats:
+            return super().forward(x)
+        dims = [0, *range(2, x.dim())]
+        with torch.no_grad():
+            local_count = torch.tensor([x.numel() / x.shape[1]], dtype=torch.float64, device=x.device)
+            first = d.all_sum(torch.cat([x.sum(dims).double(), local_count]))
+            count = float(first[-1])
+            mean = first[:-1] / count
+            centred = x.double() - mean.view([1, -1] + [1] * (x.dim() - 2))
+            var = d.all_sum((centred * centred).sum(dims)) / count
+            momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked + 1)
+            self.num_batches_tracked.add_(1)
+            self.running_mean.mul_(1 - momentum).add_(mean.to(self.running_mean.dtype), alpha=momentum)
+            unbiased = var * (count / max(count - 1.0, 1.0))
+            self.running_var.mul_(1 - momentum).add_(unbiased.to(self.running_var.dtype), alpha=momentum)
+            invstd = torch.rsqrt(var + self.eps).to(x.dtype)
+        return _SyncedNorm.apply(x, self.weight, self.bias, mean.to(x.dtype), invstd, count, d)
+
+
+def sync_batch_norm(model: nn.Module, d: Dist) -> nn.Module:
+    """`model` with every batch-norm layer synchronised over the ranks (same parameters and
+    buffers, so state dicts are unchanged): torch's SyncBatchNorm on CUDA, SyncedBatchNorm else."""
+    if any(p.is_cuda for p in model.parameters()):
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    for name, child in list(model.named_children()):
+        if isinstance(child, nn.modules.batchnorm._BatchNorm) and not isinstance(child, SyncedBatchNorm):
+            synced = SyncedBatchNorm(child.num_features, child.eps, child.momentum, child.affine,
+                                     child.track_running_stats)
+            synced.weight, synced.bias = child.weight, child.bias
+            for buffer in ("running_mean", "running_var", "num_batches_tracked"):
+                setattr(synced, buffer, getattr(child, buffer))
+            synced.train(child.training)
+            synced.dist = d
+            setattr(model, name, synced)
+        else:
+            sync_batch_norm(child, d)
+    return model

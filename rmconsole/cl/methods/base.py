@@ -76,7 +76,7 @@ class Method:
         self.n_classes = setup.n_classes
         self.dist = distributed.context()  # None unless torchrun started several ranks
         self.accel = Accel.from_config(self.cfg, self.device)
-        self.model: Backbone = self.accel.prepare_model(self.build_model())
+        self.model: Backbone = self.build_model()
         self.memory = M.Memory(self.cfg.memory_size)
         self.memory_policy: str = self.cfg.memory_policy or self.default_memory_policy
         self.seen = torch.zeros(self.n_classes, dtype=torch.bool, device=self.device)
@@ -89,8 +89,12 @@ class Method:
     # ------------------------------------------------------------------ building blocks
 
     def build_model(self) -> Backbone:
+        """A freshly initialised model, ready for this run's device (fast path, synced batch norm)."""
         shape = self.setup.data.image_shape
-        return build_model(self.cfg.model, shape, self.n_classes).to(self.device)
+        model = build_model(self.cfg.model, shape, self.n_classes).to(self.device)
+        if self.dist:
+            model = distributed.sync_batch_norm(model, self.dist)
+        return self.accel.prepare_model(model)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         fused = self.device.type in ("cuda", "cpu")
