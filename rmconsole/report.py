@@ -63,7 +63,13 @@ def key_value(run: dict[str, Any], key: str) -> Any:
     """A run's value for a row/column key: a config key, or preset / sweep / status."""
     if key in RUN_FIELDS:
         return run.get(RUN_FIELDS[key])
-    return _hashable((run.get("config") or {}).get(key))
+    config = run.get("config") or {}
+    if key not in config:  # stored before the key existed: it ran as the key's default does
+        from .config import RunConfig
+
+        field = RunConfig.model_fields.get(key)
+        return _hashable(None if field is None else field.default)
+    return _hashable(config[key])
 
 
 def format_value(value: Any) -> str:

@@ -78,6 +78,16 @@ def test_recording_only_keys_do_not_split_rows(grid) -> None:
     assert rep.auto_keys == [] and rep.cell(0, 0).used == [1, 4, 7]
 
 
+def test_a_key_newer_than_a_run_reads_as_its_default(grid) -> None:
+    """Runs stored before a config key existed ran as its default does: no split on it."""
+    for run in grid[:3]:
+        run["config"]["reset_head"] = False  # the newer runs carry the key, the older ones do not
+    rep = R.build_report(grid)
+    assert rep.auto_keys == [] and rep.cell(0, 0).used == [1, 4, 7]
+    grid[0]["config"]["reset_head"] = True
+    assert R.build_report(grid).auto_keys == ["reset_head"]
+
+
 def test_columns_sort_numerically_and_differing_keys_split_rows() -> None:
     runs = [make_run(i, m, s, 60.0 + i, memory_size=k) for i, (m, k, s) in
             enumerate([(m, k, s) for m in ("rm", "finetune") for k in (1000, 200, 500) for s in (1, 2)], 1)]
