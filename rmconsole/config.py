@@ -57,7 +57,7 @@ class RunConfig(BaseModel):
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for torch")
     # baselines' own hyper-parameters (paper defaults); methods that do not use a key ignore it
     reg_weight: Optional[float] = Field(
-        default=None, ge=0, description="EWC / Rwalk regularisation weight lambda (default: the method's own, EWC 10, Rwalk 1)")
+        default=None, ge=0, description="EWC / Rwalk regularisation weight lambda (default: the method's own, EWC 100, Rwalk 1)")
     rwalk_alpha: float = Field(default=0.9, gt=0, le=1, description="Rwalk: weight of the newest window in the EWC++ Fisher")
     rwalk_interval: int = Field(default=10, ge=1, description="Rwalk: optimiser steps per Fisher/score update")
     new_classes: Literal["task", "unseen"] = Field(

@@ -106,7 +106,7 @@ def test_ewc_consolidation_is_the_sum_of_per_task_penalties(digits) -> None:
 def test_ewc_penalty_is_nonzero_after_the_first_task(digits) -> None:
     ewc, proto = build("ewc", digits)
     assert ewc.penalty_value() == 0.0  # nothing consolidated before the first task ends
-    assert ewc.memory_policy == "reservoir" and ewc.reg_weight == 10.0
+    assert ewc.memory_policy == "reservoir" and ewc.reg_weight == 100.0
     learn(ewc, proto, 0)
     assert ewc.consolidated == 1
     assert sum(float(a.sum()) for a in ewc.quadratic.weights) > 0  # the Fisher is not zero
@@ -341,7 +341,7 @@ def test_baseline_keys_are_validated(overrides, fragment) -> None:
 
 
 def test_method_defaults() -> None:
-    assert method_class("ewc").default_reg_weight == 10.0 and method_class("rwalk").default_reg_weight == 1.0
+    assert method_class("ewc").default_reg_weight == 100.0 and method_class("rwalk").default_reg_weight == 1.0
     assert method_class("gdumb").default_memory_policy == "greedy_balanced"
     assert method_class("icarl").default_memory_policy == "prototype"
     for name in ("mnist-blurry10-online-ewc", "mnist-blurry10-online-rwalk", "mnist-blurry10-online-bic",
