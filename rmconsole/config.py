@@ -52,6 +52,7 @@ class RunConfig(BaseModel):
     class_order: Literal["seed", "paper"] = "seed"
     eval_every_epoch: bool = False
     reset_head: bool = Field(default=False, description="re-create the classifier head at every task (authors' code)")
+    train_head: bool = Field(default=True, description="false: the classifier head is left out of the optimiser (the authors' iCaRL, to reproduce their figure)")
     image_size: Optional[int] = Field(default=None, ge=8)
     download: bool = False
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for torch")

@@ -171,6 +171,19 @@ def test_icarl_classifies_by_nearest_mean_of_exemplars(digits) -> None:
     assert torch.equal(icarl.predict(x), expected)
 
 
+def test_train_head_false_reproduces_the_authors_untrained_head(digits) -> None:
+    """`train_head=false` leaves the head out of the optimiser (the authors' iCaRL): it keeps its
+    initial weights while the rest of the network learns."""
+    icarl, proto = build("icarl", digits, train_head=False)
+    head = icarl.model.fc.weight.detach().clone()
+    first = [p.detach().clone() for n, p in icarl.model.named_parameters() if not n.startswith("fc.")]
+    learn(icarl, proto, 0)
+    learn(icarl, proto, 1)
+    assert torch.equal(head, icarl.model.fc.weight)
+    after = [p for n, p in icarl.model.named_parameters() if not n.startswith("fc.")]
+    assert any(not torch.equal(a, b) for a, b in zip(first, after))
+
+
 def test_icarl_distills_old_classes_and_labels_new_ones(digits) -> None:
     icarl, proto = build("icarl", digits)
     learn(icarl, proto, 0)

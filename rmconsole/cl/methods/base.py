@@ -98,7 +98,9 @@ class Method:
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         fused = self.device.type in ("cuda", "cpu")
-        return torch.optim.SGD(self.model.parameters(), lr=self.cfg.lr, momentum=0.9, nesterov=True,
+        params = [p for name, p in self.model.named_parameters()
+                  if getattr(self.cfg, "train_head", True) or not name.startswith("fc.")]
+        return torch.optim.SGD(params, lr=self.cfg.lr, momentum=0.9, nesterov=True,
                                weight_decay=self.cfg.weight_decay, fused=fused)
 
     @property
