@@ -19,7 +19,6 @@ What differs from experience replay:
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -28,12 +27,12 @@ from torch import Tensor
 
 from .. import memory as M
 from .base import Method, Task
-from .incremental import split_new_old
+from .incremental import NewOldClasses
 
 BETA_L2 = 0.1  # BiC's reference code penalises beta (its "gamma") by 0.1 * beta^2 / 2
 
 
-class BiC(Method):
+class BiC(NewOldClasses, Method):
     name = "bic"
     default_memory_policy = "prototype"
     distill: bool = True
@@ -64,16 +63,9 @@ class BiC(Method):
     # ------------------------------------------------------------------ the schedule
 
     def before_task(self, task: Task) -> None:
-        seen_before = self.seen.clone()
-        super().before_task(task)
-        self.new_classes, self.old_classes = split_new_old(seen_before, self.seen,
-                                                           self.setup.groups[task.index], self.cfg.new_classes)
-        self.previous = None
-        if bool(self.old_classes.any()):
-            old = copy.deepcopy(self.model).eval()
-            for p in old.parameters():
-                p.requires_grad_(False)
-            self.previous = (old, self.alpha.clone(), self.beta.clone())
+        super().before_task(task)  # new / old classes and the frozen previous model
+        self.previous = None if self.previous_model is None else \
+            (self.previous_model, self.alpha.clone(), self.beta.clone())
         # stage 1 trains the new classes uncorrected; their (alpha, beta) is fitted in stage 2
         self.alpha = torch.where(self.new_classes, torch.ones_like(self.alpha), self.alpha)
         self.beta = torch.where(self.new_classes, torch.zeros_like(self.beta), self.beta)

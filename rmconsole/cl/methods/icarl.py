@@ -18,7 +18,6 @@ What differs from experience replay:
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -26,10 +25,10 @@ import torch.nn.functional as nnf
 from torch import Tensor
 
 from .base import Method, Task
-from .incremental import split_new_old
+from .incremental import NewOldClasses
 
 
-class ICaRL(Method):
+class ICaRL(NewOldClasses, Method):
     name = "icarl"
     default_memory_policy = "prototype"
 
@@ -42,15 +41,7 @@ class ICaRL(Method):
         self.means_valid = torch.zeros_like(self.new_classes)
 
     def before_task(self, task: Task) -> None:
-        seen_before = self.seen.clone()
-        super().before_task(task)
-        self.new_classes, self.old_classes = split_new_old(seen_before, self.seen,
-                                                           self.setup.groups[task.index], self.cfg.new_classes)
-        self.previous_model = None
-        if bool(self.old_classes.any()):
-            self.previous_model = copy.deepcopy(self.model).eval()
-            for p in self.previous_model.parameters():
-                p.requires_grad_(False)
+        super().before_task(task)  # new / old classes and the frozen previous model
         self.class_means = None
 
     def targets(self, x: Tensor, onehot: Tensor) -> Tensor:

@@ -14,8 +14,11 @@ does exactly this, see the README). rmconsole offers both readings through `new_
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 NEW_CLASS_RULES = ("task", "unseen")
 
@@ -35,3 +38,25 @@ def split_new_old(seen_before: Tensor, seen_now: Tensor, major: list[int], rule:
         new = new | (majors & seen_now)
     old = seen_before & ~new
     return new, old
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """The model as it is now, in eval mode and without gradients: the distillation teacher."""
+    teacher = copy.deepcopy(model).eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
+
+
+class NewOldClasses:
+    """Mixin of iCaRL and BiC: at each task start, `new_classes` / `old_classes` by the run's
+    `new_classes` rule and `previous_model`, a frozen copy of the model when there are old classes."""
+
+    previous_model: nn.Module | None = None
+
+    def before_task(self, task: Any) -> None:
+        seen_before = self.seen.clone()
+        super().before_task(task)  # type: ignore[misc]  (the Method after this mixin)
+        self.new_classes, self.old_classes = split_new_old(seen_before, self.seen,
+                                                           self.setup.groups[task.index], self.cfg.new_classes)
+        self.previous_model = frozen_copy(self.model) if bool(self.old_classes.any()) else None
