@@ -325,6 +325,23 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
     console.print(table)
 
 
+@app.command("config-keys")
+def config_keys(markdown: bool = typer.Option(False, "--markdown",
+                                              help="Print docs/configuration.md: the same table in markdown.")) -> None:
+    """Every config key: type, default, allowed values, help, and the methods that read it."""
+    from .config import configuration_page, key_table
+
+    if markdown:
+        print(configuration_page(), end="")
+        return
+    table = Table()
+    for col in ("key", "type", "default", "allowed", "help", "methods"):
+        table.add_column(col)
+    for row in key_table():
+        table.add_row(row.key, row.type, row.default, row.allowed, row.help, row.methods)
+    console.print(table)
+
+
 # --------------------------------------------------------------------------- report
 
 

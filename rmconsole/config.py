@@ -1,22 +1,28 @@
 """RunConfig: one validated model of a run, built from a preset file plus overrides.
 
-Every bad value is rejected here, before anything is stored, with one line that names the
-key, the value and what is allowed.
+Its keys are the ones every run has (`RunKeys`, below) plus every method's own parameters,
+declared by the methods (`rmconsole/cl/methods/params.py`, named in their REGISTRY). Every
+bad value is rejected here, before anything is stored, with one line that names the key,
+the value and what is allowed. `key_table()` lists the keys (`rmconsole config-keys`,
+docs/configuration.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from .cl.catalog import (
-    DATASET_CLASSES, DATASETS, MEASURES, MEMORY_POLICIES, METHOD_NAMES, MODEL_NAMES, PAPER_CLASS_ORDERS,
+    AUGMENTATIONS, DATASET_CLASSES, DATASETS, MEASURES, MEMORY_POLICIES, METHOD_NAMES, MODEL_NAMES, PAPER_CLASS_ORDERS,
     parse_augment,
 )
+from .cl.methods import REGISTRY
 
 DEFAULT_PRESET = "digits-blurry10-online"
 
@@ -25,47 +31,64 @@ class ConfigError(Exception):
     """A user error in a preset or override: the message is one line for the terminal."""
 
 
-class RunConfig(BaseModel):
-    """Everything that defines a run. Unknown keys are errors, never silently ignored."""
+class RunKeys(BaseModel):
+    """The keys every run has: the experiment, the training engine, where it runs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dataset: Literal[DATASETS]  # type: ignore[valid-type]
-    model: Literal[MODEL_NAMES]  # type: ignore[valid-type]
-    method: str = "rm"
-    memory_size: int = Field(gt=0)
-    n_tasks: int = Field(default=5, ge=1)
+    dataset: Literal[DATASETS] = Field(description="the dataset (digits is bundled; the others under RMCONSOLE_DATA)")  # type: ignore[valid-type]
+    model: Literal[MODEL_NAMES] = Field(description="the backbone")  # type: ignore[valid-type]
+    method: str = Field(default="rm", description="the continual-learning method",
+                        json_schema_extra={"allowed": ", ".join(METHOD_NAMES)})
+    memory_size: int = Field(gt=0, description="episodic memory slots K (at least one per class)")
+    n_tasks: int = Field(default=5, ge=1, description="tasks the classes are split into (evenly)")
     blurry: int = Field(default=10, ge=0, le=100, description="M of BlurryM; 0 = disjoint")
-    stream: Literal["online", "offline"] = "online"
-    augment: tuple[str, ...] = ("cutmix", "autoaug")
-    uncertainty: Literal[MEASURES] = "randaug"  # type: ignore[valid-type]
-    uncertainty_views: int = Field(default=12, ge=1)
-    memory_policy: Optional[Literal[MEMORY_POLICIES]] = None  # type: ignore[valid-type]
+    stream: Literal["online", "offline"] = Field(
+        default="online", description="online: one pass over the stream, then E epochs on the memory; offline: E epochs per task")
+    augment: tuple[str, ...] = Field(default=("cutmix", "autoaug"), description="training augmentation, '+'-joined",
+                                     json_schema_extra={"allowed": f"{', '.join(AUGMENTATIONS)}; randaug and autoaug exclude each other"})
+    uncertainty: Literal[MEASURES] = Field(default="randaug", description="RM's uncertainty measure (perturbation used for the votes)")  # type: ignore[valid-type]
+    uncertainty_views: int = Field(default=12, ge=1, description="perturbed views per candidate for the uncertainty votes")
+    memory_policy: Optional[Literal[MEMORY_POLICIES]] = Field(default=None, description="memory update policy (default: the method's own)")  # type: ignore[valid-type]
     epochs: int = Field(default=256, ge=0, description="memory epochs E (online) or epochs per task (offline)")
-    batch_size: int = Field(default=16, ge=2)
-    memory_batch_size: Optional[int] = Field(default=None, ge=2)
-    lr: float = Field(default=0.05, gt=0)
-    schedule: Literal["cosine", "step", "constant"] = "cosine"
-    weight_decay: float = Field(default=1e-4, ge=0)
-    seed: int = Field(default=1, ge=0)
-    device: str = "auto"
-    class_order: Literal["seed", "paper"] = "seed"
-    eval_every_epoch: bool = False
+    batch_size: int = Field(default=16, ge=2, description="training batch size")
+    memory_batch_size: Optional[int] = Field(default=None, ge=2, description="batch size of the memory epochs (default: batch_size; RM: half)")
+    lr: float = Field(default=0.05, gt=0, description="learning rate (SGD, Nesterov momentum 0.9)")
+    schedule: Literal["cosine", "step", "constant"] = Field(default="cosine", description="learning-rate schedule of each training call")
+    weight_decay: float = Field(default=1e-4, ge=0, description="SGD weight decay")
+    seed: int = Field(default=1, ge=0, description="random seed: class order, stream, initialisation, draws")
+    device: str = Field(default="auto", description="where to train", json_schema_extra={"allowed": "auto, cpu, cuda, cuda:N"})
+    class_order: Literal["seed", "paper"] = Field(default="seed", description="class order from the seed, or the paper's (cifar10 / mnist seeds 1-3)")
+    eval_every_epoch: bool = Field(default=False, description="also record the best accuracy over epochs (test-set selected, reported apart)")
     reset_head: bool = Field(default=False, description="re-create the classifier head at every task (authors' code)")
     train_head: bool = Field(default=True, description="false: the classifier head is left out of the optimiser (the authors' iCaRL, to reproduce their figure)")
-    image_size: Optional[int] = Field(default=None, ge=8)
-    download: bool = False
+    image_size: Optional[int] = Field(default=None, ge=8, description="image side for folder datasets (default: tiny_imagenet 64, imagenet 224)")
+    download: bool = Field(default=False, description="download a torchvision dataset that is missing")
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for torch")
-    # baselines' own hyper-parameters (paper defaults); methods that do not use a key ignore it
-    reg_weight: Optional[float] = Field(
-        default=None, ge=0, description="EWC / Rwalk regularisation weight lambda (default: the method's own, EWC 100, Rwalk 1)")
-    rwalk_alpha: float = Field(default=0.9, gt=0, le=1, description="Rwalk: weight of the newest window in the EWC++ Fisher")
-    rwalk_interval: int = Field(default=10, ge=1, description="Rwalk: optimiser steps per Fisher/score update")
-    new_classes: Literal["task", "unseen"] = Field(
-        default="task", description="iCaRL / BiC: a task's new classes are its own classes (task) or only never-seen ones (unseen)")
-    bic_val_fraction: float = Field(default=0.1, gt=0, lt=1, description="BiC: share of the memory held out for validation")
-    bic_temperature: float = Field(default=2.0, gt=0, description="BiC: distillation temperature T")
-    bic_bias_epochs: int = Field(default=200, ge=0, description="BiC: epochs of the bias-correction stage on the held-out set")
+
+
+def _method_keys() -> dict[str, Any]:
+    """Every method's own parameters (cl/methods/params.py) as config keys, in REGISTRY order,
+    each key once; two methods sharing a key must declare it alike."""
+    keys: dict[str, Any] = {}
+    declared: dict[str, tuple[Any, ...]] = {}
+    for params in dict.fromkeys(entry.params for entry in REGISTRY.values()):
+        hints = get_type_hints(params)
+        for f in dataclasses.fields(params):
+            spec = (hints[f.name], f.default, f.metadata["help"], tuple(sorted(f.metadata["bounds"].items())))
+            if declared.setdefault(f.name, spec) != spec:
+                raise TypeError(f"config key {f.name!r} is declared differently by two methods' params")
+            keys[f.name] = (hints[f.name], Field(default=f.default, description=f.metadata["help"], **f.metadata["bounds"]))
+    return keys
+
+
+_RunAndMethodKeys = create_model("_RunAndMethodKeys", __base__=RunKeys, **_method_keys())
+
+
+class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
+    """Everything that defines a run: the keys every run has, every method's own parameters
+    (methods that do not use a key ignore it), and the runtime choices below. Unknown keys are
+    errors, never silently ignored."""
 
     # ImageNet scale: input pipeline, GPU fast path, multi-GPU (runtime choices, like device)
     data_pipeline: Literal["auto", "memory", "stream"] = Field(
@@ -136,13 +159,9 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _baseline_budget(self) -> "RunConfig":
-        if self.method in ("bic", "bic_star"):
-            held_out = max(1, round(self.bic_val_fraction * self.memory_size))
-            n_classes = DATASET_CLASSES[self.dataset]
-            if self.memory_size - held_out < n_classes:
-                raise ValueError(f"bic_val_fraction={self.bic_val_fraction}: holding out {held_out} of memory_size="
-                                 f"{self.memory_size} leaves fewer training slots than the {n_classes} classes")
+    def _method_checks(self) -> "RunConfig":
+        """What only the run's method needs across keys (its params class's `check`)."""
+        REGISTRY[self.method].params.from_settings(self).check(self, DATASET_CLASSES[self.dataset])
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -259,3 +278,98 @@ def load_config(preset: str | None = None, overrides: list[str] | dict[str, Any]
     extra = parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides or {})
     extra.update({k: v for k, v in explicit.items() if v is not None})
     return name, build_config(table, extra)
+
+
+# --------------------------------------------------------------------------- the keys table
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """One config key as `rmconsole config-keys` and docs/configuration.md list it."""
+
+    key: str
+    type: str
+    default: str
+    allowed: str
+    help: str
+    methods: str  # the methods that read it ("all" for the keys every run has)
+
+
+def key_table() -> list[KeyRow]:
+    """Every RunConfig key, in order, generated from the fields (and the methods' params
+    classes), so the listing cannot drift from what is validated."""
+    readers: dict[str, list[str]] = {}
+    for name, entry in REGISTRY.items():
+        for f in dataclasses.fields(entry.params):
+            readers.setdefault(f.name, []).append(name)
+    return [KeyRow(key, _type_text(field.annotation), _default_text(field), _allowed_text(field),
+                   field.description or "", ", ".join(readers.get(key, ["all"])))
+            for key, field in RunConfig.model_fields.items()]
+
+
+def keys_markdown() -> str:
+    """The keys table as a markdown table."""
+    lines = ["| key | type | default | allowed | help | methods |", "|---|---|---|---|---|---|"]
+    for row in key_table():
+        lines.append(f"| `{row.key}` | {row.type} | {_code(row.default)} | {row.allowed} | {row.help} | {row.methods} |")
+    return "\n".join(lines) + "\n"
+
+
+def configuration_page() -> str:
+    """docs/configuration.md: regenerate with `rmconsole config-keys --markdown > docs/configuration.md`."""
+    return (
+        "# Configuration keys\n\n"
+        "<!-- generated by `rmconsole config-keys --markdown`; edit the key declarations "
+        "(rmconsole/config.py, rmconsole/cl/methods/params.py), not this page -->\n\n"
+        "A run is a preset (a TOML file of these keys, `rmconsole presets`) plus overrides "
+        "(`--set KEY=VALUE`, TOML literals). Unknown keys and bad values are refused with one line "
+        "naming the key, the value and what is allowed. Keys whose *methods* column names methods "
+        "are those methods' own parameters (declared in `rmconsole/cl/methods/params.py`); other "
+        "methods ignore them.\n\n" + keys_markdown())
+
+
+def _type_text(annotation: Any) -> str:
+    names = {int: "integer", float: "number", bool: "boolean", str: "string"}
+    if annotation in names:
+        return names[annotation]
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) is Literal:
+        return "choice"
+    if get_origin(annotation) is tuple:
+        return "list"
+    if len(args) < len(get_args(annotation)):  # Optional[X]
+        return f"{_type_text(args[0])} or unset"
+    if args:  # a union, e.g. bool or "auto"
+        return " or ".join(_type_text(a) if get_origin(a) is not Literal else ", ".join(get_args(a)) for a in args)
+    return str(annotation)
+
+
+def _default_text(field: Any) -> str:
+    if field.is_required():
+        return "required"
+    value = field.default
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return "+".join(value) or "none"
+    return str(value)
+
+
+def _allowed_text(field: Any) -> str:
+    extra = field.json_schema_extra or {}
+    if "allowed" in extra:
+        return str(extra["allowed"])
+    options = [field.annotation, *get_args(field.annotation)]
+    choices = [str(v) for a in options if get_origin(a) is Literal for v in get_args(a)]
+    choices += ["true", "false"] if bool in options else []
+    if choices:
+        return ", ".join(choices)
+    symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    bounds = [f"{symbols[name]} {getattr(m, name)}" for m in field.metadata for name in symbols if hasattr(m, name)]
+    return " and ".join(bounds)
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if text not in ("required", "unset") else text

@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -213,3 +215,66 @@ def test_every_policy_is_selectable_for_every_method(method: str, policy: str) -
         assert mem.seen == len(proto.tasks[0]) + len(proto.tasks[1])
     if policy == "uncertainty":
         assert learner.memory_info["measure"] == "randaug" and sum(learner.memory_info["chosen_uncertainty"]) == k
+
+
+# ---------------------------------------------------------------- the policy registry
+
+
+def test_the_policy_registry_is_what_the_config_accepts() -> None:
+    from rmconsole.cl import catalog
+
+    assert set(M.POLICIES) == set(catalog.MEMORY_POLICIES)
+    assert all(policy.name == name for name, policy in M.POLICIES.items())
+
+
+def _candidates(task: int = 1, n_memory: int = 20, n_stream: int = 40, capacity: int = 30, **asked) -> M.Candidates:
+    """Labels 0-3 cycled; uncertainty and features only when the test allows them."""
+    def refuse(what: str):
+        def call(idx):
+            raise AssertionError(f"{what} computed for a policy that does not need it")
+        return call
+
+    memory = M.Memory(capacity)
+    memory.replace(torch.arange(n_memory), torch.arange(n_memory) % 4)
+    stream = torch.arange(100, 100 + n_stream)
+    indices = torch.cat([memory.indices, stream])
+    return M.Candidates(indices, torch.cat([memory.labels, stream % 4]), memory, stream, [0, 1, 2, 3], task,
+                        torch.Generator().manual_seed(0), SimpleNamespace(uncertainty="randaug", uncertainty_views=4),
+                        asked.get("score", refuse("uncertainty")), asked.get("embed", refuse("features")), {})
+
+
+def test_policies_ask_for_uncertainty_or_features_only_when_they_use_them() -> None:
+    for name in ("random", "class_balanced", "reservoir", "greedy_balanced"):
+        assert len(M.policy_named(name).select(_candidates())) == 30, name
+    assert len(M.policy_named("uncertainty").select(_candidates(task=0))) == 30  # task 0: no scoring
+    scored = _candidates(score=lambda idx: (idx % 5).float() / 4)
+    chosen = M.policy_named("uncertainty").select(scored)
+    assert len(chosen) == 30 and scored.info["measure"] == "randaug" and sum(scored.info["chosen_uncertainty"]) == 30
+    herded = _candidates(embed=lambda idx: torch.nn.functional.one_hot(idx % 7, 7).float())
+    assert len(M.policy_named("prototype").select(herded)) == 30
+    small = _candidates(n_memory=5, n_stream=10)  # fewer candidates than slots: all are kept, nothing scored
+    assert torch.equal(M.policy_named("uncertainty").select(small), small.indices)
+    with pytest.raises(ValueError, match="unknown memory policy 'nope'"):
+        M.policy_named("nope")
+
+
+def test_a_new_policy_is_one_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Register a policy and a method uses it: no other code changes."""
+    from rmconsole.cl.methods import Task, method_class
+
+    monkeypatch.setattr(M, "POLICIES", dict(M.POLICIES))
+
+    @M.memory_policy
+    class Newest(M.PoolPolicy):
+        name = "newest"
+
+        def choose(self, c: M.Candidates) -> torch.Tensor:
+            return c.indices[-c.capacity:]
+
+    setup, proto = _setup({"method": "finetune", "blurry": 0})
+    learner = method_class("finetune")(setup)
+    learner.memory_policy = "newest"
+    task = Task(0, proto.tasks[0], 5)
+    learner.before_task(task)
+    learner.update_memory(task)
+    assert torch.equal(learner.memory.indices, task.stream[-200:]) and learner.memory_info["policy"] == "newest"

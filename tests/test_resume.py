@@ -96,52 +96,13 @@ def test_checkpoint_holds_every_source_of_state() -> None:
     state = torch.load(io.BytesIO(rec.checkpoints[1]), weights_only=True)
     assert state["task"] == 1 and state["method_name"] == "rm" and len(state["stream_hashes"]) == 5
     method = state["method"]
-    assert {"model", "optimizer", "memory", "seen", "gen", "extra"} <= set(method)
+    assert {"model", "optimizer", "memory", "seen", "gen"} <= set(method)
     assert any("running_mean" in k for k in method["model"])  # batch-norm statistics
     assert method["optimizer"]["state"]  # momentum buffers
     assert len(method["memory"]["indices"]) == 200 and "seen" in method["memory"]
     assert method["seen"].dtype == torch.bool
     assert {"gen", "rng"} <= set(state["augmenter"])  # torch generator and Python Random (CutMix)
     assert state["torch_rng"].dtype == torch.uint8
-
-
-def test_method_checkpoint_attrs_hook() -> None:
-    """Extra per-method state declared in `checkpoint_attrs` round-trips, modules included."""
-    from rmconsole.cl.loop import build_protocol, make_augmenter
-    from rmconsole.cl.methods import Setup, method_class
-
-    class WithExtra(method_class("finetune")):  # type: ignore[misc, valid-type]
-        checkpoint_attrs = ("fisher", "bias", "history")
-
-        def __init__(self, setup):
-            super().__init__(setup)
-            self.fisher = {"w": torch.zeros(3)}
-            self.bias = torch.nn.Linear(2, 2)
-            self.history = [1.0]
-
-    _, cfg = load_config(None, {"method": "finetune", "epochs": 1})
-    data = load_digits()
-    proto = build_protocol(cfg, data)
-    cpu = torch.device("cpu")
-
-    def make():
-        return WithExtra(Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, cpu,
-                               make_augmenter(cfg, data, cpu)))
-
-    a = make()
-    a.fisher["w"] += 2
-    a.history.append(5.0)
-    with torch.no_grad():
-        a.bias.weight.fill_(3)
-    buffer = io.BytesIO()
-    torch.save(a.state_dict(), buffer)
-    b = make()
-    b.load_state_dict(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
-    assert torch.equal(b.fisher["w"], torch.full((3,), 2.0)) and b.history == [1.0, 5.0]
-    assert torch.equal(b.bias.weight, torch.full((2, 2), 3.0))
-
-
-# --------------------------------------------------------------------------- bad checkpoints
 
 
 def _stored_run(**overrides) -> tuple[int, dict]:

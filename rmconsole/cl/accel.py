@@ -16,6 +16,8 @@ from typing import Any, ContextManager
 import torch
 from torch import Tensor, nn
 
+from .settings import RunSettings
+
 # uint8 pixels (C*H*W per image) a batched inference call may hold at once: 16384 CIFAR images,
 # about 330 ImageNet ones (x the model's activations: what an 80 GB GPU or a laptop can hold)
 INFERENCE_PIXELS = 16384 * 3 * 32 * 32
@@ -44,14 +46,14 @@ class Accel:
     compile: bool = False
 
     @classmethod
-    def from_config(cls, cfg: Any, device: torch.device) -> "Accel":
+    def from_config(cls, cfg: RunSettings, device: torch.device) -> "Accel":
         cuda = device.type == "cuda"
-        conv = getattr(cfg, "model", "") != "mlp400"
-        amp = getattr(cfg, "amp", "auto")
+        conv = cfg.model != "mlp400"
+        amp = cfg.amp
         if amp == "auto":
             amp = "bf16" if cuda and bf16_supported() else "off"
-        channels_last = _auto(getattr(cfg, "channels_last", "auto"))
-        compile_ = _auto(getattr(cfg, "compile", "auto"))
+        channels_last = _auto(cfg.channels_last)
+        compile_ = _auto(cfg.compile)
         return cls(
             device=device,
             amp_dtype=torch.bfloat16 if amp == "bf16" else None,

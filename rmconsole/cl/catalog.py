@@ -7,13 +7,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .methods import REGISTRY as METHOD_REGISTRY
+
 DATASET_CLASSES = {
     "digits": 10, "mnist": 10, "fashion_mnist": 10, "cifar10": 10, "cifar100": 100,
     "tiny_imagenet": 200, "imagenet": 1000,
 }
 DATASETS = tuple(DATASET_CLASSES)
 MODEL_NAMES = ("mlp400", "resnet18", "resnet32", "resnet34")
-METHOD_NAMES = ("rm", "finetune", "er", "ewc", "rwalk", "icarl", "gdumb", "bic", "bic_star", "joint")
+METHOD_NAMES = tuple(METHOD_REGISTRY)
 MEMORY_POLICIES = ("uncertainty", "random", "reservoir", "prototype", "class_balanced", "greedy_balanced")
 MEASURES = ("randaug", "autoaug", "vr", "none")
 AUGMENTATIONS = ("none", "cutmix", "randaug", "autoaug")

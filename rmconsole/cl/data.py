@@ -21,6 +21,7 @@ from .catalog import (  # noqa: F401  (re-exported for callers of cl.data)
     DATASETS, HOW_TO_GET, DatasetCorrupt, DatasetMissing, check_available, data_root, verify_dataset,
 )
 from .pipeline import StreamingFolder
+from .settings import RunSettings
 
 
 class ImageSource(Protocol):
@@ -222,9 +223,8 @@ def load_dataset(name: str, root: Path | None = None, download: bool = False,
     raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
 
 
-def load_run_dataset(cfg: Any) -> Dataset:
+def load_run_dataset(cfg: RunSettings) -> Dataset:
     """The dataset of a run's config, with its input-pipeline keys."""
-    gpu_decode = getattr(cfg, "gpu_decode", "auto")
     return load_dataset(cfg.dataset, download=cfg.download, image_size=cfg.image_size,
-                        pipeline=getattr(cfg, "data_pipeline", "auto"), loader_workers=getattr(cfg, "loader_workers", None),
-                        gpu_decode=None if gpu_decode in (None, "auto") else bool(gpu_decode))
+                        pipeline=cfg.data_pipeline, loader_workers=cfg.loader_workers,
+                        gpu_decode=None if cfg.gpu_decode == "auto" else bool(cfg.gpu_decode))

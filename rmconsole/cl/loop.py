@@ -14,12 +14,12 @@ import torch
 from torch import Tensor
 
 from . import distributed, metrics, streams
-from .accel import Accel, inference_batch
 from .augment import Augmenter, parse_augment
 from .data import Dataset
 from .events import Reporter, TaskOutcome, TaskPlan
+from .inference import evaluate
 from .methods import Method, Setup, Task, method_class
-from .pipeline import iter_batches
+from .settings import RunSettings
 
 
 class CheckpointMismatch(ValueError):
@@ -45,7 +45,7 @@ class Protocol:
         ]
 
 
-def build_protocol(cfg: Any, data: Dataset) -> Protocol:
+def build_protocol(cfg: RunSettings, data: Dataset) -> Protocol:
     order = streams.class_order(data.name, data.n_classes, cfg.seed, cfg.class_order)
     train_labels = streams.remap_labels(data.train.labels.cpu(), order)
     test_labels = streams.remap_labels(data.test.labels.cpu(), order)
@@ -57,37 +57,13 @@ def build_protocol(cfg: Any, data: Dataset) -> Protocol:
                     streams.EvalScope(blurry=cfg.blurry > 0 or single, groups=groups))
 
 
-@torch.inference_mode()
-def evaluate(method: Method, data: Dataset, labels: Tensor, classes: list[int], augmenter: Augmenter,
-             batch_size: int | None = None) -> tuple[float, list[float | None]]:
-    """Accuracy (percent) and per-class accuracy on the test samples of `classes`.
-
-    Batches are decoded ahead when the test split streams from disk; on several ranks each
-    predicts a block of the test samples and the predictions are gathered in order."""
-    keep = torch.isin(labels, torch.tensor(classes, device=labels.device)).nonzero().flatten()
-    device = getattr(method, "device", labels.device)
-    batch_size = batch_size or inference_batch(data.image_shape, device, 4096)
-    accel = getattr(method, "accel", None) or Accel(torch.device(device))
-    dist = distributed.context()
-    local = dist.block(keep) if dist else keep
-    preds = []
-    with accel.autocast():
-        for images in iter_batches(data.test, local.split(batch_size)):
-            preds.append(method.predict(accel.prepare(augmenter.test(images))).cpu())
-    pred = torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
-    if dist:
-        pred = dist.gather(pred)
-    truth = labels[keep].cpu()
-    return metrics.accuracy(pred, truth), metrics.per_class_accuracy(pred, truth, data.n_classes)
-
-
-def make_augmenter(cfg: Any, data: Dataset, device: torch.device) -> Augmenter:
+def make_augmenter(cfg: RunSettings, data: Dataset, device: torch.device) -> Augmenter:
     mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
     std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
     return Augmenter(parse_augment(cfg.augment), mean, std, data.crop_padding, cfg.seed)
 
 
-def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Reporter | None = None,
+def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter: Reporter | None = None,
                  resume: dict[str, Any] | None = None) -> list[TaskOutcome]:
     """Train `cfg.method` on the stream of `cfg` and evaluate after every task.
 
@@ -120,7 +96,7 @@ def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Report
         started = time.perf_counter()
         task = Task(t, protocol.tasks[t], len(protocol.tasks))
         classes = protocol.scope.classes_after(t)
-        if getattr(cfg, "eval_every_epoch", False):
+        if cfg.eval_every_epoch:
             method.epoch_eval = lambda: evaluate(method, data, test_labels, classes, augmenter)[0]
         method.before_task(task)
         method.learn_task(task)
@@ -146,7 +122,7 @@ def run_protocol(cfg: Any, data: Dataset, device: torch.device, reporter: Report
     return outcomes
 
 
-def restore(resume: dict[str, Any], cfg: Any, protocol: Protocol, method: Method, augmenter: Augmenter,
+def restore(resume: dict[str, Any], cfg: RunSettings, protocol: Protocol, method: Method, augmenter: Augmenter,
             device: torch.device) -> int:
     """Put a checkpoint's state back (method, augmenter, RNGs) and return the task to start at.
 

@@ -1,18 +1,23 @@
 """The episodic memory and its update policies (paper Alg. 1 and Table 6).
 
-The memory holds train-set indices, never pixels. Each policy is a pure function from
-candidates (and, where it needs them, uncertainties or features) to the chosen indices.
+The memory holds train-set indices, never pixels. Each selection rule is a pure function from
+candidates (and, where it needs them, uncertainties or features) to the chosen indices; each
+policy a config can name is one small class over it, `select(candidates) -> indices`, in
+POLICIES (Avalanche's storage policies, in effect). To add a policy: a class here with
+`@memory_policy`, and its name in `catalog.MEMORY_POLICIES` (the torch-free list the config
+validates against).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor
 
 from .catalog import MEMORY_POLICIES  # noqa: F401  (re-exported)
-
+from .settings import RunSettings
 
 
 @dataclass
@@ -192,3 +197,148 @@ def greedy_balanced_update(memory: Tensor, memory_labels: Tensor, stream: Tensor
         slots[position], labels[position] = index, label
         by_class[label].append(position)
     return torch.tensor(slots, dtype=torch.long)
+
+
+# ---------------------------------------------------------------------------- policies
+
+
+@dataclass
+class Candidates:
+    """What a policy chooses from at a task's end: the memory, then the task's stream.
+
+    Uncertainty and features cost batched inference, so a policy asks for them
+    (`uncertainty()`, `features()`) and only the policies that need them pay."""
+
+    indices: Tensor  # the memory's train-set indices, then the stream's
+    labels: Tensor  # their labels
+    memory: Memory  # before the update
+    stream: Tensor  # this task's train-set indices, in arrival order
+    classes: list[int]  # classes seen so far
+    task: int
+    gen: torch.Generator  # the run's memory and batching draws
+    settings: RunSettings
+    score: Callable[[Tensor], Tensor]  # uncertainty u(x) of train indices (batched inference)
+    embed: Callable[[Tensor], Tensor]  # features of train indices (batched inference)
+    info: dict[str, Any]  # what the update reports; a policy may add to it
+
+    @property
+    def capacity(self) -> int:
+        return self.memory.capacity
+
+    def uncertainty(self) -> Tensor:
+        return self.score(self.indices)
+
+    def features(self) -> Tensor:
+        return self.embed(self.indices)
+
+
+class MemoryPolicy:
+    """One way to refill the memory: `select` returns the train indices to keep (<= capacity)."""
+
+    name: ClassVar[str]
+
+    def select(self, c: Candidates) -> Tensor:
+        raise NotImplementedError
+
+
+class PoolPolicy(MemoryPolicy):
+    """Chooses K of memory + stream at once; with no more candidates than slots, keeps them all."""
+
+    def select(self, c: Candidates) -> Tensor:
+        return c.indices if len(c.indices) <= c.capacity else self.choose(c)
+
+    def choose(self, c: Candidates) -> Tensor:
+        raise NotImplementedError
+
+
+POLICIES: dict[str, MemoryPolicy] = {}
+
+
+def memory_policy(cls: type[MemoryPolicy]) -> type[MemoryPolicy]:
+    """Class decorator: the policy becomes selectable by its `name`."""
+    POLICIES[cls.name] = cls()
+    return cls
+
+
+def policy_named(name: str) -> MemoryPolicy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown memory policy {name!r}; known: {', '.join(POLICIES)}") from None
+
+
+@memory_policy
+class Uncertainty(PoolPolicy):
+    """RM's diversity-aware selection; task 0 is class-balanced random as in the authors' code
+    (the uncertainty of a model that has seen one pass is not yet informative)."""
+
+    name = "uncertainty"
+
+    def choose(self, c: Candidates) -> Tensor:
+        if c.task == 0:
+            c.info["note"] = "task 0: class-balanced random (authors' code)"
+            return class_balanced_select(c.indices, c.labels, c.capacity, c.classes, c.gen)
+        u = c.uncertainty()
+        chosen = uncertainty_select(c.indices, c.labels, u, c.capacity, c.classes, c.gen)
+        views = c.settings.uncertainty_views
+        c.info.update({
+            "measure": c.settings.uncertainty,
+            "views": views,
+            "candidates_uncertainty": uncertainty_histogram(u, views),
+            "chosen_uncertainty": uncertainty_histogram(u[torch.isin(c.indices, chosen)], views),
+        })
+        return chosen
+
+
+@memory_policy
+class Random(PoolPolicy):
+    name = "random"
+
+    def choose(self, c: Candidates) -> Tensor:
+        return random_select(c.indices, c.capacity, c.gen)
+
+
+@memory_policy
+class Reservoir(MemoryPolicy):
+    """Reservoir sampling of the stream; the memory counts the samples it has streamed."""
+
+    name = "reservoir"
+
+    def select(self, c: Candidates) -> Tensor:
+        chosen, c.memory.seen = reservoir_update(c.memory.indices, c.stream, c.memory.seen, c.capacity, c.gen)
+        return chosen
+
+
+@memory_policy
+class Prototype(PoolPolicy):
+    """iCaRL's herding exemplars."""
+
+    name = "prototype"
+
+    def choose(self, c: Candidates) -> Tensor:
+        return herding_select(c.indices, c.labels, c.features(), c.capacity, c.classes, c.gen)
+
+
+@memory_policy
+class ClassBalanced(PoolPolicy):
+    name = "class_balanced"
+
+    def choose(self, c: Candidates) -> Tensor:
+        return class_balanced_select(c.indices, c.labels, c.capacity, c.classes, c.gen)
+
+
+@memory_policy
+class GreedyBalanced(MemoryPolicy):
+    """GDumb's sampler: decides per streamed sample, like the reservoir."""
+
+    name = "greedy_balanced"
+
+    def select(self, c: Candidates) -> Tensor:
+        stream_labels = c.labels[len(c.memory):]
+        return greedy_balanced_update(c.memory.indices, c.memory.labels, c.stream, stream_labels, c.capacity, c.gen)
+
+
+def uncertainty_histogram(u: Tensor, views: int) -> list[int]:
+    """Counts of uncertainty values in views + 1 bins (u = 0, 1/A, ..., 1)."""
+    bins = (u * views).round().long().clamp(0, views)
+    return torch.bincount(bins, minlength=views + 1).tolist()

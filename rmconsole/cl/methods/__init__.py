@@ -1,31 +1,67 @@
-"""One file per continual-learning method; METHODS maps a config name to its class.
+"""One file per continual-learning method, and REGISTRY, the one place that names them.
 
-To add a method: write `cl/methods/<name>.py` with a `Method` subclass and list it here.
+To add a method: write `cl/methods/<name>.py` (a `Method` subclass that overrides the hooks
+that make it different: see the table in base.py) and add its line to REGISTRY. If it has
+hyper-parameters of its own, declare them as a params class in params.py and name it there.
+
+This module and params.py stay free of torch: config.py reads REGISTRY to validate a run's
+method and its keys. The method classes (and torch) load on first use: `method_class(name)`,
+or `METHODS` / `Method` / `Setup` / `Task` as attributes of this package.
 """
 
 from __future__ import annotations
 
-from .base import Method, Setup, Task
-from .bic import BiC, BiCStar
-from .ewc import EWC
-from .finetune import Finetune
-from .gdumb import GDumb
-from .icarl import ICaRL
-from .joint import Joint
-from .rm import RainbowMemory
-from .rwalk import Rwalk
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-METHODS: dict[str, type[Method]] = {
-    cls.name: cls for cls in (RainbowMemory, Finetune, EWC, Rwalk, ICaRL, GDumb, BiC, BiCStar, Joint)
+from ..settings import MethodParams
+from .params import BiCParams, NewClassesParams, RegularisedParams, RwalkParams
+
+if TYPE_CHECKING:
+    from .base import Method, Setup, Task  # noqa: F401
+
+
+class Entry(NamedTuple):
+    implementation: str  # "module:Class" in this package
+    params: type[MethodParams]  # its own hyper-parameters (the base class: none)
+
+
+REGISTRY: dict[str, Entry] = {
+    "rm": Entry("rm:RainbowMemory", MethodParams),
+    "finetune": Entry("finetune:Finetune", MethodParams),
+    "er": Entry("finetune:Finetune", MethodParams),  # experience replay: finetune with its memory
+    "ewc": Entry("ewc:EWC", RegularisedParams),
+    "rwalk": Entry("rwalk:Rwalk", RwalkParams),
+    "icarl": Entry("icarl:ICaRL", NewClassesParams),
+    "gdumb": Entry("gdumb:GDumb", MethodParams),
+    "bic": Entry("bic:BiC", BiCParams),
+    "bic_star": Entry("bic:BiCStar", BiCParams),
+    "joint": Entry("joint:Joint", MethodParams),
 }
-METHODS["er"] = Finetune
+
+
+def _entry(name: str) -> Entry:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
 
 
 def method_class(name: str) -> type[Method]:
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(METHODS))}") from None
+    module, cls = _entry(name).implementation.split(":")
+    return getattr(import_module(f".{module}", __name__), cls)
 
 
-__all__ = ["METHODS", "Method", "Setup", "Task", "method_class"]
+def params_class(name: str) -> type[MethodParams]:
+    return _entry(name).params
+
+
+def __getattr__(name: str) -> Any:
+    if name == "METHODS":  # name -> class, aliases included
+        return {method: method_class(method) for method in REGISTRY}
+    if name in ("Method", "Setup", "Task"):
+        return getattr(import_module(".base", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["METHODS", "REGISTRY", "Method", "Setup", "Task", "method_class", "params_class"]

@@ -1,62 +1,74 @@
-"""The shared method interface and the training machinery every method reuses.
+"""`Method`: the interface every continual-learning method implements, and its defaults.
 
-A method is one file: a subclass of `Method` that overrides only what makes it different
-(its memory policy, its loss, its batch composition, its classifier). The per-task
-schedule (PROTOCOL §2) lives here:
+A method is one file: a subclass of `Method` that overrides only what makes it different (its
+memory policy, its loss, its batch composition, its classifier). The engine that runs the
+hooks lives elsewhere: the epochs and optimiser steps in train.py, batched inference in
+inference.py, the memory policies in memory.py, the protocol (tasks, evaluation,
+checkpoints) in loop.py. The per-task schedule (PROTOCOL §2), `learn_task`'s default:
 
     online:  one pass over the stream (with memory replay) -> memory update -> E epochs on
              the memory alone
     offline: E epochs over stream + memory -> memory update
+
+Class variables
+
+    name                    the config's `method` value (its REGISTRY line in __init__.py)
+    default_memory_policy   the memory policy when the run names none (memory.POLICIES)
+    single_task             True: the loop gives it the whole train set as one task (joint)
+
+Hooks a method may override (called by)                          default
+
+    build_model()           construction; GDumb at each task      the run's backbone on its device
+    make_optimizer()        before_task, resume                    SGD, Nesterov momentum 0.9, over
+                                                                   the model (less the head if
+                                                                   train_head is false)
+    before_task(task)       loop, before a task                    mark its classes seen, reset the
+                                                                   head if reset_head, new optimiser
+    learn_task(task)        loop                                   the online / offline schedule above
+    stream_batches(task)    learn_task: the stream pass            shuffled batches of stream + memory
+    memory_batch_size       learn_task: the memory epochs          memory_batch_size, else batch_size
+    step_loss(x, y)         train.train_step, every step           cross-entropy over seen classes,
+                                                                   CutMix when the run enables it
+    after_step()            train.train_step, after each update    nothing
+    update_memory(task)     learn_task                             refill by the run's memory policy
+    after_task(task)        loop, after learn_task, before eval    nothing
+    logits(x)               uncertainty scoring, predict           model(x), unseen classes masked
+    predict(x)              loop's evaluation                      arg-max of logits(x)
+    state_dict() /          loop: checkpoint after every task,     model, optimiser, memory, seen
+    load_state_dict(state)  resume                                 classes, generator; extend with
+                                                                   super() for what a method carries
+                                                                   from task to task
+
+A regulariser is part of `step_loss` (BiC's distillation, iCaRL's targets) or, for EWC and
+Rwalk, a gradient added by parameter hooks during backward (quadratic.py): there is no
+separate penalty hook. Images always come from the dataset (`images_of`, decoded ahead when
+it streams); a method does not rewrite them.
+
+Building blocks a method calls: `fit` (train.fit), `shuffled_batches`, `labels_of`,
+`images_of`, `mask_unseen`, `uncertainty_of` / `features_of` (inference.py), `report`,
+`seen_classes`; its settings are `cfg` (the run's common keys, `RunSettings`) and `params`
+(its own hyper-parameters, `MethodParams`, declared in params.py).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
+from .. import distributed, inference, train
 from .. import memory as M
-from ..accel import Accel, inference_batch, train_chunk
-from ..augment import Augmenter
-from ..data import Dataset
+from ..accel import Accel
 from ..events import Reporter
-from .. import distributed
+from ..learner import Setup, Task
 from ..models import Backbone, build_model
-from ..pipeline import iter_batches, prefetching
-from ..schedule import epoch_lr
-from ..uncertainty import vote_uncertainty
+from ..settings import MethodParams
+from . import params_class
 
-
-@dataclass
-class Setup:
-    """Everything a method is built from. `cfg` is the run's validated config."""
-
-    cfg: Any
-    data: Dataset  # sources on the training device
-    train_labels: Tensor  # remapped labels of the train split (on the device)
-    test_labels: Tensor
-    groups: list[list[int]]  # major classes of each task
-    device: torch.device
-    augmenter: Augmenter
-    reporter: Reporter = field(default_factory=Reporter)
-
-    @property
-    def n_classes(self) -> int:
-        return self.data.n_classes
-
-
-@dataclass
-class Task:
-    index: int
-    stream: Tensor  # train-set indices in arrival order (CPU)
-    n_tasks: int
-
-    def __len__(self) -> int:
-        return len(self.stream)
+__all__ = ["Method", "Setup", "Task"]
 
 
 class Method:
@@ -64,14 +76,12 @@ class Method:
 
     name: ClassVar[str] = "er"
     default_memory_policy: ClassVar[str] = "random"
-    single_task: ClassVar[bool] = False  # joint training sees the whole train set as one task
-    # attributes beyond the base state that carry over from task to task (EWC's Fisher, BiC's
-    # bias layer, ...): checkpointed and restored by name; modules by their state_dict
-    checkpoint_attrs: ClassVar[tuple[str, ...]] = ()
+    single_task: ClassVar[bool] = False
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
         self.cfg = setup.cfg
+        self.params: MethodParams = params_class(self.name).from_settings(setup.cfg)
         self.device = setup.device
         self.n_classes = setup.n_classes
         self.dist = distributed.context()  # None unless torchrun started several ranks
@@ -99,7 +109,7 @@ class Method:
     def make_optimizer(self) -> torch.optim.Optimizer:
         fused = self.device.type in ("cuda", "cpu")
         params = [p for name, p in self.model.named_parameters()
-                  if getattr(self.cfg, "train_head", True) or not name.startswith("fc.")]
+                  if self.cfg.train_head or not name.startswith("fc.")]
         return torch.optim.SGD(params, lr=self.cfg.lr, momentum=0.9, nesterov=True,
                                weight_decay=self.cfg.weight_decay, fused=fused)
 
@@ -111,6 +121,7 @@ class Method:
         return self.setup.train_labels[idx.to(self.setup.train_labels.device)]
 
     def images_of(self, idx: Tensor) -> Tensor:
+        """uint8 train images of `idx` (one batch now; the engine decodes whole plans ahead)."""
         return self.setup.data.train.take(idx)
 
     def mask_unseen(self, logits: Tensor) -> Tensor:
@@ -137,7 +148,19 @@ class Method:
             batches.pop()
         return batches
 
-    # ------------------------------------------------------------------ one training call
+    def fit(self, epochs: int, batches_for_epoch: Callable[[int], list[Tensor]], phase: str,
+            task: Task, chunk_images: int | None = None) -> None:
+        """Train `epochs` epochs; epoch e runs the index batches `batches_for_epoch(e)` (train.fit)."""
+        train.fit(self, epochs, batches_for_epoch, phase, task, chunk_images)
+
+    def uncertainty_of(self, idx: Tensor) -> tuple[Tensor, Tensor | None]:
+        """u(x) of train indices, and the top vote counts (inference.uncertainty_of)."""
+        return inference.uncertainty_of(self, idx)
+
+    def features_of(self, idx: Tensor, chunk: int | None = None) -> Tensor:
+        return inference.features_of(self, idx, chunk)
+
+    # ------------------------------------------------------------------ training hooks
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         """Cross-entropy on an augmented batch, with CutMix when the run enables it."""
@@ -148,82 +171,14 @@ class Method:
         logits = self.mask_unseen(self.model(x))
         return lam * nnf.cross_entropy(logits, y_a) + (1 - lam) * nnf.cross_entropy(logits, y_b)
 
-    def penalty(self) -> Tensor | None:
-        """An extra loss term (EWC, Rwalk); None for none."""
-        return None
-
     def after_step(self) -> None:
         """Called after every optimiser step (Rwalk accumulates its path integral here)."""
-
-    def fit(self, epochs: int, batches_for_epoch: Callable[[int], list[Tensor]], phase: str,
-            task: Task, chunk_images: int | None = None) -> None:
-        """Train `epochs` epochs; epoch e runs the index batches `batches_for_epoch(e)`.
-
-        Augmentation runs once per chunk of upcoming batches (one batched call for many
-        batches), which is what makes per-sample RandAugment/AutoAugment cheap. The chunks'
-        images are decoded ahead while the model trains (streamed datasets). With several
-        ranks, each trains on its shard of every batch and the gradients are averaged.
-        """
-        assert self.optimizer is not None, "before_task must create the optimiser"
-        if chunk_images is None:
-            chunk_images = train_chunk(self.setup.data.image_shape, self.train_batch_size)
-        plans = [batches_for_epoch(e) for e in range(epochs)] if epochs <= 4 else None
-        total = sum(len(b) for plan in plans for b in plan) if plans else None
-        if total is None:  # long calls: every epoch has the same size
-            first = batches_for_epoch(0)
-            total = sum(len(b) for b in first) * epochs
-        self.report.phase(task.index, phase, total)
-        aug = self.setup.augmenter
-        self.best_epoch_accuracy = None
-        for epoch in range(epochs):
-            batches = plans[epoch] if plans else (first if epoch == 0 else batches_for_epoch(epoch))
-            for group in self.optimizer.param_groups:
-                group["lr"] = epoch_lr(epoch, self.cfg.lr, self.cfg.schedule)
-            self.model.train()
-            chunks = list(_chunks(batches, chunk_images))
-            shards = [[self.dist.shard(b) for b in chunk] for chunk in chunks] if self.dist else \
-                [[(b, 1.0) for b in chunk] for chunk in chunks]
-            flats = [torch.cat([part for part, _ in shard]) for shard in shards]
-            for chunk, shard, flat, raw in zip(chunks, shards, flats, self.chunk_images(flats)):
-                sizes = [len(part) for part, _ in shard]
-                images = self.accel.prepare(aug.train(raw))
-                labels = self.labels_of(flat)
-                for x, y, (_, weight) in zip(images.split(sizes), labels.split(sizes), shard):
-                    with self.accel.autocast():
-                        loss = self.step_loss(x, y)
-                    extra = self.penalty()
-                    if extra is not None:
-                        loss = loss + extra
-                    self.optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    if self.dist:
-                        self.dist.average_gradients(self.trained_parameters(), weight)
-                    self.optimizer.step()
-                    self.after_step()
-                self.report.advance(sum(len(b) for b in chunk))
-            if self.dist:  # one model on every rank: rank 0's batch-norm statistics (and weights)
-                self.dist.sync_module(self.model)
-            if self.epoch_eval is not None and phase != "stream":
-                acc = self.epoch_eval()
-                self.best_epoch_accuracy = max(acc, self.best_epoch_accuracy or acc)
-
-    def chunk_images(self, flats: list[Tensor]) -> Iterator[Tensor]:
-        """uint8 images of each chunk: decoded ahead by the source's pipeline when it streams
-        from disk (and `images_of` is the base one), else `images_of` one chunk at a time."""
-        if type(self).images_of is Method.images_of:
-            return iter_batches(self.setup.data.train, flats)
-        return (self.images_of(flat) for flat in flats)
-
-    def trained_parameters(self) -> list[Tensor]:
-        """What the optimiser updates: the gradients averaged over ranks."""
-        assert self.optimizer is not None
-        return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     # ------------------------------------------------------------------ the schedule
 
     def before_task(self, task: Task) -> None:
         self.seen |= torch.bincount(self.labels_of(task.stream), minlength=self.n_classes).bool()
-        if getattr(self.cfg, "reset_head", False):
+        if self.cfg.reset_head:
             self.reset_head()
         self.optimizer = self.make_optimizer()  # optimiser and schedule reset each task
 
@@ -261,38 +216,26 @@ class Method:
         """Refill the memory from the stream and the current memory by the run's policy."""
         started = time.perf_counter()
         self.report.phase(task.index, "memory update", len(task.stream) + len(self.memory))
-        candidates = torch.cat([self.memory.indices, task.stream])
-        labels = self.labels_of(candidates).cpu()
-        cap, classes, policy = self.memory.capacity, self.seen_classes, self.memory_policy
-        self.memory_info = {"policy": policy}
-        if policy == "reservoir":
-            chosen, self.memory.seen = M.reservoir_update(self.memory.indices, task.stream, self.memory.seen,
-                                                          cap, self.gen)
-        elif policy == "greedy_balanced":  # GDumb's sampler: decides per streamed sample, like reservoir
-            chosen = M.greedy_balanced_update(self.memory.indices, self.memory.labels, task.stream,
-                                              self.labels_of(task.stream).cpu(), cap, self.gen)
-        elif len(candidates) <= cap:
-            chosen = candidates
-        elif policy == "random":
-            chosen = M.random_select(candidates, cap, self.gen)
-        elif policy == "class_balanced":
-            chosen = M.class_balanced_select(candidates, labels, cap, classes, self.gen)
-        elif policy == "uncertainty":
-            chosen = self.uncertainty_memory(task, candidates, labels)
-        elif policy == "prototype":
-            chosen = M.herding_select(candidates, labels, self.features_of(candidates), cap, classes, self.gen)
-        else:
-            raise ValueError(f"unknown memory policy {policy!r}")
+        self.memory_info = {"policy": self.memory_policy}
+        candidates = self.candidates(task)
+        chosen = M.policy_named(self.memory_policy).select(candidates)
         if self.dist:
             chosen = self.agree_on_memory(task, chosen)
         self.memory.replace(chosen, self.labels_of(chosen).cpu())
         cache = getattr(self.setup.data.train, "cache", None)
         if cache is not None:  # a streamed dataset keeps the memory decoded (when it fits)
             self.memory_info["memory_cached"] = cache(self.memory.indices)
-        self.report.advance(len(candidates))
+        self.report.advance(len(candidates.indices))
         self.memory_info["seconds"] = round(time.perf_counter() - started, 3)
         self.report.memory_updated(task.index, self.memory.histogram(self.n_classes),
-                                   M.slots_per_class(cap, len(classes)), self.memory_info)
+                                   M.slots_per_class(self.memory.capacity, len(candidates.classes)), self.memory_info)
+
+    def candidates(self, task: Task) -> M.Candidates:
+        """The memory and the task's stream, as a memory policy sees them."""
+        indices = torch.cat([self.memory.indices, task.stream])
+        return M.Candidates(indices, self.labels_of(indices).cpu(), self.memory, task.stream, self.seen_classes,
+                            task.index, self.gen, self.cfg, score=lambda idx: self.uncertainty_of(idx)[0],
+                            embed=self.features_of, info=self.memory_info)
 
     def agree_on_memory(self, task: Task, chosen: Tensor) -> Tensor:
         """Every rank holds rank 0's memory. Ranks decide alike (same scores, same generator
@@ -305,61 +248,6 @@ class Method:
         chosen = self.dist.broadcast(chosen.cpu())
         self.dist.agree(f"memory after task {task.index + 1} ({len(chosen)} samples)", chosen)
         return chosen
-
-    def uncertainty_memory(self, task: Task, candidates: Tensor, labels: Tensor) -> Tensor:
-        """RM's diversity-aware selection; task 0 is class-balanced random as in the authors' code
-        (the uncertainty of a model that has seen one pass is not yet informative)."""
-        cap, classes = self.memory.capacity, self.seen_classes
-        if task.index == 0:
-            self.memory_info["note"] = "task 0: class-balanced random (authors' code)"
-            return M.class_balanced_select(candidates, labels, cap, classes, self.gen)
-        u, votes = self.uncertainty_of(candidates)
-        chosen = M.uncertainty_select(candidates, labels, u, cap, classes, self.gen)
-        picked = torch.isin(candidates, chosen)
-        self.memory_info.update({
-            "measure": self.cfg.uncertainty,
-            "views": self.cfg.uncertainty_views,
-            "candidates_uncertainty": _histogram(u, self.cfg.uncertainty_views),
-            "chosen_uncertainty": _histogram(u[picked], self.cfg.uncertainty_views),
-        })
-        return chosen
-
-    @torch.inference_mode()
-    def uncertainty_of(self, idx: Tensor) -> tuple[Tensor, Tensor | None]:
-        """u(x) for every index, scored in large batches on the device (on several ranks, each
-        scores a block of the candidates and the scores are gathered in order)."""
-        self.model.eval()
-        aug = self.setup.augmenter
-        local = self.dist.block(idx) if self.dist else idx
-        views = 1 if self.cfg.uncertainty == "none" else self.cfg.uncertainty_views
-        chunk_images = inference_batch(self.setup.data.image_shape, self.device)
-        per_chunk = max(1, chunk_images // views)  # vote_uncertainty's own chunking, decoded ahead
-        images_of = self.images_of
-        if type(self).images_of is Method.images_of:
-            images_of = prefetching(self.setup.data.train, list(local.split(per_chunk)))
-        with self.accel.autocast():
-            u, votes = vote_uncertainty(lambda x: self.logits(self.accel.prepare(x)), images_of, local,
-                                        self.cfg.uncertainty, self.cfg.uncertainty_views, aug.gen, aug.test,
-                                        chunk_images=chunk_images)
-        if hasattr(images_of, "close"):
-            images_of.close()
-        if self.dist:
-            u = self.dist.gather(u)
-            votes = None if votes is None else self.dist.gather(votes)
-        return u, votes
-
-    @torch.inference_mode()
-    def features_of(self, idx: Tensor, chunk: int | None = None) -> Tensor:
-        self.model.eval()
-        test = self.setup.augmenter.test
-        local = self.dist.block(idx) if self.dist else idx
-        plan = list(local.split(chunk or inference_batch(self.setup.data.image_shape, self.device, 4096)))
-        images = (iter_batches(self.setup.data.train, plan) if type(self).images_of is Method.images_of
-                  else (self.images_of(part) for part in plan))
-        with self.accel.autocast():
-            feats = [self.model.features(self.accel.prepare(test(x))).float() for x in images]
-        out = torch.cat(feats) if feats else torch.empty(0, self.model.feature_dim, device=self.device)
-        return self.dist.gather(out) if self.dist else out
 
     # ------------------------------------------------------------------ inference
 
@@ -381,7 +269,6 @@ class Method:
             "memory": self.memory.state_dict(),
             "seen": self.seen.cpu(),
             "gen": self.gen.get_state(),
-            "extra": {name: _checkpointable(getattr(self, name)) for name in self.checkpoint_attrs},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -392,45 +279,3 @@ class Method:
         if state.get("optimizer") is not None:
             self.optimizer = self.make_optimizer()
             self.optimizer.load_state_dict(state["optimizer"])
-        for name in self.checkpoint_attrs:
-            value, current = state["extra"][name], getattr(self, name, None)
-            if isinstance(current, torch.nn.Module):
-                current.load_state_dict(value)
-            else:
-                setattr(self, name, _on_device(value, self.device))
-
-
-def _checkpointable(value: Any) -> Any:
-    """A module as its state_dict, tensors moved to the CPU (weights_only-loadable)."""
-    if isinstance(value, torch.nn.Module):
-        return value.state_dict()
-    return _on_device(value, torch.device("cpu"))
-
-
-def _on_device(value: Any, device: torch.device) -> Any:
-    if isinstance(value, Tensor):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: _on_device(v, device) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_on_device(v, device) for v in value)
-    return value
-
-
-def _chunks(batches: list[Tensor], max_images: int) -> Iterator[list[Tensor]]:
-    chunk: list[Tensor] = []
-    size = 0
-    for b in batches:
-        if chunk and size + len(b) > max_images:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(b)
-        size += len(b)
-    if chunk:
-        yield chunk
-
-
-def _histogram(u: Tensor, views: int) -> list[int]:
-    """Counts of uncertainty values in views + 1 bins (u = 0, 1/A, ..., 1)."""
-    bins = (u * views).round().long().clamp(0, views)
-    return torch.bincount(bins, minlength=views + 1).tolist()

@@ -28,6 +28,7 @@ from torch import Tensor
 from .. import memory as M
 from .base import Method, Task
 from .incremental import NewOldClasses
+from .params import BiCParams
 
 BETA_L2 = 0.1  # BiC's reference code penalises beta (its "gamma") by 0.1 * beta^2 / 2
 
@@ -36,10 +37,11 @@ class BiC(NewOldClasses, Method):
     name = "bic"
     default_memory_policy = "prototype"
     distill: bool = True
+    params: BiCParams
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)
-        self.val_capacity = max(1, round(self.cfg.bic_val_fraction * self.cfg.memory_size))
+        self.val_capacity = max(1, round(self.params.bic_val_fraction * self.cfg.memory_size))
         self.memory = M.Memory(self.cfg.memory_size - self.val_capacity)
         self.val_indices = torch.empty(0, dtype=torch.long)
         self.val_labels = torch.empty(0, dtype=torch.long)
@@ -111,7 +113,7 @@ class BiC(NewOldClasses, Method):
         old_model, old_alpha, old_beta = self.previous
         with torch.no_grad():
             old_logits = self.correct(old_model(x), old_alpha, old_beta)[:, self.old_classes]
-        temperature = self.cfg.bic_temperature
+        temperature = self.params.bic_temperature
         soft_targets = torch.softmax(old_logits / temperature, dim=1)
         distillation = -(soft_targets * torch.log_softmax(logits[:, self.old_classes] / temperature, dim=1)).sum(1).mean()
         lam = float(self.old_classes.sum()) / float(self.seen.sum())
@@ -122,7 +124,7 @@ class BiC(NewOldClasses, Method):
     def fit_bias(self, task: Task) -> dict[str, Any]:
         """Fit this task's (alpha, beta) on the held-out set with the network frozen (its logits
         are computed once, on clean images)."""
-        epochs = self.cfg.bic_bias_epochs
+        epochs = self.params.bic_bias_epochs
         self.report.phase(task.index, "bias correction", len(self.val_indices) * max(epochs, 1))
         self.model.eval()
         with torch.no_grad():

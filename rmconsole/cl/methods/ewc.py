@@ -40,16 +40,13 @@ class EWC(RegWeight, Method):
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)
         # A (theta - c)^2 + constant = sum_t F_t (theta - theta*_t)^2: A = sum_t F_t (`weights`),
-        # c the Fisher-weighted mean of the anchors (`centres`); applied as a gradient (quadratic.py)
+        # c the Fisher-weighted mean of the anchors (`centres`); its gradient is added in backward
+        # by the parameter hooks of `self.quadratic`, not through the loss
         self.quadratic = QuadraticPenalty(self.trainable())
         self.consolidated = 0  # tasks folded into the penalty
 
     def trainable(self) -> list[Tensor]:
         return [p for p in self.model.parameters() if p.requires_grad]
-
-    def penalty(self) -> Tensor | None:
-        """None: the penalty's gradient is added by the parameter hooks of `self.quadratic`."""
-        return None
 
     def penalty_value(self) -> float:
         """lambda/2 * sum over finished tasks t of sum_i F_t,i (theta_i - theta*_t,i)^2, right now."""

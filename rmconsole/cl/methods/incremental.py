@@ -20,7 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-NEW_CLASS_RULES = ("task", "unseen")
+from .params import NEW_CLASS_RULES, NewClassesParams
+
 
 
 def split_new_old(seen_before: Tensor, seen_now: Tensor, major: list[int], rule: str) -> tuple[Tensor, Tensor]:
@@ -53,10 +54,11 @@ class NewOldClasses:
     `new_classes` rule and `previous_model`, a frozen copy of the model when there are old classes."""
 
     previous_model: nn.Module | None = None
+    params: NewClassesParams
 
     def before_task(self, task: Any) -> None:
         seen_before = self.seen.clone()
         super().before_task(task)  # type: ignore[misc]  (the Method after this mixin)
         self.new_classes, self.old_classes = split_new_old(seen_before, self.seen,
-                                                           self.setup.groups[task.index], self.cfg.new_classes)
+                                                           self.setup.groups[task.index], self.params.new_classes)
         self.previous_model = frozen_copy(self.model) if bool(self.old_classes.any()) else None

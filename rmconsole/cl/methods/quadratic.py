@@ -14,15 +14,18 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from .params import RegularisedParams
+
 
 class RegWeight:
     """Mixin of the regularised methods: `reg_weight` is the run's, else the method's default."""
 
     default_reg_weight: float
+    params: RegularisedParams
 
     @property
     def reg_weight(self) -> float:
-        return self.default_reg_weight if self.cfg.reg_weight is None else self.cfg.reg_weight
+        return self.default_reg_weight if self.params.reg_weight is None else self.params.reg_weight
 
 
 class QuadraticPenalty:

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from .base import Method, Task
 from .ewc import check_finite
+from .params import RwalkParams
 from .quadratic import QuadraticPenalty, RegWeight
 
 EPSILON = 1e-3  # the paper's / reference code's damping of the score denominator
@@ -40,6 +41,7 @@ class Rwalk(RegWeight, Method):
     # Blurry10-Online seed 1, non-finite parameters in task 2). 1 is the largest power of ten
     # under the bound and the RWalk authors' own value.
     default_reg_weight = 1.0
+    params: RwalkParams
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)
@@ -77,10 +79,6 @@ class Rwalk(RegWeight, Method):
         torch._foreach_copy_(self.previous, [p.detach() for p in self.trainable()])
         torch._foreach_copy_(self.window_start, self.previous)
 
-    def penalty(self) -> Tensor | None:
-        """None: the penalty's gradient is added by the parameter hooks of `self.quadratic`."""
-        return None
-
     def penalty_value(self) -> float:
         return float(self.quadratic.value()) if self.consolidated else 0.0
 
@@ -98,7 +96,7 @@ class Rwalk(RegWeight, Method):
         torch._foreach_copy_(self.previous, params)
         torch._foreach_zero_(self.task_grad)  # a parameter without a gradient next step moved by no loss
         self.window_steps += 1
-        if self.window_steps >= self.cfg.rwalk_interval:
+        if self.window_steps >= self.params.rwalk_interval:
             self.close_window()
 
     @torch.no_grad()
@@ -106,7 +104,7 @@ class Rwalk(RegWeight, Method):
         """Fold the window into the running Fisher and the task's score (paper eqs. 6-7)."""
         if self.window_steps == 0:
             return
-        alpha = self.cfg.rwalk_alpha
+        alpha = self.params.rwalk_alpha
         params = [p.detach() for p in self.trainable()]
         fresh = self.window_grad_sq
         torch._foreach_div_(fresh, float(self.window_steps))  # mean squared gradient of the window

@@ -1,0 +1,81 @@
+"""What the science is configured with: `RunSettings`, the keys every run has, and
+`MethodParams`, the base of a method's own hyper-parameters.
+
+`rmconsole/config.py` validates a run (its `RunConfig` is assembled from the common keys and
+every method's params class) and hands the validated object to `cl.loop.run_protocol`; cl reads
+it through these types only, never through `getattr(cfg, key, default)`. Plain Python (no torch,
+no pydantic), so the CLI and the TUI can validate a config without importing torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, Optional, Protocol, TypeVar
+
+BOUNDS = ("ge", "gt", "le", "lt")
+
+
+class RunSettings(Protocol):
+    """The keys of a run that the science reads (a validated `rmconsole.config.RunConfig`).
+
+    A method's own keys are not here: it reads them from `Method.params` (its `MethodParams`)."""
+
+    dataset: str
+    model: str
+    method: str
+    memory_size: int
+    n_tasks: int
+    blurry: int
+    stream: Literal["online", "offline"]
+    augment: tuple[str, ...]
+    uncertainty: str
+    uncertainty_views: int
+    memory_policy: Optional[str]
+    epochs: int
+    batch_size: int
+    memory_batch_size: Optional[int]
+    lr: float
+    schedule: Literal["cosine", "step", "constant"]
+    weight_decay: float
+    seed: int
+    class_order: Literal["seed", "paper"]
+    eval_every_epoch: bool
+    reset_head: bool
+    train_head: bool
+    image_size: Optional[int]
+    download: bool
+    data_pipeline: Literal["auto", "memory", "stream"]
+    loader_workers: Optional[int]
+    gpu_decode: bool | Literal["auto"]
+    amp: Literal["auto", "bf16", "off"]
+    channels_last: bool | Literal["auto"]
+    compile: bool | Literal["auto"]
+
+
+def param(default: Any, help: str, **bounds: float) -> Any:
+    """A method parameter: its default, one line of help, and its allowed range (`ge`, `gt`,
+    `le`, `lt`; a `Literal` type lists allowed values). config.py turns it into a RunConfig key
+    with the same checks and messages as every other key; `rmconsole config-keys` lists it."""
+    unknown = set(bounds) - set(BOUNDS)
+    if unknown:
+        raise TypeError(f"param(): unknown bound(s) {', '.join(sorted(unknown))}; allowed: {', '.join(BOUNDS)}")
+    return dataclasses.field(default=default, metadata={"help": help, "bounds": bounds})
+
+
+P = TypeVar("P", bound="MethodParams")
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodParams:
+    """A method's own hyper-parameters: a frozen dataclass whose fields are `param(...)`s.
+
+    The base has none (experience replay, RM, GDumb, joint training use only common keys)."""
+
+    @classmethod
+    def from_settings(cls: type[P], settings: Any) -> P:
+        """This method's values out of a run's validated settings (which hold every method's keys)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
+
+    def check(self, settings: RunSettings, n_classes: int) -> None:
+        """Checks across keys that only this method needs, run when a config is validated:
+        raise ValueError with one line naming the key, its value and what is wrong."""

@@ -1,0 +1,95 @@
+"""The training engine: what `Method.fit` runs. Methods supply the hooks (their loss, what
+happens after a step); this module runs the epochs.
+
+One `fit` call trains E epochs over index batches: it sets each epoch's learning rate,
+augments chunks of upcoming batches in one batched call (what makes per-sample
+RandAugment/AutoAugment cheap), has the chunks' images decoded ahead while the model trains
+(streamed datasets), gives each rank its shard of every batch, reports progress and, when the
+run records it, evaluates after every epoch. `train_step` is the one place an optimiser step
+happens.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import torch
+from torch import Tensor
+
+from .accel import train_chunk
+from .learner import Learner, Task
+from .pipeline import iter_batches
+from .schedule import epoch_lr
+
+
+
+def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Tensor]], phase: str,
+        task: Task, chunk_images: int | None = None) -> None:
+    """Train `epochs` epochs; epoch e runs the index batches `batches_for_epoch(e)`.
+
+    With several ranks, each trains on its shard of every batch and the gradients are averaged."""
+    optimizer, dist, data = method.optimizer, method.dist, method.setup.data
+    assert optimizer is not None, "before_task must create the optimiser"
+    if chunk_images is None:
+        chunk_images = train_chunk(data.image_shape, method.train_batch_size)
+    plans = [batches_for_epoch(e) for e in range(epochs)] if epochs <= 4 else None
+    total = sum(len(b) for plan in plans for b in plan) if plans else None
+    if total is None:  # long calls: every epoch has the same size
+        first = batches_for_epoch(0)
+        total = sum(len(b) for b in first) * epochs
+    method.report.phase(task.index, phase, total)
+    augment = method.setup.augmenter.train
+    method.best_epoch_accuracy = None
+    for epoch in range(epochs):
+        batches = plans[epoch] if plans else (first if epoch == 0 else batches_for_epoch(epoch))
+        for group in optimizer.param_groups:
+            group["lr"] = epoch_lr(epoch, method.cfg.lr, method.cfg.schedule)
+        method.model.train()
+        chunks = list(_chunks(batches, chunk_images))
+        shards = [[dist.shard(b) for b in chunk] for chunk in chunks] if dist else \
+            [[(b, 1.0) for b in chunk] for chunk in chunks]
+        flats = [torch.cat([part for part, _ in shard]) for shard in shards]
+        for chunk, shard, flat, raw in zip(chunks, shards, flats, iter_batches(data.train, flats)):
+            sizes = [len(part) for part, _ in shard]
+            images = method.accel.prepare(augment(raw))
+            labels = method.labels_of(flat)
+            for x, y, (_, weight) in zip(images.split(sizes), labels.split(sizes), shard):
+                train_step(method, x, y, weight)
+            method.report.advance(sum(len(b) for b in chunk))
+        if dist:  # one model on every rank: rank 0's batch-norm statistics (and weights)
+            dist.sync_module(method.model)
+        if method.epoch_eval is not None and phase != "stream":
+            acc = method.epoch_eval()
+            method.best_epoch_accuracy = max(acc, method.best_epoch_accuracy or acc)
+
+
+def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> None:
+    """One optimiser step on an augmented batch: the method's loss, backward, the ranks'
+    gradients averaged (weighted by their shard), the update, then the method's `after_step`."""
+    optimizer = method.optimizer
+    with method.accel.autocast():
+        loss = method.step_loss(x, y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if method.dist:
+        method.dist.average_gradients(trained_parameters(optimizer), weight)
+    optimizer.step()
+    method.after_step()
+
+
+def trained_parameters(optimizer: torch.optim.Optimizer) -> list[Tensor]:
+    """What the optimiser updates: the gradients averaged over ranks."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _chunks(batches: list[Tensor], max_images: int) -> Iterator[list[Tensor]]:
+    chunk: list[Tensor] = []
+    size = 0
+    for b in batches:
+        if chunk and size + len(b) > max_images:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(b)
+        size += len(b)
+    if chunk:
+        yield chunk
