@@ -24,10 +24,10 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
 from .base import Method, Task
-from .quadratic import QuadraticPenalty, RegWeight
+from .quadratic import QuadraticPenalty, Regularised
 
 
-class EWC(RegWeight, Method):
+class EWC(Regularised, Method):
     name = "ewc"
     default_memory_policy = "reservoir"
     # The paper's (and the authors' scripts') weight. Gradient descent on lambda/2 * A (theta - c)^2
@@ -44,13 +44,6 @@ class EWC(RegWeight, Method):
         # by the parameter hooks of `self.quadratic`, not through the loss
         self.quadratic = QuadraticPenalty(self.trainable())
         self.consolidated = 0  # tasks folded into the penalty
-
-    def trainable(self) -> list[Tensor]:
-        return [p for p in self.model.parameters() if p.requires_grad]
-
-    def penalty_value(self) -> float:
-        """lambda/2 * sum over finished tasks t of sum_i F_t,i (theta_i - theta*_t,i)^2, right now."""
-        return float(self.quadratic.value()) if self.consolidated else 0.0
 
     def fisher_samples(self, task: Task) -> Tensor:
         if self.cfg.stream == "online":

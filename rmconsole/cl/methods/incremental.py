@@ -23,7 +23,6 @@ from torch import Tensor, nn
 from .params import NEW_CLASS_RULES, NewClassesParams
 
 
-
 def split_new_old(seen_before: Tensor, seen_now: Tensor, major: list[int], rule: str) -> tuple[Tensor, Tensor]:
     """(new, old) boolean class masks for a task.
 

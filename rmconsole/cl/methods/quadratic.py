@@ -17,15 +17,27 @@ from torch import Tensor
 from .params import RegularisedParams
 
 
-class RegWeight:
-    """Mixin of the regularised methods: `reg_weight` is the run's, else the method's default."""
+class Regularised:
+    """Mixin of EWC and Rwalk: `reg_weight` (the run's, else the method's default), the
+    parameters the penalty covers, and the penalty's value (their `quadratic`, once a task is
+    consolidated)."""
 
     default_reg_weight: float
     params: RegularisedParams
+    model: torch.nn.Module
+    quadratic: QuadraticPenalty
+    consolidated: int
 
     @property
     def reg_weight(self) -> float:
         return self.default_reg_weight if self.params.reg_weight is None else self.params.reg_weight
+
+    def trainable(self) -> list[Tensor]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def penalty_value(self) -> float:
+        """The penalty at the current parameters (0 before the first task is consolidated)."""
+        return float(self.quadratic.value()) if self.consolidated else 0.0
 
 
 class QuadraticPenalty:

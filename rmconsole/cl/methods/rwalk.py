@@ -27,12 +27,12 @@ from torch import Tensor
 from .base import Method, Task
 from .ewc import check_finite
 from .params import RwalkParams
-from .quadratic import QuadraticPenalty, RegWeight
+from .quadratic import QuadraticPenalty, Regularised
 
 EPSILON = 1e-3  # the paper's / reference code's damping of the score denominator
 
 
-class Rwalk(RegWeight, Method):
+class Rwalk(Regularised, Method):
     name = "rwalk"
     default_memory_policy = "reservoir"
     # The penalty's curvature is 2 lambda w with w = F + s <= 2, and SGD with Nesterov momentum
@@ -63,9 +63,6 @@ class Rwalk(RegWeight, Method):
         self.quadratic = QuadraticPenalty(params)
         self.quadratic.observer = self._observe_task_gradient
 
-    def trainable(self) -> list[Tensor]:
-        return [p for p in self.model.parameters() if p.requires_grad]
-
     @property
     def weight(self) -> list[Tensor]:
         return self.quadratic.weights
@@ -78,9 +75,6 @@ class Rwalk(RegWeight, Method):
         super().before_task(task)
         torch._foreach_copy_(self.previous, [p.detach() for p in self.trainable()])
         torch._foreach_copy_(self.window_start, self.previous)
-
-    def penalty_value(self) -> float:
-        return float(self.quadratic.value()) if self.consolidated else 0.0
 
     def _observe_task_gradient(self, i: int, grad: Tensor) -> None:
         """Runs in backward, before the penalty's gradient joins: grad is the task loss's."""
