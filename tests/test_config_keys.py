@@ -43,6 +43,19 @@ def test_every_method_param_is_a_config_key_with_its_declared_default_and_help()
             assert (key.default, key.description) == (f.default, f.metadata["help"]), (name, f.name)
 
 
+@pytest.mark.parametrize("overrides, message", [
+    (["rwalk_alpha=0"], "rwalk_alpha=0: Input should be greater than 0"),
+    (["rwalk_interval=1.5"], "rwalk_interval=1.5: Input should be a valid integer"),
+    (["reg_weight=true"], "reg_weight=true: expected a number, not a boolean"),
+    (["new_classes=all"], "new_classes='all': allowed: 'task' or 'unseen'"),
+    (["method=bic", "bic_val_fraction=0.99"], "bic_val_fraction=0.99: holding out 198 of memory_size=200"),
+])
+def test_a_bad_method_param_gets_one_line_naming_it(overrides: list[str], message: str) -> None:
+    with pytest.raises(config.ConfigError) as err:
+        load_config(None, overrides)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
 def test_a_method_reads_its_own_params_from_the_run() -> None:
     from rmconsole.cl.data import load_digits
     from rmconsole.cl.loop import build_protocol, make_augmenter
