@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator

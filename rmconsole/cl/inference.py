@@ -19,7 +19,6 @@ from .pipeline import iter_batches, prefetching
 from .uncertainty import vote_uncertainty
 
 
-
 @torch.inference_mode()
 def uncertainty_of(method: Learner, idx: Tensor) -> tuple[Tensor, Tensor | None]:
     """u(x) (and the top vote counts) of train indices under the run's measure and views."""

@@ -22,7 +22,6 @@ from .pipeline import iter_batches
 from .schedule import epoch_lr
 
 
-
 def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Tensor]], phase: str,
         task: Task, chunk_images: int | None = None) -> None:
     """Train `epochs` epochs; epoch e runs the index batches `batches_for_epoch(e)`.
