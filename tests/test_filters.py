@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 from conftest import rmconsole
+from test_intransigence import _stored
 
 from rmconsole import store
-from rmconsole.cl.events import TaskOutcome
-from rmconsole.config import load_config
 from rmconsole.store import RunRecord, parse_run_filter
 from rmconsole.store.filters import FilterError, Term, parse_term, where
 from rmconsole.tui import data
@@ -96,14 +95,6 @@ def test_tui_filter_uses_the_grammar() -> None:
     assert data.matches(runs[0], "status:finished A_last>=80")
     with pytest.raises(data.FilterError, match="unknown filter key 'colour'"):
         data.arrange(runs, "colour:red", "id", False)
-
-
-def _stored(method: str, a_last: float, **overrides) -> int:
-    _, cfg = load_config(None, {"method": method, **overrides})
-    run_id = store.create_run(cfg.to_dict(), "digits-blurry10-online")
-    store.record_task(run_id, TaskOutcome(0, a_last, [a_last], [a_last] * 10, list(range(10)), 1.0))
-    store.update_run(run_id, status="finished")
-    return run_id
 
 
 def test_find_runs_applies_a_filter_to_the_store() -> None:

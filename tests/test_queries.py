@@ -8,9 +8,8 @@ import json
 import pytest
 
 import tui_store
+from test_intransigence import _stored
 from rmconsole import store
-from rmconsole.cl.events import TaskOutcome
-from rmconsole.config import load_config
 
 SUMMARY_KEYS = ["id", "status", "preset", "method", "dataset", "seed", "sweep_id", "config", "metrics", "progress",
                 "created_at", "started_at", "finished_at", "heartbeat_at", "device", "error"]
@@ -79,14 +78,6 @@ def test_run_parts_reread_only_what_changed() -> None:
     assert len(shrunk.results) == 1 and len(shrunk.memory) == 1
     with pytest.raises(store.UnknownRun):
         store.run_parts(999)
-
-
-def _stored(method: str, a_last: float, **overrides) -> int:
-    _, cfg = load_config(None, {"method": method, **overrides})
-    run_id = store.create_run(cfg.to_dict(), "p")
-    store.record_task(run_id, TaskOutcome(0, a_last, [a_last], [a_last] * 10, list(range(10)), 1.0))
-    store.update_run(run_id, status="finished")
-    return run_id
 
 
 def test_one_joint_rule_for_subsets_and_all_runs() -> None:
