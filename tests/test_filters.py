@@ -121,3 +121,23 @@ def test_cli_runs_and_report_take_the_filter(isolated_home) -> None:
         bad = rmconsole(*command)
         assert bad.returncode != 0 and "Traceback" not in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith("error: "), bad.stderr
+
+
+@pytest.mark.asyncio
+async def test_tui_filter_box_shows_an_unreadable_filter_on_the_status_line() -> None:
+    from test_tui import SIZE, table_ids, until
+
+    import tui_store
+    from rmconsole.tui import RMConsoleApp
+
+    ids = tui_store.build()
+    app = RMConsoleApp(refresh_s=0.2)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(table_ids(app)) == 4, what="four rows")
+        await pilot.press("slash", *"metod:rm")
+        line = app.screen.query_one("#status-line")
+        assert "filter: unknown filter key 'metod' (did you mean method?)" in str(line.render())
+        assert line.has_class("problem") and table_ids(app) == []
+        await pilot.press("backspace", "backspace", "backspace", "backspace", "backspace", *"hod:finetune")
+        assert table_ids(app) == [ids["failed"]] and not line.has_class("problem")
+        assert "1 match" in str(line.render())

@@ -55,8 +55,9 @@ def _transition(run_id: int, status: str, only_from: Iterable[str], **fields: An
 
 
 def claim_run(run_id: int, **facts: Any) -> Transition:
-    """queued -> running, with the worker's facts (host, device, versions, start time...). Only
-    a queued run is started, so a stopped or already running run never gets a second worker."""
+    """queued -> running, with the worker's facts (host, device, versions, start time...; a
+    `status` among them is ignored: the claim sets it). Only a queued run is started, so a
+    stopped or already running run never gets a second worker."""
     facts.pop("status", None)
     return _transition(run_id, "running", ("queued",), **facts)
 
