@@ -17,6 +17,7 @@ from rich.table import Table
 from . import launch, store
 from . import queue as sweep_queue, report as reports, sweep  # sweeps and reports
 from .cl.catalog import DatasetMissing
+from .store.filters import where
 from .config import ConfigError, build_config, preset_description, preset_names, read_preset
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -159,7 +160,7 @@ def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seed
     console.print(line, highlight=False)
     with sweep_queue.DriverLock(sweep_id):
         counts = follow_sweep(sweep_id, sweep_queue.SweepQueue(sweep_id, slots, gpus=gpus), plan)
-    summaries = [store.run_summary(r) for r in store.list_runs(sweep_id=sweep_id)]
+    summaries = [r.to_json() for r in store.find_runs(where("sweep", [sweep_id]))]
     console.print(reports.rich_table(reports.build_report(summaries)))
     console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
                   f"; tables: rmconsole report --sweep {sweep_id} --format md|csv|latex|json", highlight=False)
@@ -254,19 +255,27 @@ def show(run_id: int = typer.Argument(..., help="Run id."),
 
 
 @app.command()
-def runs(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
+                                                      help="Run filter terms, all of which must hold: "
+                                                           "method:rm,ewc k:500 status:finished 'A_last>85' or words."),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
          status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status."),
          limit: int = typer.Option(50, "--limit", help="Show the newest N runs (0 = all)."),
          sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only the runs of this sweep (an id or 'last').")) -> None:
-    """All runs, newest last, and the queue of every sweep shown."""
+    """All runs, newest last, and the queue of every sweep shown. A filter term is KEY:V1,V2 (any of
+    them), KEY>N (also >= < <= = !=) or a word; KEY is a run column, a metric or a config key."""
     if status is not None and status not in store.STATUSES:
         raise ConfigError(f"--status {status!r}: allowed: {', '.join(store.STATUSES)}")
+    run_filter = store.parse_run_filter(filters)
+    if status is not None:
+        run_filter &= where("status", [status])
     launch.reap_dead()
-    rows = store.list_runs(status=status, sweep_id=sweep.resolve_sweep_id(sweep_) if sweep_ else None)
+    if sweep_:
+        run_filter &= where("sweep", [sweep.resolve_sweep_id(sweep_)])
+    records = store.find_runs(run_filter)
     if limit:
-        rows = rows[-limit:]
-    with store.reading() as session:
-        summaries = [store.run_summary(r, session) for r in rows]
+        records = records[-limit:]
+    summaries = [r.to_json() for r in records]
     if as_json:
         print(json.dumps(summaries, indent=2))
         return
@@ -367,45 +376,42 @@ def _run_ids(text: str) -> set[int]:
 
 def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, dataset: Optional[str] = None,
                 method: Optional[str] = None, status: Optional[str] = None, run_ids: Optional[str] = None,
-                where: Optional[list[str]] = None) -> list[store.Run]:
-    """The stored runs that pass every filter (comma-separated values mean any of them)."""
+                where_: Optional[list[str]] = None, filters: Optional[list[str]] = None) -> list[store.RunRecord]:
+    """The stored runs that pass every option and filter term (comma-separated values mean any of them)."""
     statuses = _listed("--status", status)
     for value in statuses or []:
         if value not in store.STATUSES:
             raise ConfigError(f"--status {value!r}: allowed: {', '.join(store.STATUSES)}")
-    launch.reap_dead()
-    runs = store.list_runs(status=statuses, sweep_id=sweep.resolve_sweep_id(sweep_) if sweep_ else None)
-    for option, text, attr in (("--preset", preset, "preset"), ("--dataset", dataset, "dataset"),
-                               ("--method", method, "method")):
-        wanted = _listed(option, text)
-        if wanted is not None:
-            runs = [r for r in runs if getattr(r, attr) in wanted]
+    run_filter = store.parse_run_filter(filters)
+    listed = {"status": statuses, "preset": _listed("--preset", preset), "dataset": _listed("--dataset", dataset),
+              "method": _listed("--method", method)}
+    for key, values in listed.items():
+        if values is not None:
+            run_filter &= where(key, values)
     if run_ids is not None:
-        ids = _run_ids(run_ids)
-        runs = [r for r in runs if r.id in ids]
-    conditions: dict[str, list[str]] = {}
-    for pair in where or []:
+        run_filter &= where("id", [str(i) for i in sorted(_run_ids(run_ids))])
+    for pair in where_ or []:
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--where {pair!r}: expected KEY=VALUE or KEY=V1,V2")
-        conditions[key.strip()] = sweep.split_values(raw.strip())
-    if conditions:
-        with store.reading() as session:
-            summaries = {r.id: store.run_summary(r, session) for r in runs}
-        keep = {s["id"] for s in reports.select(summaries.values(), conditions)}
-        runs = [r for r in runs if r.id in keep]
-    return runs
+        run_filter &= where(key.strip(), sweep.split_values(raw.strip()))
+    launch.reap_dead()
+    if sweep_:
+        run_filter &= where("sweep", [sweep.resolve_sweep_id(sweep_)])
+    return store.find_runs(run_filter)
 
 
 @app.command()
 def report(
+    filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
+                                                 help="Run filter terms, as for `rmconsole runs`: method:rm,ewc 'A_last>85'."),
     sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only this sweep (an id, or 'last')."),
     preset: Optional[str] = typer.Option(None, "--preset", help="Only these presets (comma-separated)."),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="Only these datasets (comma-separated)."),
     method: Optional[str] = typer.Option(None, "--method", help="Only these methods (comma-separated)."),
     status: Optional[str] = typer.Option(None, "--status", help="Only these statuses (comma-separated)."),
     run_ids: Optional[str] = typer.Option(None, "--runs", help="Only these run ids: 3,4,7 or 3-9."),
-    where: list[str] = typer.Option([], "--where", help="Only runs with KEY=V1,V2 in their config (repeatable)."),
+    where_: list[str] = typer.Option([], "--where", help="Only runs with KEY=V1,V2 in their config (repeatable)."),
     rows: Optional[str] = typer.Option(None, "--rows", help="Keys that make a row (default: method)."),
     cols: Optional[str] = typer.Option(None, "--cols", help="Keys that make a column group, e.g. memory_size."),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="Of A_last, A_avg, F_last, I_last, A_last_best_epoch."),
@@ -428,13 +434,12 @@ def report(
     for option, path in (("--plot", plot), ("--memory-plot", memory_plot)):
         if path is not None and path.suffix.lower() not in (".png", ".pdf", ".svg"):
             raise ConfigError(f"{option} {str(path)!r}: the file must end in .png (or .pdf, .svg)")
-    runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where)
+    runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where_, filters)
     if not runs:
-        raise ConfigError(f"no runs match the filters ({len(store.list_runs())} runs are stored; see `rmconsole runs`)")
+        raise ConfigError(f"no runs match the filters ({store.count_runs()} runs are stored; see `rmconsole runs`)")
     if memory_plot is not None and len(runs) != 1:
         raise ConfigError(f"--memory-plot draws one run, but {len(runs)} match: choose it with --runs ID")
-    with store.reading() as session:
-        summaries = [store.run_summary(r, session) for r in runs]
+    summaries = [r.to_json() for r in runs]
     table = reports.build_report(summaries, rows=_listed("--rows", rows), cols=_listed("--cols", cols) or (),
                                  metrics=_listed("--metrics", metrics), only_changed=only_changed)
     if fmt == "table":

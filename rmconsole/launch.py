@@ -178,7 +178,7 @@ def mark_dead(run_id: int, reason: str) -> bool:
     line = last_log_line(run_id)
     if line:
         detail += f"; last log line: {line}"
-    return store.finish_run(run_id, "failed", error=detail)
+    return bool(store.mark_failed(run_id, detail))
 
 
 def _heartbeat_age(run: store.Run, now: datetime) -> float | None:

@@ -127,15 +127,12 @@ def settle(run_id: int, returncode: int, stop_requested: bool) -> str:
     """After torchrun: a run still active, or marked stopped although nobody asked, is failed."""
     from . import store
 
-    run = store.get_run(run_id)
-    if run.status in store.ACTIVE:
-        store.update_run(run_id, status="failed", finished_at=store.utcnow(),
-                         error=f"torchrun exited with code {returncode} before the run ended (see the run's log)")
-    elif run.status == "stopped" and not stop_requested and returncode != 0:
-        store.update_run(run_id, status="failed",
-                         error=f"a rank failed and torchrun stopped the others (exit code {returncode}); "
-                               f"the failing rank's traceback is in the run's log")
-    return store.get_run(run_id).status
+    settled = store.mark_failed(run_id, f"torchrun exited with code {returncode} before the run ended "
+                                        f"(see the run's log)")
+    if not settled and settled.status == "stopped" and not stop_requested and returncode != 0:
+        settled = store.fail_stopped_run(run_id, f"a rank failed and torchrun stopped the others (exit code "
+                                                 f"{returncode}); the failing rank's traceback is in the run's log")
+    return settled.status
 
 
 def main(argv: list[str] | None = None) -> int:

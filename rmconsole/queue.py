@@ -240,17 +240,13 @@ class SweepQueue:
             del self.busy[slot]
         for run in self.runs():
             if run.status == "queued" and not launch.pid_alive(run.pid):
-                store.update_run(run.id, status="stopped", finished_at=store.utcnow(),
-                                 error="sweep stopped before this run started")
+                store.mark_stopped(run.id, "sweep stopped before this run started", only_from=("queued",))
 
 
 def requeue(sweep_id: str) -> list[int]:
     """Queue a sweep's failed and stopped runs again (workers resume from their checkpoints)."""
-    ids = []
-    for run in store.list_runs(sweep_id=sweep_id, status=("failed", "stopped")):
-        store.update_run(run.id, status="queued", error=None, finished_at=None)
-        ids.append(run.id)
-    return ids
+    return [run.id for run in store.list_runs(sweep_id=sweep_id, status=("failed", "stopped"))
+            if store.requeue_run(run.id)]
 
 
 def log_path(sweep_id: str) -> Path:

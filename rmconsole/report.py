@@ -1,6 +1,6 @@
 """Reports: stored runs -> tables (mean ± std over seeds) and figures.
 
-Pure: the input is runs as `store.run_summary` / `store.run_detail` give them (dicts), the
+Pure: the input is runs as `RunRecord.to_json()` / `store.run_detail` give them (dicts), the
 output is text (markdown, CSV, LaTeX, JSON), a Rich table, or a PNG file. The CLI chooses
 the runs.
 
@@ -26,6 +26,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
+
+from .store.filters import config_value, format_value, where as filter_where
 
 METRICS = ("A_last", "A_avg", "F_last", "I_last", "A_last_best_epoch")
 DEFAULT_METRICS = ("A_last", "A_avg", "F_last", "I_last")
@@ -60,29 +62,11 @@ def _hashable(value: Any) -> Any:
 
 
 def key_value(run: dict[str, Any], key: str) -> Any:
-    """A run's value for a row/column key: a config key, or preset / sweep / status."""
+    """A run's value for a row/column key: a config key (its default for a run stored before
+    the key existed), or preset / sweep / status."""
     if key in RUN_FIELDS:
         return run.get(RUN_FIELDS[key])
-    config = run.get("config") or {}
-    if key not in config:  # stored before the key existed: it ran as the key's default does
-        from .config import RunConfig
-
-        field = RunConfig.model_fields.get(key)
-        return _hashable(None if field is None else field.default)
-    return _hashable(config[key])
-
-
-def format_value(value: Any) -> str:
-    """How a config value is written in a table: lists joined with '+', as on the command line."""
-    if isinstance(value, (tuple, list)):
-        return "+".join(format_value(v) for v in value) or "none"
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+    return _hashable(config_value(run.get("config") or {}, key))
 
 
 def _sort_key(value: Any) -> tuple:
@@ -668,9 +652,8 @@ def plot_memory(detail: dict[str, Any], path: Path | str) -> Path:
 
 
 def select(runs: Iterable[dict[str, Any]], where: dict[str, list[str]]) -> list[dict[str, Any]]:
-    """Runs whose value of every `where` key is among the given ones (`--where KEY=V1,V2`; values
-    are read as on the command line and compared as tables write them: `augment=none` matches [])."""
-    from .config import parse_value
-
-    wanted = {k: {format_value(_hashable(parse_value(v))) for v in values} for k, values in where.items()}
-    return [r for r in runs if all(format_value(key_value(r, k)) in values for k, values in wanted.items())]
+    """Runs whose value of every `where` key is among the given ones (`--where KEY=V1,V2`), by
+    the run filter grammar's rule: values read as on the command line, compared as tables
+    write them (`augment=none` matches [])."""
+    terms = [filter_where(key, values) for key, values in where.items()]
+    return [r for r in runs if all(t.matches(lambda key, r=r: key_value(r, key)) for t in terms)]

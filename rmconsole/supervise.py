@@ -69,7 +69,7 @@ def record_end(run_id: int, returncode: int, stop_requested: bool) -> None:
         if run.status not in store.ACTIVE or returncode == launch.EXIT_SUPERSEDED:
             return  # the worker recorded its own end, or the run is another worker's
         if stop_requested:
-            store.finish_run(run_id, "stopped", error=f"stopped by request ({launch.exit_reason(returncode)})")
+            store.mark_stopped(run_id, f"stopped by request ({launch.exit_reason(returncode)})")
         else:
             launch.mark_dead(run_id, launch.exit_reason(returncode))
         print(f"supervisor: run {run_id} {store.get_run(run_id).status}: {launch.exit_reason(returncode)}", flush=True)

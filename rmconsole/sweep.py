@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Optional
 
-from sqlmodel import Session
-
 from . import store
 from .config import DEFAULT_PRESET, ConfigError, RunConfig, load_config, parse_value, read_preset, split_override
 
@@ -148,21 +146,7 @@ def new_sweep_id() -> str:
 def store_sweep(plan: SweepPlan, sweep_id: str | None = None) -> tuple[str, list[int]]:
     """Store every grid point as a queued run sharing one sweep id, all in one transaction."""
     sweep_id = sweep_id or new_sweep_id()
-
-    def add(session: Session) -> list[int]:
-        ids = []
-        for cfg in plan.configs:
-            config = cfg.to_dict()
-            run = store.Run(preset=plan.preset, method=config["method"], dataset=config["dataset"],
-                            seed=config["seed"], config=config, sweep_id=sweep_id,
-                            n_tasks=config.get("n_tasks", 0))
-            session.add(run)
-            session.flush()
-            assert run.id is not None
-            ids.append(run.id)
-        return ids
-
-    return sweep_id, store.write(add)
+    return sweep_id, store.create_runs([cfg.to_dict() for cfg in plan.configs], plan.preset, sweep_id)
 
 
 def resolve_sweep_id(name: str) -> str:
@@ -180,12 +164,7 @@ def resolve_sweep_id(name: str) -> str:
 
 def sweep_ids() -> list[str]:
     """Every sweep id in the store, oldest first (by its first run)."""
-    from sqlmodel import col, func, select
-
-    with store.reading() as session:
-        rows = session.exec(select(store.Run.sweep_id, func.min(store.Run.id)).where(col(store.Run.sweep_id).is_not(None))
-                            .group_by(store.Run.sweep_id).order_by(func.min(store.Run.id))).all()
-    return [sweep_id for sweep_id, _ in rows]
+    return store.sweep_ids()
 
 
 def status_counts(runs: list[store.Run]) -> dict[str, int]:

@@ -65,13 +65,14 @@ def resolve_device(name: str) -> torch.device:
 
 
 def package_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
     import numpy
-    import sqlmodel
     import torchvision
 
     return {
         "rmconsole": __version__, "python": platform.python_version(), "torch": torch.__version__,
-        "torchvision": torchvision.__version__, "numpy": numpy.__version__, "sqlmodel": sqlmodel.__version__,
+        "torchvision": torchvision.__version__, "numpy": numpy.__version__, "sqlmodel": version("sqlmodel"),
         "platform": platform.platform(),
     }
 
@@ -197,21 +198,10 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _claim(run_id: int, fields: dict[str, Any]) -> str:
-    """queued -> running with the worker's facts, in one transaction; returns the status found.
+    """queued -> running with the worker's facts (store.claim_run); returns the status found.
     Only a queued run is started, so a stopped or already running run never gets a second worker."""
-
-    def apply(session: Any) -> str:
-        run = session.get(store.Run, run_id)
-        if run is None:
-            raise store.UnknownRun(run_id)
-        found = run.status
-        if found == "queued":
-            for key, value in fields.items():
-                setattr(run, key, value)
-            session.add(run)
-        return found
-
-    return store.write(apply)
+    claimed = store.claim_run(run_id, **fields)
+    return "queued" if claimed else claimed.status
 
 
 def train(run_id: int) -> str:

@@ -52,3 +52,24 @@ def test_i_last_in_runs_and_show(isolated_home) -> None:
     assert f"{a_joint - a_ewc:.2f}" in table
     finetune = rmconsole("run", "--set", "method=finetune", "--set", "epochs=1", "--set", "threads=1", "--seed", "3")
     assert "I_last — (no matching joint run)" in finetune.stdout
+
+
+def test_every_view_takes_the_same_joint_run(isolated_home) -> None:
+    """The bug of issue 12: the TUI's runs table took the newest joint run (I_last 10.0) while
+    `show` and the run page preferred the one with the same augmentation (20.0)."""
+    from rmconsole.tui import data
+
+    same_augmentation = _stored("joint", 90.0, augment="cutmix")
+    newer_other = _stored("joint", 80.0, augment="none")
+    run = _stored("rm", 70.0, augment="cutmix")
+    assert same_augmentation < newer_other < run
+    views = {
+        "show --json": store.run_detail(run)["metrics"]["I_last"],
+        "runs --json": next(r for r in json.loads(rmconsole("runs", "--json").stdout) if r["id"] == run)["metrics"]["I_last"],
+        "tui runs table": next(r for r in data.load_run_rows() if r.id == run).i_last,
+        "tui runs feed": next(r for r in data.RunsFeed().read()[0] if r.id == run).i_last,
+        "tui run page": data.load_run_view(run).row.i_last,
+        "tui compare": data.load_compare([run]).rows[0].i_last,
+    }
+    assert views == dict.fromkeys(views, 20.0)
+    assert store.run_detail(run)["metrics"]["I_last_joint_run"] == same_augmentation

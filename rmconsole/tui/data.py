@@ -7,25 +7,17 @@ snapshots (so a screen can tell "nothing changed" by equality and skip a repaint
 
 from __future__ import annotations
 
-import json
-import math
 import os
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from functools import lru_cache
-
-from sqlalchemy import String, func, type_coerce
-from sqlmodel import col, select
-
 from .. import store
-from ..cl import metrics as M
-from ..store.runs import BUDGET_KEYS
-from ..store.tables import MemorySnapshot, Run, TaskResult, TaskStream
+from ..store import FilterError, RunRecord, with_intransigence  # noqa: F401  (re-exported for the screens)
 
 LOG_TAIL_BYTES = 64 * 1024
+
+RunRow = RunRecord  # a line of the runs table is the store's run record
 
 
 class RunGone(Exception):
@@ -39,117 +31,10 @@ class RunGone(Exception):
 # --------------------------------------------------------------------------- runs table
 
 
-@dataclass(frozen=True)
-class RunRow:
-    """One line of the runs table: identity, lifecycle, live progress and summary metrics."""
-
-    id: int
-    status: str
-    preset: Optional[str]
-    method: str
-    dataset: str
-    memory_size: Optional[int]
-    seed: int
-    n_tasks: int
-    task: Optional[int]
-    phase: Optional[str]
-    phase_done: int
-    phase_total: int
-    samples_per_s: Optional[float]
-    eta_s: Optional[float]
-    a_last: Optional[float]
-    a_avg: Optional[float]
-    f_last: Optional[float]
-    i_last: Optional[float]
-    tasks_done: int
-    sweep_id: Optional[str]
-    error: Optional[str]
-    created_at: Optional[datetime]  # (not read for the runs table)
-    heartbeat_at: Optional[datetime]  # (not read for the runs table)
-    budget: tuple[str, ...] = field(default=(), repr=False)  # for matching a joint run (I_last)
-
-    @property
-    def active(self) -> bool:
-        return self.status in store.ACTIVE
-
-    @property
-    def phase_fraction(self) -> Optional[float]:
-        if not self.phase_total:
-            return None
-        return min(self.phase_done / self.phase_total, 1.0)
-
-    def search_text(self) -> str:
-        """What the `/` filter matches against (lower case)."""
-        parts = [str(self.id), self.status, self.preset or "", self.method, self.dataset,
-                 f"k={self.memory_size}", f"seed={self.seed}", self.sweep_id or ""]
-        return " ".join(parts).lower()
-
-
-# The runs table's columns; the config is read as its JSON text (parsed once per run and
-# cached: K and the budget never change) and no datetimes (the table shows none).
-_ROW_COLUMNS = (Run.id, Run.status, Run.preset, Run.method, Run.dataset, Run.seed,
-                type_coerce(Run.config, String).label("config_json"), Run.n_tasks, Run.task, Run.phase,
-                Run.phase_done, Run.phase_total, Run.samples_per_s, Run.eta_s, Run.metrics, Run.sweep_id, Run.error)
-
-
-@lru_cache(maxsize=65536)
-def _config_facts(config_json: str) -> tuple[Optional[int], tuple[str, ...]]:
-    """(K, budget) from a run's config JSON."""
-    config = json.loads(config_json)
-    return config.get("memory_size"), budget_of(config)
-
-
-def _finite(value: Any) -> Optional[float]:
-    if value is None:
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
-
-
-def budget_of(config: dict[str, Any]) -> tuple[str, ...]:
-    """What a joint run must share with a run to be its upper bound (the store's BUDGET_KEYS)."""
-    return tuple(repr(config.get(k)) for k in BUDGET_KEYS)
-
-
-def with_intransigence(rows: Iterable[RunRow]) -> list[RunRow]:
-    """I_last of every row against the newest finished joint run with the same budget, matched
-    in memory (one pass) instead of one query per run."""
-    rows = list(rows)
-    joints: dict[tuple[str, ...], float] = {}
-    for r in sorted(rows, key=lambda r: r.id):
-        if r.method == "joint" and r.status == "finished" and r.a_last is not None:
-            joints[r.budget] = r.a_last
-    out = []
-    for r in rows:
-        i_last = None if r.method == "joint" else M.intransigence(joints.get(r.budget), r.a_last)
-        out.append(r if i_last == r.i_last else replace(r, i_last=i_last))
-    return out
-
-
 def load_run_rows(ids: Iterable[int] | None = None) -> list[RunRow]:
-    """Every run (or the given ids) in one query of the run table's columns (no ORM objects).
-    I_last is matched among the rows read (all of them when `ids` is None)."""
-    query = select(*_ROW_COLUMNS).order_by(col(Run.id))
-    if ids is not None:
-        query = query.where(col(Run.id).in_(list(ids)))
-    with store.reading() as session:
-        raw = session.exec(query).all()
-    rows = [_row_from_columns(r) for r in raw]
-    return with_intransigence(rows) if ids is None else rows
-
-
-def _row_from_columns(raw: Any) -> RunRow:
-    (run_id, status, preset, method, dataset, seed, config_json, n_tasks, task, phase, done, total, rate, eta,
-     metrics, sweep_id, error) = raw
-    metrics = metrics or {}
-    memory_size, budget = _config_facts(config_json)
-    return RunRow(
-        id=run_id, status=status, preset=preset, method=method, dataset=dataset,
-        memory_size=memory_size, seed=seed, n_tasks=n_tasks, task=task, phase=phase,
-        phase_done=done, phase_total=total, samples_per_s=rate, eta_s=eta, a_last=_finite(metrics.get("A_last")),
-        a_avg=_finite(metrics.get("A_avg")), f_last=_finite(metrics.get("F_last")), i_last=None,
-        tasks_done=int(metrics.get("tasks_done", 0)), sweep_id=sweep_id, error=error, created_at=None,
-        heartbeat_at=None, budget=budget)
+    """Every run (or the given ids) in one query. I_last is matched among the rows read (all of
+    them when `ids` is None; left unset for a subset, which RunsFeed matches over all its rows)."""
+    return store.run_records(ids, i_last=ids is None)
 
 
 class RunsFeed:
@@ -163,8 +48,7 @@ class RunsFeed:
 
     def read(self) -> tuple[list[RunRow], bool]:
         """(all rows by id, whether anything changed since the last read)."""
-        with store.reading() as session:
-            statuses = dict(session.exec(select(Run.id, Run.status)).all())
+        statuses = store.run_statuses()
         stale = [i for i, status in statuses.items()
                  if i not in self.rows or self.rows[i].status != status or status in store.ACTIVE]
         gone = [i for i in self.rows if i not in statuses]
@@ -174,26 +58,15 @@ class RunsFeed:
             del merged[i]
         merged.update((r.id, r) for r in fresh)
         rows = with_intransigence(merged[i] for i in sorted(merged))
-        changed = bool(gone) or len(rows) != len(self.rows) or any(self.rows.get(r.id) != r for r in fresh) \
-            or any(self.rows.get(r.id) is not None and self.rows[r.id].i_last != r.i_last for r in rows)
+        changed = bool(gone) or len(rows) != len(self.rows) \
+            or any(self.rows.get(r.id) is not r and self.rows.get(r.id) != r for r in rows)
         self.rows = {r.id: r for r in rows}
         return rows, changed
 
 
 def matches(row: RunRow, query: str) -> bool:
-    """The `/` filter: every whitespace-separated term must occur in the row's text;
-    `key:value` terms (status:, preset:, method:, dataset:, k:, seed:) match that field."""
-    text = row.search_text()
-    fields = {"status": row.status, "preset": row.preset or "", "method": row.method, "dataset": row.dataset,
-              "k": str(row.memory_size), "seed": str(row.seed), "id": str(row.id), "sweep": row.sweep_id or ""}
-    for term in query.lower().split():
-        key, sep, value = term.partition(":")
-        if sep and key in fields:
-            if value not in fields[key].lower():
-                return False
-        elif term not in text:
-            return False
-    return True
+    """The `/` filter: the store's run filter grammar (store/filters.py); FilterError if unreadable."""
+    return store.parse_run_filter(query).accepts(row)
 
 
 SORT_KEYS = {
@@ -207,8 +80,9 @@ SORT_KEYS = {
 
 
 def arrange(rows: list[RunRow], query: str, sort: str, descending: bool) -> list[RunRow]:
-    """Filter then sort: the rows the table shows, in order."""
-    shown = [r for r in rows if matches(r, query)] if query.strip() else list(rows)
+    """Filter then sort: the rows the table shows, in order (FilterError for a filter that cannot
+    be read: the screen shows its one line)."""
+    shown = store.parse_run_filter(query).select(rows)
     return sorted(shown, key=SORT_KEYS[sort], reverse=descending)
 
 
@@ -293,59 +167,40 @@ class RunFeed:
     was updated, or a resume replaced them — so a long run costs the same as a short one.
     Used from one worker thread at a time."""
 
-    PARTS: dict[str, Any] = {"streams": TaskStream, "results": TaskResult, "memory": MemorySnapshot}
-
     def __init__(self, run_id: int) -> None:
         self.run_id = run_id
-        self._marks: dict[str, tuple[int, Optional[int]]] = {}
+        self._marks: dict[str, store.queries.Mark] = {}
         self._parts: dict[str, tuple[Any, ...]] = {}
-        self._labels: tuple[str, ...] = ()
 
     def read(self) -> RunView:
-        run_id = self.run_id
-        with store.reading() as session:
-            run = session.get(Run, run_id)
-            if run is None:
-                raise RunGone(run_id)
-            probe = select(*[agg for t in self.PARTS.values() for agg in (
-                select(func.count(t.id)).where(t.run_id == run_id).scalar_subquery(),
-                select(func.max(t.id)).where(t.run_id == run_id).scalar_subquery())])  # one round trip
-            values = session.exec(probe).one()
-            stale = {}
-            for i, name in enumerate(self.PARTS):
-                mark = (values[2 * i], values[2 * i + 1])
-                stale[name] = mark != self._marks.get(name)
-                self._marks[name] = mark
-            if stale["streams"]:
-                rows = session.exec(select(TaskStream).where(TaskStream.run_id == run_id)
-                                    .order_by(col(TaskStream.task))).all()
-                self._parts["streams"] = tuple(StreamTask(s.task, s.n_samples, tuple(s.major_classes),
-                                                          tuple(s.composition)) for s in rows)
-            if stale["results"]:
-                rows = session.exec(select(TaskResult).where(TaskResult.run_id == run_id)
-                                    .order_by(col(TaskResult.task))).all()
-                self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds)
-                                               for r in rows)
-            if stale["memory"]:
-                rows = session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id)
-                                    .order_by(col(MemorySnapshot.id))).all()
-                self._parts["memory"] = tuple(_memory_update(m) for m in rows)
-            row = _row_of(run, session)
+        try:
+            parts = store.run_parts(self.run_id, self._marks)
+        except store.UnknownRun:
+            raise RunGone(self.run_id) from None
+        self._marks = parts.marks
+        if parts.streams is not None:
+            self._parts["streams"] = tuple(StreamTask(s.task, s.n_samples, tuple(s.major_classes),
+                                                      tuple(s.composition)) for s in parts.streams)
+        if parts.results is not None:
+            self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds)
+                                           for r in parts.results)
+        if parts.memory is not None:
+            self._parts["memory"] = tuple(_memory_update(m) for m in parts.memory)
         streams = self._parts["streams"]
-        n_classes = len(streams[0].composition) if streams else len(run.class_order or [])
+        n_classes = len(streams[0].composition) if streams else len(parts.class_order or [])
         return RunView(
-            row=row,
-            class_labels=class_labels(run.class_order, run.class_names, n_classes),
+            row=parts.record,
+            class_labels=class_labels(parts.class_order, parts.class_names, n_classes),
             streams=streams,
             results=self._parts["results"],
             memory=self._parts["memory"],
-            log_path=run.log_path,
-            pipeline=tuple(run.pipeline or ()),
-            config=dict(run.config),
+            log_path=parts.record.log_path,
+            pipeline=parts.pipeline,
+            config=dict(parts.record.config),
         )
 
 
-def _memory_update(m: MemorySnapshot) -> MemoryUpdate:
+def _memory_update(m: Any) -> MemoryUpdate:
     info = m.info or {}
     return MemoryUpdate(
         id=m.id or 0, task=m.task, histogram=tuple(m.histogram), slots_per_class=m.slots_per_class,
@@ -354,27 +209,9 @@ def _memory_update(m: MemorySnapshot) -> MemoryUpdate:
         chosen_uncertainty=_tuple(info.get("chosen_uncertainty")))
 
 
-def _row_of(run: Run, session: Any = None) -> RunRow:
-    """A RunRow for one run (I_last through the store's joint-run lookup)."""
-    summary = store.run_summary(run, session)
-    m = summary["metrics"]
-    return RunRow(
-        id=run.id or 0, status=run.status, preset=run.preset, method=run.method, dataset=run.dataset,
-        memory_size=run.config.get("memory_size"), seed=run.seed, n_tasks=run.n_tasks, task=run.task,
-        phase=run.phase, phase_done=run.phase_done, phase_total=run.phase_total,
-        samples_per_s=run.samples_per_s, eta_s=run.eta_s, a_last=_finite(m["A_last"]), a_avg=_finite(m["A_avg"]),
-        f_last=_finite(m["F_last"]), i_last=_finite(m["I_last"]), tasks_done=int(m.get("tasks_done") or 0),
-        sweep_id=run.sweep_id, error=run.error, created_at=run.created_at, heartbeat_at=run.heartbeat_at,
-        budget=budget_of(run.config))
-
-
 def load_some_rows(ids: Iterable[int]) -> list[RunRow]:
     """The rows of a few runs, with I_last matched against every finished joint run."""
-    ids = list(ids)
-    with store.reading() as session:
-        joint_ids = list(session.exec(select(Run.id).where(Run.method == "joint", Run.status == "finished")).all())
-    rows = with_intransigence(load_run_rows(set(ids) | set(joint_ids)))
-    return [r for r in rows if r.id in set(ids)]
+    return store.run_records(ids)
 
 
 @dataclass(frozen=True)
@@ -391,14 +228,8 @@ def load_compare(run_ids: list[int]) -> CompareView:
     """Rows, accuracy curves and the config keys whose values differ, for the given runs."""
     rows = {r.id: r for r in load_some_rows(run_ids)}
     present = [i for i in run_ids if i in rows]
-    with store.reading() as session:
-        results = session.exec(select(TaskResult.run_id, TaskResult.accuracy)
-                               .where(col(TaskResult.run_id).in_(present))
-                               .order_by(col(TaskResult.run_id), col(TaskResult.task))).all()
-        configs = dict(session.exec(select(Run.id, Run.config).where(col(Run.id).in_(present))).all())
-    curves: dict[int, list[float]] = {i: [] for i in present}
-    for run_id, accuracy in results:
-        curves[run_id].append(accuracy)
+    curves = store.accuracy_curves(present)
+    configs = {i: rows[i].config for i in present}
     keys = sorted({k for i in present for k in configs[i]})
     differences = {k: tuple(configs[i].get(k) for i in present) for k in keys
                    if len({repr(configs[i].get(k)) for i in present}) > 1}

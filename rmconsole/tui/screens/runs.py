@@ -48,6 +48,7 @@ class RunsScreen(Screen):
         self._reading = False
         self._loaded = False
         self._problem: str | None = None
+        self._filter_error: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -106,7 +107,11 @@ class RunsScreen(Screen):
     # ------------------------------------------------------------------ drawing
 
     def show_rows(self) -> None:
-        shown = data.arrange(self.rows, self.query_text, self.sort, self.descending)
+        try:
+            shown = data.arrange(self.rows, self.query_text, self.sort, self.descending)
+            self._filter_error = None
+        except data.FilterError as err:  # shown on the status line until the filter reads
+            shown, self._filter_error = [], str(err)
         table = self.query_one(RunsTable)
         if table.show(shown, self.app.selected):
             self.call_after_refresh(self.show_rows)  # a big store: the rest after this frame
@@ -117,8 +122,8 @@ class RunsScreen(Screen):
 
     def show_status(self, n_shown: int | None = None) -> None:
         line = self.query_one(StatusLine)
-        if self._problem:
-            line.show(self._problem, problem=True)
+        if self._problem or self._filter_error:
+            line.show(self._problem or f"filter: {self._filter_error}", problem=True)
             return
         if not self._loaded:
             line.show("reading the store…")

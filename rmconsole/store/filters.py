@@ -1,0 +1,240 @@
+"""The run filter grammar shared by `rmconsole runs`, `rmconsole report` and the TUI's `/` filter.
+
+    method:rm,ewc memory_size:500 status:finished A_last>85 cifar
+
+Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free text:
+
+- KEY is a run column (id, status, preset, method, dataset, seed, sweep), a metric (A_last,
+  A_avg, F_last, I_last, A_last_best_epoch, tasks_done) or any config key (`k` is memory_size);
+  case does not matter. An unknown key is an error that lists the known ones.
+- `:` and `=` are equality, `!=` its negation; a comma lists alternatives (OR). Values are read
+  as on the command line and compared as tables write them: numbers by value (`id:1` is run 1,
+  not 10-19; `k:20` is not 200), lists joined with '+' (`augment:cutmix+autoaug`, `augment:none`),
+  text without regard to case.
+- `>`, `>=`, `<`, `<=` compare numbers; a run without the value (a metric not measured yet)
+  never passes.
+- free text (no operator) must occur in the run's id, status, preset, method, dataset, K, seed
+  or sweep.
+
+Pure: parsing and matching only; `queries.find_runs` applies a filter to the stored runs.
+To add a key (say `tag:` once runs have tags), give it a line in RUN_KEYS and a value in
+`record_value`; a value that is a set matches when any of its members does.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Optional
+
+from .records import RunRecord
+
+RUN_KEYS = {  # name -> the RunRecord attribute it reads
+    "id": "id", "status": "status", "preset": "preset", "method": "method", "dataset": "dataset",
+    "seed": "seed", "sweep": "sweep_id",
+}
+METRIC_KEYS = {  # name -> the RunRecord attribute it reads
+    "A_last": "a_last", "A_avg": "a_avg", "F_last": "f_last", "I_last": "i_last",
+    "A_last_best_epoch": "a_last_best_epoch", "tasks_done": "tasks_done",
+}
+ALIASES = {"k": "memory_size", "sweep_id": "sweep"}
+EQUALITY = ("=", "!=")
+ORDERING = {">": float.__gt__, ">=": float.__ge__, "<": float.__lt__, "<=": float.__le__}
+NONE_WORDS = ("none", "null", "—")  # how a missing value is written
+
+_TERM = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_]*)(?P<op>>=|<=|!=|=|:|>|<)(?P<value>.*)", re.DOTALL)
+_VALUE = re.compile(r"""(?:\[[^\]]*\]|\{[^}]*\}|"[^"]*"|'[^']*'|[^,])+""")  # commas in [] {} or quotes stay
+
+
+class FilterError(ValueError):
+    """A filter that cannot be read: one line for the terminal or the TUI's status line."""
+
+
+# ---------------------------------------------------------------------- values
+
+
+def format_value(value: Any) -> str:
+    """How a config value is written in a table: lists joined with '+', as on the command line."""
+    if isinstance(value, (tuple, list)):
+        return "+".join(format_value(v) for v in value) or "none"
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+@lru_cache(maxsize=1)
+def _config_defaults() -> dict[str, Any]:
+    from ..config import RunConfig
+
+    return {name: f.default for name, f in RunConfig.model_fields.items()}
+
+
+def config_keys() -> tuple[str, ...]:
+    """Every config key a run can have (RunConfig's fields)."""
+    return tuple(_config_defaults())
+
+
+def config_value(config: Any, key: str) -> Any:
+    """A run's value for a config key; a run stored before the key existed ran as its default."""
+    if key in config:
+        return config[key]
+    return _config_defaults().get(key)
+
+
+def record_value(record: RunRecord, key: str) -> Any:
+    """A run's value for a (canonical) filter key."""
+    if key in RUN_KEYS:
+        return getattr(record, RUN_KEYS[key])
+    if key in METRIC_KEYS:
+        return getattr(record, METRIC_KEYS[key])
+    return config_value(record.config, key)
+
+
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _parse(raw: str) -> Any:
+    from ..config import parse_value
+
+    return parse_value(raw)
+
+
+# ---------------------------------------------------------------------- keys
+
+
+def known_keys() -> list[str]:
+    return list(dict.fromkeys([*RUN_KEYS, "k", *METRIC_KEYS, *config_keys()]))
+
+
+def canonical_key(key: str) -> str:
+    """The key's own spelling (keys are matched without regard to case), or FilterError."""
+    names = {name.lower(): name for name in [*RUN_KEYS, *METRIC_KEYS, *config_keys()]}
+    names.update((alias, target) for alias, target in ALIASES.items())
+    if key.lower() in names:
+        return names[key.lower()]
+    close = difflib.get_close_matches(key.lower(), list(names), n=1)
+    hint = f" (did you mean {names[close[0]]}?)" if close else ""
+    raise FilterError(f"unknown filter key {key!r}{hint}; known keys: {', '.join(known_keys())}")
+
+
+# ---------------------------------------------------------------------- terms
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One value a term names, read once: its number (if it is one) and how it is written."""
+
+    number: Optional[float]
+    written: str
+
+    @classmethod
+    def of(cls, raw: str) -> "Wanted":
+        value = _parse(raw)
+        written = raw.strip().lower() if raw.strip().lower() in NONE_WORDS else format_value(value).casefold()
+        return cls(_number(value), written)
+
+    def equals(self, actual: Any) -> bool:
+        if isinstance(actual, (set, frozenset)):
+            return any(self.equals(member) for member in actual)
+        if actual is None:
+            return self.written in NONE_WORDS
+        number = _number(actual)
+        if number is not None and self.number is not None:
+            return number == self.number
+        return format_value(actual).casefold() == self.written
+
+
+@dataclass(frozen=True)
+class Term:
+    """`key op value[,value...]`, or free text when key is None."""
+
+    key: Optional[str]
+    op: str
+    wanted: tuple[Wanted, ...] = ()
+    text: str = ""
+
+    def matches(self, value_of: Callable[[str], Any], search_text: str = "") -> bool:
+        if self.key is None:
+            return self.text in search_text
+        actual = value_of(self.key)
+        if self.op in ORDERING:
+            number = _number(actual)
+            return number is not None and ORDERING[self.op](number, self.wanted[0].number)
+        hit = any(w.equals(actual) for w in self.wanted)
+        return hit if self.op == "=" else not hit
+
+
+def make_term(key: str, op: str, values: Iterable[str], shown: str | None = None) -> Term:
+    """A term from a key, an operator and the raw values (already split on commas)."""
+    values = [v.strip() for v in values]
+    shown = shown or f"{key}{op}{','.join(values)}"
+    given, op = op, "=" if op == ":" else op
+    if op not in EQUALITY and op not in ORDERING:
+        raise FilterError(f"{shown!r}: unknown operator {op!r} (use : = != > >= < <=)")
+    key = canonical_key(key)
+    if not values or any(not v for v in values):
+        raise FilterError(f"{shown!r}: give a value after {given!r}, e.g. {key}{given}VALUE")
+    wanted = tuple(Wanted.of(v) for v in values)
+    if op in ORDERING:
+        if len(wanted) > 1:
+            raise FilterError(f"{shown!r}: a comma list goes with ':', '=' or '!=', not {op!r}")
+        if wanted[0].number is None:
+            raise FilterError(f"{shown!r}: {op!r} compares numbers, and {values[0]!r} is not one")
+    return Term(key, op, wanted)
+
+
+def parse_term(text: str) -> Term:
+    """One term: `KEY:V1,V2`, `KEY>NUMBER`..., or free text (no operator characters)."""
+    text = text.strip()
+    found = _TERM.fullmatch(text)
+    if found is None:
+        if any(c in text for c in ":=<>!"):
+            raise FilterError(f"cannot read the filter term {text!r}: expected KEY:VALUE, KEY>NUMBER or plain words")
+        return Term(None, "~", text=text.lower())
+    return make_term(found["key"], found["op"], _VALUE.findall(found["value"]) or [""], shown=text)
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Terms that must all hold. Empty: every run passes."""
+
+    terms: tuple[Term, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.terms)
+
+    def __and__(self, other: "RunFilter") -> "RunFilter":
+        return RunFilter(self.terms + other.terms)
+
+    def matches(self, value_of: Callable[[str], Any], search_text: str = "") -> bool:
+        """Whether a run passes, its values given by `value_of(key)` (keys as canonical_key spells them)."""
+        return all(t.matches(value_of, search_text) for t in self.terms)
+
+    def accepts(self, record: RunRecord) -> bool:
+        text = record.search_text() if any(t.key is None for t in self.terms) else ""
+        return self.matches(lambda key: record_value(record, key), text)
+
+    def select(self, records: Iterable[RunRecord]) -> list[RunRecord]:
+        return [r for r in records if self.accepts(r)] if self.terms else list(records)
+
+
+def parse_run_filter(text: str | Iterable[str] | None) -> RunFilter:
+    """The filter a user typed (a string, or the words of a command line), or FilterError."""
+    if text is None:
+        return RunFilter()
+    words = text.split() if isinstance(text, str) else [w for part in text for w in part.split()]
+    return RunFilter(tuple(parse_term(w) for w in words))
+
+
+def where(key: str, values: Iterable[str], op: str = "=") -> RunFilter:
+    """A one-term filter built from a command-line option (`--status failed,stopped`)."""
+    return RunFilter((make_term(key, op, list(values)),))
