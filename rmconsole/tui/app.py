@@ -1,9 +1,10 @@
 """The rmconsole TUI: the App holds routing and app state (selected runs, the worker processes
 it started); each page is a Screen in screens/, each panel a widget in widgets/.
 
-Store reads happen in thread workers started by each screen's timer and come back as
-messages; the UI thread never waits on SQLite. Launching and stopping go through
-`launch.launch_run` and `launch.stop_run`, the same calls as the CLI.
+Pages that show the store are `PollingScreen`s: their reads run in thread workers started by
+a timer and come back as typed messages; the UI thread never waits on SQLite. Pages see the App
+through `console.Console`, so nothing below imports this module. Launching and stopping go
+through `launch.launch_run` and `launch.stop_run`, the same calls as the CLI.
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ from typing import Any, Callable, Iterable, Optional
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.reactive import var
 from textual.screen import Screen
 
 from .. import launch, store
 from .commands import RunCommands
 from .data import RunRow
 from .messages import LaunchFailed, RunLaunched, RunStopped
+from .screens.compare import CompareScreen
+from .screens.confirm import ConfirmScreen
+from .screens.launch import LaunchScreen
+from .screens.run import RunScreen
 from .screens.runs import RunsScreen
 
 Clock = Callable[[], datetime]
@@ -32,7 +38,7 @@ def utc_clock() -> datetime:
 
 
 class RMConsoleApp(App[None]):
-    """Routing and state; the screens do the drawing."""
+    """Routing and state; the screens do the drawing (it implements `console.Console`)."""
 
     TITLE = "rmconsole"
     SUB_TITLE = "Rainbow Memory experiment console"
@@ -45,6 +51,8 @@ class RMConsoleApp(App[None]):
         Binding("question_mark", "toggle_help", "Keys"),
     ]
 
+    selected: var[frozenset[int]] = var(frozenset())  # runs picked for Compare; the runs page watches it
+
     def __init__(self, refresh_s: float = 1.0, clock: Clock = utc_clock, reap_every_s: float | None = 5.0) -> None:
         """`clock` is what "heartbeat N s ago" is measured against (frozen in snapshot tests);
         `reap_every_s=None` turns off marking dead runs failed (for fixed snapshot content)."""
@@ -52,7 +60,6 @@ class RMConsoleApp(App[None]):
         self.refresh_s = refresh_s
         self.clock = clock
         self.reap_every_s = reap_every_s
-        self.selected: set[int] = set()
         self.rows: list[RunRow] = []  # the latest read of all runs (command palette, compare)
         self.workers_started: dict[int, Any] = {}  # run id -> Popen of the worker processes this TUI started
         self._children_lock = threading.Lock()
@@ -67,13 +74,9 @@ class RMConsoleApp(App[None]):
     # ------------------------------------------------------------------ routing
 
     def open_run(self, run_id: int) -> None:
-        from .screens.run import RunScreen
-
         self.push_screen(RunScreen(run_id))
 
     def open_compare(self, run_ids: Iterable[int] | None = None) -> None:
-        from .screens.compare import CompareScreen
-
         ids = sorted(run_ids if run_ids is not None else self.selected)
         if not ids:
             self.notify("Select runs with Space first (or open the command palette with ctrl+p).",
@@ -82,13 +85,9 @@ class RMConsoleApp(App[None]):
         self.push_screen(CompareScreen(ids))
 
     def open_launch(self) -> None:
-        from .screens.launch import LaunchScreen
-
         self.push_screen(LaunchScreen())
 
     def confirm_stop(self, run_id: int) -> None:
-        from .screens.confirm import ConfirmScreen
-
         row = next((r for r in self.rows if r.id == run_id), None)
         if row is not None and not row.active:
             self.notify(f"run {run_id} is {row.status}: only queued or running runs can be stopped",
@@ -116,7 +115,10 @@ class RMConsoleApp(App[None]):
     # ------------------------------------------------------------------ state
 
     def toggle_selected(self, run_id: int) -> None:
-        self.selected.symmetric_difference_update({run_id})
+        self.selected = self.selected ^ {run_id}
+
+    def clear_selection(self) -> None:
+        self.selected = frozenset()
 
     # ------------------------------------------------------------------ dead workers (thread)
 
@@ -151,16 +153,12 @@ class RMConsoleApp(App[None]):
         self.post_message(RunLaunched(launched.run_id, launched.preset))
 
     def on_run_launched(self, message: RunLaunched) -> None:
-        from .screens.launch import LaunchScreen
-
         self.notify(f"run {message.run_id} started ({message.preset})", title="Launched")
         if isinstance(self.screen, LaunchScreen):
             self.pop_screen()
         self.open_run(message.run_id)
 
     def on_launch_failed(self, message: LaunchFailed) -> None:
-        from .screens.launch import LaunchScreen
-
         if isinstance(self.screen, LaunchScreen):
             self.screen.show_error(message.text)
         else:
@@ -209,4 +207,4 @@ class RMConsoleApp(App[None]):
         yield SystemCommand("Launch a run", "Pick a preset, edit overrides, start a worker", self.open_launch)
         yield SystemCommand("Compare selected runs", "Metrics and accuracy curves side by side",
                             lambda: self.open_compare())
-        yield SystemCommand("Clear selection", "Unselect every run", self.selected.clear)
+        yield SystemCommand("Clear selection", "Unselect every run", self.clear_selection)
