@@ -24,10 +24,6 @@ from .. import launch, store
 from .commands import RunCommands
 from .data import RunRow
 from .messages import LaunchFailed, RunLaunched, RunStopped
-from .screens.compare import CompareScreen
-from .screens.confirm import ConfirmScreen
-from .screens.launch import LaunchScreen
-from .screens.run import RunScreen
 from .screens.runs import RunsScreen
 
 Clock = Callable[[], datetime]
@@ -72,11 +68,18 @@ class RMConsoleApp(App[None]):
             self._reap_tick()
 
     # ------------------------------------------------------------------ routing
+    # The other pages are imported when first opened: the runs page starts without plotext and
+    # the config machinery (about 0.1 s of start-up). No page imports this module (they see the
+    # App as `console.Console`), so these imports make no cycle.
 
     def open_run(self, run_id: int) -> None:
+        from .screens.run import RunScreen
+
         self.push_screen(RunScreen(run_id))
 
     def open_compare(self, run_ids: Iterable[int] | None = None) -> None:
+        from .screens.compare import CompareScreen
+
         ids = sorted(run_ids if run_ids is not None else self.selected)
         if not ids:
             self.notify("Select runs with Space first (or open the command palette with ctrl+p).",
@@ -85,9 +88,13 @@ class RMConsoleApp(App[None]):
         self.push_screen(CompareScreen(ids))
 
     def open_launch(self) -> None:
+        from .screens.launch import LaunchScreen
+
         self.push_screen(LaunchScreen())
 
     def confirm_stop(self, run_id: int) -> None:
+        from .screens.confirm import ConfirmScreen
+
         row = next((r for r in self.rows if r.id == run_id), None)
         if row is not None and not row.active:
             self.notify(f"run {run_id} is {row.status}: only queued or running runs can be stopped",
@@ -153,12 +160,16 @@ class RMConsoleApp(App[None]):
         self.post_message(RunLaunched(launched.run_id, launched.preset))
 
     def on_run_launched(self, message: RunLaunched) -> None:
+        from .screens.launch import LaunchScreen
+
         self.notify(f"run {message.run_id} started ({message.preset})", title="Launched")
         if isinstance(self.screen, LaunchScreen):
             self.pop_screen()
         self.open_run(message.run_id)
 
     def on_launch_failed(self, message: LaunchFailed) -> None:
+        from .screens.launch import LaunchScreen
+
         if isinstance(self.screen, LaunchScreen):
             self.screen.show_error(message.text)
         else:
