@@ -32,7 +32,7 @@ class RunsScreen(PollingScreen):
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
-    # what the page shows; each change redraws the table (rows) or the status line (status)
+    # the page's state: a change redraws the table and the status line (`problem`: the line only)
     rows: var[tuple[data.RunRow, ...]] = var((), init=False)  # every run, from the last read
     query_text: var[str] = var("", init=False)  # the `/` filter
     order: var[tuple[str, bool]] = var(("id", True), init=False)  # (sort column, descending)
