@@ -202,7 +202,11 @@ def _one_line(err: ValidationError) -> str:
 
 
 def preset_dir() -> Path:
-    return Path(str(resources.files("rmconsole") / "presets"))
+    """The bundled presets: package data `rmconsole/presets` when installed from a wheel (setuptools
+    maps the top-level presets/ there), else the top-level presets/ beside the package (a checkout
+    on PYTHONPATH, or an editable install)."""
+    installed = Path(str(resources.files("rmconsole") / "presets"))
+    return installed if installed.is_dir() else Path(__file__).resolve().parent.parent / "presets"
 
 
 def preset_names() -> list[str]:

@@ -1,69 +1,66 @@
 """Bad input, each case: one line on stderr (`error: ...`), exit code 2, the store unchanged.
 
-The table below is the one in the README ("When things go wrong"). Each row runs the real CLI
-entry point (`rmconsole.cli.main`) in this process, which is fast; a few rows run again as a
+The cases are the table in docs/troubleshooting.md ("Bad input"): the page is the one source,
+read here row by row, so the page cannot drift from what the CLI prints. Each row runs the real
+CLI entry point (`rmconsole.cli.main`) in this process, which is fast; a few rows run again as a
 real subprocess to check what a user's terminal gets.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import rmconsole
+from conftest import REPO, rmconsole
 from rmconsole import cli, store
 from rmconsole.config import load_config
 
-# (case, argv, environment tweaks, what stderr must contain)
-# env values: "{tmp}" is the test's tmp_path; None removes the variable.
-CASES = [
-    ("malformed TOML", ["run", "--preset", "{tmp}/bad.toml"], {}, "is not valid TOML"),
-    ("unknown key in a preset", ["run", "--preset", "{tmp}/extra.toml"], {}, "unknown config key 'colour'; known keys:"),
-    ("unknown key in --set", ["run", "--set", "colour=blue"], {}, "unknown config key 'colour'; known keys:"),
-    ("wrong type", ["run", "--set", "epochs=many"], {}, "epochs='many': Input should be a valid integer"),
-    ("wrong type (boolean)", ["run", "--set", "lr=true"], {}, "lr=true: expected a number, not a boolean"),
-    ("wrong type in a preset", ["run", "--preset", "{tmp}/typed.toml"], {}, "memory_size='big': Input should be a valid integer"),
-    ("zero memory", ["run", "--set", "memory_size=0"], {}, "memory_size=0: Input should be greater than 0"),
-    ("negative memory", ["run", "--set", "memory_size=-5"], {}, "memory_size=-5: Input should be greater than 0"),
-    ("K smaller than the classes", ["run", "--set", "memory_size=5"], {},
-     "memory_size=5: smaller than the 10 classes of digits, so some class would get no slot"),
-    ("unknown method", ["run", "--set", "method=magic"], {}, "method='magic': unknown method; allowed:"),
-    ("unknown dataset", ["run", "--set", "dataset=svhn"], {}, "dataset='svhn': allowed: 'digits', 'mnist'"),
-    ("unknown model", ["run", "--set", "model=vit"], {}, "model='vit': allowed: 'mlp400'"),
-    ("unknown augmentation", ["run", "--set", "augment=cutmix+mixup"], {}, "unknown augmentation 'mixup'; allowed:"),
-    ("unknown preset", ["run", "--preset", "nope"], {}, "unknown preset 'nope'; available:"),
-    ("missing dataset files", ["run", "--preset", "mnist-blurry10-online"], {"RMCONSOLE_DATA": "{tmp}/no-data"},
-     "dataset 'mnist' not found: {tmp}/no-data/MNIST/raw/train-images-idx3-ubyte does not exist"),
-    ("corrupt dataset files", ["run", "--preset", "mnist-blurry10-online"], {"RMCONSOLE_DATA": "{tmp}/bad-data"},
-     "dataset 'mnist' is corrupt: {tmp}/bad-data/MNIST/raw/train-images-idx3-ubyte holds 1016 bytes, its header says 47040016"),
-    ("unwritable RMCONSOLE_HOME", ["runs"], {"RMCONSOLE_HOME": "{tmp}/a-file/home"},
-     "cannot create the store folder {tmp}/a-file/home: Not a directory (set RMCONSOLE_HOME to a writable folder)"),
-    ("unwritable RMCONSOLE_HOME, database elsewhere", ["run"],
-     {"RMCONSOLE_HOME": "{tmp}/a-file/home", "RMCONSOLE_DB": "sqlite:///{tmp}/elsewhere.db"},
-     "cannot create {tmp}/a-file/home/logs: Not a directory (set RMCONSOLE_HOME to a writable folder)"),
-    ("unreachable RMCONSOLE_DB (no driver)", ["runs"], {"RMCONSOLE_DB": "postgresql://rm:secret@127.0.0.1:1/rm"},
-     "cannot use the database 'postgresql://rm:***@127.0.0.1:1/rm': No module named"),
-    ("unreachable RMCONSOLE_DB (cannot open)", ["runs"], {"RMCONSOLE_DB": "sqlite:///{tmp}"},
-     "cannot open the store at sqlite:///{tmp}: unable to open database file (check RMCONSOLE_DB"),
-    ("malformed RMCONSOLE_DB", ["runs"], {"RMCONSOLE_DB": "not a url"},
-     "cannot use the database 'not a url': Could not parse SQLAlchemy URL"),
-    ("corrupt store file", ["runs"], {"RMCONSOLE_HOME": "{tmp}/broken-home"},
-     "cannot open the store at sqlite:///{tmp}/broken-home/rmconsole.db: file is not a database (move that file away"),
-    ("unknown run id (show)", ["show", "42"], {}, "no run with id 42 (see `rmconsole runs`)"),
-    ("unknown run id (stop)", ["stop", "42"], {}, "no run with id 42"),
-    ("unknown run id (resume)", ["resume", "42"], {}, "no run with id 42"),
-    ("resuming a finished run", ["resume", "1"], {}, "run 1 is finished: only failed or stopped runs can be resumed"),
-    ("stopping a finished run", ["stop", "1"], {}, "run 1 is finished: only queued or running runs can be stopped"),
-    ("resuming from a corrupt checkpoint", ["resume", "2"], {},
-     "checkpoint {home}/checkpoints/run-2.pt cannot be loaded: corrupt, or not a weights-only file "
-     "(Unsupported operand 32); delete it to restart run 2 from its first task"),
-    ("resuming from another run's checkpoint", ["resume", "3"], {},
-     "checkpoint {home}/checkpoints/run-3.pt was written for another config (memory_size=300, run 3 has memory_size=200)"),
-    ("unknown --status", ["runs", "--status", "done"], {}, "--status 'done': allowed: queued, running"),
-]
+PAGE = REPO / "docs" / "troubleshooting.md"
+DEMO = "/tmp/demo"  # the folder the page's examples run in; here it is the test's tmp_path
+
+
+def _code(cell: str) -> str:
+    """The text of a Markdown code span (`x` or `` x `` when x holds a backtick)."""
+    cell = cell.strip()
+    return cell[3:-3] if cell.startswith("`` ") else cell.strip("`")
+
+
+def page_cases(page: Path = PAGE) -> list[tuple[str, list[str], dict[str, str], str]]:
+    """(case, argv, environment, the line it prints) for every row of the page's bad-input table.
+    Paths under DEMO become "{tmp}"; in the printed line, "…" stands for any text."""
+    section = page.read_text(encoding="utf-8").split("\n## Bad input\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # after the head
+    cases = []
+    for line in rows:
+        case, command, prints = line.strip().strip("|").split(" | ")
+        words = shlex.split(_code(command).replace(DEMO, "{tmp}"))
+        env = {}
+        while words[0] != "rmconsole":
+            key, _, value = words.pop(0).partition("=")
+            env[key] = value
+        cases.append((case.strip(), words[1:], env, _code(prints).replace(DEMO, "{tmp}")))
+    return cases
+
+
+def says(err: str, expected: str) -> bool:
+    """Whether stderr holds the expected line, each "…" matching any text."""
+    return re.search(".*".join(re.escape(part.strip()) for part in expected.split("…")), err) is not None
+
+
+CASES = page_cases()
+
+
+def test_the_page_lists_every_refusal_once() -> None:
+    names = [c[0] for c in CASES]
+    assert len(names) == len(set(names)) >= 30
+    assert all(c[3].startswith("error: ") for c in CASES)
+    assert says("error: no run with id 42 (see x)", "error: no run … (see x)")
+    assert not says("error: no run with id 42", "error: no run with id 43")
 
 
 def _files(tmp: Path, home: Path) -> None:
@@ -132,7 +129,7 @@ def test_bad_input(case, argv, env, expected, isolated_home, tmp_path, monkeypat
     code, out, err = _main([_fill(a, tmp_path, isolated_home) for a in argv], monkeypatch, capsys)
     assert code == 2, (out, err)
     assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, err
-    assert _fill(expected, tmp_path, isolated_home) in err, err
+    assert says(err, _fill(expected, tmp_path, isolated_home)), (err, expected)
     assert "Traceback" not in err + out
     for key in env:
         monkeypatch.delenv(key)

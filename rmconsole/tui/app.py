@@ -1,9 +1,10 @@
 """The rmconsole TUI: the App holds routing and app state (selected runs, the worker processes
 it started); each page is a Screen in screens/, each panel a widget in widgets/.
 
-Store reads happen in thread workers started by each screen's timer and come back as
-messages; the UI thread never waits on SQLite. Launching and stopping go through
-`launch.launch_run` and `launch.stop_run`, the same calls as the CLI.
+Pages that show the store are `PollingScreen`s: their reads run in thread workers started by
+a timer and come back as typed messages; the UI thread never waits on SQLite. Pages see the App
+through `console.Console`, so nothing below imports this module. Launching and stopping go
+through `launch.launch_run` and `launch.stop_run`, the same calls as the CLI.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Callable, Iterable, Optional
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.reactive import var
 from textual.screen import Screen
 
 from .. import launch, store
@@ -32,7 +34,7 @@ def utc_clock() -> datetime:
 
 
 class RMConsoleApp(App[None]):
-    """Routing and state; the screens do the drawing."""
+    """Routing and state; the screens do the drawing (it implements `console.Console`)."""
 
     TITLE = "rmconsole"
     SUB_TITLE = "Rainbow Memory experiment console"
@@ -45,6 +47,8 @@ class RMConsoleApp(App[None]):
         Binding("question_mark", "toggle_help", "Keys"),
     ]
 
+    selected: var[frozenset[int]] = var(frozenset())  # runs picked for Compare; the runs page watches it
+
     def __init__(self, refresh_s: float = 1.0, clock: Clock = utc_clock, reap_every_s: float | None = 5.0) -> None:
         """`clock` is what "heartbeat N s ago" is measured against (frozen in snapshot tests);
         `reap_every_s=None` turns off marking dead runs failed (for fixed snapshot content)."""
@@ -52,7 +56,6 @@ class RMConsoleApp(App[None]):
         self.refresh_s = refresh_s
         self.clock = clock
         self.reap_every_s = reap_every_s
-        self.selected: set[int] = set()
         self.rows: list[RunRow] = []  # the latest read of all runs (command palette, compare)
         self.workers_started: dict[int, Any] = {}  # run id -> Popen of the worker processes this TUI started
         self._children_lock = threading.Lock()
@@ -65,6 +68,9 @@ class RMConsoleApp(App[None]):
             self._reap_tick()
 
     # ------------------------------------------------------------------ routing
+    # The other pages are imported when first opened: the runs page starts without plotext and
+    # the config machinery (about 0.1 s of start-up). No page imports this module (they see the
+    # App as `console.Console`), so these imports make no cycle.
 
     def open_run(self, run_id: int) -> None:
         from .screens.run import RunScreen
@@ -116,7 +122,10 @@ class RMConsoleApp(App[None]):
     # ------------------------------------------------------------------ state
 
     def toggle_selected(self, run_id: int) -> None:
-        self.selected.symmetric_difference_update({run_id})
+        self.selected = self.selected ^ {run_id}
+
+    def clear_selection(self) -> None:
+        self.selected = frozenset()
 
     # ------------------------------------------------------------------ dead workers (thread)
 
@@ -209,4 +218,4 @@ class RMConsoleApp(App[None]):
         yield SystemCommand("Launch a run", "Pick a preset, edit overrides, start a worker", self.open_launch)
         yield SystemCommand("Compare selected runs", "Metrics and accuracy curves side by side",
                             lambda: self.open_compare())
-        yield SystemCommand("Clear selection", "Unselect every run", self.selected.clear)
+        yield SystemCommand("Clear selection", "Unselect every run", self.clear_selection)

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
-
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-if TYPE_CHECKING:
-    from .app import RMConsoleApp
+from .console import Console
 
 
 class RunCommands(Provider):
     """`open run 12 …`, `stop run 12 …`, `select run 12 …` for every run of the latest read."""
 
     def _commands(self) -> list[tuple[str, str, object]]:
-        app: RMConsoleApp = self.app  # type: ignore[assignment]
+        app: Console = self.app  # type: ignore[assignment]
         commands = []
         for row in reversed(app.rows):
             what = f"run {row.id} · {row.preset or '—'} · {row.method} · K={row.memory_size} · seed {row.seed} · {row.status}"

@@ -2,43 +2,38 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from rich.table import Table
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
+from textual.reactive import var
 from textual.widgets import DataTable, Footer, Header, Static
 
 from .. import data
-from ..messages import CompareLoaded, StoreProblem
+from ..messages import CompareLoaded
 from ..render import fmt, progress_text, status_text
 from ..widgets.accuracy_chart import LINE_COLOURS, AccuracyChart
-
-if TYPE_CHECKING:
-    from ..app import RMConsoleApp
+from .polling import PollingScreen
 
 METRIC_COLUMNS = ("run", "status", "preset", "method", "K", "seed", "progress", "A_last", "A_avg", "F_last",
                   "I_last")
 
 
-class CompareScreen(Screen):
+class CompareScreen(PollingScreen):
     CSS_PATH = "compare.tcss"
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("enter", "open", "Open run"),
     ]
 
-    app: "RMConsoleApp"
+    view: var[Optional[data.CompareView]] = var(None, init=False)  # the latest read; a change redraws
 
     def __init__(self, run_ids: list[int]) -> None:
         super().__init__()
         self.run_ids = list(run_ids)
-        self.view: Optional[data.CompareView] = None
-        self._reading = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -60,31 +55,16 @@ class CompareScreen(Screen):
         for name in METRIC_COLUMNS:
             table.add_column(name, key=name)
         table.focus()
-        self.set_interval(self.app.refresh_s, self.read_store, name="compare refresh")
-        self.read_store()
 
-    def read_store(self) -> None:
-        if self._reading or not self.is_attached:
-            return
-        self._reading = True
-        self._read()
-
-    @work(thread=True, group="compare-read", exit_on_error=False)
-    def _read(self) -> None:
-        try:
-            view = data.load_compare(self.run_ids)
-        except Exception as err:  # noqa: BLE001
-            self.post_message(StoreProblem(data.describe_store_error(err)))
-        else:
-            self.post_message(CompareLoaded(view))
-        finally:
-            self._reading = False
+    def read(self) -> CompareLoaded:
+        return CompareLoaded(data.load_compare(self.run_ids))
 
     def on_compare_loaded(self, message: CompareLoaded) -> None:
-        view = message.view
-        if view == self.view:
+        self.view = message.view
+
+    def watch_view(self, view: Optional[data.CompareView]) -> None:
+        if view is None:
             return
-        self.view = view
         table = self.query_one("#metrics", DataTable)
         for i, row in enumerate(view.rows):
             r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
@@ -101,8 +81,9 @@ class CompareScreen(Screen):
             if str(gone) in table.rows:
                 table.remove_row(str(gone))
         n_tasks = max((r.n_tasks for r in view.rows), default=0)
-        self.query_one(AccuracyChart).plot({f"#{r.id} {r.method}": view.curves.get(r.id, ()) for r in view.rows},
-                                           n_tasks)
+        chart = self.query_one(AccuracyChart)
+        chart.curves = {f"#{r.id} {r.method}": tuple(view.curves.get(r.id, ())) for r in view.rows}
+        chart.n_tasks = n_tasks
         self.query_one("#differences-text", Static).update(self._differences(view))
 
     def _differences(self, view: data.CompareView) -> Table | Text:

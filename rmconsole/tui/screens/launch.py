@@ -4,7 +4,7 @@ config, start it through the same `launch.launch_run` as the CLI."""
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -15,9 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
 
 from ...config import DEFAULT_PRESET, KEYS, ConfigError, load_config, preset_description, preset_names, read_preset
-
-if TYPE_CHECKING:
-    from ..app import RMConsoleApp
+from ..console import Console
 
 
 def split_overrides(text: str) -> list[str]:
@@ -45,7 +43,7 @@ class LaunchScreen(Screen):
         Binding("escape", "back", "Back"),
     ]
 
-    app: "RMConsoleApp"
+    app: Console  # type: ignore[assignment]
 
     def __init__(self, preset: str = DEFAULT_PRESET) -> None:
         super().__init__()

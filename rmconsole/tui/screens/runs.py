@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
+from textual.reactive import var
 from textual.widgets import DataTable, Footer, Header, Input
 
 from .. import data
 from ..messages import RunsLoaded, StoreProblem
 from ..widgets.runs_table import SORTABLE, RunsTable
 from ..widgets.status_line import StatusLine
-
-if TYPE_CHECKING:
-    from ..app import RMConsoleApp
+from .polling import PollingScreen
 
 SORT_CYCLE = ("id", "status", "preset", "method", "A_last", "F_last")
 
 
-class RunsScreen(Screen):
+class RunsScreen(PollingScreen):
     CSS_PATH = "runs.tcss"
     BINDINGS = [
         Binding("slash", "filter", "Filter"),
@@ -36,19 +32,17 @@ class RunsScreen(Screen):
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
-    app: "RMConsoleApp"
+    # the page's state: a change redraws the table and the status line (`problem`: the line only)
+    rows: var[tuple[data.RunRow, ...]] = var((), init=False)  # every run, from the last read
+    query_text: var[str] = var("", init=False)  # the `/` filter
+    order: var[tuple[str, bool]] = var(("id", True), init=False)  # (sort column, descending)
+    loaded: var[bool] = var(False, init=False)  # a first read came back
+    problem: var[str | None] = var(None, init=False)  # the last read failed with this
 
     def __init__(self) -> None:
         super().__init__()
-        self.rows: list[data.RunRow] = []
         self.feed = data.RunsFeed()  # used by one read thread at a time
-        self.query_text = ""
-        self.sort = "id"
-        self.descending = True
-        self._reading = False
-        self._loaded = False
-        self._problem: str | None = None
-        self._filter_error: str | None = None
+        self.filter_error: str | None = None  # the `/` filter does not read (shown on the status line)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -62,76 +56,71 @@ class RunsScreen(Screen):
         table = self.query_one(RunsTable)
         table.border_title = "runs"
         table.focus()
-        self.set_interval(self.app.refresh_s, self.read_store, name="runs refresh")
-        self.read_store()
+        self.watch(self.app, "selected", self.show_rows, init=False)  # type: ignore[arg-type]
 
     def on_screen_resume(self) -> None:
-        self.read_store()
         self.show_rows()
 
     # ------------------------------------------------------------------ reading (thread)
 
-    def read_store(self) -> None:
-        """Timer tick: start a read unless one is still running (a slow store never piles up reads)."""
-        if self._reading or not self.is_attached:
-            return
-        self._reading = True
-        self._read()
-
-    @work(thread=True, group="runs-read", exit_on_error=False)
-    def _read(self) -> None:
-        try:
-            rows, changed = self.feed.read()
-        except Exception as err:  # noqa: BLE001 - a locked or missing store is shown, then retried
-            self.post_message(StoreProblem(data.describe_store_error(err)))
-        else:
-            self.post_message(RunsLoaded(rows, changed))
-        finally:
-            self._reading = False
+    def read(self) -> RunsLoaded:
+        rows, changed = self.feed.read()
+        return RunsLoaded(rows, changed)
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
-        recovered = self._problem is not None
-        self._problem = None
-        if message.changed or not self._loaded:
-            self.rows = message.rows
+        self.problem = None
+        if message.changed or not self.loaded:
+            self.rows = tuple(message.rows)
             self.app.rows = message.rows
-            self._loaded = True
-            self.show_rows()
-        elif recovered:
-            self.show_status()
+            self.loaded = True
 
     def on_store_problem(self, message: StoreProblem) -> None:
-        self._problem = message.text
-        self.show_status()
+        self.problem = message.text
 
     # ------------------------------------------------------------------ drawing
 
+    def watch_rows(self) -> None:
+        self.show_rows()
+
+    def watch_query_text(self) -> None:
+        self.show_rows()
+
+    def watch_order(self) -> None:
+        self.show_rows()
+
+    def watch_loaded(self) -> None:
+        self.show_rows()
+
+    def watch_problem(self) -> None:
+        self.show_status()
+
     def show_rows(self) -> None:
+        column, descending = self.order
         try:
-            shown = data.arrange(self.rows, self.query_text, self.sort, self.descending)
-            self._filter_error = None
+            shown = data.arrange(list(self.rows), self.query_text, column, descending)
+            self.filter_error = None
         except data.FilterError as err:  # shown on the status line until the filter reads
-            shown, self._filter_error = [], str(err)
+            shown, self.filter_error = [], str(err)
         table = self.query_one(RunsTable)
-        if table.show(shown, self.app.selected):
-            self.call_after_refresh(self.show_rows)  # a big store: the rest after this frame
-        subtitle = f"sort: {self.sort} {'▼' if self.descending else '▲'}"
-        if table.border_subtitle != subtitle:
-            table.border_subtitle = subtitle
+        table.runs, table.selected_ids, table.sorted_by = tuple(shown), frozenset(self.app.selected), self.order
+        table.border_subtitle = f"sort: {column} {'▼' if descending else '▲'}"
         self.show_status(len(shown))
 
     def show_status(self, n_shown: int | None = None) -> None:
         line = self.query_one(StatusLine)
-        if self._problem or self._filter_error:
-            line.show(self._problem or f"filter: {self._filter_error}", problem=True)
-            return
-        if not self._loaded:
-            line.show("reading the store…")
-            return
+        line.problem = bool(self.problem or self.filter_error)
+        line.text = self.status_text(n_shown)
+
+    def status_text(self, n_shown: int | None = None) -> Text:
+        if self.problem:
+            return Text(self.problem)
+        if self.filter_error:
+            return Text(f"filter: {self.filter_error}")
+        if not self.loaded:
+            return Text("reading the store…")
         if not self.rows:
-            line.show(Text.assemble("No runs yet. Press ", ("n", "bold"), " to launch one (or run ",
-                                    ("rmconsole run --detach", "bold"), " in a shell)."))
-            return
+            return Text.assemble("No runs yet. Press ", ("n", "bold"), " to launch one (or run ",
+                                 ("rmconsole run --detach", "bold"), " in a shell).")
         counts: dict[str, int] = {}
         for r in self.rows:
             counts[r.status] = counts.get(r.status, 0) + 1
@@ -141,7 +130,7 @@ class RunsScreen(Screen):
             parts.append(f"{shown} match “{self.query_text.strip()}”")
         if self.app.selected:
             parts.append(f"{len(self.app.selected)} selected (c compares)")
-        line.show(" · ".join(parts))
+        return Text(" · ".join(parts))
 
     # ------------------------------------------------------------------ filter
 
@@ -153,7 +142,6 @@ class RunsScreen(Screen):
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.query_text = event.value
-        self.show_rows()
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self) -> None:
@@ -167,28 +155,26 @@ class RunsScreen(Screen):
         box.value = ""
         box.remove_class("shown")
         self.query_text = ""
-        self.show_rows()
         self.query_one(RunsTable).focus()
 
     # ------------------------------------------------------------------ sort
 
     def action_cycle_sort(self) -> None:
-        self.set_sort(SORT_CYCLE[(SORT_CYCLE.index(self.sort) + 1) % len(SORT_CYCLE)])
+        column = self.order[0]
+        self.set_sort(SORT_CYCLE[(SORT_CYCLE.index(column) + 1) % len(SORT_CYCLE)])
 
     def action_reverse_sort(self) -> None:
-        self.set_sort(self.sort, not self.descending)
+        self.set_sort(self.order[0], not self.order[1])
 
     def set_sort(self, column: str, descending: bool | None = None) -> None:
-        self.sort = column
-        self.descending = descending if descending is not None else column in ("id", "A_last", "F_last")
-        self.query_one(RunsTable).mark_sort(self.sort, self.descending)
-        self.show_rows()
+        """Sort by `column`; numbers and ids newest/highest first unless told otherwise."""
+        self.order = (column, descending if descending is not None else column in ("id", "A_last", "F_last"))
 
     @on(DataTable.HeaderSelected)
     def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
         column = str(event.column_key.value)
         if column in SORTABLE:
-            self.set_sort(column, not self.descending if column == self.sort else None)
+            self.set_sort(column, not self.order[1] if column == self.order[0] else None)
 
     # ------------------------------------------------------------------ run actions
 
@@ -198,8 +184,7 @@ class RunsScreen(Screen):
     def action_toggle_select(self) -> None:
         run_id = self._cursor_run()
         if run_id is not None:
-            self.app.toggle_selected(run_id)
-            self.show_rows()
+            self.app.toggle_selected(run_id)  # the page watches the App's selection
 
     @on(DataTable.RowSelected)
     def _row_chosen(self, event: DataTable.RowSelected) -> None:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-
 from textual.app import RenderResult
+from textual.reactive import reactive
 from textual_plotext import PlotextPlot
 
 from . import css_beside
@@ -18,17 +17,8 @@ class AccuracyChart(PlotextPlot):
 
     DEFAULT_CSS = css_beside(__file__)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(**kwargs)
-        self._curves: dict[str, tuple[float, ...]] = {}
-        self._n_tasks = 0
-
-    def plot(self, curves: Mapping[str, Sequence[float]], n_tasks: int) -> None:
-        curves = {k: tuple(v) for k, v in curves.items()}
-        if curves == self._curves and n_tasks == self._n_tasks:
-            return
-        self._curves, self._n_tasks = curves, n_tasks
-        self.refresh()
+    curves: reactive[dict[str, tuple[float, ...]]] = reactive(dict)  # label -> accuracy after each task
+    n_tasks: reactive[int] = reactive(0)
 
     def render(self) -> RenderResult:
         self._draw()  # the whole figure anew at the current size: plotext keeps state from earlier sizes
@@ -37,16 +27,16 @@ class AccuracyChart(PlotextPlot):
     def _draw(self) -> None:
         plt = self.plt
         plt.clear_figure()
-        n = max(self._n_tasks, max((len(c) for c in self._curves.values()), default=0), 2)
+        n = max(self.n_tasks, max((len(c) for c in self.curves.values()), default=0), 2)
         plt.xlim(1, n)
         plt.ylim(0, 100)
         plt.xticks(list(range(1, n + 1)), [f"T{t}" for t in range(1, n + 1)])
         # ticks that get a row each (colliding labels are resolved by plotext in hash order)
         plt.yticks([0, 25, 50, 75, 100] if self.size.height >= 13 else [0, 50, 100])
-        for i, (label, accs) in enumerate(self._curves.items()):
+        for i, (label, accs) in enumerate(self.curves.items()):
             if accs:
                 xs, colour = list(range(1, len(accs) + 1)), LINE_COLOURS[i % len(LINE_COLOURS)]
                 plt.plot(xs, list(accs), marker="braille", color=colour,
-                         label=label if len(self._curves) > 1 else None)
+                         label=label if len(self.curves) > 1 else None)
                 plt.scatter(xs, list(accs), marker="●", color=colour)
         plt.ylabel("accuracy %")

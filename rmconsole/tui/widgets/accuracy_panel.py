@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive, var
 from textual.widgets import Static
 
 from ..data import RunView
@@ -21,9 +22,11 @@ class AccuracyPanel(Vertical):
     DEFAULT_CSS = css_beside(__file__)
     can_focus = True
 
+    view: var[Optional[RunView]] = var(None)  # bound to the run page's view
+    drawn: reactive[tuple[Any, ...]] = reactive(())  # computed: the part of `view` this panel draws
+
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
-        self.view: Optional[RunView] = None
         self.border_title = "accuracy"
 
     def compose(self) -> ComposeResult:
@@ -35,13 +38,21 @@ class AccuracyPanel(Vertical):
     def on_resize(self) -> None:
         self.set_class(self.size.width < 100, "narrow")  # chart above the matrix when side by side is cramped
 
-    def show(self, view: RunView) -> None:
-        if self.view is not None and (view.results, view.row.a_last, view.row.f_last, view.row.i_last, view.row.n_tasks) == (
-                self.view.results, self.view.row.a_last, self.view.row.f_last, self.view.row.i_last, self.view.row.n_tasks):
+    def compute_drawn(self) -> tuple[Any, ...]:
+        """Results and summary metrics only: a running task's progress leaves the panel alone."""
+        if self.view is None:
+            return ()
+        row = self.view.row
+        return (row.id, self.view.results, row.a_last, row.a_avg, row.f_last, row.i_last, row.n_tasks,
+                len(self.view.streams))
+
+    def watch_drawn(self) -> None:
+        view = self.view
+        if view is None:
             return
-        self.view = view
         accs = [r.accuracy for r in view.results]
         n_tasks = view.row.n_tasks or len(view.streams) or len(accs)
         self.query_one("#metrics", Static).update(metrics_line(view.row))
-        self.query_one(AccuracyChart).plot({f"run {view.row.id}": accs}, n_tasks)
+        chart = self.query_one(AccuracyChart)
+        chart.curves, chart.n_tasks = {f"run {view.row.id}": tuple(accs)}, n_tasks
         self.query_one("#matrix", Static).update(accuracy_matrix(view.accuracy_matrix, accs, n_tasks))

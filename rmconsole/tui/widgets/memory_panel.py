@@ -7,7 +7,7 @@ from typing import Optional
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widget import Widget
 
 from ..data import MemoryUpdate, RunView
@@ -28,18 +28,26 @@ class MemoryPanel(Widget):
         Binding("end", "latest", "Latest update", show=False),
     ]
 
+    view: var[Optional[RunView]] = var(None)  # bound to the run page's view; progress alone draws nothing
+    updates: reactive[tuple[MemoryUpdate, ...]] = reactive(())  # computed from `view`
+    labels: reactive[tuple[str, ...]] = reactive(())  # computed from `view`
     pinned: reactive[Optional[int]] = reactive(None)  # index of the shown update; None = latest
 
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
-        self.updates: tuple[MemoryUpdate, ...] = ()
-        self.labels: tuple[str, ...] = ()
         self.border_title = "memory"
 
-    def show(self, view: RunView) -> None:
-        if view.memory != self.updates or view.class_labels != self.labels:
-            self.updates, self.labels = view.memory, view.class_labels
-            self.refresh()
+    def compute_updates(self) -> tuple[MemoryUpdate, ...]:
+        return self.view.memory if self.view is not None else ()
+
+    def compute_labels(self) -> tuple[str, ...]:
+        return self.view.class_labels if self.view is not None else ()
+
+    def watch_updates(self) -> None:
+        self.refresh()
+
+    def watch_labels(self) -> None:
+        self.refresh()
 
     @property
     def index(self) -> Optional[int]:

@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from rich.text import Text
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from ..data import RunRow, RunView
@@ -59,34 +60,34 @@ def progress_line(row: RunRow, width: int, now: Optional[datetime] = None) -> Te
 
 
 class RunHeader(Static):
-    """Identity, live progress (task, phase, bar, samples/s, ETA) and the error line."""
+    """Identity, live progress (task, phase, bar, samples/s, ETA) and the error line. Bound to
+    the run page's `view` and `now`; `notice` is a (text, style) line under it (a store problem,
+    a vanished run)."""
 
     DEFAULT_CSS = css_beside(__file__)
 
+    view: reactive[Optional[RunView]] = reactive(None)
+    now: reactive[Optional[datetime]] = reactive(None)  # the heartbeat's age moves on with it
+    notice: reactive[Optional[tuple[str, str]]] = reactive(None)
+    line_count: reactive[int] = reactive(0)  # computed: the header's height
+
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__("reading the run…", **kwargs)
-        self.view: Optional[RunView] = None
-        self.now: Optional[datetime] = None
-        self.notice: Optional[Text] = None
-        self._lines = 0
 
-    def show(self, view: RunView, now: Optional[datetime] = None) -> None:
-        self.view, self.now = view, now
-        self._repaint()
+    def compute_line_count(self) -> int:
+        """The lines `render` draws (before wrapping)."""
+        if self.view is None:
+            return 1
+        return 3 + bool(self.view.row.error) + (self.notice is not None)
 
-    def show_notice(self, notice: Optional[str], style: str = "bold yellow") -> None:
-        self.notice = Text(notice, style=style) if notice else None
-        self._repaint()
-
-    def _repaint(self) -> None:
+    def watch_line_count(self) -> None:
         """Re-layout the screen only when the header's height changes (an error line came or went)."""
-        lines = 3 + bool(self.view and self.view.row.error) + (self.notice is not None)
-        self.refresh(layout=lines != self._lines)
-        self._lines = lines
+        self.refresh(layout=True)
 
     def render(self) -> Text:
+        notice = Text(*self.notice) if self.notice is not None else None
         if self.view is None:
-            return self.notice or Text("reading the run…", style="grey62")
+            return notice or Text("reading the run…", style="grey62")
         text = describe(self.view)
         text.append("\n")
         text.append_text(progress_line(self.view.row, self.size.width, self.now))
@@ -94,7 +95,7 @@ class RunHeader(Static):
             text.append("\n")
             text.append(f"{self.view.row.status}: ", style="bold red")
             text.append(self.view.row.error, style="red")
-        if self.notice is not None:
+        if notice is not None:
             text.append("\n")
-            text.append_text(self.notice)
+            text.append_text(notice)
         return text

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from rich.text import Text
+from textual.reactive import var
 from textual.widgets import DataTable
 
 from ..data import RunRow
@@ -32,21 +33,26 @@ def _signature(cell: object) -> tuple[object, ...]:
 
 
 class RunsTable(DataTable):
-    """Rows are keyed by run id. `show` adds, removes and updates only what changed and then
-    puts the cursor back on the run it was on, wherever that run now sits."""
+    """Rows are keyed by run id. Setting `runs` (in display order) or `selected_ids` adds,
+    removes and updates only the rows and cells that changed and then puts the cursor back on
+    the run it was on, wherever that run now sits. `sorted_by` marks the sort in the header."""
 
     DEFAULT_CSS = css_beside(__file__)
+
+    runs: var[tuple[RunRow, ...]] = var((), init=False)
+    selected_ids: var[frozenset[int]] = var(frozenset(), init=False)
+    sorted_by: var[tuple[str, bool]] = var(("id", True), init=False)  # (column, descending)
 
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._cells: dict[str, tuple[tuple[object, ...], ...]] = {}
         self._shown: dict[str, tuple[RunRow, bool]] = {}
-        self._sort: tuple[str, bool] = ("id", True)
+        self._sync_pending = False
 
     def on_mount(self) -> None:
         for key, label, width, justify in COLUMNS:
             self.add_column(Text(label, justify=justify), width=width, key=key)  # type: ignore[arg-type]
-        self.mark_sort("id", True)
+        self.watch_sorted_by()
 
     @property
     def cursor_run_id(self) -> Optional[int]:
@@ -74,14 +80,21 @@ class RunsTable(DataTable):
             Text(fmt(row.i_last), justify="right"),
         )
 
-    def show(self, rows: list[RunRow], selected: set[int]) -> bool:
-        """Make the table show `rows` in this order, touching only rows and cells that changed.
+    def watch_runs(self) -> None:
+        self._sync()
 
-        At most FIRST_BATCH (then ADD_BATCH) new rows are added per call, first rows first, so a big store shows
-        its first screenful at once (DataTable measures every new cell); returns True while
-        rows remain to be added (the caller calls again after the next repaint)."""
+    def watch_selected_ids(self) -> None:
+        self._sync()
+
+    def _sync(self) -> None:
+        """Make the table show `runs` in this order, touching only rows and cells that changed.
+
+        At most FIRST_BATCH (then ADD_BATCH) new rows are added per call, first rows first, so a
+        big store shows its first screenful at once (DataTable measures every new cell); the rest
+        follow after each repaint."""
+        self._sync_pending = False
         keep = self.cursor_run_id
-        wanted = {str(r.id): r for r in rows}
+        wanted = {str(r.id): r for r in self.runs}
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
             del self._cells[key], self._shown[key]
@@ -89,7 +102,7 @@ class RunsTable(DataTable):
         added, limit = 0, ADD_BATCH if self._cells else FIRST_BATCH
         pending = False
         for key, row in wanted.items():
-            state = (row, row.id in selected)
+            state = (row, row.id in self.selected_ids)
             if self._shown.get(key) == state:
                 continue  # the same run, drawn the same: nothing to build
             old = self._cells.get(key)
@@ -113,11 +126,13 @@ class RunsTable(DataTable):
             self.sort("id", key=lambda cell: rank[cell.plain])
         if keep is not None and str(keep) in self._cells:
             self.move_cursor(row=self.get_row_index(str(keep)), scroll=False)
-        return pending
+        if pending and not self._sync_pending:
+            self._sync_pending = True
+            self.call_after_refresh(self._sync)  # a big store: the rest after this frame
 
-    def mark_sort(self, column: str, descending: bool) -> None:
+    def watch_sorted_by(self) -> None:
         """Show the sort column and direction in the header."""
-        self._sort = (column, descending)
+        column, descending = self.sorted_by
         for key, label, _, justify in COLUMNS:
             text = Text(label, justify=justify)  # type: ignore[arg-type]
             if key == column:

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widget import Widget
 
 from . import css_beside
 
 
 class StatusLine(Widget):
-    """Counts, the filter, the selection, or a store problem (class `problem`)."""
+    """Counts, the filter, the selection, or a store problem (`problem` sets the class `problem`)."""
 
     DEFAULT_CSS = css_beside(__file__)
 
     text: reactive[Text] = reactive(Text(""), layout=False)
-
-    def show(self, text: Text | str, problem: bool = False) -> None:
-        self.text = text if isinstance(text, Text) else Text(text)
-        self.set_class(problem, "problem")
+    problem: var[bool] = var(False, toggle_class="problem")
 
     def render(self) -> Text:
         return self.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from rich.text import Text
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from ..data import RunView
@@ -17,20 +18,17 @@ CURRENT_ROW = "on #1d3557"
 class TaskStreamPanel(Widget):
     """Tasks in order; each bar is its samples split into major classes (coloured, with counts)
     and the blurry minor samples (grey). Done tasks show their accuracy; the current task is
-    highlighted, its bar filled as far as the stream pass has gone, its phase named."""
+    highlighted, its bar filled as far as the stream pass has gone, its phase named.
+    Bound to the run page's `view`: every change of the run (progress included) repaints it."""
 
     DEFAULT_CSS = css_beside(__file__)
     can_focus = True
 
+    view: reactive[Optional[RunView]] = reactive(None)
+
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
-        self.view: Optional[RunView] = None
         self.border_title = "task stream"
-
-    def show(self, view: RunView) -> None:
-        if view != self.view:
-            self.view = view
-            self.refresh()
 
     def render(self) -> Text:
         view = self.view

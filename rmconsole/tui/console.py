@@ -1,0 +1,33 @@
+"""What a page (or the command palette) may ask of the App: routing and shared state.
+
+Screens and commands type `self.app` as `Console` instead of importing the App class, so the
+App can import its pages without an import cycle (app -> screens, never screens -> app).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable, Iterable, Protocol
+
+from .data import RunRow
+
+
+class Console(Protocol):
+    """The App's face towards its pages; `RMConsoleApp` is the one implementation."""
+
+    refresh_s: float  # seconds between store reads
+    clock: Callable[[], datetime]  # what "heartbeat N s ago" is measured against
+    selected: frozenset[int]  # runs picked for Compare (reactive on the App: pages watch it)
+    rows: list[RunRow]  # the latest read of all runs (command palette, stop confirmation)
+
+    def open_run(self, run_id: int) -> None: ...
+
+    def open_compare(self, run_ids: Iterable[int] | None = None) -> None: ...
+
+    def open_launch(self) -> None: ...
+
+    def confirm_stop(self, run_id: int) -> None: ...
+
+    def toggle_selected(self, run_id: int) -> None: ...
+
+    def launch_run(self, preset: str, overrides: list[str]) -> Any: ...
