@@ -38,11 +38,6 @@ def anchors(page: Path) -> set[str]:
     return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
 
 
-# Written on another branch of issue 12 (generated from the methods' parameter classes); a link to
-# it may dangle only while the file does not exist.
-NOT_YET_MERGED = {REPO / "docs" / "configuration.md"}
-
-
 def test_every_relative_link_leads_to_a_file_and_heading() -> None:
     broken = []
     for page in PAGES:
@@ -52,8 +47,6 @@ def test_every_relative_link_leads_to_a_file_and_heading() -> None:
                 continue  # a web address
             path, _, anchor = target.partition("#")
             where = (page.parent / path).resolve() if path else page
-            if where in NOT_YET_MERGED and not where.exists():
-                continue
             if not where.exists() or (anchor and where.suffix == ".md" and anchor not in anchors(where)):
                 broken.append(f"{page.relative_to(REPO)}: {target}")
     assert not broken

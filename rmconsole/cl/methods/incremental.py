@@ -5,7 +5,7 @@ seen before (new), everything learned earlier is old; new classes get labels, ol
 distillation from the previous model, and BiC corrects the new classes' logits. In a blurry
 stream every class already appears in task 0, so the literal rule ("never seen before") makes
 every class old from task 1 on: nothing is learned from labels any more (the RM authors' code
-does exactly this, see the README). rmconsole offers both readings through `new_classes`:
+does exactly this, see docs/baselines.md). rmconsole offers both readings through `new_classes`:
 
 - ``task`` (default): a task's new classes are its own (major) classes, plus any class never
   seen before. Identical to the literal rule on disjoint streams.
