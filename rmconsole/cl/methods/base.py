@@ -25,6 +25,7 @@ from ..augment import Augmenter
 from ..data import Dataset
 from ..events import Reporter
 from .. import distributed
+from ..graphs import GraphedStep, graph_ready_optimizer, portable_optimizer_state, set_lr
 from ..models import Backbone, build_model
 from ..pipeline import iter_batches, prefetching
 from ..schedule import epoch_lr
@@ -85,6 +86,7 @@ class Method:
         self.memory_info: dict[str, Any] = {}
         self.epoch_eval: Callable[[], float] | None = None  # set by the loop when best-epoch is recorded
         self.best_epoch_accuracy: float | None = None
+        self.graphs: dict[int, GraphedStep] = {}  # CUDA-graphed steps by batch size, for this optimiser
 
     # ------------------------------------------------------------------ building blocks
 
@@ -100,8 +102,29 @@ class Method:
         fused = self.device.type in ("cuda", "cpu")
         params = [p for name, p in self.model.named_parameters()
                   if getattr(self.cfg, "train_head", True) or not name.startswith("fc.")]
-        return torch.optim.SGD(params, lr=self.cfg.lr, momentum=0.9, nesterov=True,
-                               weight_decay=self.cfg.weight_decay, fused=fused)
+        self.graphs = {}
+        optimizer = torch.optim.SGD(params, lr=self.cfg.lr, momentum=0.9, nesterov=True,
+                                    weight_decay=self.cfg.weight_decay, fused=fused)
+        return graph_ready_optimizer(optimizer) if self.uses_graphs else optimizer
+
+    @property
+    def uses_graphs(self) -> bool:
+        """Training steps replayed as CUDA graphs: single-process CUDA runs of methods whose step
+        is the plain one (`cuda_graphs` = auto/true); see cl/graphs.py."""
+        wanted = getattr(self.cfg, "cuda_graphs", "auto")
+        plain = all(getattr(type(self), hook) is getattr(Method, hook)
+                    for hook in ("step_loss", "penalty", "after_step"))
+        return bool(wanted) and self.device.type == "cuda" and self.dist is None and plain
+
+    def graphed_step(self, batch: int) -> GraphedStep:
+        cached = self.graphs.get(batch)
+        if cached is None or any(a is not b for a, b in zip((cached.model, cached.optimizer, cached.seen),
+                                                             (self.model, self.optimizer, self.seen))):
+            assert self.optimizer is not None
+            self.graphs[batch] = GraphedStep(self.model, self.optimizer, self.seen, batch,
+                                             self.setup.data.image_shape, self.accel.channels_last,
+                                             lambda: self.accel.autocast(graph_safe=True))
+        return self.graphs[batch]
 
     @property
     def report(self) -> Reporter:
@@ -177,8 +200,7 @@ class Method:
         self.best_epoch_accuracy = None
         for epoch in range(epochs):
             batches = plans[epoch] if plans else (first if epoch == 0 else batches_for_epoch(epoch))
-            for group in self.optimizer.param_groups:
-                group["lr"] = epoch_lr(epoch, self.cfg.lr, self.cfg.schedule)
+            set_lr(self.optimizer, epoch_lr(epoch, self.cfg.lr, self.cfg.schedule))
             self.model.train()
             chunks = list(_chunks(batches, chunk_images))
             shards = [[self.dist.shard(b) for b in chunk] for chunk in chunks] if self.dist else \
@@ -189,6 +211,9 @@ class Method:
                 images = self.accel.prepare(aug.train(raw))
                 labels = self.labels_of(flat)
                 for x, y, (_, weight) in zip(images.split(sizes), labels.split(sizes), shard):
+                    if self.uses_graphs and len(x) > 1:
+                        self.graphed_step(len(x))(x, y, aug.draw_mix(len(x), x.shape[-2], x.shape[-1]))
+                        continue
                     with self.accel.autocast():
                         loss = self.step_loss(x, y)
                     extra = self.penalty()
@@ -377,7 +402,7 @@ class Method:
     def state_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict() if self.optimizer else None,
+            "optimizer": portable_optimizer_state(self.optimizer.state_dict()) if self.optimizer else None,
             "memory": self.memory.state_dict(),
             "seen": self.seen.cpu(),
             "gen": self.gen.get_state(),
@@ -392,6 +417,8 @@ class Method:
         if state.get("optimizer") is not None:
             self.optimizer = self.make_optimizer()
             self.optimizer.load_state_dict(state["optimizer"])
+            if self.uses_graphs:
+                graph_ready_optimizer(self.optimizer)
         for name in self.checkpoint_attrs:
             value, current = state["extra"][name], getattr(self, name, None)
             if isinstance(current, torch.nn.Module):
