@@ -101,6 +101,18 @@ class TimingReporter(Reporter):
     def log(self, message: str) -> None:
         print(f"  {message}", flush=True)
 
+    def summary(self, views: int) -> dict[str, dict[str, float]]:
+        """Per phase name: samples, seconds, samples/s, peak memory (GiB), as numbers."""
+        out = {}
+        for name in dict.fromkeys(p.name for p in self.phases):
+            group = [p for p in self.phases if p.name == name]
+            n, s = sum(p.samples for p in group), sum(p.seconds for p in group)
+            out[name] = {"samples": n, "seconds": s, "per_s": n / s if s else None,
+                         "peak_gib": max(p.peak for p in group)}
+            if name == "memory update" and s:
+                out[name]["views_per_s"] = n * views / s
+        return out
+
     def table(self, views: int) -> str:
         """Per phase name: samples, seconds, samples/s, peak memory; then per task."""
         lines = [f"{'phase':<15} {'samples':>10} {'seconds':>9} {'share':>6} {'samples/s':>11}  {'peak memory':>16}"]

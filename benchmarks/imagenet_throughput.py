@@ -14,6 +14,7 @@ everything after it cost what they cost on ImageNet.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -40,6 +41,40 @@ def default_root() -> Path:
     return Path("data")
 
 
+def synthetic_tree(root: Path, n_train: int, n_val: int, classes: int = 1000, seed: int = 0) -> Path:
+    """An ImageNet-format tree of JPEGs under root/imagenet: ImageNet-like sizes (about 500x375,
+    varied), smooth random content (so files are ImageNet-sized, ~100 KB, not incompressible
+    noise). Written once; an existing tree with the same counts is reused."""
+    from torchvision.io import encode_jpeg
+
+    base = root / "imagenet"
+    stamp = base / f".synthetic-{n_train}-{n_val}-{classes}"
+    if stamp.exists():
+        return root
+    cuda = torch.cuda.is_available()
+    where = "cuda" if cuda else "cpu"
+    gen = torch.Generator(where).manual_seed(seed)
+    for split, n in (("train", n_train), ("val", n_val)):
+        for c in range(classes):
+            (base / split / f"n{c:08d}").mkdir(parents=True, exist_ok=True)
+        for start in range(0, n, 256):
+            count = min(256, n - start)
+            images = []
+            for _ in range(count):
+                h = int(torch.randint(300, 450, (1,), generator=gen, device=where))
+                w = int(torch.randint(400, 560, (1,), generator=gen, device=where))
+                coarse = torch.rand(1, 3, h // 16, w // 16, generator=gen, device=where) * 255
+                img = torch.nn.functional.interpolate(coarse, size=(h, w), mode="bicubic", align_corners=False)
+                img = img + torch.randn(1, 3, h, w, generator=gen, device=where) * 12  # texture, like a photo's
+                images.append(img[0].clamp(0, 255).to(torch.uint8))
+            encoded = encode_jpeg(images, quality=90)
+            for k, data in enumerate(encoded):
+                i = start + k
+                (base / split / f"n{i % classes:08d}" / f"{split}_{i}.JPEG").write_bytes(data.cpu().numpy().tobytes())
+    stamp.touch()
+    return root
+
+
 def timed(device: torch.device, work) -> tuple[float, float]:
     sync(device)
     reset_peak(device)
@@ -63,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--views", type=int, default=12)
     parser.add_argument("--workers", type=int, default=None, help="DataLoader decode workers (default: per core)")
     parser.add_argument("--gpu-decode", default="auto", choices=["auto", "true", "false"])
+    parser.add_argument("--synthetic", type=int, default=0,
+                        help="write N synthetic ImageNet-sized JPEGs (1000 classes) under --root and read those")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     for key in ("amp", "compile", "channels_last"):
         parser.add_argument(f"--{key.replace('_', '-')}", default="auto", help=f"the run's `{key}` key")
     args = parser.parse_args(argv)
@@ -72,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     def toml(value: str) -> object:
         return {"true": True, "false": False}.get(value, value)
 
+    if args.synthetic:
+        args.root = synthetic_tree(args.root or Path("/tmp/rmconsole-synthetic"), args.synthetic, 1000)
+        args.dataset = "imagenet"
     try:
         cfg = build_config({
             "dataset": args.dataset, "model": "resnet34", "method": "rm", "memory_size": 2000 if args.dataset ==
@@ -129,6 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'phase':<16} {'images':>8} {'seconds':>8} {'images/s':>10}  {'peak memory':>16}")
     for name, n, s, peak, extra in rows:
         print(f"{name:<16} {n:>8,} {s:>8.2f} {n / s:>10,.1f}  {peak:>8.2f} {memory_unit(device):<7}  {extra}")
+    if args.json:
+        files = sorted((args.root or default_root()).glob(f"{'imagenet' if args.dataset == 'imagenet' else 'tiny-imagenet-200'}/train/*/*"))[:200]
+        args.json.write_text(json.dumps({
+            "workload": {"dataset": args.dataset, "synthetic": args.synthetic, "size": args.size, "batch": args.batch,
+                         "views": cfg.uncertainty_views, "decode": "nvjpeg" if source.decodes_on_gpu else "cpu",
+                         "workers": source.workers, "accel": rm.accel.describe(),
+                         "mean_file_kb": sum(f.stat().st_size for f in files) / max(1, len(files)) / 1024},
+            "phases": {name: {"images": n, "seconds": sec, "images_per_s": n / sec, "peak_gib": peak}
+                       for name, n, sec, peak, _ in rows},
+        }, indent=1))
     source.close()
     return 0
 

@@ -97,7 +97,9 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
     gpu_decode: Union[bool, Literal["auto"]] = Field(default="auto", description="decode JPEGs with nvJPEG on a CUDA device")
     amp: Literal["auto", "bf16", "off"] = Field(default="auto", description="autocast dtype; auto = bf16 on CUDA, off on CPU")
     channels_last: Union[bool, Literal["auto"]] = Field(default="auto", description="channels_last convolutions; auto = on CUDA")
-    compile: Union[bool, Literal["auto"]] = Field(default="auto", description="torch.compile the backbone; auto = on CUDA")
+    compile: Union[bool, Literal["auto"]] = Field(default="auto", description="torch.compile the backbone; auto = off (measured slower on an H100)")
+    cuda_graphs: Union[bool, Literal["auto"]] = Field(
+        default="auto", description="replay plain training steps as CUDA graphs; auto = on for single-process CUDA runs")
     gpus: int = Field(default=1, ge=1, description="processes per node under torchrun (one GPU each; CPU processes on device=cpu)")
 
     @model_validator(mode="before")
@@ -119,7 +121,7 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
             raise ValueError("must be a list or a '+'-joined string")
         return parse_augment(value)
 
-    @field_validator("gpu_decode", "channels_last", "compile", mode="before")
+    @field_validator("gpu_decode", "channels_last", "compile", "cuda_graphs", mode="before")
     @classmethod
     def _auto_bool(cls, value: Any) -> Any:
         if isinstance(value, bool) or value == "auto":

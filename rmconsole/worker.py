@@ -70,11 +70,15 @@ def package_versions() -> dict[str, str]:
     import numpy
     import torchvision
 
-    return {
+    versions = {
         "rmconsole": __version__, "python": platform.python_version(), "torch": torch.__version__,
         "torchvision": torchvision.__version__, "numpy": numpy.__version__, "sqlmodel": version("sqlmodel"),
         "platform": platform.platform(),
     }
+    if torch.cuda.is_available():  # which GPU trained the run (a sweep slot's, by CUDA_VISIBLE_DEVICES)
+        versions.update(cuda=str(torch.version.cuda), gpu=torch.cuda.get_device_name(),
+                        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+    return versions
 
 
 def git_commit() -> str | None:

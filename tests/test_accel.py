@@ -29,7 +29,8 @@ def test_auto_is_off_on_cpu() -> None:
 def test_auto_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accel, "bf16_supported", lambda: True)
     a = Accel.from_config(_cfg(model="resnet18"), CUDA)
-    assert (a.amp_dtype, a.channels_last, a.compile) == (torch.bfloat16, True, True)
+    # compile's auto is off: measured slower on an H100 (benchmarks/results); CUDA graphs pay instead
+    assert (a.amp_dtype, a.channels_last, a.compile) == (torch.bfloat16, True, False)
     mlp = Accel.from_config(_cfg(), CUDA)  # an MLP has no convolutions to speed up
     assert (mlp.amp_dtype, mlp.channels_last, mlp.compile) == (torch.bfloat16, False, False)
     monkeypatch.setattr(accel, "bf16_supported", lambda: False)  # pre-Ampere GPUs: float32

@@ -336,6 +336,38 @@ def normalize(images: Tensor, mean: Tensor, std: Tensor) -> Tensor:
     return (images.float().div_(255.0) - mean) / std
 
 
+@dataclass(frozen=True)
+class CutMixDraw:
+    """One batch's CutMix: the box [y1:y2, x1:x2] pasted from `perm` of the batch, and the
+    area-corrected lambda. Drawn on the host, so a captured training step can take it as data."""
+
+    perm: Tensor  # CPU, int64
+    x1: int
+    x2: int
+    y1: int
+    y2: int
+    lam: float
+
+
+def draw_cutmix(n: int, h: int, w: int, rng: random.Random, gen: torch.Generator, alpha: float = 1.0) -> CutMixDraw:
+    """The random part of `cutmix` (same draws, same order)."""
+    lam = rng.betavariate(alpha, alpha)
+    cut = math.sqrt(1.0 - lam)
+    cut_w, cut_h = int(w * cut), int(h * cut)
+    cx, cy = rng.randrange(w), rng.randrange(h)
+    x1, x2 = max(cx - cut_w // 2, 0), min(cx + cut_w // 2, w)
+    y1, y2 = max(cy - cut_h // 2, 0), min(cy + cut_h // 2, h)
+    perm = torch.randperm(n, generator=gen)
+    return CutMixDraw(perm, x1, x2, y1, y2, 1.0 - (x2 - x1) * (y2 - y1) / (w * h))
+
+
+def apply_cutmix(x: Tensor, y: Tensor, draw: CutMixDraw) -> tuple[Tensor, Tensor, Tensor, float]:
+    perm = draw.perm.to(x.device)
+    x = x.clone()
+    x[:, :, draw.y1:draw.y2, draw.x1:draw.x2] = x[perm, :, draw.y1:draw.y2, draw.x1:draw.x2]
+    return x, y, y[perm], draw.lam
+
+
 def cutmix(x: Tensor, y: Tensor, rng: random.Random, gen: torch.Generator,
            alpha: float = 1.0) -> tuple[Tensor, Tensor, Tensor, float]:
     """CutMix as the RM authors apply it: lambda ~ Beta(alpha, alpha), a box of side
@@ -344,18 +376,8 @@ def cutmix(x: Tensor, y: Tensor, rng: random.Random, gen: torch.Generator,
     loss = lambda * CE(y_a) + (1 - lambda) * CE(y_b); hard labels stay available to
     methods that need them (distillation, BiC), which torchvision's soft-label CutMix hides.
     """
-    lam = rng.betavariate(alpha, alpha)
     n, _, h, w = x.shape
-    cut = math.sqrt(1.0 - lam)
-    cut_w, cut_h = int(w * cut), int(h * cut)
-    cx, cy = rng.randrange(w), rng.randrange(h)
-    x1, x2 = max(cx - cut_w // 2, 0), min(cx + cut_w // 2, w)
-    y1, y2 = max(cy - cut_h // 2, 0), min(cy + cut_h // 2, h)
-    perm = torch.randperm(n, generator=gen).to(x.device)
-    x = x.clone()
-    x[:, :, y1:y2, x1:x2] = x[perm, :, y1:y2, x1:x2]
-    lam = 1.0 - (x2 - x1) * (y2 - y1) / (w * h)
-    return x, y, y[perm], lam
+    return apply_cutmix(x, y, draw_cutmix(n, h, w, rng, gen, alpha))
 
 
 @dataclass
@@ -405,9 +427,14 @@ class Augmenter:
 
     def maybe_cutmix(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, float] | None:
         """CutMix with probability 0.5 when enabled; None means train on (x, y) as is."""
+        draw = self.draw_mix(len(x), x.shape[-2], x.shape[-1])
+        return None if draw is None else apply_cutmix(x, y, draw)
+
+    def draw_mix(self, n: int, h: int, w: int) -> CutMixDraw | None:
+        """The random part of `maybe_cutmix`, for a step that applies the box itself."""
         if not self.uses_cutmix or self.rng.random() >= 0.5:
             return None
-        return cutmix(x, y, self.rng, self.gen)
+        return draw_cutmix(n, h, w, self.rng, self.gen)
 
     def state_dict(self) -> dict:
         return {"gen": self.gen.get_state(), "rng": self.rng.getstate()}

@@ -60,6 +60,11 @@ class Learner(Protocol):
     accel: Accel
     epoch_eval: Callable[[], float] | None
     best_epoch_accuracy: float | None
+    seen: Tensor  # classes exposed so far (the mask of unseen logits)
+    graphs: dict  # batch size -> graphs.GraphedStep captured for the current optimiser
+
+    @property
+    def uses_graphs(self) -> bool: ...
 
     @property
     def report(self) -> Reporter: ...

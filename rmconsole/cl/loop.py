@@ -88,7 +88,8 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
         dist.sync_module(method.model)
         distributed.restore_rank_state(augmenter, resume, cfg.seed, dist)
     reporter.log((f"rank {dist.rank}/{dist.world}, collectives on {dist.device}; " if dist else "")
-                 + f"compute on {device}: {method.accel.describe()}")
+                 + f"compute on {device}: {method.accel.describe()}"
+                 + (", cuda_graphs=True" if method.uses_graphs else ""))
     plans = protocol.plans(data.n_classes)
     reporter.run_started(plans, protocol.class_order, data.class_names, augmenter.describe())
     outcomes = []

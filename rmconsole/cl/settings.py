@@ -50,6 +50,7 @@ class RunSettings(Protocol):
     amp: Literal["auto", "bf16", "off"]
     channels_last: bool | Literal["auto"]
     compile: bool | Literal["auto"]
+    cuda_graphs: bool | Literal["auto"]
 
 
 def param(default: Any, help: str, **bounds: float) -> Any:

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from .accel import train_chunk
+from .graphs import GraphedStep, set_lr
 from .learner import Learner, Task
 from .pipeline import iter_batches
 from .schedule import epoch_lr
@@ -41,8 +42,7 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
     method.best_epoch_accuracy = None
     for epoch in range(epochs):
         batches = plans[epoch] if plans else (first if epoch == 0 else batches_for_epoch(epoch))
-        for group in optimizer.param_groups:
-            group["lr"] = epoch_lr(epoch, method.cfg.lr, method.cfg.schedule)
+        set_lr(optimizer, epoch_lr(epoch, method.cfg.lr, method.cfg.schedule))
         method.model.train()
         chunks = list(_chunks(batches, chunk_images))
         shards = [[dist.shard(b) for b in chunk] for chunk in chunks] if dist else \
@@ -64,7 +64,11 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
 
 def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> None:
     """One optimiser step on an augmented batch: the method's loss, backward, the ranks'
-    gradients averaged (weighted by their shard), the update, then the method's `after_step`."""
+    gradients averaged (weighted by their shard), the update, then the method's `after_step`.
+    On a single-process CUDA run of a default-step method, the step is a CUDA graph replay."""
+    if method.uses_graphs and len(x) > 1:
+        graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
+        return
     optimizer = method.optimizer
     with method.accel.autocast():
         loss = method.step_loss(x, y)
@@ -74,6 +78,19 @@ def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> None:
         method.dist.average_gradients(trained_parameters(optimizer), weight)
     optimizer.step()
     method.after_step()
+
+
+def graphed_step(method: Learner, batch: int) -> GraphedStep:
+    """The method's captured step for this batch size, made anew when the model, the optimiser
+    (a new one each task) or the seen-classes mask it was captured with has been replaced."""
+    cached = method.graphs.get(batch)
+    current = (method.model, method.optimizer, method.seen)
+    if cached is None or any(a is not b for a, b in zip((cached.model, cached.optimizer, cached.seen), current)):
+        assert method.optimizer is not None
+        cached = method.graphs[batch] = GraphedStep(
+            method.model, method.optimizer, method.seen, batch, method.setup.data.image_shape,
+            method.accel.channels_last, lambda: method.accel.autocast(graph_safe=True))
+    return cached
 
 
 def trained_parameters(optimizer: torch.optim.Optimizer) -> list[Tensor]:

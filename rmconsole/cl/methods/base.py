@@ -30,6 +30,13 @@ Hooks a method may override (called by)                          default
     step_loss(x, y)         train.train_step, every step           cross-entropy over seen classes,
                                                                    CutMix when the run enables it
     after_step()            train.train_step, after each update    nothing
+    graphable_step          (class variable) train.train_step      True: on a single-process CUDA run
+                                                                   the default step is replayed as a
+                                                                   CUDA graph (graphs.py); a method
+                                                                   whose step hides other work (EWC's
+                                                                   gradient hooks) sets False;
+                                                                   overriding step_loss or after_step
+                                                                   also keeps the step eager
     update_memory(task)     learn_task                             refill by the run's memory policy
     after_task(task)        loop, after learn_task, before eval    nothing
     logits(x)               uncertainty scoring, predict           model(x), unseen classes masked
@@ -63,6 +70,7 @@ from .. import distributed, inference, train
 from .. import memory as M
 from ..accel import Accel
 from ..events import Reporter
+from ..graphs import GraphedStep, graph_ready_optimizer, portable_optimizer_state
 from ..learner import Setup, Task
 from ..models import Backbone, build_model
 from ..settings import MethodParams
@@ -77,6 +85,7 @@ class Method:
     name: ClassVar[str] = "er"
     default_memory_policy: ClassVar[str] = "random"
     single_task: ClassVar[bool] = False
+    graphable_step: ClassVar[bool] = True
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
@@ -95,6 +104,7 @@ class Method:
         self.memory_info: dict[str, Any] = {}
         self.epoch_eval: Callable[[], float] | None = None  # set by the loop when best-epoch is recorded
         self.best_epoch_accuracy: float | None = None
+        self.graphs: dict[int, GraphedStep] = {}  # CUDA-graphed steps by batch size, for this optimiser
 
     # ------------------------------------------------------------------ building blocks
 
@@ -110,8 +120,18 @@ class Method:
         fused = self.device.type in ("cuda", "cpu")
         params = [p for name, p in self.model.named_parameters()
                   if self.cfg.train_head or not name.startswith("fc.")]
-        return torch.optim.SGD(params, lr=self.cfg.lr, momentum=0.9, nesterov=True,
-                               weight_decay=self.cfg.weight_decay, fused=fused)
+        self.graphs = {}
+        optimizer = torch.optim.SGD(params, lr=self.cfg.lr, momentum=0.9, nesterov=True,
+                                    weight_decay=self.cfg.weight_decay, fused=fused)
+        return graph_ready_optimizer(optimizer) if self.uses_graphs else optimizer
+
+    @property
+    def uses_graphs(self) -> bool:
+        """Training steps replayed as CUDA graphs (graphs.py): single-process CUDA runs of methods
+        whose step is the default one, unless the run's `cuda_graphs` is false."""
+        plain = self.graphable_step and all(getattr(type(self), hook) is getattr(Method, hook)
+                                            for hook in ("step_loss", "after_step"))
+        return bool(self.cfg.cuda_graphs) and plain and self.device.type == "cuda" and self.dist is None
 
     @property
     def report(self) -> Reporter:
@@ -265,7 +285,7 @@ class Method:
     def state_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict() if self.optimizer else None,
+            "optimizer": portable_optimizer_state(self.optimizer.state_dict()) if self.optimizer else None,
             "memory": self.memory.state_dict(),
             "seen": self.seen.cpu(),
             "gen": self.gen.get_state(),
@@ -279,3 +299,5 @@ class Method:
         if state.get("optimizer") is not None:
             self.optimizer = self.make_optimizer()
             self.optimizer.load_state_dict(state["optimizer"])
+            if self.uses_graphs:
+                graph_ready_optimizer(self.optimizer)

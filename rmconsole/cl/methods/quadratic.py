@@ -23,6 +23,7 @@ class Regularised:
     consolidated)."""
 
     default_reg_weight: float
+    graphable_step = False  # the penalty's gradient hooks must run eagerly, step by step
     params: RegularisedParams
     model: torch.nn.Module
     quadratic: QuadraticPenalty

@@ -1,0 +1,143 @@
+"""One training step replayed as a CUDA graph: what makes RM's batch-8 memory epochs fast on a GPU.
+
+A ResNet18 step on 8 CIFAR images is a few hundred tiny kernels; launched one by one from
+Python the GPU waits on the host for most of each step. Captured once (forward, loss,
+backward, optimiser step) and replayed, a step costs one launch. What changes from step to
+step enters through static buffers: the batch, its labels, and the batch's CutMix draw (made
+on the host from the run's generators, as in the eager step, then applied inside the graph
+as a box mask). The graph computes what the eager step computes:
+
+    eager: x[:, :, y1:y2, x1:x2] = x[perm, :, y1:y2, x1:x2];  lam * CE(y) + (1 - lam) * CE(y[perm])
+           (no CutMix: CE(y))
+    graph: where(box, x[perm], x);  w_a * CE(y_a) + w_b * CE(y_b), with (w_a, w_b) = (lam, 1 - lam)
+           or (1, 0) and y_b = y_a, perm = identity, an empty box when the batch draws no CutMix
+
+(selection is exact, 1 * a + 0 * b == a in floating point, and unseen classes are masked
+with the same fill), so a graphed run and an eager one give the same numbers up to the
+choice of GPU kernels. Only steps that are plain cross-entropy + SGD are graphed: methods
+with their own loss or per-step hooks (EWC, Rwalk, iCaRL, BiC) and multi-process runs stay eager.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor, nn
+
+from .augment import CutMixDraw
+
+WARMUP_STEPS = 2  # real steps run eagerly (on a side stream) before capture: cuDNN/cuBLAS set-up
+
+
+class GraphedStep:
+    """forward + loss + backward + `optimizer.step()` for batches of one shape, as a CUDA graph.
+
+    The optimiser must keep its learning rate in a device tensor (`lr_tensor`) so the
+    schedule can change it between replays. Recapture (a new GraphedStep) when the optimiser
+    or the model's parameters are replaced (each task makes a new optimiser)."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, seen: Tensor, batch: int,
+                 image_shape: tuple[int, ...], channels_last: bool,
+                 autocast: Callable[[], object]) -> None:
+        device = seen.device
+        self.model, self.optimizer, self.seen, self.autocast = model, optimizer, seen, autocast
+        fmt = torch.channels_last if channels_last and len(image_shape) == 3 else torch.contiguous_format
+        self.x = torch.zeros(batch, *image_shape, device=device).contiguous(memory_format=fmt)
+        self.y_a = torch.zeros(batch, dtype=torch.long, device=device)
+        self.y_b = torch.zeros(batch, dtype=torch.long, device=device)
+        self.perm = torch.arange(batch, device=device)
+        self.box = torch.zeros(4, dtype=torch.long, device=device)  # y1, y2, x1, x2
+        self.weights = torch.zeros(2, dtype=torch.float32, device=device)  # w_a, w_b
+        self.identity = torch.arange(batch, device=device)
+        self.no_mix = torch.tensor([1.0, 0.0], dtype=torch.float32, device=device)
+        self.steps = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.batch = batch
+        h, w = image_shape[-2:]
+        self.rows = torch.arange(h, device=device).view(h, 1)
+        self.cols = torch.arange(w, device=device).view(1, w)
+
+    def _step(self) -> None:
+        y1, y2, x1, x2 = self.box
+        inside = (self.rows >= y1) & (self.rows < y2) & (self.cols >= x1) & (self.cols < x2)
+        x = torch.where(inside, self.x[self.perm], self.x)
+        with self.autocast():
+            logits = self.model(x)
+            logits = logits.masked_fill(~self.seen, torch.finfo(logits.dtype).min)
+            loss = (self.weights[0] * nnf.cross_entropy(logits, self.y_a)
+                    + self.weights[1] * nnf.cross_entropy(logits, self.y_b))
+        loss.backward()
+        self.optimizer.step()
+
+    def load(self, x: Tensor, y: Tensor, draw: CutMixDraw | None) -> None:
+        """Copy one batch and its CutMix draw into the graph's inputs (no host synchronisation)."""
+        self.x.copy_(x)
+        if draw is None:
+            self.y_a.copy_(y)
+            self.y_b.copy_(y)
+            self.perm.copy_(self.identity)
+            self.box.zero_()
+            self.weights.copy_(self.no_mix)
+        else:
+            perm = draw.perm.to(y.device, non_blocking=True)
+            self.y_a.copy_(y)
+            self.y_b.copy_(y[perm])
+            self.perm.copy_(perm)
+            self.box.copy_(torch.tensor([draw.y1, draw.y2, draw.x1, draw.x2]), non_blocking=True)
+            # the eager step multiplies by Python floats: lam and 1 - lam rounded to float32 alike
+            self.weights.copy_(torch.tensor([draw.lam, 1.0 - draw.lam], dtype=torch.float32), non_blocking=True)
+
+    def __call__(self, x: Tensor, y: Tensor, draw: CutMixDraw | None) -> None:
+        """One training step on (x, y) with the batch's CutMix draw."""
+        self.load(x, y, draw)
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        if self.steps < WARMUP_STEPS:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.optimizer.zero_grad(set_to_none=True)
+                self._step()
+            torch.cuda.current_stream().wait_stream(side)
+            self.steps += 1
+            return
+        # capture records the step without running it, then one replay runs it
+        self.optimizer.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._step()
+        self.graph = graph
+        graph.replay()
+        self.steps += 1
+
+
+def graph_ready_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Learning rates as float32 tensors on the parameters' device (same values as the float
+    the eager step passes), so a captured step reads the current one."""
+    for group in optimizer.param_groups:
+        device = group["params"][0].device
+        lr = group["lr"]
+        if not (isinstance(lr, Tensor) and lr.device == device):
+            group["lr"] = torch.tensor(float(lr), dtype=torch.float32, device=device)
+    return optimizer
+
+
+def portable_optimizer_state(state: dict) -> dict:
+    """An optimiser state dict with tensor learning rates as floats, so a checkpoint written by
+    a graphed run loads anywhere (CPU or GPU, graphed or not)."""
+    for group in state.get("param_groups", []):
+        if isinstance(group.get("lr"), Tensor):
+            group["lr"] = float(group["lr"])
+    return state
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The schedule's learning rate for the coming epoch, in place when it is a tensor."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
