@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from conftest import rmconsole
-from rmconsole import launch, store
+from rmconsole import store
+from rmconsole.runner import launch
 from rmconsole.cl.data import load_digits
 from rmconsole.cl.loop import run_protocol
 from rmconsole.config import load_config
@@ -153,7 +154,7 @@ def test_stopped_run_resumes_to_the_uninterrupted_results(isolated_home) -> None
 def test_heartbeat_of_an_ended_run_stops_its_worker_without_writing(isolated_home) -> None:
     """The fence, in-process: once the store says the run is no longer running, the worker's
     next heartbeat writes nothing and raises Superseded (the real process: the slow test below)."""
-    from rmconsole import worker
+    from rmconsole.runner import worker
 
     run_id = _running_run(None, beat_age_s=0)
     reporter = worker.StoreReporter(run_id, 5)

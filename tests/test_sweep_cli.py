@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import REPO, rmconsole
-from rmconsole import queue as Q
+from rmconsole.runner import queue as Q
 from rmconsole import store
 
 TINY = ["--set", "epochs=0", "--set", "n_tasks=2", "--set", "threads=1"]

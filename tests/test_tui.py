@@ -12,7 +12,8 @@ from sqlmodel import delete
 
 import tui_store
 from conftest import rmconsole
-from rmconsole import launch, store
+from rmconsole import store
+from rmconsole.runner import launch
 from rmconsole.store.tables import MemorySnapshot, Run, TaskResult, TaskStream
 from rmconsole.tui import RMConsoleApp, data
 from rmconsole.tui.screens.compare import CompareScreen

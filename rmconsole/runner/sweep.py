@@ -20,8 +20,8 @@ from typing import Any, Optional
 
 from sqlmodel import Session
 
-from . import store
-from .config import DEFAULT_PRESET, ConfigError, RunConfig, load_config, parse_value, read_preset, split_override
+from .. import store
+from ..config import DEFAULT_PRESET, ConfigError, RunConfig, load_config, parse_value, read_preset, split_override
 
 
 def split_values(raw: str) -> list[str]:
