@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from .. import store
 from ..cl.catalog import data_root
-from .processes import EXIT_SUPERSEDED, exit_reason, is_run_process, pid_alive, process_argv, python_m
+from .processes import exit_reason, is_run_process, pid_alive, process_argv, python_m
 
 STALE_AFTER_S = 30.0
 

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 
-from .processes import SUPERVISOR_PID_ENV, StopSignal, entry_args, python_m
+from .processes import EXIT_SUPERSEDED, SUPERVISOR_PID_ENV, StopSignal, entry_args, exit_reason, python_m
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,19 +57,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def record_end(run_id: int, returncode: int, stop_requested: bool) -> None:
-    """If the worker left its run queued or running, say how it ended."""
+    """If the worker left its run queued or running, say how it ended (`launch.record_exit`)."""
     from .. import store
     from . import launch
 
+    if returncode == EXIT_SUPERSEDED:
+        return  # the worker found the run another worker's, or already ended: not ours to record
     try:
-        run = store.get_run(run_id)
-        if run.status not in store.ACTIVE or returncode == launch.EXIT_SUPERSEDED:
-            return  # the worker recorded its own end, or the run is another worker's
-        if stop_requested:
-            store.finish_run(run_id, "stopped", error=f"stopped by request ({launch.exit_reason(returncode)})")
-        else:
-            launch.mark_dead(run_id, launch.exit_reason(returncode))
-        print(f"supervisor: run {run_id} {store.get_run(run_id).status}: {launch.exit_reason(returncode)}", flush=True)
+        if launch.record_exit(run_id, returncode, stop_requested):
+            print(f"supervisor: run {run_id} {store.get_run(run_id).status}: {exit_reason(returncode)}", flush=True)
     except Exception as err:  # noqa: BLE001 - nothing more we can do; dead-run detection is the fallback
         print(f"supervisor: could not record the end of run {run_id}: {err}", file=sys.stderr, flush=True)
 
