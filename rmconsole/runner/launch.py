@@ -127,11 +127,10 @@ def record_exit(run_id: int, returncode: int | None, stop_requested: bool = Fals
     """The rule for a run's process that has exited: if it left the run queued or running (a
     worker killed, or dead before it could write), whoever saw the exit records how it ended:
     `stopped` when a stop was asked for, else `failed` with the exit reason. Returns whether it
-    recorded. `wait_s`: a pause first, for a worker that exited cleanly to finish its last write."""
+    recorded: an end already recorded (by the worker, its supervisor, a stop) is never replaced.
+    `wait_s`: a pause first, for a worker that exited cleanly to finish its last write."""
     if wait_s:
         time.sleep(wait_s)
-    if store.get_run(run_id).status not in store.ACTIVE:
-        return False  # the worker (or its supervisor) recorded its own end
     if stop_requested:
         return store.finish_run(run_id, "stopped", error=f"stopped by request ({exit_reason(returncode)})")
     return mark_dead(run_id, exit_reason(returncode))
