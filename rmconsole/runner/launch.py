@@ -78,8 +78,8 @@ def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvou
     path = log_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as log:
-        proc = subprocess.Popen(python_m("supervise", str(run_id), "--", *worker_command(run_id, rendezvous)), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        proc = subprocess.Popen(python_m("supervise", str(run_id), "--", *worker_command(run_id, rendezvous)),
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=worker_env(extra_env))
     store.update_run(run_id, pid=proc.pid, host=socket.gethostname(), log_path=str(path))
     return proc
