@@ -65,13 +65,14 @@ def resolve_device(name: str) -> torch.device:
 
 
 def package_versions() -> dict[str, str]:
+    from importlib.metadata import version  # (the store's library, read without importing it here)
+
     import numpy
-    import sqlmodel
     import torchvision
 
     return {
         "rmconsole": __version__, "python": platform.python_version(), "torch": torch.__version__,
-        "torchvision": torchvision.__version__, "numpy": numpy.__version__, "sqlmodel": sqlmodel.__version__,
+        "torchvision": torchvision.__version__, "numpy": numpy.__version__, "sqlmodel": version("sqlmodel"),
         "platform": platform.platform(),
     }
 
