@@ -1,10 +1,9 @@
-"""The `rmconsole` command line: a thin Typer face over config, store and launch."""
+"""The `rmconsole` command line: a thin Typer face over config, store and runner."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -14,11 +13,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
-from . import launch, store
-from . import queue as sweep_queue, report as reports, sweep  # sweeps and reports
+from . import report as reports, runner, store
 from .cl.catalog import DatasetMissing
 from .store.filters import where
-from .config import ConfigError, build_config, preset_description, preset_names, read_preset
+from .config import ConfigError, preset_description, preset_names, read_preset
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A terminal experiment console for continual learning around Rainbow Memory.")
@@ -26,10 +24,6 @@ console = Console()
 err_console = Console(stderr=True)
 USER_ERRORS = (ConfigError, store.StoreError, store.UnknownRun, DatasetMissing, ValueError)
 _debug = False
-
-
-class UserError(Exception):
-    """A refusal with a one-line reason (bad state, not a bad config)."""
 
 
 @app.callback()
@@ -72,25 +66,23 @@ def run(
     rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id shared by the nodes of a c10d rendezvous."),
 ) -> None:
     """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs."""
-    from .multigpu import Rendezvous
-
-    rendezvous = Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
+    rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
     if gpus is not None and gpus < 1:
         raise ConfigError(f"--gpus {gpus}: must be at least 1")
-    if sweep.is_sweep(list(set_), seeds):
+    if runner.is_sweep(list(set_), seeds):
         if (gpus or 1) > 1 or rendezvous.multi_node:
             raise ConfigError("--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
                               "(--parallel slots); start multi-GPU runs one at a time")
         run_sweep(preset, list(set_), seed, seeds, device, detach, parallel)
         return
-    launched = launch.launch_run(preset, list(set_), seed=seed, device=device, gpus=gpus,  # shared with the TUI
+    launched = runner.launch_run(preset, list(set_), seed=seed, device=device, gpus=gpus,  # shared with the TUI
                                  rendezvous=rendezvous)
     run_id, name, cfg, proc = launched.run_id, launched.preset, launched.config, launched.process
     if detach:
         console.print(run_id)
         return
     console.print(f"run [bold]{run_id}[/] ({name}): {cfg.method} on {cfg.dataset}, K={cfg.memory_size}, "
-                  f"{cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}; log {launch.log_path(run_id)}")
+                  f"{cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}; log {runner.log_path(run_id)}")
     status = follow(run_id, proc)
     print_run(run_id)
     raise typer.Exit(0 if status == "finished" else 1)
@@ -106,8 +98,7 @@ def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
     try:
         with Progress(*columns, console=console, transient=True) as progress:
             bar = progress.add_task("run", total=None, task="—", phase="queued", rate="", eta="—")
-            while True:
-                run = store.get_run(run_id)
+            for run in runner.follow_run(run_id, proc, poll_s):  # records the end of a worker that died silently
                 if run.task is not None:
                     progress.update(bar, total=max(run.phase_total, 1), completed=run.phase_done,
                                     task=f"{run.task + 1}/{run.n_tasks}", phase=run.phase or "",
@@ -118,17 +109,10 @@ def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
                     progress.console.print(f"task {result.task + 1}/{run.n_tasks}: accuracy {result.accuracy:.2f}% "
                                            f"({result.seconds:.1f} s)")
                 reported = max(reported, len(results))
-                if run.status not in store.ACTIVE:
-                    return run.status
-                if proc is not None and proc.poll() is not None:
-                    time.sleep(poll_s)  # let a worker that exited cleanly finish its last write
-                    if store.get_run(run_id).status in store.ACTIVE:
-                        launch.mark_dead(run_id, launch.exit_reason(proc.returncode))
-                    return store.get_run(run_id).status
-                time.sleep(poll_s)
+        return run.status
     except KeyboardInterrupt:
         err_console.print(f"stopping run {run_id}…")
-        launch.stop_run(run_id)
+        runner.stop_run(run_id)
         return store.get_run(run_id).status
 
 
@@ -139,27 +123,19 @@ def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seed
               device: Optional[str], detach: bool, parallel: Optional[int]) -> None:
     """Validate every grid point, store the grid as queued runs, then drive the queue here (showing
     progress) or, with --detach, in a queue runner process that outlives this command."""
-    if parallel is not None and parallel < 1:
-        raise ConfigError(f"--parallel {parallel}: must be at least 1")
-    plan = sweep.plan_sweep(preset, pairs, seeds, seed=seed, device=device)
-    if any(getattr(cfg, "gpus", 1) > 1 for cfg in plan.configs):
-        raise ConfigError("gpus: a sweep runs one GPU per run (--parallel slots); start multi-GPU runs one at a time")
-    for cfg in plan.configs:  # a missing dataset or GPU refuses the sweep before anything is stored
-        launch.check_runnable(cfg)
-    gpus = sweep_queue.visible_gpus()
-    slots = parallel or sweep_queue.default_parallel(gpus)
-    sweep_id, ids = sweep.store_sweep(plan)
+    launched = runner.launch_sweep(preset, pairs, seeds=seeds, seed=seed, device=device, parallel=parallel,
+                                   detach=detach)
+    sweep_id, ids, plan, slots, gpus = launched.sweep_id, launched.run_ids, launched.plan, launched.parallel, launched.gpus
     line = (f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
             f"{slots} slot(s) on {'GPUs ' + ','.join(gpus) if gpus else 'CPU'}")
-    if detach:
-        proc = sweep_queue.start_queue_runner(sweep_id, slots, gpus)
-        err_console.print(f"{line}; queue runner pid {proc.pid}, log {sweep_queue.log_path(sweep_id)}",
+    if launched.queue_runner is not None:
+        err_console.print(f"{line}; queue runner pid {launched.queue_runner.pid}, log {launched.log_path}",
                           highlight=False, soft_wrap=True)
         console.print(sweep_id, highlight=False)
         return
     console.print(line, highlight=False)
-    with sweep_queue.DriverLock(sweep_id):
-        counts = follow_sweep(sweep_id, sweep_queue.SweepQueue(sweep_id, slots, gpus=gpus), plan)
+    with runner.DriverLock(sweep_id):
+        counts = follow_sweep(sweep_id, runner.SweepQueue(sweep_id, slots, gpus=gpus), plan)
     summaries = [r.to_json() for r in store.find_runs(where("sweep", [sweep_id]))]
     console.print(reports.rich_table(reports.build_report(summaries)))
     console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
@@ -179,7 +155,7 @@ def follow_sweep(sweep_id: str, queue: Any, plan: Any = None, poll_s: float = 0.
 
             def tick(q: Any) -> None:
                 runs = q.runs()
-                counts = sweep.status_counts(runs)
+                counts = runner.status_counts(runs)
                 progress.update(overall, completed=sum(r.status not in store.ACTIVE for r in runs),
                                 info=", ".join(f"{v} {k}" for k, v in counts.items()))
                 for r in runs:
@@ -199,7 +175,7 @@ def follow_sweep(sweep_id: str, queue: Any, plan: Any = None, poll_s: float = 0.
     except KeyboardInterrupt:
         err_console.print(f"stopping sweep {sweep_id}…")
         queue.stop()
-    return sweep.status_counts(store.list_runs(sweep_id=sweep_id))
+    return runner.status_counts(store.list_runs(sweep_id=sweep_id))
 
 
 # --------------------------------------------------------------------------- show
@@ -247,7 +223,7 @@ def print_run(run_id: int) -> None:
 def show(run_id: int = typer.Argument(..., help="Run id."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """One run: config, per-task accuracy, memory histograms, metrics."""
-    launch.reap_dead([store.get_run(run_id)])
+    runner.reap_dead([store.get_run(run_id)])
     if as_json:
         print(json.dumps(store.run_detail(run_id), indent=2))
         return
@@ -269,9 +245,9 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     run_filter = store.parse_run_filter(filters)
     if status is not None:
         run_filter &= where("status", [status])
-    launch.reap_dead()
+    runner.reap_dead()
     if sweep_:
-        run_filter &= where("sweep", [sweep.resolve_sweep_id(sweep_)])
+        run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
     records = store.find_runs(run_filter)
     if limit:
         records = records[-limit:]
@@ -300,13 +276,13 @@ def print_sweep_queues(sweep_ids: list[str]) -> None:
     """One line per sweep: its runs per status and who drives its queue."""
     for sweep_id in dict.fromkeys(sweep_ids):
         members = store.list_runs(sweep_id=sweep_id)
-        counts = sweep.status_counts(members)
+        counts = runner.status_counts(members)
         done = sum(counts.get(k, 0) for k in ("finished", "failed", "stopped"))
-        pid = sweep_queue.driver_pid(sweep_id)
+        pid = runner.driver_pid(sweep_id)
         if pid:
             driver = f"; queue driven by pid {pid}"
         elif counts.get("queued"):
-            driver = f"; no queue runner: continue with `python -m rmconsole.queue {sweep_id}`"
+            driver = f"; no queue runner: continue with `python -m rmconsole.runner.queue {sweep_id}`"
         else:
             driver = ""
         console.print(f"sweep {sweep_id} ({members[0].preset}): {done}/{len(members)} done — " +
@@ -394,10 +370,10 @@ def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, data
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--where {pair!r}: expected KEY=VALUE or KEY=V1,V2")
-        run_filter &= where(key.strip(), sweep.split_values(raw.strip()))
-    launch.reap_dead()
+        run_filter &= where(key.strip(), runner.split_values(raw.strip()))
+    runner.reap_dead()
     if sweep_:
-        run_filter &= where("sweep", [sweep.resolve_sweep_id(sweep_)])
+        run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
     return store.find_runs(run_filter)
 
 
@@ -469,11 +445,7 @@ def report(
 def stop(run_id: int = typer.Argument(..., help="Run id."),
          grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL.")) -> None:
     """Stop a running run (SIGTERM to its process group, then SIGKILL); finished tasks stay stored."""
-    launch.reap_dead([store.get_run(run_id)])  # a worker that already died is failed, not stoppable
-    run = store.get_run(run_id)
-    if run.status not in store.ACTIVE:
-        raise UserError(f"run {run_id} is {run.status}: only queued or running runs can be stopped")
-    console.print(f"run {run_id} {launch.stop_run(run_id, grace)}")
+    console.print(f"run {run_id} {runner.stop_run(run_id, grace)}")
 
 
 @app.command()
@@ -486,31 +458,14 @@ def resume(run_id: int = typer.Argument(..., help="Run id."),
            rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
            rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous.")) -> None:
     """Continue a failed or stopped run from its last finished task."""
-    from .multigpu import Rendezvous
-
-    rendezvous = Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
-    launch.reap_dead([store.get_run(run_id)])
-    run = store.get_run(run_id)
-    if run.status not in ("failed", "stopped"):
-        raise UserError(f"run {run_id} is {run.status}: only failed or stopped runs can be resumed")
-    from .checkpoints import check_checkpoint, load_checkpoint
-
-    build_config(run.config)  # a config this version refuses is one line here, not a failed worker
-    checkpoint = load_checkpoint(run_id)  # corrupt or foreign checkpoints: one line, nothing changed
-    if checkpoint is not None:
-        check_checkpoint(checkpoint, run_id, run.config)
-    launch.check_home()
-    start = int(checkpoint["task"]) + 1 if checkpoint is not None else 0
-    if not detach:
-        console.print(f"run {run_id}: resuming at task {start + 1}/{run.n_tasks or '?'}"
-                      + ("" if checkpoint is not None else " (no checkpoint: no task had finished)"))
-    if not store.requeue_run(run_id):
-        raise UserError(f"run {run_id} is {store.get_run(run_id).status} now (changed meanwhile): not resumed")
-    proc = launch.start_worker(run_id, rendezvous=rendezvous)
+    rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
+    resumed = runner.resume_run(run_id, rendezvous)  # shared with the TUI
     if detach:
         console.print(run_id)
         return
-    status = follow(run_id, proc)
+    console.print(f"run {run_id}: resuming at task {resumed.first_task + 1}/{resumed.n_tasks or '?'}"
+                  + ("" if resumed.from_checkpoint else " (no checkpoint: no task had finished)"))
+    status = follow(run_id, resumed.process)
     print_run(run_id)
     raise typer.Exit(0 if status == "finished" else 1)
 
@@ -527,14 +482,12 @@ def join(run_id: int = typer.Argument(..., help="The run started on node 0 with 
          device: str = typer.Option("auto", "--device", help="auto or cpu (as the run's device).")) -> None:
     """Start this node's ranks of a multi-node run (foreground). The ranks here get the run's
     config from rank 0 and never write the store; they need the dataset under RMCONSOLE_DATA."""
-    from .multigpu import Rendezvous, join as join_run
-
     if gpus < 1:
         raise ConfigError(f"--gpus {gpus}: must be at least 1")
     if device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"--device {device!r}: allowed: auto, cuda, cpu")
-    rendezvous = Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check(joining=True)
-    raise typer.Exit(join_run(run_id, gpus, rendezvous, device))
+    rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check(joining=True)
+    raise typer.Exit(runner.join_run(run_id, gpus, rendezvous, device))
 
 
 # --------------------------------------------------------------------------- tui
@@ -572,7 +525,7 @@ def data_get(name: str = typer.Argument(..., help="mnist | fashion_mnist | cifar
 def main() -> None:
     try:
         app()
-    except (*USER_ERRORS, UserError) as err:
+    except USER_ERRORS as err:
         if _debug:
             raise
         err_console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)

@@ -79,7 +79,7 @@ def _files(tmp: Path, home: Path) -> None:
 
 def _store(tmp: Path) -> None:
     """Run 1 finished; run 2 failed with a corrupt checkpoint; run 3 failed with another config's."""
-    from rmconsole.checkpoints import checkpoint_path, save_checkpoint
+    from rmconsole.runner.checkpoints import checkpoint_path, save_checkpoint
 
     _, cfg = load_config(None)
     config = cfg.to_dict()

@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 
 from conftest import rmconsole
 from rmconsole.cl import distributed
-from rmconsole.multigpu import Rendezvous, launcher_argv, settle, torchrun_argv
+from rmconsole.runner.multigpu import Rendezvous, launcher_argv, settle, torchrun_argv
 
 
 def _free_port() -> int:
@@ -132,9 +132,9 @@ def test_rendezvous_options_and_command_lines() -> None:
         with pytest.raises(ConfigError, match=re.escape(fragment)):
             bad.check(joining)
     argv = torchrun_argv(7, 4, static)
-    assert argv[1:3] == ["-m", "torch.distributed.run"] and argv[-3:] == ["-m", "rmconsole.dist_worker", "7"]
+    assert argv[1:3] == ["-m", "torch.distributed.run"] and argv[-3:] == ["-m", "rmconsole.runner.dist_worker", "7"]
     assert ["--nproc-per-node", "4"] == argv[3:5]
-    assert launcher_argv(7, 2)[1:5] == ["-m", "rmconsole.multigpu", "7", "--"]
+    assert launcher_argv(7, 2)[1:5] == ["-m", "rmconsole.runner.multigpu", "7", "--"]
 
 
 def test_settle_tells_a_failed_rank_from_a_stop(isolated_home: Path) -> None:
@@ -218,7 +218,7 @@ def _run_processes(home: Path) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if b"rmconsole.dist_worker" in cmdline and f"RMCONSOLE_HOME={home}".encode() in environ:
+        if b"rmconsole.runner.dist_worker" in cmdline and f"RMCONSOLE_HOME={home}".encode() in environ:
             pids.append(int(entry.name))
     return pids
 

@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from conftest import rmconsole
-from rmconsole import launch, store
+from rmconsole import store
+from rmconsole.runner import launch
 from rmconsole.cl.data import load_digits
 from rmconsole.cl.loop import run_protocol
 from rmconsole.config import load_config
@@ -153,7 +154,7 @@ def test_stopped_run_resumes_to_the_uninterrupted_results(isolated_home) -> None
 def test_heartbeat_of_an_ended_run_stops_its_worker_without_writing(isolated_home) -> None:
     """The fence, in-process: once the store says the run is no longer running, the worker's
     next heartbeat writes nothing and raises Superseded (the real process: the slow test below)."""
-    from rmconsole import worker
+    from rmconsole.runner import worker
 
     run_id = _running_run(None, beat_age_s=0)
     reporter = worker.StoreReporter(run_id, 5)
@@ -206,9 +207,9 @@ def test_a_crash_records_its_own_error_in_one_line(isolated_home, tmp_path, monk
 # --------------------------------------------------------------------------- detection without training
 
 
-def _fake_worker(run_id: int) -> subprocess.Popen:
+def _fake_worker(run_id: int, module: str = "rmconsole.runner.worker") -> subprocess.Popen:
     """A process that looks like run `run_id`'s worker (same argv tail) and does nothing."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "rmconsole.worker", str(run_id)],
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", module, str(run_id)],
                             start_new_session=True)
 
 
@@ -220,10 +221,11 @@ def _running_run(pid: int | None, host: str | None = None, beat_age_s: float = 0
     return run_id
 
 
-def test_stale_heartbeat_of_a_live_local_worker_kills_it(isolated_home) -> None:
+@pytest.mark.parametrize("module", ["rmconsole.runner.worker", "rmconsole.worker"])
+def test_stale_heartbeat_of_a_live_local_worker_kills_it(isolated_home, module) -> None:
     _, cfg = load_config(None)
     placeholder = store.create_run(cfg.to_dict(), "x")
-    fake = _fake_worker(placeholder + 1)
+    fake = _fake_worker(placeholder + 1, module)
     try:
         run_id = _running_run(fake.pid, beat_age_s=45)
         assert run_id == placeholder + 1
@@ -249,6 +251,41 @@ def test_fresh_live_worker_is_left_alone_and_other_hosts_go_by_heartbeat(isolate
         assert store.get_run(alive).status == "running" and store.get_run(remote_fresh).status == "running"
         assert "no heartbeat for 31 s" in store.get_run(remote_stale).error
         assert fake.poll() is None
+    finally:
+        fake.kill()
+        fake.wait()
+
+
+# a run started before the runner package carries the old flat module names in its processes' argv
+@pytest.mark.parametrize("module, ours", [
+    ("rmconsole.runner.supervise", True), ("rmconsole.runner.worker", True),
+    ("rmconsole.supervise", True), ("rmconsole.worker", True),  # the old names: still ours to stop
+    ("rmconsole.multigpu", False), ("rmconsole.dist_worker", False), ("rmconsole.queue", False),
+    ("rmconsole.runner.dist_worker", False),  # a rank that recorded its own pid: judged by its heartbeat
+])
+def test_run_processes_are_known_by_their_new_and_old_module_names(isolated_home, module, ours) -> None:
+    _, cfg = load_config(None)
+    placeholder = store.create_run(cfg.to_dict(), "x")
+    fake = _fake_worker(placeholder + 1, module)
+    try:
+        run_id = _running_run(fake.pid, beat_age_s=1)
+        assert launch.worker_state(store.get_run(run_id)) == ("ours" if ours else "other")
+        assert launch.reap_dead() == [] and fake.poll() is None  # alive and beating: left alone
+    finally:
+        fake.kill()
+        fake.wait()
+    assert launch.worker_state(store.get_run(run_id)) == "gone"
+    assert launch.reap_dead() == [run_id] and "worker process is gone" in store.get_run(run_id).error
+
+
+def test_stopping_an_old_named_supervisor_signals_its_group(isolated_home) -> None:
+    _, cfg = load_config(None)
+    placeholder = store.create_run(cfg.to_dict(), "x")
+    fake = _fake_worker(placeholder + 1, "rmconsole.supervise")
+    try:
+        run_id = _running_run(fake.pid, beat_age_s=1)
+        assert launch.stop_run(run_id, grace_s=5) == "stopped"
+        assert fake.wait(timeout=10) == -signal.SIGTERM  # signalled, not merely marked
     finally:
         fake.kill()
         fake.wait()

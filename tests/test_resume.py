@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rmconsole import store
-from rmconsole.checkpoints import (
+from rmconsole.runner.checkpoints import (
     CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, save_checkpoint,
 )
 from rmconsole.cl.data import load_digits

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rmconsole import queue as Q
-from rmconsole import store, sweep
+from rmconsole.runner import queue as Q
+from rmconsole import store
+from rmconsole.runner import sweep
 from rmconsole.config import ConfigError
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import REPO, rmconsole
-from rmconsole import queue as Q
+from rmconsole.runner import queue as Q
 from rmconsole import store
 
 TINY = ["--set", "epochs=0", "--set", "n_tasks=2", "--set", "threads=1"]
@@ -127,6 +127,34 @@ def test_detached_queue_runner_outlives_the_cli(isolated_home) -> None:
     assert [r.status for r in runs] == ["finished"]
     log = Q.log_path(sweep_id).read_text()
     assert "run 1 started in slot 1/1 on CPU" in log and f"sweep {sweep_id} done: 1 finished" in log
+
+
+@pytest.mark.parametrize("driver", ["alive", "killed"])
+def test_stop_sweep_ends_every_run_with_or_without_its_driver(isolated_home, driver) -> None:
+    """`runner.stop_sweep` from another process: a live queue runner is asked to stop (it stops
+    its workers and its unstarted runs); without one, the runs are stopped directly."""
+    import os
+    import signal
+
+    from rmconsole import runner
+
+    out = rmconsole("run", "--set", "method=finetune", "--seeds", "1,2", "--set", "epochs=1000",
+                    "--set", "threads=1", "--detach")
+    assert out.returncode == 0, out.stderr
+    sweep_id = out.stdout.strip()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and store.list_runs(sweep_id=sweep_id)[0].status != "running":
+        time.sleep(0.2)
+    pid = Q.driver_pid(sweep_id)
+    assert pid and store.list_runs(sweep_id=sweep_id)[0].status == "running"
+    if driver == "killed":
+        os.kill(pid, signal.SIGKILL)  # the worker lives on in its own session
+        while Q.driver_pid(sweep_id) is not None:
+            time.sleep(0.05)
+    assert runner.stop_sweep(sweep_id, grace_s=5) == {"stopped": 2}
+    runs = store.list_runs(sweep_id=sweep_id)
+    assert Q.driver_pid(sweep_id) is None and not runner.pid_alive(runs[0].pid)
+    assert ("stopping the sweep" in Q.log_path(sweep_id).read_text()) == (driver == "alive")
 
 
 @pytest.mark.slow

@@ -12,7 +12,8 @@ from sqlmodel import delete
 
 import tui_store
 from conftest import rmconsole
-from rmconsole import launch, store
+from rmconsole import store
+from rmconsole.runner import launch
 from rmconsole.store.tables import MemorySnapshot, Run, TaskResult, TaskStream
 from rmconsole.tui import RMConsoleApp, data
 from rmconsole.tui.screens.compare import CompareScreen
@@ -327,3 +328,25 @@ def test_tui_command_refuses_a_bad_refresh() -> None:
     assert out.returncode == 2 and "--refresh 0.0: must be a number of seconds above 0" in out.stderr
     assert "Traceback" not in out.stderr
 
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(120)
+async def test_resume_a_stopped_run_from_the_command_palette() -> None:
+    """The TUI resumes through the same runner call as `rmconsole resume`, and owns the new worker."""
+    from rmconsole.config import load_config
+
+    _, cfg = load_config(None, {"epochs": 1000, "threads": 1})
+    run_id = store.create_run(cfg.to_dict(), "digits-blurry10-online")
+    store.update_run(run_id, status="stopped", error="stopped by request (SIGTERM)")
+    app = RMConsoleApp(refresh_s=0.1)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: run_id in table_ids(app), what="the stopped run")
+        await pilot.press("ctrl+p", *f"resume run {run_id}")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await until(pilot, lambda: len(app.workers_started) == 1, timeout=20, what="the resumed worker")
+        await until(pilot, lambda: cell(app, run_id, "status") == "running", timeout=90, what="the running status")
+        assert launch.stop_run(run_id) == "stopped"
+        await until(pilot, lambda: not app.workers_started, what="the worker to be reaped")
+    assert store.get_run(run_id).status == "stopped" and "SIGTERM" in store.get_run(run_id).error

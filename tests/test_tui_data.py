@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import tui_store
-from rmconsole import launch, store
+from rmconsole import store
+from rmconsole.runner import launch
 from rmconsole.config import ConfigError
 from rmconsole.tui import data, render
 from rmconsole.tui.screens.launch import preview, split_overrides

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from rmconsole import launch, store
+from rmconsole import store
+from rmconsole.runner import launch
 from rmconsole.cl.events import TaskOutcome, TaskPlan
 from rmconsole.config import load_config
 

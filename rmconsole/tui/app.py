@@ -3,16 +3,15 @@ it started); each page is a Screen in screens/, each panel a widget in widgets/.
 
 Pages that show the store are `PollingScreen`s: their reads run in thread workers started by
 a timer and come back as typed messages; the UI thread never waits on SQLite. Pages see the App
-through `console.Console`, so nothing below imports this module. Launching and stopping go
-through `launch.launch_run` and `launch.stop_run`, the same calls as the CLI.
+through `console.Console`, so nothing below imports this module. Launching, stopping, resuming
+and reaping go through the runner (`runner.launch_run`, `stop_run`, `resume_run`, `reap_dead`,
+`record_exit`), the same calls as the CLI.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -20,7 +19,7 @@ from textual.binding import Binding
 from textual.reactive import var
 from textual.screen import Screen
 
-from .. import launch, store
+from .. import runner, store
 from .commands import RunCommands
 from .data import RunRow
 from .messages import LaunchFailed, RunLaunched, RunStopped
@@ -57,8 +56,7 @@ class RMConsoleApp(App[None]):
         self.clock = clock
         self.reap_every_s = reap_every_s
         self.rows: list[RunRow] = []  # the latest read of all runs (command palette, compare)
-        self.workers_started: dict[int, Any] = {}  # run id -> Popen of the worker processes this TUI started
-        self._children_lock = threading.Lock()
+        self.workers_started = runner.StartedWorkers()  # the worker processes this TUI started
         self._reaping = False
 
     def on_mount(self) -> None:
@@ -139,7 +137,7 @@ class RMConsoleApp(App[None]):
         """Mark runs whose worker died (pid gone on this host, or heartbeat stale) failed, as
         `rmconsole runs` does; in its own thread so a write waiting on a lock never delays reads."""
         try:
-            launch.reap_dead()
+            runner.reap_dead()
         except Exception:  # noqa: BLE001 - a busy or missing store: the next tick tries again
             pass
         finally:
@@ -151,12 +149,11 @@ class RMConsoleApp(App[None]):
     def launch_run(self, preset: str, overrides: list[str]) -> None:
         """Store and start a run exactly as `rmconsole run --detach` does."""
         try:
-            launched = launch.launch_run(preset, overrides)
+            launched = runner.launch_run(preset, overrides)
         except Exception as err:  # noqa: BLE001 - every refusal is one line for the launch screen
             self.post_message(LaunchFailed(str(err).splitlines()[0] if str(err) else type(err).__name__))
             return
-        with self._children_lock:
-            self.workers_started[launched.run_id] = launched.process
+        self.workers_started.add(launched.run_id, launched.process)
         self.post_message(RunLaunched(launched.run_id, launched.preset))
 
     def on_run_launched(self, message: RunLaunched) -> None:
@@ -178,7 +175,7 @@ class RMConsoleApp(App[None]):
     @work(thread=True, group="stop", exit_on_error=False)
     def stop_run(self, run_id: int) -> None:
         try:
-            status = launch.stop_run(run_id)
+            status = runner.stop_run(run_id)
         except (ValueError, store.UnknownRun) as err:
             self.call_from_thread(self.notify, str(err), severity="warning")
             return
@@ -186,6 +183,18 @@ class RMConsoleApp(App[None]):
             self.call_from_thread(self.notify, f"stopping run {run_id} failed: {err}", severity="error")
             return
         self.post_message(RunStopped(run_id, status))
+
+    @work(thread=True, group="resume", exit_on_error=False)
+    def resume_run(self, run_id: int) -> None:
+        """Continue a failed or stopped run from its last task checkpoint, as `rmconsole resume --detach`."""
+        try:
+            resumed = runner.resume_run(run_id)
+        except Exception as err:  # noqa: BLE001 - every refusal is one line
+            self.call_from_thread(self.notify, str(err).splitlines()[0] if str(err) else type(err).__name__,
+                                  title="Resume refused", severity="warning")
+            return
+        self.workers_started.add(run_id, resumed.process)
+        self.call_from_thread(self.notify, f"run {run_id} resumed at task {resumed.first_task + 1}", title="Resumed")
 
     def on_run_stopped(self, message: RunStopped) -> None:
         self.notify(f"run {message.run_id} {message.status}", title="Stopped")
@@ -195,19 +204,13 @@ class RMConsoleApp(App[None]):
 
     def _poll_children(self) -> None:
         """Reap workers this TUI started; one that exited without recording an end is failed."""
-        with self._children_lock:
-            ended = [(run_id, proc.returncode) for run_id, proc in self.workers_started.items() if proc.poll() is not None]
-            for run_id, _ in ended:
-                del self.workers_started[run_id]
-        for run_id, returncode in ended:
+        for run_id, returncode in self.workers_started.exited():
             self._settle_exit(run_id, returncode)
 
     @work(thread=True, group="reap", exit_on_error=False)
     def _settle_exit(self, run_id: int, returncode: Optional[int]) -> None:
-        time.sleep(0.5)  # a worker that exited cleanly may still be committing its last write
-        try:
-            if store.get_run(run_id).status in store.ACTIVE:
-                launch.mark_dead(run_id, launch.exit_reason(returncode))
+        try:  # (after a pause: a worker that exited cleanly may still be committing its last write)
+            runner.record_exit(run_id, returncode, wait_s=0.5)
         except Exception:  # noqa: BLE001 - a vanished run needs no settling; a busy store is retried by reap_dead
             pass
 

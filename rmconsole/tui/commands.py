@@ -1,4 +1,4 @@
-"""Command palette (ctrl+p): open, stop or compare any run by typing part of its description."""
+"""Command palette (ctrl+p): open, stop, resume or compare any run by typing part of its description."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .console import Console
 
 
 class RunCommands(Provider):
-    """`open run 12 …`, `stop run 12 …`, `select run 12 …` for every run of the latest read."""
+    """`open run 12 …`, `stop run 12 …`, `resume run 12 …`, `select run 12 …` for every run of the latest read."""
 
     def _commands(self) -> list[tuple[str, str, object]]:
         app: Console = self.app  # type: ignore[assignment]
@@ -22,6 +22,9 @@ class RunCommands(Provider):
             if row.active:
                 commands.append((f"Stop {what}", "SIGTERM, then SIGKILL after a grace period",
                                  partial(app.confirm_stop, row.id)))
+            elif row.status in ("failed", "stopped"):
+                commands.append((f"Resume {what}", "Continue from its last task checkpoint",
+                                 partial(app.resume_run, row.id)))
         return commands
 
     async def discover(self) -> Hits:

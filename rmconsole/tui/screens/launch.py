@@ -1,5 +1,5 @@
 """Launch a run: pick a preset, edit overrides (as `rmconsole run --set`), check the resulting
-config, start it through the same `launch.launch_run` as the CLI."""
+config, start it through the same `runner.launch_run` as the CLI."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""`torchrun ... -m rmconsole.dist_worker RUN_ID`: one rank of a multi-GPU run.
+"""`torchrun ... -m rmconsole.runner.dist_worker RUN_ID`: one rank of a multi-GPU run.
 
-Rank 0 is the run's worker (`rmconsole.worker`: it reads the run from the store, writes every
+Rank 0 is the run's worker (`rmconsole.runner.worker`: it reads the run from the store, writes every
 row and checkpoint, heartbeats, obeys stop), and before that it broadcasts the run's config
 to the other ranks. The other ranks never touch the store: they get the config (and, inside
 the loop, the resume checkpoint) from rank 0 over the process group, train their shard of
 every batch, and print to the log only. So a node that joins a run needs the dataset, not the
-store. Started by `rmconsole.multigpu`, never by hand (except `rmconsole join` on other nodes).
+store. Started by `rmconsole.runner.multigpu`, never by hand (except `rmconsole join` on other nodes).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import sys
 import traceback
 from typing import Any
 
-from .cl import distributed
-from .cl.events import Reporter
-from .launch import die_with_parent
+from ..cl import distributed
+from ..cl.events import Reporter
+from .processes import die_with_parent, entry_args
 
 
 class RankReporter(Reporter):
@@ -30,7 +30,8 @@ class RankReporter(Reporter):
 
 
 def _rank0(run_id: int, dist: distributed.Dist) -> int:
-    from . import store, worker
+    from .. import store
+    from . import worker
 
     try:
         config: dict[str, Any] | None = store.get_run(run_id).config
@@ -46,9 +47,9 @@ def _rank0(run_id: int, dist: distributed.Dist) -> int:
 def _follower(run_id: int, dist: distributed.Dist) -> int:
     import torch
 
-    from .cl.data import load_run_dataset
-    from .cl.loop import run_protocol
-    from .config import build_config
+    from ..cl.data import load_run_dataset
+    from ..cl.loop import run_protocol
+    from ..config import build_config
     from .worker import resolve_device
 
     config = dist.broadcast_object(None)
@@ -72,11 +73,10 @@ def _follower(run_id: int, dist: distributed.Dist) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or not argv[0].isdigit():
-        print("usage: torchrun [options] -m rmconsole.dist_worker RUN_ID", file=sys.stderr)
+    args = entry_args(argv, "torchrun [options] -m rmconsole.runner.dist_worker RUN_ID")
+    if args is None:
         return 2
-    run_id = int(argv[0])
+    run_id = args.run_id
     die_with_parent()  # torchrun starts each rank in its own session: die with torchrun, not after it
     dist = distributed.init_from_env()
     if dist is None:  # one process: the plain worker

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import store
+from .. import store
 
 FORMAT = 1
 

@@ -1,4 +1,4 @@
-"""`python -m rmconsole.supervise RUN_ID [-- COMMAND...]`: the parent of one worker, there to record how it ended.
+"""`python -m rmconsole.runner.supervise RUN_ID [-- COMMAND...]`: the parent of one worker, there to record how it ended.
 
 A worker killed by SIGKILL (the OOM killer, `kill -9`) has no chance to write anything, and
 once the console that launched it has exited nobody else can learn its exit status. So
@@ -11,8 +11,8 @@ the worker, and records `stopped` if the worker could not.
 
 The worker dies with its supervisor (PR_SET_PDEATHSIG), so a live worker always has a parent
 that will speak for it; if both die at once, `launch.reap_dead` finds the run on its next look.
-The worker is `python -m rmconsole.worker RUN_ID` unless a COMMAND follows `--` (a multi-process
-run: the torchrun launcher of `rmconsole.multigpu`, whose rank 0 is that worker).
+The worker is `python -m rmconsole.runner.worker RUN_ID` unless a COMMAND follows `--` (a multi-process
+run: the torchrun launcher of `rmconsole.runner.multigpu`, whose rank 0 is that worker).
 """
 
 from __future__ import annotations
@@ -21,35 +21,31 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any
+
+from .processes import EXIT_SUPERSEDED, SUPERVISOR_PID_ENV, StopSignal, entry_args, exit_reason, python_m
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or not argv[0].isdigit() or (len(argv) > 1 and (argv[1] != "--" or len(argv) < 3)):
-        print("usage: python -m rmconsole.supervise RUN_ID [-- COMMAND...]", file=sys.stderr)
+    args = entry_args(argv, "python -m rmconsole.runner.supervise RUN_ID [-- COMMAND...]", command="optional")
+    if args is None:
         return 2
-    run_id = int(argv[0])
-    command = argv[2:] or [sys.executable, "-m", "rmconsole.worker", str(run_id)]
-    stop_requested = False
+    run_id = args.run_id
+    command = args.command or python_m("worker", str(run_id))
     child: subprocess.Popen | None = None
 
-    def on_stop(signum: int, frame: Any) -> None:
-        nonlocal stop_requested
-        stop_requested = True
+    def forward() -> None:
         if child is not None and child.poll() is None:  # a signal sent to this pid alone reaches the worker too
             try:
                 child.send_signal(signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
+    stop = StopSignal(then=forward)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    env = dict(os.environ, RMCONSOLE_SUPERVISOR_PID=str(os.getpid()))
+    env = dict(os.environ, **{SUPERVISOR_PID_ENV: str(os.getpid())})
     child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
     returncode = child.wait()  # retried across signals (PEP 475)
-    record_end(run_id, returncode, stop_requested)
+    record_end(run_id, returncode, stop.requested)
     if returncode < 0:  # end the way the worker ended, so our parent sees the same status
         try:
             signal.signal(-returncode, signal.SIG_DFL)
@@ -61,18 +57,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def record_end(run_id: int, returncode: int, stop_requested: bool) -> None:
-    """If the worker left its run queued or running, say how it ended."""
-    from . import launch, store
+    """If the worker left its run queued or running, say how it ended (`launch.record_exit`)."""
+    from .. import store
+    from . import launch
 
+    if returncode == EXIT_SUPERSEDED:
+        return  # the worker found the run another worker's, or already ended: not ours to record
     try:
-        run = store.get_run(run_id)
-        if run.status not in store.ACTIVE or returncode == launch.EXIT_SUPERSEDED:
-            return  # the worker recorded its own end, or the run is another worker's
-        if stop_requested:
-            store.mark_stopped(run_id, f"stopped by request ({launch.exit_reason(returncode)})")
-        else:
-            launch.mark_dead(run_id, launch.exit_reason(returncode))
-        print(f"supervisor: run {run_id} {store.get_run(run_id).status}: {launch.exit_reason(returncode)}", flush=True)
+        if launch.record_exit(run_id, returncode, stop_requested):
+            print(f"supervisor: run {run_id} {store.get_run(run_id).status}: {exit_reason(returncode)}", flush=True)
     except Exception as err:  # noqa: BLE001 - nothing more we can do; dead-run detection is the fallback
         print(f"supervisor: could not record the end of run {run_id}: {err}", file=sys.stderr, flush=True)
 

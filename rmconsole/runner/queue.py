@@ -2,7 +2,7 @@
 
 Who drives it. `rmconsole run` without --detach drives the queue in its own process and
 shows the sweep's progress (Ctrl-C stops the sweep). With --detach it starts
-`python -m rmconsole.queue SWEEP_ID --parallel N` in its own session (output in
+`python -m rmconsole.runner.queue SWEEP_ID --parallel N` in its own session (output in
 RMCONSOLE_HOME/logs/sweep-ID.log) and returns; that queue runner carries on after the
 terminal closes and exits when the sweep is done. The same command continues a sweep whose
 driver died (add --retry to queue its failed and stopped runs again; they resume from their
@@ -11,7 +11,7 @@ last task checkpoint). SIGTERM to the queue runner stops the sweep: running work
 
 One driver per sweep: it holds an exclusive lock on RMCONSOLE_HOME/sweeps/ID.lock (with its
 pid inside), released by the kernel however the driver ends. Workers are the same
-`python -m rmconsole.worker RUN_ID` processes a single run uses (launch.start_worker); slot i
+`python -m rmconsole.runner.worker RUN_ID` processes a single run uses (launch.start_worker); slot i
 gets GPU i (of the visible ones, through CUDA_VISIBLE_DEVICES) unless the run pins `cuda:N`
 or uses the CPU.
 """
@@ -25,10 +25,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from . import launch, store
+from .. import store
+from ..config import ConfigError
+from . import launch
+from .processes import StopSignal, pid_alive, python_m
+from .sweep import SweepPlan, plan_sweep, status_counts, store_sweep
 
 Starter = Callable[[int, Optional[dict]], Any]
 
@@ -170,10 +175,8 @@ class SweepQueue:
             if proc.poll() is None:
                 continue
             del self.busy[slot]
+            launch.record_exit(run_id, proc.returncode)  # if the worker died without recording why
             run = store.get_run(run_id)
-            if run.status in store.ACTIVE:  # the worker died without recording why
-                launch.mark_dead(run_id, launch.exit_reason(proc.returncode))
-                run = store.get_run(run_id)
             metrics = run.metrics or {}
             shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""
             self.log(f"run {run_id} {run.status}{shown}" + (f" ({run.error})" if run.error else ""))
@@ -187,9 +190,9 @@ class SweepQueue:
         runs = self.runs()
         # runs someone else started (a resume, an earlier driver's workers) take slots too
         foreign = [r for r in runs if r.id not in ours and
-                   (r.status == "running" or (r.status == "queued" and launch.pid_alive(r.pid)))]
+                   (r.status == "running" or (r.status == "queued" and pid_alive(r.pid)))]
         pending = [r for r in runs if r.status == "queued" and r.id not in self.launched
-                   and not launch.pid_alive(r.pid)]
+                   and not pid_alive(r.pid)]
         free = [s for s in range(self.parallel) if s not in self.busy]
         free = free[:max(0, self.parallel - len(self.busy) - len(foreign))]
         for slot, run in zip(free, list(pending)):
@@ -216,8 +219,6 @@ class SweepQueue:
             if not more:
                 break
             time.sleep(poll_s)
-        from .sweep import status_counts
-
         return status_counts(self.runs())
 
     def stop(self, grace_s: float = 10.0) -> None:
@@ -239,7 +240,7 @@ class SweepQueue:
                 pass
             del self.busy[slot]
         for run in self.runs():
-            if run.status == "queued" and not launch.pid_alive(run.pid):
+            if run.status == "queued" and not pid_alive(run.pid):
                 store.mark_stopped(run.id, "sweep stopped before this run started", only_from=("queued",))
 
 
@@ -254,11 +255,11 @@ def log_path(sweep_id: str) -> Path:
 
 
 def start_queue_runner(sweep_id: str, parallel: int, gpus: list[str] | None = None) -> subprocess.Popen:
-    """`python -m rmconsole.queue SWEEP_ID` in its own session: it outlives the CLI. Passing the
-    GPUs the CLI already found spares the runner importing torch."""
+    """`python -m rmconsole.runner.queue SWEEP_ID` in its own session: it outlives the CLI.
+    Passing the GPUs the CLI already found spares the runner importing torch."""
     path = log_path(sweep_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "rmconsole.queue", sweep_id, "--parallel", str(parallel)]
+    args = python_m("queue", sweep_id, "--parallel", str(parallel))
     if gpus is not None:
         args.append(f"--gpus={','.join(gpus)}")
     with open(path, "ab") as log:
@@ -267,12 +268,70 @@ def start_queue_runner(sweep_id: str, parallel: int, gpus: list[str] | None = No
                                 start_new_session=True, env=launch.worker_env())
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+@dataclass
+class LaunchedSweep:
+    """A sweep that `launch_sweep` validated and stored."""
+
+    sweep_id: str
+    run_ids: list[int]
+    plan: SweepPlan
+    parallel: int  # slots
+    gpus: list[str]  # the GPUs the slots hand out
+    queue_runner: subprocess.Popen | None  # the detached driver, when one was started
+
+    @property
+    def log_path(self) -> Path:
+        """The queue runner's log."""
+        return log_path(self.sweep_id)
+
+
+def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str] = None, seed: Optional[int] = None,
+                 device: Optional[str] = None, parallel: Optional[int] = None, detach: bool = False) -> LaunchedSweep:
+    """Validate every grid point and refuse what cannot run here (a missing dataset or GPU,
+    gpus > 1) before anything is stored; store the grid as queued runs; with `detach` start a
+    queue runner that outlives this process (else the caller drives a `SweepQueue`)."""
+    if parallel is not None and parallel < 1:
+        raise ConfigError(f"--parallel {parallel}: must be at least 1")
+    plan = plan_sweep(preset, pairs, seeds, seed=seed, device=device)
+    if any(getattr(cfg, "gpus", 1) > 1 for cfg in plan.configs):
+        raise ConfigError("gpus: a sweep runs one GPU per run (--parallel slots); start multi-GPU runs one at a time")
+    for cfg in plan.configs:  # a missing dataset or GPU refuses the sweep before anything is stored
+        launch.check_runnable(cfg)
+    gpus = visible_gpus()
+    slots = parallel or default_parallel(gpus)
+    sweep_id, ids = store_sweep(plan)
+    runner = start_queue_runner(sweep_id, slots, gpus) if detach else None
+    return LaunchedSweep(sweep_id, ids, plan, slots, gpus, runner)
+
+
+def stop_sweep(sweep_id: str, grace_s: float = 10.0) -> dict[str, int]:
+    """Stop a whole sweep from any process. Its driver (a queue runner, or a `rmconsole run`
+    driving it) gets SIGTERM and stops its own workers; whatever is still active afterwards (no
+    driver, or one that died) is stopped here, queued runs included. Finished tasks stay
+    stored. Returns the runs per status."""
+    pid = driver_pid(sweep_id)
+    if pid is not None and pid > 0 and pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace_s + 10  # its workers get grace_s, then SIGKILL
+        while time.monotonic() < deadline and driver_pid(sweep_id) is not None:
+            time.sleep(0.1)
+    for run in store.list_runs(sweep_id=sweep_id, status=store.ACTIVE):
+        try:
+            launch.stop_run(run.id, grace_s)
+        except ValueError:  # it ended meanwhile
+            pass
+    return status_counts(store.list_runs(sweep_id=sweep_id))
+
+
+def _sweep_stopped() -> None:
     raise SweepStopped()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmconsole.queue",
+    parser = argparse.ArgumentParser(prog="python -m rmconsole.runner.queue",
                                      description="Run a stored sweep's queued runs, N at a time.")
     parser.add_argument("sweep_id")
     parser.add_argument("--parallel", type=int, default=None, help="slots (default: one per visible GPU, 1 on CPU)")
@@ -290,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     if not store.list_runs(sweep_id=args.sweep_id):
         print(f"no runs in sweep {args.sweep_id!r}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    StopSignal(then=_sweep_stopped, once=True)  # a second signal must not interrupt the stop
     try:
         with DriverLock(args.sweep_id):
             if args.retry:
@@ -301,12 +360,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"GPUs {','.join(queue.gpus) or 'none'}")
             try:
                 queue.run()
-            except (SweepStopped, KeyboardInterrupt):
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            except SweepStopped:
                 log("stopping the sweep")
                 queue.stop()
-            from .sweep import status_counts
-
             counts = status_counts(queue.runs())
             log(f"sweep {args.sweep_id} done: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
             return 0 if set(counts) == {"finished"} else 1

@@ -1,9 +1,12 @@
-"""Starting, following and stopping worker processes; detecting dead runs.
+"""Starting, following, stopping and resuming worker processes; detecting dead runs.
+
+What the CLI and the TUI call (through the `rmconsole.runner` face) to launch, resume, stop
+and reap runs, so neither face holds logic the other lacks.
 
 A worker runs in its own process session (so a terminal's Ctrl-C or a closed TUI does not
 kill it, and a stop reaches its whole process group), with its output in a log file
-under RMCONSOLE_HOME/logs. The group's leader is `rmconsole.supervise`, the worker's parent,
-which records how the worker ended; `run.pid` is the supervisor's pid (= the group id).
+under RMCONSOLE_HOME/logs. The group's leader is `rmconsole.runner.supervise`, the worker's
+parent, which records how the worker ended; `run.pid` is the supervisor's pid (= the group id).
 
 Dead runs are found two ways: the supervisor records a worker's death at once (signal or
 exit code), and `reap_dead`, called by every command that lists or shows runs, catches what
@@ -17,18 +20,18 @@ import os
 import signal
 import socket
 import subprocess
-import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from . import store
-from .cl.catalog import data_root
+from .. import store
+from ..cl.catalog import data_root
+from .processes import exit_reason, is_run_process, pid_alive, process_argv, python_m
 
 STALE_AFTER_S = 30.0
-EXIT_SUPERSEDED = 3  # a worker that found its run owned or ended by someone else: it wrote nothing
 
 
 def log_path(run_id: int) -> Path:
@@ -58,32 +61,15 @@ def check_home() -> None:
             raise store.StoreError(f"{folder} is not writable (set RMCONSOLE_HOME to a writable folder)")
 
 
-def die_with_parent(expected_parent: int | None = None) -> None:
-    """Ask the kernel to kill this process when its parent dies, even by SIGKILL (Linux), so a
-    live worker, launcher or rank always has a parent that will record how it ended. Exits at
-    once if the parent (`expected_parent`, or any parent but init) is already gone."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    parent = os.getppid()
-    if parent == 1 or (expected_parent is not None and parent != expected_parent):  # died before prctl took effect
-        os._exit(1)
-
-
 def worker_command(run_id: int, rendezvous: Any = None) -> list[str]:
-    """`python -m rmconsole.worker RUN_ID`, or for a run with gpus > 1 (or several nodes) the
-    torchrun launcher of `rmconsole.multigpu`."""
+    """`python -m rmconsole.runner.worker RUN_ID`, or for a run with gpus > 1 (or several nodes)
+    the torchrun launcher of `rmconsole.runner.multigpu`."""
     gpus = int((store.get_run(run_id).config or {}).get("gpus", 1))
     if gpus > 1 or (rendezvous is not None and rendezvous.multi_node):
         from .multigpu import launcher_argv
 
         return launcher_argv(run_id, gpus, rendezvous)
-    return [sys.executable, "-m", "rmconsole.worker", str(run_id)]
+    return python_m("worker", str(run_id))
 
 
 def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvous: Any = None) -> subprocess.Popen:
@@ -92,37 +78,11 @@ def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvou
     path = log_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "rmconsole.supervise", str(run_id), "--",
-                                 *worker_command(run_id, rendezvous)], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        proc = subprocess.Popen(python_m("supervise", str(run_id), "--", *worker_command(run_id, rendezvous)),
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=worker_env(extra_env))
     store.update_run(run_id, pid=proc.pid, host=socket.gethostname(), log_path=str(path))
     return proc
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _cmdline(pid: int) -> list[str] | None:
-    """A process's argv (Linux /proc), or None where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    except OSError:
-        return None
 
 
 def worker_state(run: store.Run) -> str:
@@ -132,16 +92,10 @@ def worker_state(run: store.Run) -> str:
     ever signalled; "other" is judged by its heartbeat, like a run on another host."""
     if not pid_alive(run.pid):
         return "gone"
-    argv = _cmdline(run.pid)  # type: ignore[arg-type]
-    if argv is not None and any(a in ("rmconsole.supervise", "rmconsole.worker") for a in argv) \
-            and argv[-1] == str(run.id):
+    argv = process_argv(run.pid)  # type: ignore[arg-type]
+    if argv is not None and run.id is not None and is_run_process(argv, run.id):
         return "ours"
     return "other"
-
-
-def worker_alive(run: store.Run) -> bool:
-    """Whether the run's recorded process on this host is alive (ours or not recognisably so)."""
-    return worker_state(run) != "gone"
 
 
 def last_log_line(run_id: int, limit: int = 200) -> str | None:
@@ -156,18 +110,6 @@ def last_log_line(run_id: int, limit: int = 200) -> str | None:
     return " ".join(lines[-1].split())[:limit] if lines else None
 
 
-def exit_reason(returncode: int | None) -> str:
-    if returncode is None:
-        return "worker process is gone"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = str(-returncode)
-        return f"worker killed by signal {name}"
-    return f"worker exited with code {returncode}"
-
-
 def mark_dead(run_id: int, reason: str) -> bool:
     """Record a run whose worker died without saying so as failed (never stuck running), with
     the reason, the phase it was in and the log's last line; returns whether it was marked."""
@@ -179,6 +121,60 @@ def mark_dead(run_id: int, reason: str) -> bool:
     if line:
         detail += f"; last log line: {line}"
     return bool(store.mark_failed(run_id, detail))
+
+
+def record_exit(run_id: int, returncode: int | None, stop_requested: bool = False, wait_s: float = 0.0) -> bool:
+    """The rule for a run's process that has exited: if it left the run queued or running (a
+    worker killed, or dead before it could write), whoever saw the exit records how it ended:
+    `stopped` when a stop was asked for, else `failed` with the exit reason. Returns whether it
+    recorded: an end already recorded (by the worker, its supervisor, a stop) is never replaced.
+    `wait_s`: a pause first, for a worker that exited cleanly to finish its last write."""
+    if wait_s:
+        time.sleep(wait_s)
+    if stop_requested:
+        return bool(store.mark_stopped(run_id, f"stopped by request ({exit_reason(returncode)})"))
+    return mark_dead(run_id, exit_reason(returncode))
+
+
+class StartedWorkers:
+    """The worker processes this console started (run id -> its supervisor's process), so that
+    their ends are noticed at once. Their supervisors record how each worker ended; `exited`
+    hands over the ones that have exited so `record_exit` can cover a supervisor that could not."""
+
+    def __init__(self) -> None:
+        self._processes: dict[int, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+
+    def add(self, run_id: int, process: subprocess.Popen) -> None:
+        with self._lock:
+            self._processes[run_id] = process
+
+    def __len__(self) -> int:
+        return len(self._processes)
+
+    def exited(self) -> list[tuple[int, int]]:
+        """(run id, exit code) of each process that exited since the last call (then forgotten)."""
+        with self._lock:
+            ended = [(run_id, proc.returncode) for run_id, proc in self._processes.items() if proc.poll() is not None]
+            for run_id, _ in ended:
+                del self._processes[run_id]
+        return ended
+
+
+def follow_run(run_id: int, process: subprocess.Popen | None = None, poll_s: float = 0.25) -> Iterator[store.Run]:
+    """The run's row every `poll_s` seconds until it ends: the last row yielded is its end. If
+    `process` (the run's supervisor, started here) exits while the run is still active, its end
+    is recorded from the exit status (`record_exit`)."""
+    while True:
+        run = store.get_run(run_id)
+        yield run
+        if run.status not in store.ACTIVE:
+            return
+        if process is not None and process.poll() is not None:
+            record_exit(run_id, process.returncode, wait_s=poll_s)
+            yield store.get_run(run_id)
+            return
+        time.sleep(poll_s)
 
 
 def _heartbeat_age(run: store.Run, now: datetime) -> float | None:
@@ -229,12 +225,15 @@ def reap_dead(runs: list[store.Run] | None = None) -> list[int]:
 def stop_run(run_id: int, grace_s: float = 10.0) -> str:
     """SIGTERM the worker's process group, SIGKILL after the grace period; returns the status.
 
-    Finished tasks stay stored (each was committed as it ended). A run on another host cannot
-    be signalled from here: it is marked stopped and its worker exits at its next heartbeat.
+    A run whose worker already died is failed, not stoppable (ValueError, one line, as for any
+    run that is not queued or running). Finished tasks stay stored (each was committed as it
+    ended). A run on another host cannot be signalled from here: it is marked stopped and its
+    worker exits at its next heartbeat.
     """
+    reap_dead([store.get_run(run_id)])
     run = store.get_run(run_id)
     if run.status not in store.ACTIVE:
-        raise ValueError(f"run {run_id} is {run.status}, not running: nothing to stop")
+        raise ValueError(f"run {run_id} is {run.status}: only queued or running runs can be stopped")
     state = worker_state(run) if run.host in (None, socket.gethostname()) else "remote"
     if state in ("remote", "other"):  # cannot (or must not) signal it: the worker obeys the store
         where = f"on {run.host}" if state == "remote" else f"(pid {run.pid}, not started by rmconsole)"
@@ -274,7 +273,7 @@ class Launched:
 def check_runnable(cfg: Any) -> None:
     """Refuse, before anything is stored, a config whose dataset files are missing or corrupt, whose
     CUDA device is absent, or whose RMCONSOLE_HOME is not writable (one-line errors)."""
-    from .cl.catalog import verify_dataset
+    from ..cl.catalog import verify_dataset
 
     if not cfg.download:
         verify_dataset(cfg.dataset)  # present and not corrupt
@@ -295,9 +294,42 @@ def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None 
     """Preset + overrides → validated config → stored run → started worker: the one path the
     CLI's `run` and the TUI's launch screen share. A bad config, a missing dataset or an
     unavailable device is refused (ConfigError / DatasetMissing) before anything is stored."""
-    from .config import load_config
+    from ..config import load_config
 
     name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
     check_runnable(cfg)
     run_id = store.create_run(cfg.to_dict(), name, sweep_id)
     return Launched(run_id, name, cfg, start_worker(run_id, rendezvous=rendezvous))
+
+
+@dataclass
+class Resumed:
+    """A run that `resume_run` queued again and started."""
+
+    run_id: int
+    first_task: int  # the task it continues at (0-based)
+    n_tasks: int | None
+    from_checkpoint: bool  # False: no task had finished, it starts over
+    process: subprocess.Popen
+
+
+def resume_run(run_id: int, rendezvous: Any = None) -> Resumed:
+    """Continue a failed or stopped run from its last task checkpoint: the CLI's `resume` and
+    the TUI's. Whatever would refuse it (its state, a config this version rejects, a corrupt or
+    foreign checkpoint, an unwritable RMCONSOLE_HOME) is one line before the run is touched."""
+    from ..config import build_config
+    from .checkpoints import check_checkpoint, load_checkpoint
+
+    reap_dead([store.get_run(run_id)])
+    run = store.get_run(run_id)
+    if run.status not in ("failed", "stopped"):
+        raise ValueError(f"run {run_id} is {run.status}: only failed or stopped runs can be resumed")
+    build_config(run.config)  # a config this version refuses is one line here, not a failed worker
+    checkpoint = load_checkpoint(run_id)
+    if checkpoint is not None:
+        check_checkpoint(checkpoint, run_id, run.config)
+    check_home()
+    if not store.requeue_run(run_id):
+        raise ValueError(f"run {run_id} is {store.get_run(run_id).status} now (changed meanwhile): not resumed")
+    first = int(checkpoint["task"]) + 1 if checkpoint is not None else 0
+    return Resumed(run_id, first, run.n_tasks, checkpoint is not None, start_worker(run_id, rendezvous=rendezvous))

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Optional
 
-from . import store
-from .config import DEFAULT_PRESET, ConfigError, RunConfig, load_config, parse_value, read_preset, split_override
+from .. import store
+from ..config import DEFAULT_PRESET, ConfigError, RunConfig, load_config, parse_value, read_preset, split_override
 
 
 def split_values(raw: str) -> list[str]:

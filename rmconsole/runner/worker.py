@@ -1,11 +1,11 @@
-"""`python -m rmconsole.worker RUN_ID`: the process that trains one stored run.
+"""`python -m rmconsole.runner.worker RUN_ID`: the process that trains one stored run.
 
 It loads the run's config from the store, runs `cl.loop.run_protocol`, and turns the loop's
 events into rows: the stream plan at start, progress and a heartbeat about once a second, a
 memory histogram per update, and a task result plus a checkpoint as each task ends. SIGTERM
 stops it cleanly (status `stopped`); a checkpoint lets `rmconsole resume` continue later.
 
-Started by `rmconsole.supervise` (its parent, which records the exit status if the worker dies
+Started by `rmconsole.runner.supervise` (its parent, which records the exit status if the worker dies
 without a word) or directly. Every end of the run goes through `store.finish_run`, so the
 first to decide wins; a heartbeat that finds the run no longer `running` (stopped from another
 host, or declared dead) makes the worker exit without writing anything more.
@@ -27,16 +27,16 @@ from typing import Any
 
 import torch
 
-from . import __version__
+from .. import __version__
 from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint: re-exported)
     CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint,
 )
-from .cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401  (load_dataset: re-exported)
-from .cl.events import Reporter, TaskOutcome, TaskPlan
-from .cl.loop import CheckpointMismatch, run_protocol
-from .config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
-from .launch import EXIT_SUPERSEDED, die_with_parent
-from . import store
+from ..cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401  (load_dataset: re-exported)
+from ..cl.events import Reporter, TaskOutcome, TaskPlan
+from ..cl.loop import CheckpointMismatch, run_protocol
+from ..config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
+from .processes import EXIT_SUPERSEDED, StopSignal, die_with_supervisor, entry_args, supervisor_pid
+from .. import store
 
 HEARTBEAT_S = 1.0
 
@@ -65,7 +65,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def package_versions() -> dict[str, str]:
-    from importlib.metadata import version
+    from importlib.metadata import version  # (the store's library, read without importing it here)
 
     import numpy
     import torchvision
@@ -192,7 +192,7 @@ class StoreReporter(Reporter):
         print(message, flush=True)
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm() -> None:
     if _signal_state["stopping"]:  # a second signal (group kill + forward, a second Ctrl-C): one stop
         return
     _signal_state["stopping"] = True
@@ -224,7 +224,7 @@ def train(run_id: int) -> str:
     fields = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
                   git_commit=git_commit(), started_at=store.utcnow(), heartbeat_at=store.utcnow(), error=None,
                   finished_at=None)
-    if not os.environ.get("RMCONSOLE_SUPERVISOR_PID"):  # under a supervisor, the pid is the supervisor's group
+    if supervisor_pid() is None:  # under a supervisor, the pid is the supervisor's group
         fields["pid"] = os.getpid()
     found = _claim(run_id, fields)
     if found != "queued":
@@ -250,15 +250,13 @@ def _one_line(message: str, limit: int = 500) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or not argv[0].isdigit():
-        print("usage: python -m rmconsole.worker RUN_ID", file=sys.stderr)
+    args = entry_args(argv, "python -m rmconsole.runner.worker RUN_ID")
+    if args is None:
         return 2
-    run_id = int(argv[0])
-    if os.environ.get("RMCONSOLE_SUPERVISOR_PID") and os.environ.get("LOCAL_RANK") is None:
-        die_with_parent(int(os.environ["RMCONSOLE_SUPERVISOR_PID"]))  # (a torchrun rank dies with torchrun)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGINT, _on_sigterm)
+    run_id = args.run_id
+    if os.environ.get("LOCAL_RANK") is None:
+        die_with_supervisor()  # (a torchrun rank dies with torchrun)
+    StopSignal(then=_on_sigterm)
     try:
         status = train(run_id)
         print(f"run {run_id} {status}", flush=True)

@@ -1,12 +1,12 @@
 """Multi-GPU runs through torchrun: the command lines, the rendezvous options, the launcher.
 
 `rmconsole run --gpus N` stores the run with `gpus = N`, and `launch.start_worker` has the
-run's supervisor (`rmconsole.supervise`, the leader of the run's process session) start
+run's supervisor (`rmconsole.runner.supervise`, the leader of the run's process session) start
 
-    python -m rmconsole.multigpu RUN_ID -- <torchrun options>
+    python -m rmconsole.runner.multigpu RUN_ID -- <torchrun options>
 
 That launcher runs torchrun as its child
-(`python -m torch.distributed.run ... -m rmconsole.dist_worker RUN_ID`), which starts N ranks:
+(`python -m torch.distributed.run ... -m rmconsole.runner.dist_worker RUN_ID`), which starts N ranks:
 NCCL between GPUs, gloo on CPU (`device=cpu`: N CPU processes, for testing). A stop signals
 the supervisor's process group (torchrun passes SIGTERM on to the ranks, rank 0 records
 `stopped`), and after torchrun exits the launcher makes the store tell the truth:
@@ -20,12 +20,12 @@ Several nodes: torchrun's rendezvous options pass through (`--nnodes --node-rank
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from .config import ConfigError
+from ..config import ConfigError
+from .processes import PACKAGE, StopSignal, die_with_supervisor, entry_args, python_m
 
 
 @dataclass
@@ -84,15 +84,14 @@ class Rendezvous:
 
 
 def torchrun_argv(run_id: int, nproc: int, rendezvous: Rendezvous | None = None) -> list[str]:
-    """torchrun starting `nproc` ranks of `rmconsole.dist_worker RUN_ID` on this node."""
+    """torchrun starting `nproc` ranks of `rmconsole.runner.dist_worker RUN_ID` on this node."""
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-            *(rendezvous or Rendezvous()).args(), "-m", "rmconsole.dist_worker", str(run_id)]
+            *(rendezvous or Rendezvous()).args(), "-m", f"{PACKAGE}.dist_worker", str(run_id)]
 
 
 def launcher_argv(run_id: int, nproc: int, rendezvous: Rendezvous | None = None) -> list[str]:
     """What `launch.start_worker` runs for a multi-process run: this module's launcher."""
-    return [sys.executable, "-m", "rmconsole.multigpu", str(run_id), "--",
-            *torchrun_argv(run_id, nproc, rendezvous)[3:]]
+    return python_m("multigpu", str(run_id), "--", *torchrun_argv(run_id, nproc, rendezvous)[3:])
 
 
 def rank_env(device: str) -> dict[str, str]:
@@ -115,17 +114,9 @@ def check_gpus(gpus: int, device: str) -> None:
 # ---------------------------------------------------------------------------- the launcher
 
 
-_stop_requested = {"flag": False}
-
-
-def _on_stop(signum: int, frame: object) -> None:
-    # the whole process group got the signal (rmconsole stop): torchrun forwards it to the ranks
-    _stop_requested["flag"] = True
-
-
 def settle(run_id: int, returncode: int, stop_requested: bool) -> str:
     """After torchrun: a run still active, or marked stopped although nobody asked, is failed."""
-    from . import store
+    from .. import store
 
     settled = store.mark_failed(run_id, f"torchrun exited with code {returncode} before the run ended "
                                         f"(see the run's log)")
@@ -136,34 +127,30 @@ def settle(run_id: int, returncode: int, stop_requested: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m rmconsole.multigpu RUN_ID -- TORCHRUN_ARGS...`: run torchrun, then settle the run."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) < 3 or not argv[0].isdigit() or argv[1] != "--":
-        print("usage: python -m rmconsole.multigpu RUN_ID -- TORCHRUN_ARGS", file=sys.stderr)
+    """`python -m rmconsole.runner.multigpu RUN_ID -- TORCHRUN_ARGS...`: run torchrun, then settle the run."""
+    args = entry_args(argv, "python -m rmconsole.runner.multigpu RUN_ID -- TORCHRUN_ARGS", command="required")
+    if args is None:
         return 2
-    run_id = int(argv[0])
-    from . import store
+    run_id = args.run_id
+    from .. import store
 
     cfg = store.get_run(run_id).config
-    if os.environ.get("RMCONSOLE_SUPERVISOR_PID"):
-        from .launch import die_with_parent
-
-        die_with_parent(int(os.environ["RMCONSOLE_SUPERVISOR_PID"]))
-    signal.signal(signal.SIGTERM, _on_stop)
-    signal.signal(signal.SIGINT, _on_stop)
+    die_with_supervisor()
+    # a stop signals the whole process group: torchrun forwards it to the ranks; here it is only noted
+    stop = StopSignal()
     env = dict(os.environ)
     env.update(rank_env(str(cfg.get("device", "auto"))))
     if cfg.get("threads"):
         env["OMP_NUM_THREADS"] = str(cfg["threads"])
-    print(f"launcher: {' '.join(argv[2:])}", flush=True)
-    child = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv[2:]], env=env)
+    print(f"launcher: {' '.join(args.command)}", flush=True)
+    child = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args.command], env=env)
     returncode = child.wait()  # a stop's SIGTERM only sets the flag here; torchrun ends the ranks
-    status = settle(run_id, returncode, _stop_requested["flag"])
+    status = settle(run_id, returncode, stop.requested)
     print(f"launcher: torchrun exited with code {returncode}; run {run_id} is {status}", flush=True)
     return 0 if status == "finished" else (143 if status == "stopped" else 1)
 
 
-def join(run_id: int, nproc: int, rendezvous: Rendezvous, device: str = "auto") -> int:
+def join_run(run_id: int, nproc: int, rendezvous: Rendezvous, device: str = "auto") -> int:
     """Start this node's ranks of a run started on another node (foreground; no store needed)."""
     env = dict(os.environ)
     env.update(rank_env(device))
