@@ -61,3 +61,24 @@ def test_concurrent_writers_lose_nothing() -> None:
         t.join()
     assert not errors
     assert all(len(store.memory_snapshots(i)) == 25 for i in ids)
+
+
+def test_a_store_from_an_older_rmconsole_gets_the_new_columns(tmp_path, monkeypatch) -> None:
+    """Columns added to a table since a store was written are added when it is opened (additive
+    migration); its rows stay and read the new column as not recorded."""
+    import sqlite3
+
+    from rmconsole.store import db
+
+    path = tmp_path / "old.db"
+    monkeypatch.setenv("RMCONSOLE_DB", f"sqlite:///{path}")
+    store.create_run({"dataset": "digits", "method": "rm", "seed": 1}, "digits-blurry10-online")
+    db._ENGINES.clear()
+    with sqlite3.connect(path) as conn:  # as an older rmconsole left it: no `samples_per_s`, no `eta_s`
+        conn.execute("ALTER TABLE run DROP COLUMN samples_per_s")
+        conn.execute("ALTER TABLE run DROP COLUMN eta_s")
+    run = store.get_run(1)
+    assert run.method == "rm" and run.samples_per_s is None and run.eta_s is None
+    with sqlite3.connect(path) as conn:
+        names = {row[1] for row in conn.execute("PRAGMA table_info(run)")}
+    assert {"samples_per_s", "eta_s"} <= names

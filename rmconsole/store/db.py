@@ -112,6 +112,7 @@ def _create_schema(engine: Engine, url: str) -> None:
     for attempt in range(10):
         try:
             SQLModel.metadata.create_all(bind)
+            _add_missing_columns(bind)
             return
         except OperationalError as err:
             text = _one_line(err)
@@ -121,6 +122,23 @@ def _create_schema(engine: Engine, url: str) -> None:
             raise StoreError(f"cannot open the store at {shown_url(url)}: {text} ({_hint()})") from None
         except (SQLAlchemyError, OSError) as err:
             raise StoreError(f"cannot open the store at {shown_url(url)}: {_one_line(err)} ({_hint()})") from None
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """A store written by an older rmconsole gets the columns added since (new columns are
+    nullable or have a server default, so old rows read as "not recorded"). Additive only:
+    nothing is renamed or dropped, so an older rmconsole can still read the store."""
+    from sqlalchemy import inspect, text
+    from sqlalchemy.schema import CreateColumn
+
+    with engine.begin() as conn:
+        inspector = inspect(conn)
+        for table in SQLModel.metadata.sorted_tables:
+            present = {c["name"] for c in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in present:
+                    ddl = CreateColumn(column).compile(dialect=conn.dialect)
+                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
 
 
 @contextmanager
