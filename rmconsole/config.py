@@ -208,7 +208,9 @@ def preset_dir() -> Path:
     maps the top-level presets/ there), else the top-level presets/ beside the package (a checkout
     on PYTHONPATH, or an editable install)."""
     installed = Path(str(resources.files("rmconsole") / "presets"))
-    return installed if installed.is_dir() else Path(__file__).resolve().parent.parent / "presets"
+    if any(installed.glob("*.toml")):  # a folder that holds presets (a stale empty one does not count)
+        return installed
+    return Path(__file__).resolve().parent.parent / "presets"
 
 
 def preset_names() -> list[str]:

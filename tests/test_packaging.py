@@ -35,6 +35,21 @@ def test_a_checkout_finds_the_top_level_presets() -> None:
     assert config.preset_names() == CHECKOUT_PRESETS and config.DEFAULT_PRESET in CHECKOUT_PRESETS
 
 
+def test_a_stale_empty_package_presets_folder_does_not_hide_the_presets(tmp_path: Path) -> None:
+    """A checkout updated from before the move can keep an empty rmconsole/presets/ (a sync that
+    deletes files but not folders did, on a GPU machine): the top-level presets still count."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(REPO / "rmconsole", copy / "rmconsole", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "presets", copy / "presets")
+    (copy / "rmconsole" / "presets" / "__pycache__").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    assert found["preset_dir"] == str(copy / "presets") and found["presets"] == CHECKOUT_PRESETS
+
+
 def test_a_pip_installed_wheel_carries_the_presets_and_every_package(tmp_path: Path) -> None:
     """Build a wheel from a copy of the checkout, pip-install it into a bare directory and ask
     that copy (with the checkout off sys.path) where its presets are."""
