@@ -187,3 +187,38 @@ def test_cli_run_streams_an_imagefolder_dataset(tree: Path, isolated_home: Path)
     assert detail["config"]["data_pipeline"] == "stream"
     log = (isolated_home / "logs" / "run-1.log").read_text()
     assert "compute on cpu: amp=off, channels_last=False, compile=False" in log
+
+
+BYTES_PROBE = """
+import resource, sys, torch
+resource.setrlimit(resource.RLIMIT_NOFILE, (96, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from rmconsole.cl import pipeline
+from rmconsole.cl.data import load_dataset
+root, size = sys.argv[1], 8
+# the byte-sending path of a GPU run, decoded on the CPU here (nvJPEG needs a GPU)
+pipeline.StreamingFolder.decodes_on_gpu = property(lambda self: True)
+pipeline.StreamingFolder._gpu_decode = lambda self, raw: torch.stack([pipeline.decode_resized(d, size) for d in raw])
+streamed = load_dataset("tiny_imagenet", root, image_size=size, pipeline="stream", loader_workers=2)
+in_memory = load_dataset("tiny_imagenet", root, image_size=size, pipeline="memory", loader_workers=0)
+plan = list(torch.arange(len(streamed.train)).split(150))
+got = list(streamed.train.batches(plan))
+assert all(torch.equal(g, in_memory.train.take(i)) for g, i in zip(got, plan))
+streamed.train.close()
+print("ok", len(got))
+"""
+
+
+def test_workers_send_a_batch_of_file_bytes_as_one_tensor(tree: Path) -> None:
+    """With GPU decoding the workers send encoded files; a per-file tensor costs a file
+    descriptor each and ran an H100 machine out of them (then hung). Under a 96-descriptor limit,
+    batches of 150 files still arrive whole and decode to the in-memory images."""
+    import subprocess
+    import sys
+
+    packed = pipeline.pack_bytes([torch.tensor([1, 2], dtype=torch.uint8), torch.tensor([3], dtype=torch.uint8)])
+    assert [f.tolist() for f in packed.files()] == [[1, 2], [3]]
+    try:
+        out = subprocess.run([sys.executable, "-c", BYTES_PROBE, str(tree)], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the byte-sending workers hung (descriptors exhausted?)")
+    assert out.returncode == 0 and out.stdout.startswith("ok 2"), out.stderr[-2000:]

@@ -100,8 +100,26 @@ class _Plan(torch.utils.data.Sampler):
         return len(self.plan)
 
 
-def _as_list(items: list[Tensor]) -> list[Tensor]:
-    return items
+@dataclass
+class PackedBytes:
+    """A batch of encoded files as ONE tensor (the bytes back to back) and their lengths.
+
+    A DataLoader worker hands each tensor to the main process through its own shared-memory file
+    descriptor: a list of 256 per-file tensors per batch, a few batches ahead per worker, ran a
+    GPU machine out of descriptors (`OSError: Bad file descriptor` in DupFd, then a hang). Packed,
+    a batch costs two."""
+
+    data: Tensor  # uint8, every file's bytes in batch order
+    lengths: Tensor  # int64, bytes per file
+
+    def files(self) -> list[Tensor]:
+        return list(self.data.split(self.lengths.tolist()))
+
+
+def pack_bytes(items: list[Tensor]) -> PackedBytes:
+    """collate_fn of the byte-sending workers."""
+    return PackedBytes(torch.cat(items) if items else torch.empty(0, dtype=torch.uint8),
+                       torch.tensor([len(i) for i in items], dtype=torch.long))
 
 
 @dataclass
@@ -202,7 +220,7 @@ class StreamingFolder:
             raw = self.decodes_on_gpu
             self._loader = torch.utils.data.DataLoader(
                 _Files(self.paths, self.size, raw), batch_sampler=sampler, num_workers=workers,
-                collate_fn=_as_list if raw else None, pin_memory=self.device.type == "cuda" and not raw,
+                collate_fn=pack_bytes if raw else None, pin_memory=self.device.type == "cuda" and not raw,
                 persistent_workers=True, prefetch_factor=self.prefetch)
         return self._loader
 
@@ -231,7 +249,7 @@ class StreamingFolder:
         loader = self._dataloader(workers)
         loader.batch_sampler.plan = [b.tolist() for b in plan]
         for item in loader:
-            yield self._gpu_decode(item) if isinstance(item, list) else self._to_device(item)
+            yield self._gpu_decode(item.files()) if isinstance(item, PackedBytes) else self._to_device(item)
 
     # ------------------------------------------------------------------ the memory, decoded once
 
