@@ -73,3 +73,36 @@ def test_checkpoints_keep_learning_rates_as_numbers() -> None:
     assert isinstance(opt.param_groups[0]["lr"], torch.Tensor)
     state = portable_optimizer_state(opt.state_dict())
     assert state["param_groups"][0]["lr"] == pytest.approx(0.05) and isinstance(state["param_groups"][0]["lr"], float)
+
+
+def test_only_launch_bound_steps_are_graphed_by_default() -> None:
+    from rmconsole.cl.graphs import launch_bound
+
+    assert launch_bound(8, (3, 32, 32)) and launch_bound(16, (3, 32, 32)) and launch_bound(16, (1, 28, 28))
+    assert launch_bound(64, (3, 32, 32)) and not launch_bound(65, (3, 32, 32))
+    assert not launch_bound(256, (3, 224, 224))  # an ImageNet step: arithmetic-bound, its capture failed
+
+
+def test_a_failed_capture_falls_back_to_the_eager_step() -> None:
+    """When capturing fails (cuDNN refused a ResNet34 step at 224 on an H100), that step and every
+    later one of its shape run the same step eagerly, with one line in the log."""
+    eager, eager_opt, graphed, graphed_opt = _pair("mlp400", (1, 8, 8))
+    seen = torch.ones(10, dtype=torch.bool)
+    lines = []
+    step = GraphedStep(graphed, graphed_opt, seen, 8, (1, 8, 8), False,
+                       lambda: torch.autograd.profiler.record_function("step"), lines.append)
+
+    def refuse():
+        raise RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR\nmore detail")
+
+    step._capture = refuse
+    step.steps = 2  # past the warm-up (which needs a CUDA stream)
+    data_gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x, y = torch.randn(8, 1, 8, 8, generator=data_gen), torch.randint(0, 10, (8,), generator=data_gen)
+        _eager_step(eager, eager_opt, seen, x, y, None)
+        step(x, y, None)
+    assert step.failed and step.graph is None and step.steps == 5
+    assert len(lines) == 1 and "CUDNN_STATUS_INTERNAL_ERROR" in lines[0] and "eagerly" in lines[0]
+    for (name, p), q in zip(eager.state_dict().items(), graphed.state_dict().values()):
+        assert torch.equal(p, q), name

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .accel import train_chunk
-from .graphs import GraphedStep, set_lr
+from .graphs import GraphedStep, launch_bound, set_lr
 from .learner import Learner, Task
 from .pipeline import iter_batches
 from .schedule import epoch_lr
@@ -66,7 +66,7 @@ def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> None:
     """One optimiser step on an augmented batch: the method's loss, backward, the ranks'
     gradients averaged (weighted by their shard), the update, then the method's `after_step`.
     On a single-process CUDA run of a default-step method, the step is a CUDA graph replay."""
-    if method.uses_graphs and len(x) > 1:
+    if method.uses_graphs and len(x) > 1 and (method.cfg.cuda_graphs is True or launch_bound(len(x), x.shape[1:])):
         graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
         return
     optimizer = method.optimizer
@@ -89,7 +89,7 @@ def graphed_step(method: Learner, batch: int) -> GraphedStep:
         assert method.optimizer is not None
         cached = method.graphs[batch] = GraphedStep(
             method.model, method.optimizer, method.seen, batch, method.setup.data.image_shape,
-            method.accel.channels_last, lambda: method.accel.autocast(graph_safe=True))
+            method.accel.channels_last, lambda: method.accel.autocast(graph_safe=True), method.report.log)
     return cached
 
 
