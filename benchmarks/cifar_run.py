@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import TimingReporter, machine
+from common import accel_settings, add_accel_options, TimingReporter, machine
 
 import torch
 
@@ -75,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="random pixels, or MNIST padded to 3x32x32 (needs RMCONSOLE_DATA) for a real accuracy")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    for key in ("amp", "compile", "channels_last"):
-        parser.add_argument(f"--{key.replace('_', '-')}", default="auto", help=f"the run's `{key}` key")
+    add_accel_options(parser)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -84,16 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     n_train = args.train or (1000 if quick else 50000)
     n_test = args.test or (200 if quick else 10000)
 
-    def toml(value: str) -> object:
-        return {"true": True, "false": False}.get(value, value)
-
     try:
         cfg = build_config({
             "dataset": "cifar10", "model": args.model, "method": "rm", "memory_size": args.memory or (100 if quick else 500),
             "n_tasks": 5, "blurry": 10, "stream": "online", "augment": ["cutmix", "autoaug"], "uncertainty": "randaug",
             "uncertainty_views": args.views or (4 if quick else 12), "epochs": args.epochs if args.epochs is not None
             else (1 if quick else 256), "batch_size": 16, "lr": 0.05, "schedule": "cosine", "seed": args.seed,
-            "device": args.device, "amp": args.amp, "compile": toml(args.compile), "channels_last": toml(args.channels_last),
+            "device": args.device, **accel_settings(args),
         })
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -18,6 +18,23 @@ import torch  # noqa: E402
 from rmconsole.cl.events import Reporter  # noqa: E402
 
 
+ACCEL_KEYS = ("amp", "compile", "channels_last", "cuda_graphs")
+
+
+def add_accel_options(parser: Any) -> None:
+    """--amp/--compile/--channels-last/--cuda-graphs: the run's GPU fast-path keys (auto by default)."""
+    for key in ACCEL_KEYS:
+        parser.add_argument(f"--{key.replace('_', '-')}", default="auto", help=f"the run's `{key}` key")
+
+
+def accel_settings(args: Any) -> dict[str, Any]:
+    """The fast-path keys of parsed options as config values ("true"/"false" -> booleans)."""
+    def toml(value: str) -> object:
+        return {"true": True, "false": False}.get(value, value)
+
+    return {key: toml(getattr(args, key)) for key in ACCEL_KEYS}
+
+
 def machine() -> str:
     """One paragraph: CPU, cores, load, torch, GPU."""
     cpu = platform.processor() or platform.machine()

@@ -115,15 +115,20 @@ def part_tests(s: Suite, args: argparse.Namespace) -> dict:
     return {"exit": code, "seconds": sec, "cases": cases}
 
 
-def part_profile(s: Suite, args: argparse.Namespace) -> dict:
+def _json_runs(s: Suite, label: str, variants: dict[str, list[str]], limit: float) -> dict:
+    """One benchmark command per variant, each writing a JSON file: {variant: its figures}."""
     rows = {}
-    for graphs in ("true", "false"):
-        out = s.out / f"profile-{graphs}.json"
-        code, sec = s.run(f"profile cuda_graphs={graphs}", [
-            sys.executable, str(HERE / "profile_memory_epochs.py"), "--epochs", str(args.profile_epochs),
-            "--cuda-graphs", graphs, "--json", str(out)], args.part_limit)
-        rows["graphs" if graphs == "true" else "eager"] = {"exit": code, "seconds": sec, **_pop_json(out)}
+    for name, argv in variants.items():
+        out = s.out / f"{label}-{name}.json"
+        code, sec = s.run(f"{label} {name}", [*argv, "--json", str(out)], limit)
+        rows[name] = {"exit": code, "seconds": sec, **_pop_json(out)}
     return rows
+
+
+def part_profile(s: Suite, args: argparse.Namespace) -> dict:
+    script = [sys.executable, str(HERE / "profile_memory_epochs.py"), "--epochs", str(args.profile_epochs)]
+    return _json_runs(s, "profile", {"graphs": [*script, "--cuda-graphs", "true"],
+                                     "eager": [*script, "--cuda-graphs", "false"]}, args.part_limit)
 
 
 def part_cifar(s: Suite, args: argparse.Namespace) -> dict:
@@ -136,15 +141,10 @@ def part_cifar(s: Suite, args: argparse.Namespace) -> dict:
 
 
 def part_imagenet(s: Suite, args: argparse.Namespace) -> dict:
-    rows = {}
-    for decode in ("true", "false"):
-        out = s.out / f"imagenet-{decode}.json"
-        code, sec = s.run(f"imagenet gpu_decode={decode}", [
-            sys.executable, str(HERE / "imagenet_throughput.py"), "--synthetic", str(args.imagenet_images),
-            "--root", str(args.scratch), "--train", str(args.imagenet_images), "--gpu-decode", decode,
-            "--json", str(out)], args.part_limit)
-        rows["nvjpeg" if decode == "true" else "cpu_decode"] = {"exit": code, "seconds": sec, **_pop_json(out)}
-    return rows
+    script = [sys.executable, str(HERE / "imagenet_throughput.py"), "--synthetic", str(args.imagenet_images),
+              "--root", str(args.scratch), "--train", str(args.imagenet_images)]
+    return _json_runs(s, "imagenet", {"nvjpeg": [*script, "--gpu-decode", "true"],
+                                      "cpu_decode": [*script, "--gpu-decode", "false"]}, args.part_limit)
 
 
 def part_slots(s: Suite, args: argparse.Namespace) -> dict:

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import TimingReporter, machine, memory_unit, peak_gib, reset_peak, sync
+from common import accel_settings, add_accel_options, TimingReporter, machine, memory_unit, peak_gib, reset_peak, sync
 
 import torch
 
@@ -101,14 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synthetic", type=int, default=0,
                         help="write N synthetic ImageNet-sized JPEGs (1000 classes) under --root and read those")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    for key in ("amp", "compile", "channels_last"):
-        parser.add_argument(f"--{key.replace('_', '-')}", default="auto", help=f"the run's `{key}` key")
+    add_accel_options(parser)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-
-    def toml(value: str) -> object:
-        return {"true": True, "false": False}.get(value, value)
 
     if args.synthetic:
         args.root = synthetic_tree(args.root or Path("/tmp/rmconsole-synthetic"), args.synthetic, 1000)
@@ -119,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             "tiny_imagenet" else 20000, "n_tasks": 10, "epochs": 1, "batch_size": args.batch, "image_size": args.size,
             "augment": ["cutmix", "autoaug"], "uncertainty": "randaug", "uncertainty_views": args.views,
             "device": args.device, "data_pipeline": "stream", "loader_workers": args.workers,
-            "gpu_decode": toml(args.gpu_decode), "amp": args.amp, "compile": toml(args.compile),
-            "channels_last": toml(args.channels_last),
+            "gpu_decode": {"true": True, "false": False}.get(args.gpu_decode, "auto"), **accel_settings(args),
         })
         data = load_dataset(cfg.dataset, args.root or default_root(), image_size=cfg.image_size, pipeline="stream",
                             loader_workers=cfg.loader_workers,

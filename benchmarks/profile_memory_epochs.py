@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import machine, sync
+from common import accel_settings, add_accel_options, machine, sync
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -34,18 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", type=int, default=500)
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--json", type=Path)
-    for key in ("amp", "compile", "channels_last", "cuda_graphs"):
-        parser.add_argument(f"--{key.replace('_', '-')}", default="auto")
+    add_accel_options(parser)
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    def toml(value: str) -> object:
-        return {"true": True, "false": False}.get(value, value)
-
     cfg = build_config({"dataset": "cifar10", "model": args.model, "method": "rm", "memory_size": args.memory,
                         "epochs": args.epochs, "augment": ["cutmix", "autoaug"], "batch_size": 16,
-                        "amp": args.amp, "compile": toml(args.compile), "channels_last": toml(args.channels_last),
-                        "cuda_graphs": toml(args.cuda_graphs)})
+                        **accel_settings(args)})
     data = synthetic_cifar(5000, 100)
     protocol = build_protocol(cfg, data)
     data = data.to(device)
