@@ -29,8 +29,8 @@ from rmconsole.tui.widgets.task_stream import TaskStreamPanel
 SIZE = (120, 40)
 
 
-async def until(pilot, condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Let the app run until `condition()` holds."""
+async def until(pilot, condition: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    """Let the app run until `condition()` holds (a wait, not a timing: generous for loaded CI machines)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -283,8 +283,9 @@ async def test_launch_the_digits_preset_and_watch_it_until_it_finishes() -> None
             await pilot.pause(0.05)
         view = screen.view
         assert view is not None and view.row.status == "finished", view.row.error if view else "no view"
-        await until(pilot, lambda: not app.workers_started, what="the worker to be reaped")
-        await until(pilot, lambda: screen.query_one(LogPanel).n_lines >= 20, what="the log")
+        # waits, not timings: a loaded CI machine (load 14 on 2 cores) took over 10 s here
+        await until(pilot, lambda: not app.workers_started, timeout=60, what="the worker to be reaped")
+        await until(pilot, lambda: screen.query_one(LogPanel).n_lines >= 20, timeout=60, what="the log")
     run_id = view.row.id
     assert store.get_run(run_id).config["epochs"] == 2
     assert seen_memory == sorted(seen_memory) and seen_memory[-1] == 5 and len(seen_memory) >= 3, seen_memory
