@@ -203,15 +203,15 @@ def _map_keys(op_ids: Tensor, mags: Tensor) -> Tensor:
     return (op_ids.to(torch.int64) << 32) | bits
 
 
-def _geometric_maps(keys: list[int], h: int, w: int, device: torch.device) -> Tensor:
-    """(len(keys), h*w) int64 index maps, computed where missing by sampling an image of pixel
-    numbers with the exact grid `affine_per_sample` uses (so a map picks what it would pick)."""
+def _geometric_maps(keys: list[int], h: int, w: int, device: torch.device) -> list[Tensor]:
+    """The (h*w,) int64 index map of each key, computed where missing by sampling an image of
+    pixel numbers with the exact grid `affine_per_sample` uses (so a map picks what it would)."""
     cache = _MAPS.setdefault((h, w, str(device)), {})
     missing = [k for k in dict.fromkeys(keys) if k not in cache]
     if missing:
         if h * w >= 2**24:
             raise ValueError(f"images of {h}x{w} pixels are too large for the geometric ops")
-        if (len(cache) + len(missing)) * h * w * 4 > _MAP_BUDGET_BYTES:
+        if (len(cache) + len(missing)) * h * w * 8 > _MAP_BUDGET_BYTES:
             cache.clear()
         miss = torch.tensor(missing, dtype=torch.int64)
         op_ids = miss >> 32
@@ -220,18 +220,24 @@ def _geometric_maps(keys: list[int], h: int, w: int, device: torch.device) -> Te
         numbers = torch.arange(1, h * w + 1, dtype=torch.float32, device=device).view(1, 1, h, w)
         picked = nnf.grid_sample(numbers.expand(len(missing), 1, h, w), grid, mode="nearest",
                                  padding_mode="zeros", align_corners=False)
-        index = picked.view(len(missing), h * w).to(torch.int32) - 1
+        index = picked.view(len(missing), h * w).to(torch.int64) - 1
         index = torch.where(index < 0, h * w, index)
         for k, row in zip(missing, index):
             cache[k] = row
-    return torch.stack([cache[k] for k in keys]).to(torch.int64)
+    return [cache[k] for k in keys]
 
 
-def _gather_pixels(images: Tensor, index: Tensor) -> Tensor:
-    """out[i, :, p] = images[i, :, index[i, p]] over flattened pixels; index h*w gives 0."""
+def _remap(images: Tensor, maps: list[Tensor], counts: list[int], out: Tensor) -> None:
+    """`out` = pixels through index maps: the first counts[0] images through maps[0], and so
+    on (a map entry h*w gives 0)."""
     n, c, h, w = images.shape
     src = nnf.pad(images.reshape(n, c, h * w), (0, 1))
-    return src.gather(2, index.view(n, 1, h * w).expand(n, c, h * w)).view(n, c, h, w)
+    dst = out.view(n, c, h * w)
+    start = 0
+    for index, count in zip(maps, counts):
+        torch.gather(src[start:start + count], 2, index.view(1, 1, h * w).expand(count, c, h * w),
+                     out=dst[start:start + count])
+        start += count
 
 
 def _smoothed(out: Tensor) -> Tensor:
@@ -319,24 +325,29 @@ def apply_ops(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
     bits = m.round().long().clamp(0, 8)
     mask = ((1 << bits) - 1) << (8 - bits)
     threshold = torch.ceil(m * 255.0).clamp(0, 256)
-    row = torch.zeros(n)
     start_geo, n_geo = counts[0], counts[1]
     keys: list[int] = []
-    if n_geo:
+    if n_geo:  # the geometric samples, grouped by (op, magnitude): one index map per group
         seg = slice(start_geo, start_geo + n_geo)
         uniq, inverse = torch.unique(_map_keys(ids[seg], m[seg]), return_inverse=True)
-        keys = uniq.tolist()
-        row[seg] = inverse.float()
+        keys, key_counts = uniq.tolist(), torch.bincount(inverse, minlength=len(uniq)).tolist()
+        order[seg] = order[seg][torch.argsort(inverse, stable=True)]
+    if counts[0] == n:
+        return images.clone()
+    back = torch.empty_like(order)
+    back[order] = torch.arange(n)
     # one float32 block: exact for indices < 2**24, float32 ratios, 8-bit masks and thresholds
-    params = torch.stack([order.float(), factor.float(), (1.0 - factor).float(), mask.float(), threshold, row], 1)
+    params = torch.stack([order.float(), back.float(), factor.float(), (1.0 - factor).float(), mask.float(),
+                          threshold], 1)
     params = _on(params, images)
-    where = params[:, 0].long()
-    out = images.clone()
+    # work on the samples sorted by group (contiguous slices), then put them back in order
+    src = images.index_select(0, params[:, 0].long())
+    out = torch.empty_like(src)
+    if counts[0]:
+        out[:counts[0]] = src[:counts[0]]
     if n_geo:
         seg = slice(start_geo, start_geo + n_geo)
-        maps = _geometric_maps(keys, h, w, images.device)
-        sel = where[seg]
-        out.index_copy_(0, sel, _gather_pixels(images.index_select(0, sel), maps[params[seg, 5].long()]))
+        _remap(src[seg], _geometric_maps(keys, h, w, images.device), key_counts, out[seg])
     start = start_geo + n_geo
     for g in range(2, len(counts)):
         count = counts[g]
@@ -345,9 +356,8 @@ def apply_ops(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
         seg = slice(start, start + count)
         start += count
         col = params[seg].view(count, 6, 1, 1, 1).unbind(1)
-        out.index_copy_(0, where[seg], _colour(_GROUP_OP[g], images.index_select(0, where[seg]), col[1], col[2],
-                                               col[3].to(torch.uint8), col[4].to(torch.int16)))
-    return out
+        out[seg] = _colour(_GROUP_OP[g], src[seg], col[2], col[3], col[4].to(torch.uint8), col[5].to(torch.int16))
+    return out.index_select(0, params[:, 1].long())
 
 
 def apply_slots(images: Tensor, slots) -> Tensor:

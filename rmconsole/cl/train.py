@@ -33,6 +33,7 @@ from .accel import train_chunk
 from .augment import Augmenter, TrainDraw
 from .graphs import GraphedStep, set_lr
 from .learner import Learner, Task
+from .mlp_step import MLPStep
 from .pipeline import iter_batches
 from .schedule import epoch_lr
 
@@ -120,14 +121,19 @@ def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> None:
 
 class _Stepper:
     """`train_step` with what stays the same during a `fit` looked up once: whether steps are
-    graphed, and the parameters a plain fused SGD updates (its kernel called directly, the
-    call `SGD.step` makes, without its Python wrapper)."""
+    graphed, whether the default step of an MLP runs without autograd (mlp_step.py), and the
+    parameters a plain fused SGD updates (its kernel called directly, the call `SGD.step`
+    makes, without its Python wrapper)."""
 
     def __init__(self, method: Learner) -> None:
         self.method = method
         self.graphs = method.uses_graphs
+        self.manual = (method.plain_step and method.dist is None and method.accel.amp_dtype is None
+                       and method.device.type == "cpu")
         self.optimizer: torch.optim.Optimizer | None = None
+        self.model: torch.nn.Module | None = None
         self.sgd: list[Tensor] | None = None
+        self.mlp: MLPStep | None = None
 
     def __call__(self, x: Tensor, y: Tensor, weight: float) -> None:
         method = self.method
@@ -136,8 +142,15 @@ class _Stepper:
             return
         optimizer = method.optimizer
         assert optimizer is not None
-        if optimizer is not self.optimizer:
-            self.optimizer, self.sgd = optimizer, _plain_fused_sgd(optimizer)
+        if optimizer is not self.optimizer or method.model is not self.model:
+            self.optimizer, self.model, self.sgd = optimizer, method.model, _plain_fused_sgd(optimizer)
+            self.mlp = MLPStep.of(method.model, optimizer) if self.manual else None
+        if self.mlp is not None and method.model.training:  # the default step, its kernels called directly
+            self.mlp(x, y, method.setup.augmenter.maybe_cutmix(x, y), method.seen)
+            if self.sgd is None or not _fused_sgd_step(optimizer, self.sgd):
+                optimizer.step()
+            method.after_step()
+            return
         with method.accel.autocast():
             loss = method.step_loss(x, y)
         if self.sgd is None:
