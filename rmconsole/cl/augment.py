@@ -151,7 +151,7 @@ def _affine_grid(angle: Tensor, translate: Tensor, shear: Tensor, center: Tensor
     theta = _to(theta, torch.device(device))
     xs = torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, w, device=device).view(1, 1, w)
     ys = torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, h, device=device).view(1, h, 1)
-    scale = torch.tensor([0.5 * w, 0.5 * h], device=device).view(1, 2, 1)
+    scale = _to(torch.tensor([0.5 * w, 0.5 * h]), torch.device(device)).view(1, 2, 1)
     t = (theta / scale).unsqueeze(-1).unsqueeze(-1)  # (n, 2, 3, 1, 1)
     grid = torch.empty(n, h, w, 2, device=device)
     for k in range(2):  # written in place: the same float operations as stacking the two planes
