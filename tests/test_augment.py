@@ -275,3 +275,16 @@ def test_planned_cutmix_draws_are_the_live_draws_in_order() -> None:
     planned.plan_mix([8], 10, 10)
     planned.draw_mix(5, 10, 10)  # not what was planned: drawn live, the plan dropped, and it says so
     assert planned.plan_broken and planned.drop_plan() == 0
+
+
+def test_equalize_of_many_kinds_of_image_equals_torchvision() -> None:
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randint(0, 256, (12, 3, 10, 10), dtype=torch.uint8, generator=gen)
+    x[0] = 9  # one value
+    x[1] = 9
+    x[1, :, 0, 0] = 200  # one value but for a pixel
+    x[2] = (x[2] // 128) * 255  # two values
+    x[3, 1] = 0
+    x[4] = torch.arange(100, dtype=torch.uint8).view(1, 10, 10)  # every pixel its own value
+    ours = A.apply_ops(x, torch.full((12,), A.OP_ID["Equalize"]), torch.zeros(12))
+    assert torch.equal(ours, F.equalize(x))

@@ -31,7 +31,6 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as nnf
 from torch import Tensor
-from torchvision.transforms.v2 import functional as F
 
 from .catalog import AUGMENTATIONS, parse_augment  # noqa: F401  (re-exported)
 
@@ -277,12 +276,27 @@ def _colour(op: str, images: Tensor, ratio: Tensor, rest: Tensor, mask: Tensor, 
     if op == "AutoContrast":
         return _autocontrast(images)
     if op == "Equalize":
-        return F.equalize(images)
+        return _equalize(images)
     if op == "Invert":
-        return F.invert(images)
+        return images.bitwise_not()
     if op == "Identity":
         return images.clone()
     raise ValueError(f"unknown op {op!r}")
+
+
+def _equalize(images: Tensor) -> Tensor:
+    """torchvision's (and PIL's) histogram equalisation of uint8 images, channel by channel:
+    whole-number arithmetic, so the same LUT; an image of one value (but for a few pixels)
+    is left as it is."""
+    flat = images.flatten(-2).long()
+    hist = torch.zeros(*images.shape[:-2], 256, dtype=torch.int64, device=images.device)
+    hist.scatter_add_(-1, flat, torch.ones_like(flat))
+    top = images.flatten(-2).amax(-1, keepdim=True).long()  # the last bin in use
+    step = (flat.shape[-1] - hist.gather(-1, top)).div_(255, rounding_mode="floor")
+    lut = hist.cumsum(-1)[..., :-1].add_(step // 2).div_(step.clamp(min=1), rounding_mode="floor").clamp_(0, 255)
+    lut = nnf.pad(lut, (1, 0)).to(torch.uint8)  # lut[0] = 0
+    equalized = lut.gather(-1, flat).view_as(images)
+    return torch.where((step != 0).unsqueeze(-1), equalized, images)
 
 
 def _autocontrast(images: Tensor) -> Tensor:
