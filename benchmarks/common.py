@@ -86,6 +86,7 @@ class Phase:
     samples: int
     seconds: float = 0.0
     peak: float = 0.0  # GiB
+    cpu_seconds: float = 0.0  # process time (all threads of this process)
 
 
 @dataclass
@@ -95,19 +96,26 @@ class TimingReporter(Reporter):
     device: torch.device
     phases: list[Phase] = field(default_factory=list)
     started: float = 0.0
+    cpu_started: float = 0.0
     memory_seconds: list[float] = field(default_factory=list)
 
     def _close(self) -> None:
         if self.phases and not self.phases[-1].seconds:
             sync(self.device)
             self.phases[-1].seconds = time.perf_counter() - self.started
+            self.phases[-1].cpu_seconds = time.process_time() - self.cpu_started
             self.phases[-1].peak = peak_gib(self.device)
+
+    def finish(self) -> None:
+        """Close the last phase (a run's end)."""
+        self._close()
 
     def phase(self, task: int, name: str, total: int) -> None:
         self._close()
         reset_peak(self.device)
         self.phases.append(Phase(task, name, total))
         self.started = time.perf_counter()
+        self.cpu_started = time.process_time()
 
     def task_finished(self, outcome: Any, checkpoint: Any) -> None:
         self._close()

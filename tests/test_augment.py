@@ -3,6 +3,7 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as nnf
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
@@ -174,3 +175,116 @@ def test_unknown_or_conflicting_augmentation_is_rejected_everywhere(bad) -> None
         A.parse_augment(bad)
     with pytest.raises(ValueError):
         _augmenter(tuple(bad) if isinstance(bad, list) else (bad,))
+
+
+# ----------------------------------------------------------------------------- the fast kernels
+
+
+def _crop_flip_reference(x: torch.Tensor, padding: int, oy: torch.Tensor, ox: torch.Tensor, flip: torch.Tensor):
+    """Per sample: zero-pad, crop at (oy, ox), flip horizontally where asked (torchvision)."""
+    out = []
+    for img, y, x0, f in zip(x, oy.tolist(), ox.tolist(), flip.tolist()):
+        crop = F.crop(F.pad(img, [padding]), y, x0, img.shape[-2], img.shape[-1])
+        out.append(F.horizontal_flip(crop) if f else crop)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("shape,padding", [((1, 28, 28), 4), ((3, 32, 32), 4), ((3, 9, 13), 2)])
+def test_crop_flip_is_a_padded_crop_then_a_flip(shape, padding: int) -> None:
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randint(0, 256, (60, *shape), dtype=torch.uint8, generator=gen)
+    offsets, flips = A.crop_flip_draw(60, padding, gen)
+    assert offsets is not None and flips is not None and 10 < int(flips.sum()) < 50
+    out = A.crop_flip_apply(x, padding, offsets, flips)
+    assert torch.equal(out, _crop_flip_reference(x, padding, offsets[:, 0], offsets[:, 1], flips))
+    flipped_only = A.crop_flip_apply(x, 0, None, flips)
+    assert torch.equal(flipped_only, torch.where(flips.view(-1, 1, 1, 1), x.flip(-1), x))
+
+
+@pytest.mark.parametrize("size", [(28, 28), (32, 32), (10, 15)])
+def test_every_geometric_magnitude_of_both_policies_equals_torchvision(size) -> None:
+    """The index maps (cached per op and magnitude) pick what torchvision's affine picks, for
+    every bin and sign of RandAugment's and AutoAugment's tables."""
+    h, w = size
+    x = torch.randint(0, 256, (1, 3, h, w), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    for op in A.GEOMETRIC:
+        values = sorted({float(v) for bins in (31, 10) for v in A.magnitudes(op, bins, h, w)})
+        mags = torch.tensor([s * v for v in values for s in (1, -1)])
+        ids = torch.full((len(mags),), A.OP_ID[op])
+        ours = A.apply_ops(x.expand(len(mags), -1, -1, -1), ids, mags)
+        for i, m in enumerate(mags.tolist()):
+            assert torch.equal(ours[i:i + 1], _reference(op, x, m)), (op, m)
+
+
+def test_solarize_and_sharpness_of_every_bin_equal_torchvision() -> None:
+    gen = torch.Generator().manual_seed(2)
+    ramp = torch.arange(256, dtype=torch.uint8).view(1, 1, 16, 16)
+    noisy = torch.randint(0, 256, (1, 3, 28, 28), dtype=torch.uint8, generator=gen)
+    for op in ("Solarize", "Sharpness"):
+        for x in (ramp, noisy):
+            for m in sorted({float(v) for bins in (31, 10) for v in A.magnitudes(op, bins, 28, 28)}):
+                signed = [m, -m] if op in A.SIGNED else [m]
+                for v in signed:
+                    ours = A.apply_ops(x, torch.tensor([A.OP_ID[op]]), torch.tensor([v]))
+                    assert torch.equal(ours, _reference(op, x, v)), (op, v)
+
+
+def test_sharpness_blur_in_whole_numbers_equals_the_float_convolution() -> None:
+    """round(conv2d(x, kernel / 13)) == round(S / 13) with S the whole-number sum, on images
+    with few levels (many ties in the float sum) and on noise."""
+    gen = torch.Generator().manual_seed(3)
+    a, b = 1.0 / 13.0, 5.0 / 13.0
+    for c in (1, 3):
+        x = torch.randint(0, 256, (300, c, 20, 20), dtype=torch.uint8, generator=gen)
+        for images in (x, (x // 64) * 85, torch.where(x > 127, 255, 0).to(torch.uint8)):
+            kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]]).expand(c, 1, 3, 3)
+            reference = nnf.conv2d(images.float(), kernel, groups=c).round_()
+            assert torch.equal(A._smoothed(images.float()), reference)
+
+
+def test_autocontrast_of_flat_and_ordinary_images_equals_torchvision() -> None:
+    x = torch.randint(0, 256, (6, 3, 8, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(4))
+    x[1] = 77  # a flat image
+    x[2, 0] = 5  # one flat channel
+    ours = A.apply_ops(x, torch.full((6,), A.OP_ID["AutoContrast"]), torch.zeros(6))
+    assert torch.equal(ours, F.autocontrast(x))
+
+
+def test_draws_of_several_calls_applied_at_once_equal_each_call() -> None:
+    """What the engine relies on: draw chunk by chunk, apply once; same pixels as augmenting
+    chunk by chunk, and the same generator state after."""
+    images = torch.randint(0, 256, (70, 1, 12, 12), dtype=torch.uint8, generator=torch.Generator().manual_seed(6))
+    for names in (("autoaug",), ("randaug",), ()):
+        one, many = _augmenter(names, seed=9), _augmenter(names, seed=9)
+        parts = [images[:30], images[30:31], images[31:]]
+        expected = torch.cat([one.train(p) for p in parts])
+        draws = [many.draw(len(p), 12, 12) for p in parts]
+        assert torch.equal(many.apply(images, A.TrainDraw.cat(draws)), expected)
+        assert torch.equal(one.gen.get_state(), many.gen.get_state())
+
+
+def test_planned_cutmix_draws_are_the_live_draws_in_order() -> None:
+    live, planned = _augmenter(("cutmix",), seed=4), _augmenter(("cutmix",), seed=4)
+    planned.plan_mix([8, 8, 6, 8], 10, 10)
+    for n in (8, 8, 6, 8):
+        a, b = live.draw_mix(n, 10, 10), planned.draw_mix(n, 10, 10)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.equal(a.perm, b.perm) and (a.x1, a.x2, a.y1, a.y2, a.lam) == (b.x1, b.x2, b.y1, b.y2, b.lam)
+    assert planned.drop_plan() == 0 and not planned.plan_broken
+    planned.plan_mix([8], 10, 10)
+    planned.draw_mix(5, 10, 10)  # not what was planned: drawn live, the plan dropped, and it says so
+    assert planned.plan_broken and planned.drop_plan() == 0
+
+
+def test_equalize_of_many_kinds_of_image_equals_torchvision() -> None:
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randint(0, 256, (12, 3, 10, 10), dtype=torch.uint8, generator=gen)
+    x[0] = 9  # one value
+    x[1] = 9
+    x[1, :, 0, 0] = 200  # one value but for a pixel
+    x[2] = (x[2] // 128) * 255  # two values
+    x[3, 1] = 0
+    x[4] = torch.arange(100, dtype=torch.uint8).view(1, 10, 10)  # every pixel its own value
+    ours = A.apply_ops(x, torch.full((12,), A.OP_ID["Equalize"]), torch.zeros(12))
+    assert torch.equal(ours, F.equalize(x))

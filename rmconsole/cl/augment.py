@@ -8,6 +8,15 @@ over all the samples that drew it: colour ops are the same blends torchvision co
 the geometric ops build one affine grid per sample with torchvision's own inverse-matrix and
 grid conventions (tests compare each op with `torchvision.transforms.v2.functional`).
 
+Every augmentation is a *draw* and an *apply*. The draw makes the random parameters of each
+sample on the host from the run's generator, always in the same order; the apply transforms
+the pixels on the device without a host synchronisation (per-sample parameters travel in
+one asynchronous copy). The training engine draws several chunks' parameters in the order
+an unbatched loop draws them and applies them in one call (train.py), so how many images one
+call holds changes no draw and no pixel. Nearest-neighbour geometry (crop, flip, shear,
+translate, rotate) is a gather through a pixel index map: the map of each (op, magnitude)
+is what torchvision's affine grid and `grid_sample` pick, computed once and cached.
+
 Images stay uint8 (N, C, H, W) until `normalize`.
 """
 
@@ -15,12 +24,13 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as nnf
 from torch import Tensor
-from torchvision.transforms.v2 import functional as F
 
 from .catalog import AUGMENTATIONS, parse_augment  # noqa: F401  (re-exported)
 
@@ -33,7 +43,6 @@ OP_ID = {name: i for i, name in enumerate(OPS)}
 GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
 SIGNED = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness"}
 RANDAUGMENT_OPS = OPS[:14]  # torchvision's RandAugment space: everything but Invert
-
 
 
 def magnitudes(op: str, bins: int, height: int, width: int) -> Tensor | None:
@@ -86,22 +95,29 @@ CIFAR10_POLICY = (
 )
 
 
+# ----------------------------------------------------------------------------- host -> device
+
+
+def _to(values: Tensor, device: torch.device) -> Tensor:
+    """A host tensor on `device`, copied without blocking the host (from pinned memory)."""
+    if values.device == device:
+        return values
+    if device.type == "cuda" and values.device.type == "cpu":
+        return values.pin_memory().to(device, non_blocking=True)
+    return values.to(device)
+
+
+def _on(values: Tensor, like: Tensor) -> Tensor:
+    return _to(values, like.device)
+
+
 # ----------------------------------------------------------------------------- kernels
 
 
-def _column(values: Tensor, like: Tensor) -> Tensor:
-    return values.to(device=like.device, dtype=torch.float32).view(-1, 1, 1, 1)
-
-
-def _ratios(factor: Tensor, like: Tensor) -> tuple[Tensor, Tensor]:
-    """(r, 1 - r) as float32 columns, 1 - r taken in float64 as torchvision's Python floats are."""
-    factor = factor.to(torch.float64)
-    return _column(factor, like), _column(1.0 - factor, like)
-
-
-def _blend(images: Tensor, degenerate: Tensor, factor: Tensor) -> Tensor:
-    """torchvision's _blend with one ratio per sample (same float operations, same result)."""
-    ratio, rest = _ratios(factor, images)
+def _blend(images: Tensor, degenerate: Tensor, ratio: Tensor, rest: Tensor) -> Tensor:
+    """torchvision's _blend with one ratio per sample (same float operations, same result);
+    `ratio` and `rest` = 1 - ratio are float32 columns (1 - ratio taken in float64 on the host,
+    as torchvision's Python floats are)."""
     out = images.float().mul_(ratio).addcmul_(degenerate.expand_as(images), rest)
     return out.clamp_(0, 255).to(torch.uint8)
 
@@ -113,11 +129,12 @@ def _grayscale(images: Tensor) -> Tensor:
     return r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).unsqueeze(1).floor_()
 
 
-def affine_per_sample(images: Tensor, angle: Tensor, translate: Tensor, shear: Tensor,
-                      center: Tensor, fill: float = 0.0) -> Tensor:
-    """F.affine (nearest) with per-sample angle (deg), translate (px, 2), shear (deg, 2) and
-    center (2, pixels relative to the image centre), following torchvision's conventions."""
-    n, c, h, w = images.shape
+def _affine_grid(angle: Tensor, translate: Tensor, shear: Tensor, center: Tensor, h: int, w: int,
+                 device: torch.device) -> Tensor:
+    """(n, h, w, 2) sampling grid of F.affine with per-sample angle (deg), translate (px, 2),
+    shear (deg, 2) and center (2, pixels relative to the image centre): torchvision's
+    inverse matrix (float64) and its grid arithmetic (float32)."""
+    n = len(angle)
     dt = torch.float64
     rot, sx, sy = angle.to(dt).deg2rad(), shear[:, 0].to(dt).deg2rad(), shear[:, 1].to(dt).deg2rad()
     cx, cy = center[:, 0].to(dt), center[:, 1].to(dt)
@@ -129,14 +146,24 @@ def affine_per_sample(images: Tensor, angle: Tensor, translate: Tensor, shear: T
     m0, m1, m3, m4 = d, -b, -cc, a
     m2 = cx - m0 * (cx + tx) - m1 * (cy + ty)
     m5 = cy - m3 * (cx + tx) - m4 * (cy + ty)
-    theta = torch.stack([torch.stack([m0, m1, m2], 1), torch.stack([m3, m4, m5], 1)], 1)
-    theta = theta.to(torch.float32).to(images.device)
-    xs = torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, w, device=images.device).view(1, 1, w)
-    ys = torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, h, device=images.device).view(1, h, 1)
-    scale = torch.tensor([0.5 * w, 0.5 * h], device=images.device).view(1, 2, 1)
+    theta = torch.stack([torch.stack([m0, m1, m2], 1), torch.stack([m3, m4, m5], 1)], 1).to(torch.float32)
+    theta = _to(theta, torch.device(device))
+    xs = torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, w, device=device).view(1, 1, w)
+    ys = torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, h, device=device).view(1, h, 1)
+    scale = _to(torch.tensor([0.5 * w, 0.5 * h]), torch.device(device)).view(1, 2, 1)
     t = (theta / scale).unsqueeze(-1).unsqueeze(-1)  # (n, 2, 3, 1, 1)
-    grid = torch.stack([xs * t[:, 0, 0] + ys * t[:, 0, 1] + t[:, 0, 2],
-                        xs * t[:, 1, 0] + ys * t[:, 1, 1] + t[:, 1, 2]], -1)  # (n, h, w, 2)
+    grid = torch.empty(n, h, w, 2, device=device)
+    for k in range(2):  # written in place: the same float operations as stacking the two planes
+        torch.add(xs * t[:, k, 0] + ys * t[:, k, 1], t[:, k, 2], out=grid[..., k])
+    return grid
+
+
+def affine_per_sample(images: Tensor, angle: Tensor, translate: Tensor, shear: Tensor,
+                      center: Tensor, fill: float = 0.0) -> Tensor:
+    """F.affine (nearest) with per-sample angle (deg), translate (px, 2), shear (deg, 2) and
+    center (2, pixels relative to the image centre), following torchvision's conventions."""
+    n, c, h, w = images.shape
+    grid = _affine_grid(angle, translate, shear, center, h, w, images.device)
     out = nnf.grid_sample(images.float(), grid, mode="nearest", padding_mode="zeros", align_corners=False)
     if fill:
         inside = nnf.grid_sample(torch.ones(n, 1, h, w, device=images.device), grid, mode="nearest",
@@ -145,9 +172,9 @@ def affine_per_sample(images: Tensor, angle: Tensor, translate: Tensor, shear: T
     return out.round_().to(torch.uint8)
 
 
-def _geometric(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
-    """ShearX/Y, TranslateX/Y and Rotate, mixed within one batch, in one grid_sample."""
-    _, _, h, w = images.shape
+def _geometric_params(op_ids: Tensor, mags: Tensor, h: int, w: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(angle, translate, shear, center) of ShearX/Y, TranslateX/Y and Rotate samples, as
+    torchvision's RandAugment/AutoAugment call F.affine / F.rotate."""
     m = mags.cpu().to(torch.float64)
     zero = torch.zeros_like(m)
     is_op = {name: op_ids == OP_ID[name] for name in GEOMETRIC}
@@ -160,81 +187,198 @@ def _geometric(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
     translate = torch.stack([torch.where(is_op["TranslateX"], m.trunc(), zero),
                              torch.where(is_op["TranslateY"], m.trunc(), zero)], 1)
     angle = torch.where(is_op["Rotate"], -m, zero)  # F.rotate builds its matrix with -angle
-    return affine_per_sample(images, angle, translate, shear, center)
+    return angle, translate, shear, center
 
 
-def _sharpness(images: Tensor, factor: Tensor) -> Tensor:
+# Pixel index maps of the geometric ops: (h, w, device) -> {(op, magnitude) key: int32 (h*w,)},
+# where a map entry is the source pixel (row-major) or h*w for "outside" (filled with 0).
+_MAPS: dict[tuple[int, int, str], dict[int, Tensor]] = {}
+_MAP_BUDGET_BYTES = 256 * 2**20  # per image size and device; cleared when full (RandAugment needs ~310 maps)
+
+
+def _map_keys(op_ids: Tensor, mags: Tensor) -> Tensor:
+    """One int64 per (op, float32 magnitude): the op id and the magnitude's bits."""
+    bits = mags.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    return (op_ids.to(torch.int64) << 32) | bits
+
+
+def _geometric_maps(keys: list[int], h: int, w: int, device: torch.device) -> list[Tensor]:
+    """The (h*w,) int64 index map of each key, computed where missing by sampling an image of
+    pixel numbers with the exact grid `affine_per_sample` uses (so a map picks what it would)."""
+    cache = _MAPS.setdefault((h, w, str(device)), {})
+    missing = [k for k in dict.fromkeys(keys) if k not in cache]
+    if missing:
+        if h * w >= 2**24:
+            raise ValueError(f"images of {h}x{w} pixels are too large for the geometric ops")
+        if (len(cache) + len(missing)) * h * w * 8 > _MAP_BUDGET_BYTES:
+            cache.clear()
+        miss = torch.tensor(missing, dtype=torch.int64)
+        op_ids = miss >> 32
+        mags = (miss & 0xFFFFFFFF).to(torch.int32).view(torch.float32)
+        grid = _affine_grid(*_geometric_params(op_ids, mags, h, w), h, w, device)
+        numbers = torch.arange(1, h * w + 1, dtype=torch.float32, device=device).view(1, 1, h, w)
+        picked = nnf.grid_sample(numbers.expand(len(missing), 1, h, w), grid, mode="nearest",
+                                 padding_mode="zeros", align_corners=False)
+        index = picked.view(len(missing), h * w).to(torch.int64) - 1
+        index = torch.where(index < 0, h * w, index)
+        for k, row in zip(missing, index):
+            cache[k] = row
+    return [cache[k] for k in keys]
+
+
+def _remap(images: Tensor, maps: list[Tensor], counts: list[int], out: Tensor) -> None:
+    """`out` = pixels through index maps: the first counts[0] images through maps[0], and so
+    on (a map entry h*w gives 0)."""
+    n, c, h, w = images.shape
+    src = nnf.pad(images.reshape(n, c, h * w), (0, 1))
+    dst = out.view(n, c, h * w)
+    start = 0
+    for index, count in zip(maps, counts):
+        torch.gather(src[start:start + count], 2, index.view(1, 1, h * w).expand(count, c, h * w),
+                     out=dst[start:start + count])
+        start += count
+
+
+def _smoothed(out: Tensor) -> Tensor:
+    """torchvision's sharpness blur of the interior, round(conv2d(image, [[1 1 1] [1 5 1] [1 1 1]] / 13)),
+    from the whole-number sum S of the kernel (exact in float32): conv2d's float sum is within
+    3e-4 of S / 13, and S / 13 is never closer than 1/26 to a half, so both round alike."""
+    rows = out[..., :, :-2] + out[..., :, 1:-1] + out[..., :, 2:]
+    total = rows[..., :-2, :] + rows[..., 1:-1, :] + rows[..., 2:, :]
+    return total.add_(out[..., 1:-1, 1:-1], alpha=4).mul_(1.0 / 13.0).round_()
+
+
+def _sharpness(images: Tensor, rest: Tensor) -> Tensor:
     n, c, h, w = images.shape
     if h <= 2 or w <= 2:
         return images.clone()
-    a, b = 1.0 / 13.0, 5.0 / 13.0
-    kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], device=images.device).expand(c, 1, 3, 3)
     out = images.float()
-    blurred = nnf.conv2d(out, kernel, groups=c).round_()
     view = out[..., 1:-1, 1:-1]
-    view.addcmul_(blurred.sub_(view), _ratios(factor, images)[1])
+    view.addcmul_(_smoothed(out).sub_(view), rest)
     return out.clamp_(0, 255).to(torch.uint8)
 
 
-def _posterize(images: Tensor, bits: Tensor) -> Tensor:
-    bits = bits.round().long().clamp(0, 8)
-    mask = (((1 << bits) - 1) << (8 - bits)).to(torch.uint8).to(images.device).view(-1, 1, 1, 1)
-    return images & mask
-
-
-def _solarize(images: Tensor, level: Tensor) -> Tensor:
-    threshold = _column(level * 255.0, images)
-    return torch.where(images.float() >= threshold, 255 - images, images)
-
-
-def _colour(op: str, images: Tensor, mags: Tensor) -> Tensor:
-    factor = 1.0 + mags.to(torch.float64)
-    if op == "Brightness":
-        return _blend(images, torch.zeros((1, 1, 1, 1), device=images.device), factor)
+def _colour(op: str, images: Tensor, ratio: Tensor, rest: Tensor, mask: Tensor, threshold: Tensor) -> Tensor:
+    """A colour op on `images`, with its per-sample parameters as device columns."""
+    if op == "Brightness":  # blending with black: torchvision adds 0 * (1 - ratio), which changes nothing
+        return images.float().mul_(ratio).clamp_(0, 255).to(torch.uint8)
     if op == "Color":
-        return images.clone() if images.shape[1] == 1 else _blend(images, _grayscale(images), factor)
+        return images.clone() if images.shape[1] == 1 else _blend(images, _grayscale(images), ratio, rest)
     if op == "Contrast":
         mean = _grayscale(images).mean(dim=(1, 2, 3), keepdim=True)
-        return _blend(images, mean, factor)
+        return _blend(images, mean, ratio, rest)
     if op == "Sharpness":
-        return _sharpness(images, factor)
+        return _sharpness(images, rest)
     if op == "Posterize":
-        return _posterize(images, mags)
-    if op == "Solarize":
-        return _solarize(images, mags)
+        return images & mask
+    if op == "Solarize":  # float(v) >= t  <=>  v >= ceil(t) for whole v: no float image
+        return torch.where(images >= threshold, 255 - images, images)
     if op == "AutoContrast":
-        return F.autocontrast(images)
+        return _autocontrast(images)
     if op == "Equalize":
-        return F.equalize(images)
+        return _equalize(images)
     if op == "Invert":
-        return F.invert(images)
+        return images.bitwise_not()
     if op == "Identity":
         return images.clone()
     raise ValueError(f"unknown op {op!r}")
 
 
+def _equalize(images: Tensor) -> Tensor:
+    """torchvision's (and PIL's) histogram equalisation of uint8 images, channel by channel:
+    whole-number arithmetic, so the same LUT; an image of one value (but for a few pixels)
+    is left as it is."""
+    flat = images.flatten(-2).long()
+    hist = torch.zeros(*images.shape[:-2], 256, dtype=torch.int64, device=images.device)
+    hist.scatter_add_(-1, flat, torch.ones_like(flat))
+    top = images.flatten(-2).amax(-1, keepdim=True).long()  # the last bin in use
+    step = (flat.shape[-1] - hist.gather(-1, top)).div_(255, rounding_mode="floor")
+    lut = hist.cumsum(-1)[..., :-1].add_(step // 2).div_(step.clamp(min=1), rounding_mode="floor").clamp_(0, 255)
+    lut = nnf.pad(lut, (1, 0)).to(torch.uint8)  # lut[0] = 0
+    equalized = lut.gather(-1, flat).view_as(images)
+    return torch.where((step != 0).unsqueeze(-1), equalized, images)
+
+
+def _autocontrast(images: Tensor) -> Tensor:
+    """torchvision's autocontrast (the same float operations), with `where` in place of its
+    boolean-mask assignments, which would wait for the device."""
+    x = images.float()
+    minimum = x.amin(dim=(-2, -1), keepdim=True)
+    maximum = x.amax(dim=(-2, -1), keepdim=True)
+    flat = maximum == minimum
+    inv_scale = torch.where(flat, 1.0, maximum.sub_(minimum).mul_(1.0 / 255))
+    return x.sub_(torch.where(flat, 0.0, minimum)).div_(inv_scale).clamp_(0, 255).to(torch.uint8)
+
+
+# samples are sorted by group: 0 Identity, 1 every geometric op (one gather), then one per colour op
+_GROUP = torch.tensor([0 if op == "Identity" else 1 if op in GEOMETRIC else 2 + i for i, op in enumerate(OPS)])
+_GROUP_OP = {int(g): op for op, g in zip(OPS, _GROUP.tolist()) if g >= 2}
+
+
 def apply_ops(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
     """Apply op `OPS[op_ids[i]]` with signed magnitude `mags[i]` to image i, for all i at once.
 
-    One kernel call per distinct op (the geometric ones share a single call), whatever the
-    number of distinct magnitudes.
+    One kernel call per distinct colour op and one gather for all the geometric ones, whatever
+    the number of distinct magnitudes. The per-sample parameters are worked out on the host
+    and reach the device in one asynchronous copy: no host synchronisation.
     """
-    op_ids = op_ids.cpu()
+    n, c, h, w = images.shape
+    op_ids = op_ids.cpu().to(torch.int64)
     mags = mags.cpu().float()
-    out = images.clone()
-    present = op_ids.unique().tolist()
-    geo_ids = [OP_ID[g] for g in GEOMETRIC]
-    geo = torch.isin(op_ids, torch.tensor(geo_ids)).nonzero().flatten()
-    if len(geo):
-        geo_d = geo.to(images.device)
-        out[geo_d] = _geometric(images[geo_d], op_ids[geo], mags[geo])
-    for op_id in present:
-        if op_id in geo_ids or OPS[op_id] == "Identity":
+    if n == 0:
+        return images.clone()
+    if n >= 2**24:  # the per-sample parameters travel as float32
+        half = n // 2
+        return torch.cat([apply_ops(images[:half], op_ids[:half], mags[:half]),
+                          apply_ops(images[half:], op_ids[half:], mags[half:])])
+    group = _GROUP[op_ids]
+    order = torch.argsort(group, stable=True)
+    counts = torch.bincount(group, minlength=len(OPS) + 2).tolist()
+    ids, m = op_ids[order], mags[order]
+    factor = 1.0 + m.to(torch.float64)
+    bits = m.round().long().clamp(0, 8)
+    mask = ((1 << bits) - 1) << (8 - bits)
+    threshold = torch.ceil(m * 255.0).clamp(0, 256)
+    start_geo, n_geo = counts[0], counts[1]
+    keys: list[int] = []
+    if n_geo:  # the geometric samples, grouped by (op, magnitude): one index map per group
+        seg = slice(start_geo, start_geo + n_geo)
+        uniq, inverse = torch.unique(_map_keys(ids[seg], m[seg]), return_inverse=True)
+        keys, key_counts = uniq.tolist(), torch.bincount(inverse, minlength=len(uniq)).tolist()
+        order[seg] = order[seg][torch.argsort(inverse, stable=True)]
+    if counts[0] == n:
+        return images.clone()
+    back = torch.empty_like(order)
+    back[order] = torch.arange(n)
+    # one float32 block: exact for indices < 2**24, float32 ratios, 8-bit masks and thresholds
+    params = torch.stack([order.float(), back.float(), factor.float(), (1.0 - factor).float(), mask.float(),
+                          threshold], 1)
+    params = _on(params, images)
+    # work on the samples sorted by group (contiguous slices), then put them back in order
+    src = images.index_select(0, params[:, 0].long())
+    out = torch.empty_like(src)
+    if counts[0]:
+        out[:counts[0]] = src[:counts[0]]
+    if n_geo:
+        seg = slice(start_geo, start_geo + n_geo)
+        _remap(src[seg], _geometric_maps(keys, h, w, images.device), key_counts, out[seg])
+    start = start_geo + n_geo
+    for g in range(2, len(counts)):
+        count = counts[g]
+        if not count:
             continue
-        sel = (op_ids == op_id).nonzero().flatten()
-        sel_d = sel.to(images.device)
-        out[sel_d] = _colour(OPS[op_id], images[sel_d], mags[sel])
-    return out
+        seg = slice(start, start + count)
+        start += count
+        col = params[seg].view(count, 6, 1, 1, 1).unbind(1)
+        out[seg] = _colour(_GROUP_OP[g], src[seg], col[2], col[3], col[4].to(torch.uint8), col[5].to(torch.int16))
+    return out.index_select(0, params[:, 1].long())
+
+
+def apply_slots(images: Tensor, slots) -> Tensor:
+    """The op slots of a RandAugment/AutoAugment draw, one after the other."""
+    for op_ids, mags in slots:
+        images = apply_ops(images, op_ids, mags)
+    return images
 
 
 # ----------------------------------------------------------------------------- policies
@@ -248,6 +392,7 @@ def _signed(op_ids: Tensor, mags: Tensor, gen: torch.Generator) -> Tensor:
     return torch.where(_SIGNED_MASK[op_ids] & flip, -mags, mags)
 
 
+@lru_cache(maxsize=64)
 def _magnitude_table(n_bins: int, h: int, w: int) -> Tensor:
     table = torch.zeros(len(OPS), n_bins)
     for i, op in enumerate(OPS):
@@ -257,19 +402,29 @@ def _magnitude_table(n_bins: int, h: int, w: int) -> Tensor:
     return table
 
 
+Slots = list[tuple[Tensor, Tensor]]  # per op slot: (op ids, signed magnitudes), host tensors
+
+
+def randaugment_draw(n: int, h: int, w: int, gen: torch.Generator, num_ops: int = 2,
+                     magnitude: int | None = None, num_bins: int = 31) -> Slots:
+    """The random part of `randaugment` for n images of h x w (same draws, same order)."""
+    table = _magnitude_table(num_bins, h, w)
+    slots = []
+    for _ in range(num_ops):
+        op_ids = torch.randint(len(RANDAUGMENT_OPS), (n,), generator=gen)
+        bins = (torch.randint(num_bins, (n,), generator=gen) if magnitude is None
+                else torch.full((n,), magnitude))
+        slots.append((op_ids, _signed(op_ids, table[op_ids, bins], gen)))
+    return slots
+
+
 def randaugment(images: Tensor, gen: torch.Generator, num_ops: int = 2, magnitude: int | None = None,
                 num_bins: int = 31) -> Tensor:
     """RandAugment with an independent draw per sample: `num_ops` ops chosen uniformly from
     torchvision's space, each with a random sign and, when `magnitude` is None, a random
     magnitude bin (the RM authors' "random magnitude" RandAugment)."""
     n, _, h, w = images.shape
-    table = _magnitude_table(num_bins, h, w)
-    for _ in range(num_ops):
-        op_ids = torch.randint(len(RANDAUGMENT_OPS), (n,), generator=gen)
-        bins = (torch.randint(num_bins, (n,), generator=gen) if magnitude is None
-                else torch.full((n,), magnitude))
-        images = apply_ops(images, op_ids, _signed(op_ids, table[op_ids, bins], gen))
-    return images
+    return apply_slots(images, randaugment_draw(n, h, w, gen, num_ops, magnitude, num_bins))
 
 
 def _policy_tables(policy) -> tuple[Tensor, Tensor, Tensor]:
@@ -282,43 +437,69 @@ def _policy_tables(policy) -> tuple[Tensor, Tensor, Tensor]:
 _CIFAR10_TABLES = _policy_tables(CIFAR10_POLICY)
 
 
-def autoaugment(images: Tensor, gen: torch.Generator) -> Tensor:
-    """AutoAugment (CIFAR10 policy) with an independent sub-policy, coin flips and signs per sample."""
-    n, _, h, w = images.shape
+def autoaugment_draw(n: int, h: int, w: int, gen: torch.Generator) -> Slots:
+    """The random part of `autoaugment` for n images of h x w (same draws, same order)."""
     table = _magnitude_table(10, h, w)
     ops, prob, bins = _CIFAR10_TABLES
     choice = torch.randint(len(ops), (n,), generator=gen)
+    slots = []
     for slot in range(2):
         applied = torch.rand(n, generator=gen) <= prob[choice, slot]
         op_ids = torch.where(applied, ops[choice, slot], OP_ID["Identity"])
-        images = apply_ops(images, op_ids, _signed(op_ids, table[op_ids, bins[choice, slot]], gen))
-    return images
+        slots.append((op_ids, _signed(op_ids, table[op_ids, bins[choice, slot]], gen)))
+    return slots
+
+
+def autoaugment(images: Tensor, gen: torch.Generator) -> Tensor:
+    """AutoAugment (CIFAR10 policy) with an independent sub-policy, coin flips and signs per sample."""
+    n, _, h, w = images.shape
+    return apply_slots(images, autoaugment_draw(n, h, w, gen))
+
+
+def crop_flip_draw(n: int, padding: int, gen: torch.Generator, flip: bool = True) -> tuple[Tensor | None, Tensor | None]:
+    """The random part of `crop_flip`: (n, 2) crop offsets (None without padding), (n,) flips."""
+    offsets = None
+    if padding > 0:
+        oy = torch.randint(2 * padding + 1, (n,), generator=gen)
+        ox = torch.randint(2 * padding + 1, (n,), generator=gen)
+        offsets = torch.stack([oy, ox], 1)
+    flips = torch.rand(n, generator=gen) < 0.5 if flip else None
+    return offsets, flips
+
+
+def crop_flip_apply(images: Tensor, padding: int, offsets: Tensor | None, flips: Tensor | None) -> Tensor:
+    """Zero-padded crops at `offsets` then horizontal flips where `flips`: one gather."""
+    n, c, h, w = images.shape
+    if offsets is None and flips is None or n == 0:
+        return images.contiguous()
+    p = max(padding, 0) if offsets is not None else 0
+    params = torch.zeros(n, 3, dtype=torch.int64)
+    if offsets is not None:
+        params[:, :2] = offsets
+    if flips is not None:
+        params[:, 2] = flips
+    params = _on(params, images)
+    dev = images.device
+    cols = torch.arange(w, device=dev)
+    cols = torch.where(params[:, 2:3].bool(), cols.flip(0), cols) + params[:, 1:2]  # (n, w)
+    rows = (params[:, 0:1] + torch.arange(h, device=dev)) * (w + 2 * p)  # (n, h)
+    index = (rows[:, :, None] + cols[:, None, :]).view(n, 1, h * w).expand(n, c, h * w)
+    src = nnf.pad(images, (p, p, p, p)) if p else images
+    return src.reshape(n, c, -1).gather(2, index).view(n, c, h, w)
 
 
 def crop_flip(images: Tensor, padding: int, gen: torch.Generator, flip: bool = True) -> Tensor:
     """Random crop with zero padding and horizontal flip, a different draw per sample."""
-    n, c, h, w = images.shape
-    dev = images.device
-    if padding > 0:
-        padded = nnf.pad(images, (padding, padding, padding, padding))
-        oy = torch.randint(2 * padding + 1, (n,), generator=gen).to(dev)
-        ox = torch.randint(2 * padding + 1, (n,), generator=gen).to(dev)
-        rows = (oy[:, None] + torch.arange(h, device=dev))[:, :, None]  # (n, h, 1)
-        cols = (ox[:, None] + torch.arange(w, device=dev))[:, None, :]  # (n, 1, w)
-        batch = torch.arange(n, device=dev)[:, None, None]
-        images = padded.permute(0, 2, 3, 1)[batch, rows, cols].permute(0, 3, 1, 2)
-    if flip:
-        do_flip = (torch.rand(n, generator=gen) < 0.5).to(dev).view(-1, 1, 1, 1)
-        images = torch.where(do_flip, images.flip(-1), images)
-    return images.contiguous()
+    return crop_flip_apply(images, padding, *crop_flip_draw(len(images), padding, gen, flip))
 
 
 def cutout(images: Tensor, size: int, gen: torch.Generator, fill: int = 0) -> Tensor:
     """A size x size square at a random centre (clipped at the border) set to `fill`, per sample."""
     n, _, h, w = images.shape
     dev = images.device
-    y0 = torch.randint(h, (n,), generator=gen).to(dev)[:, None, None] - size // 2
-    x0 = torch.randint(w, (n,), generator=gen).to(dev)[:, None, None] - size // 2
+    corner = _on(torch.stack([torch.randint(h, (n,), generator=gen), torch.randint(w, (n,), generator=gen)], 1)
+                 - size // 2, images)
+    y0, x0 = corner[:, 0, None, None], corner[:, 1, None, None]
     ys = torch.arange(h, device=dev)[None, :, None]
     xs = torch.arange(w, device=dev)[None, None, :]
     inside = (ys >= y0) & (ys < y0 + size) & (xs >= x0) & (xs < x0 + size)
@@ -333,7 +514,31 @@ def rotate_per_sample(images: Tensor, degrees: Tensor) -> Tensor:
 
 def normalize(images: Tensor, mean: Tensor, std: Tensor) -> Tensor:
     """uint8 (N, C, H, W) -> float, scaled to [0, 1] and standardised per channel."""
-    return (images.float().div_(255.0) - mean) / std
+    return images.float().div_(255.0).sub_(mean).div_(std)
+
+
+@dataclass(frozen=True)
+class TrainDraw:
+    """The random part of `Augmenter.train` for n images (host tensors): crop offsets, flips
+    and the op slots. Draws of consecutive calls concatenate into one (`TrainDraw.cat`)."""
+
+    n: int
+    offsets: Tensor | None
+    flips: Tensor | None
+    slots: tuple[tuple[Tensor, Tensor], ...]
+
+    @staticmethod
+    def cat(draws: list["TrainDraw"]) -> "TrainDraw":
+        if len(draws) == 1:
+            return draws[0]
+
+        def join(parts: list[Tensor | None]) -> Tensor | None:
+            return None if parts[0] is None else torch.cat(parts)  # type: ignore[arg-type]
+
+        slots = tuple((torch.cat([d.slots[s][0] for d in draws]), torch.cat([d.slots[s][1] for d in draws]))
+                      for s in range(len(draws[0].slots)))
+        return TrainDraw(sum(d.n for d in draws), join([d.offsets for d in draws]), join([d.flips for d in draws]),
+                         slots)
 
 
 @dataclass(frozen=True)
@@ -383,7 +588,11 @@ def cutmix(x: Tensor, y: Tensor, rng: random.Random, gen: torch.Generator,
 @dataclass
 class Augmenter:
     """A run's train-time pipeline: crop+flip, then RandAugment or AutoAugment per sample, then
-    normalisation; CutMix is applied per batch by the trainer with `mix`."""
+    normalisation; CutMix is applied per batch by the trainer with `mix`.
+
+    `train(images)` = `apply(images, draw(n, h, w))`. The engine may draw the CutMix of coming
+    steps ahead (`plan_mix`, in the order the steps would draw them): `draw_mix` then hands
+    them out one per call."""
 
     names: tuple[str, ...]
     mean: Tensor
@@ -392,6 +601,9 @@ class Augmenter:
     seed: int
     gen: torch.Generator = field(init=False)
     rng: random.Random = field(init=False)
+    mix_calls: int = field(init=False, default=0)  # draw_mix calls so far (the engine checks its plan)
+    plan_broken: bool = field(init=False, default=False)  # a call did not match the planned draw
+    _planned: deque = field(init=False, repr=False, default_factory=deque)
 
     def __post_init__(self) -> None:
         self.names = parse_augment(tuple(self.names))  # an unknown name is an error, never dropped
@@ -414,13 +626,23 @@ class Augmenter:
             steps.append("cutmix(p=0.5, alpha=1.0, per-batch)")
         return steps
 
-    def train(self, images: Tensor) -> Tensor:
-        images = crop_flip(images, self.padding, self.gen)
+    def draw(self, n: int, h: int, w: int) -> TrainDraw:
+        """The random part of `train` for n images of h x w."""
+        offsets, flips = crop_flip_draw(n, self.padding, self.gen)
+        slots: Slots = []
         if "randaug" in self.names:
-            images = randaugment(images, self.gen)
+            slots = randaugment_draw(n, h, w, self.gen)
         elif "autoaug" in self.names:
-            images = autoaugment(images, self.gen)
-        return normalize(images, self.mean, self.std)
+            slots = autoaugment_draw(n, h, w, self.gen)
+        return TrainDraw(n, offsets, flips, tuple(slots))
+
+    def apply(self, images: Tensor, draw: TrainDraw) -> Tensor:
+        """Augmented, normalised images: `draw` applied (one call, whatever it holds)."""
+        images = crop_flip_apply(images, self.padding, draw.offsets, draw.flips)
+        return normalize(apply_slots(images, draw.slots), self.mean, self.std)
+
+    def train(self, images: Tensor) -> Tensor:
+        return self.apply(images, self.draw(len(images), images.shape[-2], images.shape[-1]))
 
     def test(self, images: Tensor) -> Tensor:
         return normalize(images, self.mean, self.std)
@@ -431,10 +653,32 @@ class Augmenter:
         return None if draw is None else apply_cutmix(x, y, draw)
 
     def draw_mix(self, n: int, h: int, w: int) -> CutMixDraw | None:
-        """The random part of `maybe_cutmix`, for a step that applies the box itself."""
+        """The random part of `maybe_cutmix`, for a step that applies the box itself: the next
+        planned draw when the engine planned this step's, else drawn now."""
+        self.mix_calls += 1
+        if self._planned:
+            shape, draw = self._planned.popleft()
+            if shape == (n, h, w):
+                return draw
+            self.plan_broken = True  # a step the plan did not foresee: draw live from here on
+            self._planned.clear()
+        return self._draw_mix(n, h, w)
+
+    def _draw_mix(self, n: int, h: int, w: int) -> CutMixDraw | None:
         if not self.uses_cutmix or self.rng.random() >= 0.5:
             return None
         return draw_cutmix(n, h, w, self.rng, self.gen)
+
+    def plan_mix(self, sizes: list[int], h: int, w: int) -> None:
+        """Draw now the CutMix of coming steps of `sizes` images, as those steps would draw it."""
+        for n in sizes:
+            self._planned.append(((n, h, w), self._draw_mix(n, h, w)))
+
+    def drop_plan(self) -> int:
+        """Forget planned draws no step took (the count: 0 when the plan matched the steps)."""
+        left = len(self._planned)
+        self._planned.clear()
+        return left
 
     def state_dict(self) -> dict:
         return {"gen": self.gen.get_state(), "rng": self.rng.getstate()}

@@ -64,6 +64,9 @@ class Learner(Protocol):
     graphs: dict  # batch size -> graphs.GraphedStep captured for the current optimiser
 
     @property
+    def plain_step(self) -> bool: ...
+
+    @property
     def uses_graphs(self) -> bool: ...
 
     @property

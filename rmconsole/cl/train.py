@@ -7,20 +7,38 @@ RandAugment/AutoAugment cheap), has the chunks' images decoded ahead while the m
 (streamed datasets), gives each rank its shard of every batch, reports progress and, when the
 run records it, evaluates after every epoch. `train_step` is the one place an optimiser step
 happens.
+
+Batching without changing a draw. A chunk (consecutive batches, up to `chunk_images` images)
+is what the unbatched loop augments in one call: it draws the chunk's augmentation, then
+each step draws its batch's CutMix. Here the chunk's augmentation is drawn (`Augmenter.draw`)
+and, when the method's steps draw CutMix once each, its steps' CutMix draws are planned right
+after (`Augmenter.plan_mix`), so the generators advance exactly as the unbatched loop's; then
+several chunks (a small memory's epochs, up to `chunk_images` images) are augmented in one
+call and sliced per step. Same seeds, same images, same steps, same weights
+(tests/test_train.py). Whether a method's step draws CutMix once is learned on its first
+chunk, which runs unplanned; a step that ever takes a different draw ends the planning
+(logged), and the run goes on drawing live.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 from torch import Tensor
+from torch.optim import optimizer as optim_hooks
 
 from .accel import train_chunk
+from .augment import Augmenter, TrainDraw
 from .graphs import GraphedStep, launch_bound, set_lr
 from .learner import Learner, Task
+from .mlp_step import MLPStep
 from .pipeline import iter_batches
 from .schedule import epoch_lr
+
+# method class -> whether its step draws CutMix exactly once (learned on its first chunk)
+_MIX_PER_STEP: dict[type, bool] = {}
 
 
 def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Tensor]], phase: str,
@@ -38,46 +56,145 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
         first = batches_for_epoch(0)
         total = sum(len(b) for b in first) * epochs
     method.report.phase(task.index, phase, total)
-    augment = method.setup.augmenter.train
     method.best_epoch_accuracy = None
-    for epoch in range(epochs):
-        batches = plans[epoch] if plans else (first if epoch == 0 else batches_for_epoch(epoch))
-        set_lr(optimizer, epoch_lr(epoch, method.cfg.lr, method.cfg.schedule))
-        method.model.train()
-        chunks = list(_chunks(batches, chunk_images))
-        shards = [[dist.shard(b) for b in chunk] for chunk in chunks] if dist else \
-            [[(b, 1.0) for b in chunk] for chunk in chunks]
-        flats = [torch.cat([part for part, _ in shard]) for shard in shards]
-        for chunk, shard, flat, raw in zip(chunks, shards, flats, iter_batches(data.train, flats)):
-            sizes = [len(part) for part, _ in shard]
-            images = method.accel.prepare(augment(raw))
+
+    def batches_of(epoch: int) -> list[Tensor]:
+        return plans[epoch] if plans else (first if epoch == 0 else batches_for_epoch(epoch))
+
+    augmenter = method.setup.augmenter
+    h, w = data.image_shape[-2:]
+    streamed = hasattr(data.train, "batches")  # decoded ahead epoch by epoch: one chunk per call
+    planning = _MixPlanning(method, augmenter, spanning=not streamed)
+    step = _Stepper(method)
+    prefetch: Iterator[Tensor] | None = None
+    chunks = _epoch_chunks(epochs, batches_of, chunk_images, dist)
+    for group in _groups(chunks, chunk_images, planning.spans):
+        # the draws, in the order the chunk-by-chunk loop makes them
+        ahead = len(group) > 1 and augmenter.uses_cutmix
+        draws = []
+        for chunk in group:
+            if len(chunk.flat):
+                draws.append(augmenter.draw(len(chunk.flat), h, w))
+                if ahead:
+                    augmenter.plan_mix([len(part) for part, _ in chunk.shard], h, w)
+        flats = [chunk.flat for chunk in group if len(chunk.flat)]
+        if flats:
+            if streamed:
+                if group[0].first:
+                    prefetch = iter_batches(data.train, group[0].epoch_flats)
+                assert prefetch is not None
+                raw = next(prefetch)
+            else:
+                raw = data.train.take(torch.cat(flats) if len(flats) > 1 else flats[0])
+            flat = torch.cat(flats) if len(flats) > 1 else flats[0]
+            images = method.accel.prepare(augmenter.apply(raw, TrainDraw.cat(draws)))
             labels = method.labels_of(flat)
-            for x, y, (_, weight) in zip(images.split(sizes), labels.split(sizes), shard):
-                train_step(method, x, y, weight)
-            method.report.advance(sum(len(b) for b in chunk))
-        if dist:  # one model on every rank: rank 0's batch-norm statistics (and weights)
-            dist.sync_module(method.model)
-        if method.epoch_eval is not None and phase != "stream":
-            acc = method.epoch_eval()
-            method.best_epoch_accuracy = max(acc, method.best_epoch_accuracy or acc)
+        calls, steps, offset = augmenter.mix_calls, 0, 0
+        for chunk in group:
+            if chunk.first:
+                set_lr(optimizer, epoch_lr(chunk.epoch, method.cfg.lr, method.cfg.schedule))
+                method.model.train()
+            sizes = [len(part) for part, _ in chunk.shard]
+            if sizes:
+                n = sum(sizes)
+                for x, y, (_, weight) in zip(images[offset:offset + n].split(sizes),
+                                             labels[offset:offset + n].split(sizes), chunk.shard):
+                    step(x, y, weight)
+                offset += n
+                steps += len(sizes)
+                method.report.advance(chunk.samples)
+            if chunk.last:
+                if dist:  # one model on every rank: rank 0's batch-norm statistics (and weights)
+                    dist.sync_module(method.model)
+                if method.epoch_eval is not None and phase != "stream":
+                    acc = method.epoch_eval()
+                    method.best_epoch_accuracy = max(acc, method.best_epoch_accuracy or acc)
+        planning.check(augmenter.mix_calls - calls, steps, ahead)
 
 
 def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> None:
     """One optimiser step on an augmented batch: the method's loss, backward, the ranks'
     gradients averaged (weighted by their shard), the update, then the method's `after_step`.
     On a single-process CUDA run of a default-step method, the step is a CUDA graph replay."""
-    if method.uses_graphs and len(x) > 1 and (method.cfg.cuda_graphs is True or launch_bound(len(x), x.shape[1:])):
-        graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
-        return
-    optimizer = method.optimizer
-    with method.accel.autocast():
-        loss = method.step_loss(x, y)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if method.dist:
-        method.dist.average_gradients(trained_parameters(optimizer), weight)
-    optimizer.step()
-    method.after_step()
+    _Stepper(method)(x, y, weight)
+
+
+class _Stepper:
+    """`train_step` with what stays the same during a `fit` looked up once: whether steps are
+    graphed, whether the default step of an MLP runs without autograd (mlp_step.py), and the
+    parameters a plain fused SGD updates (its kernel called directly, the call `SGD.step`
+    makes, without its Python wrapper)."""
+
+    def __init__(self, method: Learner) -> None:
+        self.method = method
+        self.graphs = method.uses_graphs
+        self.manual = (method.plain_step and method.dist is None and method.accel.amp_dtype is None
+                       and method.device.type == "cpu")
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.model: torch.nn.Module | None = None
+        self.sgd: list[Tensor] | None = None
+        self.mlp: MLPStep | None = None
+
+    def __call__(self, x: Tensor, y: Tensor, weight: float) -> None:
+        method = self.method
+        if self.graphs and len(x) > 1 and (method.cfg.cuda_graphs is True or launch_bound(len(x), x.shape[1:])):
+            graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
+            return
+        optimizer = method.optimizer
+        assert optimizer is not None
+        if optimizer is not self.optimizer or method.model is not self.model:
+            self.optimizer, self.model, self.sgd = optimizer, method.model, _plain_fused_sgd(optimizer)
+            self.mlp = MLPStep.of(method.model, optimizer) if self.manual else None
+        if self.mlp is not None and method.model.training:  # the default step, its kernels called directly
+            self.mlp(x, y, method.setup.augmenter.maybe_cutmix(x, y), method.seen)
+            if self.sgd is None or not _fused_sgd_step(optimizer, self.sgd):
+                optimizer.step()
+            method.after_step()
+            return
+        with method.accel.autocast():
+            loss = method.step_loss(x, y)
+        if self.sgd is None:
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            for p in self.sgd:
+                p.grad = None
+        loss.backward()
+        if method.dist:
+            method.dist.average_gradients(trained_parameters(optimizer), weight)
+        if self.sgd is None or not _fused_sgd_step(optimizer, self.sgd):
+            optimizer.step()
+        method.after_step()
+
+
+def _plain_fused_sgd(optimizer: torch.optim.Optimizer | None) -> list[Tensor] | None:
+    """The parameters of a fused, momentum SGD with one parameter group and no hooks (what
+    `make_optimizer` builds), else None (the optimiser's own `step` runs)."""
+    if type(optimizer) is not torch.optim.SGD or len(optimizer.param_groups) != 1:
+        return None
+    group = optimizer.param_groups[0]
+    plain = (group.get("fused") and not group.get("differentiable") and not group.get("maximize")
+             and group["momentum"] != 0 and not optimizer._optimizer_step_pre_hooks
+             and not optimizer._optimizer_step_post_hooks and not optim_hooks._global_optimizer_pre_hooks
+             and not optim_hooks._global_optimizer_post_hooks
+             and getattr(optimizer, "grad_scale", None) is None and getattr(optimizer, "found_inf", None) is None)
+    return list(group["params"]) if plain else None
+
+
+def _fused_sgd_step(optimizer: torch.optim.Optimizer, params: list[Tensor]) -> bool:
+    """`SGD.step()` of a plain fused SGD once every parameter has a gradient and a momentum
+    buffer: the same kernel on the same tensors. False when it cannot (the first step makes
+    the buffers): the caller runs `optimizer.step()`."""
+    grads = [p.grad for p in params]
+    state = optimizer.state
+    buffers = [state[p].get("momentum_buffer") if p in state else None for p in params]
+    if any(g is None or g.is_sparse for g in grads) or any(b is None for b in buffers):
+        return False
+    group = optimizer.param_groups[0]
+    with torch.no_grad():
+        torch._fused_sgd_(params, grads, buffers, weight_decay=group["weight_decay"], momentum=group["momentum"],
+                          lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"],
+                          maximize=False, is_first_step=False, grad_scale=None, found_inf=None)
+    return True
 
 
 def graphed_step(method: Learner, batch: int) -> GraphedStep:
@@ -96,6 +213,81 @@ def graphed_step(method: Learner, batch: int) -> GraphedStep:
 def trained_parameters(optimizer: torch.optim.Optimizer) -> list[Tensor]:
     """What the optimiser updates: the gradients averaged over ranks."""
     return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+# ----------------------------------------------------------------------------- chunks and groups
+
+
+@dataclass
+class _Chunk:
+    """Consecutive batches of one epoch that the chunk-by-chunk loop augments in one call."""
+
+    epoch: int
+    shard: list[tuple[Tensor, float]]  # this rank's part of each batch, and its gradient weight
+    flat: Tensor  # this rank's indices, in step order
+    samples: int  # samples of the whole batches (progress)
+    first: bool  # first chunk of its epoch (or the epoch has none)
+    last: bool
+    epoch_flats: list[Tensor]  # every chunk's `flat` of the epoch: the decode-ahead plan
+
+
+def _epoch_chunks(epochs: int, batches_of: Callable[[int], list[Tensor]], chunk_images: int,
+                  dist) -> Iterator[_Chunk]:
+    """The chunks of every epoch in order; an epoch's batches are asked for when its first
+    chunk is (an epoch without batches is one empty chunk: its learning rate, evaluation...)."""
+    for epoch in range(epochs):
+        chunks = list(_chunks(batches_of(epoch), chunk_images))
+        shards = [[dist.shard(b) for b in chunk] if dist else [(b, 1.0) for b in chunk] for chunk in chunks]
+        flats = [torch.cat([part for part, _ in shard]) for shard in shards]
+        if not chunks:
+            yield _Chunk(epoch, [], torch.empty(0, dtype=torch.long), 0, True, True, [])
+        for i, (chunk, shard, flat) in enumerate(zip(chunks, shards, flats)):
+            yield _Chunk(epoch, shard, flat, sum(len(b) for b in chunk), i == 0, i == len(chunks) - 1, flats)
+
+
+def _groups(chunks: Iterator[_Chunk], max_images: int, spans: Callable[[], bool]) -> Iterator[list[_Chunk]]:
+    """Consecutive chunks augmented in one call: up to `max_images` images when `spans()` (asked
+    before each group is formed, so after the previous one trained), else one chunk each."""
+    held: _Chunk | None = None
+    while True:
+        head = held if held is not None else next(chunks, None)
+        held = None
+        if head is None:
+            return
+        group, size = [head], len(head.flat)
+        if spans():
+            for chunk in chunks:
+                if size + len(chunk.flat) > max_images:
+                    held = chunk
+                    break
+                group.append(chunk)
+                size += len(chunk.flat)
+        yield group
+
+
+class _MixPlanning:
+    """Whether groups may span chunks: always without CutMix (a step then draws nothing), and
+    with it once the method's step is known to draw CutMix exactly once (so its draws can be
+    planned ahead in step order)."""
+
+    def __init__(self, method: Learner, augmenter: Augmenter, spanning: bool) -> None:
+        self.cls, self.augmenter, self.spanning, self.report = type(method), augmenter, spanning, method.report
+
+    def spans(self) -> bool:
+        return self.spanning and (not self.augmenter.uses_cutmix or _MIX_PER_STEP.get(self.cls) is True)
+
+    def check(self, calls: int, steps: int, planned: bool) -> None:
+        """After a group: did every step take exactly one CutMix draw (the planned one)?"""
+        left, broken = self.augmenter.drop_plan(), self.augmenter.plan_broken
+        self.augmenter.plan_broken = False
+        if not self.augmenter.uses_cutmix or steps == 0:
+            return
+        once = calls == steps and not left and not broken
+        if planned and not once:
+            self.report.log(f"{self.cls.__name__}: a training step did not take its planned CutMix draw; "
+                            "augmenting chunk by chunk from here on")
+        if not once or self.cls not in _MIX_PER_STEP:
+            _MIX_PER_STEP[self.cls] = once
 
 
 def _chunks(batches: list[Tensor], max_images: int) -> Iterator[list[Tensor]]:

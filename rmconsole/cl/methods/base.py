@@ -126,12 +126,18 @@ class Method:
         return graph_ready_optimizer(optimizer) if self.uses_graphs else optimizer
 
     @property
+    def plain_step(self) -> bool:
+        """The step is the default one (cross-entropy over seen classes with CutMix, nothing
+        after it, no gradient hooks), so the engine may run it its own way: a CUDA graph
+        (graphs.py), an MLP's step without autograd (mlp_step.py)."""
+        return self.graphable_step and all(getattr(type(self), hook) is getattr(Method, hook)
+                                           for hook in ("step_loss", "after_step", "mask_unseen"))
+
+    @property
     def uses_graphs(self) -> bool:
         """Training steps replayed as CUDA graphs (graphs.py): single-process CUDA runs of methods
         whose step is the default one, unless the run's `cuda_graphs` is false."""
-        plain = self.graphable_step and all(getattr(type(self), hook) is getattr(Method, hook)
-                                            for hook in ("step_loss", "after_step"))
-        return bool(self.cfg.cuda_graphs) and plain and self.device.type == "cuda" and self.dist is None
+        return bool(self.cfg.cuda_graphs) and self.plain_step and self.device.type == "cuda" and self.dist is None
 
     @property
     def report(self) -> Reporter:
