@@ -68,7 +68,7 @@ def test_vr_invert_and_solarize_thresholds() -> None:
     for t in (128, 64, 32):
         view = U._vr_view(f"solarize{t}", images, _gen(0)).flatten()
         assert view[t - 1] == t - 1 and view[t] == 255 - t and view[255] == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^blur$"):
         U._vr_view("blur", images, _gen(0))
 
 
@@ -442,3 +442,61 @@ def test_herding_select_keeps_small_classes_and_fills() -> None:
     assert M.herding_order(feats[:2], 5).tolist() in ([0, 1], [1, 0])
     assert M.herding_select(candidates, labels, feats, 3, [], _gen(1)).tolist() == \
         candidates[torch.randperm(7, generator=_gen(1))[:3]].tolist()
+
+
+def test_greedy_balanced_quota_rounds_down_and_keeps_long_indices() -> None:
+    """10 slots, 3 classes: the quota is 10 // 3 = 3, so a class holding 3 takes no more."""
+    stream = list(range(100, 140))
+    stream_labels = [0] * 12 + [1] * 12 + [2] * 16
+    for seed in range(4):
+        got = M.greedy_balanced_update(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long),
+                                       torch.tensor(stream), torch.tensor(stream_labels), 10, _gen(seed))
+        assert got.tolist() == _greedy_reference([], [], stream, stream_labels, 10, _gen(seed)), seed
+    empty = M.greedy_balanced_update(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long),
+                                     torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long), 5, _gen(0))
+    assert empty.dtype == torch.long and len(empty) == 0
+
+
+def test_reservoir_first_tail_sample_replaces_its_slot() -> None:
+    """A full memory that has seen nothing (seen = 0): the first streamed sample is the 1st ever,
+    draws slot floor(u * 1) = 0 and replaces it."""
+    memory, seen = M.reservoir_update(torch.tensor([1, 2, 3]), torch.tensor([9]), 0, 3, _gen(0))
+    assert memory.tolist() == [9, 2, 3] and seen == 1
+
+
+def test_herding_select_reorders_a_full_class_and_fills_with_the_runs_draws() -> None:
+    """k = 3 slots: a class with exactly 3 candidates is kept whole in its given order; a larger
+    class is herded; the one slot left (capacity 7) is drawn with the run's generator."""
+    candidates = torch.tensor([10, 11, 12, 13, 14, 20, 21, 22])
+    labels = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1])
+    feats = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.7, 0.7], [0.9, 0.1], [0.2, 0.9],
+                          [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    assert M.herding_order(feats[5:], 3).tolist() != [0, 1, 2]  # herding would reorder class 1
+    got = M.herding_select(candidates, labels, feats, 7, [0, 1], _gen(3))
+    picked = torch.cat([candidates[:5][M.herding_order(feats[:5], 3)], candidates[5:]])
+    assert got.tolist() == M._fill_rest(picked, candidates, 7, _gen(3)).tolist()
+    assert got[3:6].tolist() == [20, 21, 22]
+
+
+def test_policies_pass_the_runs_generator() -> None:
+    """GDumb's sampler evicting (a third class arrives) and herding filling a spare slot: both
+    draw from the run's generator, so the same generator gives the same memory."""
+    from types import SimpleNamespace
+
+    memory = M.Memory(7)
+    memory.replace(torch.arange(6), torch.tensor([0, 0, 0, 1, 1, 1]))
+    stream = torch.arange(100, 109)
+    stream_labels = torch.tensor([2] * 9)
+    indices = torch.cat([memory.indices, stream])
+    labels = torch.cat([memory.labels, stream_labels])
+    feats = lambda idx: torch.stack([idx.float() % 5 + 1, idx.float() % 3 + 1], 1)  # noqa: E731
+
+    def cands(seed: int) -> M.Candidates:
+        return M.Candidates(indices, labels, memory, stream, [0, 1, 2], 1, _gen(seed), SimpleNamespace(), None,
+                            feats, {})
+
+    greedy = M.policy_named("greedy_balanced").select(cands(5))
+    assert greedy.tolist() == M.greedy_balanced_update(memory.indices, memory.labels, stream, stream_labels, 7,
+                                                       _gen(5)).tolist()
+    proto = M.policy_named("prototype").select(cands(6))
+    assert proto.tolist() == M.herding_select(indices, labels, feats(indices), 7, [0, 1, 2], _gen(6)).tolist()
