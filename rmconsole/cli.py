@@ -206,7 +206,12 @@ def print_run(run_id: int) -> None:
         console.print(f"memory after task {last['task'] + 1}: {last['size']} samples, "
                       f"{last['slots_per_class']} slots/class, per class {last['histogram']}")
     m = detail["metrics"]
-    if m["I_last"] is not None:
+    differs = m.get("I_last_joint_differs")
+    if m["I_last"] is not None and differs:
+        what = "; ".join(f"{k} {store.show_value(v['run'])} here, {store.show_value(v['joint'])} there"
+                         for k, v in differs.items())
+        i_last = f"{_fmt(m['I_last'])}* (* vs joint run {m.get('I_last_joint_run')}, which differs in {what})"
+    elif m["I_last"] is not None:
         i_last = f"{_fmt(m['I_last'])} (vs joint run {m.get('I_last_joint_run')})"
     else:
         i_last = "— (a joint run is the upper bound itself)" if detail["method"] == "joint" else "— (no matching joint run)"
@@ -215,6 +220,10 @@ def print_run(run_id: int) -> None:
     if m.get("A_last_best_epoch") is not None:
         line += f"  [dim]A_last best-over-epochs (test-set selected, authors' figure) {_fmt(m['A_last_best_epoch'])}[/]"
     console.print(line)
+    if m.get("topk"):
+        k = m["topk"]
+        console.print(f"top-{k}: A_last {_fmt(m.get('A_last_topk'))}  A_avg {_fmt(m.get('A_avg_topk'))}  "
+                      f"F_last {_fmt(m.get('F_last_topk'))}  (the figures above are top-1)")
     if detail["error"]:
         err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
 
@@ -261,14 +270,21 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
                       ("I_last", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     colours = {"finished": "green", "running": "cyan", "queued": "yellow", "failed": "red", "stopped": "magenta"}
+    marked = []
     for s in summaries:
         p = s["progress"]
         prog = f"task {p['task'] + 1}/{p['n_tasks']} {p['phase'] or ''}" if p["task"] is not None else ""
         m = s["metrics"]
         table.add_row(str(s["id"]), f"[{colours[s['status']]}]{s['status']}[/]", s["preset"] or "", s["method"],
                       str(s["config"]["memory_size"]), str(s["seed"]), prog if s["status"] == "running" else "",
-                      _fmt(m["A_last"]), _fmt(m["F_last"]), _fmt(m["I_last"]))
+                      _fmt(m["A_last"]), _fmt(m["F_last"]),
+                      _fmt(m["I_last"]) + ("*" if m.get("I_last_joint_differs") and m["I_last"] is not None else ""))
+        if m.get("I_last_joint_differs") and m["I_last"] is not None:
+            marked.append((s["id"], m["I_last_joint_run"], ", ".join(m["I_last_joint_differs"])))
     console.print(table)
+    for run_id, joint_id, keys in marked:
+        console.print(f"* run {run_id}: I_last against joint run {joint_id}, which differs in {keys} "
+                      f"(rmconsole show {run_id})", highlight=False)
     print_sweep_queues([s["sweep_id"] for s in summaries if s["sweep_id"]])
 
 
@@ -390,7 +406,10 @@ def report(
     where_: list[str] = typer.Option([], "--where", help="Only runs with KEY=V1,V2 in their config (repeatable)."),
     rows: Optional[str] = typer.Option(None, "--rows", help="Keys that make a row (default: method)."),
     cols: Optional[str] = typer.Option(None, "--cols", help="Keys that make a column group, e.g. memory_size."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Of A_last, A_avg, F_last, I_last, A_last_best_epoch."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Of A_last, A_avg, F_last, I_last, A_last_best_epoch, "
+                                                                     "A_last_topk, A_avg_topk, F_last_topk."),
+    paper: bool = typer.Option(False, "--paper", help="Put the paper's figure and the difference beside each "
+                                                      "matching cell (same dataset, method, K, setting, augmentation)."),
     only_changed: bool = typer.Option(True, "--only-changed/--all-config",
                                       help="Config columns: only the keys that differ between runs, or every key."),
     fmt: str = typer.Option("table", "--format", "-f", help="table | md | csv | latex | json"),
@@ -417,7 +436,7 @@ def report(
         raise ConfigError(f"--memory-plot draws one run, but {len(runs)} match: choose it with --runs ID")
     summaries = [r.to_json() for r in runs]
     table = reports.build_report(summaries, rows=_listed("--rows", rows), cols=_listed("--cols", cols) or (),
-                                 metrics=_listed("--metrics", metrics), only_changed=only_changed)
+                                 metrics=_listed("--metrics", metrics), only_changed=only_changed, paper=paper)
     if fmt == "table":
         console.print(reports.rich_table(table, digits))
     else:

@@ -27,15 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
+from . import paper as papers
 from .store.filters import config_value, format_value, where as filter_where
 
-METRICS = ("A_last", "A_avg", "F_last", "I_last", "A_last_best_epoch")
+METRICS = ("A_last", "A_avg", "F_last", "I_last", "A_last_best_epoch", "A_last_topk", "A_avg_topk", "F_last_topk")
 DEFAULT_METRICS = ("A_last", "A_avg", "F_last", "I_last")
 METRIC_LABELS = {
     "A_last": "A_last", "A_avg": "A_avg", "F_last": "F_last", "I_last": "I_last",
     "A_last_best_epoch": "A_last best-over-epochs (test-selected)",
+    "A_last_topk": "A_last top-k", "A_avg_topk": "A_avg top-k", "F_last_topk": "F_last top-k",
 }
-LOWER_IS_BETTER = {"F_last", "I_last"}
+LOWER_IS_BETTER = {"F_last", "I_last", "F_last_topk"}
+PAPER_METRICS = ("A_last", "F_last", "I_last", "A_last_topk", "F_last_topk")  # what the paper's tables print
 # keys that change how or where a run computes, or what it records, not what it learns
 # (eval_every_epoch only adds test passes after epochs: the trajectory is the same, tested)
 RUNTIME_KEYS = ("device", "threads", "download", "eval_every_epoch",
@@ -113,6 +116,10 @@ class Cell:
     complete: bool
     expected: list[int]  # the seeds a complete cell has
     stats: dict[str, Stat] = field(default_factory=dict)
+    # I_last of a run measured against a joint run that differs beyond its recipe (key -> values)
+    i_last_differs: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    paper: dict[str, "papers.PaperFigure"] = field(default_factory=dict)  # with --paper: metric -> figure
+    topk: Optional[int] = None  # k of the cell's top-k metrics
 
 
 @dataclass
@@ -131,6 +138,7 @@ class Report:
     seeds: list[int]  # every seed of the selection: what a complete cell has
     constants: dict[str, Any]  # setting keys shared by every run (for the caption)
     n_runs: int
+    with_paper: bool = False  # --paper: each metric the paper prints gets "paper" and "Δ" columns
 
     def cell(self, row: int, col: int) -> Optional[Cell]:
         return self.cells.get((row, col))
@@ -157,7 +165,7 @@ def _check_keys(option: str, keys: Sequence[str], known: list[str]) -> None:
 
 
 def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = None, cols: Sequence[str] = (),
-                 metrics: Sequence[str] | None = None, only_changed: bool = True) -> Report:
+                 metrics: Sequence[str] | None = None, only_changed: bool = True, paper: bool = False) -> Report:
     """Group runs into rows × column groups and average each cell's metrics over seeds."""
     if not runs:
         raise ReportError("no runs to report")
@@ -172,7 +180,9 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
         raise ReportError(f"{', '.join(sorted(both))} is both a row and a column key; choose one")
     if metrics is None:
         has_best = any((r.get("metrics") or {}).get("A_last_best_epoch") is not None for r in runs)
-        metrics = list(DEFAULT_METRICS) + (["A_last_best_epoch"] if has_best else [])
+        has_topk = any((r.get("metrics") or {}).get("A_last_topk") is not None for r in runs)
+        metrics = list(DEFAULT_METRICS) + (["A_last_best_epoch"] if has_best else []) + \
+            (["A_last_topk", "F_last_topk"] if has_topk else [])
     for metric in metrics:
         if metric not in METRICS:
             raise ReportError(f"--metrics {metric!r}: allowed: {', '.join(METRICS)}")
@@ -231,6 +241,19 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
             cell.stats[metric] = Stat([(r["id"], r["seed"], float(v)) for r in used
                                        if (v := (r.get("metrics") or {}).get(metric)) is not None
                                        and not math.isnan(float(v))])
+        for r in used:
+            m = r.get("metrics") or {}
+            if m.get("I_last") is not None:
+                for key, pair in (m.get("I_last_joint_differs") or {}).items():
+                    cell.i_last_differs.setdefault(key, set()).add((format_value(pair["run"]), format_value(pair["joint"])))
+            if m.get("topk"):
+                cell.topk = int(m["topk"])
+        if paper and used:
+            config = used[0].get("config") or {}
+            for metric in metrics:
+                figure = papers.paper_figure(config, metric) if metric in PAPER_METRICS else None
+                if figure is not None:
+                    cell.paper[metric] = figure
         cells[(row_ids.index(row), col_ids.index(col))] = cell
 
     constants = {}
@@ -239,7 +262,7 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
         if len(values) == 1 and key not in identity and key not in col_keys and None not in values:
             constants[key] = values.pop()
     return Report(row_keys, auto_keys, col_keys, col_info_keys, label_keys, list(metrics), row_ids, row_labels,
-                  col_ids, col_info, cells, seeds, constants, len(runs))
+                  col_ids, col_info, cells, seeds, constants, len(runs), paper)
 
 
 def _constant_within(runs: Sequence[dict[str, Any]], key: str, group_by: list[str]) -> bool:
@@ -264,6 +287,9 @@ def col_title(report: Report, col: tuple) -> str:
 
 
 def metric_title(metric: str, arrows: bool = True, arrow_up: str = "↑", arrow_down: str = "↓") -> str:
+    part, _, base = metric.rpartition(":")
+    if part:  # a --paper column
+        return f"{'paper' if part == 'paper' else 'Δ'} {METRIC_LABELS[base]}"
     label = METRIC_LABELS[metric]
     if not arrows:
         return label
@@ -272,9 +298,20 @@ def metric_title(metric: str, arrows: bool = True, arrow_up: str = "↑", arrow_
 
 def cell_text(report: Report, cell: Optional[Cell], metric: str, digits: int = 2, pm: str = "±",
               mark: str = INCOMPLETE) -> str:
-    """`91.80 ± 0.69`, with `(n=2)` when fewer seeds than the selection has, and † when incomplete."""
+    """`91.80 ± 0.69`, with `(n=2)` when fewer seeds than the selection has, and † when incomplete;
+    `6.83*` for an I_last measured against joint runs that differ beyond their recipe. With
+    --paper, `paper:M` is the paper's figure and `diff:M` this cell's mean minus it."""
     if cell is None:
         return ""
+    part, _, base = metric.rpartition(":")
+    if part:
+        figure = cell.paper.get(base)
+        if figure is None:
+            return ""
+        if part == "paper":
+            return figure.text(digits)
+        mean = cell.stats[base].mean
+        return "" if mean is None else f"{mean - figure.mean:+.{digits}f}"
     stat = cell.stats[metric]
     if stat.mean is None:
         text = "—"
@@ -282,6 +319,8 @@ def cell_text(report: Report, cell: Optional[Cell], metric: str, digits: int = 2
         text = f"{stat.mean:.{digits}f}"
     else:
         text = f"{stat.mean:.{digits}f} {pm} {stat.std:.{digits}f}"
+    if metric == "I_last" and cell.i_last_differs and stat.mean is not None:
+        text += "*"
     if stat.n and stat.n != len(cell.expected):
         text += f" (n={stat.n})"
     if not cell.complete:
@@ -307,14 +346,40 @@ def caption(report: Report) -> str:
         parts.append("I_last needs a finished joint run with the same dataset, model, seed and budget")
     if "A_last_best_epoch" in report.metrics:
         parts.append("best-over-epochs: the authors' figure, selected on the test set")
+    ks = sorted({c.topk for c in report.cells.values() if c.topk})
+    if ks and any(m.endswith("_topk") for m in report.metrics):
+        parts.append(f"top-k: k={', '.join(map(str, ks))} (the run's topk; the other figures are top-1)")
+    differs: dict[str, set[tuple[str, str]]] = {}
+    for cell in report.cells.values():
+        for key, pairs in cell.i_last_differs.items():
+            differs.setdefault(key, set()).update(pairs)
+    if "I_last" in report.metrics and differs:
+        what = "; ".join(f"{key} " + ", ".join(f"{here} here vs {there}" for here, there in sorted(pairs))
+                         for key, pairs in differs.items())
+        parts.append(f"* I_last against a joint run that differs beyond its own training recipe: {what}")
+    if report.with_paper:
+        used = sorted({(f.tex_order, f.label) for c in report.cells.values() for f in c.paper.values()})
+        parts.append("paper: Bang et al., CVPR 2021, " + (", ".join(f"table {o} ({label})" for o, label in used)
+                     if used else "no matching figure") + "; Δ = this table's mean minus the paper's")
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")
     return "; ".join(parts)
 
 
+def _metric_columns(report: Report) -> list[str]:
+    """The value columns of one column group: each metric, and with --paper `paper:M` and
+    `diff:M` after each metric the paper prints."""
+    out = []
+    for metric in report.metrics:
+        out.append(metric)
+        if report.with_paper and metric in PAPER_METRICS:
+            out += [f"paper:{metric}", f"diff:{metric}"]
+    return out
+
+
 def _header(report: Report) -> list[tuple[Optional[tuple], str]]:
     """(column group, metric) per value column, in table order."""
-    return [(col, metric) for col in report.cols for metric in report.metrics]
+    return [(col, metric) for col in report.cols for metric in _metric_columns(report)]
 
 
 # ---------------------------------------------------------------------- formats
@@ -330,7 +395,7 @@ def to_markdown(report: Report, digits: int = 2) -> str:
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
         for j, col in enumerate(report.cols):
-            values += [cell_text(report, report.cell(i, j), m, digits) for m in report.metrics]
+            values += [cell_text(report, report.cell(i, j), m, digits) for m in _metric_columns(report)]
         lines.append("| " + " | ".join(v.replace("|", "\\|") for v in values) + " |")
     return "\n".join(lines) + f"\n\nTable: {caption(report)}\n"
 
@@ -344,20 +409,28 @@ def to_csv(report: Report) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     heads = list(report.label_keys)
-    for col, metric in _header(report):
-        prefix = f"{col_title(report, col)} {metric}".strip() if report.col_keys else metric
-        heads += [f"{prefix} mean", f"{prefix} std", f"{prefix} n", f"{prefix} complete"]
+    for col in report.cols:
+        for metric in report.metrics:
+            prefix = f"{col_title(report, col)} {metric}".strip() if report.col_keys else metric
+            heads += [f"{prefix} mean", f"{prefix} std", f"{prefix} n", f"{prefix} complete"]
+            if report.with_paper and metric in PAPER_METRICS:
+                heads += [f"{prefix} paper mean", f"{prefix} paper std", f"{prefix} paper source"]
     writer.writerow(heads)
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
         for j, col in enumerate(report.cols):
             cell = report.cell(i, j)
             for metric in report.metrics:
+                with_paper = report.with_paper and metric in PAPER_METRICS
                 if cell is None:
-                    values += ["", "", "0", "false"]
+                    values += ["", "", "0", "false"] + (["", "", ""] if with_paper else [])
                     continue
                 stat = cell.stats[metric]
                 values += [_csv_value(stat.mean), _csv_value(stat.std), str(stat.n), str(cell.complete).lower()]
+                if with_paper:
+                    figure = cell.paper.get(metric)
+                    values += ["", "", ""] if figure is None else \
+                        [_csv_value(figure.mean), _csv_value(figure.std), figure.source]
         writer.writerow(values)
     return out.getvalue()
 
@@ -383,6 +456,9 @@ def to_dict(report: Report) -> dict[str, Any]:
                 "metrics": {m: {"mean": s.mean, "std": s.std, "n": s.n,
                                 "values": [{"run": r, "seed": seed, "value": v} for r, seed, v in s.values]}
                             for m, s in cell.stats.items()},
+                "i_last_joint_differs": {k: sorted(v) for k, v in cell.i_last_differs.items()},
+                "paper": {m: {"mean": f.mean, "std": f.std, "topk": f.topk, "source": f.source, "note": f.note}
+                          for m, f in cell.paper.items()},
             })
         rows.append({"row": {k: _jsonable(labels[k]) for k in report.label_keys}, "cells": cells})
     return {
@@ -409,7 +485,7 @@ def latex_escape(text: str) -> str:
 def to_latex(report: Report, digits: int = 2) -> str:
     """A booktabs tabular, cells as `mean $\\pm$ std`, column groups under \\cmidrule'd headers."""
     n_labels = len(report.label_keys)
-    n_metrics = len(report.metrics)
+    n_metrics = len(_metric_columns(report))
     spec = "@{}" + "l" * n_labels + "r" * (n_metrics * len(report.cols)) + "@{}"
     note = latex_escape(caption(report)).replace("±", "$\\pm$")
     lines = [f"% rmconsole report: {note}", "% needs \\usepackage{booktabs}",
@@ -424,14 +500,14 @@ def to_latex(report: Report, digits: int = 2) -> str:
         lines.append(" ".join(rules))
     heads = [latex_escape(k) for k in report.label_keys]
     for _, metric in _header(report):
-        heads.append(latex_escape(metric_title(metric, arrows=False)) +
-                     (" ($\\downarrow$)" if metric in LOWER_IS_BETTER else " ($\\uparrow$)"))
+        heads.append(latex_escape(metric_title(metric, arrows=False)).replace("Δ", "$\\Delta$") +
+                     ("" if ":" in metric else " ($\\downarrow$)" if metric in LOWER_IS_BETTER else " ($\\uparrow$)"))
     lines.append(" & ".join(heads) + " \\\\")
     lines.append("\\midrule")
     for i, labels in enumerate(report.row_labels):
         values = [latex_escape(format_value(labels[k])) for k in report.label_keys]
         for j, _ in enumerate(report.cols):
-            for metric in report.metrics:
+            for metric in _metric_columns(report):
                 text = cell_text(report, report.cell(i, j), metric, digits, pm="$\\pm$", mark="$^\\dagger$")
                 values.append(text.replace("—", "--"))
         lines.append(" & ".join(values) + " \\\\")
@@ -454,7 +530,7 @@ def rich_table(report: Report, digits: int = 2) -> Any:
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
         for j, _ in enumerate(report.cols):
-            for metric in report.metrics:
+            for metric in _metric_columns(report):
                 text = cell_text(report, report.cell(i, j), metric, digits)
                 cell = report.cell(i, j)
                 values.append(f"[yellow]{text}[/]" if cell is not None and not cell.complete else text)

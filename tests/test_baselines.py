@@ -86,6 +86,52 @@ def test_quadratic_penalty_gradient_value_and_observer() -> None:
     assert torch.isclose(penalty.value(), explicit, rtol=1e-5)
 
 
+def test_proximal_penalty_step_is_exact_and_stable_for_any_lambda() -> None:
+    """proximal mode: backward leaves the task gradient alone; the step maps theta to
+    (theta + 2 t s w c) / (1 + 2 t s w), the exact minimiser of s w (x - c)^2 + (x - theta)^2 / 2t;
+    with lambda huge it lands on c instead of overshooting (the gradient step would multiply the
+    distance by |1 - 2 t s w|, here 2e6)."""
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.randn(3, 4, generator=gen, requires_grad=True)]
+    penalty = QuadraticPenalty(params, proximal=True)
+    w, c = penalty.weights[0], penalty.centres[0]
+    w.copy_(torch.rand(w.shape, generator=gen) + 0.5)
+    c.copy_(torch.randn(c.shape, generator=gen))
+    penalty.scale, penalty.active = 2.5, True
+    (params[0] * 3.0).sum().backward()
+    assert torch.equal(params[0].grad, torch.full_like(params[0], 3.0))  # no penalty in the gradient
+    theta = params[0].detach().clone()
+    penalty.proximal_step(0.1)
+    expected = (theta + 2 * 0.1 * 2.5 * w * c) / (1 + 2 * 0.1 * 2.5 * w)
+    assert torch.allclose(params[0].detach(), expected, atol=1e-6)
+    # the objective s w (x - c)^2 + (x - theta)^2 / (2 t) has zero derivative there
+    x = params[0].detach()
+    assert torch.allclose(2 * 2.5 * w * (x - c) + (x - theta) / 0.1, torch.zeros_like(x), atol=1e-4)
+    penalty.scale = 1e6
+    for _ in range(3):
+        penalty.proximal_step(1.0)
+    assert bool(torch.isfinite(params[0]).all()) and torch.allclose(params[0].detach(), c, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["ewc", "rwalk"])
+def test_regularised_methods_run_to_the_end_on_digits_with_their_defaults(digits, name: str) -> None:
+    """The embedded default preset with nothing but the method changed (EWC at lambda = 100 with
+    its penalty as a gradient diverged in task 5 here; the proximal step cannot)."""
+    _, cfg = load_config(None, {"method": name})
+    assert cfg.penalty_step == "proximal"
+    outcomes = run_protocol(cfg, digits, CPU)
+    assert len(outcomes) == 5 and outcomes[-1].accuracy > 50
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(METHODS) - {"er"}))
+def test_every_method_runs_to_the_end_on_digits_with_its_defaults(digits, name: str) -> None:
+    _, cfg = load_config(None, {"method": name})
+    outcomes = run_protocol(cfg, digits, CPU)
+    assert len(outcomes) == (1 if name == "joint" else 5)
+    assert outcomes[-1].accuracy > 50, f"{name} ends at {outcomes[-1].accuracy:.1f}%"
+
+
 def test_ewc_consolidation_is_the_sum_of_per_task_penalties(digits) -> None:
     ewc, _ = build("ewc", digits)
     gen = torch.Generator().manual_seed(1)

@@ -73,3 +73,27 @@ def test_every_view_takes_the_same_joint_run(isolated_home) -> None:
     }
     assert views == dict.fromkeys(views, 20.0)
     assert store.run_detail(run)["metrics"]["I_last_joint_run"] == same_augmentation
+
+
+def test_i_last_against_a_joint_run_with_another_augmentation_is_marked(isolated_home) -> None:
+    """RM (CutMix+AutoAugment) measured against the only joint run there is (no augmentation):
+    the value is shown, marked, and the note names the joint run and the difference; a joint
+    run that differs only in its own recipe (epochs, batch) is no difference."""
+    rm = _stored("rm", 80.0, augment="cutmix+autoaug")
+    joint = _stored("joint", 96.0, augment="none", epochs=8, batch_size=64)
+    record = store.run_record(rm)
+    assert record.i_last == 16.0 and record.i_last_joint_run == joint
+    assert record.i_last_differs == (("augment", ["cutmix", "autoaug"], []),)
+    assert record.i_last_text() == "16.00*"
+    assert record.i_last_note == f"against joint run {joint}, which differs in augment cutmix+autoaug here, none there"
+    assert store.run_detail(rm)["metrics"]["I_last_joint_differs"] == {
+        "augment": {"run": ["cutmix", "autoaug"], "joint": []}}
+    shown = rmconsole("show", str(rm)).stdout
+    assert "I_last 16.00* (* vs joint run" in shown and "augment cutmix+autoaug here, none there" in " ".join(shown.split())
+    listed = rmconsole("runs").stdout
+    assert "16.00*" in listed and f"* run {rm}: I_last against joint run {joint}, which differs in augment" in \
+        " ".join(listed.split())
+    clean = _stored("joint", 97.0, augment="cutmix+autoaug", epochs=4)  # same augmentation, another recipe
+    record = store.run_record(rm)
+    assert record.i_last_joint_run == clean and record.i_last_differs == () and record.i_last_text() == "17.00"
+    assert "I_last_joint_differs" not in store.run_detail(rm)["metrics"]

@@ -8,8 +8,10 @@ from rmconsole.cl import memory as M
 
 def test_step_positions_span_the_ranking() -> None:
     pos = M.step_positions(19, 10)
-    assert pos[0] == 0 and pos[-1] >= 17  # reaches the uncertain end, unlike floor(n/k) steps
-    assert len(pos.unique()) == 10
+    # Algorithm 1: D_c[j n / k], j = 1..k (1-based) -> 0-based floor(j * 19 / 10) - 1
+    assert pos.tolist() == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18]
+    assert M.step_positions(10, 5).tolist() == [1, 3, 5, 7, 9]  # the least certain sample is kept
+    assert M.step_positions(10, 3).tolist() == [2, 5, 9]
     assert M.step_positions(5, 10).tolist() == [0, 1, 2, 3, 4]
 
 
@@ -25,8 +27,8 @@ def test_uncertainty_select_is_class_balanced_and_spans_uncertainty() -> None:
     for c in range(3):
         u = uncertainty[chosen[chosen_labels == c] - 1000]
         class_u = uncertainty[labels == c]
-        assert u.min() == class_u.min()  # the most certain sample is kept
-        assert u.max() >= torch.quantile(class_u, 0.85)  # and picks reach the fragile end
+        assert u.max() == class_u.max()  # the least certain sample is kept (Alg. 1, j = k)
+        assert u.min() <= torch.quantile(class_u, 0.15)  # and picks reach the robust end
 
 
 def test_uncertainty_select_fills_leftover_slots() -> None:
@@ -84,13 +86,50 @@ def test_reservoir_is_uniform_over_the_stream() -> None:
     assert hits[:10].mean() < 45 and hits[-10:].mean() > 15
 
 
-def test_herding_picks_samples_near_the_class_mean_first() -> None:
-    gen = torch.Generator().manual_seed(0)
-    features = torch.randn(100, 8, generator=gen)
-    features[7] = features.mean(0) * 5  # in direction of the mean
-    labels = torch.zeros(100, dtype=torch.long)
-    chosen = M.herding_select(torch.arange(100), labels, features, 5, [0], gen)
-    assert chosen[0] == 7 and len(chosen.unique()) == 5
+def test_herding_whole_pick_order_on_a_hand_checked_example() -> None:
+    """Class 0: phi = (0,1), (.6,.8), (.8,-.6), (.6,-.8) (unit vectors, given at other lengths so
+    the L2 normalisation matters), mu = (.5, .1). Squared distances of the running mean to mu:
+    pick 1: 1.06, .50, .58, .82 -> sample 1; pick 2 ((phi1 + phi)/2): .68, -, .04, .02 -> sample 3;
+    pick 3 ((phi1 + phi3 + phi)/3): .0644, -, .1178, - -> sample 0; pick 4: sample 2.
+    (With mu normalised to unit length, as before the fix, the order is 1, 2, 3, 0: only the
+    first pick agrees.) Class 1 (three samples, two slots) checks classes are herded apart."""
+    phi = torch.tensor([[0, 1], [0.6, 0.8], [0.8, -0.6], [0.6, -0.8]], dtype=torch.float32)
+    features = phi * torch.tensor([[3.0], [0.5], [2.0], [7.0]])
+    assert M.herding_order(features, 4).tolist() == [1, 3, 0, 2]
+    assert M.herding_order(features, 2).tolist() == [1, 3]
+    # two classes: candidates 10..13 are class 0, 20..22 class 1 ((1,0), (0,1), (.6,.8): mu =
+    # (.533, .6); pick 1 is (.6,.8) (distance^2 .0489); then (phi2 + (1,0))/2 = (.8,.4): .111 vs
+    # (0.3, 0.9): .144 -> (1,0))
+    candidates = torch.tensor([10, 11, 12, 13, 20, 21, 22])
+    labels = torch.tensor([0, 0, 0, 0, 1, 1, 1])
+    feats = torch.cat([features, torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.6, 0.8]])])
+    chosen = M.herding_select(candidates, labels, feats, 4, [0, 1], torch.Generator().manual_seed(0))
+    assert chosen.tolist() == [11, 13, 22, 20]
+
+
+def _icarl_reference_herding(features: torch.Tensor, k: int) -> list[int]:
+    """The iCaRL authors' formulation (Welling's herding, as in their code): w <- mu; repeatedly
+    take the unchosen sample maximising <w, phi>, then w <- w + mu - phi(pick)."""
+    phi = features.double() / features.double().norm(dim=1, keepdim=True)
+    mu = phi.mean(0)
+    w = mu.clone()
+    picks: list[int] = []
+    for _ in range(k):
+        score = phi @ w
+        if picks:
+            score[torch.tensor(picks)] = -float("inf")
+        i = int(score.argmax())
+        picks.append(i)
+        w += mu - phi[i]
+    return picks
+
+
+def test_herding_agrees_with_icarls_formulation_on_relu_features() -> None:
+    """On 400-d ReLU features (an MLP400's), all 50 picks equal the iCaRL authors' herding."""
+    gen = torch.Generator().manual_seed(7)
+    for trial in range(3):
+        features = torch.relu(torch.randn(300, 400, generator=gen) + 0.3 * torch.randn(1, 400, generator=gen))
+        assert M.herding_order(features, 50).tolist() == _icarl_reference_herding(features, 50), trial
 
 
 def test_memory_histogram_and_capacity() -> None:
@@ -106,17 +145,17 @@ def test_memory_histogram_and_capacity() -> None:
 
 
 def test_step_positions_are_even_over_the_ranking() -> None:
-    """i_j = floor(j n / k): k distinct ranks, first the most certain, gaps of floor or ceil of n/k,
-    the last within one step of the least certain end."""
+    """i_j = floor(j n / k) - 1, j = 1..k: k distinct ranks, gaps of floor or ceil of n/k, the
+    last the least certain, the first within one step of the most certain end."""
     for n in (11, 19, 20, 57, 100, 1000, 1001):
         for k in (1, 3, 10, 50):
             if n <= k:
                 continue
             pos = M.step_positions(n, k)
             gaps = pos.diff()
-            assert len(pos) == k and pos[0] == 0 and bool((gaps > 0).all())
+            assert len(pos) == k and pos[-1] == n - 1 and bool((gaps > 0).all())
             assert set(gaps.tolist()) <= {n // k, -(-n // k)}
-            assert n - n / k - 1 <= pos[-1] <= n - 1
+            assert n // k - 1 == pos[0]
 
 
 def test_uncertainty_select_takes_one_sample_per_stratum_of_the_ranking() -> None:

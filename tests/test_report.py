@@ -241,3 +241,76 @@ def test_plots_are_written(tmp_path) -> None:
     _png(R.plot_memory(many, tmp_path / "heat.png"))
     with pytest.raises(R.ReportError, match="no memory snapshot"):
         R.plot_memory(dict(detail, memory=[]), tmp_path / "none.png")
+
+
+# ---------------------------------------------------------------------- --paper, top-k, I_last marks
+
+
+def _mnist_run(run_id: int, method: str, seed: int, a_last: float, augment: list[str], **extra) -> dict:
+    run = make_run(run_id, method, seed, a_last, f_last=1.0, dataset="mnist", memory_size=500, blurry=10,
+                   stream="online", augment=augment, uncertainty="randaug", **extra)
+    run["dataset"] = "mnist"
+    return run
+
+
+def test_paper_figures_sit_beside_matching_cells_with_the_difference() -> None:
+    runs = [_mnist_run(i, "rm", s, a, ["cutmix", "autoaug"]) for i, s, a in ((1, 1, 90.0), (2, 2, 91.0), (3, 3, 92.0))]
+    runs += [_mnist_run(4 + s, "rm", s, 89.0 + s, []) for s in (1, 2, 3)]  # RM w/o DA
+    runs += [_mnist_run(8, "ewc", 1, 88.0, ["cutmix"])]  # the paper's EWC ran without augmentation: no match
+    rep = R.build_report(runs, rows=["method", "augment"], metrics=["A_last", "F_last"], paper=True)
+    rm, rm_noda, ewc = rep.cell(0, 0), rep.cell(1, 0), rep.cell(2, 0)
+    assert rm.paper["A_last"].mean == 91.80 and rm.paper["A_last"].std == 0.69
+    assert rm.paper["A_last"].label == "tab:various-dataset-blurry10-online" and rm.paper["A_last"].row == "RM"
+    assert rm_noda.paper["A_last"].mean == 92.65 and rm_noda.paper["F_last"].mean == 0.58
+    assert ewc.paper == {}
+    assert R.cell_text(rep, rm, "paper:A_last") == "91.80 ± 0.69"
+    assert R.cell_text(rep, rm, "diff:A_last") == "-0.80"  # 91.00 - 91.80
+    md = R.to_markdown(rep)
+    assert "| paper A_last ↑ | Δ A_last ↑ |" in md.splitlines()[0] + " |" or "paper A_last" in md
+    assert "-0.80" in md and "91.80 ± 0.69" in md and "tab:various-dataset-blurry10-online" in md
+    rows = list(csv.reader(io.StringIO(R.to_csv(rep))))
+    assert "A_last paper mean" in rows[0] and "91.8" in rows[1]
+    data = json.loads(R.to_json(rep))
+    assert data["rows"][0]["cells"][0]["paper"]["A_last"]["mean"] == 91.80
+    assert "\\Delta" in R.to_latex(rep)
+    no_paper = R.build_report(runs, rows=["method", "augment"], metrics=["A_last"])
+    assert "paper" not in R.to_markdown(no_paper).splitlines()[0]
+
+
+def test_paper_imagenet_figures_are_top5_and_match_only_top5_metrics() -> None:
+    from rmconsole import paper
+
+    cfg = {"dataset": "imagenet", "method": "rm", "memory_size": 20000, "n_tasks": 10, "blurry": 10,
+           "stream": "online", "augment": ["cutmix", "autoaug"], "uncertainty": "randaug", "topk": 5}
+    assert paper.paper_figure(cfg, "A_last_topk").mean == 50.11
+    assert paper.paper_figure(cfg, "A_last") is None  # never compared with a top-1 figure
+    assert paper.paper_figure({**cfg, "topk": 1}, "A_last_topk") is None
+    star = {**cfg, "method": "bic_star", "augment": []}
+    assert paper.paper_figure(star, "A_last_topk").mean == 37.20
+    # every printed number is in the data: 7 rows x 9 (Table 1), 7 x 9 (2), 7 x 6 (3), 6 x 10 (4),
+    # 3 (5), 4 x 6 (6) and the supplement's 6 x 5
+    assert len(paper.figures()) == 63 + 63 + 42 + 60 + 3 + 24 + 30
+
+
+def test_topk_metrics_are_reported_and_labelled() -> None:
+    runs = [make_run(i, "rm", s, 30.0 + s) for i, s in ((1, 1), (2, 2))]
+    for r in runs:
+        r["metrics"].update(topk=5, A_last_topk=r["metrics"]["A_last"] + 20, F_last_topk=2.0, A_avg_topk=None)
+    rep = R.build_report(runs)
+    assert "A_last_topk" in rep.metrics and rep.cell(0, 0).stats["A_last_topk"].mean == pytest.approx(51.5)
+    assert "top-k: k=5" in R.caption(rep)
+    assert R.build_report(runs, metrics=["A_last_topk"]).metrics == ["A_last_topk"]
+
+
+def test_i_last_against_a_differing_joint_run_is_marked() -> None:
+    runs = [make_run(1, "rm", 1, 90.0), make_run(2, "rm", 2, 92.0)]
+    for r in runs:
+        r["metrics"].update(I_last=5.0, I_last_joint_run=9,
+                            I_last_joint_differs={"augment": {"run": ["cutmix", "autoaug"], "joint": []}})
+    rep = R.build_report(runs)
+    assert R.cell_text(rep, rep.cell(0, 0), "I_last") == "5.00 ± 0.00*"
+    assert "* I_last against a joint run that differs beyond its own training recipe: augment cutmix+autoaug here vs none" \
+        in R.caption(rep)
+    for r in runs:
+        del r["metrics"]["I_last_joint_differs"]
+    assert "*" not in R.cell_text(R.build_report(runs), R.build_report(runs).cell(0, 0), "I_last")

@@ -191,3 +191,25 @@ def test_launch_run_refuses_before_storing(isolated_home) -> None:
     with pytest.raises(ConfigError):
         launch.launch_run("no-such-preset", [])
     assert store.list_runs() == []
+
+
+def test_metrics_line_marks_i_last_and_shows_the_paper_and_top_k() -> None:
+    """The run page: I_last against a joint run with another augmentation is `16.00*` with the note;
+    an MNIST RM run shows the paper's 91.80 with the difference; a top-5 run its top-5 figures."""
+    config = {"dataset": "mnist", "method": "rm", "memory_size": 500, "n_tasks": 5, "blurry": 10, "stream": "online",
+              "augment": ["cutmix", "autoaug"], "uncertainty": "randaug"}
+    row = data.RunRow(id=1, status="finished", preset=None, method="rm", dataset="mnist", memory_size=500, seed=1,
+                      n_tasks=5, task=4, phase=None, phase_done=0, phase_total=0, samples_per_s=None, eta_s=None,
+                      a_last=80.0, a_avg=60.0, f_last=1.0, i_last=16.0, tasks_done=5, sweep_id=None, error=None,
+                      i_last_joint_run=7, i_last_differs=(("augment", ["cutmix", "autoaug"], []),), config=config)
+    line = render.metrics_line(row).plain
+    assert "I_last 16.00*" in line
+    assert "* I_last against joint run 7, which differs in augment cutmix+autoaug here, none there" in line
+    assert "paper A_last 91.80 (Δ -11.80)" in line and "F_last 0.75 (Δ +0.25)" in line and "I_last 3.62" in line
+    top5 = data.RunRow(id=2, status="finished", preset=None, method="rm", dataset="imagenet", memory_size=20000, seed=1,
+                       n_tasks=10, task=9, phase=None, phase_done=0, phase_total=0, samples_per_s=None, eta_s=None,
+                       a_last=30.0, a_avg=20.0, f_last=1.0, i_last=None, tasks_done=10, sweep_id=None, error=None,
+                       topk=5, a_last_topk=52.0, a_avg_topk=40.0, f_last_topk=2.0,
+                       config={**config, "dataset": "imagenet", "memory_size": 20000, "n_tasks": 10, "topk": 5})
+    line = render.metrics_line(top5).plain
+    assert "top-5 A_last 52.00" in line and "A_last top-5 50.11 (Δ +1.89)" in line and "paper A_last 50" not in line

@@ -33,6 +33,9 @@ class TaskOutcome:
     seconds: float
     best_epoch_accuracy: float | None = None  # the authors' best-over-epochs figure (test-set selection!)
     extra: dict[str, Any] = field(default_factory=dict)
+    topk: int = 1  # the run's `topk`; with k > 1 the top-k figures below are measured too
+    topk_accuracy: float | None = None  # percent: the label among the k highest-scored classes
+    topk_accuracy_row: list[float | None] | None = None  # acc[task][j] in top-k
 
 
 class Reporter:

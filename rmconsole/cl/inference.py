@@ -7,6 +7,8 @@ results are gathered in order, so every rank holds the same answer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -56,20 +58,56 @@ def features_of(method: Learner, idx: Tensor, chunk: int | None = None) -> Tenso
     return dist.gather(out) if dist else out
 
 
+@dataclass
+class Evaluation:
+    """One evaluation: top-1 accuracy (percent) and per class; with `topk` > 1 also the top-k
+    accuracy (the label among the k highest-scored classes) and per class."""
+
+    accuracy: float
+    class_accuracy: list[float | None]
+    topk: int = 1
+    topk_accuracy: float | None = None
+    topk_class_accuracy: list[float | None] | None = None
+
+
 @torch.inference_mode()
-def evaluate(method: Learner, data: Dataset, labels: Tensor, classes: list[int], augmenter: Augmenter,
-             batch_size: int | None = None) -> tuple[float, list[float | None]]:
-    """Accuracy (percent) and per-class accuracy of `method.predict` on the test samples of `classes`."""
+def evaluation(method: Learner, data: Dataset, labels: Tensor, classes: list[int], augmenter: Augmenter,
+               topk: int = 1, batch_size: int | None = None) -> Evaluation:
+    """`method.predict` (top-1) on the test samples of `classes`; with topk > 1 the method's class
+    scores are ranked once per batch and give both the top-1 and the top-k hits."""
     keep = torch.isin(labels, torch.tensor(classes, device=labels.device)).nonzero().flatten()
     batch_size = batch_size or inference_batch(data.image_shape, method.device, 4096)
     accel, dist = method.accel, method.dist
     local = dist.block(keep) if dist else keep
-    preds = []
+    truth_local = labels[local].cpu()
+    preds, hits = [], []
+    start = 0
     with accel.autocast():
         for images in iter_batches(data.test, local.split(batch_size)):
-            preds.append(method.predict(accel.prepare(augmenter.test(images))).cpu())
+            x = accel.prepare(augmenter.test(images))
+            if topk > 1:
+                scores = method.class_scores(x)
+                preds.append(scores.argmax(-1).cpu())
+                y = truth_local[start:start + len(x)]
+                hits.append(metrics.topk_hits(scores.topk(min(topk, scores.shape[-1]), dim=-1).indices.cpu(), y))
+            else:
+                preds.append(method.predict(x).cpu())
+            start += len(x)
     pred = torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
+    hit = torch.cat(hits) if hits else torch.empty(0, dtype=torch.bool)
     if dist:
         pred = dist.gather(pred)
+        hit = dist.gather(hit) if topk > 1 else hit
     truth = labels[keep].cpu()
-    return metrics.accuracy(pred, truth), metrics.per_class_accuracy(pred, truth, data.n_classes)
+    out = Evaluation(metrics.accuracy(pred, truth), metrics.per_class_accuracy(pred, truth, data.n_classes), topk)
+    if topk > 1:
+        out.topk_accuracy = metrics.hit_rate(hit)
+        out.topk_class_accuracy = metrics.per_class_hit_rate(hit, truth, data.n_classes)
+    return out
+
+
+def evaluate(method: Learner, data: Dataset, labels: Tensor, classes: list[int], augmenter: Augmenter,
+             batch_size: int | None = None) -> tuple[float, list[float | None]]:
+    """Top-1 accuracy (percent) and per-class accuracy of `method.predict` on the test samples of `classes`."""
+    result = evaluation(method, data, labels, classes, augmenter, batch_size=batch_size)
+    return result.accuracy, result.class_accuracy

@@ -17,7 +17,7 @@ from . import distributed, metrics, streams
 from .augment import Augmenter, parse_augment
 from .data import Dataset
 from .events import Reporter, TaskOutcome, TaskPlan
-from .inference import evaluate
+from .inference import evaluate, evaluation
 from .methods import Method, Setup, Task, method_class
 from .settings import RunSettings
 
@@ -107,10 +107,12 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
             dist.agree(f"model after task {t + 1}", torch.tensor(
                 list(bytes.fromhex(distributed.module_hash(method.model))), dtype=torch.uint8))
         reporter.phase(t, "evaluation", int(torch.isin(test_labels, torch.tensor(classes, device=device)).sum()))
-        acc, class_acc = evaluate(method, data, test_labels, classes, augmenter)
-        outcome = TaskOutcome(t, acc, metrics.task_accuracy_row(class_acc, protocol.groups), class_acc,
-                              classes, time.perf_counter() - started, method.best_epoch_accuracy,
-                              {"memory": dict(method.memory_info)})
+        result = evaluation(method, data, test_labels, classes, augmenter, topk=cfg.topk)
+        outcome = TaskOutcome(t, result.accuracy, metrics.task_accuracy_row(result.class_accuracy, protocol.groups),
+                              result.class_accuracy, classes, time.perf_counter() - started,
+                              method.best_epoch_accuracy, {"memory": dict(method.memory_info)}, result.topk,
+                              result.topk_accuracy, None if result.topk_class_accuracy is None else
+                              metrics.task_accuracy_row(result.topk_class_accuracy, protocol.groups))
         checkpoint = {"task": t, "method": method.state_dict(), "augmenter": augmenter.state_dict(),
                       "torch_rng": torch.get_rng_state(), "method_name": cfg.method,
                       "stream_hashes": [p.stream_hash for p in plans]}

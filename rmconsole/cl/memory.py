@@ -82,15 +82,16 @@ def class_balanced_select(candidates: Tensor, labels: Tensor, capacity: int, cla
 
 
 def step_positions(n: int, k: int) -> Tensor:
-    """k positions spread evenly over a ranking of n (i_j = floor(j * n / k)).
+    """The k ranks Algorithm 1 keeps of a class's n candidates sorted most certain first:
+    D_c[j * n / k] for j = 1..k in the paper's 1-based indexing, i.e. 0-based floor(j * n / k) - 1.
 
-    The paper's step |D_c| / k_c taken exactly, so the picks span the whole ranking from the
-    most certain to the least certain sample. (The authors' code steps by floor(n / k) and
-    keeps the first k, which covers only the certain part whenever n < 2k.)
+    The picks are evenly spaced over the whole ranking and the last is the least certain
+    sample (the authors' code instead starts at rank 0 and steps by floor(n / k), which keeps
+    the most certain end and, when n < 2k, covers only the certain part).
     """
     if n <= k:
         return torch.arange(n)
-    return (torch.arange(k, dtype=torch.float64) * n / k).floor().long()
+    return (torch.arange(1, k + 1, dtype=torch.float64) * n / k).floor().long() - 1
 
 
 def uncertainty_select(candidates: Tensor, labels: Tensor, uncertainty: Tensor, capacity: int,
@@ -135,32 +136,38 @@ def reservoir_update(memory: Tensor, stream: Tensor, seen: int, capacity: int,
     return memory, seen
 
 
+def herding_order(features: Tensor, k: int) -> Tensor:
+    """iCaRL's herding (Rebuffi et al. 2017, Alg. 4) over one class: positions of the k picks, in
+    pick order. With phi the L2-normalised features and mu their mean, pick j is the unchosen
+    sample that brings the mean of the picks closest to mu:
+    p_j = argmin_x || mu - (phi(x) + sum_{i<j} phi(p_i)) / j ||.
+    mu is the plain mean of the normalised features (not normalised again): the running mean
+    of the picks and mu are the same kind of quantity, so the comparison is consistent."""
+    phi = torch.nn.functional.normalize(features.double(), dim=1)
+    mu = phi.mean(0)
+    running = torch.zeros_like(mu)
+    available = torch.ones(len(phi), dtype=torch.bool)
+    picks = []
+    for j in range(min(k, len(phi))):
+        dist = ((running + phi) / (j + 1) - mu).norm(dim=1)
+        dist[~available] = float("inf")
+        i = int(dist.argmin())
+        picks.append(i)
+        available[i] = False
+        running += phi[i]
+    return torch.tensor(picks, dtype=torch.long)
+
+
 def herding_select(candidates: Tensor, labels: Tensor, features: Tensor, capacity: int,
                    classes: list[int], gen: torch.Generator) -> Tensor:
-    """iCaRL's herding (Table 6 "Prototype"): per class, greedily add the sample that keeps the
-    mean of the chosen (L2-normalised) features closest to the class mean."""
+    """iCaRL's herding exemplars (Table 6 "Prototype"): per class, the first k_c picks of
+    `herding_order`; a class with at most k_c candidates keeps them all; random fill after."""
     k = slots_per_class(capacity, len(classes))
-    feats = torch.nn.functional.normalize(features.float(), dim=1)
     chosen = []
     for c in classes:
         mask = labels == c
-        pool, phi = candidates[mask], feats[mask]
-        if len(pool) <= k:
-            chosen.append(pool)
-            continue
-        mu = torch.nn.functional.normalize(phi.mean(0), dim=0)
-        running = torch.zeros_like(mu)
-        available = torch.ones(len(pool), dtype=torch.bool)
-        picks = []
-        for j in range(k):
-            candidate_means = (running + phi) / (j + 1)
-            dist = (candidate_means - mu).norm(dim=1)
-            dist[~available] = float("inf")
-            i = int(dist.argmin())
-            picks.append(i)
-            available[i] = False
-            running += phi[i]
-        chosen.append(pool[torch.tensor(picks)])
+        pool = candidates[mask]
+        chosen.append(pool if len(pool) <= k else pool[herding_order(features[mask], k)])
     picked = torch.cat(chosen) if chosen else candidates[:0]
     return _fill_rest(picked, candidates, capacity, gen)
 

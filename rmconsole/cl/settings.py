@@ -40,6 +40,7 @@ class RunSettings(Protocol):
     seed: int
     class_order: Literal["seed", "paper"]
     eval_every_epoch: bool
+    topk: int
     reset_head: bool
     train_head: bool
     image_size: Optional[int]

@@ -56,13 +56,20 @@ def disjoint_tasks(labels: Tensor, n_tasks: int, n_classes: int, seed: int) -> l
     return blurry_tasks(labels, n_tasks, n_classes, 0, seed)
 
 
-def blurry_tasks(labels: Tensor, n_tasks: int, n_classes: int, blurry: int, seed: int) -> list[Tensor]:
-    """BlurryM: M% of every class goes to a shared pool that is dealt out over all tasks.
+def pool_shares(pool_size: int, n_tasks: int) -> list[int]:
+    """How many pool samples each task receives: the pool dealt evenly (the first
+    `pool_size % n_tasks` tasks get one more)."""
+    return [pool_size // n_tasks + (t < pool_size % n_tasks) for t in range(n_tasks)]
 
-    Each class keeps (100-M)% of its samples in its own task; the shuffled pool fills every
-    task up to the same size N/T (so tasks are equal, no sample repeats, all are used), which
-    leaves a class with about (100-M) + M/T percent of its samples in its own task and makes
-    every class appear, as a minor class, from task 0 on.
+
+def blurry_tasks(labels: Tensor, n_tasks: int, n_classes: int, blurry: int, seed: int) -> list[Tensor]:
+    """BlurryM: M% of every class goes to a shared pool that is dealt out evenly over all tasks.
+
+    Each class keeps (100-M)% of its samples in its own task; the shuffled pool is cut into T
+    equal shares (own task included), so no sample repeats, all are used, every task holds the
+    same number of pool samples, a class keeps about (100-M) + M/T percent of its samples in its
+    own task, and every class appears, as a minor class, from task 0 on. Task sizes are equal
+    only when the classes are (the authors' MNIST files: unequal tasks, an even pool).
     """
     if not 0 <= blurry <= 100:
         raise ValueError(f"blurry must be in 0..100, got {blurry}")
@@ -81,19 +88,9 @@ def blurry_tasks(labels: Tensor, n_tasks: int, n_classes: int, blurry: int, seed
         kept.append(_shuffled(torch.cat(own), gen))
     if blurry == 0:
         return kept
-    total = len(labels)
-    sizes = [total // n_tasks + (t < total % n_tasks) for t in range(n_tasks)]
-    for t in range(n_tasks):  # a task with large classes gives its surplus to the pool
-        if len(kept[t]) > sizes[t]:
-            pool.append(kept[t][sizes[t]:])
-            kept[t] = kept[t][: sizes[t]]
     shared = _shuffled(torch.cat(pool), gen)
-    tasks, start = [], 0
-    for t in range(n_tasks):
-        need = sizes[t] - len(kept[t])
-        tasks.append(_shuffled(torch.cat([kept[t], shared[start:start + need]]), gen))
-        start += need
-    assert start == len(shared)
+    tasks = [_shuffled(torch.cat([own, share]), gen)
+             for own, share in zip(kept, shared.split(pool_shares(len(shared), n_tasks)))]
     return tasks
 
 

@@ -14,7 +14,7 @@ from .queries import (
     memory_snapshots, run_detail, run_parts, run_record, run_records, run_statuses, run_summary, sweep_ids,
     task_results, task_streams,
 )
-from .records import JOINT_KEYS, JointRuns, RunRecord, with_intransigence
+from .records import JOINT_KEYS, JointRuns, RunRecord, joint_differences, show_value, with_intransigence
 from .runs import (
     create_run, create_runs, delete_results_from, record_memory, record_start, record_task, summarize_results,
     update_run,
@@ -30,8 +30,8 @@ __all__ = [
     "RunRecord", "StoreError", "TaskResult", "TaskStream", "Transition", "UnknownRun", "accuracy_curves",
     "claim_run", "count_runs", "create_run", "create_runs", "database_url", "delete_results_from",
     "fail_stopped_run", "find_runs", "finish_run", "get_engine", "get_run", "heartbeat", "home", "joint_accuracy",
-    "joint_run", "list_runs", "mark_failed", "mark_finished", "mark_stopped", "memory_snapshots",
+    "joint_differences", "joint_run", "list_runs", "mark_failed", "mark_finished", "mark_stopped", "memory_snapshots",
     "parse_run_filter", "reading", "record_memory", "record_start", "record_task", "requeue_run", "run_detail",
-    "run_parts", "run_record", "run_records", "run_statuses", "run_summary", "shown_url", "summarize_results",
+    "run_parts", "run_record", "run_records", "run_statuses", "run_summary", "show_value", "shown_url", "summarize_results",
     "sweep_ids", "task_results", "task_streams", "update_run", "utcnow", "with_intransigence", "write",
 ]

@@ -26,10 +26,9 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Callable, Iterable, Optional
 
-from .records import RunRecord
+from .records import RunRecord, _config_defaults, config_value  # noqa: F401  (config_value: re-exported)
 
 RUN_KEYS = {  # name -> the RunRecord attribute it reads
     "id": "id", "status": "status", "preset": "preset", "method": "method", "dataset": "dataset",
@@ -68,23 +67,9 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-@lru_cache(maxsize=1)
-def _config_defaults() -> dict[str, Any]:
-    from ..config import RunConfig
-
-    return {name: f.default for name, f in RunConfig.model_fields.items()}
-
-
 def config_keys() -> tuple[str, ...]:
     """Every config key a run can have (RunConfig's fields)."""
     return tuple(_config_defaults())
-
-
-def config_value(config: Any, key: str) -> Any:
-    """A run's value for a config key; a run stored before the key existed ran as its default."""
-    if key in config:
-        return config[key]
-    return _config_defaults().get(key)
 
 
 def record_value(record: RunRecord, key: str) -> Any:

@@ -113,7 +113,9 @@ def _record(row: Any) -> RunRecord:
         tasks_done=int(metrics.get("tasks_done", 0)), sweep_id=r["sweep_id"], error=r["error"],
         created_at=r["created_at"], heartbeat_at=r["heartbeat_at"], started_at=r["started_at"],
         finished_at=r["finished_at"], device=r["device"], host=r["host"], pid=r["pid"], log_path=r["log_path"],
-        a_last_best_epoch=finite(metrics.get("A_last_best_epoch")), config=config)
+        a_last_best_epoch=finite(metrics.get("A_last_best_epoch")), config=config,
+        topk=metrics.get("topk"), a_last_topk=finite(metrics.get("A_last_topk")),
+        a_avg_topk=finite(metrics.get("A_avg_topk")), f_last_topk=finite(metrics.get("F_last_topk")))
 
 
 def _records(session: Session, ids: Iterable[int] | None = None) -> list[RunRecord]:
@@ -242,6 +244,8 @@ def run_detail(run_id: int) -> dict[str, Any]:
             "accuracy_row": result.accuracy_row if result else None,
             "class_accuracy": result.class_accuracy if result else None,
             "best_epoch_accuracy": result.best_epoch_accuracy if result else None,
+            "topk_accuracy": result.topk_accuracy if result else None,
+            "topk_accuracy_row": result.topk_accuracy_row if result else None,
             "seconds": result.seconds if result else None,
         })
     detail.update({

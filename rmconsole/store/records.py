@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Iterable, Mapping, Optional
 
 from ..cl import metrics as M
@@ -22,6 +22,17 @@ from .tables import ACTIVE
 # stream keys either (tasks, blurry, memory): joint training has no stream.
 JOINT_KEYS = ("dataset", "model", "seed", "image_size")
 BUDGET_KEYS = JOINT_KEYS  # the spine's name for the matching keys, kept for existing callers
+# What a joint run may differ in without changing what I_last means: its own training recipe,
+# the stream and method keys (it has no stream, no memory, no method parameters), and keys that
+# change only how or where a run computes. Any other difference (the augmentation, the top-k,
+# the class order, a key added later) is shown beside I_last: `I_last 6.83*` and a note naming
+# the joint run and the difference.
+JOINT_RECIPE_KEYS = ("epochs", "batch_size", "memory_batch_size", "lr", "schedule", "weight_decay", "reset_head",
+                     "train_head")
+STREAM_KEYS = ("method", "memory_size", "n_tasks", "blurry", "stream", "uncertainty", "uncertainty_views",
+               "memory_policy")
+COMPUTE_KEYS = ("device", "threads", "download", "eval_every_epoch", "data_pipeline", "loader_workers",
+                "gpu_decode", "amp", "channels_last", "compile", "cuda_graphs", "gpus")
 
 
 def finite(value: Any) -> Optional[float]:
@@ -74,6 +85,13 @@ class RunRecord:
     pid: Optional[int] = None
     log_path: Optional[str] = None
     i_last_joint_run: Optional[int] = None  # the joint run I_last was measured against
+    # keys (other than the joint run's own recipe) in which that joint run differs: key -> (this
+    # run's value, the joint run's value); shown as `I_last 6.83*` with a note
+    i_last_differs: tuple[tuple[str, Any, Any], ...] = ()
+    topk: Optional[int] = None  # k of the top-k figures below (the run's `topk` when > 1)
+    a_last_topk: Optional[float] = None
+    a_avg_topk: Optional[float] = None
+    f_last_topk: Optional[float] = None
     a_last_best_epoch: Optional[float] = None  # the authors' test-selected figure, when recorded
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)
 
@@ -101,6 +119,20 @@ class RunRecord:
         """A finished joint run with an A_last: what I_last is measured against."""
         return self.method == "joint" and self.status == "finished" and self.a_last is not None
 
+    @property
+    def i_last_note(self) -> Optional[str]:
+        """What the `*` beside I_last means, or None when the joint run differs only in its recipe."""
+        if not self.i_last_differs or self.i_last_joint_run is None:
+            return None
+        parts = [f"{k} {show_value(mine)} here, {show_value(theirs)} there" for k, mine, theirs in self.i_last_differs]
+        return f"against joint run {self.i_last_joint_run}, which differs in " + "; ".join(parts)
+
+    def i_last_text(self, digits: int = 2) -> str:
+        """`6.83`, `6.83*` when the joint run differs beyond its recipe, `—` when there is none."""
+        if self.i_last is None:
+            return "—"
+        return f"{self.i_last:.{digits}f}" + ("*" if self.i_last_differs else "")
+
     def search_text(self) -> str:
         """What free text in a run filter matches against (lower case)."""
         parts = [str(self.id), self.status, self.preset or "", self.method, self.dataset,
@@ -111,8 +143,13 @@ class RunRecord:
         """The `runs --json` shape: identity, config, metrics, progress, lifecycle."""
         metrics: dict[str, Any] = {"A_last": self.a_last, "A_avg": self.a_avg, "F_last": self.f_last,
                                    "I_last": self.i_last, "I_last_joint_run": self.i_last_joint_run}
+        if self.i_last_differs:
+            metrics["I_last_joint_differs"] = {k: {"run": mine, "joint": theirs} for k, mine, theirs in self.i_last_differs}
         if self.a_last_best_epoch is not None:
             metrics["A_last_best_epoch"] = self.a_last_best_epoch
+        if self.topk is not None:
+            metrics.update(topk=self.topk, A_last_topk=self.a_last_topk, A_avg_topk=self.a_avg_topk,
+                           F_last_topk=self.f_last_topk)
         if self.tasks_done:  # stored with the first task's result
             metrics["tasks_done"] = self.tasks_done
         return {
@@ -161,6 +198,53 @@ class JointRuns:
         return next(same_augmentation, matching[0] if matching else None)
 
 
+def show_value(value: Any) -> str:
+    """A config value as a note writes it: lists joined with '+', an empty list as `none`."""
+    if isinstance(value, (list, tuple)):
+        return "+".join(map(str, value)) if value else "none"
+    return str(value)
+
+
+def _ignored_in_joint_comparison() -> frozenset[str]:
+    from ..cl.methods import REGISTRY  # torch-free: the methods' parameter classes
+    import dataclasses
+
+    params = {f.name for entry in REGISTRY.values() for f in dataclasses.fields(entry.params)}
+    return frozenset((*JOINT_KEYS, *JOINT_RECIPE_KEYS, *STREAM_KEYS, *COMPUTE_KEYS, "seed", *params))
+
+
+@lru_cache(maxsize=1)
+def _config_defaults() -> dict[str, Any]:
+    from ..config import RunConfig
+
+    return {name: f.default for name, f in RunConfig.model_fields.items()}
+
+
+def config_value(config: Any, key: str) -> Any:
+    """A run's value for a config key; a run stored before the key existed ran as its default."""
+    if key in config:
+        return config[key]
+    return _config_defaults().get(key)
+
+
+def joint_differences(run: RunRecord, joint: RunRecord) -> tuple[tuple[str, Any, Any], ...]:
+    """The keys, beyond the joint run's own recipe, in which `joint` differs from `run`:
+    (key, run's value, joint's value), in config order. A key one of them lacks (stored before
+    it existed) counts as its default."""
+    ignored = _ignored_in_joint_comparison()
+    keys = [k for k in dict.fromkeys([*run.config, *joint.config]) if k not in ignored]
+    out = []
+    for key in keys:
+        mine, theirs = config_value(run.config, key), config_value(joint.config, key)
+        if _comparable(mine) != _comparable(theirs):
+            out.append((key, mine, theirs))
+    return tuple(out)
+
+
+def _comparable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
 def with_intransigence(runs: Iterable[RunRecord], joints: Iterable[RunRecord] | None = None) -> list[RunRecord]:
     """The runs with I_last (and the joint run it is measured against) set by the joint-run
     rule, matched in memory among `joints` (default: the runs themselves)."""
@@ -171,6 +255,7 @@ def with_intransigence(runs: Iterable[RunRecord], joints: Iterable[RunRecord] | 
         joint = index.upper_bound(run)
         i_last = M.intransigence(joint.a_last if joint is not None else None, run.a_last)
         joint_id = joint.id if joint is not None and i_last is not None else None
-        same = (i_last, joint_id) == (run.i_last, run.i_last_joint_run)
-        out.append(run if same else replace(run, i_last=i_last, i_last_joint_run=joint_id))
+        differs = joint_differences(run, joint) if joint_id is not None and joint is not None else ()
+        same = (i_last, joint_id, differs) == (run.i_last, run.i_last_joint_run, run.i_last_differs)
+        out.append(run if same else replace(run, i_last=i_last, i_last_joint_run=joint_id, i_last_differs=differs))
     return out

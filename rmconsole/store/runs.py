@@ -79,7 +79,9 @@ def record_task(run_id: int, outcome: Any) -> dict[str, Any]:
         session.add(TaskResult(run_id=run_id, task=outcome.task, accuracy=outcome.accuracy,
                                accuracy_row=outcome.accuracy_row, class_accuracy=outcome.class_accuracy,
                                eval_classes=outcome.eval_classes, best_epoch_accuracy=outcome.best_epoch_accuracy,
-                               seconds=outcome.seconds))
+                               topk=getattr(outcome, "topk", 1) if getattr(outcome, "topk_accuracy", None)
+                               is not None else None, topk_accuracy=getattr(outcome, "topk_accuracy", None),
+                               topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None), seconds=outcome.seconds))
         session.flush()
         results = _results(session, run_id)
         summary = summarize_results(results)
@@ -99,6 +101,10 @@ def summarize_results(results: list[TaskResult]) -> dict[str, Any]:
     best = [r.best_epoch_accuracy for r in results]
     if results and all(b is not None for b in best):
         summary["A_last_best_epoch"] = best[-1]
+    if results and all(r.topk_accuracy is not None and r.topk == results[0].topk for r in results):
+        topk = M.summarize([r.topk_accuracy for r in results], [r.topk_accuracy_row or [] for r in results])
+        summary["topk"] = results[0].topk
+        summary.update({f"{name}_topk": value for name, value in topk.items()})
     return summary
 
 

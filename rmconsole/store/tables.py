@@ -84,6 +84,12 @@ class TaskResult(SQLModel, table=True):
     class_accuracy: list[Optional[float]] = Field(sa_column=Column(JSON, nullable=False))
     eval_classes: list[int] = Field(sa_column=Column(JSON, nullable=False))
     best_epoch_accuracy: Optional[float] = None
+    # top-k (the run's `topk` > 1): `accuracy` and `accuracy_row` stay top-1 for every run, so the
+    # top-k figures are columns of their own (nullable: rows of top-1 runs and older stores read
+    # as "not measured"), typed and filterable, not folded into the JSON rows other readers parse
+    topk: Optional[int] = None
+    topk_accuracy: Optional[float] = None
+    topk_accuracy_row: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
     seconds: float
     finished_at: datetime = Field(default_factory=utcnow)
 

@@ -289,11 +289,37 @@ def accuracy_matrix(matrix: Sequence[Sequence[Optional[float]]], accuracies: Seq
 
 
 def metrics_line(row: RunRow) -> Text:
+    """A/F/I of the run; I_last marked `*` (with the note below) when its joint run differs beyond
+    its own recipe; the top-k figures when the run measured them; and the paper's figure with the
+    difference for each metric the paper prints for this setting (rmconsole.paper)."""
+    from .. import paper
+
     text = Text()
-    for name, value in (("A_last", row.a_last), ("A_avg", row.a_avg), ("F_last", row.f_last), ("I_last", row.i_last)):
+    for name, value in (("A_last", row.a_last), ("A_avg", row.a_avg), ("F_last", row.f_last)):
         text.append(f"{name} ", style="grey62")
         text.append(fmt(value), style="bold")
         text.append("   ")
+    text.append("I_last ", style="grey62")
+    text.append(fmt(row.i_last) + ("*" if row.i_last_note else ""), style="bold")
+    text.append("   ")
     if row.i_last is None and row.a_last is not None:
         text.append("(I_last: no joint run to match)", style="grey50")
+    if row.topk:
+        text.append(f"\ntop-{row.topk} ", style="grey62")
+        text.append(f"A_last {fmt(row.a_last_topk)}  A_avg {fmt(row.a_avg_topk)}  F_last {fmt(row.f_last_topk)}",
+                    style="bold")
+    figures = [(name, value, paper.paper_figure(row.config, name)) for name, value in (
+        ("A_last", row.a_last), ("F_last", row.f_last), ("I_last", row.i_last), ("A_last_topk", row.a_last_topk),
+        ("F_last_topk", row.f_last_topk))]
+    shown = [(name, value, f) for name, value, f in figures if f is not None]
+    if shown:
+        text.append("\npaper ", style="grey62")
+        for name, value, figure in shown:
+            text.append(f"{name.replace('_topk', f' top-{figure.topk}')} {figure.mean:.2f}", style="bold")
+            if value is not None:
+                text.append(f" (Δ {value - figure.mean:+.2f})", style="grey62")
+            text.append("   ")
+        text.append(f"table {shown[0][2].tex_order} ({shown[0][2].label})", style="grey50")
+    if row.i_last_note:
+        text.append(f"\n* I_last {row.i_last_note}", style="grey50")
     return text

@@ -39,8 +39,9 @@ Hooks a method may override (called by)                          default
                                                                    also keeps the step eager
     update_memory(task)     learn_task                             refill by the run's memory policy
     after_task(task)        loop, after learn_task, before eval    nothing
-    logits(x)               uncertainty scoring, predict           model(x), unseen classes masked
-    predict(x)              loop's evaluation                      arg-max of logits(x)
+    logits(x)               uncertainty scoring, class_scores      model(x), unseen classes masked
+    class_scores(x)         predict, top-k evaluation              logits(x) in eval mode
+    predict(x)              loop's evaluation                      arg-max of class_scores(x)
     state_dict() /          loop: checkpoint after every task,     model, optimiser, memory, seen
     load_state_dict(state)  resume                                 classes, generator; extend with
                                                                    super() for what a method carries
@@ -281,10 +282,16 @@ class Method:
         return self.mask_unseen(self.model(x))
 
     @torch.inference_mode()
-    def predict(self, x: Tensor) -> Tensor:
-        """Class predictions for normalised images (iCaRL overrides with nearest-mean)."""
+    def class_scores(self, x: Tensor) -> Tensor:
+        """Per-class scores of normalised images, higher = more likely: what predictions and top-k
+        rank (iCaRL overrides with minus the distance to each class's mean of exemplars)."""
         self.model.eval()
-        return self.logits(x).argmax(-1)
+        return self.logits(x)
+
+    @torch.inference_mode()
+    def predict(self, x: Tensor) -> Tensor:
+        """Class predictions for normalised images: the arg-max of `class_scores`."""
+        return self.class_scores(x).argmax(-1)
 
     # ------------------------------------------------------------------ checkpoints
 

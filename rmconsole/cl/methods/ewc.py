@@ -6,8 +6,9 @@ What differs from experience replay:
   own predictive distribution (the Fisher as defined, not the "empirical" one with true labels);
 - while learning later tasks the loss gets lambda/2 * sum_t sum_i F_t,i (theta_i - theta*_t,i)^2,
   one penalty per finished task (the paper's multi-task form). The sum of quadratics is kept as
-  one quadratic (precision A, centre c, constant) so a step costs one penalty term, not T, and
-  its gradient is added in place by parameter hooks (quadratic.py);
+  one quadratic (precision A, centre c, constant) so a step costs one penalty term, not T; it
+  is applied as an exact proximal step after each SGD step (default; stable for any lambda) or
+  as a gradient added in place by parameter hooks (`penalty_step=gradient`; quadratic.py);
 - the memory is a reservoir (the RM paper's "fair comparison" setting).
 
 The Fisher is estimated on the data of the task's last training phase: the memory in online
@@ -31,10 +32,10 @@ class EWC(Regularised, Method):
     name = "ewc"
     default_memory_policy = "reservoir"
     # The paper's (and the authors' scripts') weight. Gradient descent on lambda/2 * A (theta - c)^2
-    # is stable only while lr * lambda * A_max < ~1.36 (SGD, Nesterov momentum 0.9); with the
-    # per-sample Fisher that bound can be crossed (A_max grows with the tasks), so a run whose
-    # parameters stop being finite ends with one clear line (`check_finite`). Measured on MNIST
-    # Blurry10-Online (seeds 1-3) 100 stays finite; Rwalk's 100 does not (see rwalk.py).
+    # is stable only while lr * lambda * A_max stays small (SGD, Nesterov momentum 0.9); with the
+    # per-sample Fisher A_max grows with the tasks and the embedded digits run diverged in task 5.
+    # The default `penalty_step=proximal` applies the penalty as an exact proximal step instead,
+    # stable for every lambda (quadratic.py); `check_finite` still stops a run that diverges.
     default_reg_weight = 100.0
 
     def __init__(self, setup: Any) -> None:
@@ -42,8 +43,11 @@ class EWC(Regularised, Method):
         # A (theta - c)^2 + constant = sum_t F_t (theta - theta*_t)^2: A = sum_t F_t (`weights`),
         # c the Fisher-weighted mean of the anchors (`centres`); its gradient is added in backward
         # by the parameter hooks of `self.quadratic`, not through the loss
-        self.quadratic = QuadraticPenalty(self.trainable())
+        self.quadratic = QuadraticPenalty(self.trainable(), proximal=self.params.penalty_step == "proximal")
         self.consolidated = 0  # tasks folded into the penalty
+
+    def after_step(self) -> None:
+        self.penalty_step()
 
     def fisher_samples(self, task: Task) -> Tensor:
         if self.cfg.stream == "online":

@@ -82,15 +82,17 @@ class ICaRL(NewOldClasses, Method):
         self.means_valid = (counts > 0).to(self.device)
 
     @torch.inference_mode()
-    def predict(self, x: Tensor) -> Tensor:
+    def class_scores(self, x: Tensor) -> Tensor:
+        """Minus the distance to each class's mean of exemplars (classes without one: -inf), so
+        the arg-max is the nearest mean and top-k the k nearest."""
         if len(self.memory) == 0:  # no exemplars yet (only during the first stream pass)
-            return super().predict(x)
+            return super().class_scores(x)
         if self.class_means is None:
             self.compute_class_means()
         self.model.eval()
         feats = nnf.normalize(self.model.features(x).float(), dim=1)
         dist = torch.cdist(feats, self.class_means)
-        return dist.masked_fill(~self.means_valid, float("inf")).argmin(1)
+        return -dist.masked_fill(~self.means_valid, float("inf"))
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

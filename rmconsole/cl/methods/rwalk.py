@@ -35,11 +35,11 @@ EPSILON = 1e-3  # the paper's / reference code's damping of the score denominato
 class Rwalk(Regularised, Method):
     name = "rwalk"
     default_memory_policy = "reservoir"
-    # The penalty's curvature is 2 lambda w with w = F + s <= 2, and SGD with Nesterov momentum
-    # 0.9 at lr 0.05 stays stable only while lr * 4 lambda < ~1.36, i.e. lambda < ~6.8: the RM
-    # authors' 100 (meant for their unnormalised, near-zero importances) diverges (measured: MNIST
-    # Blurry10-Online seed 1, non-finite parameters in task 2). 1 is the largest power of ten
-    # under the bound and the RWalk authors' own value.
+    # The penalty's curvature is 2 lambda w with w = F + s <= 2. Applied as a gradient
+    # (`penalty_step=gradient`), SGD with Nesterov momentum 0.9 at lr 0.05 stays stable only while
+    # lr * 4 lambda < ~1.36, i.e. lambda < ~6.8: the RM authors' 100 (meant for their unnormalised,
+    # near-zero importances) diverged (MNIST Blurry10-Online seed 1, task 2). The default proximal
+    # step is stable for any lambda; 1 stays the default: the RWalk authors' own value.
     default_reg_weight = 1.0
     params: RwalkParams
 
@@ -60,7 +60,7 @@ class Rwalk(Regularised, Method):
         self.fisher_started = False
         self.consolidated = 0
         # lambda * sum (F + s)(theta - theta*)^2: `weights` = normalised F + s, `centres` = theta*
-        self.quadratic = QuadraticPenalty(params)
+        self.quadratic = QuadraticPenalty(params, proximal=self.params.penalty_step == "proximal")
         self.quadratic.observer = self._observe_task_gradient
 
     @property
@@ -83,6 +83,7 @@ class Rwalk(Regularised, Method):
 
     @torch.no_grad()
     def after_step(self) -> None:
+        self.penalty_step()  # (proximal mode) the penalty's move is part of this step's delta theta
         params = [p.detach() for p in self.trainable()]
         torch._foreach_copy_(self._delta, params)
         torch._foreach_sub_(self._delta, self.previous)

@@ -77,7 +77,7 @@ class RunsTable(DataTable):
             Text(speed, justify="right"),
             Text(fmt(row.a_last), justify="right", style="bold" if row.a_last is not None else "grey50"),
             Text(fmt(row.f_last), justify="right"),
-            Text(fmt(row.i_last), justify="right"),
+            Text(fmt(row.i_last) + ("*" if row.i_last_note else ""), justify="right"),
         )
 
     def watch_runs(self) -> None:

@@ -1,0 +1,112 @@
+"""The paper's result tables as data (paper_tables.csv beside this file) and the rule that puts
+a paper figure beside a stored cell: `rmconsole report --paper` and the TUI's run page.
+
+Each CSV line is one printed number of Rainbow Memory's result tables (Bang et al., CVPR 2021),
+with where it was printed (the .tex table's \\label and order, the row and the column as
+printed) and the rmconsole setting it belongs to. `tools/paper_tables.py` regenerates it from
+the paper's LaTeX source. Plain Python: no torch, no store.
+
+A figure matches a run when dataset, method, memory size, tasks, blurriness, online/offline and
+augmentation agree, and, where the paper names them, the memory policy and the uncertainty
+measure. The paper's baseline rows ran without augmentation (the authors' issue #14), so they
+match runs with `augment=none` only; RM's row matches CutMix+AutoAugment, RM w/o DA `none`.
+ImageNet figures are top-5 (the authors' code): they are compared with a run's top-k figures
+when it measured top-5, and never with its top-1.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Mapping, Optional
+
+# paper metric -> (run metric for top-1, run metric when the paper's figure is top-k)
+RUN_METRIC = {"A_last": ("A_last", "A_last_topk"), "F_last": ("F_last", "F_last_topk"), "I_last": ("I_last", None)}
+# A method's paper-default memory policy, as the authors ran it (a run with memory_policy unset uses it)
+PAPER_POLICY = {"rm": "uncertainty"}
+
+
+@dataclass(frozen=True)
+class PaperFigure:
+    """One number of the paper's tables, and where it was printed."""
+
+    tex_order: str
+    label: str
+    caption: str
+    row: str
+    column: str
+    setting: Mapping[str, Any]  # dataset, method, memory_size, n_tasks, blurry, stream, augment, ...
+    metric: str
+    topk: int
+    mean: float
+    std: Optional[float]
+    note: str
+
+    @property
+    def source(self) -> str:
+        """`Table 1 (tab:various-dataset-blurry10-online), row EWC, column mnist (K=500) A5`."""
+        return f"paper table {self.tex_order} ({self.label}), row {self.row!r}, column {self.column!r}"
+
+    def text(self, digits: int = 2) -> str:
+        value = f"{self.mean:.{digits}f}" + ("" if self.std is None else f" ± {self.std:.{digits}f}")
+        return value + (f" (top-{self.topk})" if self.topk > 1 else "")
+
+
+def _augment(value: Any) -> Optional[tuple[str, ...]]:
+    if value in (None, "?"):
+        return None
+    if isinstance(value, str):
+        return tuple(p for p in value.split("+") if p and p != "none")
+    return tuple(v for v in value if v != "none")
+
+
+@lru_cache(maxsize=1)
+def figures() -> tuple[PaperFigure, ...]:
+    """Every figure of paper_tables.csv, in the file's order (main tables first)."""
+    text = resources.files("rmconsole").joinpath("paper_tables.csv").read_text(encoding="utf-8")
+    out = []
+    for row in csv.DictReader(text.splitlines()):
+        setting = {"dataset": row["dataset"], "method": row["method"], "memory_size": int(row["memory_size"]),
+                   "n_tasks": int(row["n_tasks"]), "blurry": int(row["blurry"]), "stream": row["stream"],
+                   "augment": _augment(row["augment"]), "memory_policy": row["memory_policy"] or None,
+                   "uncertainty": row["uncertainty"] or None}
+        out.append(PaperFigure(row["tex_order"], row["label"], row["caption"], row["row"], row["column"], setting,
+                               row["metric"], int(row["topk"]), float(row["mean"]),
+                               float(row["std"]) if row["std"] else None, row["note"]))
+    return tuple(out)
+
+
+def _matches(figure: PaperFigure, config: Mapping[str, Any]) -> bool:
+    s = figure.setting
+    for key in ("dataset", "method", "memory_size", "n_tasks", "blurry", "stream"):
+        if config.get(key) != s[key]:
+            return False
+    if s["augment"] is not None and _augment(config.get("augment") or ()) != s["augment"]:
+        return False
+    policy = config.get("memory_policy") or PAPER_POLICY.get(str(config.get("method")))
+    if s["memory_policy"] is not None and policy != s["memory_policy"]:
+        return False
+    if s["memory_policy"] is None and config.get("memory_policy") not in (None, PAPER_POLICY.get(s["method"])):
+        return False  # a run with another memory policy than the method's is not the paper's row
+    if s["uncertainty"] is not None and config.get("uncertainty", "randaug") != s["uncertainty"]:
+        return False
+    if s["uncertainty"] is None and s["method"] == "rm" and config.get("uncertainty", "randaug") != "randaug":
+        return False  # RM's rows use RandAug_MC
+    return True
+
+
+def paper_figure(config: Mapping[str, Any], metric: str) -> Optional[PaperFigure]:
+    """The paper's figure for a run's setting and one of its metrics (`A_last`, `F_last`,
+    `I_last`, or `A_last_topk` / `F_last_topk` for a run's top-k figures), first in table order.
+    A top-5 paper figure is only ever matched with a top-5 run metric, and a top-1 one with top-1."""
+    for figure in figures():
+        top1, topk_metric = RUN_METRIC[figure.metric]
+        wanted = top1 if figure.topk == 1 else topk_metric
+        if wanted != metric or not _matches(figure, config):
+            continue
+        if figure.topk > 1 and int(config.get("topk") or 1) != figure.topk:
+            continue
+        return figure
+    return None

@@ -1,0 +1,82 @@
+"""Put each of issue 13's five deliberate bugs into a copy of the package and show that the test
+suite's science tests catch it (each must make at least one test fail).
+
+    python tools/deliberate_bugs.py            # all five; exit 1 if one is not caught
+
+Each bug is a textual patch of one module; the copy lives in a temporary directory, so the
+checkout is never touched. Runs only the test files that pin the science (about a minute each
+on one core).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = ["tests/test_science_pins.py", "tests/test_memory.py", "tests/test_metrics_schedule.py",
+         "tests/test_uncertainty.py", "tests/test_streams.py"]
+
+BUGS = {
+    "the clean image votes as view 0": ("rmconsole/cl/uncertainty.py", (
+        "        views = perturbed_views(images, measure, n_views, gen)\n",
+        "        views = perturbed_views(images, measure, n_views, gen)\n        views[0] = images\n")),
+    "model.train() during uncertainty scoring": ("rmconsole/cl/inference.py", (
+        '    """u(x) (and the top vote counts) of train indices under the run\'s measure and views."""\n'
+        "    method.model.eval()\n",
+        '    """u(x) (and the top vote counts) of train indices under the run\'s measure and views."""\n'
+        "    method.model.train()\n")),
+    "herding replaced by random picks after the first": ("rmconsole/cl/memory.py", (
+        "        i = int(dist.argmin())\n",
+        "        i = int(dist.argmin()) if j == 0 else int(available.nonzero()[torch.randint(int(available.sum()), (1,))])\n")),
+    "F_last as max over k >= j clamped at 0": ("rmconsole/cl/metrics.py", (
+        "        before = [matrix[k][j] for k in range(last) if matrix[k][j] is not None]\n"
+        "        if before and matrix[last][j] is not None:\n"
+        "            drops.append(max(before) - matrix[last][j])\n",
+        "        before = [matrix[k][j] for k in range(j, len(matrix)) if matrix[k][j] is not None]\n"
+        "        if before and matrix[last][j] is not None:\n"
+        "            drops.append(max(0.0, max(before) - matrix[last][j]))\n")),
+    "per-sample instead of per-class averaging in a task's accuracy": ("rmconsole/cl/loop.py", (
+        "        outcome = TaskOutcome(t, result.accuracy, metrics.task_accuracy_row(result.class_accuracy, protocol.groups),\n",
+        "        counts = torch.bincount(test_labels.cpu(), minlength=data.n_classes).tolist()\n"
+        "        per_sample = [sum(result.class_accuracy[c] * counts[c] for c in g) / sum(counts[c] for c in g)\n"
+        "                      for g in protocol.groups]\n"
+        "        outcome = TaskOutcome(t, result.accuracy, per_sample,\n")),
+}
+
+
+def main() -> int:
+    python = sys.executable
+    missed = []
+    for name, (module, (old, new)) in BUGS.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "repo"
+            shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "mutants",
+                                                                      ".rmconsole", "*.egg-info"))
+            path = copy / module
+            text = path.read_text()
+            if text.count(old) != 1:
+                print(f"{name}: the patch no longer applies to {module}", flush=True)
+                missed.append(name)
+                continue
+            path.write_text(text.replace(old, new))
+            env = {**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"}
+            env.setdefault("RMCONSOLE_TEST_DATA", str(REPO.parent / "shared" / "data"))
+            out = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], cwd=copy,
+                                 env=env, capture_output=True, text=True)
+            failed = [line.split(" ")[1] for line in out.stdout.splitlines() if line.startswith("FAILED ")]
+            verdict = f"caught by {len(failed)} test(s): {', '.join(f.split('::')[-1] for f in failed)}" if failed \
+                else "NOT CAUGHT"
+            print(f"{name} ({module}): {verdict}", flush=True)
+            if not failed:
+                missed.append(name)
+    print(f"{len(BUGS) - len(missed)}/{len(BUGS)} deliberate bugs caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
