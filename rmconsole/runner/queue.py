@@ -175,7 +175,7 @@ class SweepQueue:
             if proc.poll() is None:
                 continue
             del self.busy[slot]
-            launch.record_exit(run_id, proc.returncode)  # if the worker died without recording why
+            launch.record_exit(run_id, proc.returncode, lease=getattr(proc, "lease", None))  # died without a word
             run = store.get_run(run_id)
             metrics = run.metrics or {}
             shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""

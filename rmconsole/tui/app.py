@@ -204,13 +204,13 @@ class RMConsoleApp(App[None]):
 
     def _poll_children(self) -> None:
         """Reap workers this TUI started; one that exited without recording an end is failed."""
-        for run_id, returncode in self.workers_started.exited():
-            self._settle_exit(run_id, returncode)
+        for run_id, returncode, lease in self.workers_started.exited():
+            self._settle_exit(run_id, returncode, lease)
 
     @work(thread=True, group="reap", exit_on_error=False)
-    def _settle_exit(self, run_id: int, returncode: Optional[int]) -> None:
+    def _settle_exit(self, run_id: int, returncode: Optional[int], lease: Optional[store.Lease] = None) -> None:
         try:  # (after a pause: a worker that exited cleanly may still be committing its last write)
-            runner.record_exit(run_id, returncode, wait_s=0.5)
+            runner.record_exit(run_id, returncode, wait_s=0.5, lease=lease)
         except Exception:  # noqa: BLE001 - a vanished run needs no settling; a busy store is retried by reap_dead
             pass
 
