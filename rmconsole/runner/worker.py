@@ -143,7 +143,9 @@ class StoreReporter(Reporter):
     def flush(self) -> None:
         """Write progress; if the run is no longer `running`, someone else ended it, and if the
         store or the run's token is not ours any more, another store or attempt owns it: stop."""
-        if _signal_state["superseded"]:
+        if _signal_state["superseded"]:  # found out already (a signal can be swallowed by library code)
+            if threading.current_thread() is threading.main_thread():
+                raise _signal_state["superseded"]
             return
         try:
             status = store.heartbeat(self.run_id, lease=self.lease, **self._progress())
@@ -207,7 +209,11 @@ class StoreReporter(Reporter):
         if checkpoint is not None:
             if self.config is None:
                 self.config = store.get_run(self.run_id).config
-            pending = write_checkpoint(self.run_id, checkpoint, self.config)
+            try:
+                pending = write_checkpoint(self.run_id, checkpoint, self.config)
+            except OSError:  # (a full disk): the task's result is kept all the same, then the run fails
+                store.record_task(self.run_id, outcome, lease=self.lease)
+                raise
         try:
             summary = store.record_task(self.run_id, outcome, lease=self.lease,
                                         checkpoint_sha256=pending.sha256 if pending else None)
@@ -356,11 +362,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {run_id} stopped", flush=True)
         return 143
     except Superseded as err:
-        print(err.reason or f"run {run_id} is {err.status} (not this worker's to run or end): nothing written",
-              flush=True)
+        if _signal_state["superseded"] is not err:  # (a heartbeat that found it out has said so already)
+            print(err.reason or f"run {run_id} is {err.status} (not this worker's to run or end): nothing written",
+                  flush=True)
         return EXIT_SUPERSEDED
     except (store.LeaseLost, store.StoreGone) as err:
-        print(lease_lost(run_id, err).reason, flush=True)
+        if not _signal_state["superseded"]:  # (a heartbeat that found it out has said so already)
+            print(lease_lost(run_id, err).reason, flush=True)
         return EXIT_SUPERSEDED
     except store.StoreFull:
         message = no_space_message(run_id, OSError(errno.ENOSPC, "No space left on device", str(store.database_path())))

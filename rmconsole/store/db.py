@@ -195,7 +195,7 @@ def _describe_pid(pid: int) -> str:
             argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
     except OSError:
         return f"pid {pid}"
-    shown = " ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv))[:80] if argv else "?"
+    shown = " ".join(" ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv)).split())[:80] or "?"
     return f"pid {pid} ({shown})"
 
 

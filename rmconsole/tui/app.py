@@ -60,10 +60,23 @@ class RMConsoleApp(App[None]):
         self._reaping = False
 
     def on_mount(self) -> None:
+        from ..store import db
+
+        self._told_before = db.on_wait
+        db.on_wait = self._store_waiting  # a store operation blocked 2 s says what it waits on, on screen
         self.set_interval(1.0, self._poll_children, name="reap children")
         if self.reap_every_s is not None:
             self.set_interval(self.reap_every_s, self._reap_tick, name="reap dead runs")
             self._reap_tick()
+
+    def on_unmount(self) -> None:
+        from ..store import db
+
+        db.on_wait = getattr(self, "_told_before", db.on_wait)
+
+    def _store_waiting(self, message: str) -> None:
+        """(From the store's watcher thread.)"""
+        self.call_from_thread(self.notify, message, title="Waiting for the store", severity="warning", timeout=8)
 
     # ------------------------------------------------------------------ routing
     # The other pages are imported when first opened: the runs page starts without plotext and
