@@ -15,7 +15,8 @@ The modules, each importing only those below it (processes imports none of them)
     supervise    `python -m ...supervise RUN_ID`: a worker's parent, records how it ended
     worker       `python -m ...worker RUN_ID`: trains one stored run
     dist_worker  `torchrun -m ...dist_worker RUN_ID`: one rank of a multi-GPU run
-    checkpoints  task checkpoints, written atomically, loaded weights-only
+    checkpoints  task checkpoints, written atomically, checksummed in the store, verified, loaded weights-only
+    driver       who drives a sweep (its lock file), asked by launch and queue
     processes    process facts (liveness, whose process, exit reasons, dying with the parent)
                  and what every entry point does first (argv, stop signals)
 

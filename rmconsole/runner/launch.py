@@ -430,7 +430,7 @@ def _sweep_undriven(run: store.Run) -> bool:
     """A sweep's queued run whose sweep has no live queue runner (nobody else will start it)."""
     if run.sweep_id is None:
         return False
-    from .queue import driver_pid
+    from .driver import driver_pid
 
     return driver_pid(run.sweep_id) is None
 
