@@ -148,11 +148,14 @@ def main() -> int:
         if driver_pid(sweep_id) is None:
             time.sleep(rng.uniform(0, 1.0))  # the driver is gone: start it again; it queues failed runs again
             if driver_pid(sweep_id) is None and not all(r.status == "finished" for r in store.list_runs(sweep_id=sweep_id)):
-                subprocess.Popen([sys.executable, "-m", "rmconsole.runner.queue", sweep_id, "--retry",
-                                  "--parallel", str(args.parallel)], env=env, start_new_session=True,
-                                 stdout=open(home / "logs" / f"sweep-{sweep_id}.log", "ab"), stderr=subprocess.STDOUT)
+                with open(home / "logs" / f"sweep-{sweep_id}.log", "ab") as log:
+                    driver = subprocess.Popen([sys.executable, "-m", "rmconsole.runner.queue", sweep_id, "--retry",
+                                               "--parallel", str(args.parallel)], env=env, start_new_session=True,
+                                              stdout=log, stderr=subprocess.STDOUT)
                 figures.driver_starts += 1
-                time.sleep(1.0)
+                deadline = time.monotonic() + 120  # until it holds the lock (or has ended)
+                while driver.poll() is None and driver_pid(sweep_id) is None and time.monotonic() < deadline:
+                    time.sleep(0.1)
         if time.monotonic() - last_report > 60:
             counts: dict[str, int] = {}
             for r in runs:
@@ -161,17 +164,19 @@ def main() -> int:
             last_report = time.monotonic()
         time.sleep(0.1)
     wall = time.monotonic() - started
-    time.sleep(2)  # the last supervisors and the driver exit
+    deadline = time.monotonic() + 120  # the last workers, supervisors and the driver exit
+    while (driver_pid(sweep_id) is not None or ours_left(home)) and time.monotonic() < deadline:
+        time.sleep(0.5)
 
     # ---------------------------------------------------------------- the checks
     runs = store.list_runs(sweep_id=sweep_id)
     lost = [r.id for r in runs if r.status != "finished" or len(store.task_results(r.id)) != r.n_tasks]
     stuck = [r.id for r in store.list_runs(status=store.ACTIVE)]
     left = ours_left(home)
-    resumed = [run_id for run_id in victims if "resuming after task" in
-               (home / "logs" / f"run-{run_id}.log").read_text(errors="replace")]
-    restarted = [run_id for run_id in victims
-                 if (home / "logs" / f"run-{run_id}.log").read_text(errors="replace").count("stream: ") > 1]
+    logs = {run_id: (home / "logs" / f"run-{run_id}.log").read_text(errors="replace") for run_id in victims}
+    interrupted = [v.run_id for v in victims.values() if v.kind in ("worker", "supervisor") and v.done]
+    resumed = [run_id for run_id in interrupted if "resuming after task" in logs[run_id]]
+    restarted = [run_id for run_id in interrupted if run_id not in resumed and logs[run_id].count("stream: ") > 1]
     print(f"soak: {len(runs)} runs in {wall:.0f} s ({3600 * len(runs) / wall:.0f} runs/hour); checking the "
           f"{len(victims)} killed runs against their uninterrupted twins…", flush=True)
 
@@ -195,7 +200,8 @@ def main() -> int:
         "runs_per_hour": round(3600 * len(runs) / wall, 1), "victims": len(victims), "kills": figures.kills,
         "kill_points": {v.run_id: f"{v.kind} in {v.at}" for v in victims.values()},
         "driver_starts": figures.driver_starts, "max_running": figures.max_running,
-        "resumed_from_checkpoint": len(resumed), "started_over": len(restarted),
+        "interrupted_runs": len(interrupted), "resumed_from_checkpoint": len(resumed),
+        "started_over_no_checkpoint_yet": len(restarted),
         "lost": lost, "stuck": stuck, "processes_left": left,
         "twins_identical": len(identical), "twins_different": different,
         "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
@@ -204,7 +210,8 @@ def main() -> int:
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
-    ok = not lost and not stuck and not left and not different and len(identical) == len(victims)
+    ok = (not lost and not stuck and not left and not different and len(identical) == len(victims)
+          and len(resumed) + len(restarted) == len(interrupted))
     print("soak: " + ("PASS" if ok else "FAIL") + f": {len(runs) - len(lost)}/{len(runs)} finished, {len(lost)} lost, "
           f"{len(stuck)} stuck, {len(left)} processes left, {len(identical)}/{len(victims)} killed runs identical "
           f"to their twins")

@@ -522,7 +522,8 @@ def test_defect_08_ranges_stay_ranges(isolated_home) -> None:
 # =========================================================================== 9. bad values
 
 
-@pytest.mark.parametrize("method", sorted(REGISTRY))
+@pytest.mark.parametrize("method", [m if m in ("rm", "finetune", "bic") else pytest.param(m, marks=pytest.mark.slow)
+                                    for m in sorted(REGISTRY)])
 def test_defect_09_a_diverging_loss_stops_every_method(method) -> None:
     row = _claim("a loss that becomes infinite, every method", "test_defect_09_a_diverging_loss_stops_every_method")
     _, cfg = load_config(None, {"method": method, "lr": 1e30, "epochs": 2, "uncertainty_views": 2, "device": "cpu"})
@@ -704,5 +705,6 @@ def test_a_replaced_store_is_read_anew(isolated_home, tmp_path) -> None:
                            "load_config; c = load_config(None)[1].to_dict(); [store.create_run(c, 'b') for _ in "
                            "range(3)]"], capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
-    assert store.count_runs() == 3 and store.store_id() != first  # this process reads the new store
+    assert store.count_runs() == 3  # this process reads the new store, not the file it had open
+    assert store.store_id() != first
     row.check(None, "")
