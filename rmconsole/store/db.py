@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, TypeVar
@@ -557,7 +557,8 @@ def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int
     bind = engine
     if engine.dialect.name == "sqlite":
         bind = engine.execution_options(sqlite_begin="IMMEDIATE", **({"sqlite_busy_s": busy_s} if busy_s else {}))
-    with _watched("write", sqlite_file(url)):
+    quick = busy_s is not None and busy_s <= WAIT_NOTICE_S  # a write that gives up rather than waits: no notice
+    with nullcontext() if quick else _watched("write", sqlite_file(url)):
         for attempt in range(retries):
             try:
                 with Session(bind, expire_on_commit=False) as session:
