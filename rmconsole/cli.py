@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -15,15 +18,31 @@ from rich.table import Table
 
 from . import report as reports, runner, store
 from .cl.catalog import DatasetMissing
-from .store.filters import where
-from .config import ConfigError, preset_description, preset_names, read_preset
+from .store.filters import where, within
+from .config import MAX_INT, ConfigError, preset_description, preset_names, read_preset, shorten
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A terminal experiment console for continual learning around Rainbow Memory.")
 console = Console()
 err_console = Console(stderr=True)
-USER_ERRORS = (ConfigError, store.StoreError, store.UnknownRun, DatasetMissing, ValueError)
+USER_ERRORS = (ConfigError, store.StoreError, store.UnknownRun, DatasetMissing, ValueError, runner.StartFailed,
+               store.LeaseLost)
+MAX_SLOTS = 1024  # --parallel, --gpus and --nnodes beyond this are typing errors, not machines
+RUN_ID = {"ignore_unknown_options": True}  # `show -1` is a run id to refuse, not an unknown option
 _debug = False
+
+
+def check_run_id(run_id: int) -> int:
+    """A run id within the store's range (a negative or 20-digit id is one line, not an OverflowError)."""
+    if not 1 <= run_id <= MAX_INT:
+        raise ConfigError(f"run id {shorten(run_id)}: run ids are whole numbers from 1 to {MAX_INT} "
+                          f"(see `rmconsole runs`)")
+    return run_id
+
+
+def check_count(option: str, value: Optional[int], low: int, high: int = MAX_INT) -> None:
+    if value is not None and not low <= value <= high:
+        raise ConfigError(f"{option} {shorten(value)}: allowed: {low} to {high}")
 
 
 @app.callback()
@@ -66,9 +85,12 @@ def run(
     rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id shared by the nodes of a c10d rendezvous."),
 ) -> None:
     """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs."""
+    check_count("--gpus", gpus, 1, MAX_SLOTS)
+    check_count("--parallel", parallel, 1, MAX_SLOTS)
+    check_count("--nnodes", nnodes, 1, MAX_SLOTS)
+    check_count("--node-rank", node_rank, 0, MAX_SLOTS)
+    check_count("--master-port", master_port, 1, 65535)
     rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
-    if gpus is not None and gpus < 1:
-        raise ConfigError(f"--gpus {gpus}: must be at least 1")
     if runner.is_sweep(list(set_), seeds):
         if (gpus or 1) > 1 or rendezvous.multi_node:
             raise ConfigError("--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
@@ -228,11 +250,11 @@ def print_run(run_id: int) -> None:
         err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
 
 
-@app.command()
-def show(run_id: int = typer.Argument(..., help="Run id."),
+@app.command(context_settings=RUN_ID)
+def show(run_id: int = typer.Argument(..., metavar="RUN_ID", help="Run id."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """One run: config, per-task accuracy, memory histograms, metrics."""
-    runner.reap_dead([store.get_run(run_id)])
+    reap_quietly([store.get_run(check_run_id(run_id))])
     if as_json:
         print(json.dumps(store.run_detail(run_id), indent=2))
         return
@@ -250,11 +272,13 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     """All runs, newest last, and the queue of every sweep shown. A filter term is KEY:V1,V2 (any of
     them), KEY>N (also >= < <= = !=) or a word; KEY is a run column, a metric or a config key."""
     if status is not None and status not in store.STATUSES:
-        raise ConfigError(f"--status {status!r}: allowed: {', '.join(store.STATUSES)}")
+        raise ConfigError(f"--status {shorten(status)!r}: allowed: {', '.join(store.STATUSES)}")
+    if limit < 0:
+        raise ConfigError(f"--limit {shorten(limit)}: the newest N runs (N >= 1), or 0 for all")
     run_filter = store.parse_run_filter(filters)
     if status is not None:
         run_filter &= where("status", [status])
-    runner.reap_dead()
+    reap_quietly()
     if sweep_:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
     records = store.find_runs(run_filter)
@@ -286,6 +310,23 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         console.print(f"* run {run_id}: I_last against joint run {joint_id}, which differs in {keys} "
                       f"(rmconsole show {run_id})", highlight=False)
     print_sweep_queues([s["sweep_id"] for s in summaries if s["sweep_id"]])
+
+
+def reap_quietly(runs: Optional[list[Any]] = None) -> list[int]:
+    """Mark dead runs failed (runner.reap_dead) for a command that only reads: each one it marks
+    is said on stderr; if the store's write lock is busy, the look is skipped with a note
+    (a read never waits on a writer)."""
+    try:
+        dead = runner.reap_dead(runs, busy_s=2.0)
+    except store.StoreLocked as err:
+        err_console.print(f"note: dead runs were not checked this time: {escape(str(err))}", highlight=False,
+                          soft_wrap=True)
+        return []
+    for run_id in dead:
+        run = store.get_run(run_id)
+        err_console.print(f"run {run_id} marked failed: {escape(shorten(run.error or '', 300))}", highlight=False,
+                          soft_wrap=True)
+    return dead
 
 
 def print_sweep_queues(sweep_ids: list[str]) -> None:
@@ -355,15 +396,21 @@ def _listed(option: str, text: Optional[str]) -> Optional[list[str]]:
     return values
 
 
-def _run_ids(text: str) -> set[int]:
-    """`3,4,7` or `3-9` (or both) -> run ids."""
-    ids: set[int] = set()
+def _run_id_ranges(text: str) -> list[tuple[int, int]]:
+    """`3,4,7` or `3-9` (or both) -> [(3, 3), (4, 4), (7, 7)] / [(3, 9)]: ranges stay ranges, so
+    `1-99999999999` costs nothing."""
+    ranges = []
     for part in text.split(","):
         first, dash, last = part.strip().partition("-")
         if not first.isdigit() or (dash and not last.isdigit()):
-            raise ConfigError(f"--runs {text!r}: expected run ids like 3,4,7 or 3-9")
-        ids.update(range(int(first), int(last) + 1) if dash else [int(first)])
-    return ids
+            raise ConfigError(f"--runs {shorten(text)!r}: expected run ids like 3,4,7 or 3-9")
+        low, high = int(first), int(last) if dash else int(first)
+        if low > high:
+            raise ConfigError(f"--runs {shorten(text)!r}: {low}-{high} is empty (the first id is larger than the last)")
+        if high > MAX_INT:
+            raise ConfigError(f"--runs {shorten(text)!r}: run ids go up to {MAX_INT}")
+        ranges.append((low, high))
+    return ranges
 
 
 def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, dataset: Optional[str] = None,
@@ -373,7 +420,7 @@ def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, data
     statuses = _listed("--status", status)
     for value in statuses or []:
         if value not in store.STATUSES:
-            raise ConfigError(f"--status {value!r}: allowed: {', '.join(store.STATUSES)}")
+            raise ConfigError(f"--status {shorten(value)!r}: allowed: {', '.join(store.STATUSES)}")
     run_filter = store.parse_run_filter(filters)
     listed = {"status": statuses, "preset": _listed("--preset", preset), "dataset": _listed("--dataset", dataset),
               "method": _listed("--method", method)}
@@ -381,13 +428,13 @@ def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, data
         if values is not None:
             run_filter &= where(key, values)
     if run_ids is not None:
-        run_filter &= where("id", [str(i) for i in sorted(_run_ids(run_ids))])
+        run_filter &= within("id", _run_id_ranges(run_ids))
     for pair in where_ or []:
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--where {pair!r}: expected KEY=VALUE or KEY=V1,V2")
+            raise ConfigError(f"--where {shorten(pair)!r}: expected KEY=VALUE or KEY=V1,V2")
         run_filter &= where(key.strip(), runner.split_values(raw.strip()))
-    runner.reap_dead()
+    reap_quietly()
     if sweep_:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
     return store.find_runs(run_filter)
@@ -421,14 +468,17 @@ def report(
 ) -> None:
     """Tables of stored runs: cells are mean ± std over seeds; also the paper's figures as PNG."""
     if fmt not in reports.FORMATS:
-        raise ConfigError(f"--format {fmt!r}: allowed: {', '.join(reports.FORMATS)}")
+        raise ConfigError(f"--format {shorten(fmt)!r}: allowed: {', '.join(reports.FORMATS)}")
     if fmt == "table" and out is not None:
         raise ConfigError("--out writes a file: choose --format md, csv, latex or json")
     if not 0 <= digits <= 6:
         raise ConfigError(f"--digits {digits}: allowed: 0 to 6")
     for option, path in (("--plot", plot), ("--memory-plot", memory_plot)):
         if path is not None and path.suffix.lower() not in (".png", ".pdf", ".svg"):
-            raise ConfigError(f"{option} {str(path)!r}: the file must end in .png (or .pdf, .svg)")
+            raise ConfigError(f"{option} {shorten(str(path))!r}: the file must end in .png (or .pdf, .svg)")
+    for option, path in (("--out", out), ("--plot", plot), ("--memory-plot", memory_plot)):
+        if path is not None:
+            reports.check_output(path, option)  # a folder, an unwritable place: refused before any work
     runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where_, filters)
     if not runs:
         raise ConfigError(f"no runs match the filters ({store.count_runs()} runs are stored; see `rmconsole runs`)")
@@ -444,11 +494,7 @@ def report(
         if out is None:
             sys.stdout.write(text)
         else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_name(f".{out.name}.tmp")
-            tmp.write_text(text)
-            tmp.replace(out)
-            err_console.print(f"wrote {out}", highlight=False)
+            err_console.print(f"wrote {reports.write_output(out, text.encode(), '--out')}", highlight=False)
     if plot is not None:
         used = {run_id for cell in table.cells.values() for run_id in cell.used}
         details = {run_id: store.run_detail(run_id) for run_id in used}
@@ -460,15 +506,18 @@ def report(
 # --------------------------------------------------------------------------- stop / resume
 
 
-@app.command()
-def stop(run_id: int = typer.Argument(..., help="Run id."),
+@app.command(context_settings=RUN_ID)
+def stop(run_id: int = typer.Argument(..., metavar="RUN_ID", help="Run id."),
          grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL.")) -> None:
     """Stop a running run (SIGTERM to its process group, then SIGKILL); finished tasks stay stored."""
+    check_run_id(run_id)
+    if not (math.isfinite(grace) and 0 <= grace <= 3600):
+        raise ConfigError(f"--grace {grace}: seconds from 0 to 3600")
     console.print(f"run {run_id} {runner.stop_run(run_id, grace)}")
 
 
-@app.command()
-def resume(run_id: int = typer.Argument(..., help="Run id."),
+@app.command(context_settings=RUN_ID)
+def resume(run_id: int = typer.Argument(..., metavar="RUN_ID", help="Run id."),
            detach: bool = typer.Option(False, "--detach", "-d", help="Return at once."),
            nnodes: int = typer.Option(1, "--nnodes", help="Nodes, for a multi-node run (as for `run`)."),
            node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This node's rank (0)."),
@@ -477,6 +526,10 @@ def resume(run_id: int = typer.Argument(..., help="Run id."),
            rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
            rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous.")) -> None:
     """Continue a failed or stopped run from its last finished task."""
+    check_run_id(run_id)
+    check_count("--nnodes", nnodes, 1, MAX_SLOTS)
+    check_count("--node-rank", node_rank, 0, MAX_SLOTS)
+    check_count("--master-port", master_port, 1, 65535)
     rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
     resumed = runner.resume_run(run_id, rendezvous)  # shared with the TUI
     if detach:
@@ -489,8 +542,8 @@ def resume(run_id: int = typer.Argument(..., help="Run id."),
     raise typer.Exit(0 if status == "finished" else 1)
 
 
-@app.command()
-def join(run_id: int = typer.Argument(..., help="The run started on node 0 with `rmconsole run --nnodes N`."),
+@app.command(context_settings=RUN_ID)
+def join(run_id: int = typer.Argument(..., metavar="RUN_ID", help="The run started on node 0 with `rmconsole run --nnodes N`."),
          gpus: int = typer.Option(..., "--gpus", help="Ranks (GPUs) on this node; the same as node 0's."),
          nnodes: int = typer.Option(..., "--nnodes", help="Nodes in the run."),
          node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This node's rank, 1 to nnodes-1."),
@@ -501,8 +554,11 @@ def join(run_id: int = typer.Argument(..., help="The run started on node 0 with 
          device: str = typer.Option("auto", "--device", help="auto or cpu (as the run's device).")) -> None:
     """Start this node's ranks of a multi-node run (foreground). The ranks here get the run's
     config from rank 0 and never write the store; they need the dataset under RMCONSOLE_DATA."""
-    if gpus < 1:
-        raise ConfigError(f"--gpus {gpus}: must be at least 1")
+    check_run_id(run_id)
+    check_count("--gpus", gpus, 1, MAX_SLOTS)
+    check_count("--nnodes", nnodes, 1, MAX_SLOTS)
+    check_count("--node-rank", node_rank, 0, MAX_SLOTS)
+    check_count("--master-port", master_port, 1, 65535)
     if device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"--device {device!r}: allowed: auto, cuda, cpu")
     rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check(joining=True)
@@ -512,11 +568,18 @@ def join(run_id: int = typer.Argument(..., help="The run started on node 0 with 
 # --------------------------------------------------------------------------- tui
 
 
+MIN_REFRESH_S = 0.1
+
+
 @app.command()
 def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between store reads.")) -> None:
     """Open the terminal UI: runs live, one run's stream/memory/accuracy/log, compare, launch, stop."""
-    if not refresh > 0:
+    if not (refresh > 0 and math.isfinite(refresh)):
         raise ConfigError(f"--refresh {refresh}: must be a number of seconds above 0")
+    if refresh < MIN_REFRESH_S:  # a store read per 0.1 ms burns a core and shows nothing faster
+        err_console.print(f"--refresh {refresh:g}: reading the store that often only costs CPU; using "
+                          f"{MIN_REFRESH_S:g} s", highlight=False)
+        refresh = MIN_REFRESH_S
     store.get_engine()  # an unusable store is a one-line error here, not a screen of them
     from .tui import RMConsoleApp
 
@@ -541,16 +604,53 @@ def data_get(name: str = typer.Argument(..., help="mnist | fashion_mnist | cifar
     console.print(f"{name}: {len(data.train)} train / {len(data.test)} test images under {data_root()}")
 
 
+def _error(message: str, code: int = 2) -> None:
+    """One line on stderr, whatever the message holds (markup is not interpreted, long values cut)."""
+    text = " ".join(str(message).split())
+    if len(text) > 2000:
+        text = f"{text[:1400]} … {text[-500:]}"
+    err_console.print(f"[red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
 def main() -> None:
+    """The console script: every failure is one line on stderr (a usage error, bad input, an OS
+    error, even a bug) and a non-zero exit code; `--debug` shows tracebacks instead."""
     try:
-        app()
+        code = app(standalone_mode=False, prog_name="rmconsole")
+    except typer.TyperException as err:  # Click's usage errors and aborts
+        if _debug:
+            raise
+        if type(err).__name__ == "NoArgsIsHelpError":  # `rmconsole` alone: the help was shown
+            sys.exit(2)
+        if type(err).__name__ == "Abort":
+            sys.exit(1)
+        ctx = getattr(err, "ctx", None)
+        where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        message = err.format_message() if hasattr(err, "format_message") else str(err)
+        _error(f"{message}{where}", int(getattr(err, "exit_code", 2) or 2))
     except USER_ERRORS as err:
         if _debug:
             raise
-        err_console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        _error(str(err))
     except KeyboardInterrupt:
         sys.exit(130)
+    except OSError as err:
+        if err.errno == errno.EPIPE:  # `rmconsole runs | head`: the reader has gone
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except OSError:
+                pass
+            sys.exit(1)
+        if _debug:
+            raise
+        _error(runner.describe_os_error(err))
+    except Exception as err:  # noqa: BLE001 - a bug is one line too; --debug shows where
+        if _debug:
+            raise
+        _error(f"internal error: {type(err).__name__}: {shorten(str(err), 300)} (run again with "
+               f"`rmconsole --debug ...` for the traceback, and please report it)", 1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,13 @@ from .cl.catalog import (
 from .cl.methods import REGISTRY
 
 DEFAULT_PRESET = "digits-blurry10-online"
+MAX_INT = 2**63 - 1  # the store's integers (SQLite INTEGER, PostgreSQL BIGINT)
+
+
+def shorten(value: object, limit: int = 80) -> str:
+    """An echoed value kept short: a long one keeps its start and end, so no error is a 100 KB line."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit // 2 - 1]}…{text[-(limit // 2 - 1):]} ({len(text)} characters)"
 
 
 class ConfigError(Exception):
@@ -34,7 +41,7 @@ class ConfigError(Exception):
 class RunKeys(BaseModel):
     """The keys every run has: the experiment, the training engine, where it runs."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # lr=inf is refused, not trained
 
     dataset: Literal[DATASETS] = Field(description="the dataset (digits is bundled; the others under RMCONSOLE_DATA)")  # type: ignore[valid-type]
     model: Literal[MODEL_NAMES] = Field(description="the backbone")  # type: ignore[valid-type]
@@ -56,7 +63,7 @@ class RunKeys(BaseModel):
     lr: float = Field(default=0.05, gt=0, description="learning rate (SGD, Nesterov momentum 0.9)")
     schedule: Literal["cosine", "step", "constant"] = Field(default="cosine", description="learning-rate schedule of each training call")
     weight_decay: float = Field(default=1e-4, ge=0, description="SGD weight decay")
-    seed: int = Field(default=1, ge=0, description="random seed: class order, stream, initialisation, draws")
+    seed: int = Field(default=1, ge=0, le=MAX_INT, description="random seed: class order, stream, initialisation, draws")
     device: str = Field(default="auto", description="where to train", json_schema_extra={"allowed": "auto, cpu, cuda, cuda:N"})
     class_order: Literal["seed", "paper"] = Field(default="seed", description="class order from the seed, or the paper's (cifar10 / mnist seeds 1-3)")
     topk: int = Field(default=1, ge=1, description="also measure top-k accuracy with every evaluation when k > 1 "
@@ -66,7 +73,7 @@ class RunKeys(BaseModel):
     train_head: bool = Field(default=True, description="false: the classifier head is left out of the optimiser (the authors' iCaRL, to reproduce their figure)")
     image_size: Optional[int] = Field(default=None, ge=8, description="image side for folder datasets (default: tiny_imagenet 64, imagenet 224)")
     download: bool = Field(default=False, description="download a torchvision dataset that is missing")
-    threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for torch")
+    threads: Optional[int] = Field(default=None, ge=1, le=4096, description="CPU threads for torch")
 
 
 def _method_keys() -> dict[str, Any]:
@@ -95,14 +102,14 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
     # ImageNet scale: input pipeline, GPU fast path, multi-GPU (runtime choices, like device)
     data_pipeline: Literal["auto", "memory", "stream"] = Field(
         default="auto", description="ImageFolder datasets: decoded once into memory, or streamed from disk; auto by size")
-    loader_workers: Optional[int] = Field(default=None, ge=0, description="DataLoader decode processes per rank (0: a thread)")
+    loader_workers: Optional[int] = Field(default=None, ge=0, le=1024, description="DataLoader decode processes per rank (0: a thread)")
     gpu_decode: Union[bool, Literal["auto"]] = Field(default="auto", description="decode JPEGs with nvJPEG on a CUDA device")
     amp: Literal["auto", "bf16", "off"] = Field(default="auto", description="autocast dtype; auto = bf16 on CUDA, off on CPU")
     channels_last: Union[bool, Literal["auto"]] = Field(default="auto", description="channels_last convolutions; auto = on CUDA")
     compile: Union[bool, Literal["auto"]] = Field(default="auto", description="torch.compile the backbone; auto = off (measured slower on an H100)")
     cuda_graphs: Union[bool, Literal["auto"]] = Field(
         default="auto", description="replay plain training steps as CUDA graphs; auto = on for single-process CUDA runs")
-    gpus: int = Field(default=1, ge=1, description="processes per node under torchrun (one GPU each; CPU processes on device=cpu)")
+    gpus: int = Field(default=1, ge=1, le=1024, description="processes per node under torchrun (one GPU each; CPU processes on device=cpu)")
 
     @model_validator(mode="before")
     @classmethod
@@ -114,13 +121,27 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
                 expected = _number_kind(field.annotation) if field is not None else None
                 if isinstance(value, bool) and expected:
                     raise ValueError(f"{key}={str(value).lower()}: expected {expected}, not a boolean")
+                if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
+                    raise ValueError(f"{key}={shorten(value)}: out of range; allowed: at most {MAX_INT}")
         return data
+
+    @model_validator(mode="after")
+    def _store_integers(self) -> "RunConfig":
+        """Every integer fits the store's integer columns (a seed of 20 digits is refused here, not
+        by an OverflowError when the run is stored)."""
+        for key, value in self.model_dump().items():
+            if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
+                raise ValueError(f"{key}={shorten(value)}: out of range; allowed: at most {MAX_INT}")
+        return self
 
     @field_validator("augment", mode="before")
     @classmethod
     def _augment(cls, value: Any) -> tuple[str, ...]:
         if not isinstance(value, (str, list, tuple)):
             raise ValueError("must be a list or a '+'-joined string")
+        if isinstance(value, str) and (not value.strip() or any(not p.strip() for p in value.replace(",", "+").split("+"))):
+            raise ValueError("an empty augmentation name; allowed: none, cutmix, randaug, autoaug (join with '+'; "
+                             "augment=none for no augmentation)")
         return parse_augment(value)
 
     @field_validator("gpu_decode", "channels_last", "compile", "cuda_graphs", mode="before")
@@ -195,16 +216,17 @@ def _one_line(err: ValidationError) -> str:
     loc = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        return f"unknown config key {loc!r}; known keys: {', '.join(KEYS)}"
+        return f"unknown config key {shorten(loc)!r}; known keys: {', '.join(KEYS)}"
     if first["type"] == "missing":
         return f"config key {loc!r} is required"
     if not loc:  # a model-level check already names its key
-        return msg
+        return shorten(msg, 600)
     value = first.get("input")
-    shown = value if not isinstance(value, (dict, list)) else str(value)
+    shown = repr(value) if not isinstance(value, (dict, list)) else repr(str(value))
+    shown = shorten(shown) if len(shown) > 80 else shown
     if first["type"] == "literal_error":
-        return f"{loc}={shown!r}: {msg.replace('Input should be', 'allowed:')}"
-    return f"{loc}={shown!r}: {msg}"
+        return f"{loc}={shown}: {msg.replace('Input should be', 'allowed:')}"
+    return f"{loc}={shown}: {shorten(msg, 400)}"
 
 
 def preset_dir() -> Path:
@@ -223,20 +245,28 @@ def preset_names() -> list[str]:
 
 def read_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
     """(preset name, its table) for a preset name or a TOML file path."""
-    path = Path(name_or_path)
-    if not (path.suffix == ".toml" or path.exists()):
-        path = preset_dir() / f"{name_or_path}.toml"
-        if not path.exists():
-            raise ConfigError(f"unknown preset {name_or_path!r}; available: {', '.join(preset_names())} "
-                              f"(or give a .toml file)")
+    if not name_or_path.strip():
+        raise ConfigError(f"--preset {name_or_path!r}: give a preset name ({', '.join(preset_names())}) or a .toml file")
     try:
-        table = tomllib.loads(path.read_text())
+        path = Path(name_or_path)
+        if not (path.suffix == ".toml" or path.exists()):
+            path = preset_dir() / f"{name_or_path}.toml"
+            if not path.exists():
+                raise ConfigError(f"unknown preset {shorten(name_or_path)!r}; available: {', '.join(preset_names())} "
+                                  f"(or give a .toml file)")
+        text = path.read_text()
     except FileNotFoundError:
-        raise ConfigError(f"preset file {str(path)!r} does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"preset file {str(path)!r} is not valid TOML: {err}") from None
+        raise ConfigError(f"preset file {shorten(str(path))!r} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"preset file {shorten(str(path))!r} is a directory, not a TOML file") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"preset file {shorten(str(path))!r} is not valid TOML: {err}") from None
     except OSError as err:
-        raise ConfigError(f"preset file {str(path)!r} cannot be read: {err.strerror}") from None
+        raise ConfigError(f"preset {shorten(name_or_path)!r} cannot be read: {err.strerror}") from None
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"preset file {shorten(str(path))!r} is not valid TOML: {err}") from None
     table.pop("description", None)
     return path.stem, table
 
@@ -259,9 +289,9 @@ def split_override(pair: str, expected: str = "KEY=VALUE") -> tuple[str, str]:
     key, sep, raw = pair.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"--set {pair!r}: expected {expected}")
+        raise ConfigError(f"--set {shorten(pair)!r}: expected {expected}")
     if key not in KEYS:
-        raise ConfigError(f"unknown config key {key!r}; known keys: {', '.join(KEYS)}")
+        raise ConfigError(f"unknown config key {shorten(key)!r}; known keys: {', '.join(KEYS)}")
     return key, raw.strip()
 
 
@@ -286,7 +316,7 @@ def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None)
 def load_config(preset: str | None = None, overrides: list[str] | dict[str, Any] | None = None,
                 **explicit: Any) -> tuple[str, RunConfig]:
     """(preset name, config) from a preset name/file, `--set` pairs and explicit options."""
-    name, table = read_preset(preset or DEFAULT_PRESET)
+    name, table = read_preset(DEFAULT_PRESET if preset is None else preset)
     extra = parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides or {})
     extra.update({k: v for k, v in explicit.items() if v is not None})
     return name, build_config(table, extra)

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from campaign import claim
 from rmconsole import store
 
 WRITERS = 8
@@ -42,6 +43,7 @@ def run_writers(home: Path, writers: int = WRITERS, steps: int = STEPS) -> list[
 
 
 def test_eight_writers_lose_nothing_and_never_see_locked(isolated_home) -> None:
+    row = claim("eight writers at once", "test_concurrency.py::test_eight_writers_lose_nothing_and_never_see_locked")
     done = run_writers(isolated_home)
     for d in done:
         assert d.returncode == 0 and "locked" not in d.stderr, d.stderr
@@ -57,3 +59,4 @@ def test_eight_writers_lose_nothing_and_never_see_locked(isolated_home) -> None:
         assert [r.task for r in store.task_results(run.id)] == list(range(STEPS // 5))
         assert run.metrics["tasks_done"] == STEPS // 5
         assert len(store.task_streams(run.id)) == STEPS // 5
+    row.check(None, "")

@@ -19,6 +19,7 @@ from datetime import timedelta
 import pytest
 import torch
 
+from campaign import claim
 from conftest import rmconsole
 from rmconsole import store
 from rmconsole.runner import launch
@@ -81,6 +82,8 @@ def uninterrupted_results() -> list[tuple]:
 
 
 def test_sigkill_mid_task_is_failed_at_once_and_resume_equals_uninterrupted(isolated_home) -> None:
+    test = "test_faults.py::test_sigkill_mid_task_is_failed_at_once_and_resume_equals_uninterrupted"
+    killed_row, resumed_row = claim("worker SIGKILLed mid-task", test), claim("resume after a SIGKILL", test)
     run_id = start_detached()
     run = wait_for(lambda: (r := store.get_run(run_id)).task == 2 and r.phase == "memory" and r, 300,
                    what="task 3's memory epochs")
@@ -94,9 +97,11 @@ def test_sigkill_mid_task_is_failed_at_once_and_resume_equals_uninterrupted(isol
     assert "killed by signal SIGKILL" in shown["error"] and "of task 3" in shown["error"], shown["error"]
     assert len(store.task_results(run_id)) == 2  # killed in the middle of task 3; tasks 1-2 kept
     print(f"\nSIGKILL -> `runs` shows failed after {seconds:.2f} s: {shown['error']}")
+    killed_row.check(None, shown["error"])
 
     out = rmconsole("resume", str(run_id))
     assert out.returncode == 0, out.stdout + out.stderr
+    resumed_row.check(out.returncode, out.stdout)
     assert "resuming at task 3/5" in out.stdout
     assert store.get_run(run_id).status == "finished"
     assert "resuming after task 2" in (isolated_home / "logs" / f"run-{run_id}.log").read_text()
@@ -109,6 +114,7 @@ def test_supervisor_killed_takes_the_worker_and_the_next_look_finds_it(isolated_
     """The supervisor dies by SIGKILL (as in a kill -9 of the group, or a reboot): the worker
     dies with it (PR_SET_PDEATHSIG), nobody could write, and the next `runs` finds the pid
     gone and marks the run failed."""
+    row = claim("supervisor SIGKILLed", "test_faults.py::test_supervisor_killed_takes_the_worker_and_the_next_look_finds_it")
     run_id = start_detached()
     run = wait_for(lambda: (r := store.get_run(run_id)).status == "running" and r.task is not None and r, 120,
                    what="the run to train")
@@ -119,9 +125,10 @@ def test_supervisor_killed_takes_the_worker_and_the_next_look_finds_it(isolated_
     assert store.get_run(run_id).status == "running"  # nobody has looked yet
     shown = listed(run_id)
     assert shown["status"] == "failed" and "worker process is gone" in shown["error"], shown
+    row.check(None, shown["error"])
 
 
-def _stop_mid_run() -> int:
+def _stop_mid_run() -> tuple[int, subprocess.CompletedProcess]:
     run_id = start_detached()
     wait_for(lambda: len(store.task_results(run_id)) >= 1 and store.get_run(run_id).phase == "memory", 300,
              what="a finished task")
@@ -132,19 +139,22 @@ def _stop_mid_run() -> int:
     assert run.status == "stopped" and "SIGTERM" in run.error and 1 <= kept < 5
     assert not launch.pid_alive(run.pid)
 
-    return run_id
+    return run_id, out
 
 
 def test_stop_keeps_finished_tasks(isolated_home) -> None:
-    run_id = _stop_mid_run()
+    test = "test_faults.py::test_stop_keeps_finished_tasks"
+    run_id, out = _stop_mid_run()
+    claim("stop keeps finished tasks", test).check(out.returncode, out.stdout)
     again = rmconsole("stop", str(run_id))
     assert again.returncode == 2
     assert again.stderr.strip() == f"error: run {run_id} is stopped: only queued or running runs can be stopped"
+    claim("stopping twice", test).check(again.returncode, again.stderr)
 
 
 @pytest.mark.slow
 def test_stopped_run_resumes_to_the_uninterrupted_results(isolated_home) -> None:
-    run_id = _stop_mid_run()
+    run_id, _ = _stop_mid_run()
     out = rmconsole("resume", str(run_id))
     assert out.returncode == 0, out.stdout + out.stderr
     assert store.get_run(run_id).status == "finished" and len(store.task_results(run_id)) == 5
@@ -169,6 +179,8 @@ def test_heartbeat_of_an_ended_run_stops_its_worker_without_writing(isolated_hom
         worker._signal_state.update(stopping=False, superseded=None)
     run = store.get_run(run_id)
     assert run.status == "stopped" and run.task == 1 and run.error == "stopped by request from elsewhere"
+    claim("ended elsewhere: the worker writes nothing",
+          "test_faults.py::test_heartbeat_of_an_ended_run_stops_its_worker_without_writing").check(None, run.error)
 
 
 @pytest.mark.slow
@@ -199,9 +211,12 @@ def test_a_crash_records_its_own_error_in_one_line(isolated_home, tmp_path, monk
     run_id = store.create_run(cfg.to_dict(), "mnist-blurry10-online")
     monkeypatch.setenv("RMCONSOLE_DATA", str(tmp_path / "data"))
     proc = launch.start_worker(run_id)
-    assert proc.wait(timeout=120) == 1
+    code = proc.wait(timeout=120)
+    assert code == 1
     run = store.get_run(run_id)
     assert run.status == "failed" and "dataset 'mnist'" in run.error and "\n" not in run.error, run.error
+    claim("a crash records its own error", "test_faults.py::test_a_crash_records_its_own_error_in_one_line").check(
+        code, run.error)
 
 
 # --------------------------------------------------------------------------- detection without training
@@ -234,6 +249,8 @@ def test_stale_heartbeat_of_a_live_local_worker_kills_it(isolated_home, module) 
         assert fake.wait(timeout=10) == -signal.SIGKILL  # failed means not running: no second writer on resume
         run = store.get_run(run_id)
         assert run.status == "failed" and run.error.startswith("no heartbeat for 4") and "worker killed" in run.error
+        claim("stale heartbeat of a live worker",
+              "test_faults.py::test_stale_heartbeat_of_a_live_local_worker_kills_it").check(None, run.error)
     finally:
         fake.kill()
         fake.wait()
@@ -299,6 +316,8 @@ def test_pid_reused_by_another_program_is_never_signalled(isolated_home) -> None
     assert launch.worker_state(store.get_run(stale)) == "other"
     assert launch.reap_dead() == [stale]  # and we are still here
     assert "no heartbeat for 40 s" in store.get_run(stale).error and "killed" not in store.get_run(stale).error
+    claim("pid reused by another program", "test_faults.py::test_pid_reused_by_another_program_is_never_signalled").check(
+        None, store.get_run(stale).error)
     assert store.get_run(fresh).status == "running"
     assert launch.stop_run(fresh) == "stopped"  # marked, not signalled: the worker obeys the store
     assert "not started by rmconsole" in store.get_run(fresh).error
@@ -313,6 +332,8 @@ def test_queued_run_whose_processes_died_before_starting_is_failed(isolated_home
     waiting = store.create_run(cfg.to_dict(), "x")  # queued with no process yet (a sweep queue): untouched
     assert launch.reap_dead() == [run_id]
     assert store.get_run(run_id).status == "failed" and store.get_run(waiting).status == "queued"
+    claim("queued run whose processes died", "test_faults.py::test_queued_run_whose_processes_died_before_starting_is_failed"
+          ).check(None, store.get_run(run_id).error)
 
 
 def test_first_end_wins() -> None:
@@ -323,5 +344,6 @@ def test_first_end_wins() -> None:
     assert not store.finish_run(run_id, "stopped", error="late")
     assert not store.finish_run(run_id, "finished", only_from=("running",))
     assert store.get_run(run_id).error == "worker killed by signal SIGKILL"
+    claim("a late writer", "test_faults.py::test_first_end_wins").check(None, store.get_run(run_id).error)
     assert store.requeue_run(run_id) and not store.requeue_run(run_id)  # two resumes: one wins
     assert store.heartbeat(run_id, phase="x") == "queued" and store.get_run(run_id).phase is None

@@ -141,3 +141,14 @@ async def test_tui_filter_box_shows_an_unreadable_filter_on_the_status_line() ->
         await pilot.press("backspace", "backspace", "backspace", "backspace", "backspace", *"hod:finetune")
         assert table_ids(app) == [ids["failed"]] and not line.has_class("problem")
         assert "1 match" in str(line.render())
+
+
+def test_id_ranges_stay_ranges() -> None:
+    """`report --runs 3-9,12` is a filter of two ranges, not a set of ids (1-99999999999 costs nothing)."""
+    from rmconsole.store.filters import within
+
+    huge = within("id", [(3, 9), (12, 12), (20, 99_999_999_999)])
+    assert len(huge.terms) == 1 and huge.terms[0].ranges == ((3.0, 9.0), (12.0, 12.0), (20.0, 99_999_999_999.0))
+    matches = [i for i in range(1, 30) if huge.matches(lambda key, i=i: i if key == "id" else None)]
+    assert matches == [3, 4, 5, 6, 7, 8, 9, 12, *range(20, 30)]
+    assert not huge.matches(lambda key: None)  # a run without the value never passes

@@ -1,5 +1,6 @@
 import threading
 
+from campaign import claim
 from rmconsole import store
 from rmconsole.cl.events import TaskOutcome, TaskPlan
 from rmconsole.config import load_config
@@ -77,8 +78,14 @@ def test_a_store_from_an_older_rmconsole_gets_the_new_columns(tmp_path, monkeypa
     with sqlite3.connect(path) as conn:  # as an older rmconsole left it: no `samples_per_s`, no `eta_s`
         conn.execute("ALTER TABLE run DROP COLUMN samples_per_s")
         conn.execute("ALTER TABLE run DROP COLUMN eta_s")
+        conn.execute("ALTER TABLE run DROP COLUMN token")  # (and before store identities and run tokens)
+        conn.execute("DROP TABLE store_identity")
     run = store.get_run(1)
-    assert run.method == "rm" and run.samples_per_s is None and run.eta_s is None
+    assert run.method == "rm" and run.samples_per_s is None and run.eta_s is None and run.token is None
     with sqlite3.connect(path) as conn:
         names = {row[1] for row in conn.execute("PRAGMA table_info(run)")}
-    assert {"samples_per_s", "eta_s"} <= names
+    assert {"samples_per_s", "eta_s", "token"} <= names
+    assert len(store.store_id()) == 32  # an identity, given when the older store was opened
+    token = store.ensure_token(1)  # a run of the older store gets a token when it is started
+    assert token and store.get_run(1).token == token and store.ensure_token(1) == token
+    claim("an older store", "test_store.py::test_a_store_from_an_older_rmconsole_gets_the_new_columns").check(None, "")

@@ -129,6 +129,26 @@ def _has_entries(folder: str) -> bool:
         return next(entries, None) is not None
 
 
+def _check_labels(name: str, path: Path, n_classes: int, fix: str) -> None:
+    """Every label of an idx label file (plain or .gz) is a class of the dataset: a label 12 in
+    MNIST would pass the size checks and fail training later, after the run was stored."""
+    import gzip
+
+    if not path.exists():
+        path = path.with_name(path.name + ".gz")
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as f:  # type: ignore[operator]
+            labels = f.read()[8:]
+    except (OSError, EOFError) as err:
+        raise DatasetCorrupt(f"dataset {name!r} is corrupt: {path} cannot be read ({err}); {fix}") from None
+    bad = next((i for i, label in enumerate(labels) if label >= n_classes), None) if max(labels, default=0) >= n_classes \
+        else None
+    if bad is not None:
+        raise DatasetCorrupt(f"dataset {name!r} is corrupt: {path} holds label {labels[bad]} (sample {bad}), but "
+                             f"{name} has {n_classes} classes (labels 0-{n_classes - 1}); {fix}")
+
+
 def verify_dataset(name: str, root: Path | None = None) -> None:
     """Check a dataset's files without loading it: present (check_available), and not damaged:
     MNIST-style idx headers must match the file sizes and each other, CIFAR files must match
@@ -160,6 +180,7 @@ def verify_dataset(name: str, root: Path | None = None) -> None:
         for split in ("train", "t10k"):
             if shapes[f"{split}-images-idx3-ubyte"][0] != shapes[f"{split}-labels-idx1-ubyte"][0]:
                 raise DatasetCorrupt(f"dataset {name!r} is corrupt: {split} images and labels differ in count; {fix}")
+            _check_labels(name, raw / f"{split}-labels-idx1-ubyte", DATASET_CLASSES[name], fix)
     elif name in ("cifar10", "cifar100"):
         from torchvision.datasets import CIFAR10, CIFAR100
         from torchvision.datasets.utils import check_integrity

@@ -157,6 +157,11 @@ def _load_torchvision(name: str, root: Path, download: bool) -> Dataset:
     except (OSError, ValueError, EOFError, AssertionError) as err:  # torchvision asserts on a bad idx header
         raise DatasetMissing(f"dataset {name!r} under {root / folder} could not be read "
                              f"({type(err).__name__}: {' '.join(str(err).split())[:160]})") from None
+    for split, part in (("train", train), ("test", test)):  # labels out of range fail late and obscurely
+        if len(part.labels) and (int(part.labels.min()) < 0 or int(part.labels.max()) >= len(names)):
+            raise DatasetMissing(f"dataset {name!r} under {root / folder} is corrupt: its {split} labels run from "
+                                 f"{int(part.labels.min())} to {int(part.labels.max())}, but it has {len(names)} "
+                                 f"classes; " + HOW_TO_GET.format(name=name))
     return Dataset(name, train, test, names, *stats, crop_padding=pad)
 
 

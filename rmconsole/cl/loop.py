@@ -20,6 +20,7 @@ from .events import Reporter, TaskOutcome, TaskPlan
 from .inference import evaluate, evaluation
 from .methods import Method, Setup, Task, method_class
 from .settings import RunSettings
+from .train import check_finite
 
 
 class CheckpointMismatch(ValueError):
@@ -102,6 +103,7 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
         method.before_task(task)
         method.learn_task(task)
         method.after_task(task)
+        check_finite(method, task, "after the task")  # whatever trained outside `fit` (BiC's bias layer...)
         if dist:  # whatever a method trained outside `fit` (BiC's bias layer...) is rank 0's everywhere
             dist.sync_module(method.model)
             dist.agree(f"model after task {t + 1}", torch.tensor(

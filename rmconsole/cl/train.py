@@ -41,6 +41,24 @@ from .schedule import epoch_lr
 _MIX_PER_STEP: dict[type, bool] = {}
 
 
+class Diverged(FloatingPointError):
+    """Training made the model's parameters non-finite (a loss became inf or NaN): the run stops
+    with one line instead of "finishing" at chance accuracy."""
+
+
+def check_finite(method: Learner, task: Task, where: str) -> None:
+    """Raise Diverged when any parameter is inf or NaN (one reduction per call: cheap per epoch)."""
+    params = [p for p in method.model.parameters()]
+    if not params or bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
+        return
+    knobs = [f"lr (now {method.cfg.lr:g})"]
+    reg_weight = getattr(method, "reg_weight", None)
+    if isinstance(reg_weight, (int, float)):
+        knobs.insert(0, f"reg_weight (now {reg_weight:g})")
+    raise Diverged(f"{method.cfg.method} diverged in task {task.index + 1} ({where}): the model's parameters are "
+                   f"not finite (the loss became inf or NaN); lower {' or '.join(knobs)}")
+
+
 def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Tensor]], phase: str,
         task: Task, chunk_images: int | None = None) -> None:
     """Train `epochs` epochs; epoch e runs the index batches `batches_for_epoch(e)`.
@@ -104,6 +122,7 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
                 steps += len(sizes)
                 method.report.advance(chunk.samples)
             if chunk.last:
+                check_finite(method, task, f"{phase} epoch {chunk.epoch + 1}/{epochs}")
                 if dist:  # one model on every rank: rank 0's batch-norm statistics (and weights)
                     dist.sync_module(method.model)
                 if method.epoch_eval is not None and phase != "stream":

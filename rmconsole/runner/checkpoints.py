@@ -2,16 +2,22 @@
 
 The loop hands the worker a checkpoint as each task ends (method state: model, optimiser,
 memory, seen classes and generator; the augmenter's generators; the torch RNG). The worker
-adds what ties it to its run (run id, config, thread count) and writes it here atomically:
-a temporary file, fsync, rename, so a kill at any instant leaves either the previous
-checkpoint or the new one, never half of one. Loading uses `weights_only=True` (tensors and
-plain containers only, no code), and a checkpoint that cannot be read or that belongs to
-another run is refused with one line.
+adds what ties it to its run (run id, config, thread count) and writes it in two steps: the
+bytes go to a temporary file (fsync), the task's result is committed to the store together
+with the bytes' sha256, then the file is renamed into place. A kill at any instant leaves
+either the previous checkpoint or the new one, never half of one, and whichever it is, its
+checksum is in the store. Loading first checks the file's sha256 against the checksums the run
+recorded (a flipped byte, a file from another store or another run is refused with one line),
+then uses `weights_only=True` (tensors and plain containers only, no code).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,39 +36,117 @@ def checkpoint_path(run_id: int) -> Path:
     return store.home() / "checkpoints" / f"run-{run_id}.pt"
 
 
-def save_checkpoint(run_id: int, state: dict[str, Any], config: dict[str, Any]) -> Path:
-    """Write the checkpoint of `run_id` atomically (and durably) and return its path."""
-    path = checkpoint_path(run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {**state, "format": FORMAT, "run_id": run_id, "config": config,
-               "threads": torch.get_num_threads()}
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class PendingCheckpoint:
+    """A checkpoint written to its temporary file (durably), not yet in place: `commit` renames
+    it into place (after its checksum is in the store), `discard` removes it."""
+
+    path: Path
+    tmp: Path
+    sha256: str
+
+    def commit(self) -> Path:
+        os.replace(self.tmp, self.path)
+        _fsync_dir(self.path.parent)
+        return self.path
+
+    def discard(self) -> None:
+        self.tmp.unlink(missing_ok=True)
+
+
+def _fsync_dir(folder: Path) -> None:
     try:  # make the rename itself durable
-        fd = os.open(path.parent, os.O_RDONLY)
+        fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
     except OSError:
         pass
-    return path
 
 
-def load_checkpoint(run_id: int) -> dict[str, Any] | None:
-    """The last task checkpoint of a run, or None when it has none."""
+def write_checkpoint(run_id: int, state: dict[str, Any], config: dict[str, Any]) -> PendingCheckpoint:
+    """Serialise the checkpoint of `run_id` to a temporary file beside its place, durably, and
+    return it with its sha256 (OSError, e.g. ENOSPC, with the file named, and nothing left behind)."""
+    path = checkpoint_path(run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {**state, "format": FORMAT, "run_id": run_id, "config": config,
+               "threads": torch.get_num_threads()}
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    data = buffer.getbuffer()
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:  # our own writes, so a full disk is an OSError with its errno, not torch's
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename is None:
+            err.filename = str(tmp)
+        raise
+    return PendingCheckpoint(path, tmp, sha256_of(data))
+
+
+def save_checkpoint(run_id: int, state: dict[str, Any], config: dict[str, Any]) -> Path:
+    """Write and put in place at once (no checksum recorded: for tools and tests)."""
+    return write_checkpoint(run_id, state, config).commit()
+
+
+def set_aside(run_id: int) -> Path | None:
+    """Move a checkpoint that cannot be this run's (the run never started, so it never wrote one:
+    it is a leftover of a deleted store's run with this id) to checkpoints/orphaned/, keeping it."""
     path = checkpoint_path(run_id)
     if not path.exists():
         return None
+    aside = path.parent / "orphaned" / f"run-{run_id}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.pt"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, aside)
+    return aside
+
+
+def verified_bytes(run_id: int, path: Path | None = None) -> tuple[bytes, int | None] | None:
+    """The checkpoint's bytes and the task whose result recorded its checksum (None when the run
+    recorded no checksums: a run of an older rmconsole), or None when there is no checkpoint.
+    A file whose sha256 the run never recorded is refused (CheckpointError, one line)."""
+    path = path or checkpoint_path(run_id)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise CheckpointError(f"checkpoint {path} is a directory; move it away to restart run {run_id} from its "
+                              f"first task") from None
+    except OSError as err:
+        raise CheckpointError(f"checkpoint {path} cannot be read ({err.strerror}); restore it, or delete it to "
+                              f"restart run {run_id} from its first task") from None
+    recorded = store.checkpoint_checksums(run_id)
+    if not recorded:
+        return data, None
+    digest = sha256_of(data)
+    if digest not in recorded:
+        raise CheckpointError(f"checkpoint {path} does not match the checksum recorded in the store (sha256 "
+                              f"{digest[:12]}…, recorded for task {max(recorded.values()) + 1}: "
+                              f"{max(recorded, key=recorded.get)[:12]}…): it was changed or damaged after it was "
+                              f"written; restore it from a backup, or delete it to restart run {run_id} from its "
+                              f"first task")
+    return data, recorded[digest]
+
+
+def load_checkpoint(run_id: int) -> dict[str, Any] | None:
+    """The last task checkpoint of a run, verified against the store, or None when it has none."""
+    path = checkpoint_path(run_id)
+    found = verified_bytes(run_id, path)
+    if found is None:
+        return None
+    data, task = found
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means the same to the user
         raise CheckpointError(f"checkpoint {path} cannot be loaded: corrupt, or not a weights-only file "
                               f"({_load_failure(err)}); delete it to restart run {run_id} from its "
@@ -70,6 +154,9 @@ def load_checkpoint(run_id: int) -> dict[str, Any] | None:
     if not isinstance(state, dict) or "task" not in state or "method" not in state:
         raise CheckpointError(f"checkpoint {path} is not an rmconsole task checkpoint; "
                               f"delete it to restart run {run_id} from its first task")
+    if task is not None and state.get("task") != task:
+        raise CheckpointError(f"checkpoint {path} says task {state.get('task')!r} but its checksum was recorded "
+                              f"after task {task + 1}; delete it to restart run {run_id} from its first task")
     return state
 
 

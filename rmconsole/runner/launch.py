@@ -16,6 +16,7 @@ on another host whose heartbeat went stale.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -25,7 +26,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from .. import store
 from ..cl.catalog import data_root
@@ -39,10 +40,17 @@ def log_path(run_id: int) -> Path:
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The child's environment with absolute store/data locations (its cwd may differ)."""
+    """The child's environment with absolute store/data locations (its cwd may differ). The
+    SQLite file in RMCONSOLE_HOME is found from RMCONSOLE_HOME; a RMCONSOLE_DB is passed as the
+    URL object renders it (a relative SQLite path made absolute)."""
     env = dict(os.environ)
     env["RMCONSOLE_HOME"] = str(store.home().resolve())
-    env["RMCONSOLE_DB"] = store.database_url()
+    if os.environ.get("RMCONSOLE_DB"):
+        env["RMCONSOLE_DB"] = store.database_url()
+        path = store.database_path()
+        if path is not None:
+            env["RMCONSOLE_DB"] = store.database_url_object().set(database=str(path)).render_as_string(
+                hide_password=False)
     env["RMCONSOLE_DATA"] = str(data_root().resolve())
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
@@ -72,17 +80,56 @@ def worker_command(run_id: int, rendezvous: Any = None) -> list[str]:
     return python_m("worker", str(run_id))
 
 
-def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvous: Any = None) -> subprocess.Popen:
+class StartFailed(Exception):
+    """A run's worker could not be started (its log cannot be opened, no process could be
+    made): the run was marked failed with the reason; the message is one line."""
+
+
+class WorkerProcess(subprocess.Popen):
+    """A run's supervisor process, with the lease of the attempt it runs: whoever records how
+    it ended (record_exit) presents that lease, so an attempt never ends another one."""
+
+    lease: store.Lease | None = None
+
+
+def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvous: Any = None) -> WorkerProcess:
     """Start the run's supervisor (which starts `worker_command`) in a new session, output to
-    the run's log; returns the supervisor's process."""
+    the run's log, with the run's lease in its environment; returns the supervisor's process.
+    If it cannot be started the run is marked failed (never left queued) and StartFailed says why."""
+    lease = store.Lease(run_id, store.ensure_token(run_id), store.store_id())
     path = log_path(run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as log:
-        proc = subprocess.Popen(python_m("supervise", str(run_id), "--", *worker_command(run_id, rendezvous)),
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=worker_env(extra_env))
-    store.update_run(run_id, pid=proc.pid, host=socket.gethostname(), log_path=str(path))
+    try:
+        command = python_m("supervise", str(run_id), "--", *worker_command(run_id, rendezvous))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as log:
+            proc = WorkerProcess(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, env=worker_env({**(extra_env or {}), **lease.env()}))
+    except OSError as err:
+        reason = f"could not start its worker: {describe_os_error(err)}"
+        try:
+            store.mark_failed(run_id, reason, lease=lease)
+        except (store.StoreError, store.LeaseLost):
+            pass
+        raise StartFailed(f"run {run_id} {reason}; it is marked failed (`rmconsole resume {run_id}` once that "
+                          f"is fixed)") from None
+    proc.lease = lease
+    store.update_run(run_id, lease=lease, pid=proc.pid, host=socket.gethostname(), log_path=str(path))
     return proc
+
+
+def describe_os_error(err: OSError) -> str:
+    """An OS error as one line: what failed, on which path."""
+    what = err.strerror or type(err).__name__
+    where = err.filename if err.filename is not None else None
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left on device ({where})" if where else "no space left on device"
+    return f"{what}: {shorten(str(where))}" if where is not None else what
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """An echoed value kept to one short line: long ones keep their start and end."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else f"{text[:limit // 2 - 1]}…{text[-(limit // 2 - 1):]}"
 
 
 def worker_state(run: store.Run) -> str:
@@ -110,30 +157,50 @@ def last_log_line(run_id: int, limit: int = 200) -> str | None:
     return " ".join(lines[-1].split())[:limit] if lines else None
 
 
-def mark_dead(run_id: int, reason: str) -> bool:
+def mark_dead(run_id: int, reason: str, lease: store.Lease | None = None) -> bool:
     """Record a run whose worker died without saying so as failed (never stuck running), with
-    the reason, the phase it was in and the log's last line; returns whether it was marked."""
+    the reason, the phase it was in and the log's last line; returns whether it was marked.
+    `lease`: the attempt that died (default: the attempt read here), so a run resumed meanwhile
+    is never failed for its predecessor's death."""
     run = store.get_run(run_id)
     if run.status not in store.ACTIVE:
         return False
+    if run.status == "queued" and run.task is None and reason.startswith("worker process is gone"):
+        reason = f"never started: the process that was to start it (pid {run.pid}) is gone"
     detail = f"{reason}; last phase: {run.phase or 'none'}" + (f" of task {run.task + 1}" if run.task is not None else "")
     line = last_log_line(run_id)
     if line:
         detail += f"; last log line: {line}"
-    return bool(store.mark_failed(run_id, detail))
+    try:
+        return bool(store.mark_failed(run_id, detail, lease=lease or store.Lease(run_id, run.token)))
+    except store.LeaseLost:  # another attempt owns the run now: its death is not this one's
+        return False
 
 
-def record_exit(run_id: int, returncode: int | None, stop_requested: bool = False, wait_s: float = 0.0) -> bool:
+def record_exit(run_id: int, returncode: int | None, stop_requested: bool = False, wait_s: float = 0.0,
+                lease: store.Lease | None = None) -> bool:
     """The rule for a run's process that has exited: if it left the run queued or running (a
     worker killed, or dead before it could write), whoever saw the exit records how it ended:
     `stopped` when a stop was asked for, else `failed` with the exit reason. Returns whether it
-    recorded: an end already recorded (by the worker, its supervisor, a stop) is never replaced.
+    recorded: an end already recorded (by the worker, its supervisor, a stop) is never replaced,
+    and with `lease` (the attempt that exited) nothing is written for another attempt or store.
     `wait_s`: a pause first, for a worker that exited cleanly to finish its last write."""
     if wait_s:
         time.sleep(wait_s)
-    if stop_requested:
-        return bool(store.mark_stopped(run_id, f"stopped by request ({exit_reason(returncode)})"))
-    return mark_dead(run_id, exit_reason(returncode))
+    try:
+        if stop_requested:
+            return bool(store.mark_stopped(run_id, f"stopped by request ({exit_reason(returncode)})", lease=lease))
+        return mark_dead(run_id, exit_reason(returncode), lease)
+    except store.LeaseLost:
+        return False
+
+
+class Exited(NamedTuple):
+    """A worker process that `StartedWorkers.exited` found ended."""
+
+    run_id: int
+    returncode: int | None
+    lease: store.Lease | None
 
 
 class StartedWorkers:
@@ -152,12 +219,13 @@ class StartedWorkers:
     def __len__(self) -> int:
         return len(self._processes)
 
-    def exited(self) -> list[tuple[int, int]]:
-        """(run id, exit code) of each process that exited since the last call (then forgotten)."""
+    def exited(self) -> list[Exited]:
+        """(run id, exit code, lease) of each process that exited since the last call (then forgotten)."""
         with self._lock:
-            ended = [(run_id, proc.returncode) for run_id, proc in self._processes.items() if proc.poll() is not None]
-            for run_id, _ in ended:
-                del self._processes[run_id]
+            ended = [Exited(run_id, proc.returncode, getattr(proc, "lease", None))
+                     for run_id, proc in self._processes.items() if proc.poll() is not None]
+            for gone in ended:
+                del self._processes[gone.run_id]
         return ended
 
 
@@ -171,7 +239,7 @@ def follow_run(run_id: int, process: subprocess.Popen | None = None, poll_s: flo
         if run.status not in store.ACTIVE:
             return
         if process is not None and process.poll() is not None:
-            record_exit(run_id, process.returncode, wait_s=poll_s)
+            record_exit(run_id, process.returncode, wait_s=poll_s, lease=getattr(process, "lease", None))
             yield store.get_run(run_id)
             return
         time.sleep(poll_s)
@@ -191,7 +259,7 @@ def _kill_group(run: store.Run) -> None:
         pass
 
 
-def reap_dead(runs: list[store.Run] | None = None) -> list[int]:
+def reap_dead(runs: list[store.Run] | None = None, busy_s: float | None = None) -> list[int]:
     """Mark failed every queued or running run whose worker is gone or whose heartbeat is stale.
 
     On this host a recorded pid that is gone is dead at once; a run with a stale heartbeat
@@ -199,7 +267,12 @@ def reap_dead(runs: list[store.Run] | None = None) -> list[int]:
     program). A stale worker of ours still alive here is killed first, so `failed` always means
     not running and a resume never races a second worker; a worker elsewhere (or one we do not
     recognise, which we never signal) sees the new status at its next heartbeat and exits.
+    `busy_s`: wait at most this long for the store's write lock (StoreLocked after that), for a
+    command that only reads.
     """
+    if busy_s is not None:
+        with store.impatient(busy_s):
+            return reap_dead(runs)
     host = socket.gethostname()
     now = store.utcnow()
     dead = []
@@ -207,17 +280,24 @@ def reap_dead(runs: list[store.Run] | None = None) -> list[int]:
         if run.status not in store.ACTIVE or run.id is None:
             continue
         state = worker_state(run) if run.host == host and run.pid is not None else "remote"
-        age = _heartbeat_age(run, now) if run.status == "running" else None
+        # a queued run's heartbeat is its launcher's stamp: a launcher (not ours to judge by argv)
+        # that has not started the worker within STALE_AFTER_S never will
+        judged = run.status == "running" or (run.status == "queued" and state == "other")
+        age = _heartbeat_age(run, now) if judged else None
         if state == "gone":
             reason = "worker process is gone (no exit status was recorded: its supervisor died too)"
         elif age is not None and age > STALE_AFTER_S:
-            reason = f"no heartbeat for {int(age)} s"
-            if state == "ours":
-                _kill_group(run)
-                reason += " (worker killed)"
+            if run.status == "queued":
+                reason = (f"never started: the process that queued it (pid {run.pid}) did not start its worker "
+                          f"within {int(STALE_AFTER_S)} s")
+            else:
+                reason = f"no heartbeat for {int(age)} s"
+                if state == "ours":
+                    _kill_group(run)
+                    reason += " (worker killed)"
         else:
             continue
-        if mark_dead(run.id, reason):
+        if mark_dead(run.id, reason, store.Lease(run.id, run.token)):
             dead.append(run.id)
     return dead
 
@@ -234,16 +314,23 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
     run = store.get_run(run_id)
     if run.status not in store.ACTIVE:
         raise ValueError(f"run {run_id} is {run.status}: only queued or running runs can be stopped")
+    lease = store.Lease(run_id, run.token)  # the attempt being stopped: never a later one
+
+    def stopped(error: str) -> str:
+        try:
+            store.finish_run(run_id, "stopped", lease=lease, error=error)
+        except store.LeaseLost:  # resumed by someone else meanwhile: that attempt is not ours to stop
+            pass
+        return store.get_run(run_id).status
+
     state = worker_state(run) if run.host in (None, socket.gethostname()) else "remote"
     if state in ("remote", "other"):  # cannot (or must not) signal it: the worker obeys the store
         where = f"on {run.host}" if state == "remote" else f"(pid {run.pid}, not started by rmconsole)"
-        store.finish_run(run_id, "stopped", error=f"stopped by request from {socket.gethostname()}; "
-                                                  f"the worker {where} exits at its next heartbeat")
-        return store.get_run(run_id).status
+        return stopped(f"stopped by request from {socket.gethostname()}; the worker {where} exits at its next "
+                       f"heartbeat")
     if state == "gone":
-        store.finish_run(run_id, "stopped", error="stopped before it started" if run.status == "queued"
-                         else "stopped by request (its worker was already gone)")
-        return store.get_run(run_id).status
+        return stopped("stopped before it started" if run.status == "queued"
+                       else "stopped by request (its worker was already gone)")
     try:
         os.killpg(run.pid, signal.SIGTERM)  # type: ignore[arg-type]
     except (ProcessLookupError, PermissionError, TypeError):
@@ -256,8 +343,7 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and pid_alive(run.pid):
             time.sleep(0.05)
-    store.finish_run(run_id, "stopped", error=f"stopped by request (no exit within {grace_s:g} s: SIGKILL)")
-    return store.get_run(run_id).status
+    return stopped(f"stopped by request (no exit within {grace_s:g} s: SIGKILL)")
 
 
 @dataclass
@@ -298,7 +384,7 @@ def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None 
 
     name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
     check_runnable(cfg)
-    run_id = store.create_run(cfg.to_dict(), name, sweep_id)
+    run_id = store.create_run(cfg.to_dict(), name, sweep_id, owner_pid=os.getpid())  # dead with us until started
     return Launched(run_id, name, cfg, start_worker(run_id, rendezvous=rendezvous))
 
 
@@ -315,21 +401,43 @@ class Resumed:
 
 def resume_run(run_id: int, rendezvous: Any = None) -> Resumed:
     """Continue a failed or stopped run from its last task checkpoint: the CLI's `resume` and
-    the TUI's. Whatever would refuse it (its state, a config this version rejects, a corrupt or
-    foreign checkpoint, an unwritable RMCONSOLE_HOME) is one line before the run is touched."""
+    the TUI's. Whatever would refuse it (its state, a config this version rejects, a missing or
+    corrupt dataset, an absent device, a corrupt, changed or foreign checkpoint, an unwritable
+    RMCONSOLE_HOME) is one line before the run is touched, so its recorded error stays. A queued
+    run that nobody will start (a sweep's, with no queue runner) is started here too."""
     from ..config import build_config
     from .checkpoints import check_checkpoint, load_checkpoint
 
     reap_dead([store.get_run(run_id)])
     run = store.get_run(run_id)
-    if run.status not in ("failed", "stopped"):
+    orphan = run.status == "queued" and not pid_alive(run.pid) and _sweep_undriven(run)
+    if run.status not in ("failed", "stopped") and not orphan:
         raise ValueError(f"run {run_id} is {run.status}: only failed or stopped runs can be resumed")
-    build_config(run.config)  # a config this version refuses is one line here, not a failed worker
-    checkpoint = load_checkpoint(run_id)
+    cfg = build_config(run.config)  # a config this version refuses is one line here, not a failed worker
+    check_runnable(cfg)  # the dataset, the device and RMCONSOLE_HOME, as for a new run
+    checkpoint = load_checkpoint(run_id)  # verified against the checksum recorded in the store
     if checkpoint is not None:
         check_checkpoint(checkpoint, run_id, run.config)
-    check_home()
-    if not store.requeue_run(run_id):
+    check_log(run_id)
+    only_from = ("queued",) if orphan else ("failed", "stopped")
+    if not store.requeue_run(run_id, only_from, owner_pid=os.getpid(), owner_host=socket.gethostname()):
         raise ValueError(f"run {run_id} is {store.get_run(run_id).status} now (changed meanwhile): not resumed")
     first = int(checkpoint["task"]) + 1 if checkpoint is not None else 0
     return Resumed(run_id, first, run.n_tasks, checkpoint is not None, start_worker(run_id, rendezvous=rendezvous))
+
+
+def _sweep_undriven(run: store.Run) -> bool:
+    """A sweep's queued run whose sweep has no live queue runner (nobody else will start it)."""
+    if run.sweep_id is None:
+        return False
+    from .driver import driver_pid
+
+    return driver_pid(run.sweep_id) is None
+
+
+def check_log(run_id: int) -> None:
+    """Refuse, before the run is touched, a log path its worker could not write (a folder there...)."""
+    path = log_path(run_id)
+    if path.is_dir() or (path.exists() and not os.access(path, os.W_OK)):
+        what = "is a directory" if path.is_dir() else "is not writable"
+        raise StartFailed(f"run {run_id}'s log {path} {what}: move it away, then resume again")

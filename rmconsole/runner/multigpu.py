@@ -118,11 +118,16 @@ def settle(run_id: int, returncode: int, stop_requested: bool) -> str:
     """After torchrun: a run still active, or marked stopped although nobody asked, is failed."""
     from .. import store
 
-    settled = store.mark_failed(run_id, f"torchrun exited with code {returncode} before the run ended "
-                                        f"(see the run's log)")
-    if not settled and settled.status == "stopped" and not stop_requested and returncode != 0:
-        settled = store.fail_stopped_run(run_id, f"a rank failed and torchrun stopped the others (exit code "
-                                                 f"{returncode}); the failing rank's traceback is in the run's log")
+    lease = store.Lease.from_env(run_id)
+    try:
+        settled = store.mark_failed(run_id, f"torchrun exited with code {returncode} before the run ended "
+                                            f"(see the run's log)", lease=lease)
+        if not settled and settled.status == "stopped" and not stop_requested and returncode != 0:
+            settled = store.fail_stopped_run(run_id, f"a rank failed and torchrun stopped the others (exit code "
+                                                     f"{returncode}); the failing rank's traceback is in the run's log",
+                                             lease=lease)
+    except store.LeaseLost as err:
+        return f"not this launcher's ({err})"
     return settled.status
 
 

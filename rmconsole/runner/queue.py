@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping, Optional
 from .. import store
 from ..config import ConfigError
 from . import launch
+from .driver import driver_pid, lock_path  # noqa: F401  (driver_pid: part of the face)
 from .processes import StopSignal, pid_alive, python_m
 from .sweep import SweepPlan, plan_sweep, status_counts, store_sweep
 
@@ -79,26 +80,6 @@ def slot_env(slot: int, gpus: list[str], device: str) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------- the driver lock
-
-
-def lock_path(sweep_id: str) -> Path:
-    return store.home() / "sweeps" / f"{sweep_id}.lock"
-
-
-def driver_pid(sweep_id: str) -> Optional[int]:
-    """The pid of the live process driving this sweep, or None when nobody drives it."""
-    path = lock_path(sweep_id)
-    if not path.exists():
-        return None
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            text = handle.read().strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
 
 
 class DriverLock:
@@ -175,7 +156,7 @@ class SweepQueue:
             if proc.poll() is None:
                 continue
             del self.busy[slot]
-            launch.record_exit(run_id, proc.returncode)  # if the worker died without recording why
+            launch.record_exit(run_id, proc.returncode, lease=getattr(proc, "lease", None))  # died without a word
             run = store.get_run(run_id)
             metrics = run.metrics or {}
             shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""

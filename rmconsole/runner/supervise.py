@@ -63,8 +63,8 @@ def record_end(run_id: int, returncode: int, stop_requested: bool) -> None:
 
     if returncode == EXIT_SUPERSEDED:
         return  # the worker found the run another worker's, or already ended: not ours to record
-    try:
-        if launch.record_exit(run_id, returncode, stop_requested):
+    try:  # with the lease this supervisor was started with: never the end of another attempt or store
+        if launch.record_exit(run_id, returncode, stop_requested, lease=store.Lease.from_env(run_id)):
             print(f"supervisor: run {run_id} {store.get_run(run_id).status}: {exit_reason(returncode)}", flush=True)
     except Exception as err:  # noqa: BLE001 - nothing more we can do; dead-run detection is the fallback
         print(f"supervisor: could not record the end of run {run_id}: {err}", file=sys.stderr, flush=True)

@@ -13,6 +13,7 @@ host, or declared dead) makes the worker exit without writing anything more.
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import signal
@@ -28,12 +29,13 @@ from typing import Any
 import torch
 
 from .. import __version__
-from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint: re-exported)
-    CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint,
+from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint, save_checkpoint: re-exported)
+    CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, save_checkpoint, set_aside, write_checkpoint,
 )
 from ..cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401  (load_dataset: re-exported)
 from ..cl.events import Reporter, TaskOutcome, TaskPlan
 from ..cl.loop import CheckpointMismatch, run_protocol
+from ..cl.train import Diverged
 from ..config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
 from .processes import EXIT_SUPERSEDED, StopSignal, die_with_supervisor, entry_args, supervisor_pid
 from .. import store
@@ -46,11 +48,20 @@ class StopRequested(Exception):
 
 
 class Superseded(Exception):
-    """Someone else ended the run (a stop from another host, dead-run detection): exit quietly."""
+    """Someone else ended the run (a stop from another host, dead-run detection), another attempt
+    owns it, or its store was replaced: exit quietly, writing nothing more."""
 
-    def __init__(self, status: str) -> None:
+    def __init__(self, status: str, reason: str | None = None) -> None:
         super().__init__(status)
         self.status = status
+        self.reason = reason
+
+
+def lease_lost(run_id: int, err: Exception) -> Superseded:
+    """The line a worker leaves in its log when its store or its run is not its own any more."""
+    kept = checkpoint_path(run_id)
+    where = f"its checkpoint stays at {kept}" if kept.exists() else "it had written no checkpoint"
+    return Superseded("not this worker's", f"{err}: this worker stops and writes nothing more; {where}")
 
 
 _signal_state: dict[str, Any] = {"stopping": False, "superseded": None}
@@ -94,8 +105,10 @@ class StoreReporter(Reporter):
     """Writes the loop's events to the store; progress is flushed by a heartbeat thread so
     that counting samples costs nothing on the training path."""
 
-    def __init__(self, run_id: int, n_tasks: int, config: dict[str, Any] | None = None) -> None:
+    def __init__(self, run_id: int, n_tasks: int, config: dict[str, Any] | None = None,
+                 lease: store.Lease | None = None) -> None:
         self.run_id = run_id
+        self.lease = lease  # checked in every write: the store's identity and this attempt's token
         self.n_tasks = n_tasks
         self.config = config  # written into every checkpoint, checked on resume
         self.lock = threading.Lock()
@@ -128,20 +141,33 @@ class StoreReporter(Reporter):
                     "eta_s": round(eta, 1) if eta is not None else None}
 
     def flush(self) -> None:
-        """Write progress; if the run is no longer `running`, someone else ended it: stop."""
-        status = store.heartbeat(self.run_id, **self._progress())
-        if status == "running" or _signal_state["superseded"]:
+        """Write progress; if the run is no longer `running`, someone else ended it, and if the
+        store or the run's token is not ours any more, another store or attempt owns it: stop."""
+        if _signal_state["superseded"]:  # found out already (a signal can be swallowed by library code)
+            if threading.current_thread() is threading.main_thread():
+                raise _signal_state["superseded"]
             return
-        _signal_state["superseded"] = status
-        print(f"run {self.run_id} is now {status} in the store (ended elsewhere): this worker exits", flush=True)
+        try:
+            status = store.heartbeat(self.run_id, lease=self.lease, **self._progress())
+        except (store.LeaseLost, store.StoreGone) as err:
+            superseded = lease_lost(self.run_id, err)
+        else:
+            if status == "running":
+                return
+            superseded = Superseded(status, f"run {self.run_id} is now {status} in the store (ended elsewhere): "
+                                            f"this worker exits")
+        _signal_state["superseded"] = superseded
+        print(superseded.reason, flush=True)
         if threading.current_thread() is threading.main_thread():
-            raise Superseded(status)
+            raise superseded
         os.kill(os.getpid(), signal.SIGTERM)  # reaches the main thread as Superseded
 
     def _beat(self) -> None:
         while not self.stop.wait(HEARTBEAT_S):
             try:
                 self.flush()
+            except Superseded:
+                return
             except Exception as err:  # noqa: BLE001 - a missed heartbeat must not kill training
                 print(f"heartbeat failed: {' '.join(str(err).split())[:300]}", file=sys.stderr, flush=True)
 
@@ -152,7 +178,7 @@ class StoreReporter(Reporter):
     # loop events ------------------------------------------------------------
     def run_started(self, plans: list[TaskPlan], class_order: list[int], class_names: list[str],
                     pipeline: list[str]) -> None:
-        store.record_start(self.run_id, plans, class_order, class_names, pipeline)
+        store.record_start(self.run_id, plans, class_order, class_names, pipeline, lease=self.lease)
         self.n_tasks = len(plans)
         print(f"stream: {len(plans)} tasks, sizes {[p.n_samples for p in plans]}; pipeline: {pipeline}", flush=True)
 
@@ -170,19 +196,33 @@ class StoreReporter(Reporter):
             self.done += n
 
     def memory_updated(self, task: int, histogram: list[int], slots_per_class: int, info: dict[str, Any]) -> None:
-        store.record_memory(self.run_id, task, histogram, slots_per_class, info)
+        store.record_memory(self.run_id, task, histogram, slots_per_class, info, lease=self.lease)
         print(f"task {task + 1}: memory {sum(histogram)} samples, {slots_per_class} slots/class, "
               f"histogram {histogram}", flush=True)
 
     def task_finished(self, outcome: TaskOutcome, checkpoint: dict[str, Any] | None) -> None:
-        # the result first, then the checkpoint: a kill in between leaves a checkpoint one task
-        # behind the results, and the resume recomputes (identically) that task; the reverse
-        # order could leave a checkpoint past a result that was never stored
-        summary = store.record_task(self.run_id, outcome)
+        # the checkpoint's bytes first (a temporary file), then the result with their checksum,
+        # then the rename: a kill in between leaves the previous checkpoint, one task behind the
+        # results, whose checksum is in the store too, and the resume recomputes (identically)
+        # that task; a checkpoint is never in place without its checksum in the store
+        pending = None
         if checkpoint is not None:
             if self.config is None:
                 self.config = store.get_run(self.run_id).config
-            save_checkpoint(self.run_id, checkpoint, self.config)
+            try:
+                pending = write_checkpoint(self.run_id, checkpoint, self.config)
+            except OSError:  # (a full disk): the task's result is kept all the same, then the run fails
+                store.record_task(self.run_id, outcome, lease=self.lease)
+                raise
+        try:
+            summary = store.record_task(self.run_id, outcome, lease=self.lease,
+                                        checkpoint_sha256=pending.sha256 if pending else None)
+        except BaseException:
+            if pending is not None:
+                pending.discard()
+            raise
+        if pending is not None:
+            pending.commit()
         with self.lock:
             self.task_seconds.append(outcome.seconds)
         print(f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}% "
@@ -197,49 +237,63 @@ def _on_sigterm() -> None:
         return
     _signal_state["stopping"] = True
     if _signal_state["superseded"]:
-        raise Superseded(_signal_state["superseded"])
+        raise _signal_state["superseded"]
     raise StopRequested()
 
 
-def _claim(run_id: int, fields: dict[str, Any]) -> str:
+def _claim(run_id: int, fields: dict[str, Any], lease: store.Lease) -> str:
     """queued -> running with the worker's facts (store.claim_run); returns the status found.
     Only a queued run is started, so a stopped or already running run never gets a second worker."""
-    claimed = store.claim_run(run_id, **fields)
+    claimed = store.claim_run(run_id, lease=lease, **fields)
     return "queued" if claimed else claimed.status
+
+
+def run_lease(run_id: int) -> store.Lease:
+    """The lease this worker was started with (its launcher's environment), or, started by hand,
+    the run's current one."""
+    lease = store.Lease.from_env(run_id)
+    if lease is not None and lease.store_id is not None:
+        return lease
+    return store.Lease(run_id, store.ensure_token(run_id), store.store_id())
 
 
 def train(run_id: int) -> str:
     """Run the stored run to its end; returns the final status."""
+    lease = run_lease(run_id)
+    _current["lease"] = lease
     run = store.get_run(run_id)
     cfg = build_config(run.config)
-    if run.started_at is None:  # never started: a checkpoint here is a leftover of a deleted run with this id
-        remove_checkpoint(run_id)
-    resume = load_checkpoint(run_id)
-    if resume is not None:
-        check_checkpoint(resume, run_id, run.config)
-    threads = cfg.threads or (resume or {}).get("threads")  # same thread count, same float sums
-    if threads:
-        torch.set_num_threads(int(threads))
     device = resolve_device(cfg.device)
     fields = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
                   git_commit=git_commit(), started_at=store.utcnow(), heartbeat_at=store.utcnow(), error=None,
                   finished_at=None)
     if supervisor_pid() is None:  # under a supervisor, the pid is the supervisor's group
         fields["pid"] = os.getpid()
-    found = _claim(run_id, fields)
+    found = _claim(run_id, fields, lease)
     if found != "queued":
         raise Superseded(found)
+    if run.started_at is None:  # never started: a checkpoint here is a leftover of a deleted store's run
+        aside = set_aside(run_id)
+        if aside is not None:
+            print(f"a checkpoint this run never wrote (a deleted store's run {run_id}?) was moved to {aside}",
+                  flush=True)
+    resume = load_checkpoint(run_id)  # verified against the checksums recorded in the store
+    if resume is not None:
+        check_checkpoint(resume, run_id, run.config)
+    threads = cfg.threads or (resume or {}).get("threads")  # same thread count, same float sums
+    if threads:
+        torch.set_num_threads(int(threads))
     start = int(resume["task"]) + 1 if resume is not None else 0
-    store.delete_results_from(run_id, start)  # rows of an unfinished task from an earlier attempt
+    store.delete_results_from(run_id, start, lease=lease)  # rows of an unfinished task from an earlier attempt
     if resume is not None:
         print(f"resuming after task {start} from {checkpoint_path(run_id)}", flush=True)
-    reporter = StoreReporter(run_id, cfg.n_tasks, run.config)
+    reporter = StoreReporter(run_id, cfg.n_tasks, run.config, lease)
     try:
         data = load_run_dataset(cfg)  # the input-pipeline keys too (streamed or in memory)
         run_protocol(cfg, data, device, reporter, resume=resume)
     finally:
         reporter.close()
-    if not store.finish_run(run_id, "finished", only_from=("running",), phase="done", eta_s=0.0,
+    if not store.finish_run(run_id, "finished", only_from=("running",), lease=lease, phase="done", eta_s=0.0,
                             heartbeat_at=store.utcnow()):
         raise Superseded(store.get_run(run_id).status)
     return "finished"
@@ -249,11 +303,50 @@ def _one_line(message: str, limit: int = 500) -> str:
     return " ".join(message.split())[:limit]
 
 
+_current: dict[str, Any] = {"lease": None}
+
+
+def no_space_message(run_id: int, err: BaseException) -> str:
+    """ENOSPC anywhere (a checkpoint, the log, the store) as the run's one-line error."""
+    where = getattr(err, "filename", None) or (store.database_path() or store.home())
+    try:
+        done = len(store.task_results(run_id))
+        kept = f"the {done} finished task(s) are kept"
+    except Exception:  # noqa: BLE001 - the store may be on the full disk too
+        kept = "finished tasks are kept"
+    return (f"no space left on device ({where}): {kept}; free some space, then `rmconsole resume {run_id}` "
+            f"continues from the last one")
+
+
+class _Tolerant:
+    """A stream that drops what it cannot write (a full disk under the log) instead of raising
+    in the middle of training or of recording how the run ended."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = entry_args(argv, "python -m rmconsole.runner.worker RUN_ID")
     if args is None:
         return 2
     run_id = args.run_id
+    sys.stdout, sys.stderr = _Tolerant(sys.stdout), _Tolerant(sys.stderr)  # type: ignore[assignment]
     if os.environ.get("LOCAL_RANK") is None:
         die_with_supervisor()  # (a torchrun rank dies with torchrun)
     StopSignal(then=_on_sigterm)
@@ -262,23 +355,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {run_id} {status}", flush=True)
         return 0
     except StopRequested:
-        store.finish_run(run_id, "stopped", error="stopped by request (SIGTERM)")
+        try:
+            store.finish_run(run_id, "stopped", lease=_current["lease"], error="stopped by request (SIGTERM)")
+        except (store.LeaseLost, store.StoreError) as err:
+            print(f"run {run_id}: the stop was not recorded: {err}", flush=True)
         print(f"run {run_id} stopped", flush=True)
         return 143
     except Superseded as err:
-        print(f"run {run_id} is {err.status} (not this worker's to run or end): nothing written", flush=True)
+        if _signal_state["superseded"] is not err:  # (a heartbeat that found it out has said so already)
+            print(err.reason or f"run {run_id} is {err.status} (not this worker's to run or end): nothing written",
+                  flush=True)
         return EXIT_SUPERSEDED
-    except (DatasetMissing, ConfigError, CheckpointError, CheckpointMismatch) as err:
+    except (store.LeaseLost, store.StoreGone) as err:
+        if not _signal_state["superseded"]:  # (a heartbeat that found it out has said so already)
+            print(lease_lost(run_id, err).reason, flush=True)
+        return EXIT_SUPERSEDED
+    except store.StoreFull:
+        message = no_space_message(run_id, OSError(errno.ENOSPC, "No space left on device", str(store.database_path())))
+    except (DatasetMissing, ConfigError, CheckpointError, CheckpointMismatch, Diverged, store.StoreError) as err:
         message = _one_line(str(err))
     except store.UnknownRun as err:
         print(str(err), file=sys.stderr, flush=True)
         return 2
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            message = no_space_message(run_id, err)
+        else:
+            traceback.print_exc()
+            message = _one_line(f"{type(err).__name__}: {err}") + " (traceback in the run's log)"
     except Exception as err:  # noqa: BLE001 - record any crash on the run, with its traceback in the log
         traceback.print_exc()
         message = _one_line(f"{type(err).__name__}: {err}") + " (traceback in the run's log)"
     print(f"run {run_id} failed: {message}", file=sys.stderr, flush=True)
     try:
-        store.finish_run(run_id, "failed", error=message)
+        store.finish_run(run_id, "failed", lease=_current["lease"], error=message)
+    except store.LeaseLost as err:
+        print(lease_lost(run_id, err).reason, flush=True)
+        return EXIT_SUPERSEDED
     except Exception as err:  # noqa: BLE001
         print(f"could not record the failure: {err}", file=sys.stderr, flush=True)
     return 1

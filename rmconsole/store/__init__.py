@@ -7,10 +7,13 @@
     filters.py      the run filter grammar (pure)
 """
 
-from .db import StoreError, database_url, get_engine, home, reading, shown_url, write
+from .db import (
+    SQLITE_MAX_INT, StoreDamaged, StoreError, StoreFull, StoreGone, StoreLocked, database_path, database_url,
+    database_url_object, get_engine, home, impatient, reading, shown_url, write,
+)
 from .filters import FilterError, RunFilter, parse_run_filter
 from .queries import (
-    RunParts, UnknownRun, accuracy_curves, count_runs, find_runs, get_run, joint_accuracy, joint_run, list_runs,
+    RunParts, UnknownRun, accuracy_curves, checkpoint_checksums, count_runs, store_id, find_runs, get_run, joint_accuracy, joint_run, list_runs,
     memory_snapshots, run_detail, run_parts, run_record, run_records, run_statuses, run_summary, sweep_ids,
     task_results, task_streams,
 )
@@ -19,13 +22,15 @@ from .runs import (
     create_run, create_runs, delete_results_from, record_memory, record_start, record_task, summarize_results,
     update_run,
 )
-from .tables import ACTIVE, STATUSES, MemorySnapshot, Run, TaskResult, TaskStream, utcnow
+from .tables import ACTIVE, STATUSES, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream, utcnow
 from .transitions import (
-    Transition, claim_run, fail_stopped_run, finish_run, heartbeat, mark_failed, mark_finished, mark_stopped,
-    requeue_run,
+    Lease, LeaseLost, Transition, claim_run, ensure_token, fail_stopped_run, finish_run, heartbeat, mark_failed,
+    mark_finished, mark_stopped, requeue_run,
 )
 
 __all__ = [
+    "SQLITE_MAX_INT", "impatient", "StoreDamaged", "StoreFull", "StoreGone", "StoreLocked", "database_path", "database_url_object",
+    "checkpoint_checksums", "store_id", "StoreIdentity", "Lease", "LeaseLost", "ensure_token",
     "ACTIVE", "JOINT_KEYS", "STATUSES", "FilterError", "JointRuns", "MemorySnapshot", "Run", "RunFilter", "RunParts",
     "RunRecord", "StoreError", "TaskResult", "TaskStream", "Transition", "UnknownRun", "accuracy_curves",
     "claim_run", "count_runs", "create_run", "create_runs", "database_url", "delete_results_from",

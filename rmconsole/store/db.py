@@ -1,27 +1,72 @@
 """The engine: SQLite under RMCONSOLE_HOME in WAL mode by default, any SQLAlchemy URL by
 RMCONSOLE_DB. Writes are short transactions; on SQLite they begin IMMEDIATE so that two
-writers queue on the busy timeout instead of failing with "database is locked"."""
+writers queue on the busy timeout instead of failing with "database is locked".
+
+Reads never need the write lock: in WAL mode readers are never blocked by a writer, and the
+schema is checked with a read first (created or extended under the write lock only when
+something is missing). A store operation blocked for more than WAIT_NOTICE_S says what it waits
+on (`on_wait`: one line, naming the process that holds SQLite's write lock when Linux can tell).
+
+Every error of the database is one line (`StoreError` and its kinds: locked, full, damaged,
+gone), with what to do; a damaged SQLite file is named with `PRAGMA integrity_check`'s verdict.
+
+The SQLite file's identity is part of every connection: a connection is only used while the
+file at the store's path is the file it opened. When the file was replaced (a store deleted and
+created anew), pooled connections are dropped and new ones open the new file; the store's own
+identity row (tables.StoreIdentity, checked by transitions.py) then tells a process of the old
+store that it must stop. Connections never create a missing file (SQLite URI mode=rw): only
+`get_engine` creates a store, and never in a process that holds a run's lease (a worker whose
+store vanished must not make an empty one).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
+import sys
+import threading
 import time
-from contextlib import contextmanager
+import uuid
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Optional, TypeVar
+from urllib.parse import quote
 
-from sqlalchemy import event
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy import event, inspect, select
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import (ArgumentError, DBAPIError, IntegrityError, InvalidatePoolError, OperationalError,
+                            SQLAlchemyError)
 from sqlmodel import Session, SQLModel, create_engine
 
 from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+from .tables import StoreIdentity
 
 BUSY_TIMEOUT_S = 30.0
+WAIT_NOTICE_S = 2.0  # a store operation blocked this long says what it waits on
+SQLITE_MAX_INT = 2**63 - 1  # the largest integer a SQLite (or PostgreSQL bigint) column holds
+LEASE_ENV = "RMCONSOLE_RUN_TOKEN"  # set for a run's processes (transitions.Lease): they never create a store
 
 
 class StoreError(Exception):
     """The store cannot be opened or written: one line for the terminal."""
+
+
+class StoreLocked(StoreError):
+    """Another process holds the store's write lock longer than we waited."""
+
+
+class StoreFull(StoreError):
+    """No space left on the device that holds the store."""
+
+
+class StoreDamaged(StoreError):
+    """The store's file is not a database, or its pages are corrupt."""
+
+
+class StoreGone(StoreError):
+    """The SQLite file this process was using was removed (or cannot be opened any more)."""
 
 
 def home() -> Path:
@@ -29,19 +74,73 @@ def home() -> Path:
     return Path(os.environ.get("RMCONSOLE_HOME", ".rmconsole")).expanduser()
 
 
-def database_url() -> str:
-    url = os.environ.get("RMCONSOLE_DB")
-    if url:
-        return url
-    return f"sqlite:///{(home() / 'rmconsole.db').resolve()}"
+# ---------------------------------------------------------------------- where the store is
 
 
-def shown_url(url: str) -> str:
-    """A database URL fit for a message: the password masked."""
+def _memory_database(url: URL) -> bool:
+    database = url.database or ""
+    return url.get_backend_name() == "sqlite" and (
+        database in ("", ":memory:") or database.startswith("file::memory:")
+        or "mode=memory" in database or url.query.get("mode") == "memory")
+
+
+def _parse_env_url(text: str) -> URL:
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        url = make_url(text)
+    except (ArgumentError, ValueError) as err:
+        raise StoreError(f"cannot use the database {shown_url(text)!r}: {_one_line(err)} ({_hint()})") from None
+    if _memory_database(url):
+        raise StoreError(f"RMCONSOLE_DB={shown_url(text)!r} is an in-memory database, which lives and dies with one "
+                         f"process, and every run's worker is a process of its own: use a file "
+                         f"(sqlite:////path/to/rmconsole.db) or a server, or unset RMCONSOLE_DB")
+    return url
+
+
+def database_url_object() -> URL:
+    """The store's URL as SQLAlchemy's URL object: RMCONSOLE_DB, or the SQLite file in
+    RMCONSOLE_HOME built with URL.create (so `?`, `#` or `%` in a path stay in the path)."""
+    text = os.environ.get("RMCONSOLE_DB")
+    if text:
+        return _parse_env_url(text)
+    return URL.create("sqlite", database=str((home() / "rmconsole.db").resolve()))
+
+
+def database_url() -> str:
+    """The store's URL as a string that `make_url` reads back to the same URL (paths escaped)."""
+    return database_url_object().render_as_string(hide_password=False)
+
+
+def sqlite_file(url: URL) -> Optional[Path]:
+    """The file of a SQLite URL (None for other databases), absolute."""
+    if url.get_backend_name() != "sqlite" or _memory_database(url):
+        return None
+    database = url.database or ""
+    if url.query.get("uri") in ("true", "1") and database.startswith("file:"):
+        from urllib.parse import unquote, urlsplit
+
+        database = unquote(urlsplit(database).path)
+    return Path(database).expanduser().resolve()
+
+
+def database_path() -> Optional[Path]:
+    """The SQLite file of this process's store, or None when the store is not SQLite."""
+    return sqlite_file(database_url_object())
+
+
+def shown_url(url: str | URL) -> str:
+    """A database URL fit for a message: the password masked (as the user wrote it otherwise)."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+        if isinstance(url, str) and parsed.password is None:
+            return url
+        return parsed.render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - an unparsable URL has no password part we can find
-        return url
+        return str(url)
+
+
+def _where(url: URL) -> str:
+    path = sqlite_file(url)
+    return f"sqlite:///{path}" if path is not None else shown_url(url)
 
 
 def _hint() -> str:
@@ -50,16 +149,212 @@ def _hint() -> str:
     return "move that file away, or set RMCONSOLE_HOME to another folder"
 
 
-def _one_line(err: BaseException) -> str:
+def _one_line(err: BaseException, limit: int = 300) -> str:
     """The driver's own words, without SQLAlchemy's background link, on one line."""
     text = str(getattr(err, "orig", None) or err)
     text = text.split("(Background on this error")[0]
-    return " ".join(text.split()) or type(err).__name__
+    return " ".join(text.split())[:limit] or type(err).__name__
 
 
-def _sqlite_pragmas(engine: Engine) -> None:
+# ---------------------------------------------------------------------- what a blocked store waits on
+
+
+def lock_holders(path: Path) -> list[int]:
+    """The pids holding SQLite's write lock on `path` (Linux /proc/locks): in WAL mode the write
+    lock byte of the -shm file, in rollback mode the RESERVED/PENDING/EXCLUSIVE bytes of the file."""
+    try:
+        shm = os.stat(f"{path}-shm").st_ino
+    except OSError:
+        shm = None
+    try:
+        db_ino = os.stat(path).st_ino
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    pids = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 8 or parts[1] != "POSIX" or parts[3] != "WRITE" or not parts[4].lstrip("-").isdigit():
+            continue
+        try:
+            ino = int(parts[5].rsplit(":", 1)[1])
+            start = int(parts[6])
+        except (ValueError, IndexError):
+            continue
+        writes_wal = ino == shm and start == 120  # WAL_WRITE_LOCK
+        writes_db = ino == db_ino and (start in (1073741824, 1073741825) or start >= 1073741826)
+        if (writes_wal or writes_db) and int(parts[4]) > 0 and int(parts[4]) != os.getpid():
+            pids.append(int(parts[4]))
+    return list(dict.fromkeys(pids))
+
+
+def _describe_pid(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return f"pid {pid}"
+    shown = " ".join(" ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv)).split())[:80] or "?"
+    return f"pid {pid} ({shown})"
+
+
+def holders_text(path: Optional[Path]) -> str:
+    """"held by pid N (its command)" for a SQLite store's write lock, or "" when unknown."""
+    pids = lock_holders(path) if path is not None else []
+    return ("held by " + ", ".join(_describe_pid(p) for p in pids[:3])) if pids else ""
+
+
+def _print_wait(message: str) -> None:
+    try:
+        print(f"rmconsole: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+on_wait: Callable[[str], None] = _print_wait  # the TUI replaces it to show the line on screen
+
+
+@dataclass
+class _Wait:
+    what: str
+    path: Optional[Path]
+    started: float
+    told: bool = False
+
+
+class _Watch:
+    """One thread per process that tells, once per operation, what a store operation blocked for
+    more than WAIT_NOTICE_S is waiting on. Registering costs a dict insert, not a thread."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waits: dict[int, _Wait] = {}
+        self.thread: Optional[threading.Thread] = None
+        self.next = 0
+
+    def start(self, what: str, path: Optional[Path]) -> int:
+        with self.lock:
+            self.next += 1
+            self.waits[self.next] = _Wait(what, path, time.monotonic())
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._loop, name="store-wait", daemon=True)
+                self.thread.start()
+            return self.next
+
+    def end(self, key: int) -> None:
+        with self.lock:
+            self.waits.pop(key, None)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(0.25)
+            now = time.monotonic()
+            with self.lock:
+                due = [w for w in self.waits.values() if not w.told and now - w.started >= WAIT_NOTICE_S]
+                for w in due:
+                    w.told = True
+            for w in due:
+                holder = holders_text(w.path)
+                where = f"sqlite:///{w.path}" if w.path is not None else "the database"
+                if w.what == "write":
+                    text = (f"waiting for the write lock of the store {where}"
+                            f" ({holder or 'another process is writing'}); still trying for up to "
+                            f"{int(BUSY_TIMEOUT_S)} s at a time")
+                else:
+                    text = f"waiting for the store {where} to answer" + (f" (its write lock is {holder})" if holder else "")
+                try:
+                    on_wait(text)
+                except Exception:  # noqa: BLE001 - telling must never break the operation
+                    pass
+
+
+_WATCH = _Watch()
+
+
+@contextmanager
+def _watched(what: str, path: Optional[Path]) -> Iterator[None]:
+    key = _WATCH.start(what, path)
+    try:
+        yield
+    finally:
+        _WATCH.end(key)
+
+
+# ---------------------------------------------------------------------- errors, one line each
+
+
+def _free_bytes(path: Optional[Path]) -> Optional[int]:
+    if path is None:
+        return None
+    try:
+        return shutil.disk_usage(path.parent if not path.is_dir() else path).free
+    except OSError:
+        return None
+
+
+def integrity_verdict(path: Path, limit: int = 3) -> str:
+    """`PRAGMA integrity_check`'s first lines for a SQLite file, opened read-only, on one line."""
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = conn.execute(f"PRAGMA integrity_check({int(limit)})").fetchall()
+        finally:
+            conn.close()
+        return "; ".join(str(r[0]) for r in rows)[:240] or "no verdict"
+    except sqlite3.Error as err:
+        return f"cannot run it: {err}"
+
+
+def damaged_message(path: Path, error: str) -> str:
+    recovered = path.with_name("recovered.db")
+    if "not a database" in error:
+        return (f"the store {path} is not an SQLite database ({error}): move that file away, or set "
+                f"RMCONSOLE_HOME to another folder")
+    return (f"the store {path} is damaged ({error}; PRAGMA integrity_check: {integrity_verdict(path)}): copy out "
+            f"what it still holds with `sqlite3 {path} .recover | sqlite3 {recovered}` and put that file in its "
+            f"place (or restore a backup); runs still training on it stop when it is replaced")
+
+
+def store_error(err: BaseException, url: Optional[URL] = None, doing: str = "use") -> StoreError:
+    """Any database error as one line that says what is wrong and what to do."""
+    if isinstance(err, StoreError):
+        return err
+    url = url if url is not None else database_url_object()
+    path = sqlite_file(url)
+    text = _one_line(err)
+    low = text.lower()
+    where = _where(url)
+    if "locked" in low or "busy" in low:
+        holder = holders_text(path)
+        return StoreLocked(f"the store {where} stayed locked by another process{' (' + holder + ')' if holder else ''}: "
+                           f"{text}; wait for it to finish (or stop it), then try again")
+    free = _free_bytes(path)
+    if "database or disk is full" in low or ("disk i/o error" in low and free is not None and free < 1 << 20):
+        return StoreFull(f"no space left on device for the store {path or where} ({text}): free some space, then "
+                         f"try again; everything committed before (finished tasks included) is kept")
+    if path is not None and ("malformed" in low or "not a database" in low or "corrupt" in low):
+        return StoreDamaged(damaged_message(path, text))
+    if path is not None and "unable to open database file" in low and not path.exists() and path.parent.exists():
+        return StoreGone(f"the store {path} is gone (removed while this process used it)")
+    return StoreError(f"cannot {doing} the store at {where}: {text} ({_hint()})")
+
+
+# ---------------------------------------------------------------------- the engine
+
+
+def _file_id(path: Path) -> Optional[tuple[int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _sqlite_events(engine: Engine, path: Path) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+        record.info["file_id"] = _file_id(path)
         dbapi_conn.isolation_level = None  # let the "begin" hook below issue BEGIN itself
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -68,67 +363,144 @@ def _sqlite_pragmas(engine: Engine) -> None:
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
 
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn, record, proxy) -> None:  # type: ignore[no-untyped-def]
+        now = _file_id(path)
+        if now is None:
+            raise StoreGone(f"the store {path} is gone (removed while this process used it)")
+        if now != record.info.get("file_id"):  # replaced: every pooled connection is to the old file
+            raise InvalidatePoolError(f"the store file {path} was replaced")
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn) -> None:  # type: ignore[no-untyped-def]
-        conn.exec_driver_sql("BEGIN " + conn.get_execution_options().get("sqlite_begin", "DEFERRED"))
+        options = conn.get_execution_options()
+        busy = options.get("sqlite_busy_s", BUSY_TIMEOUT_S)  # per transaction: a pooled connection keeps it
+        conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(busy * 1000)}")
+        conn.exec_driver_sql("BEGIN " + options.get("sqlite_begin", "DEFERRED"))
 
 
 _ENGINES: dict[str, Engine] = {}
+_ENGINE_URLS: dict[int, URL] = {}
 
 
-def get_engine(url: str | None = None) -> Engine:
-    """The process's engine for `url` (default: database_url()), schema created on first use."""
-    url = url or database_url()
-    if url in _ENGINES:
-        return _ENGINES[url]
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        path = Path(url.removeprefix("sqlite:///"))
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise StoreError(f"cannot create the store folder {path.parent}: {err.strerror} "
-                             f"(set RMCONSOLE_HOME to a writable folder)") from None
-        if not os.access(path.parent, os.W_OK):
-            raise StoreError(f"the store folder {path.parent} is not writable "
-                             f"(set RMCONSOLE_HOME to a writable folder)")
+def _may_create_store() -> bool:
+    """A run's own processes (they hold its lease) never create a store: theirs vanished."""
+    return not os.environ.get(LEASE_ENV)
+
+
+def _prepare_sqlite_file(path: Path, url: URL) -> None:
     try:
-        if url.startswith("sqlite"):
-            engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
-            _sqlite_pragmas(engine)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StoreError(f"cannot create the store folder {path.parent}: {err.strerror} "
+                         f"(set RMCONSOLE_HOME to a writable folder)") from None
+    if path.is_dir():
+        raise StoreError(f"cannot open the store at {_where(url)}: it is a directory ({_hint()})")
+    if path.exists():
+        return
+    if not _may_create_store():
+        raise StoreGone(f"the store {path} is gone (removed while this run's processes used it)")
+    if not os.access(path.parent, os.W_OK):
+        raise StoreError(f"the store folder {path.parent} is not writable "
+                         f"(set RMCONSOLE_HOME to a writable folder)")
+    try:
+        sqlite3.connect(str(path)).close()  # an empty file; the schema follows
+    except sqlite3.Error as err:
+        raise store_error(err, url, "create") from None
+
+
+def get_engine(url: str | URL | None = None) -> Engine:
+    """The process's engine for `url` (default: RMCONSOLE_DB or the SQLite file in
+    RMCONSOLE_HOME), its schema checked (and created or extended) on first use."""
+    url_obj = database_url_object() if url is None else (_parse_env_url(url) if isinstance(url, str) else url)
+    key = url_obj.render_as_string(hide_password=False)
+    if key in _ENGINES:
+        return _ENGINES[key]
+    path = sqlite_file(url_obj)
+    try:
+        if path is not None:
+            _prepare_sqlite_file(path, url_obj)
+            file_url = URL.create("sqlite", database=f"file:{quote(str(path))}", query={"uri": "true", "mode": "rw"})
+            engine = create_engine(file_url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
+            _sqlite_events(engine, path)
+        elif url_obj.get_backend_name() == "sqlite":
+            raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: not a SQLite file ({_hint()})")
         else:
-            engine = create_engine(url, pool_pre_ping=True)
+            engine = create_engine(url_obj, pool_pre_ping=True)
     except (SQLAlchemyError, ImportError, ValueError) as err:
-        raise StoreError(f"cannot use the database {shown_url(url)!r}: {_one_line(err)} ({_hint()})") from None
-    _create_schema(engine, url)
-    _ENGINES[url] = engine
+        raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: {_one_line(err)} ({_hint()})") from None
+    _ENGINE_URLS[id(engine)] = url_obj
+    with _watched("write", path):
+        _create_schema(engine, url_obj)
+    _ENGINES[key] = engine
     return engine
 
 
-def _create_schema(engine: Engine, url: str) -> None:
-    """create_all in one write transaction (BEGIN IMMEDIATE on SQLite), so that processes
-    starting together queue on the lock instead of racing to create the same table; retried
-    on lock errors, and an unreachable database is one line."""
+def engine_url(engine: Engine) -> URL:
+    return _ENGINE_URLS.get(id(engine)) or engine.url
+
+
+def _schema_complete(engine: Engine) -> bool:
+    """Whether every table and column is there and the store has its identity: a read only."""
+    with engine.connect() as conn:
+        inspector = inspect(conn)
+        present = set(inspector.get_table_names())
+        for table in SQLModel.metadata.sorted_tables:
+            if table.name not in present:
+                return False
+            columns = {c["name"] for c in inspector.get_columns(table.name)}
+            if any(column.name not in columns for column in table.columns):
+                return False
+        return conn.execute(select(StoreIdentity.store_id)).first() is not None
+
+
+def _create_schema(engine: Engine, url: URL) -> None:
+    """Check the schema with a read; only when something is missing, create it in one write
+    transaction (BEGIN IMMEDIATE on SQLite), so processes starting together queue on the lock
+    instead of racing to create the same table; retried on lock errors."""
+    try:
+        if _schema_complete(engine):
+            return
+    except StoreError:
+        raise
+    except (SQLAlchemyError, OSError, sqlite3.Error) as err:
+        if not isinstance(err, OperationalError) or "no such table" not in str(err):
+            raise store_error(err, url, "open") from None
     bind = engine.execution_options(sqlite_begin="IMMEDIATE") if engine.dialect.name == "sqlite" else engine
     for attempt in range(10):
         try:
             SQLModel.metadata.create_all(bind)
             _add_missing_columns(bind)
+            _add_identity(bind)
             return
         except OperationalError as err:
             text = _one_line(err)
             if ("already exists" in text or "locked" in text or "busy" in text) and attempt < 9:
                 time.sleep(0.05 * (attempt + 1))
                 continue
-            raise StoreError(f"cannot open the store at {shown_url(url)}: {text} ({_hint()})") from None
+            raise store_error(err, url, "open") from None
+        except IntegrityError:  # another process wrote the identity first (PostgreSQL)
+            return
+        except StoreError:
+            raise
         except (SQLAlchemyError, OSError) as err:
-            raise StoreError(f"cannot open the store at {shown_url(url)}: {_one_line(err)} ({_hint()})") from None
+            raise store_error(err, url, "open") from None
+
+
+def _add_identity(engine: Engine) -> None:
+    """The store's identity row, written once when the store is created (or first opened by an
+    rmconsole that knows identities): a random id that a recreated store never shares."""
+    with Session(engine) as session:
+        if session.get(StoreIdentity, 1) is None:
+            session.add(StoreIdentity(id=1, store_id=uuid.uuid4().hex))
+            session.commit()
 
 
 def _add_missing_columns(engine: Engine) -> None:
     """A store written by an older rmconsole gets the columns added since (new columns are
     nullable or have a server default, so old rows read as "not recorded"). Additive only:
     nothing is renamed or dropped, so an older rmconsole can still read the store."""
-    from sqlalchemy import inspect, text
+    from sqlalchemy import text
     from sqlalchemy.schema import CreateColumn
 
     with engine.begin() as conn:
@@ -143,27 +515,63 @@ def _add_missing_columns(engine: Engine) -> None:
 
 @contextmanager
 def reading(engine: Engine | None = None) -> Iterator[Session]:
-    """A read-only session (objects stay usable after it closes)."""
-    with Session(engine or get_engine(), expire_on_commit=False) as session:
-        yield session
+    """A read-only session (objects stay usable after it closes); a database error is one line."""
+    engine = engine or get_engine()
+    url = engine_url(engine)
+    with _watched("read", sqlite_file(url)):
+        try:
+            with Session(engine, expire_on_commit=False) as session:
+                yield session
+        except (DBAPIError, sqlite3.Error) as err:
+            if isinstance(err, IntegrityError):
+                raise
+            raise store_error(err, url, "read") from None
 
 
 T = TypeVar("T")
+_patience = threading.local()
 
 
-def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int = 8) -> T:
+@contextmanager
+def impatient(busy_s: float) -> Iterator[None]:
+    """Writes in this block (this thread) wait at most `busy_s` for the write lock and are not
+    retried: for writes a read-only command may skip (marking dead runs), so it never waits on
+    another process's write; a busy lock is StoreLocked."""
+    before = getattr(_patience, "busy_s", None)
+    _patience.busy_s = busy_s
+    try:
+        yield
+    finally:
+        _patience.busy_s = before
+
+
+def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int = 8,
+          busy_s: float | None = None) -> T:
     """Run `fn(session)` in one short write transaction (BEGIN IMMEDIATE on SQLite), retried
-    from the start if the database stays locked past the busy timeout."""
+    from the start if the database stays locked past the busy timeout (`busy_s`: a shorter
+    timeout for a write that may be skipped). Errors are one line (StoreError and its kinds)."""
     engine = engine or get_engine()
-    bind = engine.execution_options(sqlite_begin="IMMEDIATE") if engine.dialect.name == "sqlite" else engine
-    for attempt in range(retries):
-        try:
-            with Session(bind, expire_on_commit=False) as session:
-                result = fn(session)
-                session.commit()
-                return result
-        except OperationalError as err:
-            if "locked" not in str(err) and "busy" not in str(err) or attempt == retries - 1:
-                raise
-            time.sleep(0.05 * 2 ** attempt)
+    url = engine_url(engine)
+    if getattr(_patience, "busy_s", None) is not None:
+        busy_s, retries = _patience.busy_s if busy_s is None else min(busy_s, _patience.busy_s), 1
+    bind = engine
+    if engine.dialect.name == "sqlite":
+        bind = engine.execution_options(sqlite_begin="IMMEDIATE", **({"sqlite_busy_s": busy_s} if busy_s else {}))
+    quick = busy_s is not None and busy_s <= WAIT_NOTICE_S  # a write that gives up rather than waits: no notice
+    with nullcontext() if quick else _watched("write", sqlite_file(url)):
+        for attempt in range(retries):
+            try:
+                with Session(bind, expire_on_commit=False) as session:
+                    result = fn(session)
+                    session.commit()
+                    return result
+            except OperationalError as err:
+                locked = "locked" in str(err) or "busy" in str(err)
+                if not locked or attempt == retries - 1:
+                    raise store_error(err, url, "write") from None
+                time.sleep(0.05 * 2 ** attempt)
+            except DBAPIError as err:
+                if isinstance(err, IntegrityError):
+                    raise
+                raise store_error(err, url, "write") from None
     raise AssertionError("unreachable")

@@ -146,11 +146,15 @@ class Term:
     op: str
     wanted: tuple[Wanted, ...] = ()
     text: str = ""
+    ranges: tuple[tuple[float, float], ...] = ()  # op "in": inclusive number ranges (`--runs 3-9`)
 
     def matches(self, value_of: Callable[[str], Any], search_text: str = "") -> bool:
         if self.key is None:
             return self.text in search_text
         actual = value_of(self.key)
+        if self.op == "in":
+            number = _number(actual)
+            return number is not None and any(low <= number <= high for low, high in self.ranges)
         if self.op in ORDERING:
             number = _number(actual)
             return number is not None and ORDERING[self.op](number, self.wanted[0].number)
@@ -218,6 +222,12 @@ def parse_run_filter(text: str | Iterable[str] | None) -> RunFilter:
         return RunFilter()
     words = text.split() if isinstance(text, str) else [w for part in text for w in part.split()]
     return RunFilter(tuple(parse_term(w) for w in words))
+
+
+def within(key: str, ranges: Iterable[tuple[float, float]]) -> RunFilter:
+    """A one-term filter: the run's number for `key` lies in one of the inclusive ranges. The
+    ranges stay ranges (`--runs 1-99999999999` is two numbers, not a set of ids)."""
+    return RunFilter((Term(canonical_key(key), "in", ranges=tuple((float(lo), float(hi)) for lo, hi in ranges)),))
 
 
 def where(key: str, values: Iterable[str], op: str = "=") -> RunFilter:

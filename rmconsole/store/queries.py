@@ -19,7 +19,7 @@ from sqlmodel import Session, col, select
 from .db import reading
 from .filters import RunFilter, parse_run_filter
 from .records import RunRecord, finite, iso, with_intransigence
-from .tables import MemorySnapshot, Run, TaskResult, TaskStream
+from .tables import MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
 
 
 class UnknownRun(Exception):
@@ -39,6 +39,23 @@ def get_run(run_id: int) -> Run:
     if run is None:
         raise UnknownRun(run_id)
     return run
+
+
+def store_id() -> str:
+    """The store's identity (tables.StoreIdentity): a random id no other store shares."""
+    with reading() as session:
+        identity = session.get(StoreIdentity, 1)
+    assert identity is not None, "the schema check writes the identity"
+    return identity.store_id
+
+
+def checkpoint_checksums(run_id: int) -> dict[str, int]:
+    """sha256 -> task, of every checkpoint the run's task results recorded (empty for a run
+    stored by an older rmconsole, which recorded none)."""
+    with reading() as session:
+        rows = session.exec(select(TaskResult.checkpoint_sha256, TaskResult.task).where(
+            TaskResult.run_id == run_id, col(TaskResult.checkpoint_sha256).is_not(None))).all()
+    return {sha: task for sha, task in rows}
 
 
 def list_runs(status: str | Iterable[str] | None = None, preset: str | None = None, method: str | None = None,

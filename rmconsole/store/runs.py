@@ -1,27 +1,35 @@
 """Writing what a run produces: the run row, its stream plan, task results and memory
-snapshots. Status changes are transitions.py's; reads are queries.py's."""
+snapshots. Status changes are transitions.py's; reads are queries.py's. The writes a run's
+own processes make take their `Lease` and check it in the same transaction."""
 
 from __future__ import annotations
 
-from typing import Any
+import socket
+from typing import Any, Optional
 
 from sqlmodel import Session, col, select
 
 from ..cl import metrics as M
 from .db import write
-from .queries import UnknownRun, _results
-from .tables import MemorySnapshot, Run, TaskResult, TaskStream
+from .queries import _results
+from .tables import MemorySnapshot, Run, TaskResult, TaskStream, utcnow
+from .transitions import Lease, checked_run, new_token
 
 
-def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str | None = None) -> list[int]:
+def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str | None = None,
+                owner_pid: Optional[int] = None) -> list[int]:
     """Store queued runs (a sweep's grid) in one transaction, so a refused or interrupted
-    submission leaves nothing half-written; returns their ids in order."""
+    submission leaves nothing half-written; returns their ids in order. `owner_pid`: the
+    process (on this host) that will start the worker: until it has, the run is dead when that
+    process is (a sweep's runs have none: their queue starts them)."""
+    host = socket.gethostname() if owner_pid is not None else None
 
     def add(session: Session) -> list[int]:
         ids = []
         for config in configs:
             run = Run(preset=preset, method=config["method"], dataset=config["dataset"], seed=config["seed"],
-                      config=config, sweep_id=sweep_id, n_tasks=config.get("n_tasks", 0))
+                      config=config, sweep_id=sweep_id, n_tasks=config.get("n_tasks", 0), token=new_token(),
+                      pid=owner_pid, host=host, heartbeat_at=utcnow() if owner_pid is not None else None)
             session.add(run)
             session.flush()
             assert run.id is not None
@@ -31,19 +39,18 @@ def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str
     return write(add)
 
 
-def create_run(config: dict[str, Any], preset: str | None, sweep_id: str | None = None) -> int:
+def create_run(config: dict[str, Any], preset: str | None, sweep_id: str | None = None,
+               owner_pid: Optional[int] = None) -> int:
     """Store a queued run and return its id."""
-    return create_runs([config], preset, sweep_id)[0]
+    return create_runs([config], preset, sweep_id, owner_pid)[0]
 
 
-def update_run(run_id: int, **fields: Any) -> None:
-    """Write fields of a run as given, unguarded: for facts such as the worker's pid and log.
-    The runner changes a status only through a guarded transition (transitions.py)."""
+def update_run(run_id: int, lease: Optional[Lease] = None, **fields: Any) -> None:
+    """Write fields of a run as given, unguarded but for `lease`: for facts such as the worker's
+    pid and log. The runner changes a status only through a guarded transition (transitions.py)."""
 
     def apply(session: Session) -> None:
-        run = session.get(Run, run_id)
-        if run is None:
-            raise UnknownRun(run_id)
+        run = checked_run(session, run_id, lease)
         for key, value in fields.items():
             setattr(run, key, value)
         session.add(run)
@@ -52,10 +59,11 @@ def update_run(run_id: int, **fields: Any) -> None:
 
 
 def record_start(run_id: int, plans: list[Any], class_order: list[int], class_names: list[str],
-                 pipeline: list[str]) -> None:
+                 pipeline: list[str], lease: Optional[Lease] = None) -> None:
     """The stream plan of every task (replacing any from an earlier attempt) and run facts."""
 
     def apply(session: Session) -> None:
+        checked_run(session, run_id, lease)
         for old in session.exec(select(TaskStream).where(TaskStream.run_id == run_id)).all():
             session.delete(old)
         session.flush()
@@ -72,16 +80,20 @@ def record_start(run_id: int, plans: list[Any], class_order: list[int], class_na
     write(apply)
 
 
-def record_task(run_id: int, outcome: Any) -> dict[str, Any]:
-    """Commit a finished task and refresh the run's summary metrics; returns the metrics."""
+def record_task(run_id: int, outcome: Any, lease: Optional[Lease] = None,
+                checkpoint_sha256: Optional[str] = None) -> dict[str, Any]:
+    """Commit a finished task (with the sha256 of the checkpoint about to be put in place after
+    it) and refresh the run's summary metrics; returns the metrics."""
 
     def apply(session: Session) -> dict[str, Any]:
+        checked_run(session, run_id, lease)
         session.add(TaskResult(run_id=run_id, task=outcome.task, accuracy=outcome.accuracy,
                                accuracy_row=outcome.accuracy_row, class_accuracy=outcome.class_accuracy,
                                eval_classes=outcome.eval_classes, best_epoch_accuracy=outcome.best_epoch_accuracy,
                                topk=getattr(outcome, "topk", 1) if getattr(outcome, "topk_accuracy", None)
                                is not None else None, topk_accuracy=getattr(outcome, "topk_accuracy", None),
-                               topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None), seconds=outcome.seconds))
+                               topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None), seconds=outcome.seconds,
+                               checkpoint_sha256=checkpoint_sha256))
         session.flush()
         results = _results(session, run_id)
         summary = summarize_results(results)
@@ -109,15 +121,22 @@ def summarize_results(results: list[TaskResult]) -> dict[str, Any]:
 
 
 def record_memory(run_id: int, task: int, histogram: list[int], slots_per_class: int,
-                  info: dict[str, Any]) -> None:
-    write(lambda s: s.add(MemorySnapshot(run_id=run_id, task=task, histogram=histogram,
-                                         slots_per_class=slots_per_class, info=info)))
+                  info: dict[str, Any], lease: Optional[Lease] = None) -> None:
+    def apply(session: Session) -> None:
+        if lease is not None:
+            checked_run(session, run_id, lease)
+        session.add(MemorySnapshot(run_id=run_id, task=task, histogram=histogram, slots_per_class=slots_per_class,
+                                   info=info))
+
+    write(apply)
 
 
-def delete_results_from(run_id: int, first_task: int) -> None:
+def delete_results_from(run_id: int, first_task: int, lease: Optional[Lease] = None) -> None:
     """Drop task rows and memory snapshots from `first_task` on (before resuming there)."""
 
     def apply(session: Session) -> None:
+        if lease is not None:
+            checked_run(session, run_id, lease)
         for row in session.exec(select(TaskResult).where(TaskResult.run_id == run_id,
                                                          TaskResult.task >= first_task)).all():
             session.delete(row)

@@ -16,6 +16,19 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+class StoreIdentity(SQLModel, table=True):
+    """The store's identity: one row (id 1) with a random id, written when the store is created.
+    Every process that writes a run carries it (transitions.Lease) and every guarded transition
+    checks it, so a store deleted and created anew (its run ids start at 1 again) is never
+    written by a process of the old one."""
+
+    __tablename__ = "store_identity"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    store_id: str
+    created_at: datetime = Field(default_factory=utcnow)
+
+
 class Run(SQLModel, table=True):
     """One training run: its config, its lifecycle, its live progress and its summary."""
 
@@ -40,6 +53,9 @@ class Run(SQLModel, table=True):
     git_commit: Optional[str] = None
     log_path: Optional[str] = None
     error: Optional[str] = None
+    # the run's current attempt: a random token, new at every requeue, that its worker,
+    # supervisor and launcher present in every transition (transitions.Lease)
+    token: Optional[str] = None
     # live progress, written by the worker about once a second
     heartbeat_at: Optional[datetime] = None
     n_tasks: int = 0
@@ -91,6 +107,8 @@ class TaskResult(SQLModel, table=True):
     topk_accuracy: Optional[float] = None
     topk_accuracy_row: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
     seconds: float
+    # sha256 of the checkpoint written after this task (verified before a resume loads it)
+    checkpoint_sha256: Optional[str] = None
     finished_at: datetime = Field(default_factory=utcnow)
 
 

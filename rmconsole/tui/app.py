@@ -60,10 +60,23 @@ class RMConsoleApp(App[None]):
         self._reaping = False
 
     def on_mount(self) -> None:
+        from ..store import db
+
+        self._told_before = db.on_wait
+        db.on_wait = self._store_waiting  # a store operation blocked 2 s says what it waits on, on screen
         self.set_interval(1.0, self._poll_children, name="reap children")
         if self.reap_every_s is not None:
             self.set_interval(self.reap_every_s, self._reap_tick, name="reap dead runs")
             self._reap_tick()
+
+    def on_unmount(self) -> None:
+        from ..store import db
+
+        db.on_wait = getattr(self, "_told_before", db.on_wait)
+
+    def _store_waiting(self, message: str) -> None:
+        """(From the store's watcher thread.)"""
+        self.call_from_thread(self.notify, message, title="Waiting for the store", severity="warning", timeout=8)
 
     # ------------------------------------------------------------------ routing
     # The other pages are imported when first opened: the runs page starts without plotext and
@@ -204,13 +217,13 @@ class RMConsoleApp(App[None]):
 
     def _poll_children(self) -> None:
         """Reap workers this TUI started; one that exited without recording an end is failed."""
-        for run_id, returncode in self.workers_started.exited():
-            self._settle_exit(run_id, returncode)
+        for run_id, returncode, lease in self.workers_started.exited():
+            self._settle_exit(run_id, returncode, lease)
 
     @work(thread=True, group="reap", exit_on_error=False)
-    def _settle_exit(self, run_id: int, returncode: Optional[int]) -> None:
+    def _settle_exit(self, run_id: int, returncode: Optional[int], lease: Optional[store.Lease] = None) -> None:
         try:  # (after a pause: a worker that exited cleanly may still be committing its last write)
-            runner.record_exit(run_id, returncode, wait_s=0.5)
+            runner.record_exit(run_id, returncode, wait_s=0.5, lease=lease)
         except Exception:  # noqa: BLE001 - a vanished run needs no settling; a busy store is retried by reap_dead
             pass
 

@@ -24,6 +24,7 @@ import torch.nn.functional as nnf
 from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
+from ..train import check_finite as parameters_finite
 from .base import Method, Task
 from .quadratic import QuadraticPenalty, Regularised
 
@@ -134,8 +135,5 @@ def diagonal_fisher(method: Method, idx: Tensor, max_floats: int = 2 ** 25) -> l
 
 
 def check_finite(method: Method, task: Task) -> None:
-    """Stop a diverged run with a clear reason instead of consolidating NaNs."""
-    if not all(bool(torch.isfinite(p).all()) for p in method.model.parameters()):
-        raise FloatingPointError(
-            f"{method.name} diverged during task {task.index + 1} (parameters are not finite): lower "
-            f"reg_weight (now {getattr(method, 'reg_weight', '?')}) or lr (now {method.cfg.lr})")
+    """Stop a diverged run with a clear reason instead of consolidating NaNs (train.Diverged)."""
+    parameters_finite(method, task, "after its training, before consolidating")
