@@ -20,6 +20,8 @@ from conftest import REPO, rmconsole
 from rmconsole import cli, store
 from rmconsole.config import load_config
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+
 PAGE = REPO / "docs" / "troubleshooting.md"
 DEMO = "/tmp/demo"  # the folder the page's examples run in; here it is the test's tmp_path
 
@@ -124,6 +126,9 @@ def test_bad_input(case, argv, env, expected, isolated_home, tmp_path, monkeypat
     _store(tmp_path)
     monkeypatch.setenv("RMCONSOLE_DATA", str(tmp_path / "data"))
     before = _snapshot(isolated_home)
+    store_url = store.database_url()
+    if ("RMCONSOLE_HOME" in env or "RMCONSOLE_DB" in env) and "RMCONSOLE_DB" not in env:
+        monkeypatch.delenv("RMCONSOLE_DB", raising=False)  # the row is about the SQLite file in that home
     for key, value in env.items():
         monkeypatch.setenv(key, _fill(value, tmp_path, isolated_home))
     code, out, err = _main([_fill(a, tmp_path, isolated_home) for a in argv], monkeypatch, capsys)
@@ -134,12 +139,15 @@ def test_bad_input(case, argv, env, expected, isolated_home, tmp_path, monkeypat
     for key in env:
         monkeypatch.delenv(key)
     monkeypatch.setenv("RMCONSOLE_HOME", str(isolated_home))
+    if not store_url.startswith("sqlite"):
+        monkeypatch.setenv("RMCONSOLE_DB", store_url)
     assert _snapshot(isolated_home) == before  # nothing stored, nothing changed
     assert not (tmp_path / "elsewhere.db").exists()
 
 
 @pytest.mark.parametrize("argv, env, expected", [
     (["runs"], {"RMCONSOLE_DB": "postgresql://rm:secret@127.0.0.1:1/rm"}, "postgresql://rm:***@127.0.0.1:1/rm"),
+    (["runs"], {"RMCONSOLE_DB": "mysql://rm:secret@127.0.0.1:1/rm"}, "mysql://rm:***@127.0.0.1:1/rm"),
     (["run", "--set", "memory_size=5"], {}, "memory_size=5: smaller than the 10 classes"),
     (["resume", "1"], {}, "run 1 is finished: only failed or stopped runs can be resumed"),
 ])

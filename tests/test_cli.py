@@ -6,6 +6,8 @@ import pytest
 
 from conftest import SHARED_DATA, needs_mnist, rmconsole
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+
 
 def test_default_run_end_to_end(isolated_home) -> None:
     done = rmconsole("run", "--set", "epochs=4")

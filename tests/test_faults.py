@@ -26,6 +26,8 @@ from rmconsole.cl.data import load_digits
 from rmconsole.cl.loop import run_protocol
 from rmconsole.config import load_config
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+
 SETTINGS = {"epochs": 20, "threads": 1, "device": "cpu"}
 ARGS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
 

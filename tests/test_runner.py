@@ -16,6 +16,8 @@ from rmconsole import runner, store
 from rmconsole.config import load_config
 from rmconsole.runner.processes import EXIT_SUPERSEDED, StopSignal, entry_args, exit_reason, python_m
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+
 
 def _run(status: str = "running") -> int:
     _, cfg = load_config(None)

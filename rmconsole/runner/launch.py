@@ -12,6 +12,10 @@ Dead runs are found two ways: the supervisor records a worker's death at once (s
 exit code), and `reap_dead`, called by every command that lists or shows runs, catches what
 no supervisor could report: a process group killed whole, a machine that rebooted, a worker
 on another host whose heartbeat went stale.
+
+A run handed to a scheduler (`executors.py`: Slurm through submitit) has no local process:
+launching submits it, stopping cancels its job, resuming submits it again, and `reap_dead`
+asks the scheduler about it (`executors.reap_scheduled`) instead of looking for a pid.
 """
 
 from __future__ import annotations
@@ -164,9 +168,18 @@ class StartedWorkers:
 def follow_run(run_id: int, process: subprocess.Popen | None = None, poll_s: float = 0.25) -> Iterator[store.Run]:
     """The run's row every `poll_s` seconds until it ends: the last row yielded is its end. If
     `process` (the run's supervisor, started here) exits while the run is still active, its end
-    is recorded from the exit status (`record_exit`)."""
+    is recorded from the exit status (`record_exit`); a run a scheduler holds is settled by the
+    scheduler's state every few seconds (`reap_dead`)."""
+    from .executors import SCHEDULER_POLL_S, is_scheduled
+
+    asked = time.monotonic()
     while True:
         run = store.get_run(run_id)
+        if process is None and run.status in store.ACTIVE and is_scheduled(run) and \
+                time.monotonic() - asked >= SCHEDULER_POLL_S:
+            asked = time.monotonic()
+            reap_dead([run])
+            run = store.get_run(run_id)
         yield run
         if run.status not in store.ACTIVE:
             return
@@ -192,6 +205,18 @@ def _kill_group(run: store.Run) -> None:
 
 
 def reap_dead(runs: list[store.Run] | None = None) -> list[int]:
+    """Mark failed every queued or running run whose worker is gone or whose heartbeat is
+    stale (`reap_local`); runs a scheduler holds are settled by its state and their heartbeat
+    (`executors.reap_scheduled`)."""
+    from .executors import is_scheduled, reap_scheduled
+
+    runs = runs if runs is not None else store.list_runs(status=store.ACTIVE)
+    scheduled = [r for r in runs if is_scheduled(r)]
+    dead = reap_scheduled(scheduled, STALE_AFTER_S) if scheduled else []
+    return reap_local([r for r in runs if not is_scheduled(r)]) + dead
+
+
+def reap_local(runs: list[store.Run]) -> list[int]:
     """Mark failed every queued or running run whose worker is gone or whose heartbeat is stale.
 
     On this host a recorded pid that is gone is dead at once; a run with a stale heartbeat
@@ -203,7 +228,7 @@ def reap_dead(runs: list[store.Run] | None = None) -> list[int]:
     host = socket.gethostname()
     now = store.utcnow()
     dead = []
-    for run in runs if runs is not None else store.list_runs(status=store.ACTIVE):
+    for run in runs:
         if run.status not in store.ACTIVE or run.id is None:
             continue
         state = worker_state(run) if run.host == host and run.pid is not None else "remote"
@@ -230,10 +255,15 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
     ended). A run on another host cannot be signalled from here: it is marked stopped and its
     worker exits at its next heartbeat.
     """
+    from .executors import is_scheduled, stop_scheduled
+
     reap_dead([store.get_run(run_id)])
     run = store.get_run(run_id)
     if run.status not in store.ACTIVE:
         raise ValueError(f"run {run_id} is {run.status}: only queued or running runs can be stopped")
+    if is_scheduled(run):  # its job is cancelled (scancel through submitit)
+        stop_scheduled([run], grace_s)
+        return store.get_run(run_id).status
     state = worker_state(run) if run.host in (None, socket.gethostname()) else "remote"
     if state in ("remote", "other"):  # cannot (or must not) signal it: the worker obeys the store
         where = f"on {run.host}" if state == "remote" else f"(pid {run.pid}, not started by rmconsole)"
@@ -262,22 +292,26 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
 
 @dataclass
 class Launched:
-    """A run that `launch_run` stored and started."""
+    """A run that `launch_run` stored and started (or submitted: `process` None, `job_id` set)."""
 
     run_id: int
     preset: str
     config: Any
-    process: subprocess.Popen
+    process: subprocess.Popen | None
+    job_id: str | None = None
 
 
-def check_runnable(cfg: Any) -> None:
+def check_runnable(cfg: Any, scheduled: bool = False) -> None:
     """Refuse, before anything is stored, a config whose dataset files are missing or corrupt, whose
-    CUDA device is absent, or whose RMCONSOLE_HOME is not writable (one-line errors)."""
+    CUDA device is absent, or whose RMCONSOLE_HOME is not writable (one-line errors). A run for a
+    scheduler gets its device on a node, so only the dataset and the home are checked here."""
     from ..cl.catalog import verify_dataset
 
     if not cfg.download:
         verify_dataset(cfg.dataset)  # present and not corrupt
     check_home()
+    if scheduled:
+        return
     if cfg.device not in ("auto", "cpu"):  # only a CUDA device can be missing; skip importing torch otherwise
         from .worker import resolve_device
 
@@ -290,13 +324,25 @@ def check_runnable(cfg: Any) -> None:
 
 def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None = None, *, seed: int | None = None,
                device: str | None = None, sweep_id: str | None = None, gpus: int | None = None,
-               rendezvous: Any = None) -> Launched:
-    """Preset + overrides → validated config → stored run → started worker: the one path the
-    CLI's `run` and the TUI's launch screen share. A bad config, a missing dataset or an
-    unavailable device is refused (ConfigError / DatasetMissing) before anything is stored."""
-    from ..config import load_config
+               rendezvous: Any = None, executor: Any = None) -> Launched:
+    """Preset + overrides → validated config → stored run → started worker (or, with an
+    `executor` spec, a submitted job): the one path the CLI's `run` and the TUI's launch screen
+    share. A bad config, a missing dataset or an unavailable device is refused (ConfigError /
+    DatasetMissing) before anything is stored."""
+    from ..config import ConfigError, load_config
 
     name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
+    if executor is not None:
+        from .executors import check_scheduler, submit_runs
+
+        if rendezvous is not None and rendezvous.multi_node:
+            raise ConfigError("--nnodes: a multi-node run is started by hand on each node (see `rmconsole join`), "
+                              "not through --executor")
+        check_runnable(cfg, scheduled=True)
+        check_scheduler(executor)
+        run_id = store.create_run(cfg.to_dict(), name, sweep_id)
+        (job_id,) = submit_runs(executor, [run_id])
+        return Launched(run_id, name, cfg, None, job_id)
     check_runnable(cfg)
     run_id = store.create_run(cfg.to_dict(), name, sweep_id)
     return Launched(run_id, name, cfg, start_worker(run_id, rendezvous=rendezvous))
@@ -310,13 +356,21 @@ class Resumed:
     first_task: int  # the task it continues at (0-based)
     n_tasks: int | None
     from_checkpoint: bool  # False: no task had finished, it starts over
-    process: subprocess.Popen
+    process: subprocess.Popen | None  # None: submitted to a scheduler as `job_id`
+    job_id: str | None = None
 
 
-def resume_run(run_id: int, rendezvous: Any = None) -> Resumed:
+KEEP = "keep"  # resume_run's default executor: the one the run had
+
+
+def resume_run(run_id: int, rendezvous: Any = None, executor: Any = KEEP) -> Resumed:
     """Continue a failed or stopped run from its last task checkpoint: the CLI's `resume` and
-    the TUI's. Whatever would refuse it (its state, a config this version rejects, a corrupt or
-    foreign checkpoint, an unwritable RMCONSOLE_HOME) is one line before the run is touched."""
+    the TUI's. A run that ran under a scheduler is submitted to it again (`executor`: another
+    spec, or None for this machine). Whatever would refuse it (its state, a config this version
+    rejects, a corrupt or foreign checkpoint, an unwritable RMCONSOLE_HOME) is one line before
+    the run is touched."""
+    from .executors import check_scheduler, spec_of, submit_runs
+
     from ..config import build_config
     from .checkpoints import check_checkpoint, load_checkpoint
 
@@ -329,7 +383,14 @@ def resume_run(run_id: int, rendezvous: Any = None) -> Resumed:
     if checkpoint is not None:
         check_checkpoint(checkpoint, run_id, run.config)
     check_home()
+    spec = spec_of(run) if executor == KEEP else executor
+    if spec is not None:
+        check_scheduler(spec)
     if not store.requeue_run(run_id):
         raise ValueError(f"run {run_id} is {store.get_run(run_id).status} now (changed meanwhile): not resumed")
     first = int(checkpoint["task"]) + 1 if checkpoint is not None else 0
+    if spec is not None:
+        (job_id,) = submit_runs(spec, [run_id])
+        return Resumed(run_id, first, run.n_tasks, checkpoint is not None, None, job_id)
+    store.update_run(run_id, executor=None, job_id=None, job_state=None)
     return Resumed(run_id, first, run.n_tasks, checkpoint is not None, start_worker(run_id, rendezvous=rendezvous))
