@@ -70,6 +70,10 @@ def test_scoring_runs_in_share_sized_passes_with_identical_uncertainties(share, 
     torch.manual_seed(0)
     method = method_class("rm")(Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, CPU,
                                       make_augmenter(cfg, data, CPU)))
+    method.seen[:] = True  # every class exposed (as after the last task)
+    with torch.no_grad():  # large random weights: the views disagree, so u(x) tells draws apart
+        for p in method.model.parameters():
+            p.normal_(0, 1, generator=torch.Generator().manual_seed(p.numel()))
     passes: list[int] = []
     logits = method.logits
 
@@ -89,6 +93,7 @@ def test_scoring_runs_in_share_sized_passes_with_identical_uncertainties(share, 
     (u_shared, votes_shared), shared = results[1 / 8]
     assert max(alone) > 2048 and sum(alone) == 2400 * 12
     assert max(shared) <= 2048 and sum(shared) == 2400 * 12 and len(shared) > len(alone)
+    assert u_alone.unique().numel() > 3  # the views disagree: a change in the draws would show
     assert torch.equal(u_alone, u_shared) and torch.equal(votes_alone, votes_shared)
 
 
