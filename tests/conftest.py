@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -160,6 +161,29 @@ def slurm_cluster(service_folders: list[str]) -> str:
     return env["RMCONSOLE_TEST_SLURM"]
 
 
+def wait_for(predicate, timeout: float, poll: float = 0.02, what: str = "condition"):
+    """`predicate()`'s first true value, polled every `poll` s; AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def worker_process(run_id: int) -> int | None:
+    """The pid of run `run_id`'s worker on this machine (not its supervisor), found by its argv."""
+    from rmconsole.runner.processes import process_argv
+
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            argv = process_argv(int(entry)) or []
+            if argv[1:3] == ["-m", "rmconsole.runner.worker"] and argv[-1] == str(run_id):
+                return int(entry)
+    return None
+
+
 def rmconsole(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess, as a user would."""
     full_env = dict(os.environ)
@@ -167,3 +191,36 @@ def rmconsole(*args: str, env: dict[str, str] | None = None, timeout: float = 30
     full_env.setdefault("COLUMNS", "200")
     return subprocess.run([sys.executable, "-m", "rmconsole", *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------- the legs' wall times
+
+_leg_seconds: dict[str, float] = {}
+_leg_tests: dict[str, set[str]] = {}
+
+
+def _leg(item_id: str) -> str:
+    if "test_slurm.py" in item_id:
+        return "slurm"
+    return "postgresql" if "[postgresql" in item_id or "-postgresql" in item_id else "sqlite"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    leg = _leg(report.nodeid)
+    _leg_seconds[leg] = _leg_seconds.get(leg, 0.0) + report.duration
+    if report.when == "call" or report.skipped:
+        _leg_tests.setdefault(leg, set()).add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    """Each leg's wall time (setup + call + teardown of its tests) and test count, for CI's log."""
+    if not _leg_seconds:
+        return
+    terminalreporter.section("legs")
+    for leg in ("sqlite", "postgresql", "slurm"):
+        if leg in _leg_seconds:
+            stats = terminalreporter.stats
+            skipped = sum(1 for r in stats.get("skipped", []) if _leg(r.nodeid) == leg)
+            terminalreporter.write_line(f"{leg:<10} {_leg_seconds[leg]:8.1f} s  {len(_leg_tests.get(leg, ())):4d} tests"
+                                        + (f" ({skipped} skipped)" if skipped else ""))
+

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from conftest import rmconsole
+from conftest import rmconsole, wait_for, worker_process
 from rmconsole import runner, store
 from rmconsole.cl.data import load_digits
 from rmconsole.cl.loop import run_protocol
@@ -24,16 +24,6 @@ from rmconsole.runner.launch import STALE_AFTER_S
 
 SETTINGS = {"epochs": 20, "threads": 1, "device": "cpu"}
 ARGS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
-
-
-def wait_for(predicate, timeout: float, poll: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 # ---------------------------------------------------------------------------- the spec
@@ -234,19 +224,9 @@ def test_a_worker_killed_inside_a_job_is_failed_at_once(isolated_home) -> None:
     out = rmconsole("run", *ARGS, "--executor", "submitit-local", "--detach")
     run_id = int(out.stdout.strip())
     wait_for(lambda: store.get_run(run_id).status == "running", 300, what="the worker's claim")
-    worker = wait_for(lambda: X_worker_pid(run_id), 60, what="the worker process")
+    worker = wait_for(lambda: worker_process(run_id), 60, what="the worker process")
     killed = time.monotonic()
     os.kill(worker, signal.SIGKILL)
     wait_for(lambda: store.get_run(run_id).status == "failed", 30, what="failed")
     assert time.monotonic() - killed < 30
     assert store.get_run(run_id).error.startswith("worker killed by signal SIGKILL")
-
-
-def X_worker_pid(run_id: int) -> int | None:
-    """The pid of run `run_id`'s worker process on this machine, found by its argv."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            argv = X.process_argv(int(entry)) or []
-            if "rmconsole.runner.worker" in argv and argv[-1] == str(run_id):
-                return int(entry)
-    return None

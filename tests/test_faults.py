@@ -19,7 +19,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from conftest import rmconsole
+from conftest import rmconsole, wait_for
 from rmconsole import store
 from rmconsole.runner import launch
 from rmconsole.cl.data import load_digits
@@ -30,16 +30,6 @@ pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and
 
 SETTINGS = {"epochs": 20, "threads": 1, "device": "cpu"}
 ARGS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
-
-
-def wait_for(predicate, timeout: float, poll: float = 0.02, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def worker_pid(supervisor: int) -> int:

@@ -12,8 +12,6 @@ import pytest
 
 from rmconsole import report as R
 
-pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
-
 
 def make_run(run_id: int, method: str, seed: int, a_last: float | None, status: str = "finished",
              f_last: float | None = 5.0, best: float | None = None, tasks: list[float] | None = None,

@@ -19,8 +19,6 @@ from rmconsole.cl.loop import CheckpointMismatch, run_protocol
 from rmconsole.cl.methods import METHODS
 from rmconsole.config import load_config
 
-pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
-
 
 class Recorder(Reporter):
     """Keeps every outcome and every checkpoint, the latter as the bytes a worker would write."""

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 _FACE = {
     "launch": ("launch_run", "Launched", "resume_run", "Resumed", "stop_run", "reap_dead", "follow_run",
                "record_exit", "StartedWorkers", "log_path", "KEEP"),
-    "queue": ("launch_sweep", "LaunchedSweep", "stop_sweep", "SweepQueue", "DriverLock", "driver_pid"),
+    "queue": ("launch_sweep", "LaunchedSweep", "stop_sweep", "SweepQueue", "ScheduledSweep", "DriverLock", "driver_pid"),
     "sweep": ("is_sweep", "status_counts", "resolve_sweep_id", "split_values"),
     "multigpu": ("Rendezvous", "join_run"),
     "processes": ("pid_alive",),
-    "executors": ("parse_executor", "ExecutorSpec", "ScheduledSweep", "EXECUTORS"),
+    "executors": ("parse_executor", "ExecutorSpec", "EXECUTORS"),
 }
 _MODULE_OF = {name: module for module, names in _FACE.items() for name in names}
 __all__ = sorted(_MODULE_OF)
@@ -53,10 +53,10 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:  # the same names, for readers and type checkers
-    from .executors import EXECUTORS, ExecutorSpec, ScheduledSweep, parse_executor
+    from .executors import EXECUTORS, ExecutorSpec, parse_executor
     from .launch import (KEEP, Launched, Resumed, StartedWorkers, follow_run, launch_run, log_path, reap_dead,
                          record_exit, resume_run, stop_run)
     from .multigpu import Rendezvous, join_run
     from .processes import pid_alive
-    from .queue import DriverLock, LaunchedSweep, SweepQueue, driver_pid, launch_sweep, stop_sweep
+    from .queue import DriverLock, LaunchedSweep, ScheduledSweep, SweepQueue, driver_pid, launch_sweep, stop_sweep
     from .sweep import is_sweep, resolve_sweep_id, split_values, status_counts

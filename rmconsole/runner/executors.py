@@ -12,7 +12,7 @@ submitit (the library FAIR's training code uses):
 
 A scheduled run carries on its row its executor's spec (`slurm:partition=gpu,time=240`), its
 job id and the scheduler's last word on it (`PENDING (Priority)`). Whether it lives is judged by
-its heartbeat and the scheduler's state (`reap_scheduled`), never by a pid; `stop` cancels its
+its heartbeat and the scheduler's state (`scheduled_verdicts`), never by a pid; `stop` cancels its
 job (scancel, through submitit); `resume` submits it again and the worker continues from the
 last task checkpoint. Ray or Kubernetes would be one more `Executor` subclass in EXECUTORS,
 with the same three methods (submit, states, cancel).
@@ -37,7 +37,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Iterator
@@ -474,7 +474,7 @@ class RunJob:
             extra = {GPU_SHARE_ENV: repr(share)} if self.runs_per_gpu > 1 else {}
             if "OMP_NUM_THREADS" not in os.environ:
                 extra["OMP_NUM_THREADS"] = str(self.cpus_per_run)
-            from .launch import worker_command
+            from .multigpu import worker_command
 
             store.update_run(run_id, job_state=f"RUNNING (on {socket.gethostname()})")
             with open(path, "ab") as log:
@@ -568,8 +568,20 @@ def _age(at: datetime | None, now: datetime) -> float | None:
     return (now - at).total_seconds()
 
 
-def reap_scheduled(runs: list[store.Run], stale_after_s: float) -> list[int]:
-    """Settle queued/running scheduled runs by the scheduler's state and their heartbeat:
+@dataclass(frozen=True)
+class Verdict:
+    """What the scheduler's word means for one run: end it `status` for `reason`; `cancel`: the
+    (executor spec, job id) to cancel once that is recorded."""
+
+    run_id: int
+    status: str  # "failed" or "stopped"
+    reason: str
+    cancel: tuple[str, str] | None = None
+
+
+def scheduled_verdicts(runs: list[store.Run], stale_after_s: float) -> list[Verdict]:
+    """How to settle queued/running scheduled runs by the scheduler's state and their heartbeat
+    (the caller records each verdict: `launch.reap_dead`):
 
     - job waiting or live: the run stays; its job_state is refreshed (`PENDING (Priority)`); a
       running run whose heartbeat is older than `stale_after_s` is failed (its job cancelled when
@@ -579,12 +591,9 @@ def reap_scheduled(runs: list[store.Run], stale_after_s: float) -> list[int]:
       the run never recording its end): `failed`, with the scheduler's state and reason;
     - job unknown to the scheduler past UNKNOWN_GRACE_S after submission and with no fresh
       heartbeat: `failed`.
-    A scheduler that cannot be asked settles nothing but stale heartbeats. Returns the ids
-    settled."""
-    from .launch import mark_dead
-
+    A scheduler that cannot be asked settles nothing but stale heartbeats."""
     now = store.utcnow()
-    settled: list[int] = []
+    verdicts: list[Verdict] = []
     by_spec: dict[str, list[store.Run]] = {}
     for run in runs:
         if run.status in store.ACTIVE and is_scheduled(run):
@@ -600,10 +609,9 @@ def reap_scheduled(runs: list[store.Run], stale_after_s: float) -> list[int]:
             if state is None or state.waiting or state.live:
                 label = state.label() if state is not None else None
                 if beat is not None and beat > stale_after_s:
-                    if mark_dead(run.id, f"no heartbeat for {int(beat)} s ({job} {label or 'state unknown'})"):
-                        settled.append(run.id)
-                        if state is not None and not _others_live(run):
-                            executor.cancel([run.job_id])
+                    cancel = (text, run.job_id) if state is not None and not _others_live(run) else None
+                    verdicts.append(Verdict(run.id, "failed", f"no heartbeat for {int(beat)} s "
+                                                              f"({job} {label or 'state unknown'})", cancel))
                 elif label and label != run.job_state:
                     store.update_run(run.id, job_state=label)
                 continue
@@ -617,12 +625,15 @@ def reap_scheduled(runs: list[store.Run], stale_after_s: float) -> list[int]:
                 reason = f"{job} {state.label()}"
             store.update_run(run.id, job_state=state.label())
             if state.state in CANCELLED:
-                done = store.mark_stopped(run.id, f"stopped: {reason} (scancel)")
+                verdicts.append(Verdict(run.id, "stopped", f"stopped: {reason} (scancel)"))
             else:
-                done = mark_dead(run.id, reason if run.status == "running" else f"{reason} before its worker started")
-            if done:
-                settled.append(run.id)
-    return settled
+                verdicts.append(Verdict(run.id, "failed", reason if run.status == "running"
+                                        else f"{reason} before its worker started"))
+    return verdicts
+
+
+def cancel_jobs(spec_text: str, *job_ids: str) -> None:
+    executor_for(ExecutorSpec.from_text(spec_text)).cancel(list(job_ids))
 
 
 def _recently_submitted(run: store.Run, now: datetime) -> bool:
@@ -662,49 +673,3 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
         was = store.get_run(run.id).status  # type: ignore[arg-type]
         store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)" if was == "queued"  # type: ignore[arg-type]
                            else f"stopped by request ({job} cancelled)")
-
-
-@dataclass
-class ScheduledSweep:
-    """A sweep whose runs a scheduler holds, followed like a `SweepQueue` (the CLI's progress
-    bars): each step asks the scheduler and settles what ended; `stop` cancels the jobs."""
-
-    sweep_id: str
-    log: Callable[[str], None] = field(default=lambda message: None)
-    seen: dict[int, str] = field(default_factory=dict)
-    busy: dict[int, Any] = field(default_factory=dict)  # (SweepQueue's shape; the scheduler holds the slots)
-
-    def runs(self) -> list[store.Run]:
-        return store.list_runs(sweep_id=self.sweep_id)
-
-    def step(self) -> bool:
-        from .launch import reap_dead
-
-        runs = self.runs()
-        reap_dead([r for r in runs if r.status in store.ACTIVE])
-        runs = self.runs()
-        for run in runs:
-            said = f"{run.status} {run.job_state or ''}"
-            if run.id is not None and self.seen.get(run.id) != said:
-                self.seen[run.id] = said
-                metrics = run.metrics or {}
-                shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""
-                where = f" ({run.executor.split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
-                self.log(f"run {run.id} {run.status}{shown}{where}" + (f" — {run.error}" if run.error else ""))
-        return any(r.status in store.ACTIVE for r in runs)
-
-    def run(self, poll_s: float = SCHEDULER_POLL_S, on_tick: Callable[["ScheduledSweep"], None] | None = None
-            ) -> dict[str, int]:
-        from .sweep import status_counts
-
-        while True:
-            more = self.step()
-            if on_tick is not None:
-                on_tick(self)
-            if not more:
-                break
-            time.sleep(max(poll_s, SCHEDULER_POLL_S))
-        return status_counts(self.runs())
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        stop_scheduled([r for r in self.runs() if r.status in store.ACTIVE and is_scheduled(r)], grace_s)

@@ -33,6 +33,7 @@ from typing import Any, Iterator
 
 from .. import store
 from ..cl.catalog import data_root
+from .multigpu import worker_command
 from .processes import exit_reason, is_run_process, pid_alive, process_argv, python_m
 
 STALE_AFTER_S = 30.0
@@ -63,17 +64,6 @@ def check_home() -> None:
                                    f"(set RMCONSOLE_HOME to a writable folder)") from None
         if not os.access(folder, os.W_OK):
             raise store.StoreError(f"{folder} is not writable (set RMCONSOLE_HOME to a writable folder)")
-
-
-def worker_command(run_id: int, rendezvous: Any = None) -> list[str]:
-    """`python -m rmconsole.runner.worker RUN_ID`, or for a run with gpus > 1 (or several nodes)
-    the torchrun launcher of `rmconsole.runner.multigpu`."""
-    gpus = int((store.get_run(run_id).config or {}).get("gpus", 1))
-    if gpus > 1 or (rendezvous is not None and rendezvous.multi_node):
-        from .multigpu import launcher_argv
-
-        return launcher_argv(run_id, gpus, rendezvous)
-    return python_m("worker", str(run_id))
 
 
 def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvous: Any = None) -> subprocess.Popen:
@@ -208,11 +198,20 @@ def reap_dead(runs: list[store.Run] | None = None) -> list[int]:
     """Mark failed every queued or running run whose worker is gone or whose heartbeat is
     stale (`reap_local`); runs a scheduler holds are settled by its state and their heartbeat
     (`executors.reap_scheduled`)."""
-    from .executors import is_scheduled, reap_scheduled
+    from .executors import cancel_jobs, is_scheduled, scheduled_verdicts
 
     runs = runs if runs is not None else store.list_runs(status=store.ACTIVE)
     scheduled = [r for r in runs if is_scheduled(r)]
-    dead = reap_scheduled(scheduled, STALE_AFTER_S) if scheduled else []
+    dead = []
+    for verdict in scheduled_verdicts(scheduled, STALE_AFTER_S) if scheduled else []:
+        if verdict.status == "stopped":
+            recorded = bool(store.mark_stopped(verdict.run_id, verdict.reason))
+        else:
+            recorded = mark_dead(verdict.run_id, verdict.reason)
+        if recorded:
+            dead.append(verdict.run_id)
+            if verdict.cancel is not None:  # failed means not running: its job goes too
+                cancel_jobs(*verdict.cancel)
     return reap_local([r for r in runs if not is_scheduled(r)]) + dead
 
 

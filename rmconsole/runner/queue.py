@@ -30,13 +30,14 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from .. import store
 from ..config import ConfigError
 from . import launch
+from .executors import SCHEDULER_POLL_S
 from .processes import GPU_SHARE_ENV, StopSignal, pid_alive, python_m
 from .sweep import SweepPlan, plan_sweep, status_counts, store_sweep
 
@@ -260,6 +261,50 @@ class SweepQueue:
         for run in self.runs():
             if run.status == "queued" and not pid_alive(run.pid):
                 store.mark_stopped(run.id, "sweep stopped before this run started", only_from=("queued",))
+
+
+@dataclass
+class ScheduledSweep:
+    """A sweep whose runs a scheduler holds, followed like a `SweepQueue` (the CLI's progress
+    bars): each step asks the scheduler and settles what ended; `stop` cancels the jobs."""
+
+    sweep_id: str
+    log: Callable[[str], None] = field(default=lambda message: None)
+    seen: dict[int, str] = field(default_factory=dict)
+    busy: dict[int, Any] = field(default_factory=dict)  # (SweepQueue's shape; the scheduler holds the slots)
+
+    def runs(self) -> list[store.Run]:
+        return store.list_runs(sweep_id=self.sweep_id)
+
+    def step(self) -> bool:
+        runs = self.runs()
+        launch.reap_dead([r for r in runs if r.status in store.ACTIVE])
+        runs = self.runs()
+        for run in runs:
+            said = f"{run.status} {run.job_state or ''}"
+            if run.id is not None and self.seen.get(run.id) != said:
+                self.seen[run.id] = said
+                metrics = run.metrics or {}
+                shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""
+                where = f" ({run.executor.split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
+                self.log(f"run {run.id} {run.status}{shown}{where}" + (f" — {run.error}" if run.error else ""))
+        return any(r.status in store.ACTIVE for r in runs)
+
+    def run(self, poll_s: float = SCHEDULER_POLL_S, on_tick: Callable[["ScheduledSweep"], None] | None = None
+            ) -> dict[str, int]:
+        while True:
+            more = self.step()
+            if on_tick is not None:
+                on_tick(self)
+            if not more:
+                break
+            time.sleep(max(poll_s, SCHEDULER_POLL_S))
+        return status_counts(self.runs())
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        from .executors import is_scheduled, stop_scheduled
+
+        stop_scheduled([r for r in self.runs() if r.status in store.ACTIVE and is_scheduled(r)], grace_s)
 
 
 def requeue(sweep_id: str) -> list[int]:
