@@ -202,7 +202,8 @@ _leg_tests: dict[str, set[str]] = {}
 def _leg(item_id: str) -> str:
     if "test_slurm.py" in item_id:
         return "slurm"
-    return "postgresql" if "[postgresql" in item_id or "-postgresql" in item_id else "sqlite"
+    postgres = "test_postgres.py" in item_id or "[postgresql" in item_id or "-postgresql" in item_id
+    return "postgresql" if postgres else "sqlite"
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

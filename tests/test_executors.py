@@ -22,7 +22,7 @@ from rmconsole.config import ConfigError, load_config
 from rmconsole.runner import executors as X
 from rmconsole.runner.launch import STALE_AFTER_S
 
-SETTINGS = {"epochs": 20, "threads": 1, "device": "cpu"}
+SETTINGS = {"epochs": 8, "threads": 1, "device": "cpu"}
 ARGS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
 
 
@@ -85,6 +85,7 @@ class ScriptedScheduler(X.SubmititExecutor):
 @pytest.fixture
 def scripted(monkeypatch):
     monkeypatch.setitem(X.EXECUTORS, "scripted", ScriptedScheduler)
+    monkeypatch.setattr(X, "SCHEDULER_POLL_S", 0.0)  # every look asks (the scripted answers change)
     monkeypatch.setattr(ScriptedScheduler, "STATES", {})
     monkeypatch.setattr(ScriptedScheduler, "CANCELLED", [])
     return ScriptedScheduler
@@ -174,6 +175,7 @@ def test_stopping_a_run_that_shares_its_job_stops_it_through_the_store(scripted)
 
 
 # ---------------------------------------------------------------------------- through submitit, on this machine
+# (on the SQLite store: tests/test_slurm.py takes the same path on a real cluster with PostgreSQL)
 
 
 _REFERENCE: list[list[float]] = []
@@ -191,7 +193,6 @@ def uninterrupted_accuracies() -> list[float]:
     return _REFERENCE[0]
 
 
-@pytest.mark.usefixtures("store_backend")
 def test_a_submitit_job_runs_is_stopped_and_resumed_exactly(isolated_home) -> None:
     """The scheduler path end to end with submitit's LocalExecutor: the job id is recorded, the
     run is followed to its first task, `rmconsole stop` cancels the job (submitit's cancel), and
@@ -217,7 +218,6 @@ def test_a_submitit_job_runs_is_stopped_and_resumed_exactly(isolated_home) -> No
     assert shown["executor"] == "submitit-local:time=10" and shown["job_id"] == run.job_id
 
 
-@pytest.mark.usefixtures("store_backend")
 def test_a_worker_killed_inside_a_job_is_failed_at_once(isolated_home) -> None:
     """SIGKILL to the worker inside the job: its supervisor (inside the job too) records `failed`
     with the signal; the job then ends, and a resume submits a new one."""

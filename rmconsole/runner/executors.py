@@ -600,7 +600,7 @@ def scheduled_verdicts(runs: list[store.Run], stale_after_s: float) -> list[Verd
             by_spec.setdefault(run.executor, []).append(run)  # type: ignore[arg-type]
     for text, group in by_spec.items():
         executor = executor_for(ExecutorSpec.from_text(text))
-        states = executor.states(sorted({r.job_id for r in group}))  # type: ignore[misc]
+        states = _asked(text, executor, sorted({r.job_id for r in group}))  # type: ignore[misc]
         for run in group:
             assert run.id is not None and run.job_id is not None
             job = executor.describe(run.job_id)
@@ -630,6 +630,21 @@ def scheduled_verdicts(runs: list[store.Run], stale_after_s: float) -> list[Verd
                 verdicts.append(Verdict(run.id, "failed", reason if run.status == "running"
                                         else f"{reason} before its worker started"))
     return verdicts
+
+
+_ASKED: dict[tuple[str, tuple[str, ...]], tuple[float, dict[str, JobState] | None]] = {}
+
+
+def _asked(text: str, executor: Executor, job_ids: list[str]) -> dict[str, JobState] | None:
+    """The scheduler's states, asked at most every SCHEDULER_POLL_S for the same jobs: the TUI
+    reaps every second, and squeue is an RPC to a controller the whole cluster shares."""
+    key = (text, tuple(job_ids))
+    at, states = _ASKED.get(key, (-1e9, None))
+    if time.monotonic() - at >= SCHEDULER_POLL_S:
+        states = executor.states(job_ids)
+        _ASKED.clear()  # (only the latest question is worth keeping)
+        _ASKED[key] = (time.monotonic(), states)
+    return states
 
 
 def cancel_jobs(spec_text: str, *job_ids: str) -> None:
@@ -662,6 +677,12 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
             cancel.setdefault(run.executor, []).append(run.job_id)
     for text, job_ids in cancel.items():
         executor_for(ExecutorSpec.from_text(text)).cancel(job_ids)
+    _ASKED.clear()
+    for run in runs:  # a run whose worker has not claimed it yet ends here (a claim after this fails)
+        if run.job_id in {j for ids in cancel.values() for j in ids}:
+            job = executor_for(spec_of(run)).describe(run.job_id)  # type: ignore[arg-type]
+            store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)",  # type: ignore[arg-type]
+                               only_from=("queued",))
     deadline = time.monotonic() + grace_s + 5  # the worker's SIGTERM handler, or Slurm's KillWait
     pending = [r for r in runs if r.id is not None]
     while pending and time.monotonic() < deadline:
