@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="random pixels, or MNIST padded to 3x32x32 (needs RMCONSOLE_DATA) for a real accuracy")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--memory-share", type=float, default=1.0,
+                        help="this run's share of its GPU, as a worker of `--runs-per-gpu N` gets (1/N): the CUDA "
+                             "allocator is capped and the forward passes shrink")
     add_accel_options(parser)
     args = parser.parse_args(argv)
     if args.threads:
@@ -110,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
                            data.mean, data.std, crop_padding=4)
     else:
         data = synthetic_cifar(n_train, n_test)
+    if args.memory_share < 1:
+        from rmconsole.cl.accel import set_memory_share
+
+        set_memory_share(args.memory_share, device)
     reporter = TimingReporter(device)
     start = time.perf_counter()
     outcomes = run_protocol(cfg, data, device, reporter)
@@ -126,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                          "memory_size": cfg.memory_size, "epochs": cfg.epochs, "views": cfg.uncertainty_views,
                          "batch_size": cfg.batch_size, "seed": cfg.seed, "device": str(device)},
             "wall_s": wall, "phases": reporter.summary(cfg.uncertainty_views), "a_last": a_last,
+            "memory_share": args.memory_share,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30 if device.type == "cuda" else None,
             "accuracy_per_task": [o.accuracy for o in outcomes],
         }, indent=1))
     return 0

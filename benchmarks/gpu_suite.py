@@ -149,12 +149,14 @@ def part_imagenet(s: Suite, args: argparse.Namespace) -> dict:
 
 def part_slots(s: Suite, args: argparse.Namespace) -> dict:
     """N runs at once (each its own process, as a sweep's slots are), a shortened memory phase;
-    per-run wall times -> runs/hour of that workload and, scaled, of the full 256-epoch run."""
+    per-run wall times -> runs/hour of that workload and, scaled, of the full 256-epoch run. Each
+    of the N gets 1/N of the GPU, as `--runs-per-gpu N` gives its workers (the allocator capped,
+    the forward passes shrunk)."""
     rows = {}
     for n in args.slots:
         outs = [s.out / f"slot-{n}-{i}.json" for i in range(n)]
         argv = " & ".join(f"{sys.executable} {HERE / 'cifar_run.py'} --epochs {args.slots_epochs} "
-                          f"--seed {i + 1} --json {o}" for i, o in enumerate(outs)) + " & wait"
+                          f"--seed {i + 1} --memory-share {1 / n!r} --json {o}" for i, o in enumerate(outs)) + " & wait"
         code, sec = s.run(f"slots {n}", ["bash", "-c", argv], args.part_limit)
         runs = [_pop_json(o) for o in outs]
         done = [r for r in runs if r]
@@ -167,6 +169,8 @@ def part_slots(s: Suite, args: argparse.Namespace) -> dict:
                 return rest + mem * 256 / args.slots_epochs
 
             row["mean_run_s"] = sum(r["wall_s"] for r in done) / len(done)
+            peaks = [r["peak_reserved_gib"] for r in done if r.get("peak_reserved_gib") is not None]
+            row["peak_reserved_gib"] = max(peaks) if peaks else None
             row["runs_per_hour"] = len(done) * 3600 / sec
             row["projected_full_run_s"] = sum(full_run_s(r) for r in done) / len(done)
             row["projected_full_runs_per_hour"] = len(done) * 3600 / row["projected_full_run_s"]
@@ -223,11 +227,14 @@ def summary(r: dict) -> str:
                 lines.append(f"| {decode} | {name} | {p['images']:,} | {p['images_per_s']:,.0f} | {p['peak_gib']:.2f} |")
         lines.append("")
     if "slots" in parts:
-        lines += ["## (c) Runs per GPU", "", "| runs at once | finished | wall s | runs/hour (short) | "
-                  "projected full-run s | projected full runs/hour |", "|---|---|---|---|---|---|"]
+        lines += ["## (c) Runs per GPU (each with 1/N of its memory)", "",
+                  "| runs at once | finished | wall s | runs/hour (short) | projected full-run s | "
+                  "projected full runs/hour | peak reserved GiB per run |", "|---|---|---|---|---|---|---|"]
         for n, row in parts["slots"].items():
+            peak = row.get("peak_reserved_gib")
             lines.append(f"| {n} | {row['finished']} | {row['wall_s']:.0f} | {row.get('runs_per_hour', 0):.1f} | "
-                         f"{row.get('projected_full_run_s', 0):.0f} | {row.get('projected_full_runs_per_hour', 0):.1f} |")
+                         f"{row.get('projected_full_run_s', 0):.0f} | {row.get('projected_full_runs_per_hour', 0):.1f} | "
+                         f"{'—' if peak is None else f'{peak:.1f}'} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 

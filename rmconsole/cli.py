@@ -83,6 +83,13 @@ def run(
     master_port: Optional[int] = typer.Option(None, "--master-port", help="Node 0's port (torchrun's default 29500)."),
     rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
     rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id shared by the nodes of a c10d rendezvous."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="Where the runs' workers run: local (this "
+                                           "machine, the default), slurm (a job per run, through submitit), "
+                                           "submitit-local (the same job on this machine)."),
+    slurm: list[str] = typer.Option([], "--slurm", help="Job options for --executor slurm: partition=P,time=MINUTES,"
+                                    "gpus_per_run=N,cpus_per_run=N,mem_gb=G,account=A,qos=Q,constraint=C."),
+    runs_per_gpu: Optional[int] = typer.Option(None, "--runs-per-gpu", help="Runs sharing each GPU, each capped at "
+                                               "1/N of its memory (local queue: N slots per GPU; slurm: N runs per job)."),
 ) -> None:
     """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs."""
     check_count("--gpus", gpus, 1, MAX_SLOTS)
@@ -91,20 +98,25 @@ def run(
     check_count("--node-rank", node_rank, 0, MAX_SLOTS)
     check_count("--master-port", master_port, 1, 65535)
     rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
+    spec = runner.parse_executor(executor, slurm, runs_per_gpu)
     if runner.is_sweep(list(set_), seeds):
         if (gpus or 1) > 1 or rendezvous.multi_node:
             raise ConfigError("--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
                               "(--parallel slots); start multi-GPU runs one at a time")
-        run_sweep(preset, list(set_), seed, seeds, device, detach, parallel)
+        run_sweep(preset, list(set_), seed, seeds, device, detach, parallel, runs_per_gpu, spec)
         return
     launched = runner.launch_run(preset, list(set_), seed=seed, device=device, gpus=gpus,  # shared with the TUI
-                                 rendezvous=rendezvous)
+                                 rendezvous=rendezvous, executor=spec)
     run_id, name, cfg, proc = launched.run_id, launched.preset, launched.config, launched.process
     if detach:
+        if launched.job_id is not None:
+            err_console.print(f"run {run_id}: submitted as {spec.name} job {launched.job_id}", highlight=False)
         console.print(run_id)
         return
+    where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None else ""
     console.print(f"run [bold]{run_id}[/] ({name}): {cfg.method} on {cfg.dataset}, K={cfg.memory_size}, "
-                  f"{cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}; log {runner.log_path(run_id)}")
+                  f"{cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}; "
+                  f"log {runner.log_path(run_id)}")
     status = follow(run_id, proc)
     print_run(run_id)
     raise typer.Exit(0 if status == "finished" else 1)
@@ -121,6 +133,8 @@ def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
         with Progress(*columns, console=console, transient=True) as progress:
             bar = progress.add_task("run", total=None, task="—", phase="queued", rate="", eta="—")
             for run in runner.follow_run(run_id, proc, poll_s):  # records the end of a worker that died silently
+                if run.status == "queued" and run.job_state:
+                    progress.update(bar, phase=run.job_state[:13])
                 if run.task is not None:
                     progress.update(bar, total=max(run.phase_total, 1), completed=run.phase_done,
                                     task=f"{run.task + 1}/{run.n_tasks}", phase=run.phase or "",
@@ -142,22 +156,38 @@ def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
 
 
 def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seeds: Optional[str],
-              device: Optional[str], detach: bool, parallel: Optional[int]) -> None:
+              device: Optional[str], detach: bool, parallel: Optional[int], runs_per_gpu: Optional[int] = None,
+              spec: Any = None) -> None:
     """Validate every grid point, store the grid as queued runs, then drive the queue here (showing
-    progress) or, with --detach, in a queue runner process that outlives this command."""
+    progress) or, with --detach, in a queue runner process that outlives this command; with an
+    executor (--executor slurm) submit them and follow the scheduler instead."""
     launched = runner.launch_sweep(preset, pairs, seeds=seeds, seed=seed, device=device, parallel=parallel,
-                                   detach=detach)
+                                   detach=detach, runs_per_gpu=runs_per_gpu, executor=spec)
     sweep_id, ids, plan, slots, gpus = launched.sweep_id, launched.run_ids, launched.plan, launched.parallel, launched.gpus
-    line = (f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
-            f"{slots} slot(s) on {'GPUs ' + ','.join(gpus) if gpus else 'CPU'}")
-    if launched.queue_runner is not None:
-        err_console.print(f"{line}; queue runner pid {launched.queue_runner.pid}, log {launched.log_path}",
-                          highlight=False, soft_wrap=True)
-        console.print(sweep_id, highlight=False)
-        return
-    console.print(line, highlight=False)
-    with runner.DriverLock(sweep_id):
-        counts = follow_sweep(sweep_id, runner.SweepQueue(sweep_id, slots, gpus=gpus), plan)
+    if launched.executor is not None:
+        jobs = list(dict.fromkeys(launched.job_ids or []))
+        line = (f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
+                f"submitted as {len(jobs)} {spec.name} job(s) {', '.join(jobs)}" +
+                (f", {spec.runs_per_gpu} runs per job" if spec.runs_per_gpu > 1 else ""))
+        if detach:
+            err_console.print(line, highlight=False, soft_wrap=True)
+            console.print(sweep_id, highlight=False)
+            return
+        console.print(line, highlight=False)
+        counts = follow_sweep(sweep_id, runner.ScheduledSweep(sweep_id), plan)
+    else:
+        line = (f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
+                f"{slots} slot(s) on {'GPUs ' + ','.join(gpus) if gpus else 'CPU'}" +
+                (f", {launched.runs_per_gpu} per GPU" if launched.runs_per_gpu > 1 else ""))
+        if launched.queue_runner is not None:
+            err_console.print(f"{line}; queue runner pid {launched.queue_runner.pid}, log {launched.log_path}",
+                              highlight=False, soft_wrap=True)
+            console.print(sweep_id, highlight=False)
+            return
+        console.print(line, highlight=False)
+        with runner.DriverLock(sweep_id):
+            counts = follow_sweep(sweep_id, runner.SweepQueue(sweep_id, slots, gpus=gpus,
+                                                              runs_per_gpu=launched.runs_per_gpu), plan)
     summaries = [r.to_json() for r in store.find_runs(where("sweep", [sweep_id]))]
     console.print(reports.rich_table(reports.build_report(summaries)))
     console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
@@ -246,6 +276,10 @@ def print_run(run_id: int) -> None:
         k = m["topk"]
         console.print(f"top-{k}: A_last {_fmt(m.get('A_last_topk'))}  A_avg {_fmt(m.get('A_avg_topk'))}  "
                       f"F_last {_fmt(m.get('F_last_topk'))}  (the figures above are top-1)")
+    if detail.get("job_id"):  # the scheduler's word is news only while the run is active
+        active = detail["status"] in store.ACTIVE and detail.get("job_state")
+        console.print(f"{(detail.get('executor') or '').split(':')[0]} job {detail['job_id']}"
+                      + (f": {detail['job_state']}" if active else ""), highlight=False)
     if detail["error"]:
         err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
 
@@ -295,9 +329,13 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     colours = {"finished": "green", "running": "cyan", "queued": "yellow", "failed": "red", "stopped": "magenta"}
     marked = []
+    jobs = store.job_states([s["id"] for s in summaries if s["status"] == "queued"])
     for s in summaries:
         p = s["progress"]
         prog = f"task {p['task'] + 1}/{p['n_tasks']} {p['phase'] or ''}" if p["task"] is not None else ""
+        if s["id"] in jobs:  # queued at a scheduler: its job and the scheduler's word
+            executor, job_id, job_state = jobs[s["id"]]
+            prog = f"{executor} job {job_id} {job_state or ''}".strip()
         m = s["metrics"]
         table.add_row(str(s["id"]), f"[{colours[s['status']]}]{s['status']}[/]", s["preset"] or "", s["method"],
                       str(s["config"]["memory_size"]), str(s["seed"]), prog if s["status"] == "running" else "",
@@ -336,7 +374,11 @@ def print_sweep_queues(sweep_ids: list[str]) -> None:
         counts = runner.status_counts(members)
         done = sum(counts.get(k, 0) for k in ("finished", "failed", "stopped"))
         pid = runner.driver_pid(sweep_id)
-        if pid:
+        held = sorted({f"{(r.executor or '').split(':')[0]} job {r.job_id}" for r in members
+                       if r.job_id and r.status in store.ACTIVE})
+        if held:
+            driver = f"; held by the scheduler: {', '.join(held[:5])}" + (" …" if len(held) > 5 else "")
+        elif pid:
             driver = f"; queue driven by pid {pid}"
         elif counts.get("queued"):
             driver = f"; no queue runner: continue with `python -m rmconsole.runner.queue {sweep_id}`"
@@ -524,18 +566,25 @@ def resume(run_id: int = typer.Argument(..., metavar="RUN_ID", help="Run id."),
            master_addr: Optional[str] = typer.Option(None, "--master-addr", help="This node's address for the others."),
            master_port: Optional[int] = typer.Option(None, "--master-port", help="Rendezvous port."),
            rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
-           rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous.")) -> None:
+           rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous."),
+           executor: Optional[str] = typer.Option(None, "--executor", help="Resume elsewhere: local, slurm or "
+                                                  "submitit-local (default: where it ran; a Slurm run is resubmitted)."),
+           slurm: list[str] = typer.Option([], "--slurm", help="Job options with --executor slurm (as for `run`).")) -> None:
     """Continue a failed or stopped run from its last finished task."""
     check_run_id(run_id)
     check_count("--nnodes", nnodes, 1, MAX_SLOTS)
     check_count("--node-rank", node_rank, 0, MAX_SLOTS)
     check_count("--master-port", master_port, 1, 65535)
     rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
-    resumed = runner.resume_run(run_id, rendezvous)  # shared with the TUI
+    spec = runner.parse_executor(executor, slurm) if executor is not None or slurm else runner.KEEP
+    resumed = runner.resume_run(run_id, rendezvous, spec)  # shared with the TUI
+    where = f" as job {resumed.job_id}" if resumed.job_id is not None else ""
     if detach:
+        if where:
+            err_console.print(f"run {run_id}: resubmitted{where}", highlight=False)
         console.print(run_id)
         return
-    console.print(f"run {run_id}: resuming at task {resumed.first_task + 1}/{resumed.n_tasks or '?'}"
+    console.print(f"run {run_id}: resuming at task {resumed.first_task + 1}/{resumed.n_tasks or '?'}{where}"
                   + ("" if resumed.from_checkpoint else " (no checkpoint: no task had finished)"))
     status = follow(run_id, resumed.process)
     print_run(run_id)

@@ -1,12 +1,26 @@
 """Shared fixtures: a fresh store per test, the repo on PYTHONPATH for worker subprocesses,
-and the offline datasets in ../shared/data when they are there."""
+and the offline datasets in ../shared/data when they are there.
+
+The store backends. A module marked `pytestmark = pytest.mark.usefixtures("store_backend")`
+runs each of its tests twice: on the SQLite file in RMCONSOLE_HOME, and on a fresh database of
+a real PostgreSQL server (RMCONSOLE_DB). The server is CI's (`.ci/services` exports
+RMCONSOLE_TEST_PG), else a throwaway cluster this session starts with the same script; where
+none can start, the PostgreSQL tests are skipped with the reason. Slurm likewise
+(`slurm_cluster`): CI's single-node cluster (RMCONSOLE_TEST_SLURM = its partition), else one
+started here, else skipped with the reason.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -37,6 +51,139 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+SERVICES = REPO / ".ci" / "services"
+_started: dict[str, dict[str, str]] = {}  # services this session started: their env lines
+_database_numbers = itertools.count(1)
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    import shlex
+
+    env = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("export "):
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = shlex.split(value)[0] if value else ""
+    return env
+
+
+def _start_service(name: str, tmp_root: list[str]) -> dict[str, str]:
+    """Start `name` (postgres, slurm) with .ci/services once per session; its exported variables."""
+    if name not in _started:
+        folder = tempfile.mkdtemp(prefix=f"rmconsole-test-{name}-")  # not under pytest's 0700 tmp: the
+        tmp_root.append(folder)                                       # server's own user must reach it
+        subprocess.run([str(SERVICES), "start", folder, name], capture_output=True, text=True, timeout=300)
+        _started[name] = _read_env(Path(folder) / "env") if (Path(folder) / "env").exists() else {}
+    return _started[name]
+
+
+@pytest.fixture(scope="session")
+def service_folders() -> Iterator[list[str]]:
+    folders: list[str] = []
+    yield folders
+    for folder in folders:
+        subprocess.run([str(SERVICES), "stop", folder], capture_output=True, timeout=120)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(service_folders: list[str]) -> str:
+    """The URL of a PostgreSQL server's maintenance database (a user that may create databases)."""
+    url = os.environ.get("RMCONSOLE_TEST_PG")
+    if not url:
+        reason = os.environ.get("RMCONSOLE_TEST_PG_SKIP")
+        if reason:
+            pytest.skip(f"PostgreSQL: {reason}")
+        env = _start_service("postgres", service_folders)
+        url = env.get("RMCONSOLE_TEST_PG")
+        if not url:
+            pytest.skip(f"PostgreSQL: {env.get('RMCONSOLE_TEST_PG_SKIP', 'no server could be started')}")
+    return url
+
+
+def _admin(url: str):  # an autocommit engine on the server's maintenance database
+    import sqlalchemy
+
+    from rmconsole.store.db import engine_url
+
+    return sqlalchemy.create_engine(engine_url(url), isolation_level="AUTOCOMMIT", poolclass=sqlalchemy.NullPool)
+
+
+def fresh_postgres_database(server: str) -> str:
+    """A new, empty database on the server; returns its URL."""
+    from sqlalchemy.engine import make_url
+
+    name = f"rmtest_{os.getpid()}_{next(_database_numbers)}"
+    with _admin(server).connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    return make_url(server).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_postgres_database(server: str, url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    from rmconsole.store import db
+
+    db.dispose_engines()
+    with _admin(server).connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_backend(request: pytest.FixtureRequest, isolated_home: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The test's store on SQLite (the file in RMCONSOLE_HOME) or on a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield "sqlite"
+        return
+    server = request.getfixturevalue("postgres_server")
+    url = fresh_postgres_database(server)
+    monkeypatch.setenv("RMCONSOLE_DB", url)
+    try:
+        yield "postgresql"
+    finally:
+        drop_postgres_database(server, url)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(service_folders: list[str]) -> str:
+    """A Slurm partition to submit to (SLURM_CONF set when the cluster is this session's own)."""
+    partition = os.environ.get("RMCONSOLE_TEST_SLURM")
+    if partition:
+        return partition
+    reason = os.environ.get("RMCONSOLE_TEST_SLURM_SKIP")
+    if reason:
+        pytest.skip(f"Slurm: {reason}")
+    env = _start_service("slurm", service_folders)
+    if not env.get("RMCONSOLE_TEST_SLURM"):
+        pytest.skip(f"Slurm: {env.get('RMCONSOLE_TEST_SLURM_SKIP', 'no cluster could be started')}")
+    os.environ["SLURM_CONF"] = env["SLURM_CONF"]  # for this session and the processes it starts
+    return env["RMCONSOLE_TEST_SLURM"]
+
+
+def wait_for(predicate, timeout: float, poll: float = 0.02, what: str = "condition"):
+    """`predicate()`'s first true value, polled every `poll` s; AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def worker_process(run_id: int) -> int | None:
+    """The pid of run `run_id`'s worker on this machine (not its supervisor), found by its argv."""
+    from rmconsole.runner.processes import process_argv
+
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            argv = process_argv(int(entry)) or []
+            if argv[1:3] == ["-m", "rmconsole.runner.worker"] and argv[-1] == str(run_id):
+                return int(entry)
+    return None
+
+
 def rmconsole(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess, as a user would."""
     full_env = dict(os.environ)
@@ -44,3 +191,37 @@ def rmconsole(*args: str, env: dict[str, str] | None = None, timeout: float = 30
     full_env.setdefault("COLUMNS", "200")
     return subprocess.run([sys.executable, "-m", "rmconsole", *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------- the legs' wall times
+
+_leg_seconds: dict[str, float] = {}
+_leg_tests: dict[str, set[str]] = {}
+
+
+def _leg(item_id: str) -> str:
+    if "test_slurm.py" in item_id:
+        return "slurm"
+    postgres = "test_postgres.py" in item_id or "[postgresql" in item_id or "-postgresql" in item_id
+    return "postgresql" if postgres else "sqlite"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    leg = _leg(report.nodeid)
+    _leg_seconds[leg] = _leg_seconds.get(leg, 0.0) + report.duration
+    if report.when == "call" or report.skipped:
+        _leg_tests.setdefault(leg, set()).add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    """Each leg's wall time (setup + call + teardown of its tests) and test count, for CI's log."""
+    if not _leg_seconds:
+        return
+    terminalreporter.section("legs")
+    for leg in ("sqlite", "postgresql", "slurm"):
+        if leg in _leg_seconds:
+            stats = terminalreporter.stats
+            skipped = sum(1 for r in stats.get("skipped", []) if _leg(r.nodeid) == leg)
+            terminalreporter.write_line(f"{leg:<10} {_leg_seconds[leg]:8.1f} s  {len(_leg_tests.get(leg, ())):4d} tests"
+                                        + (f" ({skipped} skipped)" if skipped else ""))
+

@@ -24,6 +24,8 @@ from conftest import rmconsole
 from rmconsole import cli, store
 from rmconsole.config import load_config
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+
 DEMO = "/tmp/demo"  # the folder the page's examples run in; here it is the test's tmp_path
 
 
@@ -193,10 +195,17 @@ def _main(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
 
 @pytest.mark.parametrize("case, argv, env, exit_code, expected, verdict", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(case, argv, env, exit_code, expected, verdict, demo, isolated_home, tmp_path, monkeypatch,
-                   capsys) -> None:
+                   capsys, store_backend) -> None:
     shutil.copytree(demo, tmp_path, dirs_exist_ok=True, symlinks=True)
+    if store_backend != "sqlite":  # the demo's runs in this backend's store, with their files anew
+        for folder in ("checkpoints", "logs"):
+            shutil.rmtree(isolated_home / folder, ignore_errors=True)
+        _store(tmp_path)
     monkeypatch.setenv("RMCONSOLE_DATA", str(tmp_path / "data"))
     before = _snapshot(isolated_home)
+    store_url = store.database_url()
+    if ("RMCONSOLE_HOME" in env or "RMCONSOLE_DB" in env) and "RMCONSOLE_DB" not in env:
+        monkeypatch.delenv("RMCONSOLE_DB", raising=False)  # the row is about the SQLite file in that home
     for key, value in env.items():
         monkeypatch.setenv(key, _fill(value, tmp_path, isolated_home))
     code_, out, err = _main([_fill(a, tmp_path, isolated_home) for a in argv], monkeypatch, capsys)
@@ -208,6 +217,8 @@ def test_bad_input(case, argv, env, exit_code, expected, verdict, demo, isolated
     for key in env:
         monkeypatch.delenv(key)
     monkeypatch.setenv("RMCONSOLE_HOME", str(isolated_home))
+    if not store_url.startswith("sqlite"):
+        monkeypatch.setenv("RMCONSOLE_DB", store_url)
     assert _snapshot(isolated_home) == before  # nothing stored, nothing changed
     assert not (tmp_path / "elsewhere.db").exists()
     assert not [p for p in tmp_path.rglob("*.tmp")]  # no temporary file left behind
@@ -216,6 +227,7 @@ def test_bad_input(case, argv, env, exit_code, expected, verdict, demo, isolated
 
 @pytest.mark.parametrize("argv, env, expected", [
     (["runs"], {"RMCONSOLE_DB": "postgresql://rm:secret@127.0.0.1:1/rm"}, "postgresql://rm:***@127.0.0.1:1/rm"),
+    (["runs"], {"RMCONSOLE_DB": "mysql://rm:secret@127.0.0.1:1/rm"}, "mysql://rm:***@127.0.0.1:1/rm"),
     (["run", "--set", "memory_size=5"], {}, "memory_size=5: smaller than the 10 classes"),
     (["resume", "1"], {}, "run 1 is finished: only failed or stopped runs can be resumed"),
     (["show", "-1"], {}, "run id -1: run ids are whole numbers"),

@@ -7,6 +7,7 @@ import pytest
 from conftest import SHARED_DATA, needs_mnist, rmconsole
 
 
+@pytest.mark.usefixtures("store_backend")  # on SQLite and on PostgreSQL
 def test_default_run_end_to_end(isolated_home) -> None:
     done = rmconsole("run", "--set", "epochs=4")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -22,6 +23,7 @@ def test_default_run_end_to_end(isolated_home) -> None:
     assert (isolated_home / "logs" / "run-1.log").read_text().count("accuracy") >= 5
 
 
+@pytest.mark.usefixtures("store_backend")  # on SQLite and on PostgreSQL
 def test_detach_prints_the_id(isolated_home) -> None:
     out = rmconsole("run", "--set", "epochs=1", "--detach")
     assert out.returncode == 0 and out.stdout.strip() == "1"
@@ -43,6 +45,7 @@ def test_bad_input_one_line_no_traceback_nothing_written(isolated_home, args, fr
     assert json.loads(rmconsole("runs", "--json").stdout) == []
 
 
+@pytest.mark.usefixtures("store_backend")  # on SQLite and on PostgreSQL
 def test_missing_dataset_is_refused_before_storing(isolated_home, tmp_path) -> None:
     out = rmconsole("run", "--preset", "mnist-blurry10-online", env={"RMCONSOLE_DATA": str(tmp_path / "nothing")})
     assert out.returncode == 2 and "dataset 'mnist' not found" in out.stderr and "Traceback" not in out.stderr

@@ -20,25 +20,17 @@ import pytest
 import torch
 
 from campaign import claim
-from conftest import rmconsole
+from conftest import rmconsole, wait_for
 from rmconsole import store
 from rmconsole.runner import launch
 from rmconsole.cl.data import load_digits
 from rmconsole.cl.loop import run_protocol
 from rmconsole.config import load_config
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+
 SETTINGS = {"epochs": 20, "threads": 1, "device": "cpu"}
 ARGS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
-
-
-def wait_for(predicate, timeout: float, poll: float = 0.02, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def worker_pid(supervisor: int) -> int:

@@ -11,6 +11,8 @@ import tui_store
 from test_intransigence import _stored
 from rmconsole import store
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+
 SUMMARY_KEYS = ["id", "status", "preset", "method", "dataset", "seed", "sweep_id", "config", "metrics", "progress",
                 "created_at", "started_at", "finished_at", "heartbeat_at", "device", "error"]
 

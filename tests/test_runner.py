@@ -98,6 +98,7 @@ def test_exit_reasons() -> None:
     assert exit_reason(None) == "worker process is gone"
 
 
+@pytest.mark.usefixtures("store_backend")  # on SQLite and on PostgreSQL
 def test_record_exit_speaks_for_a_run_left_active_and_only_then() -> None:
     failed, stopped, finished = _run(), _run(), _run("finished")
     assert runner.record_exit(failed, -signal.SIGKILL)
@@ -110,6 +111,7 @@ def test_record_exit_speaks_for_a_run_left_active_and_only_then() -> None:
     assert not runner.record_exit(failed, 0)  # the first end wins
 
 
+@pytest.mark.usefixtures("store_backend")  # on SQLite and on PostgreSQL
 def test_the_supervisor_leaves_a_superseded_workers_run_alone() -> None:
     """A worker that found its run someone else's exits EXIT_SUPERSEDED and wrote nothing; its
     supervisor must not write either (the run is another worker's)."""
@@ -139,6 +141,7 @@ def test_started_workers_hand_over_each_exit_once() -> None:
     assert [e[:2] for e in started.exited()] == [(2, -signal.SIGKILL)] and not started
 
 
+@pytest.mark.usefixtures("store_backend")  # on SQLite and on PostgreSQL
 def test_follow_run_records_the_end_of_a_process_that_died_silently() -> None:
     run_id = _run("queued")
     silent = subprocess.Popen([sys.executable, "-c", "raise SystemExit(5)"])
@@ -147,6 +150,7 @@ def test_follow_run_records_the_end_of_a_process_that_died_silently() -> None:
     assert store.get_run(run_id).error.startswith("worker exited with code 5")
 
 
+@pytest.mark.usefixtures("store_backend")  # on SQLite and on PostgreSQL
 def test_stop_and_resume_refuse_a_run_in_the_wrong_state() -> None:
     finished = _run("finished")
     with pytest.raises(ValueError, match=f"run {finished} is finished: only queued or running runs can be stopped"):

@@ -1,9 +1,13 @@
 import threading
 
+import pytest
+
 from campaign import claim
 from rmconsole import store
 from rmconsole.cl.events import TaskOutcome, TaskPlan
 from rmconsole.config import load_config
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
 
 
 def _run() -> int:
@@ -11,9 +15,9 @@ def _run() -> int:
     return store.create_run(cfg.to_dict(), "digits-blurry10-online")
 
 
-def test_round_trip(isolated_home) -> None:
+def test_round_trip(isolated_home, store_backend) -> None:
     run_id = _run()
-    assert (isolated_home / "rmconsole.db").exists()
+    assert (isolated_home / "rmconsole.db").exists() == (store_backend == "sqlite")
     run = store.get_run(run_id)
     assert run.status == "queued" and run.config["memory_size"] == 200
     plans = [TaskPlan(t, 100, [2 * t, 2 * t + 1], [10] * 10, f"h{t}") for t in range(5)]
@@ -64,26 +68,23 @@ def test_concurrent_writers_lose_nothing() -> None:
     assert all(len(store.memory_snapshots(i)) == 25 for i in ids)
 
 
-def test_a_store_from_an_older_rmconsole_gets_the_new_columns(tmp_path, monkeypatch) -> None:
+def test_a_store_from_an_older_rmconsole_gets_the_new_columns() -> None:
     """Columns added to a table since a store was written are added when it is opened (additive
     migration); its rows stay and read the new column as not recorded."""
-    import sqlite3
+    import sqlalchemy
 
     from rmconsole.store import db
 
-    path = tmp_path / "old.db"
-    monkeypatch.setenv("RMCONSOLE_DB", f"sqlite:///{path}")
     store.create_run({"dataset": "digits", "method": "rm", "seed": 1}, "digits-blurry10-online")
-    db._ENGINES.clear()
-    with sqlite3.connect(path) as conn:  # as an older rmconsole left it: no `samples_per_s`, no `eta_s`
-        conn.execute("ALTER TABLE run DROP COLUMN samples_per_s")
-        conn.execute("ALTER TABLE run DROP COLUMN eta_s")
-        conn.execute("ALTER TABLE run DROP COLUMN token")  # (and before store identities and run tokens)
-        conn.execute("DROP TABLE store_identity")
+    with db.get_engine().begin() as conn:  # as an older rmconsole left it: no `samples_per_s`, no `eta_s`
+        conn.exec_driver_sql("ALTER TABLE run DROP COLUMN samples_per_s")
+        conn.exec_driver_sql("ALTER TABLE run DROP COLUMN eta_s")
+        conn.exec_driver_sql("ALTER TABLE run DROP COLUMN token")  # (and before store identities and run tokens)
+        conn.exec_driver_sql("DROP TABLE store_identity")
+    db.dispose_engines()  # a new process opens the old store
     run = store.get_run(1)
     assert run.method == "rm" and run.samples_per_s is None and run.eta_s is None and run.token is None
-    with sqlite3.connect(path) as conn:
-        names = {row[1] for row in conn.execute("PRAGMA table_info(run)")}
+    names = {c["name"] for c in sqlalchemy.inspect(db.get_engine()).get_columns("run")}
     assert {"samples_per_s", "eta_s", "token"} <= names
     assert len(store.store_id()) == 32  # an identity, given when the older store was opened
     token = store.ensure_token(1)  # a run of the older store gets a token when it is started

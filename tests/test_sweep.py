@@ -17,6 +17,8 @@ from rmconsole import store
 from rmconsole.runner import sweep
 from rmconsole.config import ConfigError
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+
 
 def test_split_values_keeps_lists_and_quotes_whole() -> None:
     assert sweep.split_values("rm,finetune") == ["rm", "finetune"]
@@ -109,21 +111,31 @@ def test_visible_gpus_and_slot_env() -> None:
 STAND_IN = """
 import json, os, sqlite3, sys, time
 run_id, out, seconds, outcome = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
-db = sqlite3.connect(os.path.join(os.environ["RMCONSOLE_HOME"], "rmconsole.db"), timeout=30, isolation_level=None)
-db.execute("UPDATE run SET status = 'running' WHERE id = ?", (run_id,))
+url = os.environ.get("RMCONSOLE_DB", "")
+if url.startswith("postgresql"):
+    import sqlalchemy
+    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1),
+                                      isolation_level="AUTOCOMMIT")
+    def execute(sql, *args):
+        with engine.connect() as conn:
+            conn.exec_driver_sql(sql.replace("?", "%s"), args)
+else:
+    execute = sqlite3.connect(os.path.join(os.environ["RMCONSOLE_HOME"], "rmconsole.db"), timeout=30,
+                              isolation_level=None).execute
+execute("UPDATE run SET status = 'running' WHERE id = ?", run_id)
 started = time.time()
 time.sleep(seconds)
 with open(os.path.join(out, f"{run_id}.json"), "w") as f:
     json.dump({"gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": started, "end": time.time()}, f)
 if outcome == "finish":
-    db.execute("UPDATE run SET status = 'finished' WHERE id = ?", (run_id,))
+    execute("UPDATE run SET status = 'finished' WHERE id = ?", run_id)
 sys.exit(0 if outcome == "finish" else 3)
 """
 
 
 def stand_in_starter(out: Path, seconds: float, crash: set[int] = frozenset()):
     """Starts a real process per run, like launch.start_worker but without training (it writes its
-    status with plain sqlite3, so that it starts in milliseconds)."""
+    status with plain sqlite3, or SQLAlchemy core on PostgreSQL, so that it starts fast)."""
     script = out / "stand_in.py"
     script.write_text(STAND_IN)
 

@@ -12,19 +12,25 @@ import time
 
 import pytest
 
-from conftest import REPO, rmconsole
+from conftest import REPO, drop_postgres_database, fresh_postgres_database, rmconsole
 from rmconsole.runner import queue as Q
 from rmconsole import store
+
 
 TINY = ["--set", "epochs=0", "--set", "n_tasks=2", "--set", "threads=1"]
 METRICS = ("A_last", "A_avg", "F_last")
 
 
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory) -> dict:
-    """One sweep of two seeds run in two parallel slots, shared by the tests below."""
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def swept(request, tmp_path_factory) -> dict:
+    """One sweep of two seeds run in two parallel slots, shared by the tests below; on a SQLite
+    store and on a PostgreSQL one."""
     home = tmp_path_factory.mktemp("sweep") / "home"
     env = {"RMCONSOLE_HOME": str(home), "PYTHONPATH": str(REPO), "RMCONSOLE_DB": ""}
+    if request.param == "postgresql":
+        server = request.getfixturevalue("postgres_server")
+        env["RMCONSOLE_DB"] = fresh_postgres_database(server)
+        request.addfinalizer(lambda: drop_postgres_database(server, env["RMCONSOLE_DB"]))
     done = rmconsole("run", "--set", "method=finetune", "--seeds", "1,2", *TINY, "--parallel", "2", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     runs = json.loads(rmconsole("runs", "--json", env=env).stdout)
@@ -99,6 +105,7 @@ def test_figures_are_written(swept, tmp_path) -> None:
         assert pixels.ndim == 3 and pixels.std() > 0.05
 
 
+@pytest.mark.usefixtures("store_backend")
 @pytest.mark.parametrize("args, fragment", [
     (["run", "--set", "method=rm,nope", "--seeds", "1,2"], "grid point 2/4 (method=nope, seed=1)"),
     (["run", "--seeds", "1,2", "--parallel", "0"], "--parallel 0"),
@@ -113,6 +120,7 @@ def test_bad_sweep_or_report_input_is_one_line_and_stores_nothing(isolated_home,
     assert json.loads(rmconsole("runs", "--json").stdout) == []
 
 
+@pytest.mark.usefixtures("store_backend")
 def test_detached_queue_runner_outlives_the_cli(isolated_home) -> None:
     out = rmconsole("run", "--set", "method=finetune", "--seeds", "3", *TINY, "--detach")
     assert out.returncode == 0, out.stderr
@@ -129,6 +137,7 @@ def test_detached_queue_runner_outlives_the_cli(isolated_home) -> None:
     assert "run 1 started in slot 1/1 on CPU" in log and f"sweep {sweep_id} done: 1 finished" in log
 
 
+@pytest.mark.usefixtures("store_backend")
 @pytest.mark.parametrize("driver", ["alive", "killed"])
 def test_stop_sweep_ends_every_run_with_or_without_its_driver(isolated_home, driver) -> None:
     """`runner.stop_sweep` from another process: a live queue runner is asked to stop (it stops

@@ -7,6 +7,8 @@ import pytest
 from rmconsole import store
 from rmconsole.config import load_config
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+
 
 def _queued() -> int:
     _, cfg = load_config(None, {})

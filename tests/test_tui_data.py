@@ -11,6 +11,8 @@ from rmconsole.config import ConfigError
 from rmconsole.tui import data, render
 from rmconsole.tui.screens.launch import preview, split_overrides
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+
 
 def test_run_rows_read_every_run_with_progress_and_metrics() -> None:
     ids = tui_store.build()

@@ -23,6 +23,31 @@ from .settings import RunSettings
 INFERENCE_PIXELS = 16384 * 3 * 32 * 32
 TRAIN_CHUNK_PIXELS = 8192 * 3 * 32 * 32  # images augmented in one batched call during training
 
+# The share of its device's memory this process may use: 1 alone on a GPU, 1/N when N runs share
+# it (`--runs-per-gpu N`). The inference budget above was set for a whole 80 GB GPU (measured: RM's
+# CIFAR scoring at 16384 images reserves about 15.8 GiB), so forward passes scale with the share:
+# 8 runs on one H100 with whole-GPU batches ran 4 of them out of memory. Only the forward passes
+# shrink: what a batch draws at random (RM's perturbed views, augmentation chunks) is drawn as for
+# a run alone on its GPU, so a run's results do not depend on how many share its GPU.
+_memory_share = 1.0
+
+
+def set_memory_share(share: float, device: torch.device | str | None = None) -> None:
+    """Give this process `share` (0 < share <= 1) of its device: inference forward passes scale
+    by it (`inference_batch`), and on a CUDA device the caching allocator is capped at that
+    fraction (`torch.cuda.set_per_process_memory_fraction`), so one run cannot starve its
+    neighbours."""
+    global _memory_share
+    if not 0 < share <= 1:
+        raise ValueError(f"memory share {share}: must be in (0, 1]")
+    _memory_share = float(share)
+    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(_memory_share, torch.device(device))
+
+
+def memory_share() -> float:
+    return _memory_share
+
 
 def bf16_supported() -> bool:
     """bf16 tensor cores (Ampere and newer); False where there is no CUDA at all."""
@@ -106,18 +131,24 @@ def pixels(shape: tuple[int, ...]) -> int:
     return max(n, 1)
 
 
-def inference_batch(shape: tuple[int, ...], device: torch.device | str = "cuda", cap: int = 16384) -> int:
+def inference_batch(shape: tuple[int, ...], device: torch.device | str = "cuda", cap: int = 16384,
+                    share: float | None = None) -> int:
     """Images per batched inference call (evaluation, scoring, features) for images of `shape`.
 
     Up to CIFAR's size this is `cap` (the spine's batch sizes, unchanged); bigger images get
     proportionally fewer, and on a CPU eight times fewer again: a bigger batch does not speed a
-    CPU up, and 4096 64x64 ResNet activations alone would need about 15 GB of RAM.
+    CPU up, and 4096 64x64 ResNet activations alone would need about 15 GB of RAM. All of it
+    scales with the process's memory share (`share`, default `memory_share()`): a run given 1/8
+    of a GPU scores CIFAR in batches of 2048, not 16384.
     """
     px = pixels(shape)
     budget = INFERENCE_PIXELS if (torch.device(device).type != "cpu" or px <= 3 * 32 * 32) else INFERENCE_PIXELS // 8
+    budget = int(budget * (memory_share() if share is None else share))
     return max(1, min(cap, budget // px))
 
 
 def train_chunk(shape: tuple[int, ...], batch: int, cap: int = 8192) -> int:
-    """Images per batched augmentation call during training (at least one batch)."""
+    """Images per batched augmentation call during training (at least one batch). Not scaled by
+    the memory share: the chunk decides the augmentation's random draws, and 8192 augmented
+    CIFAR images are a few hundred MB, not the scoring pass's gigabytes."""
     return max(batch, min(cap, TRAIN_CHUNK_PIXELS // pixels(shape)))

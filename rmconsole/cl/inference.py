@@ -29,13 +29,22 @@ def uncertainty_of(method: Learner, idx: Tensor) -> tuple[Tensor, Tensor | None]
     aug = method.setup.augmenter
     local = dist.block(idx) if dist else idx
     views = 1 if cfg.uncertainty == "none" else cfg.uncertainty_views
-    chunk_images = inference_batch(method.setup.data.image_shape, method.device)
+    # the views are drawn a whole-GPU chunk at a time whatever the run's memory share (so the
+    # draws, and the memory RM picks, do not depend on how many runs share the GPU); the forward
+    # passes over them run in share-sized batches
+    chunk_images = inference_batch(method.setup.data.image_shape, method.device, share=1.0)
+    forward = inference_batch(method.setup.data.image_shape, method.device)
     per_chunk = max(1, chunk_images // views)  # vote_uncertainty's own chunking, decoded ahead
     images_of = prefetching(train, list(local.split(per_chunk)))
+
+    def logits(x: Tensor) -> Tensor:
+        if len(x) <= forward:
+            return method.logits(accel.prepare(x))
+        return torch.cat([method.logits(accel.prepare(part)) for part in x.split(forward)])
+
     with accel.autocast():
-        u, votes = vote_uncertainty(lambda x: method.logits(accel.prepare(x)), images_of, local,
-                                    cfg.uncertainty, cfg.uncertainty_views, aug.gen, aug.test,
-                                    chunk_images=chunk_images)
+        u, votes = vote_uncertainty(logits, images_of, local, cfg.uncertainty, cfg.uncertainty_views, aug.gen,
+                                    aug.test, chunk_images=chunk_images)
     if hasattr(images_of, "close"):
         images_of.close()
     if dist:

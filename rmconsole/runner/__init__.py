@@ -15,6 +15,8 @@ The modules, each importing only those below it (processes imports none of them)
     supervise    `python -m ...supervise RUN_ID`: a worker's parent, records how it ended
     worker       `python -m ...worker RUN_ID`: trains one stored run
     dist_worker  `torchrun -m ...dist_worker RUN_ID`: one rank of a multi-GPU run
+    executors    where workers run: local processes, or a scheduler's jobs (Slurm through
+                 submitit); `RunJob` is what a job runs
     checkpoints  task checkpoints, written atomically, checksummed in the store, verified, loaded weights-only
     driver       who drives a sweep (its lock file), asked by launch and queue
     processes    process facts (liveness, whose process, exit reasons, dying with the parent)
@@ -31,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 _FACE = {
     "launch": ("launch_run", "Launched", "resume_run", "Resumed", "stop_run", "reap_dead", "follow_run",
-               "record_exit", "StartedWorkers", "log_path", "StartFailed", "describe_os_error", "shorten"),
-    "queue": ("launch_sweep", "LaunchedSweep", "stop_sweep", "SweepQueue", "DriverLock", "driver_pid"),
+               "record_exit", "StartedWorkers", "log_path", "StartFailed", "describe_os_error", "shorten", "KEEP"),
+    "queue": ("launch_sweep", "LaunchedSweep", "stop_sweep", "SweepQueue", "ScheduledSweep", "DriverLock", "driver_pid"),
     "sweep": ("is_sweep", "status_counts", "resolve_sweep_id", "split_values"),
     "multigpu": ("Rendezvous", "join_run"),
     "processes": ("pid_alive",),
+    "executors": ("parse_executor", "ExecutorSpec", "EXECUTORS"),
 }
 _MODULE_OF = {name: module for module, names in _FACE.items() for name in names}
 __all__ = sorted(_MODULE_OF)
@@ -51,9 +54,10 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:  # the same names, for readers and type checkers
-    from .launch import (Launched, Resumed, StartedWorkers, StartFailed, describe_os_error, follow_run, launch_run,
-                         log_path, reap_dead, record_exit, resume_run, shorten, stop_run)
+    from .executors import EXECUTORS, ExecutorSpec, parse_executor
+    from .launch import (KEEP, Launched, Resumed, StartedWorkers, StartFailed, describe_os_error, follow_run,
+                         launch_run, log_path, reap_dead, record_exit, resume_run, shorten, stop_run)
     from .multigpu import Rendezvous, join_run
     from .processes import pid_alive
-    from .queue import DriverLock, LaunchedSweep, SweepQueue, driver_pid, launch_sweep, stop_sweep
+    from .queue import DriverLock, LaunchedSweep, ScheduledSweep, SweepQueue, driver_pid, launch_sweep, stop_sweep
     from .sweep import is_sweep, resolve_sweep_id, split_values, status_counts

@@ -12,6 +12,10 @@ Dead runs are found two ways: the supervisor records a worker's death at once (s
 exit code), and `reap_dead`, called by every command that lists or shows runs, catches what
 no supervisor could report: a process group killed whole, a machine that rebooted, a worker
 on another host whose heartbeat went stale.
+
+A run handed to a scheduler (`executors.py`: Slurm through submitit) has no local process:
+launching submits it, stopping cancels its job, resuming submits it again, and `reap_dead`
+asks the scheduler about it (`executors.reap_scheduled`) instead of looking for a pid.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any, Iterator, NamedTuple
 
 from .. import store
 from ..cl.catalog import data_root
+from .multigpu import worker_command
 from .processes import exit_reason, is_run_process, pid_alive, process_argv, python_m
 
 STALE_AFTER_S = 30.0
@@ -67,17 +72,6 @@ def check_home() -> None:
                                    f"(set RMCONSOLE_HOME to a writable folder)") from None
         if not os.access(folder, os.W_OK):
             raise store.StoreError(f"{folder} is not writable (set RMCONSOLE_HOME to a writable folder)")
-
-
-def worker_command(run_id: int, rendezvous: Any = None) -> list[str]:
-    """`python -m rmconsole.runner.worker RUN_ID`, or for a run with gpus > 1 (or several nodes)
-    the torchrun launcher of `rmconsole.runner.multigpu`."""
-    gpus = int((store.get_run(run_id).config or {}).get("gpus", 1))
-    if gpus > 1 or (rendezvous is not None and rendezvous.multi_node):
-        from .multigpu import launcher_argv
-
-        return launcher_argv(run_id, gpus, rendezvous)
-    return python_m("worker", str(run_id))
 
 
 class StartFailed(Exception):
@@ -232,9 +226,18 @@ class StartedWorkers:
 def follow_run(run_id: int, process: subprocess.Popen | None = None, poll_s: float = 0.25) -> Iterator[store.Run]:
     """The run's row every `poll_s` seconds until it ends: the last row yielded is its end. If
     `process` (the run's supervisor, started here) exits while the run is still active, its end
-    is recorded from the exit status (`record_exit`)."""
+    is recorded from the exit status (`record_exit`); a run a scheduler holds is settled by the
+    scheduler's state every few seconds (`reap_dead`)."""
+    from .executors import SCHEDULER_POLL_S, is_scheduled
+
+    asked = time.monotonic()
     while True:
         run = store.get_run(run_id)
+        if process is None and run.status in store.ACTIVE and is_scheduled(run) and \
+                time.monotonic() - asked >= SCHEDULER_POLL_S:
+            asked = time.monotonic()
+            reap_dead([run])
+            run = store.get_run(run_id)
         yield run
         if run.status not in store.ACTIVE:
             return
@@ -260,6 +263,31 @@ def _kill_group(run: store.Run) -> None:
 
 
 def reap_dead(runs: list[store.Run] | None = None, busy_s: float | None = None) -> list[int]:
+    """Mark failed every queued or running run whose worker is gone or whose heartbeat is
+    stale (`reap_local`); runs a scheduler holds are settled by its state and their heartbeat
+    (`executors.reap_scheduled`). `busy_s`: wait at most this long for the store's write lock
+    (StoreLocked after that), for a command that only reads."""
+    if busy_s is not None:
+        with store.impatient(busy_s):
+            return reap_dead(runs)
+    from .executors import cancel_jobs, is_scheduled, scheduled_verdicts
+
+    runs = runs if runs is not None else store.list_runs(status=store.ACTIVE)
+    scheduled = [r for r in runs if is_scheduled(r)]
+    dead = []
+    for verdict in scheduled_verdicts(scheduled, STALE_AFTER_S) if scheduled else []:
+        if verdict.status == "stopped":
+            recorded = bool(store.mark_stopped(verdict.run_id, verdict.reason))
+        else:
+            recorded = mark_dead(verdict.run_id, verdict.reason)
+        if recorded:
+            dead.append(verdict.run_id)
+            if verdict.cancel is not None:  # failed means not running: its job goes too
+                cancel_jobs(*verdict.cancel)
+    return reap_local([r for r in runs if not is_scheduled(r)]) + dead
+
+
+def reap_local(runs: list[store.Run]) -> list[int]:
     """Mark failed every queued or running run whose worker is gone or whose heartbeat is stale.
 
     On this host a recorded pid that is gone is dead at once; a run with a stale heartbeat
@@ -267,16 +295,11 @@ def reap_dead(runs: list[store.Run] | None = None, busy_s: float | None = None) 
     program). A stale worker of ours still alive here is killed first, so `failed` always means
     not running and a resume never races a second worker; a worker elsewhere (or one we do not
     recognise, which we never signal) sees the new status at its next heartbeat and exits.
-    `busy_s`: wait at most this long for the store's write lock (StoreLocked after that), for a
-    command that only reads.
     """
-    if busy_s is not None:
-        with store.impatient(busy_s):
-            return reap_dead(runs)
     host = socket.gethostname()
     now = store.utcnow()
     dead = []
-    for run in runs if runs is not None else store.list_runs(status=store.ACTIVE):
+    for run in runs:
         if run.status not in store.ACTIVE or run.id is None:
             continue
         state = worker_state(run) if run.host == host and run.pid is not None else "remote"
@@ -310,6 +333,8 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
     ended). A run on another host cannot be signalled from here: it is marked stopped and its
     worker exits at its next heartbeat.
     """
+    from .executors import is_scheduled, stop_scheduled
+
     reap_dead([store.get_run(run_id)])
     run = store.get_run(run_id)
     if run.status not in store.ACTIVE:
@@ -323,6 +348,9 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
             pass
         return store.get_run(run_id).status
 
+    if is_scheduled(run):  # its job is cancelled (scancel through submitit)
+        stop_scheduled([run], grace_s)
+        return store.get_run(run_id).status
     state = worker_state(run) if run.host in (None, socket.gethostname()) else "remote"
     if state in ("remote", "other"):  # cannot (or must not) signal it: the worker obeys the store
         where = f"on {run.host}" if state == "remote" else f"(pid {run.pid}, not started by rmconsole)"
@@ -348,22 +376,26 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
 
 @dataclass
 class Launched:
-    """A run that `launch_run` stored and started."""
+    """A run that `launch_run` stored and started (or submitted: `process` None, `job_id` set)."""
 
     run_id: int
     preset: str
     config: Any
-    process: subprocess.Popen
+    process: subprocess.Popen | None
+    job_id: str | None = None
 
 
-def check_runnable(cfg: Any) -> None:
+def check_runnable(cfg: Any, scheduled: bool = False) -> None:
     """Refuse, before anything is stored, a config whose dataset files are missing or corrupt, whose
-    CUDA device is absent, or whose RMCONSOLE_HOME is not writable (one-line errors)."""
+    CUDA device is absent, or whose RMCONSOLE_HOME is not writable (one-line errors). A run for a
+    scheduler gets its device on a node, so only the dataset and the home are checked here."""
     from ..cl.catalog import verify_dataset
 
     if not cfg.download:
         verify_dataset(cfg.dataset)  # present and not corrupt
     check_home()
+    if scheduled:
+        return
     if cfg.device not in ("auto", "cpu"):  # only a CUDA device can be missing; skip importing torch otherwise
         from .worker import resolve_device
 
@@ -376,13 +408,25 @@ def check_runnable(cfg: Any) -> None:
 
 def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None = None, *, seed: int | None = None,
                device: str | None = None, sweep_id: str | None = None, gpus: int | None = None,
-               rendezvous: Any = None) -> Launched:
-    """Preset + overrides → validated config → stored run → started worker: the one path the
-    CLI's `run` and the TUI's launch screen share. A bad config, a missing dataset or an
-    unavailable device is refused (ConfigError / DatasetMissing) before anything is stored."""
-    from ..config import load_config
+               rendezvous: Any = None, executor: Any = None) -> Launched:
+    """Preset + overrides → validated config → stored run → started worker (or, with an
+    `executor` spec, a submitted job): the one path the CLI's `run` and the TUI's launch screen
+    share. A bad config, a missing dataset or an unavailable device is refused (ConfigError /
+    DatasetMissing) before anything is stored."""
+    from ..config import ConfigError, load_config
 
     name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
+    if executor is not None:
+        from .executors import check_scheduler, submit_runs
+
+        if rendezvous is not None and rendezvous.multi_node:
+            raise ConfigError("--nnodes: a multi-node run is started by hand on each node (see `rmconsole join`), "
+                              "not through --executor")
+        check_runnable(cfg, scheduled=True)
+        check_scheduler(executor)
+        run_id = store.create_run(cfg.to_dict(), name, sweep_id)
+        (job_id,) = submit_runs(executor, [run_id])
+        return Launched(run_id, name, cfg, None, job_id)
     check_runnable(cfg)
     run_id = store.create_run(cfg.to_dict(), name, sweep_id, owner_pid=os.getpid())  # dead with us until started
     return Launched(run_id, name, cfg, start_worker(run_id, rendezvous=rendezvous))
@@ -396,15 +440,23 @@ class Resumed:
     first_task: int  # the task it continues at (0-based)
     n_tasks: int | None
     from_checkpoint: bool  # False: no task had finished, it starts over
-    process: subprocess.Popen
+    process: subprocess.Popen | None  # None: submitted to a scheduler as `job_id`
+    job_id: str | None = None
 
 
-def resume_run(run_id: int, rendezvous: Any = None) -> Resumed:
+KEEP = "keep"  # resume_run's default executor: the one the run had
+
+
+def resume_run(run_id: int, rendezvous: Any = None, executor: Any = KEEP) -> Resumed:
     """Continue a failed or stopped run from its last task checkpoint: the CLI's `resume` and
-    the TUI's. Whatever would refuse it (its state, a config this version rejects, a missing or
-    corrupt dataset, an absent device, a corrupt, changed or foreign checkpoint, an unwritable
-    RMCONSOLE_HOME) is one line before the run is touched, so its recorded error stays. A queued
-    run that nobody will start (a sweep's, with no queue runner) is started here too."""
+    the TUI's. A run that ran under a scheduler is submitted to it again (`executor`: another
+    spec, or None for this machine). Whatever would refuse it (its state, a config this version
+    rejects, a missing or corrupt dataset, an absent device, a corrupt, changed or foreign
+    checkpoint, an unwritable RMCONSOLE_HOME) is one line before the run is touched, so its
+    recorded error stays. A queued run that nobody will start (a sweep's, with no queue runner)
+    is started here too."""
+    from .executors import check_scheduler, spec_of, submit_runs
+
     from ..config import build_config
     from .checkpoints import check_checkpoint, load_checkpoint
 
@@ -419,10 +471,17 @@ def resume_run(run_id: int, rendezvous: Any = None) -> Resumed:
     if checkpoint is not None:
         check_checkpoint(checkpoint, run_id, run.config)
     check_log(run_id)
+    spec = spec_of(run) if executor == KEEP else executor
+    if spec is not None:
+        check_scheduler(spec)
     only_from = ("queued",) if orphan else ("failed", "stopped")
     if not store.requeue_run(run_id, only_from, owner_pid=os.getpid(), owner_host=socket.gethostname()):
         raise ValueError(f"run {run_id} is {store.get_run(run_id).status} now (changed meanwhile): not resumed")
     first = int(checkpoint["task"]) + 1 if checkpoint is not None else 0
+    if spec is not None:
+        (job_id,) = submit_runs(spec, [run_id])
+        return Resumed(run_id, first, run.n_tasks, checkpoint is not None, None, job_id)
+    store.update_run(run_id, executor=None, job_id=None, job_state=None)
     return Resumed(run_id, first, run.n_tasks, checkpoint is not None, start_worker(run_id, rendezvous=rendezvous))
 
 

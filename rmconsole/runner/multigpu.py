@@ -89,6 +89,17 @@ def torchrun_argv(run_id: int, nproc: int, rendezvous: Rendezvous | None = None)
             *(rendezvous or Rendezvous()).args(), "-m", f"{PACKAGE}.dist_worker", str(run_id)]
 
 
+def worker_command(run_id: int, rendezvous: Rendezvous | None = None) -> list[str]:
+    """What a run's supervisor starts: `python -m rmconsole.runner.worker RUN_ID`, or for a run
+    with gpus > 1 (or several nodes) this module's torchrun launcher."""
+    from .. import store
+
+    gpus = int((store.get_run(run_id).config or {}).get("gpus", 1))
+    if gpus > 1 or (rendezvous is not None and rendezvous.multi_node):
+        return launcher_argv(run_id, gpus, rendezvous)
+    return python_m("worker", str(run_id))
+
+
 def launcher_argv(run_id: int, nproc: int, rendezvous: Rendezvous | None = None) -> list[str]:
     """What `launch.start_worker` runs for a multi-process run: this module's launcher."""
     return python_m("multigpu", str(run_id), "--", *torchrun_argv(run_id, nproc, rendezvous)[3:])

@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 PACKAGE = __name__.rpartition(".")[0]  # "rmconsole.runner"
 EXIT_SUPERSEDED = 3  # a worker that found its run owned or ended by someone else: it wrote nothing
 SUPERVISOR_PID_ENV = "RMCONSOLE_SUPERVISOR_PID"  # set by the supervisor for its child
+GPU_SHARE_ENV = "RMCONSOLE_GPU_SHARE"  # the share of its device a worker may use (1/N: --runs-per-gpu N)
 
 # A run's own process (`run.pid`) is its supervisor, or a worker started without one. Runs
 # started before the runner package existed carry the old flat module names in their argv

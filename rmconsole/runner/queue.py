@@ -13,7 +13,12 @@ One driver per sweep: it holds an exclusive lock on RMCONSOLE_HOME/sweeps/ID.loc
 pid inside), released by the kernel however the driver ends. Workers are the same
 `python -m rmconsole.runner.worker RUN_ID` processes a single run uses (launch.start_worker); slot i
 gets GPU i (of the visible ones, through CUDA_VISIBLE_DEVICES) unless the run pins `cuda:N`
-or uses the CPU.
+or uses the CPU. With --runs-per-gpu N there are N slots per GPU (slot i gets GPU i mod G, so
+runs spread over the GPUs before they pack), and each worker gets 1/N of its GPU's memory
+(RMCONSOLE_GPU_SHARE: the CUDA allocator is capped, inference forward passes shrink).
+
+A sweep submitted to a scheduler (`--executor slurm`) has no queue here: the scheduler is the
+queue (`executors.ScheduledSweep` follows it), and a queue runner leaves its runs alone.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
@@ -33,7 +38,8 @@ from .. import store
 from ..config import ConfigError
 from . import launch
 from .driver import driver_pid, lock_path  # noqa: F401  (driver_pid: part of the face)
-from .processes import StopSignal, pid_alive, python_m
+from .executors import SCHEDULER_POLL_S
+from .processes import GPU_SHARE_ENV, StopSignal, pid_alive, python_m
 from .sweep import SweepPlan, plan_sweep, status_counts, store_sweep
 
 Starter = Callable[[int, Optional[dict]], Any]
@@ -67,16 +73,19 @@ def visible_gpus(env: Mapping[str, str] | None = None) -> list[str]:
         return []
 
 
-def default_parallel(gpus: list[str]) -> int:
-    """One slot per visible GPU; one on a CPU-only machine."""
-    return max(1, len(gpus))
+def default_parallel(gpus: list[str], runs_per_gpu: int = 1) -> int:
+    """`runs_per_gpu` slots per visible GPU; `runs_per_gpu` on a CPU-only machine."""
+    return max(1, len(gpus)) * runs_per_gpu
 
 
-def slot_env(slot: int, gpus: list[str], device: str) -> dict[str, str]:
-    """The environment that gives slot `slot` its own GPU (nothing for CPU or pinned runs)."""
+def slot_env(slot: int, gpus: list[str], device: str, runs_per_gpu: int = 1) -> dict[str, str]:
+    """The environment that gives slot `slot` its GPU (nothing for CPU or pinned runs): GPU
+    `slot mod G`, so with N slots per GPU (`runs_per_gpu`) each GPU holds at most N runs, each
+    told to use 1/N of its memory (also on the CPU path, whose batches scale the same way)."""
+    env = {GPU_SHARE_ENV: repr(1.0 / runs_per_gpu)} if runs_per_gpu > 1 else {}
     if not gpus or device == "cpu" or device.startswith("cuda:"):
-        return {}
-    return {"CUDA_VISIBLE_DEVICES": gpus[slot % len(gpus)]}
+        return env
+    return {"CUDA_VISIBLE_DEVICES": gpus[slot % len(gpus)], **env}
 
 
 # ---------------------------------------------------------------------- the driver lock
@@ -134,10 +143,14 @@ class SweepQueue:
     is how a worker is started (launch.start_worker; tests may pass their own)."""
 
     def __init__(self, sweep_id: str, parallel: int | None = None, gpus: list[str] | None = None,
-                 start: Starter | None = None, log: Callable[[str], None] | None = None) -> None:
+                 start: Starter | None = None, log: Callable[[str], None] | None = None,
+                 runs_per_gpu: int = 1) -> None:
         self.sweep_id = sweep_id
         self.gpus = visible_gpus() if gpus is None else list(gpus)
-        self.parallel = parallel or default_parallel(self.gpus)
+        if runs_per_gpu < 1:
+            raise ValueError(f"--runs-per-gpu {runs_per_gpu}: must be at least 1")
+        self.runs_per_gpu = runs_per_gpu
+        self.parallel = parallel or default_parallel(self.gpus, runs_per_gpu)
         if self.parallel < 1:
             raise ValueError(f"--parallel {self.parallel}: must be at least 1")
         self.start = start or launch.start_worker
@@ -146,7 +159,10 @@ class SweepQueue:
         self.launched: set[int] = set()
 
     def runs(self) -> list[store.Run]:
-        return store.list_runs(sweep_id=self.sweep_id)
+        """The sweep's runs this queue may start or wait for (not those a scheduler holds)."""
+        from .executors import is_scheduled
+
+        return [r for r in store.list_runs(sweep_id=self.sweep_id) if not is_scheduled(r)]
 
     def _ours(self) -> set[int]:
         return {run_id for run_id, _ in self.busy.values()}
@@ -181,12 +197,15 @@ class SweepQueue:
                 pending.remove(run)
                 continue
             device = str(run.config.get("device", "auto"))
-            env = slot_env(slot, self.gpus, device)
+            env = slot_env(slot, self.gpus, device, self.runs_per_gpu)
             proc = self.start(run.id, env or None)
             self.busy[slot] = (run.id, proc)
             self.launched.add(run.id)
             pending.remove(run)
-            where = f"GPU {env['CUDA_VISIBLE_DEVICES']}" if env else "CPU" if device == "cpu" or not self.gpus else device
+            where = f"GPU {env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else \
+                "CPU" if device == "cpu" or not self.gpus else device
+            if GPU_SHARE_ENV in env:
+                where += f" (1/{self.runs_per_gpu} of its memory)"
             self.log(f"run {run.id} started in slot {slot + 1}/{self.parallel} on {where} "
                      f"({run.method}, seed {run.seed}); log {launch.log_path(run.id)}")
         return bool(self.busy or pending or foreign)
@@ -225,6 +244,50 @@ class SweepQueue:
                 store.mark_stopped(run.id, "sweep stopped before this run started", only_from=("queued",))
 
 
+@dataclass
+class ScheduledSweep:
+    """A sweep whose runs a scheduler holds, followed like a `SweepQueue` (the CLI's progress
+    bars): each step asks the scheduler and settles what ended; `stop` cancels the jobs."""
+
+    sweep_id: str
+    log: Callable[[str], None] = field(default=lambda message: None)
+    seen: dict[int, str] = field(default_factory=dict)
+    busy: dict[int, Any] = field(default_factory=dict)  # (SweepQueue's shape; the scheduler holds the slots)
+
+    def runs(self) -> list[store.Run]:
+        return store.list_runs(sweep_id=self.sweep_id)
+
+    def step(self) -> bool:
+        runs = self.runs()
+        launch.reap_dead([r for r in runs if r.status in store.ACTIVE])
+        runs = self.runs()
+        for run in runs:
+            said = f"{run.status} {run.job_state or ''}"
+            if run.id is not None and self.seen.get(run.id) != said:
+                self.seen[run.id] = said
+                metrics = run.metrics or {}
+                shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""
+                where = f" ({run.executor.split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
+                self.log(f"run {run.id} {run.status}{shown}{where}" + (f" — {run.error}" if run.error else ""))
+        return any(r.status in store.ACTIVE for r in runs)
+
+    def run(self, poll_s: float = SCHEDULER_POLL_S, on_tick: Callable[["ScheduledSweep"], None] | None = None
+            ) -> dict[str, int]:
+        while True:
+            more = self.step()
+            if on_tick is not None:
+                on_tick(self)
+            if not more:
+                break
+            time.sleep(max(poll_s, SCHEDULER_POLL_S))
+        return status_counts(self.runs())
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        from .executors import is_scheduled, stop_scheduled
+
+        stop_scheduled([r for r in self.runs() if r.status in store.ACTIVE and is_scheduled(r)], grace_s)
+
+
 def requeue(sweep_id: str) -> list[int]:
     """Queue a sweep's failed and stopped runs again (workers resume from their checkpoints)."""
     return [run.id for run in store.list_runs(sweep_id=sweep_id, status=("failed", "stopped"))
@@ -235,12 +298,13 @@ def log_path(sweep_id: str) -> Path:
     return store.home() / "logs" / f"sweep-{sweep_id}.log"
 
 
-def start_queue_runner(sweep_id: str, parallel: int, gpus: list[str] | None = None) -> subprocess.Popen:
+def start_queue_runner(sweep_id: str, parallel: int, gpus: list[str] | None = None,
+                       runs_per_gpu: int = 1) -> subprocess.Popen:
     """`python -m rmconsole.runner.queue SWEEP_ID` in its own session: it outlives the CLI.
     Passing the GPUs the CLI already found spares the runner importing torch."""
     path = log_path(sweep_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    args = python_m("queue", sweep_id, "--parallel", str(parallel))
+    args = python_m("queue", sweep_id, "--parallel", str(parallel), "--runs-per-gpu", str(runs_per_gpu))
     if gpus is not None:
         args.append(f"--gpus={','.join(gpus)}")
     with open(path, "ab") as log:
@@ -259,6 +323,9 @@ class LaunchedSweep:
     parallel: int  # slots
     gpus: list[str]  # the GPUs the slots hand out
     queue_runner: subprocess.Popen | None  # the detached driver, when one was started
+    runs_per_gpu: int = 1
+    executor: Any = None  # the scheduler's spec when the runs were submitted to one (no local queue)
+    job_ids: list[str] | None = None
 
     @property
     def log_path(self) -> Path:
@@ -267,22 +334,38 @@ class LaunchedSweep:
 
 
 def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str] = None, seed: Optional[int] = None,
-                 device: Optional[str] = None, parallel: Optional[int] = None, detach: bool = False) -> LaunchedSweep:
+                 device: Optional[str] = None, parallel: Optional[int] = None, detach: bool = False,
+                 runs_per_gpu: Optional[int] = None, executor: Any = None) -> LaunchedSweep:
     """Validate every grid point and refuse what cannot run here (a missing dataset or GPU,
     gpus > 1) before anything is stored; store the grid as queued runs; with `detach` start a
-    queue runner that outlives this process (else the caller drives a `SweepQueue`)."""
+    queue runner that outlives this process (else the caller drives a `SweepQueue`). With an
+    `executor` spec the runs are submitted to its scheduler instead (one job array; the caller
+    follows an `executors.ScheduledSweep`, or nobody with `detach`)."""
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: must be at least 1")
+    if runs_per_gpu is not None and runs_per_gpu < 1:
+        raise ConfigError(f"--runs-per-gpu {runs_per_gpu}: must be at least 1")
     plan = plan_sweep(preset, pairs, seeds, seed=seed, device=device)
     if any(getattr(cfg, "gpus", 1) > 1 for cfg in plan.configs):
         raise ConfigError("gpus: a sweep runs one GPU per run (--parallel slots); start multi-GPU runs one at a time")
     for cfg in plan.configs:  # a missing dataset or GPU refuses the sweep before anything is stored
-        launch.check_runnable(cfg)
+        launch.check_runnable(cfg, scheduled=executor is not None)
+    if executor is not None:
+        from .executors import check_scheduler, submit_runs
+
+        if parallel is not None:
+            raise ConfigError(f"--parallel applies to the local queue: with --executor {executor.name} "
+                              f"the scheduler runs the jobs (pack runs with --runs-per-gpu)")
+        check_scheduler(executor)
+        sweep_id, ids = store_sweep(plan)
+        job_ids = submit_runs(executor, ids)
+        return LaunchedSweep(sweep_id, ids, plan, len(set(job_ids)), [], None, executor.runs_per_gpu, executor, job_ids)
     gpus = visible_gpus()
-    slots = parallel or default_parallel(gpus)
+    per_gpu = runs_per_gpu or 1
+    slots = parallel or default_parallel(gpus, per_gpu)
     sweep_id, ids = store_sweep(plan)
-    runner = start_queue_runner(sweep_id, slots, gpus) if detach else None
-    return LaunchedSweep(sweep_id, ids, plan, slots, gpus, runner)
+    runner = start_queue_runner(sweep_id, slots, gpus, per_gpu) if detach else None
+    return LaunchedSweep(sweep_id, ids, plan, slots, gpus, runner, per_gpu)
 
 
 def stop_sweep(sweep_id: str, grace_s: float = 10.0) -> dict[str, int]:
@@ -290,6 +373,11 @@ def stop_sweep(sweep_id: str, grace_s: float = 10.0) -> dict[str, int]:
     driving it) gets SIGTERM and stops its own workers; whatever is still active afterwards (no
     driver, or one that died) is stopped here, queued runs included. Finished tasks stay
     stored. Returns the runs per status."""
+    from .executors import is_scheduled, stop_scheduled
+
+    scheduled = [r for r in store.list_runs(sweep_id=sweep_id, status=store.ACTIVE) if is_scheduled(r)]
+    if scheduled:  # their jobs, all cancelled at once (scancel)
+        stop_scheduled(scheduled, grace_s)
     pid = driver_pid(sweep_id)
     if pid is not None and pid > 0 and pid != os.getpid():
         try:
@@ -317,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweep_id")
     parser.add_argument("--parallel", type=int, default=None, help="slots (default: one per visible GPU, 1 on CPU)")
     parser.add_argument("--retry", action="store_true", help="queue failed and stopped runs again first")
+    parser.add_argument("--runs-per-gpu", type=int, default=1, help="slots sharing each GPU, each with 1/N of its memory")
     parser.add_argument("--gpus", default=None, help="GPU ids to hand out, comma-separated ('' for none; "
                                                      "default: the visible ones)")
     args = parser.parse_args(argv)
@@ -336,9 +425,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.retry:
                 log(f"queued again: {requeue(args.sweep_id) or 'nothing'}")
             gpus = None if args.gpus is None else [g.strip() for g in args.gpus.split(",") if g.strip()]
-            queue = SweepQueue(args.sweep_id, args.parallel, gpus=gpus, log=log)
+            queue = SweepQueue(args.sweep_id, args.parallel, gpus=gpus, log=log, runs_per_gpu=args.runs_per_gpu)
             log(f"sweep {args.sweep_id}: driving with {queue.parallel} slot(s), pid {os.getpid()}, "
-                f"GPUs {','.join(queue.gpus) or 'none'}")
+                f"GPUs {','.join(queue.gpus) or 'none'}" +
+                (f", {queue.runs_per_gpu} runs per GPU" if queue.runs_per_gpu > 1 else ""))
             try:
                 queue.run()
             except SweepStopped:

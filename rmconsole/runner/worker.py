@@ -37,7 +37,7 @@ from ..cl.events import Reporter, TaskOutcome, TaskPlan
 from ..cl.loop import CheckpointMismatch, run_protocol
 from ..cl.train import Diverged
 from ..config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
-from .processes import EXIT_SUPERSEDED, StopSignal, die_with_supervisor, entry_args, supervisor_pid
+from .processes import EXIT_SUPERSEDED, GPU_SHARE_ENV, StopSignal, die_with_supervisor, entry_args, supervisor_pid
 from .. import store
 
 HEARTBEAT_S = 1.0
@@ -264,6 +264,15 @@ def train(run_id: int) -> str:
     run = store.get_run(run_id)
     cfg = build_config(run.config)
     device = resolve_device(cfg.device)
+    share = memory_share_from_env()
+    if share < 1:  # --runs-per-gpu N: this worker's share of its device
+        from ..cl.accel import inference_batch, set_memory_share
+
+        set_memory_share(share, device)
+        print(f"memory share {share:.3g} of {device}"
+              + (" (CUDA allocator capped)" if device.type == "cuda" else "")
+              + f": inference forward passes of up to {inference_batch((3, 32, 32), device)} CIFAR-sized images",
+              flush=True)
     fields = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
                   git_commit=git_commit(), started_at=store.utcnow(), heartbeat_at=store.utcnow(), error=None,
                   finished_at=None)
@@ -297,6 +306,20 @@ def train(run_id: int) -> str:
                             heartbeat_at=store.utcnow()):
         raise Superseded(store.get_run(run_id).status)
     return "finished"
+
+
+def memory_share_from_env() -> float:
+    """RMCONSOLE_GPU_SHARE (set by a queue slot or a job packing N runs per GPU), else 1."""
+    raw = os.environ.get(GPU_SHARE_ENV, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        share = float(raw)
+    except ValueError:
+        raise ConfigError(f"{GPU_SHARE_ENV}={raw!r}: expected a fraction in (0, 1]") from None
+    if not 0 < share <= 1:
+        raise ConfigError(f"{GPU_SHARE_ENV}={raw!r}: expected a fraction in (0, 1]")
+    return share
 
 
 def _one_line(message: str, limit: int = 500) -> str:

@@ -13,7 +13,8 @@ from .db import (
 )
 from .filters import FilterError, RunFilter, parse_run_filter
 from .queries import (
-    RunParts, UnknownRun, accuracy_curves, checkpoint_checksums, count_runs, store_id, find_runs, get_run, joint_accuracy, joint_run, list_runs,
+    RunParts, UnknownRun, accuracy_curves, checkpoint_checksums, count_runs, store_id, find_runs, get_run, job_states,
+    joint_accuracy, joint_run, list_runs,
     memory_snapshots, run_detail, run_parts, run_record, run_records, run_statuses, run_summary, sweep_ids,
     task_results, task_streams,
 )
@@ -34,8 +35,9 @@ __all__ = [
     "ACTIVE", "JOINT_KEYS", "STATUSES", "FilterError", "JointRuns", "MemorySnapshot", "Run", "RunFilter", "RunParts",
     "RunRecord", "StoreError", "TaskResult", "TaskStream", "Transition", "UnknownRun", "accuracy_curves",
     "claim_run", "count_runs", "create_run", "create_runs", "database_url", "delete_results_from",
-    "fail_stopped_run", "find_runs", "finish_run", "get_engine", "get_run", "heartbeat", "home", "joint_accuracy",
-    "joint_differences", "joint_run", "list_runs", "mark_failed", "mark_finished", "mark_stopped", "memory_snapshots",
+    "fail_stopped_run", "find_runs", "finish_run", "get_engine", "get_run", "heartbeat", "home", "job_states",
+    "joint_accuracy", "joint_differences", "joint_run", "list_runs", "mark_failed", "mark_finished", "mark_stopped",
+    "memory_snapshots",
     "parse_run_filter", "reading", "record_memory", "record_start", "record_task", "requeue_run", "run_detail",
     "run_parts", "run_record", "run_records", "run_statuses", "run_summary", "show_value", "shown_url", "summarize_results",
     "sweep_ids", "task_results", "task_streams", "update_run", "utcnow", "with_intransigence", "write",

@@ -1,6 +1,13 @@
 """The engine: SQLite under RMCONSOLE_HOME in WAL mode by default, any SQLAlchemy URL by
-RMCONSOLE_DB. Writes are short transactions; on SQLite they begin IMMEDIATE so that two
-writers queue on the busy timeout instead of failing with "database is locked".
+RMCONSOLE_DB (PostgreSQL through psycopg 3: `pip install 'rmconsole[postgres]'`).
+
+Writes are short transactions that behave alike on both: on SQLite they begin IMMEDIATE, so two
+writers queue on the busy timeout instead of failing with "database is locked"; on PostgreSQL
+every row a write transaction reads is locked as it is read (SELECT ... FOR UPDATE), so a guarded
+transition (read the status, then change it) queues behind another one on the same run and sees
+its outcome, and a transaction that lost a deadlock is retried from the start. On PostgreSQL
+every connection speaks UTC, and the schema is created under an advisory lock. Passwords in
+URLs are masked in every message (`shown_url`, and scrubbed from the driver's own words).
 
 Reads never need the write lock: in WAL mode readers are never blocked by a writer, and the
 schema is checked with a read first (created or extended under the write lock only when
@@ -22,6 +29,7 @@ store vanished must not make an empty one).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import sqlite3
 import sys
@@ -35,7 +43,7 @@ from typing import Callable, Iterator, Optional, TypeVar
 from urllib.parse import quote
 
 from sqlalchemy import event, inspect, select
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import (ArgumentError, DBAPIError, IntegrityError, InvalidatePoolError, OperationalError,
                             SQLAlchemyError)
 from sqlmodel import Session, SQLModel, create_engine
@@ -47,6 +55,9 @@ BUSY_TIMEOUT_S = 30.0
 WAIT_NOTICE_S = 2.0  # a store operation blocked this long says what it waits on
 SQLITE_MAX_INT = 2**63 - 1  # the largest integer a SQLite (or PostgreSQL bigint) column holds
 LEASE_ENV = "RMCONSOLE_RUN_TOKEN"  # set for a run's processes (transitions.Lease): they never create a store
+CONNECT_TIMEOUT_S = 10
+SCHEMA_LOCK_KEY = 0x726D636F6E736F6C  # "rmconsol": the advisory lock that serialises schema creation
+RETRIED_SQLSTATES = ("40001", "40P01")  # serialization failure, deadlock: retry the transaction
 
 
 class StoreError(Exception):
@@ -143,17 +154,59 @@ def _where(url: URL) -> str:
     return f"sqlite:///{path}" if path is not None else shown_url(url)
 
 
+def _password(url: str) -> str | None:
+    try:
+        password = make_url(url).password
+    except Exception:  # noqa: BLE001
+        return None
+    return str(password) if password else None
+
+
+def scrub(text: str, url: str | None = None) -> str:
+    """`text` with the password of `url` (default: the store's) masked, wherever it appears."""
+    password = _password(url or database_url())
+    return text.replace(password, "***") if password and len(password) >= 3 else text
+
+
+def engine_url(url: str | URL) -> URL:
+    """The URL SQLAlchemy is given: `postgresql://` (and Heroku's `postgres://`) name psycopg 3,
+    the driver of the `postgres` extra, unless the URL names a driver itself."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def backend(url: str | None = None) -> str:
+    """"sqlite", "postgresql", ...: the database behind `url` (default: the store's)."""
+    try:
+        return engine_url(url or database_url()).get_backend_name()
+    except Exception:  # noqa: BLE001 - an unparsable URL is refused when it is opened
+        return "unknown"
+
+
+def _missing_driver(parsed: URL, err: BaseException) -> str | None:
+    """The one line for a database whose driver is not installed (None if that is not the case)."""
+    if not isinstance(err, ImportError) and "No module named" not in str(err):
+        return None
+    if parsed.get_backend_name() == "postgresql":
+        return ("PostgreSQL needs its driver, psycopg 3, which is not installed: "
+                "pip install 'rmconsole[postgres]' (or psycopg[binary])")
+    return None
+
+
 def _hint() -> str:
     if os.environ.get("RMCONSOLE_DB"):
         return "check RMCONSOLE_DB, or unset it to use the SQLite file in RMCONSOLE_HOME"
     return "move that file away, or set RMCONSOLE_HOME to another folder"
 
 
-def _one_line(err: BaseException, limit: int = 300) -> str:
-    """The driver's own words, without SQLAlchemy's background link, on one line."""
+def _one_line(err: BaseException, url: str | URL | None = None, limit: int = 300) -> str:
+    """The driver's own words, without SQLAlchemy's background link, on one line, the password
+    masked should the driver quote it."""
     text = str(getattr(err, "orig", None) or err)
     text = text.split("(Background on this error")[0]
-    return " ".join(text.split())[:limit] or type(err).__name__
+    return scrub(" ".join(text.split())[:limit] or type(err).__name__, url)
 
 
 # ---------------------------------------------------------------------- what a blocked store waits on
@@ -322,7 +375,7 @@ def store_error(err: BaseException, url: Optional[URL] = None, doing: str = "use
         return err
     url = url if url is not None else database_url_object()
     path = sqlite_file(url)
-    text = _one_line(err)
+    text = _one_line(err, url)
     low = text.lower()
     where = _where(url)
     if "locked" in low or "busy" in low:
@@ -425,10 +478,16 @@ def get_engine(url: str | URL | None = None) -> Engine:
             _sqlite_events(engine, path)
         elif url_obj.get_backend_name() == "sqlite":
             raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: not a SQLite file ({_hint()})")
+        elif url_obj.get_backend_name() == "postgresql":
+            # every session in UTC: the store's timestamps are UTC, the server's zone may be anything
+            engine = create_engine(engine_url(url_obj), pool_pre_ping=True, connect_args={
+                "connect_timeout": CONNECT_TIMEOUT_S, "options": "-c timezone=UTC", "application_name": "rmconsole"})
         else:
-            engine = create_engine(url_obj, pool_pre_ping=True)
+            engine = create_engine(engine_url(url_obj), pool_pre_ping=True)
     except (SQLAlchemyError, ImportError, ValueError) as err:
-        raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: {_one_line(err)} ({_hint()})") from None
+        missing = _missing_driver(url_obj, err)
+        raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: {missing or _one_line(err, url_obj)} "
+                         f"({_hint()})") from None
     _ENGINE_URLS[id(engine)] = url_obj
     with _watched("write", path):
         _create_schema(engine, url_obj)
@@ -436,8 +495,17 @@ def get_engine(url: str | URL | None = None) -> Engine:
     return engine
 
 
-def engine_url(engine: Engine) -> URL:
+def _url_of(engine: Engine) -> URL:
     return _ENGINE_URLS.get(id(engine)) or engine.url
+
+
+def dispose_engines() -> None:
+    """Close every pooled connection of this process and forget the engines (a test that drops
+    its database; a process about to fork)."""
+    for engine in _ENGINES.values():
+        engine.dispose()
+    _ENGINES.clear()
+    _ENGINE_URLS.clear()
 
 
 def _schema_complete(engine: Engine) -> bool:
@@ -469,12 +537,15 @@ def _create_schema(engine: Engine, url: URL) -> None:
     bind = engine.execution_options(sqlite_begin="IMMEDIATE") if engine.dialect.name == "sqlite" else engine
     for attempt in range(10):
         try:
-            SQLModel.metadata.create_all(bind)
-            _add_missing_columns(bind)
-            _add_identity(bind)
+            with bind.begin() as conn:
+                if engine.dialect.name == "postgresql":  # DDL is transactional: a waiter sees the tables
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
+                SQLModel.metadata.create_all(conn)
+                _add_missing_columns(conn)
+                _add_identity(conn)
             return
         except OperationalError as err:
-            text = _one_line(err)
+            text = _one_line(err, url)
             if ("already exists" in text or "locked" in text or "busy" in text) and attempt < 9:
                 time.sleep(0.05 * (attempt + 1))
                 continue
@@ -487,37 +558,35 @@ def _create_schema(engine: Engine, url: URL) -> None:
             raise store_error(err, url, "open") from None
 
 
-def _add_identity(engine: Engine) -> None:
+def _add_identity(conn: Connection) -> None:
     """The store's identity row, written once when the store is created (or first opened by an
     rmconsole that knows identities): a random id that a recreated store never shares."""
-    with Session(engine) as session:
-        if session.get(StoreIdentity, 1) is None:
-            session.add(StoreIdentity(id=1, store_id=uuid.uuid4().hex))
-            session.commit()
+    table = StoreIdentity.__table__  # type: ignore[attr-defined]
+    if conn.execute(select(table.c.store_id)).first() is None:
+        conn.execute(table.insert().values(id=1, store_id=uuid.uuid4().hex))
 
 
-def _add_missing_columns(engine: Engine) -> None:
+def _add_missing_columns(conn: Connection) -> None:
     """A store written by an older rmconsole gets the columns added since (new columns are
     nullable or have a server default, so old rows read as "not recorded"). Additive only:
     nothing is renamed or dropped, so an older rmconsole can still read the store."""
     from sqlalchemy import text
     from sqlalchemy.schema import CreateColumn
 
-    with engine.begin() as conn:
-        inspector = inspect(conn)
-        for table in SQLModel.metadata.sorted_tables:
-            present = {c["name"] for c in inspector.get_columns(table.name)}
-            for column in table.columns:
-                if column.name not in present:
-                    ddl = CreateColumn(column).compile(dialect=conn.dialect)
-                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
+    inspector = inspect(conn)
+    for table in SQLModel.metadata.sorted_tables:
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present:
+                ddl = CreateColumn(column).compile(dialect=conn.dialect)
+                conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
 
 
 @contextmanager
 def reading(engine: Engine | None = None) -> Iterator[Session]:
     """A read-only session (objects stay usable after it closes); a database error is one line."""
     engine = engine or get_engine()
-    url = engine_url(engine)
+    url = _url_of(engine)
     with _watched("read", sqlite_file(url)):
         try:
             with Session(engine, expire_on_commit=False) as session:
@@ -545,13 +614,33 @@ def impatient(busy_s: float) -> Iterator[None]:
         _patience.busy_s = before
 
 
-def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int = 8,
+def _retryable(err: OperationalError) -> bool:
+    """A write that lost a race and may simply run again: SQLite locked past its busy timeout,
+    a PostgreSQL deadlock (or serialization failure)."""
+    if getattr(getattr(err, "orig", None), "sqlstate", None) in RETRIED_SQLSTATES:
+        return True
+    return "locked" in str(err) or "busy" in str(err)
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _lock_rows_read_for_writing(state) -> None:  # type: ignore[no-untyped-def]
+    """In a write session on PostgreSQL, a read of whole rows (session.get, select(Table)) locks
+    them until the transaction ends: what SQLite's one write lock gives, at row level."""
+    if not (state.session.info.get("lock_rows") and state.is_select and not state.is_relationship_load):
+        return
+    described = state.statement.column_descriptions
+    if described and all(d.get("entity") is not None and d.get("expr") is d.get("entity") for d in described):
+        state.statement = state.statement.with_for_update()
+
+
+def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int = 12,
           busy_s: float | None = None) -> T:
     """Run `fn(session)` in one short write transaction (BEGIN IMMEDIATE on SQLite), retried
     from the start if the database stays locked past the busy timeout (`busy_s`: a shorter
-    timeout for a write that may be skipped). Errors are one line (StoreError and its kinds)."""
+    timeout for a write that may be skipped; rows read are locked on PostgreSQL; a lost
+    deadlock is retried too). Errors are one line (StoreError and its kinds)."""
     engine = engine or get_engine()
-    url = engine_url(engine)
+    url = _url_of(engine)
     if getattr(_patience, "busy_s", None) is not None:
         busy_s, retries = _patience.busy_s if busy_s is None else min(busy_s, _patience.busy_s), 1
     bind = engine
@@ -561,15 +650,15 @@ def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int
     with nullcontext() if quick else _watched("write", sqlite_file(url)):
         for attempt in range(retries):
             try:
-                with Session(bind, expire_on_commit=False) as session:
+                with Session(bind, expire_on_commit=False,
+                             info={"lock_rows": engine.dialect.name == "postgresql"}) as session:
                     result = fn(session)
                     session.commit()
                     return result
             except OperationalError as err:
-                locked = "locked" in str(err) or "busy" in str(err)
-                if not locked or attempt == retries - 1:
+                if not _retryable(err) or attempt == retries - 1:
                     raise store_error(err, url, "write") from None
-                time.sleep(0.05 * 2 ** attempt)
+                time.sleep(min(0.02 * 2 ** attempt, 1.0) * (0.5 + random.random()))  # jittered: racers part
             except DBAPIError as err:
                 if isinstance(err, IntegrityError):
                     raise

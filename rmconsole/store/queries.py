@@ -238,6 +238,17 @@ def accuracy_curves(run_ids: Iterable[int]) -> dict[int, list[float]]:
     return curves
 
 
+def job_states(ids: Iterable[int]) -> dict[int, tuple[str, str, str | None]]:
+    """For the runs among `ids` that a scheduler holds: (executor name, job id, its last state)."""
+    ids = list(ids)
+    if not ids:
+        return {}
+    with reading() as session:
+        rows = session.exec(select(Run.id, Run.executor, Run.job_id, Run.job_state)
+                            .where(col(Run.id).in_(ids), col(Run.job_id).is_not(None))).all()
+    return {r[0]: ((r[1] or "").split(":")[0], r[2], r[3]) for r in rows}
+
+
 def run_detail(run_id: int) -> dict[str, Any]:
     """`show --json` shape: the summary plus one entry per task and per memory update."""
     with reading() as session:
@@ -277,6 +288,9 @@ def run_detail(run_id: int) -> dict[str, Any]:
         "host": run.host,
         "pid": run.pid,
         "log_path": run.log_path,
+        "executor": run.executor,
+        "job_id": run.job_id,
+        "job_state": run.job_state,
     })
     return detail
 

@@ -56,6 +56,11 @@ class Run(SQLModel, table=True):
     # the run's current attempt: a random token, new at every requeue, that its worker,
     # supervisor and launcher present in every transition (transitions.Lease)
     token: Optional[str] = None
+    # where it was submitted (runner/executors.py): None = a local process; else the executor's
+    # spec (e.g. "slurm:partition=gpu,time=240"), the scheduler's job id and its last word on it
+    executor: Optional[str] = None
+    job_id: Optional[str] = Field(default=None, index=True)
+    job_state: Optional[str] = None
     # live progress, written by the worker about once a second
     heartbeat_at: Optional[datetime] = None
     n_tasks: int = 0
