@@ -76,10 +76,40 @@ class RunRecord:
     i_last_joint_run: Optional[int] = None  # the joint run I_last was measured against
     a_last_best_epoch: Optional[float] = None  # the authors' test-selected figure, when recorded
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)
+    # what the user calls it
+    name: Optional[str] = None
+    tags: tuple[str, ...] = ()
+    note: Optional[str] = None
+    overrides: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)  # keys unlike the preset's
+    archived: bool = False
 
     @property
     def active(self) -> bool:
         return self.status in ACTIVE
+
+    @property
+    def partial(self) -> bool:
+        """Its metrics cover only some tasks: it has results, but not of every task (a running,
+        stopped or failed run). A partial A_last is the accuracy after task `tasks_done`, not
+        the run's final accuracy: shown as `A@3/5`, never averaged, never matched for I_last."""
+        return 0 < self.tasks_done < self.n_tasks
+
+    @property
+    def progress_mark(self) -> str:
+        """`3/5`: the tasks the metrics cover, for partial metrics."""
+        return f"{self.tasks_done}/{self.n_tasks}"
+
+    @property
+    def overrides_text(self) -> str:
+        """The overrides as the CLI writes them: `epochs=64 augment=none`."""
+        from .filters import format_value
+
+        return " ".join(f"{k}={format_value(v)}" for k, v in self.overrides.items())
+
+    @property
+    def label(self) -> str:
+        """What a run is called in one word: its name, else its preset."""
+        return self.name or self.preset or "—"
 
     @property
     def phase_fraction(self) -> Optional[float]:
@@ -104,7 +134,8 @@ class RunRecord:
     def search_text(self) -> str:
         """What free text in a run filter matches against (lower case)."""
         parts = [str(self.id), self.status, self.preset or "", self.method, self.dataset,
-                 f"k={self.memory_size}", f"seed={self.seed}", self.sweep_id or ""]
+                 f"k={self.memory_size}", f"seed={self.seed}", self.sweep_id or "", self.name or "",
+                 " ".join(self.tags), self.note or "", self.overrides_text]
         return " ".join(parts).lower()
 
     def to_json(self) -> dict[str, Any]:
@@ -115,6 +146,7 @@ class RunRecord:
             metrics["A_last_best_epoch"] = self.a_last_best_epoch
         if self.tasks_done:  # stored with the first task's result
             metrics["tasks_done"] = self.tasks_done
+            metrics["partial"] = self.partial  # true: the metrics are after task tasks_done of n_tasks
         return {
             "id": self.id,
             "status": self.status,
@@ -123,6 +155,11 @@ class RunRecord:
             "dataset": self.dataset,
             "seed": self.seed,
             "sweep_id": self.sweep_id,
+            "name": self.name,
+            "tags": list(self.tags),
+            "note": self.note,
+            "archived": self.archived,
+            "overrides": dict(self.overrides),
             "config": dict(self.config),
             "metrics": metrics,
             "progress": {
@@ -168,7 +205,7 @@ def with_intransigence(runs: Iterable[RunRecord], joints: Iterable[RunRecord] | 
     index = JointRuns(runs if joints is None else joints)
     out = []
     for run in runs:
-        joint = index.upper_bound(run)
+        joint = index.upper_bound(run) if not run.partial else None  # a partial A_last has no I_last
         i_last = M.intransigence(joint.a_last if joint is not None else None, run.a_last)
         joint_id = joint.id if joint is not None and i_last is not None else None
         same = (i_last, joint_id) == (run.i_last, run.i_last_joint_run)
