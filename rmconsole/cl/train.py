@@ -11,12 +11,15 @@ happens.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+import math
+import time
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor
 
 from .accel import train_chunk
+from .events import EpochStats
 from .graphs import GraphedStep, set_lr
 from .learner import Learner, Task
 from .pipeline import iter_batches
@@ -41,8 +44,15 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
     augment = method.setup.augmenter.train
     method.best_epoch_accuracy = None
     for epoch in range(epochs):
+        started = time.perf_counter()
         batches = plans[epoch] if plans else (first if epoch == 0 else batches_for_epoch(epoch))
-        set_lr(optimizer, epoch_lr(epoch, method.cfg.lr, method.cfg.schedule))
+        lr = epoch_lr(epoch, method.cfg.lr, method.cfg.schedule)
+        set_lr(optimizer, lr)
+        losses: list[Tensor] = []  # each eager step's mean loss (detached: no kernel, no sync)
+        step_sizes: list[int] = []  # the batch size of each of those steps
+        trained = 0  # samples this process trained on (its shard, with several ranks)
+        for graphed in method.graphs.values():
+            graphed.loss_sum.zero_()
         method.model.train()
         chunks = list(_chunks(batches, chunk_images))
         shards = [[dist.shard(b) for b in chunk] for chunk in chunks] if dist else \
@@ -53,22 +63,50 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
             images = method.accel.prepare(augment(raw))
             labels = method.labels_of(flat)
             for x, y, (_, weight) in zip(images.split(sizes), labels.split(sizes), shard):
-                train_step(method, x, y, weight)
+                loss = train_step(method, x, y, weight)
+                trained += len(x)
+                if loss is not None:
+                    losses.append(loss)
+                    step_sizes.append(len(x))
             method.report.advance(sum(len(b) for b in chunk))
         if dist:  # one model on every rank: rank 0's batch-norm statistics (and weights)
             dist.sync_module(method.model)
+        samples = sum(len(b) for b in batches)
+        loss_total = _epoch_loss(losses, step_sizes, method.graphs.values())  # the one host sync of the epoch
+        seconds = time.perf_counter() - started
+        acc = None
         if method.epoch_eval is not None and phase != "stream":
             acc = method.epoch_eval()
             method.best_epoch_accuracy = max(acc, method.best_epoch_accuracy or acc)
+        mean_loss = loss_total / max(trained, 1)
+        method.report.epoch_finished(EpochStats(task.index, phase, epoch, epochs,
+                                                mean_loss if math.isfinite(mean_loss) else None, lr, samples, seconds,
+                                                acc))
 
 
-def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> None:
+def _epoch_loss(losses: list[Tensor], sizes: list[int], graphed: Iterable[GraphedStep]) -> float:
+    """The epoch's summed (loss × batch size): eager steps' detached mean losses weighted by
+    their batch sizes, plus what the CUDA-graphed steps accumulated inside their graphs; read
+    from the device once."""
+    parts = []
+    if losses:
+        stacked = torch.stack(losses).float()
+        parts.append((stacked * torch.tensor(sizes, dtype=torch.float32, device=stacked.device)).sum())
+    parts += [g.loss_sum.float() for g in graphed]
+    if not parts:
+        return math.nan
+    return float(sum(p.to(parts[0].device) for p in parts).item())
+
+
+def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> Tensor | None:
     """One optimiser step on an augmented batch: the method's loss, backward, the ranks'
     gradients averaged (weighted by their shard), the update, then the method's `after_step`.
-    On a single-process CUDA run of a default-step method, the step is a CUDA graph replay."""
+    On a single-process CUDA run of a default-step method, the step is a CUDA graph replay.
+    Returns the step's mean loss, detached (no host sync), or None for a graphed step, whose
+    graph adds it (× batch size) to its own `loss_sum`."""
     if method.uses_graphs and len(x) > 1:
         graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
-        return
+        return None
     optimizer = method.optimizer
     with method.accel.autocast():
         loss = method.step_loss(x, y)
@@ -78,6 +116,7 @@ def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> None:
         method.dist.average_gradients(trained_parameters(optimizer), weight)
     optimizer.step()
     method.after_step()
+    return loss.detach()
 
 
 def graphed_step(method: Learner, batch: int) -> GraphedStep:

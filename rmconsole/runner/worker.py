@@ -32,7 +32,7 @@ from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint: re-
     CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint,
 )
 from ..cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401  (load_dataset: re-exported)
-from ..cl.events import Reporter, TaskOutcome, TaskPlan
+from ..cl.events import EpochStats, Reporter, TaskOutcome, TaskPlan
 from ..cl.loop import CheckpointMismatch, run_protocol
 from ..config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
 from .processes import EXIT_SUPERSEDED, StopSignal, die_with_supervisor, entry_args, supervisor_pid
@@ -107,6 +107,7 @@ class StoreReporter(Reporter):
         self.task_started = time.monotonic()
         self.tasks_done = 0
         self.task_seconds: list[float] = []
+        self.epochs: list[dict[str, Any]] = []  # epoch rows not yet written (flushed with the heartbeat)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self.thread.start()
@@ -127,8 +128,16 @@ class StoreReporter(Reporter):
                     "samples_per_s": round(rate, 1) if rate else None,
                     "eta_s": round(eta, 1) if eta is not None else None}
 
+    def flush_epochs(self) -> None:
+        """Write the epoch rows gathered since the last flush, in one transaction."""
+        with self.lock:
+            rows, self.epochs = self.epochs, []
+        if rows:
+            store.record_epochs(self.run_id, rows)
+
     def flush(self) -> None:
         """Write progress; if the run is no longer `running`, someone else ended it: stop."""
+        self.flush_epochs()
         status = store.heartbeat(self.run_id, **self._progress())
         if status == "running" or _signal_state["superseded"]:
             return
@@ -148,6 +157,10 @@ class StoreReporter(Reporter):
     def close(self) -> None:
         self.stop.set()
         self.thread.join(timeout=5)
+        try:
+            self.flush_epochs()
+        except Exception as err:  # noqa: BLE001 - losing curve points must not change how the run ends
+            print(f"epoch rows not written: {' '.join(str(err).split())[:300]}", file=sys.stderr, flush=True)
 
     # loop events ------------------------------------------------------------
     def run_started(self, plans: list[TaskPlan], class_order: list[int], class_names: list[str],
@@ -169,6 +182,14 @@ class StoreReporter(Reporter):
         with self.lock:
             self.done += n
 
+    def epoch_finished(self, stats: EpochStats) -> None:
+        rate = stats.samples_per_s
+        with self.lock:
+            self.epochs.append({"task": stats.task, "phase": stats.phase, "epoch": stats.epoch, "epochs": stats.epochs,
+                                "loss": stats.loss, "lr": stats.lr, "samples": stats.samples,
+                                "seconds": round(stats.seconds, 4), "samples_per_s": round(rate, 1) if rate else None,
+                                "test_accuracy": stats.test_accuracy})
+
     def memory_updated(self, task: int, histogram: list[int], slots_per_class: int, info: dict[str, Any]) -> None:
         store.record_memory(self.run_id, task, histogram, slots_per_class, info)
         print(f"task {task + 1}: memory {sum(histogram)} samples, {slots_per_class} slots/class, "
@@ -178,6 +199,7 @@ class StoreReporter(Reporter):
         # the result first, then the checkpoint: a kill in between leaves a checkpoint one task
         # behind the results, and the resume recomputes (identically) that task; the reverse
         # order could leave a checkpoint past a result that was never stored
+        self.flush_epochs()  # the task's epochs are stored with its result
         summary = store.record_task(self.run_id, outcome)
         if checkpoint is not None:
             if self.config is None:
