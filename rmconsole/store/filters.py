@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Optional
 
-from .records import RunRecord
+from .records import RunRecord, format_value  # noqa: F401  (format_value: re-exported)
 
 RUN_KEYS = {  # name -> the RunRecord attribute it reads
     "id": "id", "status": "status", "preset": "preset", "method": "method", "dataset": "dataset",
@@ -57,19 +57,6 @@ class FilterError(ValueError):
 
 
 # ---------------------------------------------------------------------- values
-
-
-def format_value(value: Any) -> str:
-    """How a config value is written in a table: lists joined with '+', as on the command line."""
-    if isinstance(value, (tuple, list)):
-        return "+".join(format_value(v) for v in value) or "none"
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 @lru_cache(maxsize=1)

@@ -32,6 +32,19 @@ def finite(value: Any) -> Optional[float]:
     return None if math.isnan(value) else value
 
 
+def format_value(value: Any) -> str:
+    """How a config value is written in a table: lists joined with '+', as on the command line."""
+    if isinstance(value, (tuple, list)):
+        return "+".join(format_value(v) for v in value) or "none"
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 def iso(value: datetime | None) -> str | None:
     """A stored time as the JSON outputs write it: UTC, seconds, `Z`."""
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
@@ -102,8 +115,6 @@ class RunRecord:
     @property
     def overrides_text(self) -> str:
         """The overrides as the CLI writes them: `epochs=64 augment=none`."""
-        from .filters import format_value
-
         return " ".join(f"{k}={format_value(v)}" for k, v in self.overrides.items())
 
     @property
