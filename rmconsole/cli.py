@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from . import report as reports, runner, store
 from .cl.catalog import DatasetMissing
@@ -64,6 +65,8 @@ def run(
     master_port: Optional[int] = typer.Option(None, "--master-port", help="Node 0's port (torchrun's default 29500)."),
     rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
     rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id shared by the nodes of a c10d rendezvous."),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="What to call the run (a sweep: each of its runs)."),
+    tags: list[str] = typer.Option([], "--tag", "-t", help="A tag for the run (repeatable): filter with tag:T."),
 ) -> None:
     """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs."""
     rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
@@ -73,15 +76,15 @@ def run(
         if (gpus or 1) > 1 or rendezvous.multi_node:
             raise ConfigError("--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
                               "(--parallel slots); start multi-GPU runs one at a time")
-        run_sweep(preset, list(set_), seed, seeds, device, detach, parallel)
+        run_sweep(preset, list(set_), seed, seeds, device, detach, parallel, name, list(tags))
         return
     launched = runner.launch_run(preset, list(set_), seed=seed, device=device, gpus=gpus,  # shared with the TUI
-                                 rendezvous=rendezvous)
-    run_id, name, cfg, proc = launched.run_id, launched.preset, launched.config, launched.process
+                                 rendezvous=rendezvous, name=name, tags=list(tags))
+    run_id, cfg, proc = launched.run_id, launched.config, launched.process
     if detach:
         console.print(run_id)
         return
-    console.print(f"run [bold]{run_id}[/] ({name}): {cfg.method} on {cfg.dataset}, K={cfg.memory_size}, "
+    console.print(f"run [bold]{run_id}[/] ({escape(name or launched.preset)}): {cfg.method} on {cfg.dataset}, K={cfg.memory_size}, "
                   f"{cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}; log {runner.log_path(run_id)}")
     status = follow(run_id, proc)
     print_run(run_id)
@@ -120,11 +123,12 @@ def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
 
 
 def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seeds: Optional[str],
-              device: Optional[str], detach: bool, parallel: Optional[int]) -> None:
+              device: Optional[str], detach: bool, parallel: Optional[int], name: Optional[str] = None,
+              tags: Optional[list[str]] = None) -> None:
     """Validate every grid point, store the grid as queued runs, then drive the queue here (showing
     progress) or, with --detach, in a queue runner process that outlives this command."""
     launched = runner.launch_sweep(preset, pairs, seeds=seeds, seed=seed, device=device, parallel=parallel,
-                                   detach=detach)
+                                   detach=detach, name=name, tags=tags)
     sweep_id, ids, plan, slots, gpus = launched.sweep_id, launched.run_ids, launched.plan, launched.parallel, launched.gpus
     line = (f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
             f"{slots} slot(s) on {'GPUs ' + ','.join(gpus) if gpus else 'CPU'}")
@@ -136,7 +140,7 @@ def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seed
     console.print(line, highlight=False)
     with runner.DriverLock(sweep_id):
         counts = follow_sweep(sweep_id, runner.SweepQueue(sweep_id, slots, gpus=gpus), plan)
-    summaries = [r.to_json() for r in store.find_runs(where("sweep", [sweep_id]))]
+    summaries = [r.to_json() for r in store.find_runs(where("sweep", [sweep_id]), archived=True)]
     console.print(reports.rich_table(reports.build_report(summaries)))
     console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
                   f"; tables: rmconsole report --sweep {sweep_id} --format md|csv|latex|json", highlight=False)
@@ -178,68 +182,202 @@ def follow_sweep(sweep_id: str, queue: Any, plan: Any = None, poll_s: float = 0.
     return runner.status_counts(store.list_runs(sweep_id=sweep_id))
 
 
+# --------------------------------------------------------------------------- choosing runs
+
+
+def _run_id(text: str) -> int:
+    """A run as typed: its id, or `last` (the newest run)."""
+    text = text.strip()
+    if text == "last":
+        try:
+            return store.newest_run_id()
+        except store.UnknownRun:
+            raise ConfigError("last: there is no run in the store yet") from None
+    if not text.isdigit():
+        raise ConfigError(f"run {text!r}: expected a run id (see `rmconsole runs`) or 'last'")
+    return int(text)
+
+
+def _chosen_runs(items: list[str], where_: Optional[str] = None, option: str = "RUN") -> list[int]:
+    """Run ids from `3 4 7`, `3-9`, `3,4`, `last`, and/or a `--where` run filter; every id must exist."""
+    ids: list[int] = []
+    for item in items:
+        for part in item.split(","):
+            part = part.strip()
+            first, dash, last = part.partition("-")
+            if dash and first.isdigit() and last.isdigit():
+                ids.extend(range(int(first), int(last) + 1))
+            elif part:
+                ids.append(_run_id(part))
+    if where_ is not None:
+        ids.extend(r.id for r in store.find_runs(where_, archived=True))
+    if not ids:
+        raise ConfigError(f"give the runs ({option}: ids like 3 4 7, 3-9 or last" +
+                          (", or --where FILTER)" if where_ is None else "); --where matched none"))
+    known = set(store.run_statuses())
+    missing = [i for i in dict.fromkeys(ids) if i not in known]
+    if missing:
+        raise store.UnknownRun(missing[0])
+    return list(dict.fromkeys(ids))
+
+
 # --------------------------------------------------------------------------- show
 
+SPARK = "▁▂▃▄▅▆▇█"
 
-def print_run(run_id: int) -> None:
-    """The per-task table, the final memory and the summary metrics of one run."""
-    detail = store.run_detail(run_id)
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """A curve in one line of block characters (resampled to at most `width` points)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return ""
+    if len(values) > width:
+        step = len(values) / width
+        values = [values[int(i * step)] for i in range(width - 1)] + [values[-1]]
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    return "".join(SPARK[min(int((v - low) / span * 7.999), 7)] for v in values)
+
+
+def _metric(detail: dict[str, Any], key: str, letter: str) -> str:
+    m = detail["metrics"]
+    value = m.get(key)
+    if value is None:
+        return "—"
+    if m.get("partial"):
+        return f"{letter}@{m['tasks_done']}/{detail['progress']['n_tasks']} {value:.2f}"
+    return f"{value:.2f}"
+
+
+def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
+    """Per task and phase: epochs, the loss from first to last epoch with a sparkline, the lr
+    range and the mean samples/s (and the last test accuracy when it was recorded)."""
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for e in epochs:
+        groups.setdefault((e["task"], e["phase"]), []).append(e)
+    lines = []
+    for (task, phase), rows in groups.items():
+        losses = [r["loss"] for r in rows if r["loss"] is not None]
+        rates = [r["samples_per_s"] for r in rows if r["samples_per_s"]]
+        text = f"  task {task + 1} {phase:<7} {len(rows):>4} ep"
+        if len(losses) == 1:
+            text += f"  loss {losses[0]:.3f}"
+        elif losses:
+            text += f"  loss {losses[0]:.3f} → {losses[-1]:.3f}"
+            if len(losses) > 2:
+                text += f" {sparkline(losses, 16)}"
+        lrs = [r["lr"] for r in rows]
+        text += f"  lr {min(lrs):.3g}–{max(lrs):.3g}" if len(set(lrs)) > 1 else f"  lr {lrs[0]:.3g}"
+        if rates:
+            text += f"  {sum(rates) / len(rates):,.0f}/s"
+        tests = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
+        if tests:
+            text += f"  test {tests[-1]:.1f}%"
+        lines.append(text)
+    return lines
+
+
+def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
+    """What `show` promises: who the run is, its config (overrides first), the per-task accuracy,
+    every memory update's histogram, the epochs inside each task, and the metrics."""
+    detail = detail or store.run_detail(run_id)
     tasks = detail["tasks"]
-    table = Table(title=f"run {run_id} · {detail['preset'] or ''} · {detail['status']}", title_justify="left")
+    head = f"run [bold]{run_id}[/]"
+    if detail.get("name"):
+        head += f" “{escape(detail['name'])}”"
+    head += f" · {escape(detail['preset'] or '—')} · {detail['status']}"
+    if detail.get("sweep_id"):
+        head += f" · sweep {detail['sweep_id']}"
+    if detail.get("archived"):
+        head += " · [dim]archived[/]"
+    console.print(head, highlight=False)
+    if detail.get("tags"):
+        console.print(f"tags: {escape(', '.join(detail['tags']))}", highlight=False)
+    if detail.get("note"):
+        console.print(f"note: {escape(detail['note'])}", highlight=False)
+    config = detail["config"]
+    overrides = detail.get("overrides") or {}
+    console.print("overrides: " + (escape(" ".join(f"{k}={reports.format_value(v)}" for k, v in overrides.items()))
+                                   or "none (the preset as it is)"), highlight=False)
+    rest = " ".join(f"{k}={reports.format_value(v)}" for k, v in config.items() if k not in overrides)
+    console.print(f"[dim]config: {escape(rest)}[/]", highlight=False)
+    table = Table(title=None, box=None, padding=(0, 1), header_style="bold")
     table.add_column("task", justify="right")
     table.add_column("samples", justify="right")
     table.add_column("major classes")
-    table.add_column("accuracy %", justify="right")
+    table.add_column("acc %", justify="right")
     for j in range(len(tasks)):
-        table.add_column(f"T{j + 1} %", justify="right", style="dim")
+        table.add_column(f"T{j + 1}", justify="right", style="dim")
     table.add_column("time s", justify="right")
-    names = detail.get("class_names") or []
-    order = detail.get("class_order") or []
     for t in tasks:
-        majors = ", ".join(names[order[c]] if order and names else str(c) for c in t["major_classes"])
+        majors = ", ".join(t["major_names"] or map(str, t["major_classes"])) if t.get("major_names") is not None \
+            else ", ".join(map(str, t["major_classes"]))
         row = t["accuracy_row"] or [None] * len(tasks)
         table.add_row(str(t["task"] + 1), f"{t['n_samples']:,}", majors, _fmt(t["accuracy"]),
                       *[_fmt(v, 1) for v in row], _fmt(t["seconds"], 1))
     console.print(table)
     if detail["memory"]:
-        last = detail["memory"][-1]
-        console.print(f"memory after task {last['task'] + 1}: {last['size']} samples, "
-                      f"{last['slots_per_class']} slots/class, per class {last['histogram']}")
+        policies = {(m.get("info") or {}).get("policy") for m in detail["memory"]} - {None}
+        console.print("memory after each update: size/slots per class, then samples per class in class_order"
+                      + (f" ({', '.join(sorted(policies))})" if policies else ""), highlight=False)
+        for m in detail["memory"]:
+            console.print(f"  T{m['task'] + 1} {m['size']}/{m['slots_per_class']}: {' '.join(map(str, m['histogram']))}",
+                          highlight=False)
+    if detail.get("epochs"):
+        console.print("epochs inside each task (mean training loss, learning rate, samples/s):", highlight=False)
+        for line in epoch_lines(detail["epochs"]):
+            console.print(line, highlight=False)
     m = detail["metrics"]
     if m["I_last"] is not None:
         i_last = f"{_fmt(m['I_last'])} (vs joint run {m.get('I_last_joint_run')})"
+    elif detail["method"] == "joint":
+        i_last = "— (a joint run is the upper bound itself)"
+    elif m.get("partial"):
+        i_last = "— (partial: not all tasks are done)"
     else:
-        i_last = "— (a joint run is the upper bound itself)" if detail["method"] == "joint" else "— (no matching joint run)"
-    line = (f"A_last {_fmt(m['A_last'])}  A_avg {_fmt(m['A_avg'])}  F_last {_fmt(m['F_last'])}  "
-            f"I_last {i_last}")
+        i_last = "— (no matching joint run)"
+    line = (f"A_last {_metric(detail, 'A_last', 'A')}  A_avg {_metric(detail, 'A_avg', 'A')}  "
+            f"F_last {_metric(detail, 'F_last', 'F')}  I_last {i_last}")
     if m.get("A_last_best_epoch") is not None:
         line += f"  [dim]A_last best-over-epochs (test-set selected, authors' figure) {_fmt(m['A_last_best_epoch'])}[/]"
-    console.print(line)
+    console.print(line, highlight=False)
+    if m.get("partial"):
+        console.print(f"[yellow]partial:[/] metrics after task {m['tasks_done']} of {detail['progress']['n_tasks']} "
+                      f"(A@k/T is the accuracy after task k, not a final A_last)", highlight=False)
     if detail["error"]:
         err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
 
 
 @app.command()
-def show(run_id: int = typer.Argument(..., help="Run id."),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """One run: config, per-task accuracy, memory histograms, metrics."""
+def show(run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last' (the newest run)."),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON (with every epoch row and memory update).")) -> None:
+    """One run: who it is (name, tags, note), config (overrides first), per-task accuracy, every
+    memory update's histogram, the epochs inside each task (loss, lr, samples/s), metrics."""
+    run_id = _run_id(run)
     runner.reap_dead([store.get_run(run_id)])
+    detail = store.run_detail(run_id)
     if as_json:
-        print(json.dumps(store.run_detail(run_id), indent=2))
+        print(json.dumps(detail, indent=2))
         return
-    print_run(run_id)
+    print_run(run_id, detail)
+
+
+STATUS_COLOURS = {"finished": "green", "running": "cyan", "queued": "yellow", "failed": "red", "stopped": "magenta"}
 
 
 @app.command()
 def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
                                                       help="Run filter terms, all of which must hold: "
-                                                           "method:rm,ewc k:500 status:finished 'A_last>85' or words."),
+                                                           "method:rm,ewc k:500 tag:baseline override:epochs "
+                                                           "'A_last>85' or words."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON."),
          status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status."),
          limit: int = typer.Option(50, "--limit", help="Show the newest N runs (0 = all)."),
-         sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only the runs of this sweep (an id or 'last').")) -> None:
+         sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only the runs of this sweep (an id or 'last')."),
+         all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too.")) -> None:
     """All runs, newest last, and the queue of every sweep shown. A filter term is KEY:V1,V2 (any of
-    them), KEY>N (also >= < <= = !=) or a word; KEY is a run column, a metric or a config key."""
+    them), KEY>N (also >= < <= = !=) or a word; KEY is a run column, tag, override, a metric or a
+    config key. Partial metrics (a run not through all tasks) show as @k/T."""
     if status is not None and status not in store.STATUSES:
         raise ConfigError(f"--status {status!r}: allowed: {', '.join(store.STATUSES)}")
     run_filter = store.parse_run_filter(filters)
@@ -248,28 +386,40 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     runner.reap_dead()
     if sweep_:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
-    records = store.find_runs(run_filter)
+    records = store.find_runs(run_filter, archived=True if all_ else None)
     if limit:
         records = records[-limit:]
-    summaries = [r.to_json() for r in records]
     if as_json:
-        print(json.dumps(summaries, indent=2))
+        print(json.dumps([r.to_json() for r in records], indent=2))
         return
-    table = Table()
-    for col, just in (("id", "right"), ("status", "left"), ("preset", "left"), ("method", "left"), ("K", "right"),
-                      ("seed", "right"), ("progress", "left"), ("A_last", "right"), ("F_last", "right"),
-                      ("I_last", "right")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
-    colours = {"finished": "green", "running": "cyan", "queued": "yellow", "failed": "red", "stopped": "magenta"}
-    for s in summaries:
-        p = s["progress"]
-        prog = f"task {p['task'] + 1}/{p['n_tasks']} {p['phase'] or ''}" if p["task"] is not None else ""
-        m = s["metrics"]
-        table.add_row(str(s["id"]), f"[{colours[s['status']]}]{s['status']}[/]", s["preset"] or "", s["method"],
-                      str(s["config"]["memory_size"]), str(s["seed"]), prog if s["status"] == "running" else "",
-                      _fmt(m["A_last"]), _fmt(m["F_last"]), _fmt(m["I_last"]))
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("run", no_wrap=True)  # the name, else the preset: what a user types
+    table.add_column("method", no_wrap=True)
+    table.add_column("K", justify="right", no_wrap=True)
+    table.add_column("seed", justify="right", no_wrap=True)
+    table.add_column("changes", overflow="fold", ratio=1)  # the overrides of the preset, then #tags
+    table.add_column("A_last", justify="right", no_wrap=True)
+    table.add_column("F_last", justify="right", no_wrap=True)
+    table.add_column("I_last", justify="right", no_wrap=True)
+    for r in records:
+        status_text = r.status if r.status != "running" or r.task is None else f"{r.task + 1}/{r.n_tasks} {r.phase or ''}"
+        what = r.overrides_text
+        if r.tags:
+            what = (what + " " if what else "") + " ".join(f"#{t}" for t in r.tags)
+        if r.archived:
+            what = (what + " " if what else "") + "(archived)"
+        style = "dim" if r.partial else ""
+        table.add_row(str(r.id), f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]",
+                      escape(r.name or r.preset or "—"), r.method, str(r.memory_size), str(r.seed), escape(what),
+                      f"[{style}]{r.metric_text(r.a_last)}[/]" if style else r.metric_text(r.a_last),
+                      f"[{style}]{r.metric_text(r.f_last)}[/]" if style else r.metric_text(r.f_last),
+                      _fmt(r.i_last))
     console.print(table)
-    print_sweep_queues([s["sweep_id"] for s in summaries if s["sweep_id"]])
+    if any(r.partial for r in records):
+        console.print("[dim]@k/T: partial, the metrics after task k of T (not final; no I_last)[/]", highlight=False)
+    print_sweep_queues([r.sweep_id for r in records if r.sweep_id])
 
 
 def print_sweep_queues(sweep_ids: list[str]) -> None:
@@ -290,8 +440,9 @@ def print_sweep_queues(sweep_ids: list[str]) -> None:
 
 
 @app.command()
-def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """The bundled presets."""
+def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+            long: bool = typer.Option(False, "--long", "-l", help="With each preset's description.")) -> None:
+    """The bundled presets (names as `--preset` takes them; --long adds what each one is)."""
     items = []
     for name in preset_names():
         _, table = read_preset(name)
@@ -299,15 +450,137 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
     if as_json:
         print(json.dumps(items, indent=2))
         return
-    table = Table()
-    for col in ("preset", "dataset", "model", "method", "K", "tasks", "setting", "description"):
-        table.add_column(col)
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    table.add_column("preset", no_wrap=True, style="bold")  # the name `--preset` takes: never cut
+    table.add_column("setting", ratio=1)  # wraps between words at 80 columns
     for item in items:
         c = item["config"]
-        table.add_row(item["name"], c["dataset"], c["model"], c.get("method", "rm"), str(c["memory_size"]),
-                      str(c.get("n_tasks", 5)), f"blurry{c.get('blurry', 10)} {c.get('stream', 'online')}",
-                      item["description"])
+        setting = Text(f"{c['dataset']} · {c['model']} · {c.get('method', 'rm')} · K={c['memory_size']} · "
+                       f"{c.get('n_tasks', 5)} tasks · blurry{c.get('blurry', 10)} {c.get('stream', 'online')}")
+        if long and item["description"]:
+            setting.append("\n" + item["description"], style="dim")
+        table.add_row(item["name"], setting, end_section=long)
     console.print(table)
+    if not long:
+        console.print("[dim]descriptions: rmconsole presets --long[/]", highlight=False)
+
+
+# --------------------------------------------------------------------------- identity, archive, rm, diff
+
+
+@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": False})
+def tag(items: list[str] = typer.Argument(..., metavar="RUN... [+TAG|-TAG]...",
+                                          help="Run ids (3 4, 3-9, last), then +TAG to add and -TAG to remove."),
+        where_: Optional[str] = typer.Option(None, "--where", help="Also the runs that pass this run filter.")) -> None:
+    """Add (+t) and remove (-t) tags: `rmconsole tag 3 4 +baseline -draft`."""
+    add = [i[1:] for i in items if i.startswith("+")]
+    remove = [i[1:] for i in items if i.startswith("-")]
+    run_items = [i for i in items if not i.startswith(("+", "-"))]
+    if not add and not remove:
+        raise ConfigError("tag: say what to do with +TAG (add) or -TAG (remove), e.g. rmconsole tag 3 +baseline")
+    runner.check_identity(None, add + remove)
+    ids = _chosen_runs(run_items, where_)
+    store.tag_runs(ids, add, remove)
+    for record in store.run_records(ids, i_last=False):
+        console.print(f"run {record.id}: {' '.join('#' + t for t in record.tags) or 'no tags'}", highlight=False)
+
+
+@app.command()
+def note(run: str = typer.Argument(..., metavar="RUN", help="Run id or 'last'."),
+         text: str = typer.Argument(..., help="The note (\"\" clears it).")) -> None:
+    """Write a note on a run (shown by `show`, searched by the run filter's words)."""
+    run_id = _run_id(run)
+    if not text.isprintable():
+        raise ConfigError("note: give one line of printable text")
+    store.set_note([run_id], text.strip() or None)
+    console.print(f"run {run_id}: " + (f"note “{escape(text.strip())}”" if text.strip() else "note cleared"),
+                  highlight=False)
+
+
+@app.command()
+def rename(run: str = typer.Argument(..., metavar="RUN", help="Run id or 'last'."),
+           name: str = typer.Argument(..., help="The new name (\"\" clears it).")) -> None:
+    """Give a run a name (as `run --name`)."""
+    run_id = _run_id(run)
+    if name.strip():
+        runner.check_identity(name.strip(), None)
+    store.set_name([run_id], name.strip() or None)
+    console.print(f"run {run_id}: " + (f"name “{escape(name.strip())}”" if name.strip() else "name cleared"),
+                  highlight=False)
+
+
+@app.command()
+def archive(items: Optional[list[str]] = typer.Argument(None, metavar="RUN...", help="Run ids (3 4, 3-9, last)."),
+            where_: Optional[str] = typer.Option(None, "--where", help="The runs that pass this run filter."),
+            undo: bool = typer.Option(False, "--undo", help="Bring archived runs back.")) -> None:
+    """Hide runs from `runs`, `report` and the TUI (`--all` / archived:true show them); nothing is deleted."""
+    ids = _chosen_runs(list(items or []), where_)
+    changed = store.set_archived(ids, not undo)
+    verb = "restored" if undo else "archived"
+    console.print(f"{verb} {len(changed)} run(s)" + (f": {', '.join(map(str, changed))}" if changed else "") +
+                  (f" ({len(ids) - len(changed)} already {verb})" if len(changed) < len(ids) else ""), highlight=False)
+
+
+@app.command("rm")
+def remove(items: list[str] = typer.Argument(..., metavar="RUN...", help="Run ids (3 4, 3-9, last)."),
+           yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask (for scripts).")) -> None:
+    """Delete runs for good: their rows, metrics, log and checkpoint. A queued or running run is
+    refused (stop it first); `archive` hides a run without deleting it."""
+    ids = _chosen_runs(items)
+    records = store.run_records(ids, i_last=False)
+    active = [r for r in records if r.active]
+    if active:
+        raise ConfigError(f"run {active[0].id} is {active[0].status}: stop it first (rmconsole stop {active[0].id}); "
+                          f"nothing was deleted")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise ConfigError("rm deletes runs for good: confirm with --yes (no terminal to ask on)")
+        for r in records:
+            console.print(f"  run {r.id} {r.status} {escape(r.label)} {r.method} seed {r.seed} "
+                          f"A_last {r.metric_text(r.a_last)}", highlight=False)
+        if not typer.confirm(f"Delete {len(records)} run(s) with their rows, logs and checkpoints?", default=False):
+            err_console.print("nothing deleted")
+            raise typer.Exit(1)
+    for r in records:
+        runner.delete_run(r.id)
+        console.print(f"deleted run {r.id}", highlight=False)
+
+
+@app.command()
+def diff(a: str = typer.Argument(..., metavar="RUN_A", help="Run id or 'last'."),
+         b: str = typer.Argument(..., metavar="RUN_B", help="Run id or 'last'."),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """What differs between two runs: the config keys (values as --set writes them), then the
+    metrics (B − A) and the accuracy after each task."""
+    from .report import run_diff
+
+    first, second = store.run_detail(_run_id(a)), store.run_detail(_run_id(b))
+    result = run_diff(first, second)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    table.add_column("key", style="cyan", no_wrap=True)
+    table.add_column(f"run {first['id']}", overflow="fold")
+    table.add_column(f"run {second['id']}", overflow="fold")
+    table.add_column("B − A", justify="right", no_wrap=True)
+    for key, va, vb in result["identity"]:
+        table.add_row(key, escape(va), escape(vb), "")
+    if result["identity"]:
+        table.add_section()
+    for key, va, vb in result["config"]:
+        table.add_row(key, escape(va), escape(vb), "")
+    if not result["config"]:
+        table.add_row("[dim]config[/]", "[dim]same[/]", "[dim]same[/]", "")
+    table.add_section()
+    for key, va, vb, delta in result["metrics"]:
+        table.add_row(key, va, vb, delta)
+    table.add_section()
+    for key, va, vb, delta in result["tasks"]:
+        table.add_row(key, va, vb, delta)
+    console.print(table)
+    for note_ in result["notes"]:
+        console.print(f"[dim]{escape(note_)}[/]", highlight=False)
 
 
 @app.command("config-keys")
@@ -352,7 +625,8 @@ def _run_ids(text: str) -> set[int]:
 
 def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, dataset: Optional[str] = None,
                 method: Optional[str] = None, status: Optional[str] = None, run_ids: Optional[str] = None,
-                where_: Optional[list[str]] = None, filters: Optional[list[str]] = None) -> list[store.RunRecord]:
+                where_: Optional[list[str]] = None, filters: Optional[list[str]] = None,
+                archived: bool = False) -> list[store.RunRecord]:
     """The stored runs that pass every option and filter term (comma-separated values mean any of them)."""
     statuses = _listed("--status", status)
     for value in statuses or []:
@@ -374,7 +648,7 @@ def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, data
     runner.reap_dead()
     if sweep_:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
-    return store.find_runs(run_filter)
+    return store.find_runs(run_filter, archived=True if archived or run_ids is not None else None)
 
 
 @app.command()
@@ -399,6 +673,10 @@ def report(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw accuracy after each task per row (PNG)."),
     memory_plot: Optional[Path] = typer.Option(None, "--memory-plot",
                                                help="Draw one run's memory class histogram per task (PNG)."),
+    plot_epochs: Optional[Path] = typer.Option(None, "--plot-epochs",
+                                               help="Draw the training loss and learning rate of every epoch of the "
+                                                    "selected runs (PNG)."),
+    all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too."),
 ) -> None:
     """Tables of stored runs: cells are mean ± std over seeds; also the paper's figures as PNG."""
     if fmt not in reports.FORMATS:
@@ -407,10 +685,10 @@ def report(
         raise ConfigError("--out writes a file: choose --format md, csv, latex or json")
     if not 0 <= digits <= 6:
         raise ConfigError(f"--digits {digits}: allowed: 0 to 6")
-    for option, path in (("--plot", plot), ("--memory-plot", memory_plot)):
+    for option, path in (("--plot", plot), ("--memory-plot", memory_plot), ("--plot-epochs", plot_epochs)):
         if path is not None and path.suffix.lower() not in (".png", ".pdf", ".svg"):
             raise ConfigError(f"{option} {str(path)!r}: the file must end in .png (or .pdf, .svg)")
-    runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where_, filters)
+    runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where_, filters, all_)
     if not runs:
         raise ConfigError(f"no runs match the filters ({store.count_runs()} runs are stored; see `rmconsole runs`)")
     if memory_plot is not None and len(runs) != 1:
@@ -436,20 +714,35 @@ def report(
         err_console.print(f"wrote {reports.plot_accuracy(table, details, plot)}", highlight=False)
     if memory_plot is not None:
         err_console.print(f"wrote {reports.plot_memory(store.run_detail(runs[0].id), memory_plot)}", highlight=False)
+    if plot_epochs is not None:
+        details = {r.id: store.run_detail(r.id) for r in runs[:24]}
+        if len(runs) > 24:
+            err_console.print(f"--plot-epochs: drawing the first 24 of {len(runs)} runs", highlight=False)
+        err_console.print(f"wrote {reports.plot_epochs(details, plot_epochs)}", highlight=False)
 
 
 # --------------------------------------------------------------------------- stop / resume
 
 
 @app.command()
-def stop(run_id: int = typer.Argument(..., help="Run id."),
+def stop(run: Optional[str] = typer.Argument(None, metavar="[RUN]", help="Run id, or 'last'."),
+         sweep_: Optional[str] = typer.Option(None, "--sweep", help="Stop a whole sweep: its id, or 'last'."),
          grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL.")) -> None:
-    """Stop a running run (SIGTERM to its process group, then SIGKILL); finished tasks stay stored."""
+    """Stop a running run (SIGTERM to its process group, then SIGKILL), or with --sweep every run of
+    a sweep (queued ones included); finished tasks stay stored and `resume` continues them."""
+    if (run is None) == (sweep_ is None):
+        raise ConfigError("stop: give a run id or --sweep ID|last (one of them)")
+    if sweep_ is not None:
+        sweep_id = runner.resolve_sweep_id(sweep_)
+        counts = runner.stop_sweep(sweep_id, grace)
+        console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()), highlight=False)
+        return
+    run_id = _run_id(run)  # type: ignore[arg-type]
     console.print(f"run {run_id} {runner.stop_run(run_id, grace)}")
 
 
 @app.command()
-def resume(run_id: int = typer.Argument(..., help="Run id."),
+def resume(run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last'."),
            detach: bool = typer.Option(False, "--detach", "-d", help="Return at once."),
            nnodes: int = typer.Option(1, "--nnodes", help="Nodes, for a multi-node run (as for `run`)."),
            node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This node's rank (0)."),
@@ -458,6 +751,7 @@ def resume(run_id: int = typer.Argument(..., help="Run id."),
            rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
            rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous.")) -> None:
     """Continue a failed or stopped run from its last finished task."""
+    run_id = _run_id(run)
     rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
     resumed = runner.resume_run(run_id, rendezvous)  # shared with the TUI
     if detach:

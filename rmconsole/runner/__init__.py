@@ -7,7 +7,7 @@
 
 The modules, each importing only those below it (processes imports none of them):
 
-    launch       start, follow, stop, resume and reap runs (the face's run half)
+    launch       start, follow, stop, resume, reap and delete runs (the face's run half)
     queue        a sweep's queue: N worker slots, the driver lock, launch/stop a sweep;
                  `python -m rmconsole.runner.queue SWEEP_ID` drives one
     sweep        a grid of runs: expansion, validation, storing
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 _FACE = {
     "launch": ("launch_run", "Launched", "resume_run", "Resumed", "stop_run", "reap_dead", "follow_run",
-               "record_exit", "StartedWorkers", "log_path"),
+               "record_exit", "StartedWorkers", "log_path", "delete_run", "check_identity"),
     "queue": ("launch_sweep", "LaunchedSweep", "stop_sweep", "SweepQueue", "DriverLock", "driver_pid"),
     "sweep": ("is_sweep", "status_counts", "resolve_sweep_id", "split_values"),
     "multigpu": ("Rendezvous", "join_run"),
@@ -50,8 +50,8 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:  # the same names, for readers and type checkers
-    from .launch import (Launched, Resumed, StartedWorkers, follow_run, launch_run, log_path, reap_dead, record_exit,
-                         resume_run, stop_run)
+    from .launch import (Launched, Resumed, StartedWorkers, check_identity, delete_run, follow_run, launch_run,
+                         log_path, reap_dead, record_exit, resume_run, stop_run)
     from .multigpu import Rendezvous, join_run
     from .processes import pid_alive
     from .queue import DriverLock, LaunchedSweep, SweepQueue, driver_pid, launch_sweep, stop_sweep

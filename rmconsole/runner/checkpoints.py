@@ -15,11 +15,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .. import store
 
 FORMAT = 1
+
+
+def _torch():  # type: ignore[no-untyped-def]
+    """torch, imported when a checkpoint is written or read (a resume or a delete that only
+    checks paths does not pay for it)."""
+    import torch
+
+    return torch
 
 
 class CheckpointError(ValueError):
@@ -35,11 +41,11 @@ def save_checkpoint(run_id: int, state: dict[str, Any], config: dict[str, Any]) 
     path = checkpoint_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {**state, "format": FORMAT, "run_id": run_id, "config": config,
-               "threads": torch.get_num_threads()}
+               "threads": _torch().get_num_threads()}
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            torch.save(payload, f)
+            _torch().save(payload, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -62,7 +68,7 @@ def load_checkpoint(run_id: int) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = _torch().load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means the same to the user
         raise CheckpointError(f"checkpoint {path} cannot be loaded: corrupt, or not a weights-only file "
                               f"({_load_failure(err)}); delete it to restart run {run_id} from its "

@@ -288,18 +288,62 @@ def check_runnable(cfg: Any) -> None:
         check_gpus(cfg.gpus, cfg.device)
 
 
+def check_identity(name: str | None, tags: list[str] | None) -> list[str]:
+    """A run name and tags as typed: one line, printable; tags one word each (`+`/`-` are how
+    `rmconsole tag` adds and removes them). Returns the tags, each once."""
+    from ..config import ConfigError
+
+    if name is not None and (not name.strip() or not name.isprintable() or len(name) > 200):
+        raise ConfigError(f"--name {name!r}: give one line of printable text (at most 200 characters)")
+    out = []
+    for tag in tags or []:
+        if not tag or not tag.isprintable() or any(c.isspace() for c in tag) or tag[0] in "+-" or "," in tag \
+                or len(tag) > 64:
+            raise ConfigError(f"--tag {tag!r}: a tag is one word of printable characters without commas, "
+                              f"not starting with + or - (at most 64)")
+        out.append(tag)
+    return list(dict.fromkeys(out))
+
+
 def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None = None, *, seed: int | None = None,
                device: str | None = None, sweep_id: str | None = None, gpus: int | None = None,
-               rendezvous: Any = None) -> Launched:
+               rendezvous: Any = None, name: str | None = None, tags: list[str] | None = None) -> Launched:
     """Preset + overrides → validated config → stored run → started worker: the one path the
     CLI's `run` and the TUI's launch screen share. A bad config, a missing dataset or an
     unavailable device is refused (ConfigError / DatasetMissing) before anything is stored."""
-    from ..config import load_config
+    from ..config import load_config, overrides_of
 
-    name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
+    tags = check_identity(name, tags)
+    preset_name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
     check_runnable(cfg)
-    run_id = store.create_run(cfg.to_dict(), name, sweep_id)
-    return Launched(run_id, name, cfg, start_worker(run_id, rendezvous=rendezvous))
+    config = cfg.to_dict()
+    run_id = store.create_run(config, preset_name, sweep_id, name=name, tags=tags,
+                              overrides=overrides_of(preset, config))
+    return Launched(run_id, preset_name, cfg, start_worker(run_id, rendezvous=rendezvous))
+
+
+def delete_run(run_id: int) -> list[str]:
+    """Delete an ended run: its rows (a guarded store transition: a queued or running run is
+    refused with one line), then its log and checkpoint. Returns the files removed."""
+    from .checkpoints import checkpoint_path
+
+    reap_dead([store.get_run(run_id)])
+    done = store.delete_run(run_id)
+    if not done:
+        raise ValueError(f"run {run_id} is {done.status}: stop it first (only finished, failed or stopped runs "
+                         f"can be deleted)")
+    removed = []
+    checkpoint = checkpoint_path(run_id)
+    for path in (log_path(run_id), checkpoint, *checkpoint.parent.glob(f"{checkpoint.name}.*")):
+        try:
+            path.unlink()
+            removed.append(str(path))
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise store.StoreError(f"run {run_id} is deleted from the store, but {path} could not be removed: "
+                                   f"{err.strerror}") from None
+    return removed
 
 
 @dataclass

@@ -286,12 +286,14 @@ class LaunchedSweep:
 
 
 def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str] = None, seed: Optional[int] = None,
-                 device: Optional[str] = None, parallel: Optional[int] = None, detach: bool = False) -> LaunchedSweep:
+                 device: Optional[str] = None, parallel: Optional[int] = None, detach: bool = False,
+                 name: Optional[str] = None, tags: Optional[list[str]] = None) -> LaunchedSweep:
     """Validate every grid point and refuse what cannot run here (a missing dataset or GPU,
     gpus > 1) before anything is stored; store the grid as queued runs; with `detach` start a
     queue runner that outlives this process (else the caller drives a `SweepQueue`)."""
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: must be at least 1")
+    tags = launch.check_identity(name, tags)
     plan = plan_sweep(preset, pairs, seeds, seed=seed, device=device)
     if any(getattr(cfg, "gpus", 1) > 1 for cfg in plan.configs):
         raise ConfigError("gpus: a sweep runs one GPU per run (--parallel slots); start multi-GPU runs one at a time")
@@ -299,7 +301,7 @@ def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str
         launch.check_runnable(cfg)
     gpus = visible_gpus()
     slots = parallel or default_parallel(gpus)
-    sweep_id, ids = store_sweep(plan)
+    sweep_id, ids = store_sweep(plan, name=name, tags=tags)
     runner = start_queue_runner(sweep_id, slots, gpus) if detach else None
     return LaunchedSweep(sweep_id, ids, plan, slots, gpus, runner)
 

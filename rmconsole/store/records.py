@@ -112,6 +112,15 @@ class RunRecord:
         """`3/5`: the tasks the metrics cover, for partial metrics."""
         return f"{self.tasks_done}/{self.n_tasks}"
 
+    def metric_text(self, value: Optional[float], letter: str = "", digits: int = 2) -> str:
+        """A metric as every face writes it: `86.00`, or for a partial run `A@3/5 88.06` (`letter`
+        A, F...; without one `@3/5 88.06`), `—` when not measured."""
+        if value is None:
+            return "—"
+        if self.partial:
+            return f"{letter}@{self.progress_mark} {value:.{digits}f}"
+        return f"{value:.{digits}f}"
+
     @property
     def overrides_text(self) -> str:
         """The overrides as the CLI writes them: `epochs=64 augment=none`."""
