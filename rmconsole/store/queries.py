@@ -332,7 +332,7 @@ class RunParts:
     results: Optional[list[TaskResult]]
     memory: Optional[list[MemorySnapshot]]
     epochs: Optional[list[EpochMetric]] = None
-
+    epochs_appended: bool = False  # True: `epochs` holds only the rows after the caller's marks
 
 def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
     """The run and the parts that changed since `marks` (all of them without marks), in one
@@ -350,9 +350,21 @@ def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
         values = session.exec(probe).one()
         now = {name: (values[2 * i], values[2 * i + 1]) for i, name in enumerate(PARTS)}
         stale = {name: now[name] != marks.get(name) for name in PARTS}
+        epochs, appended = None, False
+        if stale["epochs"]:
+            old = marks.get("epochs")
+            if old is not None and old[1] is not None and now["epochs"][0] > old[0]:
+                # a running run only adds epoch rows: read the new ones (a resume that deleted some
+                # shows as fewer new rows than the count grew by, and is read whole)
+                epochs = list(session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
+                                                                     EpochMetric.id > old[1])
+                                           .order_by(col(EpochMetric.id))).all())
+                appended = len(epochs) == now["epochs"][0] - old[0]
+            if not appended:
+                epochs = _epochs(session, run_id)
         return RunParts(
             record=record, class_order=facts[0], class_names=facts[1], pipeline=tuple(facts[2] or ()), marks=now,
             streams=_streams(session, run_id) if stale["streams"] else None,
             results=_results(session, run_id) if stale["results"] else None,
             memory=_snapshots(session, run_id) if stale["memory"] else None,
-            epochs=_epochs(session, run_id) if stale["epochs"] else None)
+            epochs=epochs, epochs_appended=appended)
