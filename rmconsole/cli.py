@@ -392,7 +392,7 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     if as_json:
         print(json.dumps([r.to_json() for r in records], indent=2))
         return
-    table = Table(box=None, padding=(0, 1), header_style="bold")
+    table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold")
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("run", no_wrap=True)  # the name, else the preset: what a user types

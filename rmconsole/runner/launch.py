@@ -72,15 +72,24 @@ def worker_command(run_id: int, rendezvous: Any = None) -> list[str]:
     return python_m("worker", str(run_id))
 
 
-def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvous: Any = None) -> subprocess.Popen:
+def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvous: Any = None) -> Any:
     """Start the run's supervisor (which starts `worker_command`) in a new session, output to
-    the run's log; returns the supervisor's process."""
+    the run's log; returns the supervisor's process (a Popen, or for a warm start a handle
+    with the same poll/wait/returncode). A single-process worker is forked by this home's warm
+    server when one is up (runner/warm.py: no torch import to wait for); else it starts cold."""
+    from . import warm
+
     path = log_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as log:
-        proc = subprocess.Popen(python_m("supervise", str(run_id), "--", *worker_command(run_id, rendezvous)),
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=worker_env(extra_env))
+    env = worker_env(extra_env)
+    command = worker_command(run_id, rendezvous)
+    proc: Any = None
+    if warm.enabled() and command == python_m("worker", str(run_id)):
+        proc = warm.request(store.home().resolve(), run_id, env, path)
+    if proc is None:
+        with open(path, "ab") as log:
+            proc = subprocess.Popen(python_m("supervise", str(run_id), "--", *command), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     store.update_run(run_id, pid=proc.pid, host=socket.gethostname(), log_path=str(path))
     return proc
 

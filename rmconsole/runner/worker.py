@@ -257,7 +257,7 @@ def train(run_id: int) -> str:
         print(f"resuming after task {start} from {checkpoint_path(run_id)}", flush=True)
     reporter = StoreReporter(run_id, cfg.n_tasks, run.config)
     try:
-        data = load_run_dataset(cfg)  # the input-pipeline keys too (streamed or in memory)
+        data = load_run_dataset(cfg, store.home() / "cache" / "datasets")  # (a tensor copy: no decode, no sklearn)
         run_protocol(cfg, data, device, reporter, resume=resume)
     finally:
         reporter.close()
