@@ -16,6 +16,8 @@ The modules, each importing only those below it (processes imports none of them)
     worker       `python -m ...worker RUN_ID`: trains one stored run
     dist_worker  `torchrun -m ...dist_worker RUN_ID`: one rank of a multi-GPU run
     checkpoints  task checkpoints, written atomically, loaded weights-only
+    warm         warm starts, the launcher's side: ask this home's server to fork a run
+    warm_server  `python -m ...warm_server SOCKET`: torch imported once, forks supervisor + worker
     processes    process facts (liveness, whose process, exit reasons, dying with the parent)
                  and what every entry point does first (argv, stop signals)
 
