@@ -721,6 +721,51 @@ def report(
         err_console.print(f"wrote {reports.plot_epochs(details, plot_epochs)}", highlight=False)
 
 
+# --------------------------------------------------------------------------- export
+
+
+@app.command()
+def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR",
+                                                     help="Run ids (3 4, 3-9, last), then the folder (or --dir)."),
+           to: str = typer.Option(..., "--to", help="mlflow | tensorboard"),
+           sweep_: Optional[str] = typer.Option(None, "--sweep", help="Every run of this sweep (an id or 'last')."),
+           experiment: str = typer.Option("rmconsole", "--experiment", help="MLflow experiment name."),
+           dir_: Optional[str] = typer.Option(None, "--dir", "-o",
+                                              help="Where: a folder (MLflow file store, TensorBoard log dir) or, "
+                                                   "for MLflow, a tracking URI.")) -> None:
+    """Write runs into an MLflow tracking store or TensorBoard event files: config as params,
+    per-task and per-epoch metrics, memory histograms (`pip install 'rmconsole[mlflow]'` /
+    `'rmconsole[tensorboard]'`). `rmconsole export 3 4 --to mlflow ./mlruns`."""
+    from . import export as exporter
+
+    if to not in exporter.TARGETS:
+        raise ConfigError(f"--to {to!r}: allowed: {', '.join(exporter.TARGETS)}")
+    names = list(items or [])
+    target = dir_
+    if target is None and names and not names[-1].replace("-", "").replace(",", "").isdigit() \
+            and names[-1] != "last":  # the last word is the folder (`export 3 4 --to mlflow DIR`)
+        target = names.pop()
+    if not target:
+        raise ConfigError("export: say where: rmconsole export RUN... --to mlflow|tensorboard DIR")
+    ids = [r.id for r in store.find_runs(where("sweep", [runner.resolve_sweep_id(sweep_)]), archived=True)] \
+        if sweep_ else []
+    ids += _chosen_runs(names) if names else []
+    if not ids:
+        raise ConfigError("export: give the runs (ids, 3-9, last) or --sweep ID|last")
+    details = [store.run_detail(i) for i in dict.fromkeys(ids)]
+    try:
+        if to == "mlflow":
+            written = exporter.to_mlflow(details, target, experiment)
+            console.print(f"exported {len(written)} run(s) to MLflow at {target} (experiment {experiment!r}); "
+                          f"see them with: mlflow ui --backend-store-uri {target}", highlight=False)
+        else:
+            folders = exporter.to_tensorboard(details, target)
+            console.print(f"exported {len(folders)} run(s) to {target}; see them with: tensorboard --logdir {target}",
+                          highlight=False)
+    except exporter.ExportError as err:
+        raise ConfigError(str(err)) from None
+
+
 # --------------------------------------------------------------------------- stop / resume
 
 

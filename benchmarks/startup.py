@@ -1,0 +1,135 @@
+"""Start-up: seconds from `rmconsole run` to the first training step, on digits and MNIST.
+
+    python benchmarks/startup.py [--repeat 5] [--datasets digits,mnist] [--modes cold-nocache,cold,warm]
+                                 [--repo PATH]   # another checkout's code (e.g. before a change)
+
+The clock starts when `python -m rmconsole run --detach ...` is spawned (a fresh process, as a
+user's shell would) and stops when the run's log shows its first training phase (`task 1/T:
+stream`, printed by the worker right before the first batch of the stream pass is augmented
+and trained). Each run is then stopped. Modes:
+
+- cold-nocache: a fresh RMCONSOLE_HOME for every run, warm starts off: the worker imports torch
+  and decodes the dataset (what every run paid before this benchmark existed);
+- cold: warm starts off, the dataset's tensor copy already in RMCONSOLE_HOME/cache;
+- warm: the home's warm-start server is up (runner/warm.py) and the tensor copy is there.
+
+Threads are pinned to one (OMP_NUM_THREADS=1) as in the test suite; the machine's load is
+printed with the figures (on a shared machine they move with it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("RMCONSOLE_DATA", REPO.parent / "shared" / "data"))
+PRESETS = {"digits": "digits-blurry10-online", "mnist": "mnist-blurry10-online"}
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def env_for(home: Path, repo: Path, warm: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(RMCONSOLE_HOME=str(home), RMCONSOLE_DATA=str(DATA), OMP_NUM_THREADS="1", PYTHONPATH=str(repo),
+               RMCONSOLE_WARM="1" if warm else "0")
+    env.pop("RMCONSOLE_DB", None)
+    return env
+
+
+def one_start(home: Path, repo: Path, dataset: str, warm: bool, timeout: float = 300.0) -> float:
+    """Seconds from spawning `rmconsole run --detach` to the worker's first training phase."""
+    env = env_for(home, repo, warm)
+    logs = home / "logs"
+    before = {p.name for p in logs.glob("run-*.log")} if logs.exists() else set()
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "rmconsole", "run", "--detach", "--preset", PRESETS[dataset],
+                          "--set", "epochs=1", "--set", "threads=1"], env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    if out.returncode != 0:
+        raise SystemExit(f"rmconsole run failed: {out.stderr.strip()}")
+    run_id = out.stdout.strip().splitlines()[-1]
+    log = logs / f"run-{run_id}.log"
+    deadline = t0 + timeout
+    while time.perf_counter() < deadline:
+        try:
+            if ": stream (" in log.read_text(errors="replace"):
+                elapsed = time.perf_counter() - t0
+                break
+        except OSError:
+            pass
+        time.sleep(0.005)
+    else:
+        raise SystemExit(f"run {run_id} did not start training within {timeout:g} s (log {log})")
+    assert log.name not in before
+    subprocess.run([sys.executable, "-m", "rmconsole", "stop", run_id, "--grace", "5"], env=env, capture_output=True,
+                   timeout=120)
+    return elapsed
+
+
+def wait_for_server(home: Path, repo: Path, timeout: float = 300.0) -> None:
+    sys.path.insert(0, str(repo))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any((home / "warm").glob("*.sock")):
+            return
+        time.sleep(0.1)
+    raise SystemExit("the warm-start server did not come up")
+
+
+def stop_servers(home: Path) -> None:
+    for pid_file in (home / "warm").glob("*.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), 15)
+        except (OSError, ValueError):
+            pass
+
+
+def measure(dataset: str, mode: str, repeat: int, repo: Path) -> list[float]:
+    samples = []
+    root = Path(tempfile.mkdtemp(prefix=f"rmconsole-startup-{dataset}-{mode}-"))
+    home = root / "home"
+    try:
+        if mode != "cold-nocache":  # prime: the dataset's tensor copy (and, for warm, the server)
+            one_start(home, repo, dataset, warm=mode == "warm")
+            if mode == "warm":
+                wait_for_server(home, repo)
+        for i in range(repeat):
+            if mode == "cold-nocache":
+                shutil.rmtree(home, ignore_errors=True)
+            samples.append(one_start(home, repo, dataset, warm=mode == "warm"))
+            time.sleep(0.5)
+    finally:
+        stop_servers(home)
+        shutil.rmtree(root, ignore_errors=True)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--datasets", default="digits,mnist")
+    parser.add_argument("--modes", default="cold-nocache,cold,warm")
+    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose code runs (default: this one)")
+    args = parser.parse_args()
+    print(f"code: {args.repo}; load before: {load()}; {os.cpu_count()} CPUs; OMP_NUM_THREADS=1")
+    targets = {"digits": 2.0, "mnist": 4.0}
+    for dataset in args.datasets.split(","):
+        for mode in args.modes.split(","):
+            samples = measure(dataset, mode, args.repeat, args.repo)
+            print(f"{dataset:<7} {mode:<13} median {statistics.median(samples):5.2f} s  min {min(samples):5.2f} s  "
+                  f"max {max(samples):5.2f} s  (n={len(samples)}, target {targets[dataset]:g} s; load {load()})",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
