@@ -833,14 +833,52 @@ def join(run_id: int = typer.Argument(..., help="The run started on node 0 with 
 
 
 @app.command()
-def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between store reads.")) -> None:
-    """Open the terminal UI: runs live, one run's stream/memory/accuracy/log, compare, launch, stop."""
+def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between store reads."),
+        serve: bool = typer.Option(False, "--serve", help="Serve the same TUI to a web browser (textual-serve)."),
+        host: str = typer.Option("127.0.0.1", "--host", help="With --serve: the address to listen on "
+                                                             "(default: this machine only)."),
+        port: int = typer.Option(8000, "--port", help="With --serve: the port.")) -> None:
+    """Open the terminal UI: runs live, one run's stream/memory/accuracy/epochs/log, compare, launch,
+    stop, resume. With --serve, the same app in a browser (each browser tab runs its own copy)."""
     if not refresh > 0:
         raise ConfigError(f"--refresh {refresh}: must be a number of seconds above 0")
     store.get_engine()  # an unusable store is a one-line error here, not a screen of them
+    if serve:
+        serve_tui(refresh, host, port)
+        return
     from .tui import RMConsoleApp
 
     RMConsoleApp(refresh_s=refresh).run()
+
+
+def serve_tui(refresh: float, host: str, port: int) -> None:
+    """`tui --serve`: textual-serve runs `rmconsole tui` (this very command, without --serve) for
+    each browser connection and streams it over a websocket: one code path, not a second UI."""
+    import shlex
+    import socket as socket_
+
+    try:
+        from textual_serve.server import Server
+    except ImportError:
+        raise ConfigError("--serve needs textual-serve: pip install 'rmconsole[serve]'") from None
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port {port}: allowed: 1 to 65535")
+    try:  # a taken port or an unknown host is one line here, not an aiohttp traceback
+        with socket_.socket(socket_.AF_INET6 if ":" in host else socket_.AF_INET) as probe:
+            probe.setsockopt(socket_.SOL_SOCKET, socket_.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as err:
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there ({err.strerror})") from None
+    command = shlex.join([sys.executable, "-m", "rmconsole", "tui", "--refresh", f"{refresh:g}"])
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}"
+    console.print(f"serving the rmconsole TUI at {url} (store {store.shown_url(store.database_url())}); Ctrl-C stops",
+                  highlight=False, soft_wrap=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        err_console.print(f"[yellow]note:[/] listening on {host}: anyone who can reach it can launch and stop runs; "
+                          f"prefer the default 127.0.0.1 and an SSH tunnel (ssh -L {port}:127.0.0.1:{port} HOST)",
+                          highlight=False)
+    Server(command, host=host, port=port, title="rmconsole").serve()
 
 
 # --------------------------------------------------------------------------- data
