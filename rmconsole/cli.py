@@ -746,7 +746,7 @@ def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR
             and names[-1] != "last":  # the last word is the folder (`export 3 4 --to mlflow DIR`)
         target = names.pop()
     if not target:
-        raise ConfigError("export: say where: rmconsole export RUN... --to mlflow|tensorboard DIR")
+        raise ConfigError("export: say where: rmconsole export RUN... --to mlflow DIR (or --to tensorboard DIR)")
     ids = [r.id for r in store.find_runs(where("sweep", [runner.resolve_sweep_id(sweep_)]), archived=True)] \
         if sweep_ else []
     ids += _chosen_runs(names) if names else []
@@ -776,7 +776,7 @@ def stop(run: Optional[str] = typer.Argument(None, metavar="[RUN]", help="Run id
     """Stop a running run (SIGTERM to its process group, then SIGKILL), or with --sweep every run of
     a sweep (queued ones included); finished tasks stay stored and `resume` continues them."""
     if (run is None) == (sweep_ is None):
-        raise ConfigError("stop: give a run id or --sweep ID|last (one of them)")
+        raise ConfigError("stop: give a run id, or --sweep with a sweep id or last (one of them)")
     if sweep_ is not None:
         sweep_id = runner.resolve_sweep_id(sweep_)
         counts = runner.stop_sweep(sweep_id, grace)
