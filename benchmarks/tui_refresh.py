@@ -1,11 +1,14 @@
 """TUI start-up time and the time of one refresh on a big store.
 
-    python benchmarks/tui_refresh.py [--runs 1000] [--tasks 50] [--repeat 20]
+    python benchmarks/tui_refresh.py [--runs 1000] [--tasks 50] [--epochs 0] [--repeat 20]
+    python benchmarks/tui_refresh.py --runs 200 --tasks 5 --epochs 256   # issue 18's 200-run store
 
 Builds a throwaway store (RMCONSOLE_HOME in a temp folder) with RUNS runs of TASKS tasks each,
 every task with a TaskResult and a MemorySnapshot row (1,000 × 50 × 2 = 100,000 metric rows
 by default; CIFAR-100-sized: 100-class histograms, 50-task accuracy rows), a tenth of the runs
-"running" (their last task). Then it measures, and prints:
+"running" (their last task); every run has overrides, every third a name, most tags, a few
+are archived; with --epochs E each task also has 1 + E epoch rows (the stream pass and E memory
+epochs: RM's 256 by default in the presets). Then it measures, and prints:
 
 - start-up: a fresh `python` process importing the TUI and starting the app headless: the
   time until the first screenful of runs is drawn (target: import + that under 1 s) and
@@ -65,19 +68,19 @@ print(json.dumps({"import_s": t_import, "first_s": marks["first"], "all_s": mark
 """
 
 
-def build_store(n_runs: int, n_tasks: int) -> dict[str, int]:
+def build_store(n_runs: int, n_tasks: int, n_epochs: int = 0) -> dict[str, int]:
     from sqlalchemy import insert
 
     from rmconsole import store
     from rmconsole.config import load_config
-    from rmconsole.store.tables import MemorySnapshot, Run, TaskResult, TaskStream
+    from rmconsole.store.tables import EpochMetric, MemorySnapshot, Run, TaskResult, TaskStream
 
     _, cfg = load_config("cifar100-blurry10-online", {"n_tasks": n_tasks, "memory_size": 500})
     config = cfg.to_dict()
     now = datetime.now(timezone.utc)
     n_classes = 100
     engine = store.get_engine()
-    runs, streams, results, snapshots = [], [], [], []
+    runs, streams, results, snapshots, epochs = [], [], [], [], []
     for i in range(1, n_runs + 1):
         running = i % 10 == 0  # a tenth are training their last task
         done = n_tasks
@@ -86,7 +89,9 @@ def build_store(n_runs: int, n_tasks: int) -> dict[str, int]:
                          created_at=now, n_tasks=n_tasks, task=n_tasks - 1,
                          phase="memory" if running else "done", phase_done=100, phase_total=1000,
                          samples_per_s=1500.0 if running else None, heartbeat_at=now, host="bench",
-                         metrics={"A_last": 40.0 + i % 30, "A_avg": 50.0, "F_last": 10.0, "tasks_done": done}))
+                         metrics={"A_last": 40.0 + i % 30, "A_avg": 50.0, "F_last": 10.0, "tasks_done": done},
+                         name=f"ablation {i}" if i % 3 == 0 else None, tags=["sweep", f"k{500 + i % 3}"],
+                         overrides={"epochs": 2 ** (i % 9), "memory_size": 500}, archived_at=now if i % 50 == 7 else None))
         for t in range(n_tasks):
             composition = [5] * n_classes
             composition[2 * t % n_classes] = 450
@@ -97,6 +102,10 @@ def build_store(n_runs: int, n_tasks: int) -> dict[str, int]:
                 results.append(dict(run_id=i, task=t, accuracy=50.0, accuracy_row=row,
                                     class_accuracy=[50.0] * n_classes, eval_classes=list(range(2 * (t + 1))),
                                     seconds=10.0, finished_at=now))
+                for e in range(n_epochs + 1 if n_epochs else 0):
+                    epochs.append(dict(run_id=i, task=t, phase="stream" if e == 0 else "memory", epoch=max(e - 1, 0),
+                                       epochs=1 if e == 0 else n_epochs, loss=2.0 / (e + 1), lr=0.05, samples=500,
+                                       seconds=0.1, samples_per_s=5000.0))
                 snapshots.append(dict(run_id=i, task=t, histogram=[5] * n_classes, slots_per_class=5,
                                       info={"policy": "uncertainty", "views": 12,
                                             "candidates_uncertainty": [30] * 13, "chosen_uncertainty": [10] * 13},
@@ -106,8 +115,15 @@ def build_store(n_runs: int, n_tasks: int) -> dict[str, int]:
         conn.execute(insert(TaskStream), streams)
         conn.execute(insert(TaskResult), results)
         conn.execute(insert(MemorySnapshot), snapshots)
+        if epochs:
+            conn.execute(insert(EpochMetric), epochs)
     return {"runs": len(runs), "task_results": len(results), "memory_snapshots": len(snapshots),
-            "task_streams": len(streams)}
+            "task_streams": len(streams), "epochs": len(epochs)}
+
+
+def visible(n_runs: int) -> int:
+    """The runs the table shows: the archived ones (every 50th, from the 7th) are hidden."""
+    return n_runs - sum(1 for i in range(1, n_runs + 1) if i % 50 == 7)
 
 
 def median_ms(samples: list[float]) -> str:
@@ -128,7 +144,7 @@ async def measure_refresh(n_runs: int, repeat: int) -> dict[str, list[float]]:
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
         assert isinstance(screen, RunsScreen)
-        while screen.query_one(RunsTable).row_count < n_runs:
+        while screen.query_one(RunsTable).row_count < visible(n_runs):
             await pilot.pause(0.01)
         running = [r.id for r in data.load_run_rows() if r.status == "running"]
         feed = data.RunsFeed()
@@ -151,6 +167,8 @@ async def measure_refresh(n_runs: int, repeat: int) -> dict[str, list[float]]:
         run_screen = app.screen
         for k in range(repeat):
             store.update_run(run_id, phase_done=200 + k)
+            store.record_epochs(run_id, [dict(task=0, phase="memory", epoch=k, epochs=256, loss=0.5, lr=0.05,
+                                              samples=500, seconds=0.1, samples_per_s=5000.0)])  # a live epoch
             t = time.perf_counter()
             view = run_screen.feed.read()  # what the run page's worker thread does each tick
             timings["run read"].append(time.perf_counter() - t)
@@ -165,22 +183,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--tasks", type=int, default=50)
+    parser.add_argument("--epochs", type=int, default=0, help="memory epochs per task with an epoch row each")
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rmconsole-bench-") as home:
         os.environ["RMCONSOLE_HOME"] = home
         os.environ.pop("RMCONSOLE_DB", None)
         t = time.perf_counter()
-        counts = build_store(args.runs, args.tasks)
+        counts = build_store(args.runs, args.tasks, args.epochs)
         print(f"store: {counts['runs']:,} runs, {counts['task_results'] + counts['memory_snapshots']:,} metric rows "
               f"({counts['task_results']:,} task results + {counts['memory_snapshots']:,} memory snapshots; "
-              f"{counts['task_streams']:,} stream rows), built in {time.perf_counter() - t:.1f} s, "
+              f"{counts['task_streams']:,} stream rows; {counts['epochs']:,} epoch rows), "
+              f"built in {time.perf_counter() - t:.1f} s, load {open('/proc/loadavg').read().split()[0]}, "
               f"{(Path(home) / 'rmconsole.db').stat().st_size / 1e6:.0f} MB")
 
         starts = []
         for _ in range(3):
             t = time.perf_counter()
-            out = subprocess.run([sys.executable, "-c", STARTUP_CHILD, str(args.runs)], capture_output=True, text=True,
+            out = subprocess.run([sys.executable, "-c", STARTUP_CHILD, str(visible(args.runs))], capture_output=True,
+                                 text=True,
                                  env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
             wall = time.perf_counter() - t
             starts.append({**json.loads(out.stdout.strip().splitlines()[-1]), "wall_s": wall})

@@ -100,10 +100,11 @@ class CompareScreen(PollingScreen):
             notes.append("Same config (only the run differs).", style="grey62")
             return notes
         table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        table.add_column("key", style="cyan")
+        table.add_column("key", style="cyan", no_wrap=True,
+                         min_width=max((len(k) for k in view.differences), default=3))  # never cut a key
         for i, row in enumerate(view.rows):
             r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
-            table.add_column(f"#{row.id}", header_style=f"bold rgb({r},{g},{b})")
+            table.add_column(f"#{row.id}", header_style=f"bold rgb({r},{g},{b})", overflow="fold")  # values wrap
         for key, values in view.differences.items():
             table.add_row(key, *[str(v) for v in values])
         if any(r.partial for r in view.rows):

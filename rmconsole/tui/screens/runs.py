@@ -133,12 +133,12 @@ class RunsScreen(PollingScreen):
         for r in self.rows:
             counts[r.status] = counts.get(r.status, 0) + 1
         shown = len(self.query_one(RunsTable).rows) if n_shown is None else n_shown
-        parts = [f"{len(self.rows)} runs"] + [f"{n} {s}" for s, n in sorted(counts.items())]
+        parts = [f"{len(self.rows)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
         archived = sum(r.archived for r in self.rows)
         if archived:
-            parts.append(f"{archived} archived " + ("shown (a hides)" if self.show_archived else "hidden (a shows)"))
+            parts.append(f"{archived} archived" + (" shown (a)" if self.show_archived else " (a)"))
         if any(r.partial for r in self.rows):
-            parts.append("grey @k/T = partial")
+            parts.append("@k/T partial")
         if self.query_text.strip():
             parts.append(f"{shown} match “{self.query_text.strip()}”")
         if self.app.selected:
