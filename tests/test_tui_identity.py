@@ -17,6 +17,13 @@ from rmconsole.tui.widgets.runs_table import RunsTable
 from test_tui import cell, table_ids, until
 
 
+async def on_run(pilot, app, run_id: int) -> None:
+    """The runs page read, with the cursor on `run_id`."""
+    await until(pilot, lambda: len(table_ids(app)) == 7, what="rows")
+    table = app.screen.query_one(RunsTable)
+    table.move_cursor(row=table.get_row_index(str(run_id)))
+
+
 async def filtered(pilot, app, text: str) -> list[int]:
     box = app.screen.query_one("#filter")
     box.value = ""
@@ -79,9 +86,7 @@ async def test_clone_a_run_into_the_launch_screen() -> None:
     ids = identity_store.build()
     app = RMConsoleApp(refresh_s=0.2, reap_every_s=None)
     async with app.run_test(size=(140, 40)) as pilot:
-        await until(pilot, lambda: len(table_ids(app)) == 7, what="rows")
-        table = app.screen.query_one(RunsTable)
-        table.move_cursor(row=table.get_row_index(str(ids["noaug"])))
+        await on_run(pilot, app, ids["noaug"])
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, LaunchScreen) and app.screen.valid, what="the launch form")
         screen = app.screen
@@ -107,9 +112,7 @@ async def test_stop_a_whole_sweep_from_the_runs_page() -> None:
     ids = identity_store.build()
     app = RMConsoleApp(refresh_s=0.2, reap_every_s=None)
     async with app.run_test(size=(140, 40)) as pilot:
-        await until(pilot, lambda: len(table_ids(app)) == 7, what="rows")
-        table = app.screen.query_one(RunsTable)
-        table.move_cursor(row=table.get_row_index(str(ids["sweep1"])))
+        await on_run(pilot, app, ids["sweep1"])
         await pilot.press("X")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
         await pilot.press("y")
