@@ -143,3 +143,41 @@ async def test_run_page_draws_loss_and_lr_curves_live_and_compare_shows_the_conf
         differences = app.screen.view.differences
         assert differences["augment"] == ("cutmix+autoaug", "none")  # as --set writes it, never a repr
         assert differences["epochs"] == ("16", "64") and differences["name"] == ("baseline", "no augmentation")
+
+
+def test_uncertainty_chart_shows_chosen_and_candidates_as_shares() -> None:
+    """12,500 candidates and 500 chosen with the same shape: drawn as shares, the chosen columns
+    are as tall as the candidates' (raw counts would leave them a row of nothing)."""
+    from rmconsole.tui.data import MemoryUpdate
+    from rmconsole.tui.render import uncertainty_chart
+
+    shape = [1, 2, 4, 8, 4, 2, 1]
+    update = MemoryUpdate(1, 1, (50,) * 10, 50, "uncertainty", None, 12, tuple(c * 568 for c in shape),
+                          tuple(c * 23 for c in shape))
+    rows = uncertainty_chart(update, 60, height=4).plain.splitlines()[1:5]
+    start = 2 + 3 * 5  # bin 3 (the tallest): 2 cells of candidates, 2 of chosen, a space
+    for row in rows:  # the same share: the same height, row by row, up to the top
+        assert row[start:start + 2] == row[start + 2:start + 4] == "██"
+    assert rows[0][2:4] == rows[0][4:6] == "  "  # bin 0 (1/22 of each) stays low in both
+
+
+@pytest.mark.asyncio
+async def test_the_log_panel_wraps_again_after_a_resize() -> None:
+    from textual.app import App
+
+    from rmconsole.tui.widgets.log_panel import LogPanel
+
+    class One(App):
+        def compose(self):  # type: ignore[no-untyped-def]
+            yield LogPanel()
+
+    app = One()
+    async with app.run_test(size=(120, 20)) as pilot:
+        panel = app.query_one(LogPanel)
+        panel.add_lines(["word " * 40])  # 200 characters
+        await pilot.pause()
+        wide = len(panel.lines)
+        await pilot.resize_terminal(50, 20)
+        await pilot.pause()
+        await pilot.pause()
+        assert len(panel.lines) > wide  # the same line, wrapped again at the new width

@@ -54,9 +54,10 @@ def progress_line(row: RunRow, width: int, now: Optional[datetime] = None) -> Te
     text.append(f"task {row.task + 1}/{row.n_tasks} ", style="bold")
     text.append(f"{row.phase or ''} ", style="cyan")
     frac = row.phase_fraction or 0.0
-    tail = Text(f" {frac:4.0%}  {row.phase_done:,}/{row.phase_total:,} samples")
+    unit = "candidates" if row.phase == "memory update" else "samples"  # (scored for their uncertainty)
+    tail = Text(f" {frac:4.0%}  {row.phase_done:,}/{row.phase_total:,} {unit}")
     if row.samples_per_s:
-        tail.append(f" · {row.samples_per_s:,.0f} samples/s", style="bold")
+        tail.append(f" · {row.samples_per_s:,.0f} {unit}/s", style="bold")
     if row.eta_s is not None:
         tail.append(f" · ETA {duration(row.eta_s)}")
     age = heartbeat_age(row, now)
