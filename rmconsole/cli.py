@@ -259,15 +259,15 @@ def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
     for (task, phase), rows in groups.items():
         losses = [r["loss"] for r in rows if r["loss"] is not None]
         rates = [r["samples_per_s"] for r in rows if r["samples_per_s"]]
-        text = f"  task {task + 1} {phase:<7} {len(rows):>4} ep"
+        text = f"  T{task + 1} {phase:<7}{len(rows):>4} ep"
         if len(losses) == 1:
             text += f"  loss {losses[0]:.3f}"
         elif losses:
-            text += f"  loss {losses[0]:.3f} → {losses[-1]:.3f}"
+            text += f"  loss {losses[0]:.3f}→{losses[-1]:.3f}"
             if len(losses) > 2:
-                text += f" {sparkline(losses, 16)}"
+                text += f" {sparkline(losses, 12)}"
         lrs = [r["lr"] for r in rows]
-        text += f"  lr {min(lrs):.3g}–{max(lrs):.3g}" if len(set(lrs)) > 1 else f"  lr {lrs[0]:.3g}"
+        text += f"  lr {min(lrs):.2g}–{max(lrs):.2g}" if len(set(lrs)) > 1 else f"  lr {lrs[0]:.2g}"
         if rates:
             text += f"  {sum(rates) / len(rates):,.0f}/s"
         tests = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
@@ -395,11 +395,14 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold")
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    table.add_column("run", no_wrap=True)  # the name, else the preset: what a user types
+    labels = [len(r.name or r.preset or "—") for r in records]
+    table.add_column("run", min_width=min(max(labels, default=3), 40))  # name, else preset: never cut (to 40)
     table.add_column("method", no_wrap=True)
     table.add_column("K", justify="right", no_wrap=True)
     table.add_column("seed", justify="right", no_wrap=True)
-    table.add_column("changes", overflow="fold", ratio=1)  # the overrides of the preset, then #tags
+    wide = console.width >= 120  # narrower: a run's changes go on a second line under its name
+    if wide:
+        table.add_column("changes", overflow="fold", ratio=1)  # the overrides of the preset, then #tags
     table.add_column("A_last", justify="right", no_wrap=True)
     table.add_column("F_last", justify="right", no_wrap=True)
     table.add_column("I_last", justify="right", no_wrap=True)
@@ -411,10 +414,14 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         if r.archived:
             what = (what + " " if what else "") + "(archived)"
         style = "dim" if r.partial else ""
-        table.add_row(str(r.id), f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]",
-                      escape(r.name or r.preset or "—"), r.method, str(r.memory_size), str(r.seed), escape(what),
+        label = escape(r.name or r.preset or "—")
+        changes = [escape(what)] if wide else []
+        if what and not wide:
+            label += f"\n[dim]{escape(what)}[/]"  # (wraps between words under the name)
+        table.add_row(str(r.id), f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]", label, r.method,
+                      str(r.memory_size), str(r.seed), *changes,
                       f"[{style}]{r.metric_text(r.a_last)}[/]" if style else r.metric_text(r.a_last),
-                      f"[{style}]{r.metric_text(r.f_last)}[/]" if style else r.metric_text(r.f_last),
+                      f"[{style}]{_fmt(r.f_last)}[/]" if style else _fmt(r.f_last),  # (A_last carries the @k/T)
                       _fmt(r.i_last))
     console.print(table)
     if any(r.partial for r in records):

@@ -28,7 +28,7 @@ def test_a_named_tagged_run_end_to_end(isolated_home) -> None:
     assert detail["tasks"][0]["major_labels"] == [detail["class_order"][c] for c in detail["tasks"][0]["major_classes"]]
     shown = rmconsole("show", "last", env=NARROW).stdout
     for fragment in ("“quick look”", "tags: base, k200", "overrides: n_tasks=2 epochs=2", "memory after each update",
-                     "T1 200/", "epochs inside each task", "task 1 memory", "A_last"):
+                     "T1 200/", "epochs inside each task", "T1 memory", "A_last"):
         assert fragment in shown, (fragment, shown)
 
 
