@@ -14,7 +14,10 @@ and trained). Each run is then stopped. Modes:
 - warm: the home's warm-start server is up (runner/warm.py) and the tensor copy is there.
 
 Threads are pinned to one (OMP_NUM_THREADS=1) as in the test suite; the machine's load is
-printed with the figures (on a shared machine they move with it).
+printed with the figures (on a shared machine the wall time moves with it). Beside the wall
+time it prints the CPU seconds on the path: the CLI process's (its rusage) plus the worker's
+own up to its first training phase (the worker logs `time.process_time()` there; a forked
+worker's count starts at the fork): what the start-up costs on an idle core, whatever the load.
 """
 
 from __future__ import annotations
@@ -46,9 +49,15 @@ def env_for(home: Path, repo: Path, warm: bool) -> dict[str, str]:
     return env
 
 
-def one_start(home: Path, repo: Path, dataset: str, warm: bool, timeout: float = 300.0) -> float:
-    """Seconds from spawning `rmconsole run --detach` to the worker's first training phase."""
+def one_start(home: Path, repo: Path, dataset: str, warm: bool, timeout: float = 300.0) -> tuple[float, float | None]:
+    """(seconds from spawning `rmconsole run --detach` to the worker's first training phase, the
+    CPU seconds on that path: the CLI process's plus the worker's own up to that phase, as the
+    worker logs it; None for code that does not log it). On a loaded machine the wall time
+    stretches with the load; the CPU seconds are what an idle core would take."""
+    import resource
+
     env = env_for(home, repo, warm)
+    cli_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     logs = home / "logs"
     before = {p.name for p in logs.glob("run-*.log")} if logs.exists() else set()
     t0 = time.perf_counter()
@@ -57,6 +66,8 @@ def one_start(home: Path, repo: Path, dataset: str, warm: bool, timeout: float =
                          timeout=timeout)
     if out.returncode != 0:
         raise SystemExit(f"rmconsole run failed: {out.stderr.strip()}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cli_cpu_s = (after.ru_utime - cli_cpu.ru_utime) + (after.ru_stime - cli_cpu.ru_stime)
     run_id = out.stdout.strip().splitlines()[-1]
     log = logs / f"run-{run_id}.log"
     deadline = t0 + timeout
@@ -73,7 +84,10 @@ def one_start(home: Path, repo: Path, dataset: str, warm: bool, timeout: float =
     assert log.name not in before
     subprocess.run([sys.executable, "-m", "rmconsole", "stop", run_id, "--grace", "5"], env=env, capture_output=True,
                    timeout=120)
-    return elapsed
+    import re
+
+    found = re.search(r"first training phase after ([0-9.]+) s of CPU", log.read_text(errors="replace"))
+    return elapsed, (cli_cpu_s + float(found.group(1))) if found else None
 
 
 def wait_for_server(home: Path, repo: Path, timeout: float = 300.0) -> None:
@@ -94,8 +108,8 @@ def stop_servers(home: Path) -> None:
             pass
 
 
-def measure(dataset: str, mode: str, repeat: int, repo: Path) -> list[float]:
-    samples = []
+def measure(dataset: str, mode: str, repeat: int, repo: Path) -> tuple[list[float], list[float]]:
+    samples, cpus = [], []
     root = Path(tempfile.mkdtemp(prefix=f"rmconsole-startup-{dataset}-{mode}-"))
     home = root / "home"
     try:
@@ -106,12 +120,15 @@ def measure(dataset: str, mode: str, repeat: int, repo: Path) -> list[float]:
         for i in range(repeat):
             if mode == "cold-nocache":
                 shutil.rmtree(home, ignore_errors=True)
-            samples.append(one_start(home, repo, dataset, warm=mode == "warm"))
+            wall, cpu = one_start(home, repo, dataset, warm=mode == "warm")
+            samples.append(wall)
+            if cpu is not None:
+                cpus.append(cpu)
             time.sleep(0.5)
     finally:
         stop_servers(home)
         shutil.rmtree(root, ignore_errors=True)
-    return samples
+    return samples, cpus
 
 
 def main() -> None:
@@ -125,9 +142,10 @@ def main() -> None:
     targets = {"digits": 2.0, "mnist": 4.0}
     for dataset in args.datasets.split(","):
         for mode in args.modes.split(","):
-            samples = measure(dataset, mode, args.repeat, args.repo)
-            print(f"{dataset:<7} {mode:<13} median {statistics.median(samples):5.2f} s  min {min(samples):5.2f} s  "
-                  f"max {max(samples):5.2f} s  (n={len(samples)}, target {targets[dataset]:g} s; load {load()})",
+            samples, cpus = measure(dataset, mode, args.repeat, args.repo)
+            cpu = f"; CPU on the path median {statistics.median(cpus):5.2f} s" if cpus else ""
+            print(f"{dataset:<7} {mode:<13} wall median {statistics.median(samples):5.2f} s  min {min(samples):5.2f} s  "
+                  f"max {max(samples):5.2f} s{cpu}  (n={len(samples)}, target {targets[dataset]:g} s; load {load()})",
                   flush=True)
 
 

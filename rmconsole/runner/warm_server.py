@@ -49,6 +49,7 @@ def _become_run(run_id: int, request_: dict[str, Any], listener: socket.socket) 
     worker_argv = python_m("worker", str(run_id))
     _set_title(python_m("supervise", str(run_id), "--", *worker_argv))
     os.environ[SUPERVISOR_PID_ENV] = str(os.getpid())
+    os.environ["RMCONSOLE_WARM_FORKED"] = "1"
     child = os.fork()
     if child == 0:
         _set_title(worker_argv)

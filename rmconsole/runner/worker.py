@@ -108,6 +108,7 @@ class StoreReporter(Reporter):
         self.tasks_done = 0
         self.task_seconds: list[float] = []
         self.epochs: list[dict[str, Any]] = []  # epoch rows not yet written (flushed with the heartbeat)
+        self.first_phase_seen = False
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self.thread.start()
@@ -175,6 +176,11 @@ class StoreReporter(Reporter):
                 self.task_started = time.monotonic()
             self.task, self.phase_name, self.done, self.total = task, name, 0, total
             self.phase_started = time.monotonic()
+        if not self.first_phase_seen:  # what start-up cost this process (benchmarks/startup.py reads it)
+            self.first_phase_seen = True
+            how = "warm (forked)" if os.environ.get("RMCONSOLE_WARM_FORKED") else "cold"
+            print(f"start-up: first training phase after {time.process_time():.2f} s of CPU in this worker "
+                  f"({how} start)", flush=True)
         print(f"task {task + 1}/{self.n_tasks}: {name} ({total} samples)", flush=True)
         self.flush()
 
