@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from . import report as reports, runner, store
 from .cl.catalog import DatasetMissing
@@ -90,6 +91,8 @@ def run(
                                     "gpus_per_run=N,cpus_per_run=N,mem_gb=G,account=A,qos=Q,constraint=C."),
     runs_per_gpu: Optional[int] = typer.Option(None, "--runs-per-gpu", help="Runs sharing each GPU, each capped at "
                                                "1/N of its memory (local queue: N slots per GPU; slurm: N runs per job)."),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="What to call the run (a sweep: each of its runs)."),
+    tags: list[str] = typer.Option([], "--tag", "-t", help="A tag for the run (repeatable): filter with tag:T."),
 ) -> None:
     """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs."""
     check_count("--gpus", gpus, 1, MAX_SLOTS)
@@ -103,19 +106,19 @@ def run(
         if (gpus or 1) > 1 or rendezvous.multi_node:
             raise ConfigError("--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
                               "(--parallel slots); start multi-GPU runs one at a time")
-        run_sweep(preset, list(set_), seed, seeds, device, detach, parallel, runs_per_gpu, spec)
+        run_sweep(preset, list(set_), seed, seeds, device, detach, parallel, runs_per_gpu, spec, name, list(tags))
         return
     launched = runner.launch_run(preset, list(set_), seed=seed, device=device, gpus=gpus,  # shared with the TUI
-                                 rendezvous=rendezvous, executor=spec)
-    run_id, name, cfg, proc = launched.run_id, launched.preset, launched.config, launched.process
+                                 rendezvous=rendezvous, executor=spec, name=name, tags=list(tags))
+    run_id, cfg, proc = launched.run_id, launched.config, launched.process
     if detach:
         if launched.job_id is not None:
             err_console.print(f"run {run_id}: submitted as {spec.name} job {launched.job_id}", highlight=False)
         console.print(run_id)
         return
     where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None else ""
-    console.print(f"run [bold]{run_id}[/] ({name}): {cfg.method} on {cfg.dataset}, K={cfg.memory_size}, "
-                  f"{cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}; "
+    console.print(f"run [bold]{run_id}[/] ({escape(name or launched.preset)}): {cfg.method} on {cfg.dataset}, "
+                  f"K={cfg.memory_size}, {cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}; "
                   f"log {runner.log_path(run_id)}")
     status = follow(run_id, proc)
     print_run(run_id)
@@ -157,12 +160,13 @@ def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
 
 def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seeds: Optional[str],
               device: Optional[str], detach: bool, parallel: Optional[int], runs_per_gpu: Optional[int] = None,
-              spec: Any = None) -> None:
+              spec: Any = None, name: Optional[str] = None, tags: Optional[list[str]] = None) -> None:
     """Validate every grid point, store the grid as queued runs, then drive the queue here (showing
     progress) or, with --detach, in a queue runner process that outlives this command; with an
     executor (--executor slurm) submit them and follow the scheduler instead."""
     launched = runner.launch_sweep(preset, pairs, seeds=seeds, seed=seed, device=device, parallel=parallel,
-                                   detach=detach, runs_per_gpu=runs_per_gpu, executor=spec)
+                                   detach=detach, runs_per_gpu=runs_per_gpu, executor=spec, name=name,
+                                   tags=tags)
     sweep_id, ids, plan, slots, gpus = launched.sweep_id, launched.run_ids, launched.plan, launched.parallel, launched.gpus
     if launched.executor is not None:
         jobs = list(dict.fromkeys(launched.job_ids or []))
@@ -188,7 +192,7 @@ def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seed
         with runner.DriverLock(sweep_id):
             counts = follow_sweep(sweep_id, runner.SweepQueue(sweep_id, slots, gpus=gpus,
                                                               runs_per_gpu=launched.runs_per_gpu), plan)
-    summaries = [r.to_json() for r in store.find_runs(where("sweep", [sweep_id]))]
+    summaries = [r.to_json() for r in store.find_runs(where("sweep", [sweep_id]), archived=True)]
     console.print(reports.rich_table(reports.build_report(summaries)))
     console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
                   f"; tables: rmconsole report --sweep {sweep_id} --format md|csv|latex|json", highlight=False)
@@ -230,33 +234,151 @@ def follow_sweep(sweep_id: str, queue: Any, plan: Any = None, poll_s: float = 0.
     return runner.status_counts(store.list_runs(sweep_id=sweep_id))
 
 
+# --------------------------------------------------------------------------- choosing runs
+
+
+def _run_id(text: str) -> int:
+    """A run as typed: its id, or `last` (the newest run)."""
+    text = text.strip()
+    if text == "last":
+        try:
+            return store.newest_run_id()
+        except store.UnknownRun:
+            raise ConfigError("last: there is no run in the store yet") from None
+    if not text.lstrip("-").isdigit() or text.count("-") > 1 or text.startswith("--"):
+        raise ConfigError(f"run {shorten(text)!r}: expected a run id (see `rmconsole runs`) or 'last'")
+    return check_run_id(int(text))
+
+
+def _chosen_runs(items: list[str], where_: Optional[str] = None, option: str = "RUN") -> list[int]:
+    """Run ids from `3 4 7`, `3-9`, `3,4`, `last`, and/or a `--where` run filter; every id must exist."""
+    ids: list[int] = []
+    for item in items:
+        for part in item.split(","):
+            part = part.strip()
+            first, dash, last = part.partition("-")
+            if dash and first.isdigit() and last.isdigit():
+                ids.extend(range(int(first), int(last) + 1))
+            elif part:
+                ids.append(_run_id(part))
+    if where_ is not None:
+        ids.extend(r.id for r in store.find_runs(where_, archived=True))
+    if not ids:
+        raise ConfigError(f"give the runs ({option}: ids like 3 4 7, 3-9 or last" +
+                          (", or --where FILTER)" if where_ is None else "); --where matched none"))
+    known = set(store.run_statuses())
+    missing = [i for i in dict.fromkeys(ids) if i not in known]
+    if missing:
+        raise store.UnknownRun(missing[0])
+    return list(dict.fromkeys(ids))
+
+
 # --------------------------------------------------------------------------- show
 
+SPARK = "▁▂▃▄▅▆▇█"
 
-def print_run(run_id: int) -> None:
-    """The per-task table, the final memory and the summary metrics of one run."""
-    detail = store.run_detail(run_id)
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """A curve in one line of block characters (resampled to at most `width` points)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return ""
+    if len(values) > width:
+        step = len(values) / width
+        values = [values[int(i * step)] for i in range(width - 1)] + [values[-1]]
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    return "".join(SPARK[min(int((v - low) / span * 7.999), 7)] for v in values)
+
+
+def _metric(detail: dict[str, Any], key: str, letter: str) -> str:
+    m = detail["metrics"]
+    value = m.get(key)
+    if value is None:
+        return "—"
+    if m.get("partial"):
+        return f"{letter}@{m['tasks_done']}/{detail['progress']['n_tasks']} {value:.2f}"
+    return f"{value:.2f}"
+
+
+def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
+    """Per task and phase: epochs, the loss from first to last epoch with a sparkline, the lr
+    range and the mean samples/s (and the last test accuracy when it was recorded)."""
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for e in epochs:
+        groups.setdefault((e["task"], e["phase"]), []).append(e)
+    lines = []
+    for (task, phase), rows in groups.items():
+        losses = [r["loss"] for r in rows if r["loss"] is not None]
+        rates = [r["samples_per_s"] for r in rows if r["samples_per_s"]]
+        text = f"  T{task + 1} {phase:<7}{len(rows):>4} ep"
+        if len(losses) == 1:
+            text += f"  loss {losses[0]:.3f}"
+        elif losses:
+            text += f"  loss {losses[0]:.3f}→{losses[-1]:.3f}"
+            if len(losses) > 2:
+                text += f" {sparkline(losses, 12)}"
+        lrs = [r["lr"] for r in rows]
+        text += f"  lr {min(lrs):.2g}–{max(lrs):.2g}" if len(set(lrs)) > 1 else f"  lr {lrs[0]:.2g}"
+        if rates:
+            text += f"  {sum(rates) / len(rates):,.0f}/s"
+        tests = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
+        if tests:
+            text += f"  test {tests[-1]:.1f}%"
+        lines.append(text)
+    return lines
+
+
+def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
+    """What `show` promises: who the run is, its config (overrides first), the per-task accuracy,
+    every memory update's histogram, the epochs inside each task, and the metrics."""
+    detail = detail or store.run_detail(run_id)
     tasks = detail["tasks"]
-    table = Table(title=f"run {run_id} · {detail['preset'] or ''} · {detail['status']}", title_justify="left")
+    head = f"run [bold]{run_id}[/]"
+    if detail.get("name"):
+        head += f" “{escape(detail['name'])}”"
+    head += f" · {escape(detail['preset'] or '—')} · {detail['status']}"
+    if detail.get("sweep_id"):
+        head += f" · sweep {detail['sweep_id']}"
+    if detail.get("archived"):
+        head += " · [dim]archived[/]"
+    console.print(head, highlight=False)
+    if detail.get("tags"):
+        console.print(f"tags: {escape(', '.join(detail['tags']))}", highlight=False)
+    if detail.get("note"):
+        console.print(f"note: {escape(detail['note'])}", highlight=False)
+    config = detail["config"]
+    overrides = detail.get("overrides") or {}
+    console.print("overrides: " + (escape(" ".join(f"{k}={reports.format_value(v)}" for k, v in overrides.items()))
+                                   or "none (the preset as it is)"), highlight=False)
+    rest = " ".join(f"{k}={reports.format_value(v)}" for k, v in config.items() if k not in overrides)
+    console.print(f"[dim]config: {escape(rest)}[/]", highlight=False)
+    table = Table(title=None, box=None, padding=(0, 1), header_style="bold")
     table.add_column("task", justify="right")
     table.add_column("samples", justify="right")
     table.add_column("major classes")
-    table.add_column("accuracy %", justify="right")
+    table.add_column("acc %", justify="right")
     for j in range(len(tasks)):
-        table.add_column(f"T{j + 1} %", justify="right", style="dim")
+        table.add_column(f"T{j + 1}", justify="right", style="dim")
     table.add_column("time s", justify="right")
-    names = detail.get("class_names") or []
-    order = detail.get("class_order") or []
     for t in tasks:
-        majors = ", ".join(names[order[c]] if order and names else str(c) for c in t["major_classes"])
+        majors = ", ".join(t["major_names"] or map(str, t["major_classes"])) if t.get("major_names") is not None \
+            else ", ".join(map(str, t["major_classes"]))
         row = t["accuracy_row"] or [None] * len(tasks)
         table.add_row(str(t["task"] + 1), f"{t['n_samples']:,}", majors, _fmt(t["accuracy"]),
                       *[_fmt(v, 1) for v in row], _fmt(t["seconds"], 1))
     console.print(table)
     if detail["memory"]:
-        last = detail["memory"][-1]
-        console.print(f"memory after task {last['task'] + 1}: {last['size']} samples, "
-                      f"{last['slots_per_class']} slots/class, per class {last['histogram']}")
+        policies = {(m.get("info") or {}).get("policy") for m in detail["memory"]} - {None}
+        console.print("memory after each update: size/slots per class, then samples per class in class_order"
+                      + (f" ({', '.join(sorted(policies))})" if policies else ""), highlight=False)
+        for m in detail["memory"]:
+            console.print(f"  T{m['task'] + 1} {m['size']}/{m['slots_per_class']}: {' '.join(map(str, m['histogram']))}",
+                          highlight=False)
+    if detail.get("epochs"):
+        console.print("epochs inside each task (mean training loss, learning rate, samples/s):", highlight=False)
+        for line in epoch_lines(detail["epochs"]):
+            console.print(line, highlight=False)
     m = detail["metrics"]
     differs = m.get("I_last_joint_differs")
     if m["I_last"] is not None and differs:
@@ -265,13 +387,20 @@ def print_run(run_id: int) -> None:
         i_last = f"{_fmt(m['I_last'])}* (* vs joint run {m.get('I_last_joint_run')}, which differs in {what})"
     elif m["I_last"] is not None:
         i_last = f"{_fmt(m['I_last'])} (vs joint run {m.get('I_last_joint_run')})"
+    elif detail["method"] == "joint":
+        i_last = "— (a joint run is the upper bound itself)"
+    elif m.get("partial"):
+        i_last = "— (partial: not all tasks are done)"
     else:
-        i_last = "— (a joint run is the upper bound itself)" if detail["method"] == "joint" else "— (no matching joint run)"
-    line = (f"A_last {_fmt(m['A_last'])}  A_avg {_fmt(m['A_avg'])}  F_last {_fmt(m['F_last'])}  "
-            f"I_last {i_last}")
+        i_last = "— (no matching joint run)"
+    line = (f"A_last {_metric(detail, 'A_last', 'A')}  A_avg {_metric(detail, 'A_avg', 'A')}  "
+            f"F_last {_metric(detail, 'F_last', 'F')}  I_last {i_last}")
     if m.get("A_last_best_epoch") is not None:
         line += f"  [dim]A_last best-over-epochs (test-set selected, authors' figure) {_fmt(m['A_last_best_epoch'])}[/]"
-    console.print(line)
+    console.print(line, highlight=False)
+    if m.get("partial"):
+        console.print(f"[yellow]partial:[/] metrics after task {m['tasks_done']} of {detail['progress']['n_tasks']} "
+                      f"(A@k/T is the accuracy after task k, not a final A_last)", highlight=False)
     if m.get("topk"):
         k = m["topk"]
         console.print(f"top-{k}: A_last {_fmt(m.get('A_last_topk'))}  A_avg {_fmt(m.get('A_avg_topk'))}  "
@@ -285,26 +414,35 @@ def print_run(run_id: int) -> None:
 
 
 @app.command(context_settings=RUN_ID)
-def show(run_id: int = typer.Argument(..., metavar="RUN_ID", help="Run id."),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """One run: config, per-task accuracy, memory histograms, metrics."""
-    reap_quietly([store.get_run(check_run_id(run_id))])
+def show(run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last' (the newest run)."),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON (with every epoch row and memory update).")) -> None:
+    """One run: who it is (name, tags, note), config (overrides first), per-task accuracy, every
+    memory update's histogram, the epochs inside each task (loss, lr, samples/s), metrics."""
+    run_id = _run_id(run)
+    reap_quietly([store.get_run(run_id)])
+    detail = store.run_detail(run_id)
     if as_json:
-        print(json.dumps(store.run_detail(run_id), indent=2))
+        print(json.dumps(detail, indent=2))
         return
-    print_run(run_id)
+    print_run(run_id, detail)
+
+
+STATUS_COLOURS = {"finished": "green", "running": "cyan", "queued": "yellow", "failed": "red", "stopped": "magenta"}
 
 
 @app.command()
 def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
                                                       help="Run filter terms, all of which must hold: "
-                                                           "method:rm,ewc k:500 status:finished 'A_last>85' or words."),
+                                                           "method:rm,ewc k:500 tag:baseline override:epochs "
+                                                           "'A_last>85' or words."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON."),
          status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status."),
          limit: int = typer.Option(50, "--limit", help="Show the newest N runs (0 = all)."),
-         sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only the runs of this sweep (an id or 'last').")) -> None:
+         sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only the runs of this sweep (an id or 'last')."),
+         all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too.")) -> None:
     """All runs, newest last, and the queue of every sweep shown. A filter term is KEY:V1,V2 (any of
-    them), KEY>N (also >= < <= = !=) or a word; KEY is a run column, a metric or a config key."""
+    them), KEY>N (also >= < <= = !=) or a word; KEY is a run column, tag, override, a metric or a
+    config key. Partial metrics (a run not through all tasks) show as @k/T."""
     if status is not None and status not in store.STATUSES:
         raise ConfigError(f"--status {shorten(status)!r}: allowed: {', '.join(store.STATUSES)}")
     if limit < 0:
@@ -315,39 +453,56 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     reap_quietly()
     if sweep_:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
-    records = store.find_runs(run_filter)
+    records = store.find_runs(run_filter, archived=True if all_ else None)
     if limit:
         records = records[-limit:]
-    summaries = [r.to_json() for r in records]
     if as_json:
-        print(json.dumps(summaries, indent=2))
+        print(json.dumps([r.to_json() for r in records], indent=2))
         return
-    table = Table()
-    for col, just in (("id", "right"), ("status", "left"), ("preset", "left"), ("method", "left"), ("K", "right"),
-                      ("seed", "right"), ("progress", "left"), ("A_last", "right"), ("F_last", "right"),
-                      ("I_last", "right")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
-    colours = {"finished": "green", "running": "cyan", "queued": "yellow", "failed": "red", "stopped": "magenta"}
+    table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold")
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    labels = [len(r.name or r.preset or "—") for r in records]
+    table.add_column("run", min_width=min(max(labels, default=3), 40))  # name, else preset: never cut (to 40)
+    table.add_column("method", no_wrap=True)
+    table.add_column("K", justify="right", no_wrap=True)
+    table.add_column("seed", justify="right", no_wrap=True)
+    wide = console.width >= 120  # narrower: a run's changes go on a second line under its name
+    if wide:
+        table.add_column("changes", overflow="fold", ratio=1)  # the overrides of the preset, then #tags
+    table.add_column("A_last", justify="right", no_wrap=True)
+    table.add_column("F_last", justify="right", no_wrap=True)
+    table.add_column("I_last", justify="right", no_wrap=True)
+    jobs = store.job_states([r.id for r in records if r.status == "queued"])
     marked = []
-    jobs = store.job_states([s["id"] for s in summaries if s["status"] == "queued"])
-    for s in summaries:
-        p = s["progress"]
-        prog = f"task {p['task'] + 1}/{p['n_tasks']} {p['phase'] or ''}" if p["task"] is not None else ""
-        if s["id"] in jobs:  # queued at a scheduler: its job and the scheduler's word
-            executor, job_id, job_state = jobs[s["id"]]
-            prog = f"{executor} job {job_id} {job_state or ''}".strip()
-        m = s["metrics"]
-        table.add_row(str(s["id"]), f"[{colours[s['status']]}]{s['status']}[/]", s["preset"] or "", s["method"],
-                      str(s["config"]["memory_size"]), str(s["seed"]), prog if s["status"] == "running" else "",
-                      _fmt(m["A_last"]), _fmt(m["F_last"]),
-                      _fmt(m["I_last"]) + ("*" if m.get("I_last_joint_differs") and m["I_last"] is not None else ""))
-        if m.get("I_last_joint_differs") and m["I_last"] is not None:
-            marked.append((s["id"], m["I_last_joint_run"], ", ".join(m["I_last_joint_differs"])))
+    for r in records:
+        status_text = r.status if r.status != "running" or r.task is None else f"{r.task + 1}/{r.n_tasks} {r.phase or ''}"
+        if r.id in jobs:  # queued at a scheduler: its job and the scheduler's word
+            executor, job_id, job_state = jobs[r.id]
+            status_text = f"queued: {executor} job {job_id} {job_state or ''}".strip()
+        if r.i_last is not None and r.i_last_differs:
+            marked.append(r)
+        what = r.overrides_text
+        if r.tags:
+            what = (what + " " if what else "") + " ".join(f"#{t}" for t in r.tags)
+        if r.archived:
+            what = (what + " " if what else "") + "(archived)"
+        style = "dim" if r.partial else ""
+        label = escape(r.name or r.preset or "—")
+        changes = [escape(what)] if wide else []
+        if what and not wide:
+            label += f"\n[dim]{escape(what)}[/]"  # (wraps between words under the name)
+        table.add_row(str(r.id), f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]", label, r.method,
+                      str(r.memory_size), str(r.seed), *changes,
+                      f"[{style}]{r.metric_text(r.a_last)}[/]" if style else r.metric_text(r.a_last),
+                      f"[{style}]{_fmt(r.f_last)}[/]" if style else _fmt(r.f_last),  # (A_last carries the @k/T)
+                      r.i_last_text())
     console.print(table)
-    for run_id, joint_id, keys in marked:
-        console.print(f"* run {run_id}: I_last against joint run {joint_id}, which differs in {keys} "
-                      f"(rmconsole show {run_id})", highlight=False)
-    print_sweep_queues([s["sweep_id"] for s in summaries if s["sweep_id"]])
+    for r in marked:
+        console.print(f"* run {r.id}: I_last {r.i_last_note} (rmconsole show {r.id})", highlight=False)
+    if any(r.partial for r in records):
+        console.print("[dim]@k/T: partial, the metrics after task k of T (not final; no I_last)[/]", highlight=False)
+    print_sweep_queues([r.sweep_id for r in records if r.sweep_id])
 
 
 def reap_quietly(runs: Optional[list[Any]] = None) -> list[int]:
@@ -389,8 +544,9 @@ def print_sweep_queues(sweep_ids: list[str]) -> None:
 
 
 @app.command()
-def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """The bundled presets."""
+def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+            long: bool = typer.Option(False, "--long", "-l", help="With each preset's description.")) -> None:
+    """The bundled presets (names as `--preset` takes them; --long adds what each one is)."""
     items = []
     for name in preset_names():
         _, table = read_preset(name)
@@ -398,15 +554,137 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
     if as_json:
         print(json.dumps(items, indent=2))
         return
-    table = Table()
-    for col in ("preset", "dataset", "model", "method", "K", "tasks", "setting", "description"):
-        table.add_column(col)
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    table.add_column("preset", no_wrap=True, style="bold")  # the name `--preset` takes: never cut
+    table.add_column("setting", ratio=1)  # wraps between words at 80 columns
     for item in items:
         c = item["config"]
-        table.add_row(item["name"], c["dataset"], c["model"], c.get("method", "rm"), str(c["memory_size"]),
-                      str(c.get("n_tasks", 5)), f"blurry{c.get('blurry', 10)} {c.get('stream', 'online')}",
-                      item["description"])
+        setting = Text(f"{c['dataset']} · {c['model']} · {c.get('method', 'rm')} · K={c['memory_size']} · "
+                       f"{c.get('n_tasks', 5)} tasks · blurry{c.get('blurry', 10)} {c.get('stream', 'online')}")
+        if long and item["description"]:
+            setting.append("\n" + item["description"], style="dim")
+        table.add_row(item["name"], setting, end_section=long)
     console.print(table)
+    if not long:
+        console.print("[dim]descriptions: rmconsole presets --long[/]", highlight=False)
+
+
+# --------------------------------------------------------------------------- identity, archive, rm, diff
+
+
+@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": False})
+def tag(items: list[str] = typer.Argument(..., metavar="RUN... [+TAG|-TAG]...",
+                                          help="Run ids (3 4, 3-9, last), then +TAG to add and -TAG to remove."),
+        where_: Optional[str] = typer.Option(None, "--where", help="Also the runs that pass this run filter.")) -> None:
+    """Add (+t) and remove (-t) tags: `rmconsole tag 3 4 +baseline -draft`."""
+    add = [i[1:] for i in items if i.startswith("+")]
+    remove = [i[1:] for i in items if i.startswith("-")]
+    run_items = [i for i in items if not i.startswith(("+", "-"))]
+    if not add and not remove:
+        raise ConfigError("tag: say what to do with +TAG (add) or -TAG (remove), e.g. rmconsole tag 3 +baseline")
+    runner.check_identity(None, add + remove)
+    ids = _chosen_runs(run_items, where_)
+    store.tag_runs(ids, add, remove)
+    for record in store.run_records(ids, i_last=False):
+        console.print(f"run {record.id}: {' '.join('#' + t for t in record.tags) or 'no tags'}", highlight=False)
+
+
+@app.command()
+def note(run: str = typer.Argument(..., metavar="RUN", help="Run id or 'last'."),
+         text: str = typer.Argument(..., help="The note (\"\" clears it).")) -> None:
+    """Write a note on a run (shown by `show`, searched by the run filter's words)."""
+    run_id = _run_id(run)
+    if not text.isprintable():
+        raise ConfigError("note: give one line of printable text")
+    store.set_note([run_id], text.strip() or None)
+    console.print(f"run {run_id}: " + (f"note “{escape(text.strip())}”" if text.strip() else "note cleared"),
+                  highlight=False)
+
+
+@app.command()
+def rename(run: str = typer.Argument(..., metavar="RUN", help="Run id or 'last'."),
+           name: str = typer.Argument(..., help="The new name (\"\" clears it).")) -> None:
+    """Give a run a name (as `run --name`)."""
+    run_id = _run_id(run)
+    if name.strip():
+        runner.check_identity(name.strip(), None)
+    store.set_name([run_id], name.strip() or None)
+    console.print(f"run {run_id}: " + (f"name “{escape(name.strip())}”" if name.strip() else "name cleared"),
+                  highlight=False)
+
+
+@app.command()
+def archive(items: Optional[list[str]] = typer.Argument(None, metavar="RUN...", help="Run ids (3 4, 3-9, last)."),
+            where_: Optional[str] = typer.Option(None, "--where", help="The runs that pass this run filter."),
+            undo: bool = typer.Option(False, "--undo", help="Bring archived runs back.")) -> None:
+    """Hide runs from `runs`, `report` and the TUI (`--all` / archived:true show them); nothing is deleted."""
+    ids = _chosen_runs(list(items or []), where_)
+    changed = store.set_archived(ids, not undo)
+    verb = "restored" if undo else "archived"
+    console.print(f"{verb} {len(changed)} run(s)" + (f": {', '.join(map(str, changed))}" if changed else "") +
+                  (f" ({len(ids) - len(changed)} already {verb})" if len(changed) < len(ids) else ""), highlight=False)
+
+
+@app.command("rm")
+def remove(items: list[str] = typer.Argument(..., metavar="RUN...", help="Run ids (3 4, 3-9, last)."),
+           yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask (for scripts).")) -> None:
+    """Delete runs for good: their rows, metrics, log and checkpoint. A queued or running run is
+    refused (stop it first); `archive` hides a run without deleting it."""
+    ids = _chosen_runs(items)
+    records = store.run_records(ids, i_last=False)
+    active = [r for r in records if r.active]
+    if active:
+        raise ConfigError(f"run {active[0].id} is {active[0].status}: stop it first (rmconsole stop {active[0].id}); "
+                          f"nothing was deleted")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise ConfigError("rm deletes runs for good: confirm with --yes (no terminal to ask on)")
+        for r in records:
+            console.print(f"  run {r.id} {r.status} {escape(r.label)} {r.method} seed {r.seed} "
+                          f"A_last {r.metric_text(r.a_last)}", highlight=False)
+        if not typer.confirm(f"Delete {len(records)} run(s) with their rows, logs and checkpoints?", default=False):
+            err_console.print("nothing deleted")
+            raise typer.Exit(1)
+    for r in records:
+        runner.delete_run(r.id)
+        console.print(f"deleted run {r.id}", highlight=False)
+
+
+@app.command()
+def diff(a: str = typer.Argument(..., metavar="RUN_A", help="Run id or 'last'."),
+         b: str = typer.Argument(..., metavar="RUN_B", help="Run id or 'last'."),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """What differs between two runs: the config keys (values as --set writes them), then the
+    metrics (B − A) and the accuracy after each task."""
+    from .report import run_diff
+
+    first, second = store.run_detail(_run_id(a)), store.run_detail(_run_id(b))
+    result = run_diff(first, second)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    table.add_column("key", style="cyan", no_wrap=True)
+    table.add_column(f"run {first['id']}", overflow="fold")
+    table.add_column(f"run {second['id']}", overflow="fold")
+    table.add_column("B − A", justify="right", no_wrap=True)
+    for key, va, vb in result["identity"]:
+        table.add_row(key, escape(va), escape(vb), "")
+    if result["identity"]:
+        table.add_section()
+    for key, va, vb in result["config"]:
+        table.add_row(key, escape(va), escape(vb), "")
+    if not result["config"]:
+        table.add_row("[dim]config[/]", "[dim]same[/]", "[dim]same[/]", "")
+    table.add_section()
+    for key, va, vb, delta in result["metrics"]:
+        table.add_row(key, va, vb, delta)
+    table.add_section()
+    for key, va, vb, delta in result["tasks"]:
+        table.add_row(key, va, vb, delta)
+    console.print(table)
+    for note_ in result["notes"]:
+        console.print(f"[dim]{escape(note_)}[/]", highlight=False)
 
 
 @app.command("config-keys")
@@ -457,7 +735,8 @@ def _run_id_ranges(text: str) -> list[tuple[int, int]]:
 
 def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, dataset: Optional[str] = None,
                 method: Optional[str] = None, status: Optional[str] = None, run_ids: Optional[str] = None,
-                where_: Optional[list[str]] = None, filters: Optional[list[str]] = None) -> list[store.RunRecord]:
+                where_: Optional[list[str]] = None, filters: Optional[list[str]] = None,
+                archived: bool = False) -> list[store.RunRecord]:
     """The stored runs that pass every option and filter term (comma-separated values mean any of them)."""
     statuses = _listed("--status", status)
     for value in statuses or []:
@@ -479,7 +758,7 @@ def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, data
     reap_quietly()
     if sweep_:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
-    return store.find_runs(run_filter)
+    return store.find_runs(run_filter, archived=True if archived or run_ids is not None else None)
 
 
 @app.command()
@@ -507,6 +786,10 @@ def report(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw accuracy after each task per row (PNG)."),
     memory_plot: Optional[Path] = typer.Option(None, "--memory-plot",
                                                help="Draw one run's memory class histogram per task (PNG)."),
+    plot_epochs: Optional[Path] = typer.Option(None, "--plot-epochs",
+                                               help="Draw the training loss and learning rate of every epoch of the "
+                                                    "selected runs (PNG)."),
+    all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too."),
 ) -> None:
     """Tables of stored runs: cells are mean ± std over seeds; also the paper's figures as PNG."""
     if fmt not in reports.FORMATS:
@@ -515,13 +798,13 @@ def report(
         raise ConfigError("--out writes a file: choose --format md, csv, latex or json")
     if not 0 <= digits <= 6:
         raise ConfigError(f"--digits {digits}: allowed: 0 to 6")
-    for option, path in (("--plot", plot), ("--memory-plot", memory_plot)):
+    for option, path in (("--plot", plot), ("--memory-plot", memory_plot), ("--plot-epochs", plot_epochs)):
         if path is not None and path.suffix.lower() not in (".png", ".pdf", ".svg"):
             raise ConfigError(f"{option} {shorten(str(path))!r}: the file must end in .png (or .pdf, .svg)")
-    for option, path in (("--out", out), ("--plot", plot), ("--memory-plot", memory_plot)):
+    for option, path in (("--out", out), ("--plot", plot), ("--memory-plot", memory_plot), ("--plot-epochs", plot_epochs)):
         if path is not None:
             reports.check_output(path, option)  # a folder, an unwritable place: refused before any work
-    runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where_, filters)
+    runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where_, filters, all_)
     if not runs:
         raise ConfigError(f"no runs match the filters ({store.count_runs()} runs are stored; see `rmconsole runs`)")
     if memory_plot is not None and len(runs) != 1:
@@ -543,23 +826,82 @@ def report(
         err_console.print(f"wrote {reports.plot_accuracy(table, details, plot)}", highlight=False)
     if memory_plot is not None:
         err_console.print(f"wrote {reports.plot_memory(store.run_detail(runs[0].id), memory_plot)}", highlight=False)
+    if plot_epochs is not None:
+        details = {r.id: store.run_detail(r.id) for r in runs[:24]}
+        if len(runs) > 24:
+            err_console.print(f"--plot-epochs: drawing the first 24 of {len(runs)} runs", highlight=False)
+        err_console.print(f"wrote {reports.plot_epochs(details, plot_epochs)}", highlight=False)
+
+
+# --------------------------------------------------------------------------- export
+
+
+@app.command()
+def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR",
+                                                     help="Run ids (3 4, 3-9, last), then the folder (or --dir)."),
+           to: str = typer.Option(..., "--to", help="mlflow | tensorboard"),
+           sweep_: Optional[str] = typer.Option(None, "--sweep", help="Every run of this sweep (an id or 'last')."),
+           experiment: str = typer.Option("rmconsole", "--experiment", help="MLflow experiment name."),
+           dir_: Optional[str] = typer.Option(None, "--dir", "-o",
+                                              help="Where: a folder (MLflow file store, TensorBoard log dir) or, "
+                                                   "for MLflow, a tracking URI.")) -> None:
+    """Write runs into an MLflow tracking store or TensorBoard event files: config as params,
+    per-task and per-epoch metrics, memory histograms (`pip install 'rmconsole[mlflow]'` /
+    `'rmconsole[tensorboard]'`). `rmconsole export 3 4 --to mlflow ./mlruns`."""
+    from . import export as exporter
+
+    if to not in exporter.TARGETS:
+        raise ConfigError(f"--to {to!r}: allowed: {', '.join(exporter.TARGETS)}")
+    names = list(items or [])
+    target = dir_
+    if target is None and names and not names[-1].replace("-", "").replace(",", "").isdigit() \
+            and names[-1] != "last":  # the last word is the folder (`export 3 4 --to mlflow DIR`)
+        target = names.pop()
+    if not target:
+        raise ConfigError("export: say where: rmconsole export RUN... --to mlflow DIR (or --to tensorboard DIR)")
+    ids = [r.id for r in store.find_runs(where("sweep", [runner.resolve_sweep_id(sweep_)]), archived=True)] \
+        if sweep_ else []
+    ids += _chosen_runs(names) if names else []
+    if not ids:
+        raise ConfigError("export: give the runs (ids, 3-9, last) or --sweep ID|last")
+    details = [store.run_detail(i) for i in dict.fromkeys(ids)]
+    try:
+        if to == "mlflow":
+            written = exporter.to_mlflow(details, target, experiment)
+            console.print(f"exported {len(written)} run(s) to MLflow at {target} (experiment {experiment!r}); "
+                          f"see them with: mlflow ui --backend-store-uri {target}", highlight=False)
+        else:
+            folders = exporter.to_tensorboard(details, target)
+            console.print(f"exported {len(folders)} run(s) to {target}; see them with: tensorboard --logdir {target}",
+                          highlight=False)
+    except exporter.ExportError as err:
+        raise ConfigError(str(err)) from None
 
 
 # --------------------------------------------------------------------------- stop / resume
 
 
 @app.command(context_settings=RUN_ID)
-def stop(run_id: int = typer.Argument(..., metavar="RUN_ID", help="Run id."),
+def stop(run: Optional[str] = typer.Argument(None, metavar="[RUN]", help="Run id, or 'last'."),
+         sweep_: Optional[str] = typer.Option(None, "--sweep", help="Stop a whole sweep: its id, or 'last'."),
          grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL.")) -> None:
-    """Stop a running run (SIGTERM to its process group, then SIGKILL); finished tasks stay stored."""
-    check_run_id(run_id)
+    """Stop a running run (SIGTERM to its process group, then SIGKILL), or with --sweep every run of
+    a sweep (queued ones included); finished tasks stay stored and `resume` continues them."""
     if not (math.isfinite(grace) and 0 <= grace <= 3600):
         raise ConfigError(f"--grace {grace}: seconds from 0 to 3600")
+    if (run is None) == (sweep_ is None):
+        raise ConfigError("stop: give a run id, or --sweep with a sweep id or last (one of them)")
+    if sweep_ is not None:
+        sweep_id = runner.resolve_sweep_id(sweep_)
+        counts = runner.stop_sweep(sweep_id, grace)
+        console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()), highlight=False)
+        return
+    run_id = _run_id(run)  # type: ignore[arg-type]
     console.print(f"run {run_id} {runner.stop_run(run_id, grace)}")
 
 
 @app.command(context_settings=RUN_ID)
-def resume(run_id: int = typer.Argument(..., metavar="RUN_ID", help="Run id."),
+def resume(run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last'."),
            detach: bool = typer.Option(False, "--detach", "-d", help="Return at once."),
            nnodes: int = typer.Option(1, "--nnodes", help="Nodes, for a multi-node run (as for `run`)."),
            node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This node's rank (0)."),
@@ -571,7 +913,7 @@ def resume(run_id: int = typer.Argument(..., metavar="RUN_ID", help="Run id."),
                                                   "submitit-local (default: where it ran; a Slurm run is resubmitted)."),
            slurm: list[str] = typer.Option([], "--slurm", help="Job options with --executor slurm (as for `run`).")) -> None:
     """Continue a failed or stopped run from its last finished task."""
-    check_run_id(run_id)
+    run_id = _run_id(run)
     check_count("--nnodes", nnodes, 1, MAX_SLOTS)
     check_count("--node-rank", node_rank, 0, MAX_SLOTS)
     check_count("--master-port", master_port, 1, 65535)
@@ -621,8 +963,13 @@ MIN_REFRESH_S = 0.1
 
 
 @app.command()
-def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between store reads.")) -> None:
-    """Open the terminal UI: runs live, one run's stream/memory/accuracy/log, compare, launch, stop."""
+def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between store reads."),
+        serve: bool = typer.Option(False, "--serve", help="Serve the same TUI to a web browser (textual-serve)."),
+        host: str = typer.Option("127.0.0.1", "--host", help="With --serve: the address to listen on "
+                                                             "(default: this machine only)."),
+        port: int = typer.Option(8000, "--port", help="With --serve: the port.")) -> None:
+    """Open the terminal UI: runs live, one run's stream/memory/accuracy/epochs/log, compare, launch,
+    stop, resume. With --serve, the same app in a browser (each browser tab runs its own copy)."""
     if not (refresh > 0 and math.isfinite(refresh)):
         raise ConfigError(f"--refresh {refresh}: must be a number of seconds above 0")
     if refresh < MIN_REFRESH_S:  # a store read per 0.1 ms burns a core and shows nothing faster
@@ -630,9 +977,42 @@ def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between st
                           f"{MIN_REFRESH_S:g} s", highlight=False)
         refresh = MIN_REFRESH_S
     store.get_engine()  # an unusable store is a one-line error here, not a screen of them
+    if serve:
+        serve_tui(refresh, host, port)
+        return
     from .tui import RMConsoleApp
 
     RMConsoleApp(refresh_s=refresh).run()
+
+
+def serve_tui(refresh: float, host: str, port: int) -> None:
+    """`tui --serve`: textual-serve runs `rmconsole tui` (this very command, without --serve) for
+    each browser connection and streams it over a websocket: one code path, not a second UI."""
+    import shlex
+    import socket as socket_
+
+    try:
+        from textual_serve.server import Server
+    except ImportError:
+        raise ConfigError("--serve needs textual-serve: pip install 'rmconsole[serve]'") from None
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port {port}: allowed: 1 to 65535")
+    try:  # a taken port or an unknown host is one line here, not an aiohttp traceback
+        with socket_.socket(socket_.AF_INET6 if ":" in host else socket_.AF_INET) as probe:
+            probe.setsockopt(socket_.SOL_SOCKET, socket_.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as err:
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there ({err.strerror})") from None
+    command = shlex.join([sys.executable, "-m", "rmconsole", "tui", "--refresh", f"{refresh:g}"])
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}"
+    console.print(f"serving the rmconsole TUI at {url} (store {store.shown_url(store.database_url())}); Ctrl-C stops",
+                  highlight=False, soft_wrap=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        err_console.print(f"[yellow]note:[/] listening on {host}: anyone who can reach it can launch and stop runs; "
+                          f"prefer the default 127.0.0.1 and an SSH tunnel (ssh -L {port}:127.0.0.1:{port} HOST)",
+                          highlight=False)
+    Server(command, host=host, port=port, title="rmconsole").serve()
 
 
 # --------------------------------------------------------------------------- data

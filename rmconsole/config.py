@@ -322,6 +322,19 @@ def load_config(preset: str | None = None, overrides: list[str] | dict[str, Any]
     return name, build_config(table, extra)
 
 
+def overrides_of(preset: str | None, config: dict[str, Any]) -> dict[str, Any]:
+    """The keys of `config` whose value differs from what the preset alone gives (its table
+    over the defaults), as `--set` would write them back: what tells two runs of a preset apart.
+    The seed is left out (every runs table has it as a column)."""
+    _, table = read_preset(preset or DEFAULT_PRESET)
+    try:
+        base = build_config(table).to_dict()
+    except ConfigError:  # a preset that is not valid alone (a partial TOML file): its table and the defaults
+        base = {k: f.default for k, f in RunConfig.model_fields.items()} | dict(table)
+        base["augment"] = list(parse_augment(base["augment"])) if base.get("augment") is not None else []
+    return {k: v for k, v in config.items() if k != "seed" and k in base and v != base[k]}
+
+
 # --------------------------------------------------------------------------- the keys table
 
 

@@ -757,6 +757,64 @@ def plot_accuracy(report: Report, details: dict[int, dict[str, Any]], path: Path
     return out
 
 
+def epoch_series(detail: dict[str, Any]) -> dict[str, Any]:
+    """A run's epoch rows laid end to end: x = epochs trained so far in the run, with the
+    loss, lr and test accuracy of each, and where each task starts (`show --json`'s epochs)."""
+    xs, loss, lr, test, starts = [], [], [], [], {}
+    for i, e in enumerate(detail.get("epochs") or []):
+        starts.setdefault(e["task"], i)
+        xs.append(i)
+        loss.append(math.nan if e["loss"] is None else e["loss"])
+        lr.append(e["lr"])
+        test.append(math.nan if e.get("test_accuracy") is None else e["test_accuracy"])
+    return {"x": xs, "loss": loss, "lr": lr, "test": test, "task_starts": starts}
+
+
+def plot_epochs(details: dict[int, dict[str, Any]], path: Path | str) -> Path:
+    """Training loss and learning rate of every epoch of each run, tasks end to end (dotted
+    lines where a task starts); test accuracy too when the runs recorded it per epoch."""
+    series = {run_id: epoch_series(d) for run_id, d in details.items()}
+    series = {run_id: s for run_id, s in series.items() if s["x"]}
+    if not series:
+        raise ReportError("--plot-epochs: none of the selected runs has epoch rows (runs from before they were "
+                          "recorded, or not started)")
+    has_test = any(not all(math.isnan(v) for v in s["test"]) for s in series.values())
+    plt = _pyplot()
+    n_panels = 3 if has_test else 2
+    fig, axes = plt.subplots(n_panels, 1, figsize=(9, 2.6 * n_panels + 0.6), sharex=True, squeeze=False)
+    axes = axes[:, 0]
+    colours = plt.get_cmap("tab10")
+    for k, (run_id, s) in enumerate(series.items()):
+        d = details[run_id]
+        label = f"#{run_id} {d.get('name') or d.get('method')}"
+        if (d.get("metrics") or {}).get("partial"):
+            label += f" (partial {d['metrics']['tasks_done']}/{d['progress']['n_tasks']})"
+        axes[0].plot(s["x"], s["loss"], color=colours(k % 10), linewidth=1, label=label)
+        axes[1].plot(s["x"], s["lr"], color=colours(k % 10), linewidth=1)
+        if has_test:
+            axes[2].plot(s["x"], s["test"], color=colours(k % 10), linewidth=1, marker=".", markersize=2)
+        if k == 0:
+            for task, start in s["task_starts"].items():
+                for ax in axes:
+                    ax.axvline(start, color="grey", linestyle=":", linewidth=0.8)
+                axes[0].annotate(f"T{task + 1}", (start, 1), xycoords=("data", "axes fraction"), fontsize=7,
+                                 va="top", ha="left", color="grey")
+    axes[0].set_ylabel("training loss")
+    axes[0].set_yscale("log")
+    axes[1].set_ylabel("learning rate")
+    if has_test:
+        axes[2].set_ylabel("test accuracy (%)\n(test-set, per epoch)")
+    axes[-1].set_xlabel("epoch (tasks end to end: the stream pass and each memory epoch)")
+    axes[0].legend(fontsize=8)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.suptitle("inside each task: mean training loss and learning rate per epoch", fontsize=10)
+    fig.tight_layout()
+    out = _save(fig, Path(path))
+    plt.close(fig)
+    return out
+
+
 def memory_by_task(detail: dict[str, Any]) -> list[dict[str, Any]]:
     """The last memory snapshot of each task, in task order."""
     last: dict[int, dict[str, Any]] = {}
@@ -821,6 +879,54 @@ def plot_memory(detail: dict[str, Any], path: Path | str) -> Path:
     out = _save(fig, Path(path), "--memory-plot")
     plt.close(fig)
     return out
+
+
+# ---------------------------------------------------------------------- two runs side by side
+
+
+def _metric_text(detail: dict[str, Any], key: str) -> str:
+    value = (detail.get("metrics") or {}).get(key)
+    if value is None:
+        return "—"
+    if (detail.get("metrics") or {}).get("partial"):
+        return f"{key[0]}@{detail['metrics']['tasks_done']}/{detail['progress']['n_tasks']} {value:.2f}"
+    return f"{value:.2f}"
+
+
+def run_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """What differs between two runs (`show --json` details): identity, config keys (values as
+    `--set` writes them), metrics with B − A (only when both are final, never partial vs final),
+    and the accuracy after each task. The same rows feed `rmconsole diff` and the TUI's compare."""
+    identity = []
+    for key in ("name", "preset", "sweep_id", "status"):
+        va, vb = a.get(key), b.get(key)
+        if va != vb:
+            identity.append((key, format_value(va), format_value(vb)))
+    if a.get("tags") != b.get("tags"):
+        identity.append(("tags", " ".join(a.get("tags") or []) or "—", " ".join(b.get("tags") or []) or "—"))
+    ca, cb = a.get("config") or {}, b.get("config") or {}
+    keys = list(dict.fromkeys([*ca, *cb]))
+    config = [(k, format_value(config_value(ca, k)), format_value(config_value(cb, k))) for k in keys
+              if _hashable(config_value(ca, k)) != _hashable(config_value(cb, k))]
+    metrics = []
+    notes = []
+    final = not (a["metrics"].get("partial") or b["metrics"].get("partial"))
+    for key in ("A_last", "A_avg", "F_last", "I_last"):
+        va, vb = a["metrics"].get(key), b["metrics"].get(key)
+        delta = f"{vb - va:+.2f}" if va is not None and vb is not None and final else ""
+        metrics.append((key, _metric_text(a, key), _metric_text(b, key), delta))
+    if not final:
+        notes.append("B − A is left out: a partial run's metrics (@k/T) are not final")
+    ta = {t["task"]: t.get("accuracy") for t in a.get("tasks", [])}
+    tb = {t["task"]: t.get("accuracy") for t in b.get("tasks", [])}
+    tasks = []
+    for t in sorted(set(ta) | set(tb)):
+        va, vb = ta.get(t), tb.get(t)
+        delta = f"{vb - va:+.2f}" if va is not None and vb is not None else ""
+        tasks.append((f"acc after T{t + 1}", "—" if va is None else f"{va:.2f}", "—" if vb is None else f"{vb:.2f}",
+                      delta))
+    return {"a": a["id"], "b": b["id"], "identity": identity, "config": config, "metrics": metrics,
+            "tasks": tasks, "notes": notes}
 
 
 def select(runs: Iterable[dict[str, Any]], where: dict[str, list[str]]) -> list[dict[str, Any]]:

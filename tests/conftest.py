@@ -46,6 +46,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("RMCONSOLE_HOME", str(home))
     monkeypatch.delenv("RMCONSOLE_DB", raising=False)
+    monkeypatch.setenv("RMCONSOLE_WARM", "0")  # no warm-start server per test home (tests/test_warm.py turns it on)
     monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.chdir(tmp_path)
     return home

@@ -15,7 +15,7 @@ def _stored(method: str, a_last: float, status: str = "finished", **overrides) -
     _, cfg = load_config(None, {"method": method, **overrides})
     run_id = store.create_run(cfg.to_dict(), f"{method}-preset")
     store.record_task(run_id, TaskOutcome(0, a_last, [a_last], [a_last] * 10, list(range(10)), 1.0))
-    store.update_run(run_id, status=status)
+    store.update_run(run_id, status=status, n_tasks=1)  # one task, all of it done: final metrics
     return run_id
 
 

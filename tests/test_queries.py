@@ -13,8 +13,9 @@ from rmconsole import store
 
 pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
 
-SUMMARY_KEYS = ["id", "status", "preset", "method", "dataset", "seed", "sweep_id", "config", "metrics", "progress",
-                "created_at", "started_at", "finished_at", "heartbeat_at", "device", "error"]
+SUMMARY_KEYS = ["id", "status", "preset", "method", "dataset", "seed", "sweep_id", "name", "tags", "note", "archived",
+                "overrides", "config", "metrics", "progress", "created_at", "started_at", "finished_at",
+                "heartbeat_at", "device", "error"]
 
 
 def test_records_carry_the_runs_json_shape() -> None:
@@ -25,7 +26,9 @@ def test_records_carry_the_runs_json_shape() -> None:
     assert (finished.status, finished.a_last, finished.tasks_done, finished.memory_size) == ("finished", 86.0, 5, 200)
     shape = finished.to_json()
     assert list(shape) == SUMMARY_KEYS
-    assert list(shape["metrics"]) == ["A_last", "A_avg", "F_last", "I_last", "I_last_joint_run", "tasks_done"]
+    assert list(shape["metrics"]) == ["A_last", "A_avg", "F_last", "I_last", "I_last_joint_run", "tasks_done",
+                                      "partial"]
+    assert shape["metrics"]["partial"] is False and records[ids["running"]].to_json()["metrics"]["partial"] is True
     assert shape["metrics"]["A_last"] == 86.0 and shape["config"] == dict(finished.config)
     assert shape["progress"] == {"task": finished.task, "n_tasks": 5, "phase": finished.phase,
                                  "done": finished.phase_done, "total": finished.phase_total,

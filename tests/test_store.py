@@ -43,7 +43,10 @@ def test_i_last_from_a_matching_joint_run() -> None:
     joint_cfg = {**cfg.to_dict(), "method": "joint"}
     joint_id = store.create_run(joint_cfg, "joint")
     store.record_task(joint_id, TaskOutcome(0, 95.0, [95.0], [95.0] * 10, list(range(10)), 1.0))
-    store.update_run(joint_id, status="finished")
+    store.update_run(joint_id, status="finished", n_tasks=1)
+    assert store.run_detail(run_id)["metrics"]["I_last"] is None  # 1 of 5 tasks: a partial A_last has no I_last
+    assert store.run_detail(run_id)["metrics"]["partial"] is True
+    store.update_run(run_id, n_tasks=1)  # (as if the run had one task)
     assert store.run_detail(run_id)["metrics"]["I_last"] == 15.0
 
 

@@ -26,7 +26,7 @@ from rmconsole.tui.widgets.run_header import RunHeader
 from rmconsole.tui.widgets.runs_table import RunsTable
 from rmconsole.tui.widgets.task_stream import TaskStreamPanel
 
-SIZE = (120, 40)
+SIZE = (140, 40)
 
 
 async def until(pilot, condition: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
@@ -108,7 +108,7 @@ async def test_filter_sort_select_and_compare() -> None:
                     what="the compare screen")
         view = app.screen.view
         assert [r.id for r in view.rows] == [ids["finished"], ids["running"]]
-        assert view.differences["seed"] == (1, 2)
+        assert view.differences["seed"] == ("1", "2")  # written as --set writes them
         assert app.screen.query_one("#metrics").row_count == 2
         await pilot.press("escape")
         assert not isinstance(app.screen, CompareScreen)

@@ -78,7 +78,9 @@ def test_filter_terms_and_fields_then_sort() -> None:
     by_a_last = [r.id for r in data.arrange(rows, "", "A_last", True)]
     assert by_a_last[0] == ids["finished"]  # 86.0 is the best A_last; runs without one sort last
     assert by_a_last[-1] == ids["queued"]
-
+    # the running and the failed run have partial A_last (after task 2 and 1 of 5): after the final one
+    assert by_a_last == [ids["finished"], ids["running"], ids["failed"], ids["queued"]]
+    assert [r.id for r in data.arrange(rows, "", "A_last", False)][:1] == [ids["finished"]]  # either way
 
 def test_run_view_has_stream_results_memory_and_uncertainty() -> None:
     ids = tui_store.build()
@@ -117,7 +119,7 @@ def test_compare_view_curves_differences_and_missing_runs() -> None:
     assert [r.id for r in view.rows] == [ids["finished"], ids["running"]]
     assert view.curves[ids["finished"]] == tuple(tui_store.ACCURACIES)
     assert view.curves[ids["running"]] == tuple(tui_store.ACCURACIES[:2])
-    assert view.differences["seed"] == (1, 2) and view.differences["epochs"] == (8, 32)
+    assert view.differences["seed"] == ("1", "2") and view.differences["epochs"] == ("8", "32")
     assert "dataset" not in view.differences
     assert view.missing == (999,)
 
@@ -176,8 +178,8 @@ def test_accuracy_matrix_and_metrics_line() -> None:
 
 
 def test_launch_preview_marks_overrides_and_refuses_bad_values() -> None:
-    config, sources = preview("digits-blurry10-online", "epochs=2 seed=7")
-    assert config["epochs"] == 2 and config["seed"] == 7
+    config, sources, what = preview("digits-blurry10-online", "epochs=2 seed=7")
+    assert config["epochs"] == 2 and config["seed"] == 7 and what == "one run"
     assert sources["epochs"] == "override" and sources["dataset"] == "preset" and sources["lr"] == "preset"
     assert sources["weight_decay"] == "default"
     with pytest.raises(ConfigError, match="unknown config key 'colour'"):
@@ -185,6 +187,11 @@ def test_launch_preview_marks_overrides_and_refuses_bad_values() -> None:
     with pytest.raises(ConfigError, match="memory_size=-1"):
         preview("digits-blurry10-online", "memory_size=-1")
     assert split_overrides('augment=cutmix+autoaug lr=0.1') == ["augment=cutmix+autoaug", "lr=0.1"]
+    config, sources, what = preview("digits-blurry10-online", "method=rm,er epochs=2", "1,2")
+    assert what.startswith("a sweep of 4 runs") and sources["method"] == sources["seed"] == "sweep axis"
+    assert sources["epochs"] == "override" and config["method"] == "rm"
+    with pytest.raises(ConfigError, match="seeds"):
+        preview("digits-blurry10-online", "", "1,x")
 
 
 def test_launch_run_refuses_before_storing(isolated_home) -> None:

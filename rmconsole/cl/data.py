@@ -205,9 +205,82 @@ def _load_folder(name: str, root: Path, size: int, pipeline: str = "auto", loade
     return Dataset(name, train, test, classes, *IMAGENET_STATS, crop_padding=4)
 
 
+CACHE_FORMAT = 1
+CACHEABLE = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+_SOURCES = {  # the files a cached copy was made from: a changed file makes a new copy
+    "mnist": ("MNIST/raw",), "fashion_mnist": ("FashionMNIST/raw",), "cifar10": ("cifar-10-batches-py",),
+    "cifar100": ("cifar-100-python",),
+}
+
+
+def _source_files(name: str, root: Path) -> list[Path]:
+    if name == "digits":  # scikit-learn's bundled file, found without importing scikit-learn
+        import importlib.util
+
+        spec = importlib.util.find_spec("sklearn")
+        base = Path(spec.origin).parent if spec and spec.origin else None
+        return [base / "datasets" / "data" / "digits.csv.gz"] if base else []
+    return sorted(p for sub in _SOURCES[name] for p in (root / sub).glob("*") if p.is_file())
+
+
+def cache_key(name: str, root: Path) -> str | None:
+    """A name for the cached tensor copy of `name` made from these exact source files (their
+    paths, sizes and mtimes), or None when there is nothing to key it on."""
+    import hashlib
+
+    files = _source_files(name, root)
+    if not files:
+        return None
+    h = hashlib.sha1(f"{CACHE_FORMAT}:{name}".encode())
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.resolve()}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return f"{name}-{h.hexdigest()[:16]}.pt"
+
+
+def _save_cached(path: Path, data: Dataset) -> None:
+    """The dataset's tensors and facts in one file, written atomically (a crash leaves no half file)."""
+    assert isinstance(data.train, TensorImages) and isinstance(data.test, TensorImages)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save({"name": data.name, "train": (data.train.images, data.train.labels),
+                "test": (data.test.images, data.test.labels), "class_names": data.class_names,
+                "mean": data.mean, "std": data.std, "crop_padding": data.crop_padding}, tmp)
+    os.replace(tmp, path)
+
+
+def _load_cached(path: Path) -> Dataset:
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    train = TensorImages(state["train"][0].clone(), state["train"][1].clone())
+    test = TensorImages(state["test"][0].clone(), state["test"][1].clone())
+    return Dataset(state["name"], train, test, list(state["class_names"]), tuple(state["mean"]), tuple(state["std"]),
+                   crop_padding=int(state["crop_padding"]))
+
+
+def load_cached(name: str, root: Path, cache_dir: Path, load: Callable[[], Dataset]) -> Dataset:
+    """`load()`, through a tensor copy under `cache_dir` keyed by the source files: the first
+    run decodes the dataset (and, for digits, imports scikit-learn), the next ones read one file.
+    A cache that cannot be read or written is passed by, never an error."""
+    key = cache_key(name, root)
+    path = cache_dir / key if key else None
+    if path is not None and path.exists():
+        try:
+            return _load_cached(path)
+        except Exception:  # noqa: BLE001 - a damaged copy: decode the source again and replace it
+            pass
+    data = load()
+    if path is not None:
+        try:
+            _save_cached(path, data)
+        except (OSError, RuntimeError):
+            pass
+    return data
+
+
 def load_dataset(name: str, root: Path | None = None, download: bool = False,
                  image_size: int | None = None, in_memory: bool | None = None, *, pipeline: str = "auto",
-                 loader_workers: int | None = None, gpu_decode: bool | None = None) -> Dataset:
+                 loader_workers: int | None = None, gpu_decode: bool | None = None,
+                 cache_dir: Path | None = None) -> Dataset:
     """Load a dataset by name from the data root (downloading only when asked).
 
     ImageFolder datasets (tiny_imagenet, imagenet) follow `pipeline` (the `data_pipeline` key):
@@ -218,6 +291,8 @@ def load_dataset(name: str, root: Path | None = None, download: bool = False,
     root = data_root() if root is None else Path(root)
     if in_memory is not None:
         pipeline = "memory" if in_memory else "stream"
+    if cache_dir is not None and name in CACHEABLE and not download:
+        return load_cached(name, root, Path(cache_dir), lambda: load_dataset(name, root))
     if name == "digits":
         return load_digits()
     if name in ("mnist", "fashion_mnist", "cifar10", "cifar100"):
@@ -228,8 +303,9 @@ def load_dataset(name: str, root: Path | None = None, download: bool = False,
     raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
 
 
-def load_run_dataset(cfg: RunSettings) -> Dataset:
-    """The dataset of a run's config, with its input-pipeline keys."""
+def load_run_dataset(cfg: RunSettings, cache_dir: Path | None = None) -> Dataset:
+    """The dataset of a run's config, with its input-pipeline keys (through the tensor cache in
+    `cache_dir` for the datasets that are decoded whole)."""
     return load_dataset(cfg.dataset, download=cfg.download, image_size=cfg.image_size,
                         pipeline=cfg.data_pipeline, loader_workers=cfg.loader_workers,
-                        gpu_decode=None if cfg.gpu_decode == "auto" else bool(cfg.gpu_decode))
+                        gpu_decode=None if cfg.gpu_decode == "auto" else bool(cfg.gpu_decode), cache_dir=cache_dir)

@@ -38,6 +38,25 @@ class TaskOutcome:
     topk_accuracy_row: list[float | None] | None = None  # acc[task][j] in top-k
 
 
+@dataclass
+class EpochStats:
+    """One training epoch of a task, as `train.fit` measured it (one per epoch, never per step)."""
+
+    task: int
+    phase: str  # stream | memory | offline (the `fit` call's phase)
+    epoch: int  # 0-based within the call
+    epochs: int
+    loss: float | None  # mean training loss over the epoch's samples (rank 0's shard); None if not finite
+    lr: float
+    samples: int
+    seconds: float
+    test_accuracy: float | None = None  # percent, when the run evaluates after every epoch
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.samples / self.seconds if self.seconds > 0 else None
+
+
 class Reporter:
     """Receives the loop's events. Every method is a no-op here."""
 
@@ -48,7 +67,10 @@ class Reporter:
         """A phase of a task starts; `total` samples will be processed in it."""
 
     def advance(self, n: int) -> None:
-        """n more samples of the current phase are done."""
+        """n more samples of the current phase are done (for a memory update: candidates scored)."""
+
+    def epoch_finished(self, stats: EpochStats) -> None:
+        """An epoch of a training phase ended."""
 
     def memory_updated(self, task: int, histogram: list[int], slots_per_class: int,
                        info: dict[str, Any]) -> None: ...

@@ -54,6 +54,7 @@ class GraphedStep:
         self.weights = torch.zeros(2, dtype=torch.float32, device=device)  # w_a, w_b
         self.identity = torch.arange(batch, device=device)
         self.no_mix = torch.tensor([1.0, 0.0], dtype=torch.float32, device=device)
+        self.loss_sum = torch.zeros((), dtype=torch.float32, device=device)  # Σ loss × batch, read per epoch
         self.steps = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.batch = batch
@@ -72,6 +73,7 @@ class GraphedStep:
                     + self.weights[1] * nnf.cross_entropy(logits, self.y_b))
         loss.backward()
         self.optimizer.step()
+        self.loss_sum.add_(loss.detach().float() * self.batch)  # captured too: no host sync per step
 
     def load(self, x: Tensor, y: Tensor, draw: CutMixDraw | None) -> None:
         """Copy one batch and its CutMix draw into the graph's inputs (no host synchronisation)."""

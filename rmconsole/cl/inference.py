@@ -8,6 +8,7 @@ results are gathered in order, so every rank holds the same answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -22,8 +23,10 @@ from .uncertainty import vote_uncertainty
 
 
 @torch.inference_mode()
-def uncertainty_of(method: Learner, idx: Tensor) -> tuple[Tensor, Tensor | None]:
-    """u(x) (and the top vote counts) of train indices under the run's measure and views."""
+def uncertainty_of(method: Learner, idx: Tensor,
+                   progress: Callable[[int], None] | None = None) -> tuple[Tensor, Tensor | None]:
+    """u(x) (and the top vote counts) of train indices under the run's measure and views;
+    `progress(n)`: n more of `idx` scored (with several ranks, counted for all of them)."""
     method.model.eval()
     cfg, dist, accel, train = method.cfg, method.dist, method.accel, method.setup.data.train
     aug = method.setup.augmenter
@@ -44,7 +47,9 @@ def uncertainty_of(method: Learner, idx: Tensor) -> tuple[Tensor, Tensor | None]
 
     with accel.autocast():
         u, votes = vote_uncertainty(logits, images_of, local, cfg.uncertainty, cfg.uncertainty_views, aug.gen,
-                                    aug.test, chunk_images=chunk_images)
+                                    aug.test, chunk_images=chunk_images,
+                                    progress=None if progress is None else
+                                    (lambda n: progress(n * len(idx) // max(len(local), 1))))
     if hasattr(images_of, "close"):
         images_of.close()
     if dist:

@@ -73,10 +73,12 @@ class MLPStep:
         return cls(blocks, model.fc)
 
     @torch.no_grad()
-    def __call__(self, x: Tensor, y: Tensor, mixed: tuple[Tensor, Tensor, Tensor, float] | None, seen: Tensor) -> None:
+    def __call__(self, x: Tensor, y: Tensor, mixed: tuple[Tensor, Tensor, Tensor, float] | None,
+                 seen: Tensor) -> Tensor:
         """Set `.grad` of every parameter to what `loss.backward()` of the default step gives
         (and update the batch-norm statistics as its forward does). `mixed` is the batch's
-        CutMix (`Augmenter.maybe_cutmix`), `seen` the mask of exposed classes."""
+        CutMix (`Augmenter.maybe_cutmix`), `seen` the mask of exposed classes. Returns the
+        step's loss (a 0-d tensor, no host sync)."""
         if mixed is None:
             terms: list[tuple[Tensor, float | None]] = [(y, None)]
         else:
@@ -98,9 +100,12 @@ class MLPStep:
             logits = logits.masked_fill(unseen, torch.finfo(logits.dtype).min)
         one = torch.ones((), dtype=logits.dtype, device=logits.device)
         grad = None
+        loss = None
         for target, weight in terms:  # each cross-entropy term as autograd runs it
             log_p = torch._log_softmax(logits, 1, False)
-            _, total = aten.nll_loss_forward(log_p, target, None, MEAN, -100)
+            term, total = aten.nll_loss_forward(log_p, target, None, MEAN, -100)
+            term = term if weight is None else term * weight
+            loss = term if loss is None else loss + term
             g = aten.nll_loss_backward(one if weight is None else one * weight, log_p, target, None, MEAN, -100, total)
             g = aten._log_softmax_backward_data(g, log_p, 1, logits.dtype)
             grad = g if grad is None else grad + g
@@ -118,3 +123,5 @@ class MLPStep:
             lin.bias.grad = grad.sum(0, keepdim=True).view(-1)
             if i:  # the input needs no gradient
                 grad = torch.mm(grad, lin.weight)
+        assert loss is not None
+        return loss

@@ -22,8 +22,10 @@ chunk, which runs unplanned; a step that ever takes a different draw ends the pl
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor
@@ -31,6 +33,7 @@ from torch.optim import optimizer as optim_hooks
 
 from .accel import train_chunk
 from .augment import Augmenter, TrainDraw
+from .events import EpochStats
 from .graphs import GraphedStep, launch_bound, set_lr
 from .learner import Learner, Task
 from .mlp_step import MLPStep
@@ -85,6 +88,7 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
     planning = _MixPlanning(method, augmenter, spanning=not streamed)
     step = _Stepper(method)
     prefetch: Iterator[Tensor] | None = None
+    epoch = _EpochTally()
     chunks = _epoch_chunks(epochs, batches_of, chunk_images, dist)
     for group in _groups(chunks, chunk_images, planning.spans):
         # the draws, in the order the chunk-by-chunk loop makes them
@@ -110,32 +114,78 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
         calls, steps, offset = augmenter.mix_calls, 0, 0
         for chunk in group:
             if chunk.first:
-                set_lr(optimizer, epoch_lr(chunk.epoch, method.cfg.lr, method.cfg.schedule))
+                epoch.start(epoch_lr(chunk.epoch, method.cfg.lr, method.cfg.schedule), method.graphs.values())
+                set_lr(optimizer, epoch.lr)
                 method.model.train()
             sizes = [len(part) for part, _ in chunk.shard]
             if sizes:
                 n = sum(sizes)
                 for x, y, (_, weight) in zip(images[offset:offset + n].split(sizes),
                                              labels[offset:offset + n].split(sizes), chunk.shard):
-                    step(x, y, weight)
+                    epoch.step(step(x, y, weight), len(x))
                 offset += n
                 steps += len(sizes)
                 method.report.advance(chunk.samples)
+                epoch.samples += chunk.samples
             if chunk.last:
                 check_finite(method, task, f"{phase} epoch {chunk.epoch + 1}/{epochs}")
                 if dist:  # one model on every rank: rank 0's batch-norm statistics (and weights)
                     dist.sync_module(method.model)
+                loss_total = _epoch_loss(epoch.losses, epoch.sizes, method.graphs.values())  # one host sync
+                seconds = time.perf_counter() - epoch.started
+                acc = None
                 if method.epoch_eval is not None and phase != "stream":
                     acc = method.epoch_eval()
                     method.best_epoch_accuracy = max(acc, method.best_epoch_accuracy or acc)
+                mean_loss = loss_total / max(epoch.trained, 1)
+                method.report.epoch_finished(EpochStats(task.index, phase, chunk.epoch, epochs,
+                                                        mean_loss if math.isfinite(mean_loss) else None, epoch.lr,
+                                                        epoch.samples, seconds, acc))
         planning.check(augmenter.mix_calls - calls, steps, ahead)
 
 
-def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> None:
+class _EpochTally:
+    """What an epoch's statistics need, gathered step by step without a host sync: each eager
+    step's detached mean loss and batch size (a graphed step adds to its graph's `loss_sum`)."""
+
+    def start(self, lr: float, graphed: Iterable[GraphedStep]) -> None:
+        self.started = time.perf_counter()  # chunks several epochs long are augmented up front:
+        self.lr = lr                        # an epoch's seconds then exclude its augmentation
+        self.losses: list[Tensor] = []
+        self.sizes: list[int] = []
+        self.trained = 0  # samples this process trained on (its shard, with several ranks)
+        self.samples = 0  # samples of the epoch (all ranks)
+        for g in graphed:
+            g.loss_sum.zero_()
+
+    def step(self, loss: Tensor | None, size: int) -> None:
+        self.trained += size
+        if loss is not None:
+            self.losses.append(loss)
+            self.sizes.append(size)
+
+
+def _epoch_loss(losses: list[Tensor], sizes: list[int], graphed: Iterable[GraphedStep]) -> float:
+    """The epoch's summed (loss × batch size): eager steps' detached mean losses weighted by
+    their batch sizes, plus what the CUDA-graphed steps accumulated inside their graphs; read
+    from the device once."""
+    parts = []
+    if losses:
+        stacked = torch.stack(losses).float()
+        parts.append((stacked * torch.tensor(sizes, dtype=torch.float32, device=stacked.device)).sum())
+    parts += [g.loss_sum.float() for g in graphed]
+    if not parts:
+        return math.nan
+    return float(sum(p.to(parts[0].device) for p in parts).item())
+
+
+def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> Tensor | None:
     """One optimiser step on an augmented batch: the method's loss, backward, the ranks'
     gradients averaged (weighted by their shard), the update, then the method's `after_step`.
-    On a single-process CUDA run of a default-step method, the step is a CUDA graph replay."""
-    _Stepper(method)(x, y, weight)
+    On a single-process CUDA run of a default-step method, the step is a CUDA graph replay.
+    Returns the step's mean loss, detached (no host sync), or None for a graphed step, whose
+    graph adds it (× batch size) to its own `loss_sum`."""
+    return _Stepper(method)(x, y, weight)
 
 
 class _Stepper:
@@ -154,22 +204,22 @@ class _Stepper:
         self.sgd: list[Tensor] | None = None
         self.mlp: MLPStep | None = None
 
-    def __call__(self, x: Tensor, y: Tensor, weight: float) -> None:
+    def __call__(self, x: Tensor, y: Tensor, weight: float) -> Tensor | None:
         method = self.method
         if self.graphs and len(x) > 1 and (method.cfg.cuda_graphs is True or launch_bound(len(x), x.shape[1:])):
             graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
-            return
+            return None
         optimizer = method.optimizer
         assert optimizer is not None
         if optimizer is not self.optimizer or method.model is not self.model:
             self.optimizer, self.model, self.sgd = optimizer, method.model, _plain_fused_sgd(optimizer)
             self.mlp = MLPStep.of(method.model, optimizer) if self.manual else None
         if self.mlp is not None and method.model.training:  # the default step, its kernels called directly
-            self.mlp(x, y, method.setup.augmenter.maybe_cutmix(x, y), method.seen)
+            loss = self.mlp(x, y, method.setup.augmenter.maybe_cutmix(x, y), method.seen)
             if self.sgd is None or not _fused_sgd_step(optimizer, self.sgd):
                 optimizer.step()
             method.after_step()
-            return
+            return loss
         with method.accel.autocast():
             loss = method.step_loss(x, y)
         if self.sgd is None:
@@ -183,6 +233,7 @@ class _Stepper:
         if self.sgd is None or not _fused_sgd_step(optimizer, self.sgd):
             optimizer.step()
         method.after_step()
+        return loss.detach()
 
 
 def _plain_fused_sgd(optimizer: torch.optim.Optimizer | None) -> list[Tensor] | None:

@@ -63,12 +63,14 @@ def perturbed_views(images: Tensor, measure: str, n_views: int, gen: torch.Gener
 @torch.inference_mode()
 def vote_uncertainty(predict: Callable[[Tensor], Tensor], images_of: Callable[[Tensor], Tensor],
                      candidates: Tensor, measure: str, n_views: int, gen: torch.Generator,
-                     normalize: Callable[[Tensor], Tensor], chunk_images: int = 16384) -> tuple[Tensor, Tensor | None]:
+                     normalize: Callable[[Tensor], Tensor], chunk_images: int = 16384,
+                     progress: Callable[[int], None] | None = None) -> tuple[Tensor, Tensor | None]:
     """(uncertainty in [0, 1], top vote count in [0, n_views]) for every candidate index.
 
     `predict` maps normalised images to logits; `images_of` maps indices to uint8 images.
     `none` is the non-Monte-Carlo baseline of Table 7: one clean forward pass and
     u(x) = 1 - max softmax probability ("least confidence"); it has no votes (None).
+    `progress(n)` is told after each chunk that n more candidates are scored.
     """
     if measure not in MEASURES:
         raise ValueError(f"unknown uncertainty measure {measure!r}; allowed: {', '.join(MEASURES)}")
@@ -84,6 +86,8 @@ def vote_uncertainty(predict: Callable[[Tensor], Tensor], images_of: Callable[[T
         if measure == "none":
             probs = predict(normalize(images)).float().softmax(-1)
             uncertainty[start:start + len(idx)] = (1.0 - probs.max(-1).values).cpu()
+            if progress is not None:
+                progress(len(idx))
             continue
         views = perturbed_views(images, measure, n_views, gen)
         logits = predict(normalize(views.flatten(0, 1)))
@@ -93,4 +97,6 @@ def vote_uncertainty(predict: Callable[[Tensor], Tensor], images_of: Callable[[T
         best = counts.max(1).values.cpu()
         votes[start:start + len(idx)] = best
         uncertainty[start:start + len(idx)] = 1.0 - best.float() / n_views
+        if progress is not None:
+            progress(len(idx))
     return uncertainty, (None if measure == "none" else votes)

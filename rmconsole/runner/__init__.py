@@ -7,7 +7,7 @@
 
 The modules, each importing only those below it (processes imports none of them):
 
-    launch       start, follow, stop, resume and reap runs (the face's run half)
+    launch       start, follow, stop, resume, reap and delete runs (the face's run half)
     queue        a sweep's queue: N worker slots, the driver lock, launch/stop a sweep;
                  `python -m rmconsole.runner.queue SWEEP_ID` drives one
     sweep        a grid of runs: expansion, validation, storing
@@ -19,6 +19,8 @@ The modules, each importing only those below it (processes imports none of them)
                  submitit); `RunJob` is what a job runs
     checkpoints  task checkpoints, written atomically, checksummed in the store, verified, loaded weights-only
     driver       who drives a sweep (its lock file), asked by launch and queue
+    warm         warm starts, the launcher's side: ask this home's server to fork a run
+    warm_server  `python -m ...warm_server SOCKET`: torch imported once, forks supervisor + worker
     processes    process facts (liveness, whose process, exit reasons, dying with the parent)
                  and what every entry point does first (argv, stop signals)
 
@@ -33,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 _FACE = {
     "launch": ("launch_run", "Launched", "resume_run", "Resumed", "stop_run", "reap_dead", "follow_run",
-               "record_exit", "StartedWorkers", "log_path", "StartFailed", "describe_os_error", "shorten", "KEEP"),
+               "record_exit", "StartedWorkers", "log_path", "StartFailed", "describe_os_error", "shorten", "KEEP",
+               "delete_run", "check_identity"),
     "queue": ("launch_sweep", "LaunchedSweep", "stop_sweep", "SweepQueue", "ScheduledSweep", "DriverLock", "driver_pid"),
     "sweep": ("is_sweep", "status_counts", "resolve_sweep_id", "split_values"),
     "multigpu": ("Rendezvous", "join_run"),
@@ -55,8 +58,9 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:  # the same names, for readers and type checkers
     from .executors import EXECUTORS, ExecutorSpec, parse_executor
-    from .launch import (KEEP, Launched, Resumed, StartedWorkers, StartFailed, describe_os_error, follow_run,
-                         launch_run, log_path, reap_dead, record_exit, resume_run, shorten, stop_run)
+    from .launch import (KEEP, Launched, Resumed, StartedWorkers, StartFailed, check_identity, delete_run,
+                         describe_os_error, follow_run, launch_run, log_path, reap_dead, record_exit, resume_run,
+                         shorten, stop_run)
     from .multigpu import Rendezvous, join_run
     from .processes import pid_alive
     from .queue import DriverLock, LaunchedSweep, ScheduledSweep, SweepQueue, driver_pid, launch_sweep, stop_sweep

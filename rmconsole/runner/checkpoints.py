@@ -21,11 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .. import store
 
 FORMAT = 1
+
+
+def _torch():  # type: ignore[no-untyped-def]
+    """torch, imported when a checkpoint is written or read (a resume or a delete that only
+    checks paths does not pay for it)."""
+    import torch
+
+    return torch
 
 
 class CheckpointError(ValueError):
@@ -75,9 +81,9 @@ def write_checkpoint(run_id: int, state: dict[str, Any], config: dict[str, Any])
     path = checkpoint_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {**state, "format": FORMAT, "run_id": run_id, "config": config,
-               "threads": torch.get_num_threads()}
+               "threads": _torch().get_num_threads()}
     buffer = io.BytesIO()
-    torch.save(payload, buffer)
+    _torch().save(payload, buffer)
     data = buffer.getbuffer()
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
@@ -146,7 +152,7 @@ def load_checkpoint(run_id: int) -> dict[str, Any] | None:
         return None
     data, task = found
     try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        state = _torch().load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means the same to the user
         raise CheckpointError(f"checkpoint {path} cannot be loaded: corrupt, or not a weights-only file "
                               f"({_load_failure(err)}); delete it to restart run {run_id} from its "

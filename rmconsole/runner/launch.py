@@ -86,18 +86,30 @@ class WorkerProcess(subprocess.Popen):
     lease: store.Lease | None = None
 
 
-def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvous: Any = None) -> WorkerProcess:
+def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvous: Any = None) -> Any:
     """Start the run's supervisor (which starts `worker_command`) in a new session, output to
-    the run's log, with the run's lease in its environment; returns the supervisor's process.
-    If it cannot be started the run is marked failed (never left queued) and StartFailed says why."""
+    the run's log, with the run's lease in its environment; returns the supervisor's process (a
+    Popen, or for a warm start a handle with the same poll/wait/returncode). A single-process
+    worker is forked by this home's warm server when one is up (runner/warm.py: no torch import
+    to wait for); else it starts cold. If it cannot be started the run is marked failed (never
+    left queued) and StartFailed says why."""
+    from . import warm
+
     lease = store.Lease(run_id, store.ensure_token(run_id), store.store_id())
     path = log_path(run_id)
+    proc: Any = None
     try:
-        command = python_m("supervise", str(run_id), "--", *worker_command(run_id, rendezvous))
+        command = worker_command(run_id, rendezvous)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as log:
-            proc = WorkerProcess(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True, env=worker_env({**(extra_env or {}), **lease.env()}))
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        env = worker_env({**(extra_env or {}), **lease.env()})
+        if warm.enabled() and command == python_m("worker", str(run_id)):
+            proc = warm.request(store.home().resolve(), run_id, env, path)
+        if proc is None:
+            with open(path, "ab") as log:
+                proc = WorkerProcess(python_m("supervise", str(run_id), "--", *command), stdout=log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     except OSError as err:
         reason = f"could not start its worker: {describe_os_error(err)}"
         try:
@@ -406,16 +418,37 @@ def check_runnable(cfg: Any, scheduled: bool = False) -> None:
         check_gpus(cfg.gpus, cfg.device)
 
 
+def check_identity(name: str | None, tags: list[str] | None) -> list[str]:
+    """A run name and tags as typed: one line, printable; tags one word each (`+`/`-` are how
+    `rmconsole tag` adds and removes them). Returns the tags, each once."""
+    from ..config import ConfigError
+
+    if name is not None and (not name.strip() or not name.isprintable() or len(name) > 200):
+        raise ConfigError(f"--name {name!r}: give one line of printable text (at most 200 characters)")
+    out = []
+    for tag in tags or []:
+        if not tag or not tag.isprintable() or any(c.isspace() for c in tag) or tag[0] in "+-" or "," in tag \
+                or len(tag) > 64:
+            raise ConfigError(f"--tag {tag!r}: a tag is one word of printable characters without commas, "
+                              f"not starting with + or - (at most 64)")
+        out.append(tag)
+    return list(dict.fromkeys(out))
+
+
 def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None = None, *, seed: int | None = None,
                device: str | None = None, sweep_id: str | None = None, gpus: int | None = None,
-               rendezvous: Any = None, executor: Any = None) -> Launched:
+               rendezvous: Any = None, executor: Any = None, name: str | None = None,
+               tags: list[str] | None = None) -> Launched:
     """Preset + overrides → validated config → stored run → started worker (or, with an
     `executor` spec, a submitted job): the one path the CLI's `run` and the TUI's launch screen
     share. A bad config, a missing dataset or an unavailable device is refused (ConfigError /
     DatasetMissing) before anything is stored."""
-    from ..config import ConfigError, load_config
+    from ..config import ConfigError, load_config, overrides_of
 
-    name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
+    tags = check_identity(name, tags)
+    preset_name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
+    config = cfg.to_dict()
+    identity = {"name": name, "tags": tags, "overrides": overrides_of(preset, config)}
     if executor is not None:
         from .executors import check_scheduler, submit_runs
 
@@ -424,12 +457,36 @@ def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None 
                               "not through --executor")
         check_runnable(cfg, scheduled=True)
         check_scheduler(executor)
-        run_id = store.create_run(cfg.to_dict(), name, sweep_id)
+        run_id = store.create_run(config, preset_name, sweep_id, **identity)
         (job_id,) = submit_runs(executor, [run_id])
-        return Launched(run_id, name, cfg, None, job_id)
+        return Launched(run_id, preset_name, cfg, None, job_id)
     check_runnable(cfg)
-    run_id = store.create_run(cfg.to_dict(), name, sweep_id, owner_pid=os.getpid())  # dead with us until started
-    return Launched(run_id, name, cfg, start_worker(run_id, rendezvous=rendezvous))
+    run_id = store.create_run(config, preset_name, sweep_id, owner_pid=os.getpid(), **identity)  # dead with us until started
+    return Launched(run_id, preset_name, cfg, start_worker(run_id, rendezvous=rendezvous))
+
+
+def delete_run(run_id: int) -> list[str]:
+    """Delete an ended run: its rows (a guarded store transition: a queued or running run is
+    refused with one line), then its log and checkpoint. Returns the files removed."""
+    from .checkpoints import checkpoint_path
+
+    reap_dead([store.get_run(run_id)])
+    done = store.delete_run(run_id)
+    if not done:
+        raise ValueError(f"run {run_id} is {done.status}: stop it first (only finished, failed or stopped runs "
+                         f"can be deleted)")
+    removed = []
+    checkpoint = checkpoint_path(run_id)
+    for path in (log_path(run_id), checkpoint, *checkpoint.parent.glob(f"{checkpoint.name}.*")):
+        try:
+            path.unlink()
+            removed.append(str(path))
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise store.StoreError(f"run {run_id} is deleted from the store, but {path} could not be removed: "
+                                   f"{err.strerror}") from None
+    return removed
 
 
 @dataclass

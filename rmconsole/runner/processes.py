@@ -56,9 +56,12 @@ def process_argv(pid: int) -> list[str] | None:
     """A process's argv (Linux /proc), or None where it cannot be read."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
     except OSError:
         return None
+    if len(argv) == 1 and " " in argv[0]:  # a title set by setproctitle (a warm-started run: runner/warm.py)
+        argv = argv[0].split()
+    return argv
 
 
 def is_run_process(argv: list[str], run_id: int) -> bool:

@@ -335,7 +335,8 @@ class LaunchedSweep:
 
 def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str] = None, seed: Optional[int] = None,
                  device: Optional[str] = None, parallel: Optional[int] = None, detach: bool = False,
-                 runs_per_gpu: Optional[int] = None, executor: Any = None) -> LaunchedSweep:
+                 runs_per_gpu: Optional[int] = None, executor: Any = None, name: Optional[str] = None,
+                 tags: Optional[list[str]] = None) -> LaunchedSweep:
     """Validate every grid point and refuse what cannot run here (a missing dataset or GPU,
     gpus > 1) before anything is stored; store the grid as queued runs; with `detach` start a
     queue runner that outlives this process (else the caller drives a `SweepQueue`). With an
@@ -345,6 +346,7 @@ def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str
         raise ConfigError(f"--parallel {parallel}: must be at least 1")
     if runs_per_gpu is not None and runs_per_gpu < 1:
         raise ConfigError(f"--runs-per-gpu {runs_per_gpu}: must be at least 1")
+    tags = launch.check_identity(name, tags)
     plan = plan_sweep(preset, pairs, seeds, seed=seed, device=device)
     if any(getattr(cfg, "gpus", 1) > 1 for cfg in plan.configs):
         raise ConfigError("gpus: a sweep runs one GPU per run (--parallel slots); start multi-GPU runs one at a time")
@@ -357,13 +359,13 @@ def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str
             raise ConfigError(f"--parallel applies to the local queue: with --executor {executor.name} "
                               f"the scheduler runs the jobs (pack runs with --runs-per-gpu)")
         check_scheduler(executor)
-        sweep_id, ids = store_sweep(plan)
+        sweep_id, ids = store_sweep(plan, name=name, tags=tags)
         job_ids = submit_runs(executor, ids)
         return LaunchedSweep(sweep_id, ids, plan, len(set(job_ids)), [], None, executor.runs_per_gpu, executor, job_ids)
     gpus = visible_gpus()
     per_gpu = runs_per_gpu or 1
     slots = parallel or default_parallel(gpus, per_gpu)
-    sweep_id, ids = store_sweep(plan)
+    sweep_id, ids = store_sweep(plan, name=name, tags=tags)
     runner = start_queue_runner(sweep_id, slots, gpus, per_gpu) if detach else None
     return LaunchedSweep(sweep_id, ids, plan, slots, gpus, runner, per_gpu)
 

@@ -100,6 +100,7 @@ class SweepPlan:
     preset: str
     configs: list[RunConfig]
     axes: dict[str, list[Any]] = field(default_factory=dict)
+    source: Optional[str] = None  # the preset as given (a name or a TOML file path)
 
     def shape(self) -> str:
         """`method × seed = 3 × 3` for the varying axes."""
@@ -135,7 +136,7 @@ def plan_sweep(preset: Optional[str], pairs: list[str], seeds: Optional[str] = N
                               f"({describe_point(point, axes)}); drop the repeated value")
         seen[key] = i
         configs.append(cfg)
-    return SweepPlan(name, configs, axes)
+    return SweepPlan(name, configs, axes, preset)
 
 
 def new_sweep_id() -> str:
@@ -143,10 +144,17 @@ def new_sweep_id() -> str:
     return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def store_sweep(plan: SweepPlan, sweep_id: str | None = None) -> tuple[str, list[int]]:
-    """Store every grid point as a queued run sharing one sweep id, all in one transaction."""
+def store_sweep(plan: SweepPlan, sweep_id: str | None = None, name: str | None = None,
+                tags: list[str] | None = None) -> tuple[str, list[int]]:
+    """Store every grid point as a queued run sharing one sweep id, all in one transaction
+    (each with its overrides of the preset; `name` and `tags` on every one)."""
+    from ..config import overrides_of
+
     sweep_id = sweep_id or new_sweep_id()
-    return sweep_id, store.create_runs([cfg.to_dict() for cfg in plan.configs], plan.preset, sweep_id)
+    configs = [cfg.to_dict() for cfg in plan.configs]
+    preset = plan.source or plan.preset
+    return sweep_id, store.create_runs(configs, plan.preset, sweep_id, name=name, tags=tags,
+                                       overrides=[overrides_of(preset, c) for c in configs])
 
 
 def resolve_sweep_id(name: str) -> str:

@@ -33,7 +33,7 @@ from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint, sav
     CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, save_checkpoint, set_aside, write_checkpoint,
 )
 from ..cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401  (load_dataset: re-exported)
-from ..cl.events import Reporter, TaskOutcome, TaskPlan
+from ..cl.events import EpochStats, Reporter, TaskOutcome, TaskPlan
 from ..cl.loop import CheckpointMismatch, run_protocol
 from ..cl.train import Diverged
 from ..config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
@@ -120,6 +120,8 @@ class StoreReporter(Reporter):
         self.task_started = time.monotonic()
         self.tasks_done = 0
         self.task_seconds: list[float] = []
+        self.epochs: list[dict[str, Any]] = []  # epoch rows not yet written (flushed with the heartbeat)
+        self.first_phase_seen = False
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self.thread.start()
@@ -140,6 +142,13 @@ class StoreReporter(Reporter):
                     "samples_per_s": round(rate, 1) if rate else None,
                     "eta_s": round(eta, 1) if eta is not None else None}
 
+    def flush_epochs(self) -> None:
+        """Write the epoch rows gathered since the last flush, in one transaction."""
+        with self.lock:
+            rows, self.epochs = self.epochs, []
+        if rows:
+            store.record_epochs(self.run_id, rows, lease=self.lease)
+
     def flush(self) -> None:
         """Write progress; if the run is no longer `running`, someone else ended it, and if the
         store or the run's token is not ours any more, another store or attempt owns it: stop."""
@@ -148,6 +157,7 @@ class StoreReporter(Reporter):
                 raise _signal_state["superseded"]
             return
         try:
+            self.flush_epochs()
             status = store.heartbeat(self.run_id, lease=self.lease, **self._progress())
         except (store.LeaseLost, store.StoreGone) as err:
             superseded = lease_lost(self.run_id, err)
@@ -174,6 +184,10 @@ class StoreReporter(Reporter):
     def close(self) -> None:
         self.stop.set()
         self.thread.join(timeout=5)
+        try:
+            self.flush_epochs()
+        except Exception as err:  # noqa: BLE001 - losing curve points must not change how the run ends
+            print(f"epoch rows not written: {' '.join(str(err).split())[:300]}", file=sys.stderr, flush=True)
 
     # loop events ------------------------------------------------------------
     def run_started(self, plans: list[TaskPlan], class_order: list[int], class_names: list[str],
@@ -188,12 +202,25 @@ class StoreReporter(Reporter):
                 self.task_started = time.monotonic()
             self.task, self.phase_name, self.done, self.total = task, name, 0, total
             self.phase_started = time.monotonic()
+        if not self.first_phase_seen:  # what start-up cost this process (benchmarks/startup.py reads it)
+            self.first_phase_seen = True
+            how = "warm (forked)" if os.environ.get("RMCONSOLE_WARM_FORKED") else "cold"
+            print(f"start-up: first training phase after {time.process_time():.2f} s of CPU in this worker "
+                  f"({how} start)", flush=True)
         print(f"task {task + 1}/{self.n_tasks}: {name} ({total} samples)", flush=True)
         self.flush()
 
     def advance(self, n: int) -> None:
         with self.lock:
             self.done += n
+
+    def epoch_finished(self, stats: EpochStats) -> None:
+        rate = stats.samples_per_s
+        with self.lock:
+            self.epochs.append({"task": stats.task, "phase": stats.phase, "epoch": stats.epoch, "epochs": stats.epochs,
+                                "loss": stats.loss, "lr": stats.lr, "samples": stats.samples,
+                                "seconds": round(stats.seconds, 4), "samples_per_s": round(rate, 1) if rate else None,
+                                "test_accuracy": stats.test_accuracy})
 
     def memory_updated(self, task: int, histogram: list[int], slots_per_class: int, info: dict[str, Any]) -> None:
         store.record_memory(self.run_id, task, histogram, slots_per_class, info, lease=self.lease)
@@ -206,6 +233,7 @@ class StoreReporter(Reporter):
         # results, whose checksum is in the store too, and the resume recomputes (identically)
         # that task; a checkpoint is never in place without its checksum in the store
         pending = None
+        self.flush_epochs()  # the task's epochs are stored with its result
         if checkpoint is not None:
             if self.config is None:
                 self.config = store.get_run(self.run_id).config
@@ -298,7 +326,7 @@ def train(run_id: int) -> str:
         print(f"resuming after task {start} from {checkpoint_path(run_id)}", flush=True)
     reporter = StoreReporter(run_id, cfg.n_tasks, run.config, lease)
     try:
-        data = load_run_dataset(cfg)  # the input-pipeline keys too (streamed or in memory)
+        data = load_run_dataset(cfg, store.home() / "cache" / "datasets")  # (a tensor copy: no decode, no sklearn)
         run_protocol(cfg, data, device, reporter, resume=resume)
     finally:
         reporter.close()

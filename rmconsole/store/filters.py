@@ -4,21 +4,24 @@
 
 Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free text:
 
-- KEY is a run column (id, status, preset, method, dataset, seed, sweep), a metric (A_last,
-  A_avg, F_last, I_last, A_last_best_epoch, tasks_done) or any config key (`k` is memory_size);
-  case does not matter. An unknown key is an error that lists the known ones.
+- KEY is a run column (id, status, preset, method, dataset, seed, sweep, name, note,
+  archived), a run's `tag` (any of its tags) or `override` (a key it overrides: `override:epochs`,
+  or with its value: `override:epochs=64`), a metric (A_last, A_avg, F_last, I_last,
+  A_last_best_epoch, tasks_done, partial) or any config key (`k` is memory_size); case does not
+  matter. An unknown key is an error that lists the known ones.
 - `:` and `=` are equality, `!=` its negation; a comma lists alternatives (OR). Values are read
   as on the command line and compared as tables write them: numbers by value (`id:1` is run 1,
   not 10-19; `k:20` is not 200), lists joined with '+' (`augment:cutmix+autoaug`, `augment:none`),
   text without regard to case.
 - `>`, `>=`, `<`, `<=` compare numbers; a run without the value (a metric not measured yet)
   never passes.
-- free text (no operator) must occur in the run's id, status, preset, method, dataset, K, seed
-  or sweep.
+- free text (no operator) must occur in the run's id, status, preset, method, dataset, K, seed,
+  sweep, name, tags, note or overrides.
+- archived runs are left out unless the filter names `archived` (`archived:true` shows only them).
 
 Pure: parsing and matching only; `queries.find_runs` applies a filter to the stored runs.
-To add a key (say `tag:` once runs have tags), give it a line in RUN_KEYS and a value in
-`record_value`; a value that is a set matches when any of its members does.
+To add a key, give it a line in RUN_KEYS (or SET_KEYS) and a value in `record_value`; a value
+that is a set matches when any of its members does.
 """
 
 from __future__ import annotations
@@ -28,17 +31,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
-from .records import RunRecord, _config_defaults, config_value  # noqa: F401  (config_value: re-exported)
+from .records import RunRecord, _config_defaults, config_value, format_value  # noqa: F401  (re-exported)
 
 RUN_KEYS = {  # name -> the RunRecord attribute it reads
     "id": "id", "status": "status", "preset": "preset", "method": "method", "dataset": "dataset",
-    "seed": "seed", "sweep": "sweep_id",
+    "seed": "seed", "sweep": "sweep_id", "name": "name", "note": "note", "archived": "archived",
 }
+SET_KEYS = ("tag", "override")  # a run has several: the term matches when any member does
 METRIC_KEYS = {  # name -> the RunRecord attribute it reads
     "A_last": "a_last", "A_avg": "a_avg", "F_last": "f_last", "I_last": "i_last",
-    "A_last_best_epoch": "a_last_best_epoch", "tasks_done": "tasks_done",
+    "A_last_best_epoch": "a_last_best_epoch", "tasks_done": "tasks_done", "partial": "partial",
 }
-ALIASES = {"k": "memory_size", "sweep_id": "sweep"}
+ALIASES = {"k": "memory_size", "sweep_id": "sweep", "tags": "tag", "overrides": "override"}
 EQUALITY = ("=", "!=")
 ORDERING = {">": float.__gt__, ">=": float.__ge__, "<": float.__lt__, "<=": float.__le__}
 NONE_WORDS = ("none", "null", "—")  # how a missing value is written
@@ -54,17 +58,6 @@ class FilterError(ValueError):
 # ---------------------------------------------------------------------- values
 
 
-def format_value(value: Any) -> str:
-    """How a config value is written in a table: lists joined with '+', as on the command line."""
-    if isinstance(value, (tuple, list)):
-        return "+".join(format_value(v) for v in value) or "none"
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 def config_keys() -> tuple[str, ...]:
@@ -76,6 +69,10 @@ def record_value(record: RunRecord, key: str) -> Any:
     """A run's value for a (canonical) filter key."""
     if key in RUN_KEYS:
         return getattr(record, RUN_KEYS[key])
+    if key == "tag":
+        return frozenset(record.tags)
+    if key == "override":
+        return frozenset([*record.overrides, *(f"{k}={format_value(v)}" for k, v in record.overrides.items())])
     if key in METRIC_KEYS:
         return getattr(record, METRIC_KEYS[key])
     return config_value(record.config, key)
@@ -97,12 +94,12 @@ def _parse(raw: str) -> Any:
 
 
 def known_keys() -> list[str]:
-    return list(dict.fromkeys([*RUN_KEYS, "k", *METRIC_KEYS, *config_keys()]))
+    return list(dict.fromkeys([*RUN_KEYS, *SET_KEYS, "k", *METRIC_KEYS, *config_keys()]))
 
 
 def canonical_key(key: str) -> str:
     """The key's own spelling (keys are matched without regard to case), or FilterError."""
-    names = {name.lower(): name for name in [*RUN_KEYS, *METRIC_KEYS, *config_keys()]}
+    names = {name.lower(): name for name in [*RUN_KEYS, *SET_KEYS, *METRIC_KEYS, *config_keys()]}
     names.update((alias, target) for alias, target in ALIASES.items())
     if key.lower() in names:
         return names[key.lower()]
@@ -203,6 +200,10 @@ class RunFilter:
 
     def __and__(self, other: "RunFilter") -> "RunFilter":
         return RunFilter(self.terms + other.terms)
+
+    def names(self, key: str) -> bool:
+        """Whether a term of the filter is about `key` (canonical spelling)."""
+        return any(t.key == key for t in self.terms)
 
     def matches(self, value_of: Callable[[str], Any], search_text: str = "") -> bool:
         """Whether a run passes, its values given by `value_of(key)` (keys as canonical_key spells them)."""

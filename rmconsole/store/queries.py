@@ -19,7 +19,7 @@ from sqlmodel import Session, col, select
 from .db import reading
 from .filters import RunFilter, parse_run_filter
 from .records import RunRecord, finite, iso, with_intransigence
-from .tables import MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
+from .tables import EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
 
 
 class UnknownRun(Exception):
@@ -105,7 +105,7 @@ _RECORD_COLUMNS = (Run.id, Run.status, Run.preset, Run.method, Run.dataset, Run.
                    type_coerce(Run.config, String).label("config_json"), Run.sweep_id, Run.n_tasks, Run.task,
                    Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s, Run.eta_s, Run.metrics, Run.error,
                    Run.created_at, Run.heartbeat_at, Run.started_at, Run.finished_at, Run.device, Run.host, Run.pid,
-                   Run.log_path)
+                   Run.log_path, Run.name, Run.tags, Run.note, Run.overrides, Run.archived_at)
 
 
 @lru_cache(maxsize=65536)
@@ -132,7 +132,9 @@ def _record(row: Any) -> RunRecord:
         finished_at=r["finished_at"], device=r["device"], host=r["host"], pid=r["pid"], log_path=r["log_path"],
         a_last_best_epoch=finite(metrics.get("A_last_best_epoch")), config=config,
         topk=metrics.get("topk"), a_last_topk=finite(metrics.get("A_last_topk")),
-        a_avg_topk=finite(metrics.get("A_avg_topk")), f_last_topk=finite(metrics.get("F_last_topk")))
+        a_avg_topk=finite(metrics.get("A_avg_topk")), f_last_topk=finite(metrics.get("F_last_topk")),
+        name=r["name"], tags=tuple(r["tags"] or ()), note=r["note"], overrides=MappingProxyType(dict(r["overrides"] or {})),
+        archived=r["archived_at"] is not None)
 
 
 def _records(session: Session, ids: Iterable[int] | None = None) -> list[RunRecord]:
@@ -169,11 +171,26 @@ def run_record(run_id: int) -> RunRecord:
         return _with_i_last(session, found, False)[0]
 
 
-def find_runs(run_filter: RunFilter | str | None = None) -> list[RunRecord]:
-    """The runs that pass a run filter (filters.py; text is parsed, FilterError if it cannot be), by id."""
+def find_runs(run_filter: RunFilter | str | None = None, archived: bool | None = None) -> list[RunRecord]:
+    """The runs that pass a run filter (filters.py; text is parsed, FilterError if it cannot be), by id.
+
+    Archived runs are left out unless `archived` is True (every run) or the filter names the
+    `archived` key itself (`archived:true` lists only them)."""
     if not isinstance(run_filter, RunFilter):
         run_filter = parse_run_filter(run_filter)
-    return run_filter.select(run_records())
+    records = run_filter.select(run_records())
+    if archived is None and not run_filter.names("archived"):
+        records = [r for r in records if not r.archived]
+    return records
+
+
+def newest_run_id() -> int:
+    """The newest run's id (`rmconsole show last`); UnknownRun(0) when the store has none."""
+    with reading() as session:
+        newest = session.exec(select(func.max(Run.id))).one()
+    if newest is None:
+        raise UnknownRun(0)
+    return int(newest)
 
 
 def joint_run(run: Union[Run, RunRecord, int]) -> Optional[RunRecord]:
@@ -204,6 +221,24 @@ def _results(session: Session, run_id: int) -> list[TaskResult]:
 
 def _streams(session: Session, run_id: int) -> list[TaskStream]:
     return list(session.exec(select(TaskStream).where(TaskStream.run_id == run_id).order_by(col(TaskStream.task))).all())
+
+
+def _epochs(session: Session, run_id: int) -> list[EpochMetric]:
+    return list(session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id)
+                             .order_by(col(EpochMetric.id))).all())
+
+
+def epoch_metrics(run_id: int) -> list[EpochMetric]:
+    """The run's per-epoch rows (loss, learning rate, samples/s, test accuracy when asked), in order."""
+    with reading() as session:
+        return _epochs(session, run_id)
+
+
+def epoch_json(rows: Iterable[EpochMetric]) -> list[dict[str, Any]]:
+    """`show --json`'s epochs: one entry per training epoch."""
+    return [{"task": e.task, "phase": e.phase, "epoch": e.epoch, "epochs": e.epochs, "loss": e.loss, "lr": e.lr,
+             "samples": e.samples, "seconds": e.seconds, "samples_per_s": e.samples_per_s,
+             "test_accuracy": e.test_accuracy} for e in rows]
 
 
 def _snapshots(session: Session, run_id: int) -> list[MemorySnapshot]:
@@ -259,6 +294,8 @@ def run_detail(run_id: int) -> dict[str, Any]:
         results = {r.task: r for r in _results(session, run_id)}
         streams = _streams(session, run_id)
         snapshots = _snapshots(session, run_id)
+        epochs = _epochs(session, run_id)
+    order, names = run.class_order or [], run.class_names or []
     tasks = []
     for stream in streams:
         result = results.get(stream.task)
@@ -266,6 +303,8 @@ def run_detail(run_id: int) -> dict[str, Any]:
             "task": stream.task,
             "n_samples": stream.n_samples,
             "major_classes": stream.major_classes,
+            "major_labels": [order[c] for c in stream.major_classes] if order else None,
+            "major_names": [names[order[c]] for c in stream.major_classes] if order and names else None,
             "composition": stream.composition,
             "stream_hash": stream.stream_hash,
             "accuracy": result.accuracy if result else None,
@@ -280,6 +319,8 @@ def run_detail(run_id: int) -> dict[str, Any]:
         "tasks": tasks,
         "memory": [{"task": m.task, "histogram": m.histogram, "slots_per_class": m.slots_per_class,
                     "size": sum(m.histogram), "info": m.info, "at": iso(m.created_at)} for m in snapshots],
+        "epochs": epoch_json(epochs),
+        "class_indexing": CLASS_INDEXING,
         "class_order": run.class_order,
         "class_names": run.class_names,
         "pipeline": run.pipeline,
@@ -295,8 +336,20 @@ def run_detail(run_id: int) -> dict[str, Any]:
     return detail
 
 
+# What the class numbers in `show --json` are: the stream's classes are positions in
+# `class_order` (class c of the run is the dataset's label class_order[c], named
+# class_names[class_order[c]]); so are the memory histograms' and accuracy vectors' indices.
+CLASS_INDEXING = {
+    "major_classes": "positions in class_order (the run's class c is the dataset label class_order[c])",
+    "composition": "samples per class, indexed by position in class_order",
+    "memory.histogram": "samples per class in memory, indexed by position in class_order",
+    "class_accuracy": "accuracy per class, indexed by position in class_order",
+    "class_names": "indexed by dataset label: the name of position c is class_names[class_order[c]]",
+}
+
 Mark = tuple[int, Optional[int]]  # (row count, newest row id) of one part of a run
-PARTS: dict[str, Any] = {"streams": TaskStream, "results": TaskResult, "memory": MemorySnapshot}
+PARTS: dict[str, Any] = {"streams": TaskStream, "results": TaskResult, "memory": MemorySnapshot,
+                         "epochs": EpochMetric}
 
 
 @dataclass(frozen=True)
@@ -313,7 +366,8 @@ class RunParts:
     streams: Optional[list[TaskStream]]
     results: Optional[list[TaskResult]]
     memory: Optional[list[MemorySnapshot]]
-
+    epochs: Optional[list[EpochMetric]] = None
+    epochs_appended: bool = False  # True: `epochs` holds only the rows after the caller's marks
 
 def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
     """The run and the parts that changed since `marks` (all of them without marks), in one
@@ -331,8 +385,21 @@ def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
         values = session.exec(probe).one()
         now = {name: (values[2 * i], values[2 * i + 1]) for i, name in enumerate(PARTS)}
         stale = {name: now[name] != marks.get(name) for name in PARTS}
+        epochs, appended = None, False
+        if stale["epochs"]:
+            old = marks.get("epochs")
+            if old is not None and old[1] is not None and now["epochs"][0] > old[0]:
+                # a running run only adds epoch rows: read the new ones (a resume that deleted some
+                # shows as fewer new rows than the count grew by, and is read whole)
+                epochs = list(session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
+                                                                     EpochMetric.id > old[1])
+                                           .order_by(col(EpochMetric.id))).all())
+                appended = len(epochs) == now["epochs"][0] - old[0]
+            if not appended:
+                epochs = _epochs(session, run_id)
         return RunParts(
             record=record, class_order=facts[0], class_names=facts[1], pipeline=tuple(facts[2] or ()), marks=now,
             streams=_streams(session, run_id) if stale["streams"] else None,
             results=_results(session, run_id) if stale["results"] else None,
-            memory=_snapshots(session, run_id) if stale["memory"] else None)
+            memory=_snapshots(session, run_id) if stale["memory"] else None,
+            epochs=epochs, epochs_appended=appended)

@@ -43,6 +43,19 @@ def finite(value: Any) -> Optional[float]:
     return None if math.isnan(value) else value
 
 
+def format_value(value: Any) -> str:
+    """How a config value is written in a table: lists joined with '+', as on the command line."""
+    if isinstance(value, (tuple, list)):
+        return "+".join(format_value(v) for v in value) or "none"
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 def iso(value: datetime | None) -> str | None:
     """A stored time as the JSON outputs write it: UTC, seconds, `Z`."""
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
@@ -94,10 +107,47 @@ class RunRecord:
     f_last_topk: Optional[float] = None
     a_last_best_epoch: Optional[float] = None  # the authors' test-selected figure, when recorded
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)
+    # what the user calls it
+    name: Optional[str] = None
+    tags: tuple[str, ...] = ()
+    note: Optional[str] = None
+    overrides: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)  # keys unlike the preset's
+    archived: bool = False
 
     @property
     def active(self) -> bool:
         return self.status in ACTIVE
+
+    @property
+    def partial(self) -> bool:
+        """Its metrics cover only some tasks: it has results, but not of every task (a running,
+        stopped or failed run). A partial A_last is the accuracy after task `tasks_done`, not
+        the run's final accuracy: shown as `A@3/5`, never averaged, never matched for I_last."""
+        return 0 < self.tasks_done < self.n_tasks
+
+    @property
+    def progress_mark(self) -> str:
+        """`3/5`: the tasks the metrics cover, for partial metrics."""
+        return f"{self.tasks_done}/{self.n_tasks}"
+
+    def metric_text(self, value: Optional[float], letter: str = "", digits: int = 2) -> str:
+        """A metric as every face writes it: `86.00`, or for a partial run `A@3/5 88.06` (`letter`
+        A, F...; without one `@3/5 88.06`), `—` when not measured."""
+        if value is None:
+            return "—"
+        if self.partial:
+            return f"{letter}@{self.progress_mark} {value:.{digits}f}"
+        return f"{value:.{digits}f}"
+
+    @property
+    def overrides_text(self) -> str:
+        """The overrides as the CLI writes them: `epochs=64 augment=none`."""
+        return " ".join(f"{k}={format_value(v)}" for k, v in self.overrides.items())
+
+    @property
+    def label(self) -> str:
+        """What a run is called in one word: its name, else its preset."""
+        return self.name or self.preset or "—"
 
     @property
     def phase_fraction(self) -> Optional[float]:
@@ -136,7 +186,8 @@ class RunRecord:
     def search_text(self) -> str:
         """What free text in a run filter matches against (lower case)."""
         parts = [str(self.id), self.status, self.preset or "", self.method, self.dataset,
-                 f"k={self.memory_size}", f"seed={self.seed}", self.sweep_id or ""]
+                 f"k={self.memory_size}", f"seed={self.seed}", self.sweep_id or "", self.name or "",
+                 " ".join(self.tags), self.note or "", self.overrides_text]
         return " ".join(parts).lower()
 
     def to_json(self) -> dict[str, Any]:
@@ -152,6 +203,7 @@ class RunRecord:
                            F_last_topk=self.f_last_topk)
         if self.tasks_done:  # stored with the first task's result
             metrics["tasks_done"] = self.tasks_done
+            metrics["partial"] = self.partial  # true: the metrics are after task tasks_done of n_tasks
         return {
             "id": self.id,
             "status": self.status,
@@ -160,6 +212,11 @@ class RunRecord:
             "dataset": self.dataset,
             "seed": self.seed,
             "sweep_id": self.sweep_id,
+            "name": self.name,
+            "tags": list(self.tags),
+            "note": self.note,
+            "archived": self.archived,
+            "overrides": dict(self.overrides),
             "config": dict(self.config),
             "metrics": metrics,
             "progress": {
@@ -252,7 +309,7 @@ def with_intransigence(runs: Iterable[RunRecord], joints: Iterable[RunRecord] | 
     index = JointRuns(runs if joints is None else joints)
     out = []
     for run in runs:
-        joint = index.upper_bound(run)
+        joint = index.upper_bound(run) if not run.partial else None  # a partial A_last has no I_last
         i_last = M.intransigence(joint.a_last if joint is not None else None, run.a_last)
         joint_id = joint.id if joint is not None and i_last is not None else None
         differs = joint_differences(run, joint) if joint_id is not None and joint is not None else ()

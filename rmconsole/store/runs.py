@@ -5,31 +5,35 @@ own processes make take their `Lease` and check it in the same transaction."""
 from __future__ import annotations
 
 import socket
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from sqlmodel import Session, col, select
 
 from ..cl import metrics as M
 from .db import write
-from .queries import _results
-from .tables import MemorySnapshot, Run, TaskResult, TaskStream, utcnow
+from .queries import UnknownRun, _results
+from .tables import EpochMetric, MemorySnapshot, Run, TaskResult, TaskStream, utcnow
 from .transitions import Lease, checked_run, new_token
 
 
 def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str | None = None,
-                owner_pid: Optional[int] = None) -> list[int]:
+                owner_pid: Optional[int] = None, *, name: str | None = None, tags: list[str] | None = None,
+                overrides: list[dict[str, Any]] | None = None) -> list[int]:
     """Store queued runs (a sweep's grid) in one transaction, so a refused or interrupted
     submission leaves nothing half-written; returns their ids in order. `owner_pid`: the
     process (on this host) that will start the worker: until it has, the run is dead when that
-    process is (a sweep's runs have none: their queue starts them)."""
+    process is (a sweep's runs have none: their queue starts them). `name` and `tags` go on
+    every run; `overrides[i]` is run i's keys that differ from the preset."""
     host = socket.gethostname() if owner_pid is not None else None
 
     def add(session: Session) -> list[int]:
         ids = []
-        for config in configs:
+        for i, config in enumerate(configs):
             run = Run(preset=preset, method=config["method"], dataset=config["dataset"], seed=config["seed"],
                       config=config, sweep_id=sweep_id, n_tasks=config.get("n_tasks", 0), token=new_token(),
-                      pid=owner_pid, host=host, heartbeat_at=utcnow() if owner_pid is not None else None)
+                      pid=owner_pid, host=host, heartbeat_at=utcnow() if owner_pid is not None else None,
+                      name=name or None, tags=list(tags) if tags else None,
+                      overrides=overrides[i] if overrides is not None else None)
             session.add(run)
             session.flush()
             assert run.id is not None
@@ -40,9 +44,80 @@ def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str
 
 
 def create_run(config: dict[str, Any], preset: str | None, sweep_id: str | None = None,
-               owner_pid: Optional[int] = None) -> int:
+               owner_pid: Optional[int] = None, *, name: str | None = None, tags: list[str] | None = None,
+               overrides: dict[str, Any] | None = None) -> int:
     """Store a queued run and return its id."""
-    return create_runs([config], preset, sweep_id, owner_pid)[0]
+    return create_runs([config], preset, sweep_id, owner_pid, name=name, tags=tags,
+                       overrides=[overrides] if overrides is not None else None)[0]
+
+
+# ---------------------------------------------------------------------- what the user calls a run
+
+
+def _each(run_ids: list[int], change: Any) -> list[int]:
+    """Apply `change(run)` to every run in one transaction (UnknownRun, and nothing written, if one is missing)."""
+
+    def apply(session: Session) -> list[int]:
+        for run_id in run_ids:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise UnknownRun(run_id)
+            change(run)
+            session.add(run)
+        return list(run_ids)
+
+    return write(apply)
+
+
+def tag_runs(run_ids: list[int], add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[int]:
+    """Add and remove tags (kept in the order first given, each once)."""
+
+    add, remove = list(add), set(remove)
+
+    def change(run: Run) -> None:
+        tags = [t for t in (run.tags or []) if t not in remove]
+        run.tags = list(dict.fromkeys([*tags, *add])) or None
+
+    return _each(run_ids, change)
+
+
+def set_note(run_ids: list[int], note: str | None) -> list[int]:
+    """Replace the runs' note (None or "" clears it)."""
+    return _each(run_ids, lambda run: setattr(run, "note", note or None))
+
+
+def set_name(run_ids: list[int], name: str | None) -> list[int]:
+    return _each(run_ids, lambda run: setattr(run, "name", name or None))
+
+
+def set_archived(run_ids: list[int], archived: bool = True) -> list[int]:
+    """Archive (hide from runs, report and the TUI unless asked) or restore runs; an archived run
+    keeps everything. Returns the runs whose state changed."""
+    changed: list[int] = []
+
+    def change(run: Run) -> None:
+        if (run.archived_at is not None) != archived:
+            run.archived_at = utcnow() if archived else None
+            changed.append(run.id)  # type: ignore[arg-type]
+
+    _each(run_ids, change)
+    return changed
+
+
+# ---------------------------------------------------------------------- per-epoch rows
+
+
+def record_epochs(run_id: int, rows: list[dict[str, Any]], lease: Optional[Lease] = None) -> None:
+    """Append per-epoch rows (EpochMetric's fields less run_id) in one transaction."""
+    if not rows:
+        return
+
+    def apply(session: Session) -> None:
+        if lease is not None:
+            checked_run(session, run_id, lease)
+        session.add_all([EpochMetric(run_id=run_id, **row) for row in rows])
+
+    write(apply)
 
 
 def update_run(run_id: int, lease: Optional[Lease] = None, **fields: Any) -> None:
@@ -132,7 +207,7 @@ def record_memory(run_id: int, task: int, histogram: list[int], slots_per_class:
 
 
 def delete_results_from(run_id: int, first_task: int, lease: Optional[Lease] = None) -> None:
-    """Drop task rows and memory snapshots from `first_task` on (before resuming there)."""
+    """Drop task rows, memory snapshots and epoch rows from `first_task` on (before resuming there)."""
 
     def apply(session: Session) -> None:
         if lease is not None:
@@ -142,6 +217,9 @@ def delete_results_from(run_id: int, first_task: int, lease: Optional[Lease] = N
             session.delete(row)
         for row in session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id,
                                                              MemorySnapshot.task >= first_task)).all():
+            session.delete(row)
+        for row in session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
+                                                          EpochMetric.task >= first_task)).all():
             session.delete(row)
         session.flush()
         run = session.get(Run, run_id)

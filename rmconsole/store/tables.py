@@ -76,6 +76,12 @@ class Run(SQLModel, table=True):
     pipeline: Optional[list[str]] = Field(default=None, sa_column=Column(JSON))
     # summary metrics (percent), updated after every task
     metrics: Optional[dict[str, Any]] = Field(default=None, sa_column=Column(JSON))
+    # what the user calls it (all optional; a store written before them reads them as unset)
+    name: Optional[str] = None
+    tags: Optional[list[str]] = Field(default=None, sa_column=Column(JSON))
+    note: Optional[str] = None
+    overrides: Optional[dict[str, Any]] = Field(default=None, sa_column=Column(JSON))  # keys that differ from the preset
+    archived_at: Optional[datetime] = None  # archived: hidden from runs, report and the TUI unless asked
 
 
 class TaskStream(SQLModel, table=True):
@@ -127,3 +133,23 @@ class MemorySnapshot(SQLModel, table=True):
     slots_per_class: int
     info: Optional[dict[str, Any]] = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class EpochMetric(SQLModel, table=True):
+    """One training epoch of one task (online: the stream pass and each memory epoch; offline:
+    each epoch): what the loss and learning-rate curves draw. One row per epoch, never per step."""
+
+    __table_args__ = (Index("ix_epochmetric_run_task", "run_id", "task"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id")
+    task: int
+    phase: str  # stream | memory | offline
+    epoch: int  # 0-based within the phase
+    epochs: int  # epochs in the phase
+    loss: Optional[float] = None  # mean training loss over the epoch's samples (None: not finite)
+    lr: float
+    samples: int
+    seconds: float
+    samples_per_s: Optional[float] = None
+    test_accuracy: Optional[float] = None  # percent, only when the run asks for it (eval_every_epoch)

@@ -8,6 +8,7 @@ has afterwards, so the caller can say what happened without a second read.
     queued --claim_run--> running --mark_finished--> finished
     queued/running --mark_failed--> failed        queued/running --mark_stopped--> stopped
     stopped --fail_stopped_run--> failed          failed/stopped --requeue_run--> queued
+    finished/failed/stopped --delete_run--> (gone, with every row of it)
 
 Who may write. A process that writes a run (its worker, its supervisor, the launcher that
 follows it) holds a `Lease`: the store's identity and the run's token (new at every requeue).
@@ -23,11 +24,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from sqlmodel import Session
+from sqlmodel import Session, delete
 
 from .db import LEASE_ENV, write
 from .queries import UnknownRun
-from .tables import ACTIVE, Run, StoreIdentity, utcnow
+from .tables import ACTIVE, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream, utcnow
 
 ENDED_UNFINISHED = ("failed", "stopped")
 STORE_ID_ENV = "RMCONSOLE_STORE_ID"
@@ -196,5 +197,25 @@ def heartbeat(run_id: int, lease: Optional[Lease] = None, **progress: Any) -> st
                 setattr(run, key, value)
             session.add(run)
         return run.status
+
+    return write(apply)
+
+
+def delete_run(run_id: int) -> Transition:
+    """Delete an ended run (finished, failed or stopped) with every row that belongs to it, in
+    one transaction; a queued or running run is not deleted (applied false, its status given):
+    its worker or its sweep's queue still counts on the row. Files (log, checkpoint) are the
+    runner's to remove."""
+
+    def apply(session: Session) -> Transition:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise UnknownRun(run_id)
+        if run.status in ACTIVE:
+            return Transition(False, run.status)
+        for table in (EpochMetric, MemorySnapshot, TaskResult, TaskStream):
+            session.exec(delete(table).where(table.run_id == run_id))  # type: ignore[call-overload]
+        session.delete(run)
+        return Transition(True, "deleted")
 
     return write(apply)

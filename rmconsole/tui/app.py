@@ -22,7 +22,7 @@ from textual.screen import Screen
 from .. import runner, store
 from .commands import RunCommands
 from .data import RunRow
-from .messages import LaunchFailed, RunLaunched, RunStopped
+from .messages import LaunchFailed, RunLaunched, RunStopped, SweepLaunched
 from .screens.runs import RunsScreen
 
 Clock = Callable[[], datetime]
@@ -98,10 +98,51 @@ class RMConsoleApp(App[None]):
             return
         self.push_screen(CompareScreen(ids))
 
-    def open_launch(self) -> None:
+    def open_launch(self, clone_of: int | None = None) -> None:
+        """The launch page; with `clone_of`, filled with that run's preset, overrides, name and tags."""
         from .screens.launch import LaunchScreen
 
-        self.push_screen(LaunchScreen())
+        if clone_of is None:
+            self.push_screen(LaunchScreen())
+            return
+        row = next((r for r in self.rows if r.id == clone_of), None)
+        if row is None:
+            try:
+                row = store.run_record(clone_of)
+            except store.UnknownRun as err:
+                self.notify(str(err), severity="warning")
+                return
+        self.push_screen(LaunchScreen.cloning(row))
+
+    def confirm_stop_sweep(self, sweep_id: str) -> None:
+        from .screens.confirm import ConfirmScreen
+
+        members = [r for r in self.rows if r.sweep_id == sweep_id]
+        active = [r for r in members if r.active]
+        if not active:
+            self.notify(f"sweep {sweep_id}: no queued or running run to stop", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.notify(f"stopping sweep {sweep_id}…")
+                self.stop_sweep(sweep_id)
+
+        self.push_screen(ConfirmScreen(f"Stop sweep {sweep_id}?",
+                                       f"{len(active)} of its {len(members)} runs are queued or running: its queue "
+                                       f"driver and their workers get SIGTERM, queued runs are marked stopped; "
+                                       f"finished tasks stay stored (R resumes a run).", confirm="Stop sweep"), answered)
+
+    @work(thread=True, group="stop", exit_on_error=False)
+    def stop_sweep(self, sweep_id: str) -> None:
+        """Stop every run of a sweep, as `rmconsole stop --sweep ID` does."""
+        try:
+            counts = runner.stop_sweep(sweep_id)
+        except Exception as err:  # noqa: BLE001 - one line
+            self.call_from_thread(self.notify, f"stopping sweep {sweep_id} failed: {err}", severity="error")
+            return
+        self.call_from_thread(self.notify, ", ".join(f"{v} {k}" for k, v in counts.items()),
+                              title=f"Sweep {sweep_id} stopped")
 
     def confirm_stop(self, run_id: int) -> None:
         from .screens.confirm import ConfirmScreen
@@ -159,15 +200,35 @@ class RMConsoleApp(App[None]):
     # ------------------------------------------------------------------ launch / stop (thread workers)
 
     @work(thread=True, group="launch", exit_on_error=False)
-    def launch_run(self, preset: str, overrides: list[str]) -> None:
+    def launch_run(self, preset: str, overrides: list[str], name: str | None = None,
+                   tags: list[str] | None = None) -> None:
         """Store and start a run exactly as `rmconsole run --detach` does."""
         try:
-            launched = runner.launch_run(preset, overrides)
+            launched = runner.launch_run(preset, overrides, name=name, tags=tags)
         except Exception as err:  # noqa: BLE001 - every refusal is one line for the launch screen
             self.post_message(LaunchFailed(str(err).splitlines()[0] if str(err) else type(err).__name__))
             return
         self.workers_started.add(launched.run_id, launched.process)
         self.post_message(RunLaunched(launched.run_id, launched.preset))
+
+    @work(thread=True, group="launch", exit_on_error=False)
+    def launch_sweep(self, preset: str, overrides: list[str], seeds: str | None, name: str | None,
+                     tags: list[str]) -> None:
+        """Store a grid of runs and start its queue runner exactly as `rmconsole run --seeds ... --detach`."""
+        try:
+            launched = runner.launch_sweep(preset, overrides, seeds=seeds, detach=True, name=name, tags=tags)
+        except Exception as err:  # noqa: BLE001 - every refusal is one line for the launch screen
+            self.post_message(LaunchFailed(str(err).splitlines()[0] if str(err) else type(err).__name__))
+            return
+        self.post_message(SweepLaunched(launched.sweep_id, len(launched.run_ids), launched.plan.shape()))
+
+    def on_sweep_launched(self, message: SweepLaunched) -> None:
+        from .screens.launch import LaunchScreen
+
+        self.notify(f"sweep {message.sweep_id}: {message.n_runs} runs ({message.shape}) queued; "
+                    f"X on one of them stops the sweep", title="Sweep launched")
+        if isinstance(self.screen, LaunchScreen):
+            self.pop_screen()
 
     def on_run_launched(self, message: RunLaunched) -> None:
         from .screens.launch import LaunchScreen
@@ -231,7 +292,7 @@ class RMConsoleApp(App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Launch a run", "Pick a preset, edit overrides, start a worker", self.open_launch)
+        yield SystemCommand("Launch a run", "Pick a preset, edit overrides, start a worker", lambda: self.open_launch())
         yield SystemCommand("Compare selected runs", "Metrics and accuracy curves side by side",
                             lambda: self.open_compare())
         yield SystemCommand("Clear selection", "Unselect every run", self.clear_selection)

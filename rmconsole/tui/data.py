@@ -72,18 +72,28 @@ def matches(row: RunRow, query: str) -> bool:
 SORT_KEYS = {
     "id": lambda r: r.id,
     "status": lambda r: (r.status, r.id),
-    "preset": lambda r: (r.preset or "", r.id),
+    "preset": lambda r: (r.label.lower(), r.id),
     "method": lambda r: (r.method, r.id),
     "A_last": lambda r: (r.a_last is not None, r.a_last or 0.0, r.id),
     "F_last": lambda r: (r.f_last is not None, r.f_last or 0.0, r.id),
 }
+FINAL_METRICS = ("A_last", "F_last")  # sorting by these puts partial runs after the complete ones
 
 
-def arrange(rows: list[RunRow], query: str, sort: str, descending: bool) -> list[RunRow]:
+def arrange(rows: list[RunRow], query: str, sort: str, descending: bool, archived: bool = False) -> list[RunRow]:
     """Filter then sort: the rows the table shows, in order (FilterError for a filter that cannot
-    be read: the screen shows its one line)."""
-    shown = store.parse_run_filter(query).select(rows)
-    return sorted(shown, key=SORT_KEYS[sort], reverse=descending)
+    be read: the screen shows its one line). Archived runs are left out unless `archived` or the
+    filter names them; sorted by a final metric, partial runs come after every complete one."""
+    run_filter = store.parse_run_filter(query)
+    shown = run_filter.select(rows)
+    if not archived and not run_filter.names("archived"):
+        shown = [r for r in shown if not r.archived]
+    ordered = sorted(shown, key=SORT_KEYS[sort], reverse=descending)
+    if sort in FINAL_METRICS:  # final values, then partial ones, then runs without a value
+        value = SORT_KEYS[sort]
+        final = [r for r in ordered if value(r)[0] and not r.partial]
+        ordered = final + [r for r in ordered if value(r)[0] and r.partial] + [r for r in ordered if not value(r)[0]]
+    return ordered
 
 
 # --------------------------------------------------------------------------- one run
@@ -128,6 +138,20 @@ class MemoryUpdate:
 
 
 @dataclass(frozen=True)
+class EpochPoint:
+    """One training epoch: what the loss and learning-rate curves draw."""
+
+    task: int
+    phase: str
+    epoch: int
+    epochs: int
+    loss: Optional[float]
+    lr: float
+    samples_per_s: Optional[float]
+    test_accuracy: Optional[float]
+
+
+@dataclass(frozen=True)
 class RunView:
     """Everything the run screen draws, read in one session."""
 
@@ -139,6 +163,7 @@ class RunView:
     log_path: Optional[str]
     pipeline: tuple[str, ...]
     config: dict[str, Any] = field(compare=True, hash=False)
+    epochs: tuple[EpochPoint, ...] = ()
 
     @property
     def accuracy_matrix(self) -> list[list[Optional[float]]]:
@@ -186,6 +211,10 @@ class RunFeed:
                                            for r in parts.results)
         if parts.memory is not None:
             self._parts["memory"] = tuple(_memory_update(m) for m in parts.memory)
+        if parts.epochs is not None:
+            points = tuple(EpochPoint(e.task, e.phase, e.epoch, e.epochs, e.loss, e.lr, e.samples_per_s,
+                                      e.test_accuracy) for e in parts.epochs)
+            self._parts["epochs"] = self._parts.get("epochs", ()) + points if parts.epochs_appended else points
         streams = self._parts["streams"]
         n_classes = len(streams[0].composition) if streams else len(parts.class_order or [])
         return RunView(
@@ -197,6 +226,7 @@ class RunFeed:
             log_path=parts.record.log_path,
             pipeline=parts.pipeline,
             config=dict(parts.record.config),
+            epochs=self._parts.get("epochs", ()),
         )
 
 
@@ -225,14 +255,25 @@ class CompareView:
 
 
 def load_compare(run_ids: list[int]) -> CompareView:
-    """Rows, accuracy curves and the config keys whose values differ, for the given runs."""
+    """Rows, accuracy curves and what differs between the given runs: their name and tags, then
+    every config key whose values differ, written as `--set` writes them (`cutmix+autoaug`)."""
+    from ..store.filters import config_value, format_value
+
     rows = {r.id: r for r in load_some_rows(run_ids)}
     present = [i for i in run_ids if i in rows]
     curves = store.accuracy_curves(present)
     configs = {i: rows[i].config for i in present}
-    keys = sorted({k for i in present for k in configs[i]})
-    differences = {k: tuple(configs[i].get(k) for i in present) for k in keys
-                   if len({repr(configs[i].get(k)) for i in present}) > 1}
+    differences: dict[str, tuple[Any, ...]] = {}
+    for key, value_of in (("name", lambda r: r.name or "—"), ("tags", lambda r: " ".join(r.tags) or "—"),
+                          ("preset", lambda r: r.preset or "—")):
+        values = tuple(value_of(rows[i]) for i in present)
+        if len(set(values)) > 1:
+            differences[key] = values
+    keys = list(dict.fromkeys(k for i in present for k in configs[i]))
+    for key in keys:
+        values = tuple(format_value(config_value(configs[i], key)) for i in present)
+        if len(set(values)) > 1:
+            differences[key] = values
     return CompareView(rows=tuple(rows[i] for i in present), curves={i: tuple(c) for i, c in curves.items()},
                        differences=differences, missing=tuple(i for i in run_ids if i not in rows))
 

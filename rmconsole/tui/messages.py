@@ -66,3 +66,12 @@ class LaunchFailed(Message):
 class RunStopped(Message):
     run_id: int
     status: str
+
+
+@dataclass
+class SweepLaunched(Message):
+    """A grid of runs was stored and its queue runner started."""
+
+    sweep_id: str
+    n_runs: int
+    shape: str

@@ -208,35 +208,38 @@ def _hist_mean_std(hist: Sequence[int]) -> tuple[float, float]:
 
 
 def uncertainty_chart(update: MemoryUpdate, width: int, height: int = 3) -> Text:
-    """RM's spread: for each vote bin (u = 0 certain … 1 uncertain) the candidates as a grey
-    column and the chosen samples as a magenta one inside it; RM's step sampling should pick
-    across the whole range (chosen spread ≈ candidates spread), not only the certain end."""
+    """RM's spread as shares: for each vote bin (u = 0 certain … 1 uncertain) the share of the
+    candidates (grey) beside the share of the chosen samples (magenta), each histogram scaled
+    to its own total, so that a memory of 500 drawn from 12,500 candidates is as visible as the
+    candidates; RM's step sampling should pick across the whole range (the two shapes alike),
+    not only the certain end."""
     cand = list(update.candidates_uncertainty or ())
     chosen = list(update.chosen_uncertainty or ())
     if not cand:
         return Text("uncertainty: not recorded for this update", style="grey62")
     cm, cs = _hist_mean_std(cand)
     km, ks = _hist_mean_std(chosen)
+    bins = len(cand)
+    chosen = chosen + [0] * (bins - len(chosen))
+    cand_share = [c / (sum(cand) or 1) for c in cand]
+    chosen_share = [k / (sum(chosen) or 1) for k in chosen]
     text = Text()
-    text.append("u ", style="bold")
+    text.append("u shares ", style="bold")
     text.append("■ chosen", style="bold magenta")
     text.append(f" {sum(chosen)} {km:.2f}±{ks:.2f}  ")
-    text.append("■ candidates", style="grey50")
+    text.append("■ candidates", style="grey62")
     text.append(f" {sum(cand)} {cm:.2f}±{cs:.2f}\n")
-    bins = len(cand)
-    col_w = max(1, min(4, (width - 2) // bins - 1))
-    top = max(cand) or 1
+    col_w = max(1, min(2, ((width - 2) // bins - 1) // 2))
+    top = max(max(cand_share), max(chosen_share)) or 1.0
     scale = height / top
     for r in range(height - 1, -1, -1):
         text.append("  ")
-        for c, k in zip(cand, chosen + [0] * (bins - len(chosen))):
-            if k * scale - r > 0:
-                text.append(_column_cell(k, r, scale) * col_w, style="bold magenta")
-            else:
-                text.append(_column_cell(c, r, scale) * col_w, style="grey35")
+        for c, k in zip(cand_share, chosen_share):
+            text.append(_column_cell(c, r, scale) * col_w, style="grey62")
+            text.append(_column_cell(k, r, scale) * col_w, style="bold magenta")
             text.append(" ")
         text.append("\n")
-    span = bins * (col_w + 1) - 1
+    span = bins * (2 * col_w + 1) - 1
     views = f"{update.views} views" if update.views else ""
     middle = max(1, span - len("certain") - len("uncertain"))
     views = views if len(views) + 2 <= middle else ""

@@ -103,6 +103,7 @@ class Method:
         self.gen = torch.Generator().manual_seed(self.cfg.seed + 1)  # memory / batching draws
         self.optimizer: torch.optim.Optimizer | None = None
         self.memory_info: dict[str, Any] = {}
+        self._scored = 0
         self.epoch_eval: Callable[[], float] | None = None  # set by the loop when best-epoch is recorded
         self.best_epoch_accuracy: float | None = None
         self.graphs: dict[int, GraphedStep] = {}  # CUDA-graphed steps by batch size, for this optimiser
@@ -180,9 +181,9 @@ class Method:
         """Train `epochs` epochs; epoch e runs the index batches `batches_for_epoch(e)` (train.fit)."""
         train.fit(self, epochs, batches_for_epoch, phase, task, chunk_images)
 
-    def uncertainty_of(self, idx: Tensor) -> tuple[Tensor, Tensor | None]:
+    def uncertainty_of(self, idx: Tensor, progress: Callable[[int], None] | None = None) -> tuple[Tensor, Tensor | None]:
         """u(x) of train indices, and the top vote counts (inference.uncertainty_of)."""
-        return inference.uncertainty_of(self, idx)
+        return inference.uncertainty_of(self, idx, progress)
 
     def features_of(self, idx: Tensor, chunk: int | None = None) -> Tensor:
         return inference.features_of(self, idx, chunk)
@@ -244,6 +245,7 @@ class Method:
         started = time.perf_counter()
         self.report.phase(task.index, "memory update", len(task.stream) + len(self.memory))
         self.memory_info = {"policy": self.memory_policy}
+        self._scored = 0  # candidates scored so far: the phase's progress while a policy scores them
         candidates = self.candidates(task)
         chosen = M.policy_named(self.memory_policy).select(candidates)
         if self.dist:
@@ -252,7 +254,7 @@ class Method:
         cache = getattr(self.setup.data.train, "cache", None)
         if cache is not None:  # a streamed dataset keeps the memory decoded (when it fits)
             self.memory_info["memory_cached"] = cache(self.memory.indices)
-        self.report.advance(len(candidates.indices))
+        self.report.advance(max(len(candidates.indices) - self._scored, 0))
         self.memory_info["seconds"] = round(time.perf_counter() - started, 3)
         self.report.memory_updated(task.index, self.memory.histogram(self.n_classes),
                                    M.slots_per_class(self.memory.capacity, len(candidates.classes)), self.memory_info)
@@ -261,8 +263,14 @@ class Method:
         """The memory and the task's stream, as a memory policy sees them."""
         indices = torch.cat([self.memory.indices, task.stream])
         return M.Candidates(indices, self.labels_of(indices).cpu(), self.memory, task.stream, self.seen_classes,
-                            task.index, self.gen, self.cfg, score=lambda idx: self.uncertainty_of(idx)[0],
+                            task.index, self.gen, self.cfg,
+                            score=lambda idx: self.uncertainty_of(idx, self._candidates_scored)[0],
                             embed=self.features_of, info=self.memory_info)
+
+    def _candidates_scored(self, n: int) -> None:
+        """n more memory candidates have their uncertainty: the memory update's progress."""
+        self._scored += n
+        self.report.advance(n)
 
     def agree_on_memory(self, task: Task, chosen: Tensor) -> Tensor:
         """Every rank holds rank 0's memory. Ranks decide alike (same scores, same generator

@@ -18,7 +18,7 @@ from ..render import fmt, progress_text, status_text
 from ..widgets.accuracy_chart import LINE_COLOURS, AccuracyChart
 from .polling import PollingScreen
 
-METRIC_COLUMNS = ("run", "status", "preset", "method", "K", "seed", "progress", "A_last", "A_avg", "F_last",
+METRIC_COLUMNS = ("run", "status", "name/preset", "method", "K", "seed", "progress", "A_last", "A_avg", "F_last",
                   "I_last")
 
 
@@ -68,9 +68,12 @@ class CompareScreen(PollingScreen):
         table = self.query_one("#metrics", DataTable)
         for i, row in enumerate(view.rows):
             r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
+            partial = "grey50" if row.partial else ""
             cells = (Text(f"● #{row.id}", style=f"bold rgb({r},{g},{b})"), status_text(row.status),
-                     row.preset or "—", row.method, str(row.memory_size), str(row.seed),
-                     progress_text(row), fmt(row.a_last), fmt(row.a_avg), fmt(row.f_last), fmt(row.i_last))
+                     row.label, row.method, str(row.memory_size), str(row.seed),
+                     progress_text(row), Text(row.metric_text(row.a_last), style=partial),
+                     Text(row.metric_text(row.a_avg), style=partial), Text(row.metric_text(row.f_last), style=partial),
+                     fmt(row.i_last))
             key = str(row.id)
             if key in table.rows:
                 for column, cell in zip(METRIC_COLUMNS, cells):
@@ -82,7 +85,7 @@ class CompareScreen(PollingScreen):
                 table.remove_row(str(gone))
         n_tasks = max((r.n_tasks for r in view.rows), default=0)
         chart = self.query_one(AccuracyChart)
-        chart.curves = {f"#{r.id} {r.method}": tuple(view.curves.get(r.id, ())) for r in view.rows}
+        chart.curves = {f"#{r.id} {r.name or r.method}": tuple(view.curves.get(r.id, ())) for r in view.rows}
         chart.n_tasks = n_tasks
         self.query_one("#differences-text", Static).update(self._differences(view))
 
@@ -97,12 +100,18 @@ class CompareScreen(PollingScreen):
             notes.append("Same config (only the run differs).", style="grey62")
             return notes
         table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        table.add_column("key", style="cyan")
+        table.add_column("key", style="cyan", no_wrap=True,
+                         min_width=max((len(k) for k in view.differences), default=3))  # never cut a key
         for i, row in enumerate(view.rows):
             r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
-            table.add_column(f"#{row.id}", header_style=f"bold rgb({r},{g},{b})")
+            table.add_column(f"#{row.id}", header_style=f"bold rgb({r},{g},{b})", overflow="fold")  # values wrap
         for key, values in view.differences.items():
             table.add_row(key, *[str(v) for v in values])
+        if any(r.partial for r in view.rows):
+            notes.append("grey @k/T: partial metrics (after task k of T), not final", style="grey62")
+            from rich.console import Group
+
+            return Group(table, notes)  # type: ignore[return-value]
         return table
 
     def action_back(self) -> None:

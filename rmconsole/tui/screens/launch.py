@@ -1,5 +1,7 @@
-"""Launch a run: pick a preset, edit overrides (as `rmconsole run --set`), check the resulting
-config, start it through the same `runner.launch_run` as the CLI."""
+"""Launch a run or a sweep: pick a preset, edit overrides (as `rmconsole run --set`; a comma list
+makes a grid), seeds (`--seeds`), a name and tags; check the resulting config; start it through
+the same `runner.launch_run` / `runner.launch_sweep` as the CLI. `LaunchScreen.cloning(run)`
+opens it filled with a stored run's preset, overrides, name and tags."""
 
 from __future__ import annotations
 
@@ -10,11 +12,14 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
 
-from ...config import DEFAULT_PRESET, KEYS, ConfigError, load_config, preset_description, preset_names, read_preset
+from ...config import (
+    DEFAULT_PRESET, KEYS, ConfigError, load_config, overrides_of, preset_description, preset_names, read_preset,
+)
+from ...store.records import RunRecord, format_value
 from ..console import Console
 
 
@@ -26,14 +31,43 @@ def split_overrides(text: str) -> list[str]:
         raise ConfigError(f"overrides {text!r}: {err}") from None
 
 
-def preview(preset: str, overrides_text: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """The config a launch would store, and where each value came from (preset, override, default)."""
+def preview(preset: str, overrides_text: str, seeds: str = "") -> tuple[dict[str, Any], dict[str, str], str]:
+    """The config a launch would store (a sweep's first grid point), where each value came from
+    (preset, override, default, sweep axis), and a line saying what will start."""
+    from ...runner.sweep import is_sweep, plan_sweep
+
     pairs = split_overrides(overrides_text)
-    name, cfg = load_config(preset, pairs)
-    _, table = read_preset(preset)
+    seeds = seeds.strip() or None
     overridden = {p.partition("=")[0].strip() for p in pairs}
+    _, table = read_preset(preset)
+    if is_sweep(pairs, seeds):
+        plan = plan_sweep(preset, pairs, seeds)
+        axes = {k for k, v in plan.axes.items() if len(v) > 1}
+        sources = {k: "sweep axis" if k in axes else "override" if k in overridden else
+                   "preset" if k in table else "default" for k in KEYS}
+        what = f"a sweep of {len(plan.configs)} runs ({plan.shape()}); the table shows its first run"
+        return plan.configs[0].to_dict(), sources, what
+    _, cfg = load_config(preset, pairs)
     sources = {k: "override" if k in overridden else "preset" if k in table else "default" for k in KEYS}
-    return cfg.to_dict(), sources
+    return cfg.to_dict(), sources, "one run"
+
+
+def clone_overrides(row: RunRecord) -> tuple[str, str]:
+    """(preset, overrides text) that give a stored run's config again: its preset (the default
+    when that preset is gone) and every key that differs from it, as `--set` writes them."""
+    preset = row.preset if row.preset in preset_names() else DEFAULT_PRESET
+    config = dict(row.config)
+    changed = overrides_of(preset, config)
+    _, base = load_config(preset)
+    if config.get("seed") != base.seed:
+        changed["seed"] = config.get("seed")
+    pairs = []
+    for key, value in changed.items():
+        if value is None:
+            continue  # (no --set gives None: such a key is at its default already)
+        text = format_value(value)
+        pairs.append(f'{key}="{text}"' if " " in text else f"{key}={text}")
+    return preset, " ".join(pairs)
 
 
 class LaunchScreen(Screen):
@@ -45,22 +79,39 @@ class LaunchScreen(Screen):
 
     app: Console  # type: ignore[assignment]
 
-    def __init__(self, preset: str = DEFAULT_PRESET) -> None:
+    def __init__(self, preset: str = DEFAULT_PRESET, overrides: str = "", name: str = "", tags: str = "",
+                 seeds: str = "", cloned_from: int | None = None) -> None:
         super().__init__()
         self.preset = preset if preset in preset_names() else preset_names()[0]
+        self.initial = {"overrides": overrides, "name": name, "tags": tags, "seeds": seeds}
+        self.cloned_from = cloned_from
         self.valid = False
         self._starting = False
+        self.what = "one run"
+
+    @classmethod
+    def cloning(cls, row: RunRecord) -> "LaunchScreen":
+        """The launch page filled with a stored run's preset, overrides (seed included), name and tags."""
+        preset, overrides = clone_overrides(row)
+        return cls(preset, overrides, row.name or "", " ".join(row.tags), cloned_from=row.id)
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with Vertical(id="form", classes="panel"):
+        with VerticalScroll(id="form", classes="panel"):
             yield Label("Preset")
             yield Select([(name, name) for name in preset_names()], value=self.preset, allow_blank=False, id="preset")
             yield Static(id="description")
             yield Label("Overrides")
-            yield Input(placeholder="epochs=2 seed=3 memory_size=500 augment=cutmix+autoaug", id="overrides")
-            yield Static(Text("KEY=VALUE pairs separated by spaces, as `rmconsole run --set KEY=VALUE`; "
-                              "the table shows the config that will be stored.", style="grey62"), id="overrides-help")
+            yield Input(self.initial["overrides"], placeholder="epochs=2 memory_size=500 augment=cutmix+autoaug",
+                        id="overrides")
+            yield Static(Text("KEY=VALUE pairs separated by spaces, as `rmconsole run --set KEY=VALUE`; a comma "
+                              "list (method=rm,er) makes a sweep.", style="grey62"), id="overrides-help")
+            yield Label("Seeds (a sweep over them: 1,2,3)")
+            yield Input(self.initial["seeds"], placeholder="1,2,3", id="seeds")
+            yield Label("Name and tags")
+            with Horizontal(id="identity"):
+                yield Input(self.initial["name"], placeholder="name (optional)", id="name")
+                yield Input(self.initial["tags"], placeholder="tags: base k500", id="tags")
             yield Static(id="launch-error")
             with Horizontal(id="launch-buttons"):
                 yield Button("Start run (ctrl+s)", variant="success", id="start")
@@ -72,7 +123,7 @@ class LaunchScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = "launch a run"
+        self.sub_title = f"launch: a clone of run {self.cloned_from}" if self.cloned_from else "launch a run"
         table = self.query_one("#config-preview", DataTable)
         table.add_column("key", key="key")
         table.add_column("value", key="value")
@@ -85,12 +136,12 @@ class LaunchScreen(Screen):
         self.preset = str(event.value)
         self.update_preview()
 
-    @on(Input.Changed, "#overrides")
+    @on(Input.Changed, "#overrides, #seeds")
     def _overrides_changed(self) -> None:
         self.update_preview()
 
-    @on(Input.Submitted, "#overrides")
-    def _overrides_submitted(self) -> None:
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
         self.action_start()
 
     def update_preview(self) -> None:
@@ -98,7 +149,8 @@ class LaunchScreen(Screen):
         self.query_one("#description", Static).update(Text(preset_description(self.preset), style="grey62"))
         table = self.query_one("#config-preview", DataTable)
         try:
-            config, sources = preview(self.preset, self.query_one("#overrides", Input).value)
+            config, sources, what = preview(self.preset, self.query_one("#overrides", Input).value,
+                                            self.query_one("#seeds", Input).value)
         except ConfigError as err:
             self.valid = False
             self.show_error(str(err))
@@ -107,14 +159,15 @@ class LaunchScreen(Screen):
             return
         self.valid = True
         self.show_error(None)
-        table.border_subtitle = ""
+        self.what = what
+        table.border_subtitle = what
         table.remove_class("stale")
         table.clear()
         for key in KEYS:
             source = sources[key]
-            style = "bold yellow" if source == "override" else "" if source == "preset" else "grey50"
-            table.add_row(Text(key, style=style), Text(str(config[key]), style=style), Text(source, style=style),
-                          key=key)
+            style = {"override": "bold yellow", "sweep axis": "bold magenta", "preset": ""}.get(source, "grey50")
+            table.add_row(Text(key, style=style), Text(format_value(config[key]), style=style),
+                          Text(source, style=style), key=key)
 
     def show_error(self, text: str | None) -> None:
         box = self.query_one("#launch-error", Static)
@@ -128,9 +181,16 @@ class LaunchScreen(Screen):
         self.update_preview()
         if not self.valid:
             return
+        name = self.query_one("#name", Input).value.strip() or None
+        tags = self.query_one("#tags", Input).value.replace(",", " ").split()
+        seeds = self.query_one("#seeds", Input).value.strip() or None
+        pairs = split_overrides(self.query_one("#overrides", Input).value)
         self._starting = True
-        self.query_one("#launch-error", Static).update(Text("starting…", style="cyan"))
-        self.app.launch_run(self.preset, split_overrides(self.query_one("#overrides", Input).value))
+        self.query_one("#launch-error", Static).update(Text(f"starting {self.what}…", style="cyan"))
+        if self.what != "one run":
+            self.app.launch_sweep(self.preset, pairs, seeds, name, tags)
+        else:
+            self.app.launch_run(self.preset, pairs, name, tags)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":

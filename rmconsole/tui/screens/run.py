@@ -1,4 +1,4 @@
-"""One run, live: task stream, memory, accuracy and the worker's log."""
+"""One run, live: task stream, memory, accuracy, loss and lr per epoch, and the worker's log."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from textual.widgets import Footer, Header
 from .. import data
 from ..messages import RunLoaded, RunVanished, StoreProblem
 from ..widgets.accuracy_panel import AccuracyPanel
+from ..widgets.epochs_panel import EpochsPanel
 from ..widgets.log_panel import LogPanel
 from ..widgets.memory_panel import MemoryPanel
 from ..widgets.run_header import RunHeader
@@ -27,6 +28,8 @@ class RunScreen(PollingScreen):
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("x", "stop", "Stop"),
+        Binding("R", "resume", "Resume"),
+        Binding("l", "clone", "Clone"),
         Binding("left_square_bracket", "memory_step(-1)", "Earlier memory"),
         Binding("right_square_bracket", "memory_step(1)", "Later memory"),
         Binding("m", "maximize", "Maximize panel"),
@@ -50,6 +53,7 @@ class RunScreen(PollingScreen):
             yield TaskStreamPanel(id="stream", classes="panel").data_bind(RunScreen.view)
             yield MemoryPanel(id="memory", classes="panel").data_bind(RunScreen.view)
             yield AccuracyPanel(id="accuracy", classes="panel").data_bind(RunScreen.view)
+            yield EpochsPanel(id="epochs", classes="panel").data_bind(RunScreen.view)
             yield LogPanel(id="log", classes="panel")
         yield Footer()
 
@@ -92,6 +96,12 @@ class RunScreen(PollingScreen):
 
     def action_stop(self) -> None:
         self.app.confirm_stop(self.run_id)
+
+    def action_resume(self) -> None:
+        self.app.resume_run(self.run_id)
+
+    def action_clone(self) -> None:
+        self.app.open_launch(clone_of=self.run_id)
 
     def action_memory_step(self, delta: int) -> None:
         self.query_one(MemoryPanel).action_step(delta)

@@ -27,6 +27,10 @@ class RunsScreen(PollingScreen):
         Binding("c", "compare", "Compare"),
         Binding("n", "launch", "Launch"),
         Binding("x", "stop", "Stop"),
+        Binding("R", "resume", "Resume"),
+        Binding("l", "clone", "Clone"),
+        Binding("X", "stop_sweep", "Stop sweep", show=False),
+        Binding("a", "toggle_archived", "Archived", show=False),
         Binding("s", "cycle_sort", "Sort"),
         Binding("r", "reverse_sort", "Reverse", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
@@ -38,6 +42,7 @@ class RunsScreen(PollingScreen):
     order: var[tuple[str, bool]] = var(("id", True), init=False)  # (sort column, descending)
     loaded: var[bool] = var(False, init=False)  # a first read came back
     problem: var[str | None] = var(None, init=False)  # the last read failed with this
+    show_archived: var[bool] = var(False, init=False)  # `a`: archived runs too
 
     def __init__(self) -> None:
         super().__init__()
@@ -46,8 +51,8 @@ class RunsScreen(PollingScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Input(placeholder="filter: words, or status:running method:rm preset:digits k:200 seed:1 — Enter keeps, Esc clears",
-                    id="filter")
+        yield Input(placeholder="filter: words, or status:running tag:base override:epochs 'A_last>80' k:200 — "
+                                "Enter keeps, Esc clears", id="filter")
         yield RunsTable(id="runs")
         yield StatusLine(id="status-line")
         yield Footer()
@@ -91,13 +96,16 @@ class RunsScreen(PollingScreen):
     def watch_loaded(self) -> None:
         self.show_rows()
 
+    def watch_show_archived(self) -> None:
+        self.show_rows()
+
     def watch_problem(self) -> None:
         self.show_status()
 
     def show_rows(self) -> None:
         column, descending = self.order
         try:
-            shown = data.arrange(list(self.rows), self.query_text, column, descending)
+            shown = data.arrange(list(self.rows), self.query_text, column, descending, self.show_archived)
             self.filter_error = None
         except data.FilterError as err:  # shown on the status line until the filter reads
             shown, self.filter_error = [], str(err)
@@ -125,7 +133,12 @@ class RunsScreen(PollingScreen):
         for r in self.rows:
             counts[r.status] = counts.get(r.status, 0) + 1
         shown = len(self.query_one(RunsTable).rows) if n_shown is None else n_shown
-        parts = [f"{len(self.rows)} runs"] + [f"{n} {s}" for s, n in sorted(counts.items())]
+        parts = [f"{len(self.rows)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
+        archived = sum(r.archived for r in self.rows)
+        if archived:
+            parts.append(f"{archived} archived" + (" shown (a)" if self.show_archived else " (a)"))
+        if any(r.partial for r in self.rows):
+            parts.append("@k/T partial")
         if self.query_text.strip():
             parts.append(f"{shown} match “{self.query_text.strip()}”")
         if self.app.selected:
@@ -209,3 +222,26 @@ class RunsScreen(PollingScreen):
         run_id = self._cursor_run()
         if run_id is not None:
             self.app.confirm_stop(run_id)
+
+    def action_resume(self) -> None:
+        run_id = self._cursor_run()
+        if run_id is not None:
+            self.app.resume_run(run_id)
+
+    def action_clone(self) -> None:
+        run_id = self._cursor_run()
+        if run_id is not None:
+            self.app.open_launch(clone_of=run_id)
+
+    def action_stop_sweep(self) -> None:
+        run_id = self._cursor_run()
+        row = next((r for r in self.rows if r.id == run_id), None)
+        if row is None:
+            return
+        if not row.sweep_id:
+            self.notify(f"run {row.id} is not part of a sweep (x stops one run)", severity="warning")
+            return
+        self.app.confirm_stop_sweep(row.sweep_id)
+
+    def action_toggle_archived(self) -> None:
+        self.show_archived = not self.show_archived

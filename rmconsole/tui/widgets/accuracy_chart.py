@@ -30,7 +30,9 @@ class AccuracyChart(PlotextPlot):
         n = max(self.n_tasks, max((len(c) for c in self.curves.values()), default=0), 2)
         plt.xlim(1, n)
         plt.ylim(0, 100)
-        plt.xticks(list(range(1, n + 1)), [f"T{t}" for t in range(1, n + 1)])
+        every = max(1, -(-n * 4 // max(self.size.width - 10, 8)))  # a label per task while they fit, else every k-th
+        ticks = list(range(1, n + 1, every))
+        plt.xticks(ticks, [f"T{t}" for t in ticks])
         # ticks that get a row each (colliding labels are resolved by plotext in hash order)
         plt.yticks([0, 25, 50, 75, 100] if self.size.height >= 13 else [0, 50, 100])
         for i, (label, accs) in enumerate(self.curves.items()):
@@ -39,4 +41,4 @@ class AccuracyChart(PlotextPlot):
                 plt.plot(xs, list(accs), marker="braille", color=colour,
                          label=label if len(self.curves) > 1 else None)
                 plt.scatter(xs, list(accs), marker="●", color=colour)
-        plt.ylabel("accuracy %")
+        plt.ylabel("accuracy %" if self.size.width >= 40 else "acc%")

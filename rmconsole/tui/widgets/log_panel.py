@@ -21,7 +21,8 @@ def styled(line: str) -> Text:
 
 
 class LogPanel(RichLog):
-    """Appends the lines the run screen's reader found since its last read."""
+    """Appends the lines the run screen's reader found since its last read, and wraps them
+    again when its width changes (RichLog wraps a line once, at the width it had when written)."""
 
     DEFAULT_CSS = css_beside(__file__)
 
@@ -29,8 +30,20 @@ class LogPanel(RichLog):
         super().__init__(max_lines=2000, wrap=True, min_width=20, highlight=False, markup=False, auto_scroll=True, **kwargs)
         self.border_title = "log"
         self.n_lines = 0
+        self.kept: list[str] = []  # the lines as read, to wrap again at a new width
+        self._wrapped_at = 0
 
     def add_lines(self, lines: list[str]) -> None:
         for line in lines:
             self.write(styled(line))
+        self.kept = (self.kept + lines)[-2000:]
         self.n_lines += len(lines)
+
+    def on_resize(self) -> None:
+        width = self.scrollable_content_region.width
+        if width != self._wrapped_at and self.kept:
+            self._wrapped_at = width
+            self.clear()
+            for line in self.kept:
+                self.write(styled(line))
+        self._wrapped_at = width

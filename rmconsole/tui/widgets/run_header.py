@@ -18,8 +18,16 @@ def describe(view: RunView) -> Text:
     row, cfg = view.row, view.config
     text = Text()
     text.append(f"run {row.id}", style="bold")
+    if row.name:
+        text.append(f" “{row.name}”", style="bold")
     text.append(f"  {row.preset or 'custom'}  ", style="grey62")
     text.append_text(status_text(row.status))
+    if row.overrides_text:
+        text.append(f"  {row.overrides_text}", style="yellow")
+    if row.tags:
+        text.append("  " + " ".join(f"#{t}" for t in row.tags), style="cyan")
+    if row.partial and not row.active:
+        text.append(f"  partial: {row.progress_mark} tasks", style="grey50")
     text.append(f"\n{row.method} on {row.dataset} · {cfg.get('model', '?')} · K={row.memory_size} · "
                 f"{row.n_tasks or cfg.get('n_tasks')} tasks · blurry{cfg.get('blurry')} {cfg.get('stream')} · "
                 f"epochs {cfg.get('epochs')} · seed {row.seed}", style="grey70")
@@ -46,9 +54,10 @@ def progress_line(row: RunRow, width: int, now: Optional[datetime] = None) -> Te
     text.append(f"task {row.task + 1}/{row.n_tasks} ", style="bold")
     text.append(f"{row.phase or ''} ", style="cyan")
     frac = row.phase_fraction or 0.0
-    tail = Text(f" {frac:4.0%}  {row.phase_done:,}/{row.phase_total:,} samples")
+    unit = "candidates" if row.phase == "memory update" else "samples"  # (scored for their uncertainty)
+    tail = Text(f" {frac:4.0%}  {row.phase_done:,}/{row.phase_total:,} {unit}")
     if row.samples_per_s:
-        tail.append(f" · {row.samples_per_s:,.0f} samples/s", style="bold")
+        tail.append(f" · {row.samples_per_s:,.0f} {unit}/s", style="bold")
     if row.eta_s is not None:
         tail.append(f" · ETA {duration(row.eta_s)}")
     age = heartbeat_age(row, now)

@@ -12,13 +12,40 @@ from ..data import RunRow
 from ..render import fmt, progress_text, status_text
 from . import css_beside
 
-# key, label, width, justify
-COLUMNS: tuple[tuple[str, str, int, str], ...] = (
-    ("sel", " ", 1, "left"), ("id", "id", 4, "right"), ("status", "status", 8, "left"),
-    ("preset", "preset", 17, "left"), ("method", "method", 8, "left"), ("K", "K", 5, "right"),
-    ("seed", "seed", 4, "right"), ("progress", "progress", 19, "left"), ("speed", "samples/s", 9, "right"),
-    ("A_last", "A_last", 6, "right"), ("F_last", "F_last", 6, "right"), ("I_last", "I_last", 6, "right"),
+# key, label, width, justify, priority (1 = always shown; the higher, the sooner it is dropped on a
+# narrow terminal: the id and A_last stay, the run's name/preset is narrowed but its start kept)
+COLUMNS: tuple[tuple[str, str, int, str, int], ...] = (
+    ("sel", " ", 1, "left", 1), ("id", "id", 4, "right", 1), ("status", "status", 8, "left", 1),
+    ("preset", "run", 22, "left", 1), ("method", "method", 8, "left", 3), ("K", "K", 4, "right", 7),
+    ("seed", "seed", 4, "right", 6), ("changes", "changes", 10, "left", 4), ("progress", "progress", 16, "left", 2),
+    ("speed", "samples/s", 9, "right", 9), ("A_last", "A_last", 10, "right", 1), ("F_last", "F_last", 6, "right", 5),
+    ("I_last", "I_last", 6, "right", 8),
 )
+MAX_RUN_WIDTH = 40  # a longer run name is cut with an ellipsis (a preset name never is: they are shorter)
+
+
+def layout(width: int, run_width: int = 22) -> dict[str, int]:
+    """The columns that fit `width` cells, by priority, with their widths. The run column (name,
+    else preset) is as wide as its longest label (up to MAX_RUN_WIDTH), so a preset name a user
+    types is never cut; the least important columns are dropped until the rest fit (each costs
+    its width + 2 of padding); what is left over widens the run column."""
+    run_width = max(6, min(run_width, MAX_RUN_WIDTH))
+    kept = list(COLUMNS)
+
+    def need(cols: list[tuple[str, str, int, str, int]]) -> int:
+        return sum((run_width if c[0] == "preset" else c[2]) + 2 for c in cols) + 2  # + the scrollbar
+
+    while need(kept) > width and max(c[4] for c in kept) > 1:
+        worst = max(c[4] for c in kept)
+        kept.remove(next(c for c in reversed(kept) if c[4] == worst))
+    widths = {c[0]: c[2] for c in kept}
+    widths["preset"] = run_width
+    spare = max(width - need(kept), 0)
+    grow = "changes" if "changes" in widths else "preset"  # what is left over goes to the overrides and tags
+    widths[grow] += min(spare, 40 - widths[grow]) if widths[grow] < 40 else 0
+    return widths
+
+
 FIRST_BATCH, ADD_BATCH = 60, 300  # new rows per repaint: a big store's first screenful appears at once
 
 SORTABLE = {"id": "id", "status": "status", "preset": "preset", "method": "method", "A_last": "A_last",
@@ -48,11 +75,35 @@ class RunsTable(DataTable):
         self._cells: dict[str, tuple[tuple[object, ...], ...]] = {}
         self._shown: dict[str, tuple[RunRow, bool]] = {}
         self._sync_pending = False
+        self._widths: dict[str, int] = {}
+        self._keep: Optional[int] = None  # the run the cursor was on before the columns were rebuilt
 
     def on_mount(self) -> None:
-        for key, label, width, justify in COLUMNS:
-            self.add_column(Text(label, justify=justify), width=width, key=key)  # type: ignore[arg-type]
+        self._layout(self.size.width or 120)
+
+    def on_resize(self) -> None:
+        self._relayout()
+
+    def _run_width(self) -> int:
+        return max((len(r.label) for r in self.runs), default=8)
+
+    def _relayout(self) -> None:
+        if self.size.width and layout(self.size.width, self._run_width()) != self._widths:
+            self._layout(self.size.width)
+
+    def _layout(self, width: int) -> None:
+        """(Re)build the columns for this width: everything is drawn again from `runs`."""
+        self._widths = layout(width, self._run_width())
+        keep = self.cursor_run_id
+        self.clear(columns=True)
+        self._cells.clear()
+        self._shown.clear()
+        for key, label, _, justify, _ in COLUMNS:
+            if key in self._widths:
+                self.add_column(Text(label, justify=justify), width=self._widths[key], key=key)  # type: ignore[arg-type]
         self.watch_sorted_by()
+        self._keep = keep
+        self._sync()
 
     @property
     def cursor_run_id(self) -> Optional[int]:
@@ -64,23 +115,37 @@ class RunsTable(DataTable):
             return None
 
     def row_cells(self, row: RunRow, selected: bool) -> tuple[object, ...]:
+        """The cells of the columns shown at this width, in order."""
         speed = f"{row.samples_per_s:,.0f}" if row.active and row.samples_per_s else ""
-        return (
-            Text("●", style="bold yellow") if selected else Text(" "),
-            Text(str(row.id), justify="right"),
-            status_text(row.status),
-            Text(row.preset or "—", overflow="ellipsis", no_wrap=True),
-            Text(row.method),
-            Text(str(row.memory_size if row.memory_size is not None else "—"), justify="right"),
-            Text(str(row.seed), justify="right"),
-            progress_text(row),
-            Text(speed, justify="right"),
-            Text(fmt(row.a_last), justify="right", style="bold" if row.a_last is not None else "grey50"),
-            Text(fmt(row.f_last), justify="right"),
-            Text(fmt(row.i_last) + ("*" if row.i_last_note else ""), justify="right"),
-        )
+        partial = "grey50" if row.partial else ""
+        changes = Text(row.overrides_text, style="yellow", overflow="ellipsis", no_wrap=True)
+        if row.tags:
+            changes.append((" " if row.overrides_text else "") + " ".join(f"#{t}" for t in row.tags), style="cyan")
+        label = Text(row.label, overflow="ellipsis", no_wrap=True, style="bold" if row.name else "")
+        if row.archived:
+            label.stylize("dim")
+        cells = {
+            "sel": Text("●", style="bold yellow") if selected else Text(" "),
+            "id": Text(str(row.id), justify="right"),
+            "status": status_text(row.status),
+            "preset": label,
+            "method": Text(row.method),
+            "K": Text(str(row.memory_size if row.memory_size is not None else "—"), justify="right"),
+            "seed": Text(str(row.seed), justify="right"),
+            "changes": changes,
+            "progress": progress_text(row),
+            "speed": Text(speed, justify="right"),
+            "A_last": Text(row.metric_text(row.a_last), justify="right",
+                           style=partial or ("bold" if row.a_last is not None else "grey50")),
+            "F_last": Text(fmt(row.f_last), justify="right", style=partial),  # (grey: A_last shows the @k/T)
+            "I_last": Text(fmt(row.i_last) + ("*" if row.i_last_note else ""), justify="right"),
+        }
+        return tuple(cells[key] for key, *_ in COLUMNS if key in self._widths)
 
     def watch_runs(self) -> None:
+        if self.is_mounted and self.size.width and layout(self.size.width, self._run_width()) != self._widths:
+            self._layout(self.size.width)  # (a longer run label arrived: it syncs too)
+            return
         self._sync()
 
     def watch_selected_ids(self) -> None:
@@ -93,12 +158,13 @@ class RunsTable(DataTable):
         big store shows its first screenful at once (DataTable measures every new cell); the rest
         follow after each repaint."""
         self._sync_pending = False
-        keep = self.cursor_run_id
+        keep = self.cursor_run_id if self._keep is None else self._keep
+        self._keep = None
         wanted = {str(r.id): r for r in self.runs}
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
             del self._cells[key], self._shown[key]
-        column_keys = [c[0] for c in COLUMNS]
+        column_keys = [c[0] for c in COLUMNS if c[0] in self._widths]
         added, limit = 0, ADD_BATCH if self._cells else FIRST_BATCH
         pending = False
         for key, row in wanted.items():
@@ -133,7 +199,9 @@ class RunsTable(DataTable):
     def watch_sorted_by(self) -> None:
         """Show the sort column and direction in the header."""
         column, descending = self.sorted_by
-        for key, label, _, justify in COLUMNS:
+        for key, label, _, justify, _ in COLUMNS:
+            if key not in self._widths:
+                continue
             text = Text(label, justify=justify)  # type: ignore[arg-type]
             if key == column:
                 text.append(" ▼" if descending else " ▲", style="bold")

@@ -1,0 +1,204 @@
+"""Export stored runs to where a team already looks: an MLflow tracking store or TensorBoard
+event files. Input: runs as `store.run_detail` gives them (`show --json`); output: the
+tracking store / event files. Optional extras: `pip install 'rmconsole[mlflow]'` or
+`'rmconsole[tensorboard]'`.
+
+What goes where, for each run:
+
+    MLflow run (experiment EXPERIMENT)        TensorBoard (DIR/run-ID[-name]/)
+    name: the run's name, else `run ID`       one folder per run
+    tags: rmconsole.* (id, status, preset,    text: identity, config, overrides
+          sweep, partial) and the run's tags
+    params: the config, as --set writes it    hparams: the config + final metrics
+    metrics: accuracy after each task         accuracy/after_task (step = task)
+             (step = task), A_last, A_avg,    final/A_last ... (step = last task)
+             F_last, I_last at the last task
+             train_loss, lr, samples_per_s,   epoch/train_loss, epoch/lr, ...
+             test_accuracy per epoch          (step = epochs trained so far)
+             (step = epochs trained so far)
+    artifacts: memory/histograms.json (every  memory/after_task_T: the histogram of classes
+               memory update), memory/*.png   in memory (a TensorBoard histogram)
+               when matplotlib draws it
+
+A partial run (not through all tasks) is exported with `rmconsole.partial=true` (MLflow tag /
+text) and its final metrics named `partial_A_last` etc., so a dashboard never shows a partial
+A_last as if it were final. Re-exporting a run replaces what an earlier export wrote for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from .store.records import format_value
+
+TARGETS = ("mlflow", "tensorboard")
+FINAL = ("A_last", "A_avg", "F_last", "I_last")
+
+
+class ExportError(ValueError):
+    """An export that cannot be done (a missing extra, an unwritable place): one line."""
+
+
+def _final_name(detail: dict[str, Any], key: str) -> str:
+    return f"partial_{key}" if (detail.get("metrics") or {}).get("partial") else key
+
+
+def _epoch_points(detail: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    return list(enumerate(detail.get("epochs") or []))
+
+
+def _label(detail: dict[str, Any]) -> str:
+    return detail.get("name") or f"run {detail['id']}"
+
+
+# ---------------------------------------------------------------------- MLflow
+
+
+def _mlflow_client(where: str) -> Any:
+    try:
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        raise ExportError("--to mlflow needs MLflow: pip install 'rmconsole[mlflow]' (mlflow-skinny)") from None
+    if "://" in where:  # a tracking server or a database URI
+        return MlflowClient(tracking_uri=where)
+    path = Path(where).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ExportError(f"cannot create {path}: {err.strerror}") from None
+    # MLflow 3 keeps its file store in maintenance mode behind this switch; it is still what
+    # `mlflow ui --backend-store-uri DIR` and every MLflow client read
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return MlflowClient(tracking_uri=path.as_uri())
+
+
+def to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str = "rmconsole") -> list[str]:
+    """Write each run as an MLflow run in `experiment` of the tracking store at `where` (a
+    folder: a file store; or a tracking URI). Returns the MLflow run ids."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    client = _mlflow_client(where)
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found is not None else client.create_experiment(experiment)
+    out = []
+    for detail in details:
+        for old in client.search_runs([experiment_id], filter_string=f"tags.`rmconsole.run_id` = '{detail['id']}'"):
+            client.delete_run(old.info.run_id)  # re-export: replace
+        m = detail.get("metrics") or {}
+        tags = {"rmconsole.run_id": str(detail["id"]), "rmconsole.status": detail["status"],
+                "rmconsole.preset": detail.get("preset") or "", "rmconsole.method": detail["method"],
+                "rmconsole.dataset": detail["dataset"], "rmconsole.partial": str(bool(m.get("partial"))).lower(),
+                "rmconsole.overrides": " ".join(f"{k}={format_value(v)}" for k, v in
+                                                (detail.get("overrides") or {}).items())}
+        if detail.get("sweep_id"):
+            tags["rmconsole.sweep"] = detail["sweep_id"]
+        if detail.get("note"):
+            tags["mlflow.note.content"] = detail["note"]
+        for tag in detail.get("tags") or []:
+            tags[f"tag.{tag}"] = "true"
+        run = client.create_run(experiment_id, run_name=_label(detail), tags=tags)
+        run_id = run.info.run_id
+        params = [Param(k, format_value(v)[:6000]) for k, v in (detail.get("config") or {}).items()]
+        metrics = []
+        for t in detail.get("tasks") or []:
+            if t.get("accuracy") is not None:
+                metrics.append(Metric("accuracy", float(t["accuracy"]), 0, t["task"] + 1))
+        last = max((t["task"] + 1 for t in detail.get("tasks") or [] if t.get("accuracy") is not None), default=0)
+        for key in FINAL:
+            if m.get(key) is not None:
+                metrics.append(Metric(_final_name(detail, key), float(m[key]), 0, last))
+        for step, e in _epoch_points(detail):
+            for key, value in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
+                               ("test_accuracy", e.get("test_accuracy"))):
+                if value is not None:
+                    metrics.append(Metric(key, float(value), 0, step))
+        for i in range(0, max(len(params), len(metrics), 1), 900):  # MLflow takes at most 1000 metrics per batch
+            client.log_batch(run_id, metrics=metrics[i:i + 900], params=params[i:i + 90] if i == 0 else [],
+                             tags=[RunTag("rmconsole.exported", "true")] if i == 0 else [])
+        for i in range(90, len(params), 90):
+            client.log_batch(run_id, params=params[i:i + 90])
+        if detail.get("memory"):
+            client.log_text(run_id, json.dumps(detail["memory"], indent=1), "memory/histograms.json")
+            _log_memory_plot(client, run_id, detail)
+        client.log_text(run_id, json.dumps(detail, indent=1, default=str), "rmconsole/show.json")
+        status = {"finished": "FINISHED", "failed": "FAILED", "stopped": "KILLED"}.get(detail["status"], "RUNNING")
+        if status != "RUNNING":
+            client.set_terminated(run_id, status)
+        out.append(run_id)
+    return out
+
+
+def _log_memory_plot(client: Any, run_id: str, detail: dict[str, Any]) -> None:
+    try:
+        from .report import plot_memory
+    except ImportError:  # (no matplotlib: the JSON is there)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = plot_memory(detail, Path(tmp) / "memory.png")
+        except Exception:  # noqa: BLE001 - a figure is a convenience; the histograms are in the JSON
+            return
+        client.log_artifact(run_id, str(path), "memory")
+
+
+# ---------------------------------------------------------------------- TensorBoard
+
+
+def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
+    """Write each run's event files into DIR/run-ID (one folder per run, so TensorBoard lists
+    them as runs). Returns the folders."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ExportError("--to tensorboard needs TensorBoard: pip install 'rmconsole[tensorboard]'") from None
+    root = Path(where).expanduser()
+    out = []
+    for detail in details:
+        folder = root / f"run-{detail['id']}"
+        shutil.rmtree(folder, ignore_errors=True)  # re-export: replace
+        try:
+            writer = SummaryWriter(log_dir=str(folder))
+        except OSError as err:
+            raise ExportError(f"cannot write under {root}: {err.strerror}") from None
+        m = detail.get("metrics") or {}
+        identity = {"run": detail["id"], "name": detail.get("name"), "status": detail["status"],
+                    "preset": detail.get("preset"), "sweep": detail.get("sweep_id"), "tags": detail.get("tags"),
+                    "note": detail.get("note"), "partial": bool(m.get("partial")),
+                    "overrides": {k: format_value(v) for k, v in (detail.get("overrides") or {}).items()}}
+        writer.add_text("rmconsole/run", "```\n" + json.dumps(identity, indent=1) + "\n```", 0)
+        writer.add_text("rmconsole/config", "\n".join(f"    {k} = {format_value(v)}"
+                                                      for k, v in (detail.get("config") or {}).items()), 0)
+        last = 0
+        for t in detail.get("tasks") or []:
+            if t.get("accuracy") is not None:
+                writer.add_scalar("accuracy/after_task", t["accuracy"], t["task"] + 1)
+                last = t["task"] + 1
+        for key in FINAL:
+            if m.get(key) is not None:
+                writer.add_scalar(f"final/{_final_name(detail, key)}", m[key], last)
+        for step, e in _epoch_points(detail):
+            for key, value in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
+                               ("test_accuracy", e.get("test_accuracy"))):
+                if value is not None:
+                    writer.add_scalar(f"epoch/{key}", value, step)
+        for snap in detail.get("memory") or []:
+            hist = snap["histogram"]
+            if sum(hist):
+                import numpy as np
+
+                classes = np.repeat(np.arange(len(hist)), hist)  # one value per sample in memory: its class
+                writer.add_histogram(f"memory/after_task_{snap['task'] + 1}", classes, snap["task"] + 1,
+                                     bins=np.arange(len(hist) + 1) - 0.5)
+        hparams = {k: (v if isinstance(v, (int, float, str, bool)) else format_value(v))
+                   for k, v in (detail.get("config") or {}).items() if v is not None}
+        finals = {f"hparam/{_final_name(detail, k)}": float(m[k]) for k in FINAL if m.get(k) is not None}
+        if finals:
+            writer.add_hparams(hparams, finals, run_name=".")
+        writer.close()
+        out.append(folder)
+    return out
