@@ -154,17 +154,20 @@ def _where(url: URL) -> str:
     return f"sqlite:///{path}" if path is not None else shown_url(url)
 
 
-def _password(url: str) -> str | None:
+def _password(url: str | URL | None) -> str | None:
+    if url is None:
+        return None
     try:
-        password = make_url(url).password
+        password = (make_url(url) if isinstance(url, str) else url).password
     except Exception:  # noqa: BLE001
         return None
     return str(password) if password else None
 
 
-def scrub(text: str, url: str | None = None) -> str:
-    """`text` with the password of `url` (default: the store's) masked, wherever it appears."""
-    password = _password(url or database_url())
+def scrub(text: str, url: str | URL | None = None) -> str:
+    """`text` with the password of `url` (default: the store's, as RMCONSOLE_DB gives it) masked,
+    wherever it appears."""
+    password = _password(url if url is not None else os.environ.get("RMCONSOLE_DB"))
     return text.replace(password, "***") if password and len(password) >= 3 else text
 
 
