@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
-from . import report as reports, runner, store
+from . import report as reports, report_anytime as anytime_report, runner, store
 from .cl.catalog import DatasetMissing
 from .store.filters import where
 from .config import ConfigError, preset_description, preset_names, read_preset
@@ -215,6 +215,8 @@ def print_run(run_id: int) -> None:
     if m.get("A_last_best_epoch") is not None:
         line += f"  [dim]A_last best-over-epochs (test-set selected, authors' figure) {_fmt(m['A_last_best_epoch'])}[/]"
     console.print(line)
+    for extra in anytime_report.anytime_lines(detail):  # task-free runs: A_auc, first appearances, compute
+        console.print(extra, highlight=False)
     if detail["error"]:
         err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
 
@@ -256,9 +258,10 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         print(json.dumps(summaries, indent=2))
         return
     table = Table()
+    anytime = any(s["metrics"].get("A_auc") is not None for s in summaries)  # task-free runs listed: their A_auc too
     for col, just in (("id", "right"), ("status", "left"), ("preset", "left"), ("method", "left"), ("K", "right"),
-                      ("seed", "right"), ("progress", "left"), ("A_last", "right"), ("F_last", "right"),
-                      ("I_last", "right")):
+                      ("seed", "right"), ("progress", "left"), *([("A_auc", "right")] if anytime else []),
+                      ("A_last", "right"), ("F_last", "right"), ("I_last", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     colours = {"finished": "green", "running": "cyan", "queued": "yellow", "failed": "red", "stopped": "magenta"}
     for s in summaries:
@@ -267,7 +270,8 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         m = s["metrics"]
         table.add_row(str(s["id"]), f"[{colours[s['status']]}]{s['status']}[/]", s["preset"] or "", s["method"],
                       str(s["config"]["memory_size"]), str(s["seed"]), prog if s["status"] == "running" else "",
-                      _fmt(m["A_last"]), _fmt(m["F_last"]), _fmt(m["I_last"]))
+                      *([_fmt(m.get("A_auc"))] if anytime else []), _fmt(m["A_last"]), _fmt(m["F_last"]),
+                      _fmt(m["I_last"]))
     console.print(table)
     print_sweep_queues([s["sweep_id"] for s in summaries if s["sweep_id"]])
 
@@ -390,13 +394,15 @@ def report(
     where_: list[str] = typer.Option([], "--where", help="Only runs with KEY=V1,V2 in their config (repeatable)."),
     rows: Optional[str] = typer.Option(None, "--rows", help="Keys that make a row (default: method)."),
     cols: Optional[str] = typer.Option(None, "--cols", help="Keys that make a column group, e.g. memory_size."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Of A_last, A_avg, F_last, I_last, A_last_best_epoch."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Of A_last, A_avg, F_last, I_last, A_last_best_epoch, "
+                                                                  "A_auc, train_samples_per_s, train_seconds, eval_seconds."),
     only_changed: bool = typer.Option(True, "--only-changed/--all-config",
                                       help="Config columns: only the keys that differ between runs, or every key."),
     fmt: str = typer.Option("table", "--format", "-f", help="table | md | csv | latex | json"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the table to FILE instead of stdout."),
     digits: int = typer.Option(2, "--digits", help="Decimals in table, md and latex cells."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw accuracy after each task per row (PNG)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw accuracy after each task per row (PNG); "
+                                                            "task-free runs: accuracy against samples seen."),
     memory_plot: Optional[Path] = typer.Option(None, "--memory-plot",
                                                help="Draw one run's memory class histogram per task (PNG)."),
 ) -> None:
@@ -432,8 +438,11 @@ def report(
             err_console.print(f"wrote {out}", highlight=False)
     if plot is not None:
         used = {run_id for cell in table.cells.values() for run_id in cell.used}
-        details = {run_id: store.run_detail(run_id) for run_id in used}
-        err_console.print(f"wrote {reports.plot_accuracy(table, details, plot)}", highlight=False)
+        if anytime_report.has_anytime(summaries):  # the follow-up's figure: accuracy against samples seen
+            drawn = anytime_report.plot_anytime(table, store.anytime_curves(used), plot)
+        else:
+            drawn = reports.plot_accuracy(table, {run_id: store.run_detail(run_id) for run_id in used}, plot)
+        err_console.print(f"wrote {drawn}", highlight=False)
     if memory_plot is not None:
         err_console.print(f"wrote {reports.plot_memory(store.run_detail(runs[0].id), memory_plot)}", highlight=False)
 

@@ -29,19 +29,24 @@ from typing import Any, Iterable, Optional, Sequence
 
 from .store.filters import config_value, format_value, where as filter_where
 
-METRICS = ("A_last", "A_avg", "F_last", "I_last", "A_last_best_epoch")
+METRICS = ("A_last", "A_avg", "F_last", "I_last", "A_last_best_epoch", "A_auc", "train_samples_per_s",
+           "train_seconds", "eval_seconds")
 DEFAULT_METRICS = ("A_last", "A_avg", "F_last", "I_last")
+# a selection of task-free runs (the follow-up's protocol): its metrics and compute-aware numbers
+ANYTIME_METRICS = ("A_auc", "A_last", "A_avg", "F_last", "train_samples_per_s", "train_seconds", "eval_seconds")
 METRIC_LABELS = {
     "A_last": "A_last", "A_avg": "A_avg", "F_last": "F_last", "I_last": "I_last",
-    "A_last_best_epoch": "A_last best-over-epochs (test-selected)",
+    "A_last_best_epoch": "A_last best-over-epochs (test-selected)", "A_auc": "A_auc",
+    "train_samples_per_s": "train samples/s", "train_seconds": "train s", "eval_seconds": "eval s",
 }
-LOWER_IS_BETTER = {"F_last", "I_last"}
+LOWER_IS_BETTER = {"F_last", "I_last", "train_seconds", "eval_seconds"}
 # keys that change how or where a run computes, or what it records, not what it learns
 # (eval_every_epoch only adds test passes after epochs: the trajectory is the same, tested)
-RUNTIME_KEYS = ("device", "threads", "download", "eval_every_epoch",
+RUNTIME_KEYS = ("device", "threads", "download", "eval_every_epoch", "anytime_class_accuracy",
                 "data_pipeline", "loader_workers", "gpu_decode", "amp", "channels_last", "compile", "gpus")
 RUN_FIELDS = {"preset": "preset", "sweep": "sweep_id", "status": "status"}  # row/col keys beside config keys
-SETTING_KEYS = ("dataset", "model", "memory_size", "n_tasks", "blurry", "stream", "augment", "epochs")
+SETTING_KEYS = ("dataset", "model", "memory_size", "n_tasks", "blurry", "stream", "augment", "epochs",
+                "disjoint_classes", "online_iter", "eval_period", "image_size")
 FORMATS = ("table", "md", "csv", "latex", "json")
 INCOMPLETE = "†"
 
@@ -172,7 +177,10 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
         raise ReportError(f"{', '.join(sorted(both))} is both a row and a column key; choose one")
     if metrics is None:
         has_best = any((r.get("metrics") or {}).get("A_last_best_epoch") is not None for r in runs)
-        metrics = list(DEFAULT_METRICS) + (["A_last_best_epoch"] if has_best else [])
+        if any((r.get("metrics") or {}).get("A_auc") is not None for r in runs):
+            metrics = list(ANYTIME_METRICS)
+        else:
+            metrics = list(DEFAULT_METRICS) + (["A_last_best_epoch"] if has_best else [])
     for metric in metrics:
         if metric not in METRICS:
             raise ReportError(f"--metrics {metric!r}: allowed: {', '.join(METRICS)}")
@@ -307,6 +315,9 @@ def caption(report: Report) -> str:
         parts.append("I_last needs a finished joint run with the same dataset, model, seed and budget")
     if "A_last_best_epoch" in report.metrics:
         parts.append("best-over-epochs: the authors' figure, selected on the test set")
+    if "A_auc" in report.metrics:
+        parts.append("task-free runs: A_auc = mean anytime accuracy on the classes seen so far, A_last/A_avg at task "
+                     "ends, F_last class-wise (the follow-up's); train/eval s and samples/s are wall-clock")
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")
     return "; ".join(parts)

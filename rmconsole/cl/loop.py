@@ -70,6 +70,10 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
     With `resume` (a checkpoint from `Reporter.task_finished`), training continues at the
     task after the checkpoint's and only the remaining outcomes are returned.
     """
+    if cfg.stream in ("iblurry", "siblurry"):  # the follow-up's task-free protocol: its own driver
+        from .online import run_online
+
+        return run_online(cfg, data, device, reporter, resume)
     reporter = reporter or Reporter()
     torch.manual_seed(cfg.seed)
     protocol = build_protocol(cfg, data)

@@ -32,7 +32,7 @@ from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint: re-
     CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint,
 )
 from ..cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401  (load_dataset: re-exported)
-from ..cl.events import Reporter, TaskOutcome, TaskPlan
+from ..cl.events import AnytimePoint, Reporter, TaskOutcome, TaskPlan
 from ..cl.loop import CheckpointMismatch, run_protocol
 from ..config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
 from .processes import EXIT_SUPERSEDED, StopSignal, die_with_supervisor, entry_args, supervisor_pid
@@ -107,6 +107,7 @@ class StoreReporter(Reporter):
         self.task_started = time.monotonic()
         self.tasks_done = 0
         self.task_seconds: list[float] = []
+        self.anytime: list[AnytimePoint] = []  # task-free runs: evaluations not yet written (the heartbeat writes them)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self.thread.start()
@@ -127,8 +128,21 @@ class StoreReporter(Reporter):
                     "samples_per_s": round(rate, 1) if rate else None,
                     "eta_s": round(eta, 1) if eta is not None else None}
 
+    def flush_anytime(self) -> None:
+        """Write the anytime evaluations made since the last write, in one transaction."""
+        with self.lock:
+            points, self.anytime = self.anytime, []
+        if points:
+            try:
+                store.record_anytime(self.run_id, points)
+            except Exception:
+                with self.lock:  # keep them for the next beat (or the task's end)
+                    self.anytime = points + self.anytime
+                raise
+
     def flush(self) -> None:
         """Write progress; if the run is no longer `running`, someone else ended it: stop."""
+        self.flush_anytime()
         status = store.heartbeat(self.run_id, **self._progress())
         if status == "running" or _signal_state["superseded"]:
             return
@@ -148,6 +162,11 @@ class StoreReporter(Reporter):
     def close(self) -> None:
         self.stop.set()
         self.thread.join(timeout=5)
+        try:  # what the last beat did not write (a stopped run keeps its evaluations)
+            self.flush_anytime()
+        except Exception as err:  # noqa: BLE001 - closing must not mask how the run ended
+            print(f"could not write the last anytime evaluations: {' '.join(str(err).split())[:300]}",
+                  file=sys.stderr, flush=True)
 
     # loop events ------------------------------------------------------------
     def run_started(self, plans: list[TaskPlan], class_order: list[int], class_names: list[str],
@@ -178,6 +197,7 @@ class StoreReporter(Reporter):
         # the result first, then the checkpoint: a kill in between leaves a checkpoint one task
         # behind the results, and the resume recomputes (identically) that task; the reverse
         # order could leave a checkpoint past a result that was never stored
+        self.flush_anytime()  # the task's anytime rows before its result (A_auc in the summary)
         summary = store.record_task(self.run_id, outcome)
         if checkpoint is not None:
             if self.config is None:
@@ -185,8 +205,13 @@ class StoreReporter(Reporter):
             save_checkpoint(self.run_id, checkpoint, self.config)
         with self.lock:
             self.task_seconds.append(outcome.seconds)
+        auc = f", A_auc so far {summary['A_auc']:.2f}" if summary.get("A_auc") is not None else ""
         print(f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}% "
-              f"({outcome.seconds:.1f} s); A_avg so far {summary['A_avg']:.2f}", flush=True)
+              f"({outcome.seconds:.1f} s); A_avg so far {summary['A_avg']:.2f}{auc}", flush=True)
+
+    def anytime_evaluated(self, point: AnytimePoint) -> None:
+        with self.lock:
+            self.anytime.append(point)
 
     def log(self, message: str) -> None:
         print(message, flush=True)

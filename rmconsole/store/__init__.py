@@ -10,28 +10,32 @@
 from .db import StoreError, database_url, get_engine, home, reading, shown_url, write
 from .filters import FilterError, RunFilter, parse_run_filter
 from .queries import (
-    RunParts, UnknownRun, accuracy_curves, count_runs, find_runs, get_run, joint_accuracy, joint_run, list_runs,
+    RunParts, UnknownRun, accuracy_curves, anytime_curves, anytime_evals, count_runs, find_runs, get_run,
+    joint_accuracy, joint_run, list_runs,
     memory_snapshots, run_detail, run_parts, run_record, run_records, run_statuses, run_summary, sweep_ids,
     task_results, task_streams,
 )
 from .records import JOINT_KEYS, JointRuns, RunRecord, with_intransigence
 from .runs import (
-    create_run, create_runs, delete_results_from, record_memory, record_start, record_task, summarize_results,
+    create_run, create_runs, delete_results_from, record_anytime, record_memory, record_start, record_task,
+    summarize_results,
     update_run,
 )
-from .tables import ACTIVE, STATUSES, MemorySnapshot, Run, TaskResult, TaskStream, utcnow
+from .tables import ACTIVE, STATUSES, AnytimeEval, MemorySnapshot, Run, TaskResult, TaskStream, utcnow
 from .transitions import (
     Transition, claim_run, fail_stopped_run, finish_run, heartbeat, mark_failed, mark_finished, mark_stopped,
     requeue_run,
 )
 
 __all__ = [
-    "ACTIVE", "JOINT_KEYS", "STATUSES", "FilterError", "JointRuns", "MemorySnapshot", "Run", "RunFilter", "RunParts",
+    "ACTIVE", "AnytimeEval", "JOINT_KEYS", "STATUSES", "FilterError", "JointRuns", "MemorySnapshot", "Run", "RunFilter", "RunParts",
     "RunRecord", "StoreError", "TaskResult", "TaskStream", "Transition", "UnknownRun", "accuracy_curves",
+    "anytime_curves", "anytime_evals",
     "claim_run", "count_runs", "create_run", "create_runs", "database_url", "delete_results_from",
     "fail_stopped_run", "find_runs", "finish_run", "get_engine", "get_run", "heartbeat", "home", "joint_accuracy",
     "joint_run", "list_runs", "mark_failed", "mark_finished", "mark_stopped", "memory_snapshots",
-    "parse_run_filter", "reading", "record_memory", "record_start", "record_task", "requeue_run", "run_detail",
+    "parse_run_filter", "reading", "record_anytime", "record_memory", "record_start", "record_task", "requeue_run",
+    "run_detail",
     "run_parts", "run_record", "run_records", "run_statuses", "run_summary", "shown_url", "summarize_results",
     "sweep_ids", "task_results", "task_streams", "update_run", "utcnow", "with_intransigence", "write",
 ]

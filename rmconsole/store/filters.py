@@ -5,7 +5,7 @@
 Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free text:
 
 - KEY is a run column (id, status, preset, method, dataset, seed, sweep), a metric (A_last,
-  A_avg, F_last, I_last, A_last_best_epoch, tasks_done) or any config key (`k` is memory_size);
+  A_avg, F_last, I_last, A_last_best_epoch, tasks_done, A_auc) or any config key (`k` is memory_size);
   case does not matter. An unknown key is an error that lists the known ones.
 - `:` and `=` are equality, `!=` its negation; a comma lists alternatives (OR). Values are read
   as on the command line and compared as tables write them: numbers by value (`id:1` is run 1,
@@ -37,7 +37,7 @@ RUN_KEYS = {  # name -> the RunRecord attribute it reads
 }
 METRIC_KEYS = {  # name -> the RunRecord attribute it reads
     "A_last": "a_last", "A_avg": "a_avg", "F_last": "f_last", "I_last": "i_last",
-    "A_last_best_epoch": "a_last_best_epoch", "tasks_done": "tasks_done",
+    "A_last_best_epoch": "a_last_best_epoch", "tasks_done": "tasks_done", "A_auc": "a_auc",
 }
 ALIASES = {"k": "memory_size", "sweep_id": "sweep"}
 EQUALITY = ("=", "!=")

@@ -75,6 +75,8 @@ class RunRecord:
     log_path: Optional[str] = None
     i_last_joint_run: Optional[int] = None  # the joint run I_last was measured against
     a_last_best_epoch: Optional[float] = None  # the authors' test-selected figure, when recorded
+    a_auc: Optional[float] = None  # task-free runs: mean anytime accuracy (PROTOCOL §9.3)
+    online: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)  # compute-aware numbers
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)
 
     @property
@@ -113,6 +115,9 @@ class RunRecord:
                                    "I_last": self.i_last, "I_last_joint_run": self.i_last_joint_run}
         if self.a_last_best_epoch is not None:
             metrics["A_last_best_epoch"] = self.a_last_best_epoch
+        if self.a_auc is not None:
+            metrics["A_auc"] = self.a_auc
+        metrics.update(self.online)
         if self.tasks_done:  # stored with the first task's result
             metrics["tasks_done"] = self.tasks_done
         return {
