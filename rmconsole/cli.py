@@ -308,9 +308,11 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
         table.add_column(col)
     for item in items:
         c = item["config"]
+        stream = c.get("stream", "online")
+        setting = (f"{stream}{c.get('disjoint_classes', 50)}-{c.get('blurry', 10)} task-free"
+                   if stream in ("iblurry", "siblurry") else f"blurry{c.get('blurry', 10)} {stream}")
         table.add_row(item["name"], c["dataset"], c["model"], c.get("method", "rm"), str(c["memory_size"]),
-                      str(c.get("n_tasks", 5)), f"blurry{c.get('blurry', 10)} {c.get('stream', 'online')}",
-                      item["description"])
+                      str(c.get("n_tasks", 5)), setting, item["description"])
     console.print(table)
 
 

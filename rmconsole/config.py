@@ -315,8 +315,24 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def for_method(table: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A preset's keys for the run's method: its common keys, then its `[methods.<method>]`
+    table (a preset of the follow-up's settings gives each method its own optimiser, lr,
+    schedule...), then the overrides. The method is the override's, else the preset's."""
+    overrides = overrides or {}
+    sections = table.get("methods") or {}
+    if not isinstance(sections, dict) or not all(isinstance(v, dict) for v in sections.values()):
+        raise ConfigError("preset key 'methods' must hold one table per method ([methods.NAME])")
+    unknown = sorted(set(sections) - set(REGISTRY))
+    if unknown:
+        raise ConfigError(f"preset table [methods.{unknown[0]}]: unknown method; known: {', '.join(sorted(REGISTRY))}")
+    common = {k: v for k, v in table.items() if k != "methods"}
+    method = overrides.get("method", common.get("method", "rm"))
+    return {**common, **sections.get(method, {}), **overrides}
+
+
 def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None) -> RunConfig:
-    merged = {**table, **(overrides or {})}
+    merged = for_method(table, overrides)
     try:
         return RunConfig(**merged)
     except ValidationError as err:

@@ -7,10 +7,13 @@ Pure, like report.py: runs come in as `show --json` / `runs --json` dicts and an
 
 from __future__ import annotations
 
+import csv
 import math
 import textwrap
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from .report import Report, ReportError, _pyplot, _save, col_title, format_value, row_title
 
@@ -48,6 +51,12 @@ def anytime_lines(detail: dict[str, Any]) -> list[str]:
             arrivals.append(f"T{task['task'] + 1}: {len(first)} new ({shown}{more})")
     if arrivals:
         lines.append("first appearances (class@position in its task): " + "; ".join(arrivals))
+    fig = follow_up_figure(cfg)
+    if fig is not None:
+        published = f"{fig['mean']:.2f}" + (f" ± {fig['std']:.2f}" if fig["std"] is not None else "")
+        diff = f", this run {m['A_auc'] - fig['mean']:+.2f}" if m.get("A_auc") is not None else ""
+        lines.append(f"the follow-up's A_auc for this setting: {published} ({fig['row']}, {fig['column']}; "
+                     f"{fig['source']}){diff}")
     train, evaluation = m.get("train_seconds"), m.get("eval_seconds")
     if train is not None or evaluation is not None:
         share = (100 * evaluation / (train + evaluation)) if train and evaluation is not None else None
@@ -58,6 +67,37 @@ def anytime_lines(detail: dict[str, Any]) -> list[str]:
                      f"({_num(m.get('evaluations_per_s'), 1)} evaluations/s, {_num(share, 1)}% of the two)"
                      + (f"; compute_budget {budget:g} passes/sample: {skipped} samples skipped" if budget else ""))
     return lines
+
+
+@lru_cache(maxsize=1)
+def follow_up_figures() -> tuple[dict[str, Any], ...]:
+    """The follow-up's published A_auc (i-Blurry README, PROTOCOL §9.7) as data: paper_followup.csv,
+    one line per printed number with the rmconsole setting it belongs to."""
+    text = resources.files("rmconsole").joinpath("paper_followup.csv").read_text(encoding="utf-8")
+    out = []
+    for row in csv.DictReader(text.splitlines()):
+        out.append({**row, "memory_size": int(row["memory_size"]), "n_tasks": int(row["n_tasks"]),
+                    "disjoint_classes": int(row["disjoint_classes"]), "blurry": int(row["blurry"]),
+                    "topk": int(row["topk"]), "mean": float(row["mean"]),
+                    "std": float(row["std"]) if row["std"] else None,
+                    "augment": tuple(a for a in row["augment"].split("+") if a)})
+    return tuple(out)
+
+
+def follow_up_figure(config: dict[str, Any], metric: str = "A_auc") -> Optional[dict[str, Any]]:
+    """The follow-up's published figure for a run's setting (dataset, method, K, tasks, N, M,
+    augmentation; for RM its port), or None. A run on our smaller images or other K has none."""
+    for fig in follow_up_figures():
+        if fig["metric"] != metric or fig["stream"] != config.get("stream"):
+            continue
+        same = all(config.get(k) == fig[k] for k in ("dataset", "method", "memory_size", "n_tasks",
+                                                       "disjoint_classes", "blurry"))
+        same = same and tuple(config.get("augment") or ()) == fig["augment"]
+        if fig["method"] == "rm":
+            same = same and config.get("rm_variant") == fig["rm_variant"]
+        if same:
+            return fig
+    return None
 
 
 def has_anytime(runs: Sequence[dict[str, Any]]) -> bool:

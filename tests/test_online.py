@@ -207,3 +207,44 @@ def test_a_auc_is_the_mean_of_the_points() -> None:
     assert class_forgetting(rows) == pytest.approx(15.0)
     assert class_forgetting(rows[:1]) is None
     assert math.isclose(class_forgetting([[50.0, None], [20.0, 30.0]]), 30.0)
+
+
+def test_follow_up_presets_give_each_method_its_own_settings() -> None:
+    _, er = load_config("cifar10-iblurry50-10")
+    assert (er.method, er.stream, er.optimizer, er.lr, er.schedule, er.memory_size, er.eval_period) == \
+        ("er", "iblurry", "adam", 3e-4, "exp_reset", 500, 100)
+    _, rm = load_config("cifar10-iblurry50-10", {"method": "rm"})
+    assert (rm.optimizer, rm.lr, rm.schedule, rm.epochs) == ("sgd", 0.05, "constant", 256)
+    _, rm = load_config("cifar10-iblurry50-10", {"method": "rm", "lr": 0.1})  # an override still wins
+    assert rm.lr == 0.1
+    _, clib = load_config("imagenet-iblurry50-10", {"method": "clib"})
+    assert (clib.imp_update_period, clib.online_iter, clib.eval_period, clib.n_tasks) == (10, 0.25, 1000, 10)
+    _, tiny = load_config("tiny-imagenet-iblurry50-10")
+    assert (tiny.memory_size, tiny.online_iter, tiny.batch_size) == (4000, 3, 32)
+    _, si = load_config("cifar100-siblurry50-10")
+    assert si.stream == "siblurry"
+
+
+def test_a_bad_method_table_in_a_preset_is_one_line(tmp_path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = 200\n[methods.nosuch]\nlr = 0.1\n')
+    with pytest.raises(ConfigError, match=r"\[methods.nosuch\]: unknown method"):
+        load_config(str(bad))
+
+
+def test_the_follow_ups_numbers_ship_as_data() -> None:
+    from rmconsole.report_anytime import follow_up_figure, follow_up_figures
+
+    figures = follow_up_figures()
+    assert len(figures) == 28  # 7 methods x CIFAR10, CIFAR100, TinyImageNet, ImageNet (PROTOCOL §9.7)
+    _, er = load_config("cifar10-iblurry50-10")
+    fig = follow_up_figure(er.to_dict())
+    assert (fig["row"], fig["mean"], fig["std"]) == ("Baseline-ER", 57.46, 2.25)
+    _, rm = load_config("cifar10-iblurry50-10", {"method": "rm"})
+    assert follow_up_figure(rm.to_dict()) is None  # RM as its paper defines it: the follow-up has no figure
+    _, port = load_config("cifar10-iblurry50-10", {"method": "rm", "rm_variant": "iblurry"})
+    assert follow_up_figure(port.to_dict())["mean"] == 23.00
+    _, clib = load_config("imagenet-iblurry50-10", {"method": "clib"})
+    assert follow_up_figure(clib.to_dict())["mean"] == 28.16
+    _, small = load_config("cifar10-iblurry50-10", {"memory_size": 200})
+    assert follow_up_figure(small.to_dict()) is None

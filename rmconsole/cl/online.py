@@ -35,6 +35,7 @@ from .events import AnytimePoint, Reporter, TaskOutcome, TaskPlan
 from .inference import evaluate
 from .learner import Setup, Task
 from .methods import method_class
+from .resume import make_augmenter, restore
 from .settings import RunSettings
 
 ADVANCE_EVERY = 64  # samples between progress reports (a lock and an add: cheap, but per sample is waste)
@@ -96,7 +97,6 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
                resume: dict[str, Any] | None = None) -> list[TaskOutcome]:
     """Stream `cfg`'s i-Blurry / Si-Blurry tasks through `cfg.method`, sample by sample, with
     anytime evaluation every `eval_period` samples and an evaluation at each task boundary."""
-    from .loop import make_augmenter, restore
     from .methods.taskfree import TaskFree
 
     reporter = reporter or Reporter()

@@ -7,14 +7,18 @@ evenly over all tasks. New classes keep arriving all along the stream, and a lab
 class's order of first appearance, so the classifier grows as the stream goes.
 
 The construction follows the Si-Blurry authors' sampler (which they derived from i-Blurry's
-and which reproduces the shape of i-Blurry's published split files), draw for draw: one
-`torch.Generator` seeded with the run's seed makes, in this order, the class permutation,
-(Si-Blurry: the random cut points), the pool shuffle and one shuffle per task. Given the same
-train labels in the same order, the tasks are those of the authors' sampler for that seed.
-Their quirks are kept and named: the pool takes the *first* M% of each task's blurry indices in
-dataset order (so a class's own share is not exactly 100-M percent when a task has several
-blurry classes), the class counts are floored to multiples of T, and `len(pool) % T` pooled
-samples are left out of the stream (at most T-1).
+and which reproduces the shape of i-Blurry's published split files): one `torch.Generator`
+seeded with the run's seed makes, in this order, the class permutation, (Si-Blurry: the random
+cut points), the pool shuffle and one shuffle per task, as theirs does. Their quirks are kept
+and named: the class counts are floored to multiples of T, `len(pool) % T` pooled samples are
+left out of the stream (at most T-1), and the pool takes the first M% of each task's blurry
+indices -- but of the indices in a seeded random order (a second generator), not in dataset
+order as their sampler does. On torchvision's CIFAR and MNIST, stored with classes interleaved,
+the two agree in distribution; on a dataset stored class by class (an ImageFolder tree, such as
+Tiny-ImageNet) the dataset order would pool whole classes and leave others untouched, while
+i-Blurry's published Tiny-ImageNet files keep 443-475 of each major's 500 samples: the random
+order is what reproduces them. A class's own share is still not exactly 100-M percent when a
+task has several blurry classes (CIFAR100's majors: 448-474 of 500 in the published files).
 
 Si-Blurry ("stochastic" mode, which the authors' scripts always run): disjoint and blurry
 classes are each cut into T groups at T-1 sorted random cut points (a task may get no class),
@@ -81,6 +85,12 @@ def _shuffle(idx: Tensor, gen: torch.Generator) -> Tensor:
     return idx[torch.randperm(len(idx), generator=gen)]
 
 
+def pool_order_generator(seed: int) -> torch.Generator:
+    """The generator that orders each task's blurry indices before the first M% are pooled
+    (apart from the sampler's own, so its draws stay the authors' sequence)."""
+    return torch.Generator().manual_seed(1_000_003 * (seed + 1))
+
+
 def iblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: int, blurry_pct: int,
                   seed: int) -> BlurrySplit:
     """i-Blurry-N-M: equal groups of disjoint and blurry classes per task, an even pool."""
@@ -92,7 +102,8 @@ def iblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: in
     disjoint = order[:n_disjoint].reshape(n_tasks, -1).tolist()
     blurry = order[n_disjoint:n_disjoint + n_blurry].reshape(n_tasks, -1).tolist()
     disjoint_idx = _indices_by_task(labels, disjoint, n_classes)
-    blurry_idx = _indices_by_task(labels, blurry, n_classes)
+    order_gen = pool_order_generator(seed)
+    blurry_idx = [_shuffle(b, order_gen) for b in _indices_by_task(labels, blurry, n_classes)]
     pooled = []
     for t in range(n_tasks):
         n_out = len(blurry_idx[t]) * blurry_pct // 100
@@ -131,7 +142,8 @@ def siblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: i
         cut = _random_cuts(n_blurry, n_tasks, gen)
         blurry = [order[n_disjoint + cut[t]:n_disjoint + cut[t + 1]] for t in range(n_tasks)]
     disjoint_idx = _indices_by_task(labels, disjoint, n_classes)
-    blurry_idx = _indices_by_task(labels, blurry, n_classes)
+    order_gen = pool_order_generator(seed)
+    blurry_idx = [_shuffle(b, order_gen) for b in _indices_by_task(labels, blurry, n_classes)]
     n_pool = sum(len(b) for b in blurry_idx) * blurry_pct // 100
     amounts = [0] * n_tasks
     if n_pool > 0:

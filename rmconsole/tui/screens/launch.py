@@ -14,7 +14,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
 
-from ...config import DEFAULT_PRESET, KEYS, ConfigError, load_config, preset_description, preset_names, read_preset
+from ...config import (
+    DEFAULT_PRESET, KEYS, ConfigError, for_method, load_config, preset_description, preset_names, read_preset,
+)
 from ..console import Console
 
 
@@ -32,7 +34,8 @@ def preview(preset: str, overrides_text: str) -> tuple[dict[str, Any], dict[str,
     name, cfg = load_config(preset, pairs)
     _, table = read_preset(preset)
     overridden = {p.partition("=")[0].strip() for p in pairs}
-    sources = {k: "override" if k in overridden else "preset" if k in table else "default" for k in KEYS}
+    from_preset = for_method(table, {"method": cfg.method})
+    sources = {k: "override" if k in overridden else "preset" if k in from_preset else "default" for k in KEYS}
     return cfg.to_dict(), sources
 
 
