@@ -397,7 +397,8 @@ def report(
     rows: Optional[str] = typer.Option(None, "--rows", help="Keys that make a row (default: method)."),
     cols: Optional[str] = typer.Option(None, "--cols", help="Keys that make a column group, e.g. memory_size."),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="Of A_last, A_avg, F_last, I_last, A_last_best_epoch, "
-                                                                  "A_auc, train_samples_per_s, train_seconds, eval_seconds."),
+                                                                  "A_auc, train_samples_per_s, train_seconds, eval_seconds, "
+                                                                  "wall_seconds."),
     only_changed: bool = typer.Option(True, "--only-changed/--all-config",
                                       help="Config columns: only the keys that differ between runs, or every key."),
     fmt: str = typer.Option("table", "--format", "-f", help="table | md | csv | latex | json"),

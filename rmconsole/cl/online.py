@@ -86,6 +86,7 @@ class Clock:
     exposed: int = 0  # classes the stream has shown (evaluation scope)
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
+    wall_seconds: float = 0.0  # the tasks' whole time in the driver (training, evaluation, reports)
     evaluations: int = 0
     auc_sum: float = 0.0
 
@@ -176,6 +177,7 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
         acc, class_acc = evaluate(method, data, test_labels, classes, augmenter)
         clock.eval_seconds += time.perf_counter() - evaluated
         method.memory_report(task)
+        clock.wall_seconds += time.perf_counter() - task_started
         extra = {"memory": dict(method.memory_info), "online": online_summary(clock, method)}
         outcome = TaskOutcome(t, acc, metrics.task_accuracy_row(class_acc, protocol.groups), class_acc, classes,
                               time.perf_counter() - task_started, None, extra)
@@ -194,6 +196,7 @@ def online_summary(clock: Clock, method: Any) -> dict[str, Any]:
     return {
         "samples_seen": clock.arrivals, "samples_trained": clock.observed, "samples_skipped": clock.skipped,
         "train_seconds": round(clock.train_seconds, 3), "eval_seconds": round(clock.eval_seconds, 3),
+        "wall_seconds": round(clock.wall_seconds, 3),
         "train_samples_per_s": round(clock.observed / clock.train_seconds, 1) if clock.train_seconds > 0 else None,
         "evaluations": clock.evaluations,
         "evaluations_per_s": round(clock.evaluations / clock.eval_seconds, 2) if clock.eval_seconds > 0 else None,

@@ -22,7 +22,7 @@ from .records import RunRecord, finite, iso, with_intransigence
 from .tables import AnytimeEval, MemorySnapshot, Run, TaskResult, TaskStream
 
 # what a task-free run's summary carries beside the accuracy metrics (runs.ONLINE_NUMBERS + counts)
-ONLINE_KEYS = ("anytime_evals", "train_seconds", "eval_seconds", "train_samples_per_s", "samples_seen",
+ONLINE_KEYS = ("anytime_evals", "train_seconds", "eval_seconds", "wall_seconds", "train_samples_per_s", "samples_seen",
                "samples_trained", "samples_skipped", "evaluations_per_s", "image_passes")
 
 

@@ -111,7 +111,7 @@ def summarize_results(results: list[TaskResult], task_free: bool = False) -> dic
 
 
 # what a task-free run adds to its summary: the anytime metrics and its compute-aware numbers
-ONLINE_NUMBERS = ("train_seconds", "eval_seconds", "train_samples_per_s", "samples_seen", "samples_trained",
+ONLINE_NUMBERS = ("train_seconds", "eval_seconds", "wall_seconds", "train_samples_per_s", "samples_seen", "samples_trained",
                   "samples_skipped", "evaluations_per_s", "image_passes")
 
 
