@@ -14,7 +14,7 @@ from rmconsole.tui.widgets.accuracy_panel import AccuracyPanel
 from rmconsole.tui.widgets.anytime_chart import AnytimeChart
 from rmconsole.tui.widgets.runs_table import RunsTable
 from rmconsole.tui.widgets.task_stream import TaskStreamPanel
-from test_tui import SIZE, table_ids, until
+from test_tui import SIZE, cell, table_ids, until
 
 
 def stored_task_free_run() -> int:
@@ -41,6 +41,8 @@ async def test_run_page_of_a_task_free_run_draws_the_anytime_curve_live() -> Non
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: run_id in table_ids(app), what="the run's row")
         table = app.screen.query_one(RunsTable)
+        await until(pilot, lambda: "A_auc" in table.columns, what="the A_auc column")
+        assert cell(app, run_id, "A_auc") == "35.00"  # the mean of the five points (25 .. 45)
         table.move_cursor(row=table.get_row_index(str(run_id)))
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view is not None, what="run view")

@@ -19,6 +19,7 @@ COLUMNS: tuple[tuple[str, str, int, str], ...] = (
     ("seed", "seed", 4, "right"), ("progress", "progress", 19, "left"), ("speed", "samples/s", 9, "right"),
     ("A_last", "A_last", 6, "right"), ("F_last", "F_last", 6, "right"), ("I_last", "I_last", 6, "right"),
 )
+ANYTIME_COLUMN = "A_auc"  # shown once a task-free run is listed
 FIRST_BATCH, ADD_BATCH = 60, 300  # new rows per repaint: a big store's first screenful appears at once
 
 SORTABLE = {"id": "id", "status": "status", "preset": "preset", "method": "method", "A_last": "A_last",
@@ -78,7 +79,17 @@ class RunsTable(DataTable):
             Text(fmt(row.a_last), justify="right", style="bold" if row.a_last is not None else "grey50"),
             Text(fmt(row.f_last), justify="right"),
             Text(fmt(row.i_last), justify="right"),
-        )
+        ) + ((Text(fmt(row.a_auc), justify="right", style="bold cyan" if row.a_auc is not None else "grey50"),)
+             if ANYTIME_COLUMN in self.columns else ())
+
+    def _anytime_column(self) -> None:
+        """Task-free runs listed: an A_auc column (added once, at the end; a store of the RM
+        paper's runs only keeps the table it always had)."""
+        if ANYTIME_COLUMN in self.columns or not any(r.a_auc is not None for r in self.runs):
+            return
+        self.add_column(Text("A_auc", justify="right"), width=6, key=ANYTIME_COLUMN)
+        self._shown = {}  # every row is drawn again, now with its A_auc cell
+        self._cells = {k: v + ((None,),) for k, v in self._cells.items()}
 
     def watch_runs(self) -> None:
         self._sync()
@@ -93,12 +104,13 @@ class RunsTable(DataTable):
         big store shows its first screenful at once (DataTable measures every new cell); the rest
         follow after each repaint."""
         self._sync_pending = False
+        self._anytime_column()
         keep = self.cursor_run_id
         wanted = {str(r.id): r for r in self.runs}
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
             del self._cells[key], self._shown[key]
-        column_keys = [c[0] for c in COLUMNS]
+        column_keys = [c[0] for c in COLUMNS] + ([ANYTIME_COLUMN] if ANYTIME_COLUMN in self.columns else [])
         added, limit = 0, ADD_BATCH if self._cells else FIRST_BATCH
         pending = False
         for key, row in wanted.items():
