@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from . import report as reports, runner, store
+from . import report as reports, report_anytime as anytime_report, runner, store
 from .cl.catalog import DatasetMissing
 from .store.filters import where, within
 from .config import MAX_INT, ConfigError, preset_description, preset_names, read_preset, shorten
@@ -409,6 +409,8 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
         active = detail["status"] in store.ACTIVE and detail.get("job_state")
         console.print(f"{(detail.get('executor') or '').split(':')[0]} job {detail['job_id']}"
                       + (f": {detail['job_state']}" if active else ""), highlight=False)
+    for extra in anytime_report.anytime_lines(detail):  # task-free runs: A_auc, first appearances, compute
+        console.print(extra, highlight=False)
     if detail["error"]:
         err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
 
@@ -470,6 +472,9 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     wide = console.width >= 120  # narrower: a run's changes go on a second line under its name
     if wide:
         table.add_column("changes", overflow="fold", ratio=1)  # the overrides of the preset, then #tags
+    anytime = any(r.a_auc is not None for r in records)  # task-free runs listed: their A_auc too
+    if anytime:
+        table.add_column("A_auc", justify="right", no_wrap=True)
     table.add_column("A_last", justify="right", no_wrap=True)
     table.add_column("F_last", justify="right", no_wrap=True)
     table.add_column("I_last", justify="right", no_wrap=True)
@@ -493,7 +498,7 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         if what and not wide:
             label += f"\n[dim]{escape(what)}[/]"  # (wraps between words under the name)
         table.add_row(str(r.id), f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]", label, r.method,
-                      str(r.memory_size), str(r.seed), *changes,
+                      str(r.memory_size), str(r.seed), *changes, *([_fmt(r.a_auc)] if anytime else []),
                       f"[{style}]{r.metric_text(r.a_last)}[/]" if style else r.metric_text(r.a_last),
                       f"[{style}]{_fmt(r.f_last)}[/]" if style else _fmt(r.f_last),  # (A_last carries the @k/T)
                       r.i_last_text())
@@ -559,8 +564,11 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     table.add_column("setting", ratio=1)  # wraps between words at 80 columns
     for item in items:
         c = item["config"]
+        stream = c.get("stream", "online")
+        how = (f"{stream}{c.get('disjoint_classes', 50)}-{c.get('blurry', 10)} task-free"
+               if stream in ("iblurry", "siblurry") else f"blurry{c.get('blurry', 10)} {stream}")
         setting = Text(f"{c['dataset']} · {c['model']} · {c.get('method', 'rm')} · K={c['memory_size']} · "
-                       f"{c.get('n_tasks', 5)} tasks · blurry{c.get('blurry', 10)} {c.get('stream', 'online')}")
+                       f"{c.get('n_tasks', 5)} tasks · {how}")
         if long and item["description"]:
             setting.append("\n" + item["description"], style="dim")
         table.add_row(item["name"], setting, end_section=long)
@@ -775,7 +783,9 @@ def report(
     rows: Optional[str] = typer.Option(None, "--rows", help="Keys that make a row (default: method)."),
     cols: Optional[str] = typer.Option(None, "--cols", help="Keys that make a column group, e.g. memory_size."),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="Of A_last, A_avg, F_last, I_last, A_last_best_epoch, "
-                                                                     "A_last_topk, A_avg_topk, F_last_topk."),
+                                                                     "A_last_topk, A_avg_topk, F_last_topk, "
+                                                                     "A_auc, train_samples_per_s, train_seconds, eval_seconds, "
+                                                                     "wall_seconds."),
     paper: bool = typer.Option(False, "--paper", help="Put the paper's figure and the difference beside each "
                                                       "matching cell (same dataset, method, K, setting, augmentation)."),
     only_changed: bool = typer.Option(True, "--only-changed/--all-config",
@@ -783,7 +793,8 @@ def report(
     fmt: str = typer.Option("table", "--format", "-f", help="table | md | csv | latex | json"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the table to FILE instead of stdout."),
     digits: int = typer.Option(2, "--digits", help="Decimals in table, md and latex cells."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw accuracy after each task per row (PNG)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw accuracy after each task per row (PNG); "
+                                                            "task-free runs: accuracy against samples seen."),
     memory_plot: Optional[Path] = typer.Option(None, "--memory-plot",
                                                help="Draw one run's memory class histogram per task (PNG)."),
     plot_epochs: Optional[Path] = typer.Option(None, "--plot-epochs",
@@ -822,8 +833,11 @@ def report(
             err_console.print(f"wrote {reports.write_output(out, text.encode(), '--out')}", highlight=False)
     if plot is not None:
         used = {run_id for cell in table.cells.values() for run_id in cell.used}
-        details = {run_id: store.run_detail(run_id) for run_id in used}
-        err_console.print(f"wrote {reports.plot_accuracy(table, details, plot)}", highlight=False)
+        if anytime_report.has_anytime(summaries):  # the follow-up's figure: accuracy against samples seen
+            drawn = anytime_report.plot_anytime(table, store.anytime_curves(used), plot)
+        else:
+            drawn = reports.plot_accuracy(table, {run_id: store.run_detail(run_id) for run_id in used}, plot)
+        err_console.print(f"wrote {drawn}", highlight=False)
     if memory_plot is not None:
         err_console.print(f"wrote {reports.plot_memory(store.run_detail(runs[0].id), memory_plot)}", highlight=False)
     if plot_epochs is not None:

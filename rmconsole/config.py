@@ -24,6 +24,9 @@ from .cl.catalog import (
 )
 from .cl.methods import REGISTRY
 
+TASK_FREE_STREAMS = ("iblurry", "siblurry")
+METHOD_PROTOCOLS = {name: entry.protocols for name, entry in REGISTRY.items()}
+
 DEFAULT_PRESET = "digits-blurry10-online"
 MAX_INT = 2**63 - 1  # the store's integers (SQLite INTEGER, PostgreSQL BIGINT)
 
@@ -49,9 +52,20 @@ class RunKeys(BaseModel):
                         json_schema_extra={"allowed": ", ".join(METHOD_NAMES)})
     memory_size: int = Field(gt=0, description="episodic memory slots K (at least one per class)")
     n_tasks: int = Field(default=5, ge=1, description="tasks the classes are split into (evenly)")
-    blurry: int = Field(default=10, ge=0, le=100, description="M of BlurryM; 0 = disjoint")
-    stream: Literal["online", "offline"] = Field(
-        default="online", description="online: one pass over the stream, then E epochs on the memory; offline: E epochs per task")
+    blurry: int = Field(default=10, ge=0, le=100, description="M of BlurryM (i-Blurry-N-M: M, the blurry share); 0 = disjoint")
+    stream: Literal["online", "offline", "iblurry", "siblurry"] = Field(
+        default="online", description="online: one pass over the stream, then E epochs on the memory; offline: E epochs "
+                                      "per task; iblurry / siblurry: the follow-up's task-free stream, trained sample by "
+                                      "sample with anytime evaluation (docs/anytime.md)")
+    disjoint_classes: int = Field(default=50, ge=0, le=100,
+                                  description="i-Blurry / Si-Blurry: N, the percent of classes that are disjoint")
+    online_iter: float = Field(default=1.0, gt=0, description="task-free streams: model updates per streamed sample (fractional allowed)")
+    eval_period: int = Field(default=100, ge=1, description="task-free streams: anytime evaluation every this many streamed samples")
+    anytime_class_accuracy: bool = Field(default=False, description="task-free streams: also store per-class accuracy with every anytime evaluation")
+    compute_budget: Optional[float] = Field(
+        default=None, gt=0, description="task-free streams: training cost allowed per streamed sample, in image passes "
+                                        "(forward 1 + backward 2); a slower method skips the samples that arrive while it is "
+                                        "busy (real-time evaluation, Ghunaim et al. 2023); unset = no limit")
     augment: tuple[str, ...] = Field(default=("cutmix", "autoaug"), description="training augmentation, '+'-joined",
                                      json_schema_extra={"allowed": f"{', '.join(AUGMENTATIONS)}; randaug and autoaug exclude each other"})
     uncertainty: Literal[MEASURES] = Field(default="randaug", description="RM's uncertainty measure (perturbation used for the votes)")  # type: ignore[valid-type]
@@ -60,8 +74,13 @@ class RunKeys(BaseModel):
     epochs: int = Field(default=256, ge=0, description="memory epochs E (online) or epochs per task (offline)")
     batch_size: int = Field(default=16, ge=2, description="training batch size")
     memory_batch_size: Optional[int] = Field(default=None, ge=2, description="batch size of the memory epochs (default: batch_size; RM: half)")
-    lr: float = Field(default=0.05, gt=0, description="learning rate (SGD, Nesterov momentum 0.9)")
-    schedule: Literal["cosine", "step", "constant"] = Field(default="cosine", description="learning-rate schedule of each training call")
+    lr: float = Field(default=0.05, gt=0, description="learning rate")
+    optimizer: Literal["sgd", "adam"] = Field(
+        default="sgd", description="sgd: Nesterov momentum 0.9; adam: the follow-up's Adam (task-free streams only)")
+    schedule: Literal["cosine", "step", "constant", "exp_reset"] = Field(
+        default="cosine", description="learning-rate schedule of each training call; exp_reset (task-free): x lr_gamma "
+                                      "per step, back to lr when a new class arrives")
+    lr_gamma: float = Field(default=0.9999, gt=0, le=1, description="exp_reset: learning-rate factor per optimiser step")
     weight_decay: float = Field(default=1e-4, ge=0, description="SGD weight decay")
     seed: int = Field(default=1, ge=0, le=MAX_INT, description="random seed: class order, stream, initialisation, draws")
     device: str = Field(default="auto", description="where to train", json_schema_extra={"allowed": "auto, cpu, cuda, cuda:N"})
@@ -179,11 +198,38 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
         if self.gpus > 1 and self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"gpus={self.gpus}: each process takes its own GPU, so device must be auto, cuda "
                              f"or cpu, not {self.device!r} (choose GPUs with CUDA_VISIBLE_DEVICES)")
+        if self.stream in TASK_FREE_STREAMS:
+            self._task_free_checks()
+        else:
+            if METHOD_PROTOCOLS[self.method] == "task-free":
+                raise ValueError(f"method={self.method}: runs on the task-free streams only (stream=iblurry or "
+                                 f"siblurry), not stream={self.stream}")
+            if self.optimizer != "sgd" or self.schedule == "exp_reset":
+                what = f"optimizer={self.optimizer}" if self.optimizer != "sgd" else f"schedule={self.schedule}"
+                raise ValueError(f"{what}: only for the task-free streams (stream=iblurry or siblurry); the RM "
+                                 f"paper's protocol trains with SGD and a per-epoch schedule")
         if self.class_order == "paper" and (self.dataset, self.seed) not in PAPER_CLASS_ORDERS:
             known = sorted({d for d, _ in PAPER_CLASS_ORDERS})
             raise ValueError(f"class_order=paper: the paper has orders for {', '.join(known)} seeds 1-3 only, "
                              f"not {self.dataset} seed {self.seed} (use class_order=seed)")
         return self
+
+    def _task_free_checks(self) -> None:
+        """What a task-free (i-Blurry / Si-Blurry) run needs: a method that has the online hooks,
+        a per-step schedule, one process, and the stream's own class order."""
+        if METHOD_PROTOCOLS[self.method] == "task":
+            able = sorted(m for m, p in METHOD_PROTOCOLS.items() if p != "task")
+            raise ValueError(f"method={self.method}: has no task-free version; with stream={self.stream} use one of "
+                             f"{', '.join(able)}")
+        if self.schedule not in ("constant", "exp_reset"):
+            raise ValueError(f"schedule={self.schedule}: task-free streams update per sample; allowed: constant, "
+                             f"exp_reset")
+        if self.class_order != "seed":
+            raise ValueError(f"class_order={self.class_order}: task-free streams label classes by first appearance")
+        if self.gpus > 1:
+            raise ValueError(f"gpus={self.gpus}: task-free streams run in one process")
+        if self.n_tasks < 1 or DATASET_CLASSES[self.dataset] < self.n_tasks:
+            raise ValueError(f"n_tasks={self.n_tasks}: more tasks than the {DATASET_CLASSES[self.dataset]} classes")
 
     @model_validator(mode="after")
     def _method_checks(self) -> "RunConfig":
@@ -303,8 +349,24 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def for_method(table: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A preset's keys for the run's method: its common keys, then its `[methods.<method>]`
+    table (a preset of the follow-up's settings gives each method its own optimiser, lr,
+    schedule...), then the overrides. The method is the override's, else the preset's."""
+    overrides = overrides or {}
+    sections = table.get("methods") or {}
+    if not isinstance(sections, dict) or not all(isinstance(v, dict) for v in sections.values()):
+        raise ConfigError("preset key 'methods' must hold one table per method ([methods.NAME])")
+    unknown = sorted(set(sections) - set(REGISTRY))
+    if unknown:
+        raise ConfigError(f"preset table [methods.{unknown[0]}]: unknown method; known: {', '.join(sorted(REGISTRY))}")
+    common = {k: v for k, v in table.items() if k != "methods"}
+    method = overrides.get("method", common.get("method", "rm"))
+    return {**common, **sections.get(method, {}), **overrides}
+
+
 def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None) -> RunConfig:
-    merged = {**table, **(overrides or {})}
+    merged = for_method(table, overrides)
     try:
         return RunConfig(**merged)
     except ValidationError as err:

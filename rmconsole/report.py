@@ -34,21 +34,28 @@ from typing import IO, Any, Callable, Iterable, Optional, Sequence, Union
 from . import paper as papers
 from .store.filters import config_value, format_value, where as filter_where
 
-METRICS = ("A_last", "A_avg", "F_last", "I_last", "A_last_best_epoch", "A_last_topk", "A_avg_topk", "F_last_topk")
+METRICS = ("A_last", "A_avg", "F_last", "I_last", "A_last_best_epoch", "A_last_topk", "A_avg_topk", "F_last_topk",
+           "A_auc", "train_samples_per_s", "train_seconds", "eval_seconds", "wall_seconds")
 DEFAULT_METRICS = ("A_last", "A_avg", "F_last", "I_last")
+# a selection of task-free runs (the follow-up's protocol): its metrics and compute-aware numbers
+ANYTIME_METRICS = ("A_auc", "A_last", "A_avg", "F_last", "train_samples_per_s", "train_seconds", "eval_seconds",
+                   "wall_seconds")
 METRIC_LABELS = {
     "A_last": "A_last", "A_avg": "A_avg", "F_last": "F_last", "I_last": "I_last",
     "A_last_best_epoch": "A_last best-over-epochs (test-selected)",
-    "A_last_topk": "A_last top-k", "A_avg_topk": "A_avg top-k", "F_last_topk": "F_last top-k",
+    "A_last_topk": "A_last top-k", "A_avg_topk": "A_avg top-k", "F_last_topk": "F_last top-k", "A_auc": "A_auc",
+    "train_samples_per_s": "train samples/s", "train_seconds": "train s", "eval_seconds": "eval s",
+    "wall_seconds": "wall s",
 }
-LOWER_IS_BETTER = {"F_last", "I_last", "F_last_topk"}
+LOWER_IS_BETTER = {"F_last", "I_last", "F_last_topk", "train_seconds", "eval_seconds", "wall_seconds"}
 PAPER_METRICS = ("A_last", "F_last", "I_last", "A_last_topk", "F_last_topk")  # what the paper's tables print
 # keys that change how or where a run computes, or what it records, not what it learns
 # (eval_every_epoch only adds test passes after epochs: the trajectory is the same, tested)
-RUNTIME_KEYS = ("device", "threads", "download", "eval_every_epoch",
+RUNTIME_KEYS = ("device", "threads", "download", "eval_every_epoch", "anytime_class_accuracy",
                 "data_pipeline", "loader_workers", "gpu_decode", "amp", "channels_last", "compile", "gpus")
 RUN_FIELDS = {"preset": "preset", "sweep": "sweep_id", "status": "status"}  # row/col keys beside config keys
-SETTING_KEYS = ("dataset", "model", "memory_size", "n_tasks", "blurry", "stream", "augment", "epochs")
+SETTING_KEYS = ("dataset", "model", "memory_size", "n_tasks", "blurry", "stream", "augment", "epochs",
+                "disjoint_classes", "online_iter", "eval_period", "image_size")
 FORMATS = ("table", "md", "csv", "latex", "json")
 INCOMPLETE = "†"
 
@@ -278,8 +285,11 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
     if metrics is None:
         has_best = any((r.get("metrics") or {}).get("A_last_best_epoch") is not None for r in runs)
         has_topk = any((r.get("metrics") or {}).get("A_last_topk") is not None for r in runs)
-        metrics = list(DEFAULT_METRICS) + (["A_last_best_epoch"] if has_best else []) + \
-            (["A_last_topk", "F_last_topk"] if has_topk else [])
+        if any((r.get("metrics") or {}).get("A_auc") is not None for r in runs):
+            metrics = list(ANYTIME_METRICS)
+        else:
+            metrics = list(DEFAULT_METRICS) + (["A_last_best_epoch"] if has_best else []) + \
+                (["A_last_topk", "F_last_topk"] if has_topk else [])
     for metric in metrics:
         if metric not in METRICS:
             raise ReportError(f"--metrics {metric!r}: allowed: {', '.join(METRICS)}")
@@ -458,6 +468,9 @@ def caption(report: Report) -> str:
         used = sorted({(f.tex_order, f.label) for c in report.cells.values() for f in c.paper.values()})
         parts.append("paper: Bang et al., CVPR 2021, " + (", ".join(f"table {o} ({label})" for o, label in used)
                      if used else "no matching figure") + "; Δ = this table's mean minus the paper's")
+    if "A_auc" in report.metrics:
+        parts.append("task-free runs: A_auc = mean anytime accuracy on the classes seen so far, A_last/A_avg at task "
+                     "ends, F_last class-wise (the follow-up's); train/eval s and samples/s are wall-clock")
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")
     return "; ".join(parts)

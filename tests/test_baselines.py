@@ -12,7 +12,7 @@ from rmconsole.cl import memory as M
 from rmconsole.cl.data import load_digits
 from rmconsole.cl.events import Reporter
 from rmconsole.cl.loop import build_protocol, make_augmenter, run_protocol
-from rmconsole.cl.methods import METHODS, Setup, Task, method_class
+from rmconsole.cl.methods import METHODS, REGISTRY, Setup, Task, method_class
 from rmconsole.cl.methods.incremental import split_new_old
 from rmconsole.cl.methods.quadratic import QuadraticPenalty
 from rmconsole.config import ConfigError, load_config
@@ -54,7 +54,7 @@ def learn(method, proto, t: int) -> Task:
 # ---------------------------------------------------------------------- every method end to end
 
 
-@pytest.mark.parametrize("name", sorted(set(METHODS) - {"er"}))
+@pytest.mark.parametrize("name", sorted(m for m in METHODS if REGISTRY[m].protocols != "task-free"))
 def test_short_digits_run_of_every_method(digits, name: str) -> None:
     _, cfg = load_config(None, {"method": name, "augment": "none", "epochs": 2})
     outcomes = run_protocol(cfg, digits, CPU)

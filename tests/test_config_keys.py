@@ -14,7 +14,7 @@ from conftest import REPO, rmconsole
 
 from rmconsole import config
 from rmconsole.cl.methods import REGISTRY, Entry, method_class
-from rmconsole.cl.methods.params import BiCParams, RegularisedParams
+from rmconsole.cl.methods.params import BiCParams, RegularisedParams, RMParams
 from rmconsole.cl.settings import MethodParams, param
 from rmconsole.config import KEYS, RunConfig, configuration_page, key_table, load_config
 
@@ -64,14 +64,15 @@ def test_a_method_reads_its_own_params_from_the_run() -> None:
     data, cpu = load_digits(), torch.device("cpu")
     for method, overrides, params_type in [("ewc", {"reg_weight": 7.0}, RegularisedParams),
                                            ("bic", {"bic_temperature": 3.0, "new_classes": "unseen"}, BiCParams),
-                                           ("rm", {}, MethodParams)]:
+                                           ("rm", {"rm_variant": "paper"}, RMParams),
+                                           ("finetune", {}, MethodParams)]:
         _, cfg = load_config(None, {"method": method, "epochs": 1, **overrides})
         proto = build_protocol(cfg, data)
         learner = method_class(method)(Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, cpu,
                                              make_augmenter(cfg, data, cpu)))
         assert type(learner.params) is params_type
         assert {k: getattr(learner.params, k) for k in overrides} == overrides
-    assert learner.params == MethodParams()  # rm has no keys of its own
+    assert learner.params == MethodParams()  # finetune has no keys of its own
 
 
 def test_two_methods_declaring_one_key_differently_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:

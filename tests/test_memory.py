@@ -210,9 +210,10 @@ def _setup(overrides: dict):
 
 
 def _methods() -> list[str]:
-    from rmconsole.cl.methods import METHODS
+    from rmconsole.cl.methods import METHODS, REGISTRY
 
-    return sorted(cls.name for cls in set(METHODS.values()) if not cls.single_task)  # aliases once
+    return sorted(cls.name for name, cls in METHODS.items()  # (the RM paper's protocol: its methods)
+                  if not cls.single_task and REGISTRY[name].protocols != "task-free" and cls.name == name)
 
 
 def test_each_method_has_a_paper_default_policy() -> None:

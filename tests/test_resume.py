@@ -16,7 +16,7 @@ from rmconsole.runner.checkpoints import (
 from rmconsole.cl.data import load_digits
 from rmconsole.cl.events import Reporter
 from rmconsole.cl.loop import CheckpointMismatch, run_protocol
-from rmconsole.cl.methods import METHODS
+from rmconsole.cl.methods import METHODS, REGISTRY
 from rmconsole.config import load_config
 
 
@@ -68,11 +68,22 @@ def _resumed_equals_uninterrupted(overrides: dict, after_tasks: tuple[int, ...])
                 assert torch.equal(a["method"]["memory"]["indices"], b["method"]["memory"]["indices"])
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("method", sorted(m for m in METHODS if REGISTRY[m].protocols != "task-free"))
 def test_every_method_resumes_exactly(method: str) -> None:
     """Any state a method keeps outside its checkpoint (a new method's Fisher matrix, bias
     layer, exemplar means, a generator) shows up here as different accuracies."""
     _resumed_equals_uninterrupted({"method": method, "epochs": 1}, after_tasks=(1,))
+
+
+@pytest.mark.parametrize("method", sorted(m for m in METHODS if REGISTRY[m].protocols != "task"))
+def test_every_task_free_method_resumes_exactly(method: str) -> None:
+    """The task-free protocol checkpoints at task boundaries: the method's online state (temp
+    batch, update budget, per-sample generator, CLIB's importances and lr phases, EWC++'s Fisher)
+    survives the bytes a worker writes."""
+    over = {"optimizer": "sgd", "lr": 0.05, "schedule": "constant"} if method in ("rm", "gdumb") else \
+        {"optimizer": "adam", "lr": 3e-4, "schedule": "exp_reset", "weight_decay": 0.0}
+    _resumed_equals_uninterrupted({"method": method, "stream": "iblurry", "epochs": 1, "eval_period": 300,
+                                   "online_iter": 0.25, "augment": "cutmix", "batch_size": 8, **over}, after_tasks=(2,))
 
 
 @pytest.mark.parametrize("overrides", [

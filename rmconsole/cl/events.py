@@ -19,6 +19,8 @@ class TaskPlan:
     major_classes: list[int]
     composition: list[int]  # samples per class in this task's stream
     stream_hash: str
+    # task-free streams: (label, position in this task's stream) of each class first seen here
+    first_appearances: list[tuple[int, int]] | None = None
 
 
 @dataclass
@@ -57,6 +59,19 @@ class EpochStats:
         return self.samples / self.seconds if self.seconds > 0 else None
 
 
+@dataclass
+class AnytimePoint:
+    """One anytime evaluation of a task-free run (PROTOCOL §9.3): after `samples` streamed
+    samples, the accuracy on the test samples of the `n_classes` classes exposed so far."""
+
+    task: int
+    samples: int  # streamed samples so far (the stream's clock; skipped ones included)
+    accuracy: float  # percent
+    n_classes: int  # classes exposed so far (labels 0 .. n_classes-1)
+    class_accuracy: list[float | None] | None = None  # per exposed class, when the run records it
+    seconds: float = 0.0  # this evaluation's wall time
+
+
 class Reporter:
     """Receives the loop's events. Every method is a no-op here."""
 
@@ -76,5 +91,8 @@ class Reporter:
                        info: dict[str, Any]) -> None: ...
 
     def task_finished(self, outcome: TaskOutcome, checkpoint: dict[str, Any] | None) -> None: ...
+
+    def anytime_evaluated(self, point: AnytimePoint) -> None:
+        """A task-free run was evaluated along the stream (every `eval_period` samples)."""
 
     def log(self, message: str) -> None: ...

@@ -14,17 +14,14 @@ import torch
 from torch import Tensor
 
 from . import distributed, metrics, streams
-from .augment import Augmenter, parse_augment
 from .data import Dataset
 from .events import Reporter, TaskOutcome, TaskPlan
 from .inference import evaluate, evaluation
-from .methods import Method, Setup, Task, method_class
+from .methods import Setup, Task, method_class
+from .online import run_online
+from .resume import CheckpointMismatch, make_augmenter, restore  # noqa: F401  (re-exported: the loop's helpers)
 from .settings import RunSettings
 from .train import check_finite
-
-
-class CheckpointMismatch(ValueError):
-    """A resume checkpoint that does not fit this run's method or stream (one line)."""
 
 
 @dataclass
@@ -58,12 +55,6 @@ def build_protocol(cfg: RunSettings, data: Dataset) -> Protocol:
                     streams.EvalScope(blurry=cfg.blurry > 0 or single, groups=groups))
 
 
-def make_augmenter(cfg: RunSettings, data: Dataset, device: torch.device) -> Augmenter:
-    mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
-    std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
-    return Augmenter(parse_augment(cfg.augment), mean, std, data.crop_padding, cfg.seed)
-
-
 def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter: Reporter | None = None,
                  resume: dict[str, Any] | None = None) -> list[TaskOutcome]:
     """Train `cfg.method` on the stream of `cfg` and evaluate after every task.
@@ -71,6 +62,8 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
     With `resume` (a checkpoint from `Reporter.task_finished`), training continues at the
     task after the checkpoint's and only the remaining outcomes are returned.
     """
+    if cfg.stream in ("iblurry", "siblurry"):  # the follow-up's task-free protocol: its own driver
+        return run_online(cfg, data, device, reporter, resume)
     reporter = reporter or Reporter()
     torch.manual_seed(cfg.seed)
     protocol = build_protocol(cfg, data)
@@ -125,32 +118,3 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
         reporter.task_finished(outcome, checkpoint)
         outcomes.append(outcome)
     return outcomes
-
-
-def restore(resume: dict[str, Any], cfg: RunSettings, protocol: Protocol, method: Method, augmenter: Augmenter,
-            device: torch.device) -> int:
-    """Put a checkpoint's state back (method, augmenter, RNGs) and return the task to start at.
-
-    Everything that draws randomness or carries learning from task to task is in the
-    checkpoint, so a resumed run continues exactly as the uninterrupted run would have.
-    """
-    name = resume.get("method_name", cfg.method)
-    if name != cfg.method:
-        raise CheckpointMismatch(f"checkpoint holds method {name!r}, the run is method {cfg.method!r}")
-    hashes = resume.get("stream_hashes")
-    if hashes is not None and hashes != [streams.stream_hash(s) for s in protocol.tasks]:
-        raise CheckpointMismatch("checkpoint was written for another task stream (dataset, seed, tasks or blurry differ)")
-    start = int(resume["task"]) + 1
-    if start > len(protocol.tasks):
-        raise CheckpointMismatch(f"checkpoint is after task {start}, the run has {len(protocol.tasks)} tasks")
-    try:
-        method.load_state_dict(resume["method"])
-        augmenter.load_state_dict(resume["augmenter"])
-        torch.set_rng_state(resume["torch_rng"])
-        if device.type == "cuda" and resume.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state_all(resume["cuda_rng"])
-    except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as err:
-        detail = " ".join(str(err).split())[:200] or type(err).__name__
-        raise CheckpointMismatch(f"checkpoint does not fit method {cfg.method!r} ({type(err).__name__}: "
-                                 f"{detail})") from None
-    return start

@@ -26,7 +26,12 @@ class RunSettings(Protocol):
     memory_size: int
     n_tasks: int
     blurry: int
-    stream: Literal["online", "offline"]
+    stream: Literal["online", "offline", "iblurry", "siblurry"]
+    disjoint_classes: int  # i-Blurry / Si-Blurry N (percent of disjoint classes)
+    online_iter: float  # task-free streams: updates per streamed sample
+    eval_period: int  # task-free streams: samples between anytime evaluations
+    anytime_class_accuracy: bool
+    compute_budget: Optional[float]
     augment: tuple[str, ...]
     uncertainty: str
     uncertainty_views: int
@@ -35,7 +40,9 @@ class RunSettings(Protocol):
     batch_size: int
     memory_batch_size: Optional[int]
     lr: float
-    schedule: Literal["cosine", "step", "constant"]
+    optimizer: Literal["sgd", "adam"]
+    schedule: Literal["cosine", "step", "constant", "exp_reset"]
+    lr_gamma: float
     weight_decay: float
     seed: int
     class_order: Literal["seed", "paper"]

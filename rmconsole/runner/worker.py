@@ -33,7 +33,7 @@ from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint, sav
     CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, save_checkpoint, set_aside, write_checkpoint,
 )
 from ..cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401  (load_dataset: re-exported)
-from ..cl.events import EpochStats, Reporter, TaskOutcome, TaskPlan
+from ..cl.events import AnytimePoint, EpochStats, Reporter, TaskOutcome, TaskPlan
 from ..cl.loop import CheckpointMismatch, run_protocol
 from ..cl.train import Diverged
 from ..config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
@@ -122,6 +122,7 @@ class StoreReporter(Reporter):
         self.task_seconds: list[float] = []
         self.epochs: list[dict[str, Any]] = []  # epoch rows not yet written (flushed with the heartbeat)
         self.first_phase_seen = False
+        self.anytime: list[AnytimePoint] = []  # task-free runs: evaluations not yet written (the heartbeat writes them)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self.thread.start()
@@ -149,6 +150,18 @@ class StoreReporter(Reporter):
         if rows:
             store.record_epochs(self.run_id, rows, lease=self.lease)
 
+    def flush_anytime(self) -> None:
+        """Write the anytime evaluations made since the last write, in one transaction."""
+        with self.lock:
+            points, self.anytime = self.anytime, []
+        if points:
+            try:
+                store.record_anytime(self.run_id, points, lease=self.lease)
+            except Exception:
+                with self.lock:  # keep them for the next beat (or the task's end)
+                    self.anytime = points + self.anytime
+                raise
+
     def flush(self) -> None:
         """Write progress; if the run is no longer `running`, someone else ended it, and if the
         store or the run's token is not ours any more, another store or attempt owns it: stop."""
@@ -158,6 +171,7 @@ class StoreReporter(Reporter):
             return
         try:
             self.flush_epochs()
+            self.flush_anytime()
             status = store.heartbeat(self.run_id, lease=self.lease, **self._progress())
         except (store.LeaseLost, store.StoreGone) as err:
             superseded = lease_lost(self.run_id, err)
@@ -188,6 +202,11 @@ class StoreReporter(Reporter):
             self.flush_epochs()
         except Exception as err:  # noqa: BLE001 - losing curve points must not change how the run ends
             print(f"epoch rows not written: {' '.join(str(err).split())[:300]}", file=sys.stderr, flush=True)
+        try:  # what the last beat did not write (a stopped run keeps its evaluations)
+            self.flush_anytime()
+        except Exception as err:  # noqa: BLE001 - closing must not mask how the run ended
+            print(f"could not write the last anytime evaluations: {' '.join(str(err).split())[:300]}",
+                  file=sys.stderr, flush=True)
 
     # loop events ------------------------------------------------------------
     def run_started(self, plans: list[TaskPlan], class_order: list[int], class_names: list[str],
@@ -234,6 +253,7 @@ class StoreReporter(Reporter):
         # that task; a checkpoint is never in place without its checksum in the store
         pending = None
         self.flush_epochs()  # the task's epochs are stored with its result
+        self.flush_anytime()  # the task's anytime rows before its result (A_auc in the summary)
         if checkpoint is not None:
             if self.config is None:
                 self.config = store.get_run(self.run_id).config
@@ -253,8 +273,13 @@ class StoreReporter(Reporter):
             pending.commit()
         with self.lock:
             self.task_seconds.append(outcome.seconds)
+        auc = f", A_auc so far {summary['A_auc']:.2f}" if summary.get("A_auc") is not None else ""
         print(f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}% "
-              f"({outcome.seconds:.1f} s); A_avg so far {summary['A_avg']:.2f}", flush=True)
+              f"({outcome.seconds:.1f} s); A_avg so far {summary['A_avg']:.2f}{auc}", flush=True)
+
+    def anytime_evaluated(self, point: AnytimePoint) -> None:
+        with self.lock:
+            self.anytime.append(point)
 
     def log(self, message: str) -> None:
         print(message, flush=True)

@@ -13,16 +13,19 @@ from .db import (
 )
 from .filters import FilterError, RunFilter, parse_run_filter
 from .queries import (
-    RunParts, UnknownRun, accuracy_curves, checkpoint_checksums, count_runs, epoch_json, epoch_metrics, find_runs,
-    get_run, job_states, joint_accuracy, joint_run, list_runs, memory_snapshots, newest_run_id, run_detail, run_parts,
-    run_record, run_records, run_statuses, run_summary, store_id, sweep_ids, task_results, task_streams,
+    RunParts, UnknownRun, accuracy_curves, anytime_curves, anytime_evals, checkpoint_checksums, count_runs,
+    epoch_json, epoch_metrics, find_runs, get_run, job_states, joint_accuracy, joint_run, list_runs, memory_snapshots,
+    newest_run_id, run_detail, run_parts, run_record, run_records, run_statuses, run_summary, store_id, sweep_ids,
+    task_results, task_streams,
 )
 from .records import JOINT_KEYS, JointRuns, RunRecord, joint_differences, show_value, with_intransigence
 from .runs import (
-    create_run, create_runs, delete_results_from, record_epochs, record_memory, record_start, record_task,
-    set_archived, set_name, set_note, summarize_results, tag_runs, update_run,
+    create_run, create_runs, delete_results_from, record_anytime, record_epochs, record_memory, record_start,
+    record_task, set_archived, set_name, set_note, summarize_results, tag_runs, update_run,
 )
-from .tables import ACTIVE, STATUSES, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream, utcnow
+from .tables import (
+    ACTIVE, STATUSES, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream, utcnow,
+)
 from .transitions import (
     Lease, LeaseLost, Transition, claim_run, delete_run, ensure_token, fail_stopped_run, finish_run, heartbeat,
     mark_failed, mark_finished, mark_stopped, requeue_run,
@@ -31,7 +34,7 @@ from .transitions import (
 __all__ = [
     "SQLITE_MAX_INT", "impatient", "StoreDamaged", "StoreFull", "StoreGone", "StoreLocked", "database_path", "database_url_object",
     "checkpoint_checksums", "store_id", "StoreIdentity", "Lease", "LeaseLost", "ensure_token",
-    "ACTIVE", "JOINT_KEYS", "STATUSES", "EpochMetric", "FilterError", "JointRuns", "MemorySnapshot", "Run", "RunFilter",
+    "ACTIVE", "AnytimeEval", "anytime_curves", "anytime_evals", "record_anytime", "JOINT_KEYS", "STATUSES", "EpochMetric", "FilterError", "JointRuns", "MemorySnapshot", "Run", "RunFilter",
     "RunParts", "RunRecord", "StoreError", "TaskResult", "TaskStream", "Transition", "UnknownRun", "accuracy_curves",
     "claim_run", "count_runs", "create_run", "create_runs", "database_url", "delete_results_from", "delete_run",
     "epoch_json", "epoch_metrics", "newest_run_id", "record_epochs", "set_archived", "set_name", "set_note",

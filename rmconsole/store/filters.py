@@ -7,7 +7,7 @@ Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free tex
 - KEY is a run column (id, status, preset, method, dataset, seed, sweep, name, note,
   archived), a run's `tag` (any of its tags) or `override` (a key it overrides: `override:epochs`,
   or with its value: `override:epochs=64`), a metric (A_last, A_avg, F_last, I_last,
-  A_last_best_epoch, tasks_done, partial) or any config key (`k` is memory_size); case does not
+  A_last_best_epoch, tasks_done, partial, A_auc) or any config key (`k` is memory_size); case does not
   matter. An unknown key is an error that lists the known ones.
 - `:` and `=` are equality, `!=` its negation; a comma lists alternatives (OR). Values are read
   as on the command line and compared as tables write them: numbers by value (`id:1` is run 1,
@@ -40,7 +40,7 @@ RUN_KEYS = {  # name -> the RunRecord attribute it reads
 SET_KEYS = ("tag", "override")  # a run has several: the term matches when any member does
 METRIC_KEYS = {  # name -> the RunRecord attribute it reads
     "A_last": "a_last", "A_avg": "a_avg", "F_last": "f_last", "I_last": "i_last",
-    "A_last_best_epoch": "a_last_best_epoch", "tasks_done": "tasks_done", "partial": "partial",
+    "A_last_best_epoch": "a_last_best_epoch", "tasks_done": "tasks_done", "partial": "partial", "A_auc": "a_auc",
 }
 ALIASES = {"k": "memory_size", "sweep_id": "sweep", "tags": "tag", "overrides": "override"}
 EQUALITY = ("=", "!=")

@@ -19,7 +19,11 @@ from sqlmodel import Session, col, select
 from .db import reading
 from .filters import RunFilter, parse_run_filter
 from .records import RunRecord, finite, iso, with_intransigence
-from .tables import EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
+from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
+
+# what a task-free run's summary carries beside the accuracy metrics (runs.ONLINE_NUMBERS + counts)
+ONLINE_KEYS = ("anytime_evals", "train_seconds", "eval_seconds", "wall_seconds", "train_samples_per_s", "samples_seen",
+               "samples_trained", "samples_skipped", "evaluations_per_s", "image_passes")
 
 
 class UnknownRun(Exception):
@@ -130,7 +134,8 @@ def _record(row: Any) -> RunRecord:
         tasks_done=int(metrics.get("tasks_done", 0)), sweep_id=r["sweep_id"], error=r["error"],
         created_at=r["created_at"], heartbeat_at=r["heartbeat_at"], started_at=r["started_at"],
         finished_at=r["finished_at"], device=r["device"], host=r["host"], pid=r["pid"], log_path=r["log_path"],
-        a_last_best_epoch=finite(metrics.get("A_last_best_epoch")), config=config,
+        a_last_best_epoch=finite(metrics.get("A_last_best_epoch")), config=config, a_auc=finite(metrics.get("A_auc")),
+        online=MappingProxyType({k: metrics[k] for k in ONLINE_KEYS if metrics.get(k) is not None}),
         topk=metrics.get("topk"), a_last_topk=finite(metrics.get("A_last_topk")),
         a_avg_topk=finite(metrics.get("A_avg_topk")), f_last_topk=finite(metrics.get("F_last_topk")),
         name=r["name"], tags=tuple(r["tags"] or ()), note=r["note"], overrides=MappingProxyType(dict(r["overrides"] or {})),
@@ -261,6 +266,30 @@ def memory_snapshots(run_id: int) -> list[MemorySnapshot]:
         return _snapshots(session, run_id)
 
 
+def _anytime(session: Session, run_id: int) -> list[AnytimeEval]:
+    return list(session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id)
+                             .order_by(col(AnytimeEval.samples))).all())
+
+
+def anytime_evals(run_id: int) -> list[AnytimeEval]:
+    """A task-free run's anytime evaluations, by samples seen."""
+    with reading() as session:
+        return _anytime(session, run_id)
+
+
+def anytime_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
+    """(samples seen, accuracy) of every anytime evaluation of the given runs (empty for a run with none)."""
+    run_ids = list(run_ids)
+    curves: dict[int, list[tuple[int, float]]] = {i: [] for i in run_ids}
+    with reading() as session:
+        rows = session.exec(select(AnytimeEval.run_id, AnytimeEval.samples, AnytimeEval.accuracy)
+                            .where(col(AnytimeEval.run_id).in_(run_ids))
+                            .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))).all()
+    for run_id, samples, accuracy in rows:
+        curves[run_id].append((samples, accuracy))
+    return curves
+
+
 def accuracy_curves(run_ids: Iterable[int]) -> dict[int, list[float]]:
     """The accuracy after each task of every given run (an empty list for a run with none)."""
     run_ids = list(run_ids)
@@ -295,6 +324,7 @@ def run_detail(run_id: int) -> dict[str, Any]:
         streams = _streams(session, run_id)
         snapshots = _snapshots(session, run_id)
         epochs = _epochs(session, run_id)
+        anytime = _anytime(session, run_id)
     order, names = run.class_order or [], run.class_names or []
     tasks = []
     for stream in streams:
@@ -307,6 +337,7 @@ def run_detail(run_id: int) -> dict[str, Any]:
             "major_names": [names[order[c]] for c in stream.major_classes] if order and names else None,
             "composition": stream.composition,
             "stream_hash": stream.stream_hash,
+            "first_appearances": stream.first_appearances,
             "accuracy": result.accuracy if result else None,
             "accuracy_row": result.accuracy_row if result else None,
             "class_accuracy": result.class_accuracy if result else None,
@@ -321,6 +352,9 @@ def run_detail(run_id: int) -> dict[str, Any]:
                     "size": sum(m.histogram), "info": m.info, "at": iso(m.created_at)} for m in snapshots],
         "epochs": epoch_json(epochs),
         "class_indexing": CLASS_INDEXING,
+        "anytime": [{"task": a.task, "samples": a.samples, "accuracy": a.accuracy, "n_classes": a.n_classes,
+                     **({"class_accuracy": a.class_accuracy} if a.class_accuracy is not None else {}),
+                     "seconds": a.seconds} for a in anytime],
         "class_order": run.class_order,
         "class_names": run.class_names,
         "pipeline": run.pipeline,
@@ -349,7 +383,7 @@ CLASS_INDEXING = {
 
 Mark = tuple[int, Optional[int]]  # (row count, newest row id) of one part of a run
 PARTS: dict[str, Any] = {"streams": TaskStream, "results": TaskResult, "memory": MemorySnapshot,
-                         "epochs": EpochMetric}
+                         "epochs": EpochMetric, "anytime": AnytimeEval}
 
 
 @dataclass(frozen=True)
@@ -368,6 +402,8 @@ class RunParts:
     memory: Optional[list[MemorySnapshot]]
     epochs: Optional[list[EpochMetric]] = None
     epochs_appended: bool = False  # True: `epochs` holds only the rows after the caller's marks
+    anytime: Optional[list[AnytimeEval]] = None
+
 
 def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
     """The run and the parts that changed since `marks` (all of them without marks), in one
@@ -402,4 +438,5 @@ def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
             streams=_streams(session, run_id) if stale["streams"] else None,
             results=_results(session, run_id) if stale["results"] else None,
             memory=_snapshots(session, run_id) if stale["memory"] else None,
-            epochs=epochs, epochs_appended=appended)
+            epochs=epochs, epochs_appended=appended,
+            anytime=_anytime(session, run_id) if stale["anytime"] else None)

@@ -106,6 +106,8 @@ class RunRecord:
     a_avg_topk: Optional[float] = None
     f_last_topk: Optional[float] = None
     a_last_best_epoch: Optional[float] = None  # the authors' test-selected figure, when recorded
+    a_auc: Optional[float] = None  # task-free runs: mean anytime accuracy (PROTOCOL §9.3)
+    online: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)  # compute-aware numbers
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)
     # what the user calls it
     name: Optional[str] = None
@@ -201,6 +203,9 @@ class RunRecord:
         if self.topk is not None:
             metrics.update(topk=self.topk, A_last_topk=self.a_last_topk, A_avg_topk=self.a_avg_topk,
                            F_last_topk=self.f_last_topk)
+        if self.a_auc is not None:
+            metrics["A_auc"] = self.a_auc
+        metrics.update(self.online)
         if self.tasks_done:  # stored with the first task's result
             metrics["tasks_done"] = self.tasks_done
             metrics["partial"] = self.partial  # true: the metrics are after task tasks_done of n_tasks

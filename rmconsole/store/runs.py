@@ -7,13 +7,17 @@ from __future__ import annotations
 import socket
 from typing import Any, Iterable, Optional
 
+from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from ..cl import metrics as M
+from ..cl import metrics_anytime as MA
 from .db import write
 from .queries import UnknownRun, _results
-from .tables import EpochMetric, MemorySnapshot, Run, TaskResult, TaskStream, utcnow
+from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, TaskResult, TaskStream, utcnow
 from .transitions import Lease, checked_run, new_token
+
+TASK_FREE_STREAMS = ("iblurry", "siblurry")
 
 
 def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str | None = None,
@@ -143,9 +147,11 @@ def record_start(run_id: int, plans: list[Any], class_order: list[int], class_na
             session.delete(old)
         session.flush()
         for p in plans:
+            first = getattr(p, "first_appearances", None)
             session.add(TaskStream(run_id=run_id, task=p.task, n_samples=p.n_samples,
                                    major_classes=p.major_classes, composition=p.composition,
-                                   stream_hash=p.stream_hash))
+                                   stream_hash=p.stream_hash,
+                                   first_appearances=[list(f) for f in first] if first is not None else None))
         run = session.get(Run, run_id)
         assert run is not None
         run.class_order, run.class_names, run.pipeline = class_order, class_names, pipeline
@@ -170,10 +176,9 @@ def record_task(run_id: int, outcome: Any, lease: Optional[Lease] = None,
                                topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None), seconds=outcome.seconds,
                                checkpoint_sha256=checkpoint_sha256))
         session.flush()
-        results = _results(session, run_id)
-        summary = summarize_results(results)
         run = session.get(Run, run_id)
         assert run is not None
+        summary = _summary(session, run, online=(outcome.extra or {}).get("online"))
         run.metrics = summary
         session.add(run)
         return summary
@@ -181,10 +186,13 @@ def record_task(run_id: int, outcome: Any, lease: Optional[Lease] = None,
     return write(apply)
 
 
-def summarize_results(results: list[TaskResult]) -> dict[str, Any]:
-    """A_last, A_avg, F_last (and the best-over-epochs A_last when recorded) from task rows."""
+def summarize_results(results: list[TaskResult], task_free: bool = False) -> dict[str, Any]:
+    """A_last, A_avg, F_last (and the best-over-epochs A_last when recorded) from task rows. A
+    task-free run's F_last is the follow-up's class-wise one (cl/metrics_anytime.py)."""
     summary: dict[str, Any] = M.summarize([r.accuracy for r in results], [r.accuracy_row for r in results])
     summary["tasks_done"] = len(results)
+    if task_free:
+        summary["F_last"] = MA.class_forgetting([r.class_accuracy for r in results])
     best = [r.best_epoch_accuracy for r in results]
     if results and all(b is not None for b in best):
         summary["A_last_best_epoch"] = best[-1]
@@ -193,6 +201,60 @@ def summarize_results(results: list[TaskResult]) -> dict[str, Any]:
         summary["topk"] = results[0].topk
         summary.update({f"{name}_topk": value for name, value in topk.items()})
     return summary
+
+
+# what a task-free run adds to its summary: the anytime metrics and its compute-aware numbers
+ONLINE_NUMBERS = ("train_seconds", "eval_seconds", "wall_seconds", "train_samples_per_s", "samples_seen", "samples_trained",
+                  "samples_skipped", "evaluations_per_s", "image_passes")
+
+
+def _summary(session: Session, run: Run, online: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's summary metrics from its task rows, its anytime rows and the loop's numbers."""
+    assert run.id is not None
+    results = _results(session, run.id)
+    task_free = (run.config or {}).get("stream") in TASK_FREE_STREAMS
+    summary = summarize_results(results, task_free)
+    summary.update(_anytime_summary(session, run.id))
+    previous = run.metrics or {}
+    for key in ONLINE_NUMBERS:  # the loop's latest figures (kept from the last report when none is given)
+        value = (online or {}).get(key, previous.get(key))
+        if value is not None:
+            summary[key] = value
+    return summary
+
+
+def _anytime_summary(session: Session, run_id: int) -> dict[str, Any]:
+    count, mean = session.exec(select(func.count(col(AnytimeEval.id)), func.avg(AnytimeEval.accuracy))
+                               .where(AnytimeEval.run_id == run_id)).one()
+    return {"A_auc": float(mean), "anytime_evals": int(count)} if count else {}
+
+
+def record_anytime(run_id: int, points: list[Any], lease: Optional[Lease] = None) -> dict[str, Any]:
+    """Commit anytime evaluations (one row each) and refresh the run's A_auc; returns the metrics.
+    A point already stored (same samples count: a resumed run re-evaluating) is replaced."""
+
+    def apply(session: Session) -> dict[str, Any]:
+        if lease is not None:
+            checked_run(session, run_id, lease)
+        samples = [p.samples for p in points]
+        for old in session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id,
+                                                          col(AnytimeEval.samples).in_(samples))).all():
+            session.delete(old)
+        session.flush()
+        for p in points:
+            session.add(AnytimeEval(run_id=run_id, task=p.task, samples=p.samples, accuracy=p.accuracy,
+                                    n_classes=p.n_classes, class_accuracy=p.class_accuracy, seconds=p.seconds))
+        session.flush()
+        run = session.get(Run, run_id)
+        if run is None:
+            raise UnknownRun(run_id)
+        metrics = dict(run.metrics or {})
+        metrics.update(_anytime_summary(session, run_id))
+        run.metrics = metrics
+        session.add(run)
+        return metrics
+
+    return write(apply)
 
 
 def record_memory(run_id: int, task: int, histogram: list[int], slots_per_class: int,
@@ -221,11 +283,14 @@ def delete_results_from(run_id: int, first_task: int, lease: Optional[Lease] = N
         for row in session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
                                                           EpochMetric.task >= first_task)).all():
             session.delete(row)
+        for row in session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id,
+                                                          AnytimeEval.task >= first_task)).all():
+            session.delete(row)
         session.flush()
         run = session.get(Run, run_id)
         if run is not None:  # the summary must not keep metrics of the dropped tasks
             results = _results(session, run_id)
-            run.metrics = summarize_results(results) if results else None
+            run.metrics = _summary(session, run) if results else None
             session.add(run)
 
     write(apply)

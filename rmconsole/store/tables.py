@@ -96,6 +96,8 @@ class TaskStream(SQLModel, table=True):
     major_classes: list[int] = Field(sa_column=Column(JSON, nullable=False))
     composition: list[int] = Field(sa_column=Column(JSON, nullable=False))
     stream_hash: str
+    # task-free streams: [label, position in the task's stream] of each class first seen in it
+    first_appearances: Optional[list[list[int]]] = Field(default=None, sa_column=Column(JSON))
 
 
 class TaskResult(SQLModel, table=True):
@@ -153,3 +155,19 @@ class EpochMetric(SQLModel, table=True):
     seconds: float
     samples_per_s: Optional[float] = None
     test_accuracy: Optional[float] = None  # percent, only when the run asks for it (eval_every_epoch)
+
+
+class AnytimeEval(SQLModel, table=True):
+    """One anytime evaluation of a task-free run (every `eval_period` streamed samples): the
+    accuracy on the classes exposed so far. A_auc is the mean of a run's rows."""
+
+    __table_args__ = (UniqueConstraint("run_id", "samples"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", index=True)
+    task: int
+    samples: int  # streamed samples so far
+    accuracy: float
+    n_classes: int  # classes exposed so far
+    class_accuracy: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
+    seconds: float = 0.0

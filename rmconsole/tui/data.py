@@ -107,6 +107,7 @@ class StreamTask:
     n_samples: int
     major_classes: tuple[int, ...]
     composition: tuple[int, ...]
+    first_appearances: tuple[tuple[int, int], ...] = ()  # task-free streams: (class, position) first seen here
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,16 @@ class EpochPoint:
 
 
 @dataclass(frozen=True)
+class AnytimePoint:
+    """One anytime evaluation of a task-free run: accuracy on the classes seen after `samples`."""
+
+    task: int
+    samples: int
+    accuracy: float
+    n_classes: int
+
+
+@dataclass(frozen=True)
 class RunView:
     """Everything the run screen draws, read in one session."""
 
@@ -164,10 +175,16 @@ class RunView:
     pipeline: tuple[str, ...]
     config: dict[str, Any] = field(compare=True, hash=False)
     epochs: tuple[EpochPoint, ...] = ()
+    anytime: tuple[AnytimePoint, ...] = ()
 
     @property
     def accuracy_matrix(self) -> list[list[Optional[float]]]:
         return [list(r.accuracy_row) for r in self.results]
+
+    @property
+    def task_free(self) -> bool:
+        """A run of the follow-up's task-free protocol (i-Blurry / Si-Blurry): anytime evaluation."""
+        return self.config.get("stream") in ("iblurry", "siblurry")
 
 
 def class_labels(class_order: Optional[list[int]], class_names: Optional[list[str]], n_classes: int) -> tuple[str, ...]:
@@ -205,7 +222,9 @@ class RunFeed:
         self._marks = parts.marks
         if parts.streams is not None:
             self._parts["streams"] = tuple(StreamTask(s.task, s.n_samples, tuple(s.major_classes),
-                                                      tuple(s.composition)) for s in parts.streams)
+                                                      tuple(s.composition),
+                                                      tuple((int(c), int(p)) for c, p in s.first_appearances or ()))
+                                           for s in parts.streams)
         if parts.results is not None:
             self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds)
                                            for r in parts.results)
@@ -215,6 +234,9 @@ class RunFeed:
             points = tuple(EpochPoint(e.task, e.phase, e.epoch, e.epochs, e.loss, e.lr, e.samples_per_s,
                                       e.test_accuracy) for e in parts.epochs)
             self._parts["epochs"] = self._parts.get("epochs", ()) + points if parts.epochs_appended else points
+        if parts.anytime is not None:
+            self._parts["anytime"] = tuple(AnytimePoint(a.task, a.samples, a.accuracy, a.n_classes)
+                                           for a in parts.anytime)
         streams = self._parts["streams"]
         n_classes = len(streams[0].composition) if streams else len(parts.class_order or [])
         return RunView(
@@ -227,6 +249,7 @@ class RunFeed:
             pipeline=parts.pipeline,
             config=dict(parts.record.config),
             epochs=self._parts.get("epochs", ()),
+            anytime=self._parts.get("anytime", ()),
         )
 
 

@@ -92,6 +92,12 @@ def _stream_counts(task: StreamTask, labels: tuple[str, ...], wide: bool) -> Tex
     n_minor_classes = sum(1 for c, n in enumerate(task.composition) if n and c not in task.major_classes)
     if wide and n_minor_classes:
         text.append(f" ({n_minor_classes} cls)", style="grey50")
+    if task.first_appearances:  # task-free streams: the classes that arrive for the first time here
+        text.append(f" ★{len(task.first_appearances)} new", style="bold yellow")
+        if wide:
+            shown = [f"{labels[c] if c < len(labels) else c}@{p + 1}" for c, p in task.first_appearances[:3]]
+            more = "…" if len(task.first_appearances) > 3 else ""
+            text.append(f" ({' '.join(shown)}{more})", style="yellow")
     return text
 
 
@@ -298,6 +304,10 @@ def metrics_line(row: RunRow) -> Text:
     from .. import paper
 
     text = Text()
+    if row.a_auc is not None:  # a task-free run: its anytime accuracy first
+        text.append("A_auc ", style="grey62")
+        text.append(fmt(row.a_auc), style="bold cyan")
+        text.append("   ")
     for name, value in (("A_last", row.a_last), ("A_avg", row.a_avg), ("F_last", row.f_last)):
         text.append(f"{name} ", style="grey62")
         text.append(fmt(value), style="bold")

@@ -15,7 +15,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..settings import MethodParams
-from .params import BiCParams, NewClassesParams, RegularisedParams, RwalkParams
+from .params import (
+    BiCParams, CLIBParams, EWCppParams, MIRParams, NewClassesParams, RegularisedParams, RMParams, RwalkParams, SCRParams,
+)
 
 if TYPE_CHECKING:
     from .base import Method, Setup, Task  # noqa: F401
@@ -24,19 +26,29 @@ if TYPE_CHECKING:
 class Entry(NamedTuple):
     implementation: str  # "module:Class" in this package
     params: type[MethodParams]  # its own hyper-parameters (the base class: none)
+    # the protocols it runs under: "task" (the RM paper's task-based schedule), "task-free" (the
+    # follow-up's i-Blurry / Si-Blurry streams, cl/online.py; the class has taskfree.TaskFree's
+    # hooks) or "both"
+    protocols: str = "task"
 
 
 REGISTRY: dict[str, Entry] = {
-    "rm": Entry("rm:RainbowMemory", MethodParams),
-    "finetune": Entry("finetune:Finetune", MethodParams),
-    "er": Entry("finetune:Finetune", MethodParams),  # experience replay: finetune with its memory
+    "rm": Entry("rm:RainbowMemory", RMParams, "both"),
+    "finetune": Entry("finetune:Finetune", MethodParams),  # the RM authors' baseline (random memory, shuffled in)
+    "er": Entry("er:ER", MethodParams, "both"),  # experience replay as the field means it (reservoir, half/half)
     "ewc": Entry("ewc:EWC", RegularisedParams),
     "rwalk": Entry("rwalk:Rwalk", RwalkParams),
     "icarl": Entry("icarl:ICaRL", NewClassesParams),
-    "gdumb": Entry("gdumb:GDumb", MethodParams),
+    "gdumb": Entry("gdumb:GDumb", MethodParams, "both"),
     "bic": Entry("bic:BiC", BiCParams),
     "bic_star": Entry("bic:BiCStar", BiCParams),
     "joint": Entry("joint:Joint", MethodParams),
+    # the follow-up's online methods (task-free streams only)
+    "ewcpp": Entry("ewcpp:EWCpp", EWCppParams, "task-free"),
+    "mir": Entry("mir:MIR", MIRParams, "task-free"),
+    "er_ace": Entry("er_ace:ERACE", MethodParams, "task-free"),
+    "scr": Entry("scr:SCR", SCRParams, "task-free"),
+    "clib": Entry("clib:CLIB", CLIBParams, "task-free"),
 }
 
 

@@ -58,3 +58,57 @@ class BiCParams(NewClassesParams):
         if settings.memory_size - held_out < n_classes:
             raise ValueError(f"bic_val_fraction={self.bic_val_fraction}: holding out {held_out} of memory_size="
                              f"{settings.memory_size} leaves fewer training slots than the {n_classes} classes")
+
+
+# ---------------------------------------------------------------------------- the follow-up's methods
+# (task-free streams: cl/online.py; PROTOCOL §9)
+
+RM_VARIANTS = ("paper", "iblurry")
+
+
+@dataclass(frozen=True)
+class RMParams(MethodParams):
+    """RM on the task-free streams: as its paper defines it, or as the follow-up ported it."""
+
+    rm_variant: Literal["paper", "iblurry"] = param(
+        "paper", "RM on task-free streams: paper (uncertainty memory, stream+memory batches, head kept) or iblurry "
+                 "(the follow-up's port: stream-only batches, class-balanced memory, head rebuilt at every new class)")
+
+    def check(self, settings: RunSettings, n_classes: int) -> None:
+        if self.rm_variant != "paper" and settings.stream not in ("iblurry", "siblurry"):
+            raise ValueError(f"rm_variant={self.rm_variant}: the follow-up's port runs on the task-free streams only "
+                             f"(stream=iblurry or siblurry), not stream={settings.stream}")
+
+
+@dataclass(frozen=True)
+class EWCppParams(MethodParams):
+    """EWC++ (Chaudhry et al. 2018) as the follow-up runs it: an online Fisher (EMA of squared
+    gradients) and one penalty slot refreshed at task ends."""
+
+    ewcpp_weight: float = param(100.0, "EWC++: penalty weight on sum F (theta - theta*)^2 (the follow-up's 100)", ge=0)
+    ewcpp_alpha: float = param(0.5, "EWC++: weight of the newest squared gradient in the Fisher EMA", gt=0, le=1)
+
+
+@dataclass(frozen=True)
+class MIRParams(MethodParams):
+    """MIR (Aljundi et al. 2019): how many memory candidates are scored per step."""
+
+    mir_candidates: int = param(50, "MIR: memory candidates scored by their loss increase per step", ge=1)
+
+
+@dataclass(frozen=True)
+class SCRParams(MethodParams):
+    """SCR (Mai et al. 2021): supervised contrastive replay and a nearest-class-mean classifier."""
+
+    scr_temperature: float = param(0.07, "SCR: temperature of the supervised contrastive loss", gt=0)
+    scr_projection: int = param(128, "SCR: output size of the projection head", ge=2)
+
+
+@dataclass(frozen=True)
+class CLIBParams(MethodParams):
+    """CLIB (Koh et al., ICLR 2022): sample-wise importance memory and the adaptive learning rate."""
+
+    imp_update_period: int = param(1, "CLIB: iterations between sample-wise importance updates (ImageNet 10)", ge=1)
+    lr_step: float = param(0.95, "CLIB: ratio of the low to the high learning rate", gt=0, lt=1)
+    lr_length: int = param(10, "CLIB: loss-decrease records per learning rate before the t-test", ge=2)
+    lr_period: int = param(10, "CLIB: importance updates between learning-rate switches", ge=1)

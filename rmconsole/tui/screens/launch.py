@@ -17,7 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
 
 from ...config import (
-    DEFAULT_PRESET, KEYS, ConfigError, load_config, overrides_of, preset_description, preset_names, read_preset,
+    DEFAULT_PRESET, KEYS, ConfigError, for_method, load_config, overrides_of, preset_description, preset_names, read_preset,
 )
 from ...store.records import RunRecord, format_value
 from ..console import Console
@@ -43,12 +43,14 @@ def preview(preset: str, overrides_text: str, seeds: str = "") -> tuple[dict[str
     if is_sweep(pairs, seeds):
         plan = plan_sweep(preset, pairs, seeds)
         axes = {k for k, v in plan.axes.items() if len(v) > 1}
+        from_preset = for_method(table, {"method": plan.configs[0].method})
         sources = {k: "sweep axis" if k in axes else "override" if k in overridden else
-                   "preset" if k in table else "default" for k in KEYS}
+                   "preset" if k in from_preset else "default" for k in KEYS}
         what = f"a sweep of {len(plan.configs)} runs ({plan.shape()}); the table shows its first run"
         return plan.configs[0].to_dict(), sources, what
     _, cfg = load_config(preset, pairs)
-    sources = {k: "override" if k in overridden else "preset" if k in table else "default" for k in KEYS}
+    from_preset = for_method(table, {"method": cfg.method})
+    sources = {k: "override" if k in overridden else "preset" if k in from_preset else "default" for k in KEYS}
     return cfg.to_dict(), sources, "one run"
 
 

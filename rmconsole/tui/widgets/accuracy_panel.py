@@ -1,4 +1,5 @@
-"""Accuracy panel: accuracy after each task (a chart), the accuracy matrix, A/F/I_last."""
+"""Accuracy panel: accuracy after each task (a chart), the accuracy matrix, A/F/I_last; for a
+task-free run the chart is the anytime accuracy against samples seen, drawn as it comes in."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..data import RunView
 from ..render import accuracy_matrix, metrics_line
 from . import css_beside
 from .accuracy_chart import AccuracyChart
+from .anytime_chart import AnytimeChart
 
 
 class AccuracyPanel(Vertical):
@@ -33,6 +35,7 @@ class AccuracyPanel(Vertical):
         yield Static(id="metrics")
         with Horizontal(id="accuracy-body"):
             yield AccuracyChart(id="accuracy-chart")
+            yield AnytimeChart(id="anytime-chart")
             yield Static(id="matrix")
 
     def on_resize(self) -> None:
@@ -44,7 +47,7 @@ class AccuracyPanel(Vertical):
             return ()
         row = self.view.row
         return (row.id, self.view.results, row.a_last, row.a_avg, row.f_last, row.i_last, row.i_last_differs,
-                row.a_last_topk, row.n_tasks, len(self.view.streams))
+                row.a_last_topk, row.n_tasks, len(self.view.streams), self.view.anytime, row.a_auc)
 
     def watch_drawn(self) -> None:
         view = self.view
@@ -54,5 +57,15 @@ class AccuracyPanel(Vertical):
         n_tasks = view.row.n_tasks or len(view.streams) or len(accs)
         self.query_one("#metrics", Static).update(metrics_line(view.row))
         chart = self.query_one(AccuracyChart)
-        chart.curves, chart.n_tasks = {f"run {view.row.id}": tuple(accs)}, n_tasks
+        anytime = self.query_one(AnytimeChart)
+        chart.display, anytime.display = not view.task_free, view.task_free
+        if view.task_free:  # the follow-up's figure: accuracy on the classes seen so far, every eval_period samples
+            ends, total = [], 0
+            for s in view.streams:
+                total += s.n_samples
+                ends.append(total)
+            anytime.points = tuple((p.samples, p.accuracy) for p in view.anytime)
+            anytime.total, anytime.boundaries = total, tuple(ends)
+        else:
+            chart.curves, chart.n_tasks = {f"run {view.row.id}": tuple(accs)}, n_tasks
         self.query_one("#matrix", Static).update(accuracy_matrix(view.accuracy_matrix, accs, n_tasks))

@@ -19,18 +19,19 @@ COLUMNS: tuple[tuple[str, str, int, str, int], ...] = (
     ("preset", "run", 22, "left", 1), ("method", "method", 8, "left", 3), ("K", "K", 4, "right", 7),
     ("seed", "seed", 4, "right", 6), ("changes", "changes", 10, "left", 4), ("progress", "progress", 16, "left", 2),
     ("speed", "samples/s", 9, "right", 9), ("A_last", "A_last", 10, "right", 1), ("F_last", "F_last", 6, "right", 5),
-    ("I_last", "I_last", 6, "right", 8),
+    ("I_last", "I_last", 6, "right", 8), ("A_auc", "A_auc", 6, "right", 8),
 )
 MAX_RUN_WIDTH = 40  # a longer run name is cut with an ellipsis (a preset name never is: they are shorter)
 
 
-def layout(width: int, run_width: int = 22) -> dict[str, int]:
+def layout(width: int, run_width: int = 22, anytime: bool = False) -> dict[str, int]:
     """The columns that fit `width` cells, by priority, with their widths. The run column (name,
     else preset) is as wide as its longest label (up to MAX_RUN_WIDTH), so a preset name a user
     types is never cut; the least important columns are dropped until the rest fit (each costs
-    its width + 2 of padding); what is left over widens the run column."""
+    its width + 2 of padding); what is left over widens the run column. `anytime`: a task-free
+    run is listed, so the A_auc column is wanted (a store of the RM paper's runs never shows it)."""
     run_width = max(6, min(run_width, MAX_RUN_WIDTH))
-    kept = list(COLUMNS)
+    kept = [c for c in COLUMNS if anytime or c[0] != "A_auc"]
 
     def need(cols: list[tuple[str, str, int, str, int]]) -> int:
         return sum((run_width if c[0] == "preset" else c[2]) + 2 for c in cols) + 2  # + the scrollbar
@@ -84,16 +85,19 @@ class RunsTable(DataTable):
     def on_resize(self) -> None:
         self._relayout()
 
+    def _anytime(self) -> bool:
+        return any(r.a_auc is not None for r in self.runs)
+
     def _run_width(self) -> int:
         return max((len(r.label) for r in self.runs), default=8)
 
     def _relayout(self) -> None:
-        if self.size.width and layout(self.size.width, self._run_width()) != self._widths:
+        if self.size.width and layout(self.size.width, self._run_width(), self._anytime()) != self._widths:
             self._layout(self.size.width)
 
     def _layout(self, width: int) -> None:
         """(Re)build the columns for this width: everything is drawn again from `runs`."""
-        self._widths = layout(width, self._run_width())
+        self._widths = layout(width, self._run_width(), self._anytime())
         keep = self.cursor_run_id
         self.clear(columns=True)
         self._cells.clear()
@@ -139,11 +143,12 @@ class RunsTable(DataTable):
                            style=partial or ("bold" if row.a_last is not None else "grey50")),
             "F_last": Text(fmt(row.f_last), justify="right", style=partial),  # (grey: A_last shows the @k/T)
             "I_last": Text(fmt(row.i_last) + ("*" if row.i_last_note else ""), justify="right"),
+            "A_auc": Text(fmt(row.a_auc), justify="right", style="bold cyan" if row.a_auc is not None else "grey50"),
         }
         return tuple(cells[key] for key, *_ in COLUMNS if key in self._widths)
 
     def watch_runs(self) -> None:
-        if self.is_mounted and self.size.width and layout(self.size.width, self._run_width()) != self._widths:
+        if self.is_mounted and self.size.width and layout(self.size.width, self._run_width(), self._anytime()) != self._widths:
             self._layout(self.size.width)  # (a longer run label arrived: it syncs too)
             return
         self._sync()

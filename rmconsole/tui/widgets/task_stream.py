@@ -90,6 +90,10 @@ class TaskStreamPanel(Widget):
         text.append("\nbars: major classes (colour, name:count) · ", style="grey50")
         text.append("█", style="grey50")
         text.append(" blurry minor samples · ░ not yet streamed", style="grey50")
+        if any(s.first_appearances for s in view.streams):
+            text.append(" · ", style="grey50")
+            text.append("★ new", style="bold yellow")
+            text.append(" classes first seen in the task (class@position)", style="grey50")
         if row.active and row.samples_per_s:
             text.append(f"\n{row.samples_per_s:,.0f} samples/s", style="bold")
             text.append(f" in {row.phase}", style="grey62")

@@ -1,0 +1,213 @@
+"""CLIB (Koh et al., ICLR 2022): sample-wise importance memory, memory-only training and an
+adaptive learning rate, as the follow-up's code runs it (PROTOCOL §9.4; its clib.py).
+
+Per streamed sample:
+1. the sample enters the memory first (K slots, all of them): a full memory counts its classes
+   (the incoming one + 1), takes the largest (ties: the earliest seen) and evicts that class's
+   sample of LOWEST importance H; a new entry's H is the mean H of its class's other samples
+   (alone in its class: 0 when appended, the whole memory's mean H when it replaces a slot);
+2. `online_iter` is added to an update budget; int(budget) iterations run, each on
+   min(|memory|, batch) memory samples drawn uniformly without replacement (no stream half),
+   re-augmented every iteration; then one adaptive-learning-rate call.
+Importance, after every `imp_update_period`-th iteration: the per-sample loss of the whole
+memory (clean images, eval mode) is recomputed; dL = mean over the slots that were neither
+replaced nor new of (L_now - L_prev); for B, the memory slots drawn into batches since the last
+update, H[B] <- H[B] - 0.1 (dL - mean(H[B]) / |B|) (the follow-up's code, literally: a falling
+loss raises the importance of the samples that were trained on).
+Adaptive lr: a high lr (lr) and a low one (`lr_step` x lr) alternate every `lr_period` ticks;
+from tick 20 on, each phase records the mean loss decrease over unreplaced slots since the last
+switch (last `lr_length` records per phase); once both phases have `lr_length` records, Welch's
+one-sided t-test (low decreases greater than high?) at 0.05 moves both rates down by `lr_step`
+(p < 0.05) or up (p > 0.95), clears the records and flips the phase. The lr is never reset on a
+new class, and a new class's head row starts with zero Adam moments (the others are kept).
+
+Deviations, named: an iteration needs two memory samples (batch norm), so the very first
+sample trains nothing; a mean over no unreplaced slot is taken as 0 (the follow-up's code would
+produce NaN there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor
+
+from .base import Method
+from .taskfree import TaskFree
+
+EMA_STEP = 0.1  # the follow-up's 1 - ema_ratio (0.9)
+SIGNIFICANCE = 0.05
+WARMUP_TICKS = 20
+
+
+def _mean(values: Tensor) -> float:
+    return float(values.mean()) if len(values) else 0.0
+
+
+class CLIB(TaskFree, Method):
+    name = "clib"
+    default_memory_policy = "reservoir"  # (its own rule below; the name is what the panel shows)
+    head_rule = "keep_moments"
+    full_capacity = True
+
+    def online_start(self) -> None:
+        super().online_start()
+        self.importance = torch.zeros(0, dtype=torch.float64)  # H per memory slot
+        self.loss = torch.zeros(0, dtype=torch.float64)  # per-slot loss at the last importance update
+        self.drawn: list[int] = []  # slots drawn into batches since the last importance update
+        self.replaced_since_update: list[int] = []
+        self.replaced_since_switch: list[int] = []
+        self.update_counter = 0
+        self.ticks = 0
+        self.prev_loss: Tensor | None = None
+        self.lr_is_high = True
+        self.high_lr, self.low_lr = self.cfg.lr, self.params.lr_step * self.cfg.lr  # type: ignore[attr-defined]
+        self.high_records: list[float] = []
+        self.low_records: list[float] = []
+        self.current_lr = self.cfg.lr
+
+    def step_lr(self) -> float:
+        return self.current_lr
+
+    # ------------------------------------------------------------------ per sample
+
+    def online_observe(self, index: int, label: int) -> None:
+        self.store(index, label)
+        self.num_updates += self.cfg.online_iter
+        if self.num_updates >= 1:
+            iterations = int(self.num_updates)
+            for _ in range(iterations):
+                self.iteration()
+            self.num_updates -= iterations
+            self.adapt_lr()
+
+    def store(self, index: int, label: int) -> None:
+        """Step 1: the sample enters; the largest class loses its least important sample."""
+        mem = self.memory
+        if not mem.full:
+            position = mem.append(index, label)
+            mine = torch.tensor(mem.by_class[label][:-1], dtype=torch.long)
+            h = _mean(self.importance[mine]) if len(mine) else 0.0
+            self.importance = torch.cat([self.importance, torch.tensor([h], dtype=torch.float64)])
+        else:
+            candidates = mem.by_class[mem.largest_class(label)]
+            scores = self.importance[torch.tensor(candidates, dtype=torch.long)]
+            position = candidates[int(torch.argmin(scores))]  # first of the lowest, in insertion order
+            whole = _mean(self.importance)
+            mem.put(position, index, label)
+            mine = torch.tensor(mem.by_class[label][:-1], dtype=torch.long)
+            self.importance[position] = _mean(self.importance[mine]) if len(mine) else whole
+        mem.seen += 1
+        self.replaced_since_update.append(position)
+        self.replaced_since_switch.append(position)
+
+    def iteration(self) -> None:
+        """Step 2: one step on memory samples only, then (every period) the importance update."""
+        slots = self.memory.draw(self.cfg.batch_size, self.gen)
+        if len(slots) >= 2:
+            self.drawn.extend(slots.tolist())
+            self.train_batches([self.memory.indices[slots]])
+        self.update_counter += 1
+        if self.update_counter % self.params.imp_update_period == 0:  # type: ignore[attr-defined]
+            self.update_importance()
+
+    @torch.no_grad()
+    def memory_losses(self) -> Tensor:
+        """Per-slot cross-entropy of the whole memory, clean images, eval mode (batches of 512)."""
+        self.model.eval()
+        out = []
+        for chunk in self.memory.indices.split(512):
+            x = self.accel.prepare(self.setup.augmenter.test(self.images_of(chunk)))
+            out.append(nnf.cross_entropy(self.mask_unseen(self.model(x)).float(), self.labels_of(chunk),
+                                         reduction="none").double().cpu())
+        self.cost += len(self.memory)
+        return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
+
+    def update_importance(self) -> None:
+        if len(self.memory) == 0:
+            return
+        loss = self.memory_losses()
+        prev = self.loss
+        if len(prev):
+            keep = torch.ones(len(loss), dtype=torch.bool)
+            gone = [p for p in self.replaced_since_update if p < len(loss)]
+            keep[gone] = False
+            delta = _mean((loss[:len(prev)] - prev)[keep[:len(prev)]])
+        else:
+            delta = 0.0
+        if self.drawn:  # (a slot drawn twice counts twice in the mean and |B|, once in the update)
+            b = torch.tensor(self.drawn, dtype=torch.long)
+            difference = delta - float(self.importance[b].mean()) / len(b)
+            unique = b.unique()
+            self.importance[unique] = self.importance[unique] - EMA_STEP * difference
+        self.drawn = []
+        self.replaced_since_update = []
+        self.loss = loss
+
+    # ------------------------------------------------------------------ the adaptive learning rate
+
+    def _set_lr(self, lr: float) -> None:
+        self.current_lr = lr
+
+    def adapt_lr(self) -> None:
+        period = self.params.imp_update_period  # type: ignore[attr-defined]
+        if self.update_counter % period:
+            return
+        self.ticks += 1
+        if self.ticks % self.params.lr_period:  # type: ignore[attr-defined]
+            return
+        keep = torch.ones(len(self.loss), dtype=torch.bool)
+        keep[[p for p in self.replaced_since_switch if p < len(self.loss)]] = False
+        records = self.high_records if self.lr_is_high else self.low_records
+        if self.prev_loss is not None and self.ticks > WARMUP_TICKS:
+            n = len(self.prev_loss)
+            records.append(_mean((self.prev_loss - self.loss[:n])[keep[:n]]))
+            if len(records) > self.params.lr_length:  # type: ignore[attr-defined]
+                del records[0]
+        self.prev_loss = self.loss.clone()
+        self.lr_is_high = not self.lr_is_high
+        self._set_lr(self.high_lr if self.lr_is_high else self.low_lr)
+        self.replaced_since_switch = []
+        length = self.params.lr_length  # type: ignore[attr-defined]
+        if len(self.high_records) == len(self.low_records) >= length:
+            p = welch_greater(self.low_records, self.high_records)
+            if p < SIGNIFICANCE or p > 1 - SIGNIFICANCE:
+                if p < SIGNIFICANCE:  # the low lr decreases the loss more: both go down
+                    self.high_lr, self.low_lr = self.low_lr, self.low_lr * self.params.lr_step  # type: ignore[attr-defined]
+                else:  # the high lr does better: both go up
+                    self.low_lr, self.high_lr = self.high_lr, self.high_lr / self.params.lr_step  # type: ignore[attr-defined]
+                self.high_records, self.low_records = [], []
+                self.lr_is_high = not self.lr_is_high
+                self._set_lr(self.high_lr if self.lr_is_high else self.low_lr)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.task_free:
+            state["clib"] = {
+                "importance": self.importance, "loss": self.loss, "drawn": list(self.drawn),
+                "replaced_since_update": list(self.replaced_since_update),
+                "replaced_since_switch": list(self.replaced_since_switch), "update_counter": self.update_counter,
+                "ticks": self.ticks, "prev_loss": self.prev_loss, "lr_is_high": self.lr_is_high,
+                "high_lr": self.high_lr, "low_lr": self.low_lr, "high_records": list(self.high_records),
+                "low_records": list(self.low_records), "current_lr": self.current_lr}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        saved = state.get("clib")
+        if saved is not None:
+            for key, value in saved.items():
+                setattr(self, key, list(value) if isinstance(value, list) else value)
+
+
+def welch_greater(a: list[float], b: list[float]) -> float:
+    """p-value of Welch's one-sided t-test that mean(a) > mean(b) (scipy's ttest_ind)."""
+    from scipy.stats import ttest_ind
+
+    result = ttest_ind(a, b, equal_var=False, alternative="greater")
+    p = float(result.pvalue)
+    return 0.5 if p != p else p  # identical constant records give NaN: no evidence either way

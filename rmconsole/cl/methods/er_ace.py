@@ -1,0 +1,42 @@
+"""ER-ACE (Caccia et al., ICLR 2022): experience replay with an asymmetric cross-entropy.
+
+The incoming (stream) samples are scored only against the classes present among them: the
+other logits are masked, so learning the new data never pushes old classes' logits down (the
+abrupt representation change at a new class's arrival that ER suffers). The replayed memory
+samples get the ordinary cross-entropy over every class seen so far. Loss = the two summed
+(Caccia et al.'s ER-AML/ACE form). Batches and memory are the follow-up's ER (taskfree.py).
+
+CutMix is not applied: mixing stream and memory images would mix the two losses the method
+keeps apart (the run's other augmentations still apply).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor
+
+from .base import Method
+from .taskfree import TaskFree
+
+
+def asymmetric_cross_entropy(logits: Tensor, y: Tensor, n_stream: int, seen: Tensor) -> Tensor:
+    """CE of the first `n_stream` rows over the classes present in them, plus CE of the rest
+    (memory) over the `seen` classes."""
+    fill = torch.finfo(logits.dtype).min
+    present = torch.zeros(logits.shape[1], dtype=torch.bool, device=logits.device)
+    present[y[:n_stream]] = True
+    loss = nnf.cross_entropy(logits[:n_stream].masked_fill(~present, fill), y[:n_stream])
+    if n_stream < len(y):
+        loss = loss + nnf.cross_entropy(logits[n_stream:].masked_fill(~seen, fill), y[n_stream:])
+    return loss
+
+
+class ERACE(TaskFree, Method):
+    name = "er_ace"
+    default_memory_policy = "reservoir"
+    graphable_step = False
+
+    def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        n_stream = self.stream_count if self.stream_count is not None else len(y)
+        return asymmetric_cross_entropy(self.model(x), y, n_stream, self.seen)

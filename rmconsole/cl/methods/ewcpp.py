@@ -1,0 +1,84 @@
+"""EWC++ (Chaudhry et al., ECCV 2018) as the follow-up runs it on task-free streams
+(PROTOCOL §9.5; its ewc.py).
+
+What differs from ER (everything else is the follow-up's ER: batches, reservoir memory):
+- an online Fisher: after every optimiser step, F <- (1 - alpha) F + alpha g^2 from the step's
+  gradient g (the first step of a parameter sets F = g^2), alpha = `ewcpp_alpha` (0.5);
+- at each task boundary (the protocol gives EWC++ one), theta* and F are snapshotted into the
+  one penalty slot (the newest replaces the previous: EWC++'s online regulariser);
+- from then on the loss gets `ewcpp_weight` x sum F* (theta - theta*)^2 (100; the follow-up's
+  form, without 1/2), over every parameter but the classifier head, so task 0 has no penalty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .base import Method, Task
+from .taskfree import TaskFree
+
+
+class EWCpp(TaskFree, Method):
+    name = "ewcpp"
+    default_memory_policy = "reservoir"
+    graphable_step = False
+
+    def online_start(self) -> None:
+        super().online_start()
+        self.penalised = [p for n, p in self.model.named_parameters() if not n.startswith("fc.")]
+        self.fisher = [torch.zeros_like(p) for p in self.penalised]
+        self.started = [False] * len(self.penalised)  # a parameter's first gradient sets F = g^2
+        self.anchor: list[Tensor] | None = None  # theta* at the last task boundary
+        self.importance: list[Tensor] | None = None  # F at the last task boundary
+
+    def penalty(self) -> Tensor:
+        """weight x sum F* (theta - theta*)^2 over the penalised parameters (0 before a boundary)."""
+        if self.anchor is None or self.importance is None:
+            return torch.zeros((), device=self.device)
+        total = sum((f * (p - a).pow(2)).sum() for p, a, f in zip(self.penalised, self.anchor, self.importance))
+        return self.params.ewcpp_weight * total  # type: ignore[attr-defined, return-value]
+
+    def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        loss = super().step_loss(x, y)
+        return loss + self.penalty() if self.anchor is not None else loss
+
+    @torch.no_grad()
+    def after_step(self) -> None:
+        alpha = self.params.ewcpp_alpha  # type: ignore[attr-defined]
+        for i, (p, f) in enumerate(zip(self.penalised, self.fisher)):
+            if p.grad is None or not torch.isfinite(p.grad).all():
+                continue
+            if self.started[i]:
+                f.mul_(1 - alpha).add_(p.grad.pow(2), alpha=alpha)
+            else:
+                f.copy_(p.grad.pow(2))
+                self.started[i] = True
+
+    def online_task_end(self, task: Task) -> None:
+        self.anchor = [p.detach().clone() for p in self.penalised]
+        self.importance = [f.clone() for f in self.fisher]
+        mean = float(sum(f.sum() for f in self.fisher) / sum(f.numel() for f in self.fisher))
+        self.report.log(f"task {task.index + 1}: EWC++ snapshot (theta*, F), mean F {mean:.3g}; penalty weight "
+                        f"{self.params.ewcpp_weight:g}")  # type: ignore[attr-defined]
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.task_free:
+            state["ewcpp"] = {"fisher": [f.cpu() for f in self.fisher], "started": list(self.started),
+                              "anchor": None if self.anchor is None else [a.cpu() for a in self.anchor],
+                              "importance": None if self.importance is None else [f.cpu() for f in self.importance]}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        saved = state.get("ewcpp")
+        if saved is None:
+            return
+        for f, s in zip(self.fisher, saved["fisher"]):
+            f.copy_(s)
+        self.started = list(saved["started"])
+        self.anchor = None if saved["anchor"] is None else [a.to(self.device) for a in saved["anchor"]]
+        self.importance = None if saved["importance"] is None else [f.to(self.device) for f in saved["importance"]]

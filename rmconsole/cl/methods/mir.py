@@ -1,0 +1,69 @@
+"""MIR: maximally interfered retrieval (Aljundi et al., NeurIPS 2019), as the follow-up runs it
+(PROTOCOL §9.5; its mir.py).
+
+What differs from ER: the memory half of a batch is not drawn at random. Each iteration
+
+1. takes the gradient g of the loss on the (augmented) stream batch (on copies of the batch-norm
+   statistics: the look-ahead does not move them; the follow-up's code lets it),
+2. makes a virtual SGD step theta' = theta - lr g (lr: the step's learning rate),
+3. scores min(`mir_candidates`, |memory|) random memory samples (clean images, the model in
+   eval mode so batch-norm statistics stay as they are) by how much their loss would rise,
+   CE(theta') - CE(theta), and
+4. trains on the stream batch plus the batch/2 candidates with the largest rise.
+
+The memory is the reservoir. Cost: one extra forward/backward on the stream batch and two
+forwards of the candidates per iteration.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor
+from torch.func import functional_call
+
+from .base import Method
+from .taskfree import TaskFree
+
+
+class MIR(TaskFree, Method):
+    name = "mir"
+    default_memory_policy = "reservoir"
+
+    def online_train(self, stream: Tensor, iterations: int) -> None:
+        aug = self.setup.augmenter
+        n_memory = self.cfg.batch_size - len(stream)
+        for _ in range(iterations):
+            if len(self.memory) == 0 or n_memory <= 0:
+                self.train_batches([stream], [len(stream)])
+                continue
+            x_s = self.accel.prepare(aug.train(self.images_of(stream)))
+            y_s = self.labels_of(stream)
+            chosen = self.retrieve(x_s, y_s, self.memory_draw(self.params.mir_candidates), n_memory)  # type: ignore[attr-defined]
+            x_m = self.accel.prepare(aug.train(self.images_of(chosen)))
+            self.model.train()
+            self.step_on(torch.cat([x_s, x_m]), torch.cat([y_s, self.labels_of(chosen)]), len(stream))
+
+    def retrieve(self, x_s: Tensor, y_s: Tensor, candidates: Tensor, k: int) -> Tensor:
+        """The k candidates (train indices) whose loss rises most under a virtual SGD step on (x_s, y_s)."""
+        if len(candidates) <= k:
+            return candidates
+        self.model.train()
+        names, params = zip(*[(n, p) for n, p in self.model.named_parameters() if p.requires_grad])
+        buffers = {n: b.clone() for n, b in self.model.named_buffers()}  # the look-ahead leaves batch-norm statistics alone
+        logits = functional_call(self.model, {**dict(zip(names, params)), **buffers}, (x_s,))
+        loss = nnf.cross_entropy(self.mask_unseen(logits), y_s)
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        lr = self.step_lr()
+        virtual = {n: (p - lr * g if g is not None else p).detach() for n, p, g in zip(names, params, grads)}
+        virtual.update({n: b for n, b in self.model.named_buffers()})
+        x_c = self.accel.prepare(self.setup.augmenter.test(self.images_of(candidates)))
+        y_c = self.labels_of(candidates)
+        self.model.eval()
+        with torch.no_grad():
+            before = nnf.cross_entropy(self.mask_unseen(self.model(x_c)), y_c, reduction="none")
+            after = nnf.cross_entropy(self.mask_unseen(functional_call(self.model, virtual, (x_c,))), y_c,
+                                      reduction="none")
+        self.model.train()
+        self.cost += 3 * len(x_s) + 2 * len(x_c)
+        return candidates[torch.argsort(after - before, descending=True, stable=True)[:k]]

@@ -1,0 +1,101 @@
+"""SCR: supervised contrastive replay (Mai et al., CVPR-W 2021).
+
+What differs from ER:
+- the loss is the supervised contrastive loss (Khosla et al. 2020) on the stream + memory
+  batch seen twice (two independent augmentations of each sample), over L2-normalised outputs
+  of a projection head (feature_dim -> feature_dim -> `scr_projection`, ReLU between) on the
+  backbone's features, temperature `scr_temperature`; the classifier head is not trained;
+- predictions come from the nearest class mean (NCM): the mean L2-normalised feature of each
+  class's memory samples (clean images), nearest by cosine; a class with no memory sample
+  cannot be predicted.
+Batches and the reservoir memory are the follow-up's ER's. The run's augmentations make the two
+views (SCR's own recipe uses resized crops, flips, colour jitter and greyscale); CutMix is not
+applied (the contrastive loss pairs views by label).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as nnf
+from torch import Tensor, nn
+
+from .base import Method
+from .taskfree import TaskFree
+
+
+def supervised_contrastive_loss(z: Tensor, y: Tensor, temperature: float) -> Tensor:
+    """Khosla et al.'s L^sup_out on L2-normalised embeddings z (N, d): for each anchor, the mean
+    over its positives (same label, not itself) of -log softmax over all other samples."""
+    sim = z @ z.T / temperature
+    n = len(y)
+    self_mask = torch.eye(n, dtype=torch.bool, device=z.device)
+    sim = sim.masked_fill(self_mask, float("-inf"))
+    log_prob = sim - torch.logsumexp(sim, dim=1, keepdim=True)
+    positives = (y[:, None] == y[None, :]) & ~self_mask
+    counts = positives.sum(1)
+    has = counts > 0
+    per_anchor = -(log_prob.masked_fill(~positives, 0.0).sum(1)[has] / counts[has])
+    return per_anchor.mean() if bool(has.any()) else sim.new_zeros(())
+
+
+class SCR(TaskFree, Method):
+    name = "scr"
+    default_memory_policy = "reservoir"
+    graphable_step = False
+
+    def __init__(self, setup: Any) -> None:
+        super().__init__(setup)
+        d = self.model.feature_dim
+        self.projection = nn.Sequential(nn.Linear(d, d), nn.ReLU(inplace=True),
+                                        nn.Linear(d, self.params.scr_projection)).to(self.device)  # type: ignore[attr-defined]
+        self._means: tuple[Any, Tensor, Tensor] | None = None  # (key, classes, normalised means)
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        optimizer = super().make_optimizer()
+        if self.task_free:  # the projection head learns too; the unused classifier head does not
+            optimizer.add_param_group({"params": list(self.projection.parameters())})
+        return optimizer
+
+    def online_train(self, stream: Tensor, iterations: int) -> None:
+        n_memory = self.cfg.batch_size - len(stream)
+        batches = []
+        for _ in range(iterations):
+            batch = torch.cat([stream, self.memory_draw(n_memory)])
+            batches.append(torch.cat([batch, batch]))  # two views: each image is augmented on its own
+        self.train_batches(batches)
+
+    def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        z = nnf.normalize(self.projection(self.model.features(x)), dim=1)
+        return supervised_contrastive_loss(z, y, self.params.scr_temperature)  # type: ignore[attr-defined]
+
+    def head_takes(self, label: int) -> None:
+        """No classifier head to extend (NCM)."""
+
+    def class_means(self) -> tuple[Tensor, Tensor]:
+        """(classes, their normalised mean memory feature), recomputed when the model or memory moved."""
+        key = (self.online_steps, self.memory.seen, len(self.memory))
+        if self._means is None or self._means[0] != key:
+            feats = nnf.normalize(self.features_of(self.memory.indices).float(), dim=1)
+            labels = self.memory.labels.to(feats.device)
+            classes = labels.unique()
+            means = torch.stack([feats[labels == c].mean(0) for c in classes]) if len(classes) else feats[:0]
+            self._means = (key, classes, nnf.normalize(means, dim=1))
+        return self._means[1], self._means[2]
+
+    @torch.inference_mode()
+    def predict(self, x: Tensor) -> Tensor:
+        classes, means = self.class_means()
+        self.model.eval()
+        feats = nnf.normalize(self.model.features(x).float(), dim=1)
+        if len(classes) == 0:
+            return torch.zeros(len(x), dtype=torch.long, device=x.device)
+        return classes[(feats @ means.T).argmax(1)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "projection": self.projection.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.projection.load_state_dict(state["projection"])
+        super().load_state_dict(state)

@@ -1,0 +1,261 @@
+"""`TaskFree`: the hooks of the follow-up's task-free protocol (cl/online.py), with the
+follow-up's experience replay as their defaults (PROTOCOL §9.2).
+
+A method that runs on the i-Blurry / Si-Blurry streams lists this mixin before `Method`
+(`class ER(TaskFree, Method)`) and overrides what makes it different. The driver calls, in
+stream order:
+
+    online_start()              once, before the first sample (and before a resume's restore)
+    online_task_start(task)     at a task boundary, for methods the protocol gives one to
+    online_new_class(label)     the first sample of a class arrives (labels by first appearance)
+    online_observe(index, y)    every streamed sample the learner receives
+    online_before_eval()        before each anytime evaluation (GDumb trains here)
+    online_task_end(task)       at a task boundary (EWC++, RM use it; ER and CLIB do nothing)
+
+The defaults are the follow-up's ER: a streamed sample joins a temp batch of batch_size/2 and
+adds `online_iter` to a budget of updates; when the temp batch is full, int(budget) iterations
+run, each on the whole temp batch (re-augmented) plus min(|memory|, batch_size/2) memory
+samples drawn uniformly without replacement, the fraction of the budget carries over, and
+then each temp sample is offered to the reservoir memory (capacity K - batch_size/2, as the
+follow-up's code keeps K for memory + temp batch). A new class's head row and the head's bias
+are re-initialised and the head's optimiser state dropped, as the follow-up rebuilds its fc;
+with `schedule = exp_reset` the learning rate is multiplied by `lr_gamma` after every step
+and returns to `lr` when a new class arrives.
+
+Building blocks: `train_batches` (augments the batches of several iterations in one batched
+call, then one `train.train_step` per batch), `memory_draw`, `online_optimizer`, `cost` (image
+passes the learner has spent: forward 1 + backward 2 per image, for `compute_budget`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from .. import train
+from ..accel import train_chunk
+from ..graphs import graph_ready_optimizer, set_lr
+from ..learner import Task
+from ..memory import slots_per_class
+from ..online_memory import OnlineMemory
+from ..schedule import epoch_lr
+
+TASK_FREE_STREAMS = ("iblurry", "siblurry")
+HEAD_RULES = ("extend", "keep_moments", "rebuild")
+
+
+class TaskFree:
+    """Mixin: the task-free hooks. `self` is also a `Method` (listed after this class)."""
+
+    # How the head takes a new class: "extend" (the follow-up's ER: new row and the bias
+    # re-initialised, the head's optimiser state dropped), "keep_moments" (its CLIB: as extend,
+    # but Adam's moments are kept, the new row's zeroed), "rebuild" (its RM port: a new head
+    # and a new optimiser).
+    head_rule: ClassVar[str] = "extend"
+    full_capacity: ClassVar[bool] = False  # True: the memory holds K (CLIB, GDumb), else K - temp batch
+
+    # ------------------------------------------------------------------ set-up
+
+    @property
+    def task_free(self) -> bool:
+        return self.cfg.stream in TASK_FREE_STREAMS  # type: ignore[attr-defined]
+
+    @property
+    def uses_graphs(self) -> bool:
+        # a task-free step changes the head, the lr and the optimiser state between steps
+        return False if self.task_free else super().uses_graphs  # type: ignore[misc]
+
+    @property
+    def temp_batch_size(self) -> int:
+        return max(1, self.cfg.batch_size // 2)  # type: ignore[attr-defined]
+
+    @property
+    def online_capacity(self) -> int:
+        k = self.cfg.memory_size  # type: ignore[attr-defined]
+        return k if self.full_capacity else max(1, k - self.temp_batch_size)
+
+    def online_start(self) -> None:
+        """Before the first sample: the memory, the optimiser and the online state."""
+        self.memory = OnlineMemory(self.online_capacity)
+        self.optimizer = self.make_optimizer()
+        self.temp: list[int] = []
+        self.temp_labels: list[int] = []
+        self.num_updates = 0.0
+        self.lr_steps = 0  # optimiser steps since the learning rate was last reset (exp_reset)
+        self.online_steps = 0
+        self.cost = 0.0  # image passes spent (forward 1 + backward 2 per trained image)
+        self.sample_rng = random.Random(self.cfg.seed + 3)  # per-sample memory decisions
+        self.stream_count: int | None = None  # stream samples at the head of the current batch
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """Task-free runs: the run's `optimizer` (the follow-up's Adam, or Nesterov SGD)."""
+        if not self.task_free:
+            return super().make_optimizer()  # type: ignore[misc]
+        params = [p for name, p in self.model.named_parameters()  # type: ignore[attr-defined]
+                  if self.cfg.train_head or not name.startswith("fc.")]
+        fused = self.device.type in ("cuda", "cpu")  # type: ignore[attr-defined]
+        if self.cfg.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=fused)
+        optimizer = torch.optim.SGD(params, lr=self.cfg.lr, momentum=0.9, nesterov=True,
+                                    weight_decay=self.cfg.weight_decay, fused=fused)
+        return graph_ready_optimizer(optimizer) if self.uses_graphs else optimizer
+
+    # ------------------------------------------------------------------ the hooks
+
+    def online_task_start(self, task: Task) -> None:
+        """A task boundary (only methods that use one act on it)."""
+
+    def online_task_end(self, task: Task) -> None:
+        """A task boundary: ER and CLIB do nothing here (PROTOCOL §9.2)."""
+
+    def online_before_eval(self) -> None:
+        """Before an anytime evaluation."""
+
+    def online_new_class(self, label: int) -> None:
+        """The first sample of class `label` arrived: expose it and give the head its row."""
+        self.seen[label] = True  # type: ignore[attr-defined]
+        self.head_takes(label)
+        if self.cfg.schedule == "exp_reset":
+            self.lr_steps = 0
+
+    def online_observe(self, index: int, label: int) -> None:
+        """ER: the temp batch, `online_iter` updates per sample, then the reservoir."""
+        self.temp.append(index)
+        self.temp_labels.append(label)
+        self.num_updates += self.cfg.online_iter
+        if len(self.temp) >= self.temp_batch_size:
+            iterations = int(self.num_updates)
+            self.online_train(torch.tensor(self.temp, dtype=torch.long), iterations)
+            for i, y in zip(self.temp, self.temp_labels):
+                self.online_store(i, y)
+            self.temp, self.temp_labels = [], []
+            self.num_updates -= iterations
+
+    def online_train(self, stream: Tensor, iterations: int) -> None:
+        """`iterations` steps, each on the stream batch plus a fresh memory draw."""
+        n_memory = self.cfg.batch_size - len(stream)
+        batches = [torch.cat([stream, self.memory_draw(n_memory)]) for _ in range(iterations)]
+        self.train_batches(batches, [len(stream)] * iterations)
+
+    def online_store(self, index: int, label: int) -> None:
+        """ER's memory: reservoir sampling."""
+        self.memory.reservoir(index, label, self.sample_rng)
+
+    # ------------------------------------------------------------------ building blocks
+
+    def memory_draw(self, n: int) -> Tensor:
+        """Train indices of min(n, |memory|) memory samples, uniform without replacement."""
+        if n <= 0 or len(self.memory) == 0:
+            return torch.empty(0, dtype=torch.long)
+        return self.memory.indices[self.memory.draw(n, self.gen)]  # type: ignore[attr-defined]
+
+    def step_lr(self) -> float:
+        if self.cfg.schedule == "exp_reset":
+            return self.cfg.lr * self.cfg.lr_gamma ** self.lr_steps
+        return self.cfg.lr
+
+    def train_batches(self, batches: list[Tensor], stream_counts: list[int] | None = None,
+                      lr: float | None = None) -> None:
+        """One optimiser step per index batch. The batches' images are taken and augmented in a
+        few batched calls (every sample its own draw), each step is `train.train_step`; the
+        learning rate is the schedule's (`step_lr`, advanced per step) unless `lr` is given.
+        A batch of fewer than two samples is skipped (batch norm needs two)."""
+        kept = [(b, n) for b, n in zip(batches, stream_counts or [None] * len(batches)) if len(b) >= 2]
+        if not kept:
+            return
+        data = self.setup.data  # type: ignore[attr-defined]
+        chunk_images = train_chunk(data.image_shape, max(len(b) for b, _ in kept))
+        start = 0
+        while start < len(kept):
+            group, size = [], 0
+            while start < len(kept) and (not group or size + len(kept[start][0]) <= chunk_images):
+                group.append(kept[start])
+                size += len(kept[start][0])
+                start += 1
+            flat = torch.cat([b for b, _ in group])
+            images = self.accel.prepare(self.setup.augmenter.train(self.images_of(flat)))  # type: ignore[attr-defined]
+            labels = self.labels_of(flat)  # type: ignore[attr-defined]
+            sizes = [len(b) for b, _ in group]
+            self.model.train()  # type: ignore[attr-defined]
+            for x, y, (_, n_stream) in zip(images.split(sizes), labels.split(sizes), group):
+                self.step_on(x, y, n_stream, lr)
+
+    def step_on(self, x: Tensor, y: Tensor, n_stream: int | None = None, lr: float | None = None) -> None:
+        """One optimiser step (`train.train_step`) on augmented images, at the schedule's learning
+        rate (advanced) or at `lr`; `n_stream`: how many of them are stream samples (ER-ACE)."""
+        set_lr(self.optimizer, self.step_lr() if lr is None else lr)  # type: ignore[arg-type]
+        self.stream_count = n_stream
+        train.train_step(self, x, y, 1.0)  # type: ignore[arg-type]
+        if lr is None:
+            self.lr_steps += 1
+        self.online_steps += 1
+        self.cost += 3 * len(x)
+
+    def memory_epochs(self, task: Task, epochs: int, batch_size: int) -> None:
+        """`epochs` passes over the memory alone (RM's and GDumb's training): epoch 0 at 0.1 x lr,
+        then cosine warm restarts down to 0.01 x lr (PROTOCOL §5, §9.5)."""
+        if epochs <= 0 or len(self.memory) < 2:
+            return
+        per_epoch = len(self.memory)
+        self.report.phase(task.index, "memory", per_epoch * epochs)  # type: ignore[attr-defined]
+        for epoch in range(epochs):
+            batches = self.shuffled_batches(self.memory.indices, batch_size)  # type: ignore[attr-defined]
+            self.train_batches(batches, lr=epoch_lr(epoch, self.cfg.lr, "cosine"))
+            self.report.advance(per_epoch)  # type: ignore[attr-defined]
+
+    def head_takes(self, label: int) -> None:
+        """The head's share of a new class, by `head_rule` (see the class variable)."""
+        fc = self.model.fc  # type: ignore[attr-defined]
+        if self.head_rule == "rebuild":
+            self.model.fc = torch.nn.Linear(fc.in_features, fc.out_features).to(fc.weight.device)  # type: ignore[attr-defined]
+            self.optimizer = self.make_optimizer()
+            return
+        bound = 1.0 / math.sqrt(fc.in_features)  # nn.Linear's own initialisation
+        with torch.no_grad():
+            fc.weight[label].uniform_(-bound, bound)
+            fc.bias.uniform_(-bound, bound)
+        state = self.optimizer.state if self.optimizer is not None else {}  # type: ignore[attr-defined]
+        for p in (fc.weight, fc.bias):
+            if p not in state:
+                continue
+            if self.head_rule == "keep_moments":
+                for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+                    if key in state[p] and state[p][key] is not None:
+                        state[p][key][label] = 0
+            elif state[p].get("momentum_buffer") is not None:
+                # SGD: a zero buffer is what a dropped one restarts as (buf = grad), and fused SGD
+                # needs every buffer once it has begun
+                state[p]["momentum_buffer"].zero_()
+            else:
+                del state[p]  # Adam: moments and step count start over for the head, as the follow-up's new fc
+
+    def memory_report(self, task: Task, info: dict[str, Any] | None = None) -> None:
+        """The memory as it is now, as a memory-panel snapshot."""
+        n_seen = int(self.seen.sum())  # type: ignore[attr-defined]
+        self.memory_info = {"policy": type(self).__name__.lower(), "samples_seen": self.memory.seen, **(info or {})}
+        self.report.memory_updated(task.index, self.memory.histogram(self.n_classes),  # type: ignore[attr-defined]
+                                   slots_per_class(self.memory.capacity, n_seen), self.memory_info)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()  # type: ignore[misc]
+        if self.task_free and hasattr(self, "temp"):
+            state["online"] = {"temp": list(self.temp), "temp_labels": list(self.temp_labels),
+                               "num_updates": self.num_updates, "lr_steps": self.lr_steps,
+                               "online_steps": self.online_steps, "cost": self.cost,
+                               "sample_rng": self.sample_rng.getstate()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)  # type: ignore[misc]
+        online = state.get("online")
+        if online is not None:
+            self.temp, self.temp_labels = list(online["temp"]), list(online["temp_labels"])
+            self.num_updates, self.lr_steps = float(online["num_updates"]), int(online["lr_steps"])
+            self.online_steps, self.cost = int(online["online_steps"]), float(online["cost"])
+            self.sample_rng.setstate(online["sample_rng"])

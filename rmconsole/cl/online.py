@@ -1,0 +1,205 @@
+"""The task-free protocol of the follow-up (Koh et al., ICLR 2022; PROTOCOL §9.2-9.3): the
+i-Blurry / Si-Blurry stream fed to a method one sample at a time, with anytime evaluation.
+
+    for every streamed sample, in order:
+        a class never seen before -> method.online_new_class(label)      (labels by first appearance)
+        method.online_observe(index, label)                              (its updates, its memory)
+        every eval_period samples  -> method.online_before_eval(); test accuracy on the classes
+                                      exposed so far (batched, on the device) -> one AnytimePoint
+    at each task boundary: method.online_task_end(task) (the boundary hooks the follow-up's code
+    gives its methods; ER and CLIB ignore them), the task-end evaluation (A_avg, A_last, F_last),
+    a memory snapshot and a checkpoint (resume continues from the last boundary).
+
+A_auc is the mean of the anytime accuracies (store/metrics). `compute_budget` (Ghunaim et al.,
+CVPR 2023) turns the stream into a real-time one: the stream delivers one sample per tick, the
+learner may spend `compute_budget` image passes per tick, and a sample that arrives while the
+learner is still busy (its spent passes exceed budget x ticks) is never seen by it. Evaluation
+then covers every class the *stream* has shown, so a learner is charged for what it missed.
+
+Timing is recorded apart: training (everything the method does) and evaluation (the protocol's
+test passes), so a run reports its training samples/s and the share evaluation costs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import metrics, streams, streams_iblurry
+from .data import Dataset
+from .events import AnytimePoint, Reporter, TaskOutcome, TaskPlan
+from .inference import evaluate
+from .learner import Setup, Task
+from .methods import method_class
+from .resume import make_augmenter, restore
+from .settings import RunSettings
+
+ADVANCE_EVERY = 64  # samples between progress reports (a lock and an add: cheap, but per sample is waste)
+
+
+class NotTaskFree(ValueError):
+    """The run's method has no task-free hooks (config.py refuses this first; one line)."""
+
+
+@dataclass
+class OnlineProtocol:
+    """A task-free stream: labels by first appearance, the tasks in arrival order, each task's
+    own classes (disjoint + blurry majors) and where each class first appears."""
+
+    class_order: list[int]  # dataset class of each label (= order of first appearance)
+    train_labels: Tensor
+    test_labels: Tensor
+    groups: list[list[int]]
+    tasks: list[Tensor]
+    first: list[list[tuple[int, int]]]
+
+    def plans(self, n_classes: int) -> list[TaskPlan]:
+        return [TaskPlan(t, len(s), self.groups[t], streams.composition(self.train_labels, s, n_classes),
+                         streams.stream_hash(s), [tuple(f) for f in self.first[t]])  # type: ignore[misc]
+                for t, s in enumerate(self.tasks)]
+
+
+def build_online_protocol(cfg: RunSettings, data: Dataset) -> OnlineProtocol:
+    labels = data.train.labels.cpu()
+    split = streams_iblurry.make_split(cfg.stream, labels, cfg.n_tasks, data.n_classes, cfg.disjoint_classes,
+                                       cfg.blurry, cfg.seed)
+    order = streams_iblurry.first_appearance_order(labels, split.tasks, data.n_classes)
+    train_labels = streams.remap_labels(labels, order)
+    test_labels = streams.remap_labels(data.test.labels.cpu(), order)
+    position = {c: i for i, c in enumerate(order)}
+    groups = [sorted(position[c] for c in split.majors(t)) for t in range(len(split.tasks))]
+    first = streams_iblurry.first_appearances(train_labels, split.tasks)
+    return OnlineProtocol(order, train_labels, test_labels, groups, split.tasks, first)
+
+
+@dataclass
+class Clock:
+    """Where the stream is, and what the run has spent (checkpointed at task boundaries)."""
+
+    arrivals: int = 0  # samples the stream has delivered
+    observed: int = 0  # samples the learner received (arrivals - skipped)
+    skipped: int = 0  # samples lost to the compute budget
+    exposed: int = 0  # classes the stream has shown (evaluation scope)
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    wall_seconds: float = 0.0  # the tasks' whole time in the driver (training, evaluation, reports)
+    evaluations: int = 0
+    auc_sum: float = 0.0
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: Reporter | None = None,
+               resume: dict[str, Any] | None = None) -> list[TaskOutcome]:
+    """Stream `cfg`'s i-Blurry / Si-Blurry tasks through `cfg.method`, sample by sample, with
+    anytime evaluation every `eval_period` samples and an evaluation at each task boundary."""
+    from .methods.taskfree import TaskFree
+
+    reporter = reporter or Reporter()
+    torch.manual_seed(cfg.seed)
+    protocol = build_online_protocol(cfg, data)
+    data = data.to(device)
+    train_labels, test_labels = protocol.train_labels.to(device), protocol.test_labels.to(device)
+    augmenter = make_augmenter(cfg, data, device)
+    setup = Setup(cfg, data, train_labels, test_labels, protocol.groups, device, augmenter, reporter)
+    method = method_class(cfg.method)(setup)
+    if not isinstance(method, TaskFree):
+        raise NotTaskFree(f"method={cfg.method}: has no task-free version (stream={cfg.stream})")
+    method.online_start()
+    clock = Clock()
+    start = 0
+    if resume is not None:
+        start = restore(resume, cfg, protocol, method, augmenter, device)  # type: ignore[arg-type]
+        clock = Clock(**resume.get("online_clock", {}))
+    reporter.log(f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
+                 f"{cfg.disjoint_classes}-{cfg.blurry}, online_iter={cfg.online_iter:g}, "
+                 f"eval_period={cfg.eval_period}" + (f", compute_budget={cfg.compute_budget:g}"
+                                                    if cfg.compute_budget else ""))
+    plans = protocol.plans(data.n_classes)
+    reporter.run_started(plans, protocol.class_order, data.class_names, augmenter.describe())
+    labels_cpu = protocol.train_labels
+    budget = cfg.compute_budget
+    outcomes = []
+
+    def anytime(task: int) -> None:
+        began = time.perf_counter()
+        method.online_before_eval()
+        trained = time.perf_counter()
+        acc, class_acc = evaluate(method, data, test_labels, list(range(clock.exposed)), augmenter)
+        seconds = time.perf_counter() - trained
+        clock.train_seconds += trained - began
+        clock.eval_seconds += seconds
+        clock.evaluations += 1
+        clock.auc_sum += acc
+        reporter.anytime_evaluated(AnytimePoint(
+            task, clock.arrivals, acc, clock.exposed,
+            class_acc[:clock.exposed] if cfg.anytime_class_accuracy else None, round(seconds, 4)))
+
+    for t in range(start, len(protocol.tasks)):
+        task_started = time.perf_counter()
+        task = Task(t, protocol.tasks[t], len(protocol.tasks))
+        reporter.phase(t, "stream", len(task.stream))
+        began = time.perf_counter()
+        method.online_task_start(task)
+        indices = task.stream.tolist()
+        labels = labels_cpu[task.stream].tolist()
+        since_advance = 0
+        for index, label in zip(indices, labels):
+            clock.arrivals += 1
+            if label >= clock.exposed:  # labels follow first appearance: a new class is the next label
+                clock.exposed = label + 1
+            if budget is not None and method.cost > budget * clock.arrivals:
+                clock.skipped += 1
+            else:
+                if not bool(method.seen[label]):
+                    method.online_new_class(label)
+                method.online_observe(index, label)
+                clock.observed += 1
+            since_advance += 1
+            if since_advance == ADVANCE_EVERY:
+                reporter.advance(since_advance)
+                since_advance = 0
+            if clock.arrivals % cfg.eval_period == 0:
+                clock.train_seconds += time.perf_counter() - began
+                anytime(t)
+                began = time.perf_counter()
+        reporter.advance(since_advance)
+        method.online_task_end(task)
+        clock.train_seconds += time.perf_counter() - began
+        reporter.phase(t, "evaluation", int((test_labels < clock.exposed).sum()))
+        evaluated = time.perf_counter()
+        classes = list(range(clock.exposed))
+        acc, class_acc = evaluate(method, data, test_labels, classes, augmenter)
+        clock.eval_seconds += time.perf_counter() - evaluated
+        method.memory_report(task)
+        clock.wall_seconds += time.perf_counter() - task_started
+        extra = {"memory": dict(method.memory_info), "online": online_summary(clock, method)}
+        outcome = TaskOutcome(t, acc, metrics.task_accuracy_row(class_acc, protocol.groups), class_acc, classes,
+                              time.perf_counter() - task_started, None, extra)
+        checkpoint = {"task": t, "method": method.state_dict(), "augmenter": augmenter.state_dict(),
+                      "torch_rng": torch.get_rng_state(), "method_name": cfg.method,
+                      "stream_hashes": [p.stream_hash for p in plans], "online_clock": clock.state()}
+        if device.type == "cuda":
+            checkpoint["cuda_rng"] = torch.cuda.get_rng_state_all()
+        reporter.task_finished(outcome, checkpoint)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def online_summary(clock: Clock, method: Any) -> dict[str, Any]:
+    """The run's compute-aware numbers so far (stored with each task's result)."""
+    return {
+        "samples_seen": clock.arrivals, "samples_trained": clock.observed, "samples_skipped": clock.skipped,
+        "train_seconds": round(clock.train_seconds, 3), "eval_seconds": round(clock.eval_seconds, 3),
+        "wall_seconds": round(clock.wall_seconds, 3),
+        "train_samples_per_s": round(clock.observed / clock.train_seconds, 1) if clock.train_seconds > 0 else None,
+        "evaluations": clock.evaluations,
+        "evaluations_per_s": round(clock.evaluations / clock.eval_seconds, 2) if clock.eval_seconds > 0 else None,
+        "A_auc": clock.auc_sum / clock.evaluations if clock.evaluations else None,
+        "optimiser_steps": method.online_steps, "image_passes": method.cost,
+    }
