@@ -82,3 +82,20 @@ def claim(case: str, test: str) -> Claim:
     assert case not in CLAIMED or CLAIMED[case] == test, f"{case!r} claimed by {CLAIMED[case]} and {test}"
     CLAIMED[case] = test
     return Claim(case, FAULTS[case])
+
+
+def garble_run_table(path: Path) -> None:
+    """Overwrite the root page of a real SQLite store's `run` table with garbage (its header and
+    schema stay readable, so `PRAGMA integrity_check` can say what is broken)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = 'run'").fetchone()
+        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    finally:
+        conn.close()
+    with open(path, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(bytes((i * 37 + 11) % 256 for i in range(page_size)))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign import code, says, table, verdict_ok
+from campaign import code, garble_run_table, says, table, verdict_ok
 from conftest import rmconsole
 from rmconsole import cli, store
 from rmconsole.config import load_config
@@ -83,7 +83,7 @@ def _mnist_files(raw: Path, n: int, label: int | None = None, truncate: bool = F
 
 
 def _damaged_store(home: Path) -> None:
-    """A real store with three runs whose pages from byte 8192 on are garbage (its header is fine)."""
+    """A real store with three runs whose run table's page is garbage (its header and schema are fine)."""
     from rmconsole.store import db
 
     path = home / "rmconsole.db"
@@ -94,13 +94,7 @@ def _damaged_store(home: Path) -> None:
             store.create_run(cfg.to_dict(), "digits-blurry10-online")
         store.get_engine().dispose()
         db._ENGINES.pop(db.database_url())
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    size = path.stat().st_size
-    with open(path, "r+b") as f:
-        f.seek(8192)
-        f.write(bytes((i * 37 + 11) % 256 for i in range(size - 8192)))
+    garble_run_table(path)
 
 
 def _files(tmp: Path) -> None:

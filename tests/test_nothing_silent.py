@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from campaign import claim
+from campaign import claim, garble_run_table
 from conftest import REPO, rmconsole
 from rmconsole import cli, store
 from rmconsole.cl.data import load_digits
@@ -261,14 +261,7 @@ def test_defect_03_damaged_pages_are_one_line_naming_the_verdict(isolated_home) 
     for _ in range(3):
         finished_run()
     forget_engines()
-    path = isolated_home / "rmconsole.db"
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    size = path.stat().st_size
-    with open(path, "r+b") as f:
-        f.seek(8192)
-        f.write(os.urandom(size - 8192))
+    garble_run_table(isolated_home / "rmconsole.db")
     for command in (["runs"], ["show", "1"], ["report"], ["run", "--detach"], ["stop", "1"], ["resume", "1"]):
         out = rmconsole(*command)
         assert out.returncode == 2 and out.stderr.count("\n") == 1, (command, out.stderr)
