@@ -120,8 +120,10 @@ if url.startswith("postgresql"):
         with engine.connect() as conn:
             conn.exec_driver_sql(sql.replace("?", "%s"), args)
 else:
-    execute = sqlite3.connect(os.path.join(os.environ["RMCONSOLE_HOME"], "rmconsole.db"), timeout=30,
-                              isolation_level=None).execute
+    conn = sqlite3.connect(os.path.join(os.environ["RMCONSOLE_HOME"], "rmconsole.db"), timeout=30,
+                           isolation_level=None)
+    def execute(sql, *args):
+        conn.execute(sql, args)
 execute("UPDATE run SET status = 'running' WHERE id = ?", run_id)
 started = time.time()
 time.sleep(seconds)
