@@ -8,6 +8,11 @@ RMCONSOLE_TEST_PG), else a throwaway cluster this session starts with the same s
 none can start, the PostgreSQL tests are skipped with the reason. Slurm likewise
 (`slurm_cluster`): CI's single-node cluster (RMCONSOLE_TEST_SLURM = its partition), else one
 started here, else skipped with the reason.
+
+Long end-to-end process tests (a real `rmconsole run` with its supervisor and worker, a sweep's
+queue, a SIGKILL and a resume) run on PostgreSQL only under `-m slow` (PG_SLOW_ONLY): their store
+calls are the store API that the store, query, transition, concurrency and bad-input tests
+exercise on both backends in the default run, and doubling them would keep CI past its budget.
 """
 
 from __future__ import annotations
@@ -205,6 +210,17 @@ def _leg(item_id: str) -> str:
         return "slurm"
     postgres = "test_postgres.py" in item_id or "[postgresql" in item_id or "-postgresql" in item_id
     return "postgresql" if postgres else "sqlite"
+
+
+PG_SLOW_ONLY = ("tests/test_faults.py::", "tests/test_sweep_cli.py::", "tests/test_runs_per_gpu.py::",
+                "tests/test_cli.py::test_default_run_end_to_end")
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("store_backend") == "postgresql" and item.nodeid.startswith(PG_SLOW_ONLY):
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
