@@ -25,7 +25,10 @@ from typing import Any, Mapping, Optional
 # paper metric -> (run metric for top-1, run metric when the paper's figure is top-k)
 RUN_METRIC = {"A_last": ("A_last", "A_last_topk"), "F_last": ("F_last", "F_last_topk"), "I_last": ("I_last", None)}
 # A method's paper-default memory policy, as the authors ran it (a run with memory_policy unset uses it)
-PAPER_POLICY = {"rm": "uncertainty"}
+# each paper method's own memory policy (its class's default_memory_policy; tests/test_paper.py
+# checks they agree): a run that names it explicitly, as the baseline presets do, is the paper's row
+PAPER_POLICY = {"rm": "uncertainty", "ewc": "reservoir", "rwalk": "reservoir", "icarl": "prototype",
+                "bic": "prototype", "bic_star": "prototype", "gdumb": "greedy_balanced", "finetune": "random"}
 
 
 @dataclass(frozen=True)

@@ -314,3 +314,17 @@ def test_i_last_against_a_differing_joint_run_is_marked() -> None:
     for r in runs:
         del r["metrics"]["I_last_joint_differs"]
     assert "*" not in R.cell_text(R.build_report(runs), R.build_report(runs).cell(0, 0), "I_last")
+
+
+def test_a_baseline_run_naming_its_own_memory_policy_is_the_papers_row() -> None:
+    """The baseline presets name each method's own policy (EWC: reservoir, iCaRL: prototype...):
+    such a run is the paper's row; another policy is not. PAPER_POLICY is each class's default."""
+    from rmconsole import paper
+    from rmconsole.cl.methods import method_class
+
+    mnist = {"dataset": "mnist", "memory_size": 500, "n_tasks": 5, "blurry": 10, "stream": "online", "augment": []}
+    assert paper.paper_figure({**mnist, "method": "ewc", "memory_policy": "reservoir"}, "A_last").mean == 90.98
+    assert paper.paper_figure({**mnist, "method": "icarl", "memory_policy": "prototype"}, "A_last").mean == 78.09
+    assert paper.paper_figure({**mnist, "method": "ewc", "memory_policy": "prototype"}, "A_last") is None
+    for name, policy in paper.PAPER_POLICY.items():
+        assert method_class(name).default_memory_policy == policy, name
