@@ -22,7 +22,7 @@ from rmconsole.config import ConfigError, load_config
 from rmconsole.runner import executors as X
 from rmconsole.runner.launch import STALE_AFTER_S
 
-SETTINGS = {"epochs": 8, "threads": 1, "device": "cpu"}
+SETTINGS = {"epochs": 48, "threads": 1, "device": "cpu"}  # long enough to stop a run mid-way, even loaded
 ARGS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
 
 

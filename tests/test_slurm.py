@@ -29,7 +29,7 @@ from rmconsole.runner.processes import process_argv
 
 pytestmark = pytest.mark.slurm
 
-SETTINGS = {"epochs": 20, "threads": 1, "device": "cpu"}
+SETTINGS = {"epochs": 80, "threads": 1, "device": "cpu"}  # long enough to act on a run mid-way, even loaded
 ARGS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
 DETECTED_WITHIN_S = 30.0
 
@@ -104,7 +104,6 @@ def test_a_digits_sweep_on_slurm_survives_scancel_and_sigkill(slurm_cluster, clu
     running = wait_for(lambda: [r for r in store.list_runs(sweep_id=sweep_id) if r.status == "running"
                                 and tasks_done(r.id) >= 1 and tasks_done(r.id) < 4], 600, what="two running runs")
     cancelled = running[0]
-    others = [r for r in store.list_runs(sweep_id=sweep_id) if r.status == "running" and r.id != cancelled.id]
     assert first
 
     # scancel: SIGTERM to the job's processes, the worker records `stopped`
@@ -115,7 +114,7 @@ def test_a_digits_sweep_on_slurm_survives_scancel_and_sigkill(slurm_cluster, clu
     wait_for(lambda: scheduler_state(cancelled.job_id) == "CANCELLED", 60, what="the job's CANCELLED")
 
     # SIGKILL to a worker inside its job: its supervisor records `failed` with the signal
-    killed = others[0] if others else wait_for(
+    killed = wait_for(  # a run running now (one picked before the scancel may have finished since)
         lambda: next((r for r in store.list_runs(sweep_id=sweep_id) if r.status == "running"
                       and r.id != cancelled.id and 1 <= tasks_done(r.id) < 4), None), 600, what="another running run")
     pid = wait_for(lambda: worker_process(killed.id), 60, what="the worker's pid")
