@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from campaign import claim, garble_run_table
-from conftest import REPO, rmconsole
+from conftest import REPO, wait_for, rmconsole
 from rmconsole import cli, store
 from rmconsole.cl.data import load_digits
 from rmconsole.cl.events import TaskOutcome
@@ -44,16 +44,6 @@ QUICK_RUN = {"epochs": 1, "threads": 1, "device": "cpu"}
 
 def _claim(case: str, test: str):
     return claim(case, HERE + test)
-
-
-def wait_for(predicate, timeout: float, poll: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def forget_engines() -> None:
