@@ -26,9 +26,9 @@ BUGS = {
         "        views = perturbed_views(images, measure, n_views, gen)\n",
         "        views = perturbed_views(images, measure, n_views, gen)\n        views[0] = images\n")),
     "model.train() during uncertainty scoring": ("rmconsole/cl/inference.py", (
-        '    """u(x) (and the top vote counts) of train indices under the run\'s measure and views."""\n'
+        "    `progress(n)`: n more of `idx` scored (with several ranks, counted for all of them).\"\"\"\n"
         "    method.model.eval()\n",
-        '    """u(x) (and the top vote counts) of train indices under the run\'s measure and views."""\n'
+        "    `progress(n)`: n more of `idx` scored (with several ranks, counted for all of them).\"\"\"\n"
         "    method.model.train()\n")),
     "herding replaced by random picks after the first": ("rmconsole/cl/memory.py", (
         "        i = int(dist.argmin())\n",
