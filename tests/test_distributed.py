@@ -223,6 +223,7 @@ def _run_processes(home: Path) -> list[int]:
     return pids
 
 
+@pytest.mark.slow  # a two-rank torchrun run stopped: 30 s of CI; the ranks' code runs in the default run
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to find the ranks")
 def test_stop_reaches_every_rank(isolated_home: Path) -> None:
     out = rmconsole("run", "--gpus", "2", "--set", "device=cpu", "--set", "threads=1", "--set", "epochs=500", "--detach")

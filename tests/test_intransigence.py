@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import rmconsole
 
 from rmconsole import store
@@ -36,6 +38,7 @@ def test_joint_matching_rules() -> None:
     assert joint_detail["metrics"]["I_last"] is None  # the upper bound has no intransigence
 
 
+@pytest.mark.slow  # three real runs; the joint-run rule itself: test_every_view_takes_the_same_joint_run
 def test_i_last_in_runs_and_show(isolated_home) -> None:
     joint = rmconsole("run", "--set", "method=joint", "--set", "epochs=2", "--set", "augment=none", "--set", "threads=1")
     assert joint.returncode == 0, joint.stderr
