@@ -79,14 +79,7 @@ class RainbowMemory(TaskFree, Method):
     def online_observe(self, index: int, label: int) -> None:
         if not self.port:
             self.task_stream.append(index)
-            self.temp.append(index)
-            self.temp_labels.append(label)
-            self.num_updates += self.cfg.online_iter
-            if len(self.temp) >= self.temp_batch_size:
-                iterations = int(self.num_updates)
-                self.online_train(torch.tensor(self.temp, dtype=torch.long), iterations)
-                self.temp, self.temp_labels = [], []
-                self.num_updates -= iterations
+            self.train_on_temp(index, label)  # the memory is RM's own update at task ends
             return
         self.temp.append(index)
         self.temp_labels.append(label)

@@ -124,16 +124,23 @@ class TaskFree:
 
     def online_observe(self, index: int, label: int) -> None:
         """ER: the temp batch, `online_iter` updates per sample, then the reservoir."""
+        for i, y in self.train_on_temp(index, label):
+            self.online_store(i, y)
+
+    def train_on_temp(self, index: int, label: int) -> list[tuple[int, int]]:
+        """Add a sample to the temp batch; when it is full, train `online_iter` updates per
+        sample on it (the fraction carried over) and return its (index, label) pairs, else []."""
         self.temp.append(index)
         self.temp_labels.append(label)
         self.num_updates += self.cfg.online_iter
-        if len(self.temp) >= self.temp_batch_size:
-            iterations = int(self.num_updates)
-            self.online_train(torch.tensor(self.temp, dtype=torch.long), iterations)
-            for i, y in zip(self.temp, self.temp_labels):
-                self.online_store(i, y)
-            self.temp, self.temp_labels = [], []
-            self.num_updates -= iterations
+        if len(self.temp) < self.temp_batch_size:
+            return []
+        iterations = int(self.num_updates)
+        self.online_train(torch.tensor(self.temp, dtype=torch.long), iterations)
+        batch = list(zip(self.temp, self.temp_labels))
+        self.temp, self.temp_labels = [], []
+        self.num_updates -= iterations
+        return batch
 
     def online_train(self, stream: Tensor, iterations: int) -> None:
         """`iterations` steps, each on the stream batch plus a fresh memory draw."""
