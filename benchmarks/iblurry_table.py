@@ -36,10 +36,10 @@ def _train_share(run_ids: list[int], home: str | None) -> None:
     cache: dict[tuple[Any, ...], Any] = {}
     original = cl_data.load_run_dataset
 
-    def cached(cfg: Any) -> Any:
+    def cached(cfg: Any, *args: Any, **kwargs: Any) -> Any:
         key = (cfg.dataset, cfg.image_size, cfg.data_pipeline)
         if key not in cache:
-            cache[key] = original(cfg)
+            cache[key] = original(cfg, *args, **kwargs)
         return cache[key]
 
     worker.load_run_dataset = cached  # (the worker's name for it)
