@@ -10,6 +10,7 @@ docs/configuration.md).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -422,6 +423,22 @@ def key_table() -> list[KeyRow]:
     return [KeyRow(key, _type_text(field.annotation), _default_text(field), _allowed_text(field),
                    field.description or "", ", ".join(readers.get(key, ["all"])))
             for key, field in RunConfig.model_fields.items()]
+
+
+@functools.cache
+def _method_param_readers() -> dict[str, frozenset[str]]:
+    readers: dict[str, set[str]] = {}
+    for name, entry in REGISTRY.items():
+        for f in dataclasses.fields(entry.params):
+            readers.setdefault(f.name, set()).add(name)
+    return {k: frozenset(v) for k, v in readers.items()}
+
+
+def method_reads(method: str | None, key: str) -> bool:
+    """Whether a run of `method` reads `key`: every key but the methods' own parameters, which
+    only their methods read (a report row shows ER's `rm_variant` as "—", not as RM's default)."""
+    readers = _method_param_readers().get(key)
+    return readers is None or method is None or method in readers
 
 
 def keys_markdown() -> str:

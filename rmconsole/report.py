@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Optional, Sequence, Union
 
 from . import paper as papers
+from .config import method_reads
 from .store.filters import config_value, format_value, where as filter_where
 
 METRICS = ("A_last", "A_avg", "F_last", "I_last", "A_last_best_epoch", "A_last_topk", "A_avg_topk", "F_last_topk",
@@ -168,12 +169,19 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+def _method_of(run: dict[str, Any]) -> Optional[str]:
+    return run.get("method") or (run.get("config") or {}).get("method")
+
+
 def key_value(run: dict[str, Any], key: str) -> Any:
     """A run's value for a row/column key: a config key (its default for a run stored before
     the key existed), or preset / sweep / status."""
     if key in RUN_FIELDS:
         return run.get(RUN_FIELDS[key])
-    return _hashable(config_value(run.get("config") or {}, key))
+    config = run.get("config") or {}
+    if not method_reads(_method_of(run), key):
+        return None  # another method's parameter: this run never read it
+    return _hashable(config_value(config, key))
 
 
 def _sort_key(value: Any) -> tuple:
@@ -295,7 +303,8 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
             raise ReportError(f"--metrics {metric!r}: allowed: {', '.join(METRICS)}")
 
     skip = {"seed", *RUNTIME_KEYS, *row_keys, *col_keys}
-    changed = [k for k in config_keys if k not in skip and len({key_value(r, k) for r in runs}) > 1]
+    changed = [k for k in config_keys if k not in skip  # (a method's own parameter: among the runs that read it)
+               and len({key_value(r, k) for r in runs if method_reads(_method_of(r), k)}) > 1]
     identity, row_info, col_info_keys = list(row_keys), [], []
     for key in changed:  # where a differing key goes: a column title, a row label, or a row split
         if not _constant_within(runs, key, identity + col_keys):

@@ -328,3 +328,19 @@ def test_a_baseline_run_naming_its_own_memory_policy_is_the_papers_row() -> None
     assert paper.paper_figure({**mnist, "method": "ewc", "memory_policy": "prototype"}, "A_last") is None
     for name, policy in paper.PAPER_POLICY.items():
         assert method_class(name).default_memory_policy == policy, name
+
+
+def test_a_methods_own_parameter_shows_only_on_its_methods_rows() -> None:
+    """`rm_variant` is RM's key: ER's runs carry its default in their config but never read it,
+    so ER's row shows "—" (not RM's "paper"), and a parameter no row's method reads (EWC's
+    reg_weight differing between two RM runs' stored configs) neither splits rows nor adds a label."""
+    runs = [make_run(1, "er", 1, 60.0, rm_variant="paper"), make_run(2, "rm", 1, 70.0, rm_variant="paper"),
+            make_run(3, "rm", 1, 30.0, rm_variant="iblurry"),
+            make_run(4, "er", 2, 61.0, rm_variant="paper", reg_weight=5.0)]
+    rep = R.build_report(runs, rows=["method", "rm_variant"], metrics=["A_last"])
+    assert rep.rows == [("er", None), ("rm", "paper"), ("rm", "iblurry")]
+    assert rep.auto_keys == [] and "reg_weight" not in rep.label_keys
+    assert rep.cell(0, 0).stats["A_last"].n == 2  # both ER seeds in one cell
+    assert R.to_markdown(rep).splitlines()[2].startswith("| er | — | ")
+    plain = R.build_report(runs[:2] + runs[3:], metrics=["A_last"])  # one RM variant: nothing to tell apart
+    assert plain.label_keys == ["method"] and plain.rows == [("er",), ("rm",)]
