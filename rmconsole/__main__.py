@@ -1,5 +1,5 @@
 """`python -m rmconsole` is the `rmconsole` command."""
 
-from .cli import main
+from . import main
 
 main()

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from . import report as reports, report_anytime as anytime_report, runner, store
+from . import long_lived_imports, report as reports, report_anytime as anytime_report, runner, store
 from .cl.catalog import DatasetMissing
 from .store.filters import where, within
 from .config import MAX_INT, ConfigError, preset_description, preset_names, read_preset, shorten
@@ -994,8 +994,8 @@ def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between st
     if serve:
         serve_tui(refresh, host, port)
         return
-    from .tui import RMConsoleApp
-
+    with long_lived_imports():
+        from .tui import RMConsoleApp
     RMConsoleApp(refresh_s=refresh).run()
 
 

@@ -10,12 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import var
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from .. import data
 from ..messages import CompareLoaded
 from ..render import fmt, progress_text, status_text
 from ..widgets.accuracy_chart import LINE_COLOURS, AccuracyChart
+from ..widgets.footer import Footer
 from .polling import PollingScreen
 
 METRIC_COLUMNS = ("run", "status", "name/preset", "method", "K", "seed", "progress", "A_last", "A_avg", "F_last",

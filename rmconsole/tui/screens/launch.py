@@ -14,13 +14,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
+from textual.widgets import Button, DataTable, Header, Input, Label, Select, Static
 
 from ...config import (
     DEFAULT_PRESET, KEYS, ConfigError, for_method, load_config, overrides_of, preset_description, preset_names, read_preset,
 )
 from ...store.records import RunRecord, format_value
 from ..console import Console
+from ..widgets.footer import Footer
 
 
 def split_overrides(text: str) -> list[str]:

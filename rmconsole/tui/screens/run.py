@@ -10,12 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
 from textual.reactive import var
-from textual.widgets import Footer, Header
+from textual.widgets import Header
 
 from .. import data
 from ..messages import RunLoaded, RunVanished, StoreProblem
 from ..widgets.accuracy_panel import AccuracyPanel
 from ..widgets.epochs_panel import EpochsPanel
+from ..widgets.footer import Footer
 from ..widgets.log_panel import LogPanel
 from ..widgets.memory_panel import MemoryPanel
 from ..widgets.run_header import RunHeader

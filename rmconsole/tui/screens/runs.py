@@ -7,10 +7,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.reactive import var
-from textual.widgets import DataTable, Footer, Header, Input
+from textual.widgets import DataTable, Header, Input
 
 from .. import data
 from ..messages import RunsLoaded, StoreProblem
+from ..widgets.footer import Footer
 from ..widgets.runs_table import SORTABLE, RunsTable
 from ..widgets.status_line import StatusLine
 from .polling import PollingScreen
