@@ -8,6 +8,7 @@ import time
 from typing import Callable
 
 import pytest
+from textual.widgets._footer import FooterKey
 from sqlmodel import delete
 
 import tui_store
@@ -20,6 +21,7 @@ from rmconsole.tui.screens.compare import CompareScreen
 from rmconsole.tui.screens.confirm import ConfirmScreen
 from rmconsole.tui.screens.launch import LaunchScreen
 from rmconsole.tui.screens.run import RunScreen
+from rmconsole.tui.widgets.footer import Footer
 from rmconsole.tui.widgets.log_panel import LogPanel
 from rmconsole.tui.widgets.memory_panel import MemoryPanel
 from rmconsole.tui.widgets.run_header import RunHeader
@@ -71,6 +73,29 @@ async def test_opens_on_a_store_with_finished_and_running_runs_and_updates_rows_
         assert table_ids(app)[0] == newcomer  # inserted on top...
         assert table.cursor_run_id == ids["running"]  # ...and the cursor stayed on its run
         assert "5 runs" in str(app.screen.query_one("#status-line").render())
+
+
+@pytest.mark.asyncio
+async def test_the_footer_is_rebuilt_only_when_its_keys_change() -> None:
+    """Textual's footer rebuilds every key on each bindings update (each focus move, mount,
+    refresh); ours keeps its key widgets while the shown keys are the same (start-up, issue
+    18) and still rebuilds when one changes (here: an action disabled by check_action)."""
+    tui_store.build()
+    app = RMConsoleApp(refresh_s=0.1)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(table_ids(app)) == 4, what="four rows")
+        footer = app.screen.query_one(Footer)
+        await pilot.pause()
+        keys = list(footer.query(FooterKey))
+        assert "Launch" in [k.description for k in keys]
+        for _ in range(3):
+            app.screen.refresh_bindings()
+            await pilot.pause()
+        assert list(footer.query(FooterKey)) == keys  # the same widgets: nothing rebuilt
+        app.screen.check_action = lambda action, parameters: None if action == "launch" else True
+        app.screen.refresh_bindings()
+        await until(pilot, lambda: any(k.description == "Launch" and k.has_class("-disabled") for k in footer.query(FooterKey)),
+                    what="the launch key shown disabled")
 
 
 @pytest.mark.asyncio
