@@ -231,8 +231,8 @@ def main() -> None:
             best = min(starts, key=lambda s: s["import_s"] + s["first_s"])
             median = statistics.median(s["import_s"] + s["first_s"] for s in starts)
             what = "rmconsole.tui" if path == "tui" else "rmconsole.cli + rmconsole.tui (the `rmconsole tui` path)"
-            print(f"start-up via {what} (best of {args.starts}; median import + first screen {median:.2f} s): import {best['import_s']:.2f} s; first screenful of runs "
-                  f"{best['first_s']:.2f} s after the app starts (import + first screen "
+            print(f"start-up via {what} (best of {args.starts}; median import + first screen {median:.2f} s): "
+                  f"import {best['import_s']:.2f} s; first screenful of runs {best['first_s']:.2f} s after the app starts (import + first screen "
                   f"{best['import_s'] + best['first_s']:.2f} s, target < 1 s); all {args.runs:,} rows in the table "
                   f"{best['all_s']:.2f} s; process wall incl. interpreter start and exit {best['wall_s']:.2f} s; "
                   f"CPU: import {best['import_cpu']:.2f} s + first screen {best['first_cpu']:.2f} s = "

@@ -416,22 +416,20 @@ class KeyRow:
 def key_table() -> list[KeyRow]:
     """Every RunConfig key, in order, generated from the fields (and the methods' params
     classes), so the listing cannot drift from what is validated."""
-    readers: dict[str, list[str]] = {}
-    for name, entry in REGISTRY.items():
-        for f in dataclasses.fields(entry.params):
-            readers.setdefault(f.name, []).append(name)
+    readers = _method_param_readers()
     return [KeyRow(key, _type_text(field.annotation), _default_text(field), _allowed_text(field),
-                   field.description or "", ", ".join(readers.get(key, ["all"])))
+                   field.description or "", ", ".join(readers.get(key, ("all",))))
             for key, field in RunConfig.model_fields.items()]
 
 
 @functools.cache
-def _method_param_readers() -> dict[str, frozenset[str]]:
-    readers: dict[str, set[str]] = {}
+def _method_param_readers() -> dict[str, tuple[str, ...]]:
+    """The methods' own parameters: key -> the methods that read it, in registry order."""
+    readers: dict[str, list[str]] = {}
     for name, entry in REGISTRY.items():
         for f in dataclasses.fields(entry.params):
-            readers.setdefault(f.name, set()).add(name)
-    return {k: frozenset(v) for k, v in readers.items()}
+            readers.setdefault(f.name, []).append(name)
+    return {k: tuple(v) for k, v in readers.items()}
 
 
 def method_reads(method: str | None, key: str) -> bool:

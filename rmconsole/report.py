@@ -178,10 +178,9 @@ def key_value(run: dict[str, Any], key: str) -> Any:
     the key existed), or preset / sweep / status."""
     if key in RUN_FIELDS:
         return run.get(RUN_FIELDS[key])
-    config = run.get("config") or {}
     if not method_reads(_method_of(run), key):
         return None  # another method's parameter: this run never read it
-    return _hashable(config_value(config, key))
+    return _hashable(config_value(run.get("config") or {}, key))
 
 
 def _sort_key(value: Any) -> tuple:
