@@ -164,11 +164,13 @@ def test_compute_budget_skips_samples_but_not_the_clock() -> None:
     assert rec.points[-1].n_classes == 10  # evaluated on every class the stream showed
 
 
-def test_task_free_resume_continues_exactly() -> None:
+@pytest.mark.parametrize("method", ["er", "bic"])  # BiC: its validation set, bias layers and teacher carry over
+def test_task_free_resume_continues_exactly(method: str) -> None:
     from rmconsole.cl.online import run_online
 
-    data = tiny_data()
-    cfg = config(method="er", augment="cutmix+autoaug", eval_period=20)
+    data = tiny_data(per_class=60) if method == "bic" else tiny_data()
+    cfg = config(method=method, augment="cutmix+autoaug", eval_period=20,
+                 **({"memory_size": 128, "bic_anytime_passes": 16} if method == "bic" else {}))
     full = Recorder()
     run_online(cfg, data, torch.device("cpu"), full)
     checkpoint = full.checkpoints[1]  # after task 2

@@ -311,7 +311,7 @@ def test_rm_paper_variant_keeps_the_head_and_rebuilds_memory_by_uncertainty() ->
     assert m.model.fc is head
 
 
-@pytest.mark.parametrize("method", ["ewcpp", "mir", "er_ace", "scr", "clib", "gdumb", "rm"])
+@pytest.mark.parametrize("method", ["ewcpp", "mir", "er_ace", "scr", "clib", "gdumb", "rm", "bic"])
 def test_every_task_free_method_runs_the_protocol_to_its_end(method: str) -> None:
     over = {"epochs": 1}
     if method in ("gdumb", "rm"):
@@ -320,3 +320,122 @@ def test_every_task_free_method_runs_the_protocol_to_its_end(method: str) -> Non
     outcomes = run_protocol(config(method=method, eval_period=60, **over), tiny_data(per_class=16), torch.device("cpu"),
                             rec)
     assert len(outcomes) == 5 and rec.points and all(0 <= p.accuracy <= 100 for p in rec.points)
+
+
+# ------------------------------------------------------------------------------ BiC
+
+
+def _next_task(m, proto, t):  # type: ignore[no-untyped-def]
+    from rmconsole.cl.learner import Task
+
+    m.online_task_end(Task(t - 1, proto.tasks[t - 1], len(proto.tasks)))
+    m.online_task_start(Task(t, proto.tasks[t], len(proto.tasks)))
+
+
+def test_bic_holds_out_a_shrinking_share_per_class_and_never_trains_on_it() -> None:
+    m, proto, _ = built("bic", memory_size=128)  # K - batch/2 = 124: V = 12, memory 112
+    assert m.online_val_capacity == 12 and m.memory.capacity == 112
+    trained, went_to_validation = [], []
+    train_batches, hold_out_sample = m.train_batches, m.hold_out_sample
+
+    def spy(b, stream_counts=None, lr=None):  # type: ignore[no-untyped-def]
+        trained.extend(i for x in b for i in x.tolist())
+        return train_batches(b, stream_counts, lr)
+
+    def spy_hold(index, label):  # type: ignore[no-untyped-def]
+        taken = hold_out_sample(index, label)
+        if taken:
+            went_to_validation.append(index)
+        return taken
+
+    m.train_batches, m.hold_out_sample = spy, spy_hold
+    stream = feed(m, proto, 120)
+    held = [i for v in m.held_out.values() for i in v]
+    n_seen = int(m.seen.sum())
+    assert n_seen > 1 and m.held_out_share == 12 // n_seen > 0
+    assert all(len(v) <= m.held_out_share for v in m.held_out.values())
+    assert m.held_out_full == (len(held) == m.held_out_share * n_seen)
+    assert held and set(held) <= set(went_to_validation)
+    assert not set(went_to_validation) & set(trained) and not set(went_to_validation) & set(m.memory.indices.tolist())
+    assert stream[0] in went_to_validation  # one class seen: its share is all of V
+    labels = proto.train_labels
+    assert all(int(labels[i]) == y for y, v in m.held_out.items() for i in v)
+    # every other stream sample was trained on, as stream, once its temp batch filled
+    assert set(stream) - set(went_to_validation) - set(m.temp) <= set(trained)
+
+
+def test_bic_distils_from_a_snapshot_taken_at_each_new_class() -> None:
+    m, proto, _ = built("bic", memory_size=48, augment="none")
+    feed(m, proto, len(proto.tasks[0]))
+    _next_task(m, proto, 1)
+    before = {k: v.clone() for k, v in m.model.state_dict().items()}
+    n_old = int(m.seen.sum())
+    new_label = n_old
+    m.online_new_class(new_label)
+    assert m.teacher is not None and m.teacher_classes == n_old
+    assert all(torch.equal(before[k], v) for k, v in m.teacher.state_dict().items())  # the model before the new row
+    # a loss that distils: the student's old logits pulled to the teacher's (corrected by the previous task's layer)
+    shown = torch.cat(proto.tasks[:2])
+    shown = shown[proto.train_labels[shown] <= new_label][:8]  # classes the head has
+    x, y = m.setup.augmenter.test(m.images_of(shown)), m.labels_of(shown)
+    m.model.train()
+    with torch.no_grad():
+        m.task_layers[0] = (1.5, 0.3)  # an earlier task's layer only reaches the teacher through task 0 here
+        m.task_classes[0] = [0]
+        teacher_logits = m.teacher(x)[:, :n_old].clone()
+        teacher_logits[:, 0] = teacher_logits[:, 0] * 1.5 + 0.3
+        logits = m.model(x)
+    ce = nnf.cross_entropy(m.mask_unseen(logits), y)
+    soft = torch.softmax(teacher_logits / 2.0, dim=1)
+    kd = -(soft * torch.log_softmax(logits[:, :n_old] / 2.0, dim=1)).sum(1).mean()
+    assert kd.item() > 0.1 * ce.item()
+    assert m.step_loss(x, y).item() == pytest.approx((ce + kd).item(), rel=1e-5)
+    star, proto_s, _ = built("bic_star", memory_size=48, augment="none")
+    assert not star.distill
+    # a checkpoint (taken at a task end, where the teacher is the model) brings the teacher back
+    from rmconsole.cl.learner import Task
+
+    m.online_task_end(Task(1, proto.tasks[1], len(proto.tasks)))
+    resumed, _, _ = built("bic", memory_size=48, augment="none")
+    resumed.load_state_dict(copy.deepcopy(m.state_dict()))
+    assert resumed.teacher is not None and resumed.teacher_classes == m.teacher_classes == int(m.seen.sum())
+    with torch.no_grad():
+        assert torch.equal(resumed.teacher(x), m.teacher(x))
+
+
+def test_bic_refits_the_current_tasks_bias_layer_before_every_evaluation() -> None:
+    m, proto, _ = built("bic", tiny_data(per_class=60), memory_size=128, augment="none",
+                        bic_anytime_passes=64)  # V = 12: one per class once 7 are seen
+    feed(m, proto, len(proto.tasks[0]))
+    m.online_before_eval()
+    assert m.task_layers[0] == (1.0, 0.0) and not m.anytime_fits  # task 0: never fitted
+    _next_task(m, proto, 1)
+    feed_rest = proto.tasks[1]
+    for index in feed_rest.tolist():
+        label = int(proto.train_labels[index])
+        if not bool(m.seen[label]):
+            m.online_new_class(label)
+        m.online_observe(index, label)
+    assert m.task_classes[1] and m.held_out_full
+    new = m.task_classes[1]
+    with torch.no_grad():  # make the task's classes over-confident: the layer must learn to shrink them
+        m.model.fc.bias[new] += 5.0
+    m.online_before_eval()
+    alpha, beta = m.task_layers[1]
+    assert len(m.anytime_fits) == 1 and beta < 0
+    assert torch.allclose(m.alpha[new], torch.tensor(alpha)) and torch.allclose(m.beta[new], torch.tensor(beta))
+    others = [c for c in range(m.n_classes) if c not in new]
+    assert torch.all(m.alpha[others] == 1) and torch.all(m.beta[others] == 0)
+    # the held-out loss fell, and a second evaluation fits afresh from (1, 0): the same layer again
+    idx = m.held_out_indices()
+    m.model.eval()
+    with torch.no_grad():
+        raw = m.model(m.setup.augmenter.test(m.images_of(idx)))
+    y = m.labels_of(idx)
+    assert nnf.cross_entropy(m.mask_unseen(raw * m.alpha + m.beta), y) < nnf.cross_entropy(m.mask_unseen(raw), y)
+    m.gen.manual_seed(5)
+    m.online_before_eval()
+    first = m.task_layers[1]
+    m.gen.manual_seed(5)
+    m.online_before_eval()
+    assert m.task_layers[1] == first

@@ -40,8 +40,8 @@ REGISTRY: dict[str, Entry] = {
     "rwalk": Entry("rwalk:Rwalk", RwalkParams),
     "icarl": Entry("icarl:ICaRL", NewClassesParams),
     "gdumb": Entry("gdumb:GDumb", MethodParams, "both"),
-    "bic": Entry("bic:BiC", BiCParams),
-    "bic_star": Entry("bic:BiCStar", BiCParams),
+    "bic": Entry("bic:BiC", BiCParams, "both"),
+    "bic_star": Entry("bic:BiCStar", BiCParams, "both"),
     "joint": Entry("joint:Joint", MethodParams),
     # the follow-up's online methods (task-free streams only)
     "ewcpp": Entry("ewcpp:EWCpp", EWCppParams, "task-free"),

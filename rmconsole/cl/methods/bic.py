@@ -15,6 +15,27 @@ What differs from experience replay:
 - inference uses the corrected logits (the RM authors' blurry runs train alpha, beta but their
   forward pass applies another, untrained layer: the correction is never used).
 "New" and "old" classes in blurry streams follow `new_classes` (see incremental.py).
+
+On the follow-up's task-free streams (its bic.py, PROTOCOL §9.5), BiC is the follow-up's ER
+(TaskFree's batches: batch/2 stream + batch/2 memory, `online_iter` updates per sample,
+reservoir memory) with:
+- a validation set of V = round(`bic_val_fraction` x (K - batch/2)) samples, the memory keeping
+  K - batch/2 - V. While only one class is seen it may fill V; from the n-th class on each class
+  may hold V // n (every class's share randomly cut down when a class arrives). A streamed
+  sample whose class is under its share goes to validation until the set is full and is never
+  trained on nor stored (it still adds `online_iter` to the update budget, as theirs);
+- from the second task on, loss = CE (with CutMix) + distillation at T = `bic_temperature` (no
+  n_old/n_seen weighting) on the old classes' logits, against a snapshot of the model taken at
+  every new class (before its head row exists) and at every task end, its logits passed
+  through the previous task's bias layer; gradients clipped to norm 10 (`bic_star`: no
+  distillation). The snapshot runs in eval mode (theirs keeps whichever mode the model was in:
+  mostly train mode, eval mode right after an evaluation);
+- one bias layer (alpha, beta) per task, on the classes first seen in that task. Before every
+  evaluation (anytime and task end) the current task's layer is fitted afresh from (1, 0):
+  `bic_anytime_passes` (256) passes of Adam (lr 1e-3) over the held-out set's logits (eval mode,
+  clean images, computed once, shuffled once into batches of 100) — only when the validation set
+  is full, from the second task on, and when the task brought classes; evaluation corrects the
+  current task's classes only.
 """
 
 from __future__ import annotations
@@ -27,13 +48,17 @@ from torch import Tensor
 
 from .. import memory as M
 from .base import Method, Task
-from .incremental import NewOldClasses
+from .incremental import NewOldClasses, frozen_copy
 from .params import BiCParams
+from .taskfree import TaskFree
 
 BETA_L2 = 0.1  # BiC's reference code penalises beta (its "gamma") by 0.1 * beta^2 / 2
+ANYTIME_BIAS_LR = 1e-3  # the follow-up's Adam for the bias layer
+ANYTIME_BIAS_BATCH = 100
+ANYTIME_CLIP_NORM = 10.0
 
 
-class BiC(NewOldClasses, Method):
+class BiC(TaskFree, NewOldClasses, Method):
     name = "bic"
     default_memory_policy = "prototype"
     distill: bool = True
@@ -99,6 +124,8 @@ class BiC(NewOldClasses, Method):
     # ------------------------------------------------------------------ stage 1
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        if self.task_free:
+            return self.anytime_step_loss(x, y)
         mixed = self.setup.augmenter.maybe_cutmix(x, y)
         if mixed is not None:
             x, y_a, y_b, lam_mix = mixed
@@ -113,11 +140,35 @@ class BiC(NewOldClasses, Method):
         old_model, old_alpha, old_beta = self.previous
         with torch.no_grad():
             old_logits = self.correct(old_model(x), old_alpha, old_beta)[:, self.old_classes]
-        temperature = self.params.bic_temperature
-        soft_targets = torch.softmax(old_logits / temperature, dim=1)
-        distillation = -(soft_targets * torch.log_softmax(logits[:, self.old_classes] / temperature, dim=1)).sum(1).mean()
+        distillation = self.distillation(old_logits, logits[:, self.old_classes])
         lam = float(self.old_classes.sum()) / float(self.seen.sum())
         return lam * distillation + (1 - lam) * classification
+
+    def anytime_step_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        """Task-free: CE (CutMix) on the uncorrected logits, plus (from the second task) the
+        distillation against the latest snapshot, unweighted, as the follow-up's bic.py."""
+        mixed = self.setup.augmenter.maybe_cutmix(x, y)
+        if mixed is not None:
+            x, y_a, y_b, lam_mix = mixed
+        logits = self.model(x)
+        masked = self.mask_unseen(logits)
+        if mixed is None:
+            loss = nnf.cross_entropy(masked, y)
+        else:
+            loss = lam_mix * nnf.cross_entropy(masked, y_a) + (1 - lam_mix) * nnf.cross_entropy(masked, y_b)
+        if not self.distill or self.task_index == 0 or self.teacher is None or self.teacher_classes == 0:
+            return loss
+        n_old = self.teacher_classes
+        with torch.no_grad():
+            alpha, beta = self.layer_vectors(self.task_index - 1, *self.task_layers[self.task_index - 1])
+            old_logits = self.correct(self.teacher(x), alpha, beta)[:, :n_old]
+        return loss + self.distillation(old_logits, logits[:, :n_old])
+
+    def distillation(self, old_logits: Tensor, new_logits: Tensor) -> Tensor:
+        """Cross-entropy of the new logits' softened distribution against the old ones' (T)."""
+        temperature = self.params.bic_temperature
+        soft_targets = torch.softmax(old_logits / temperature, dim=1)
+        return -(soft_targets * torch.log_softmax(new_logits / temperature, dim=1)).sum(1).mean()
 
     # ------------------------------------------------------------------ stage 2
 
@@ -158,16 +209,181 @@ class BiC(NewOldClasses, Method):
         return {"alpha": round(alpha, 4), "beta": round(beta, 4), "val_loss_before": round(before, 4),
                 "val_loss_after": round(after, 4)}
 
+    # ------------------------------------------------------------------ task-free streams
+
+    @property
+    def online_val_capacity(self) -> int:
+        """V: the follow-up holds out a share of the memory its ER would have (K - batch/2)."""
+        return max(1, round(self.params.bic_val_fraction * super().online_capacity))
+
+    @property
+    def online_capacity(self) -> int:
+        return max(1, super().online_capacity - self.online_val_capacity)
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        optimizer = super().make_optimizer()
+        if self.task_free:  # the follow-up clips every BiC step's gradient to norm 10
+            optimizer.register_step_pre_hook(self.clip_gradients)
+        return optimizer
+
+    def clip_gradients(self, *_: Any) -> None:
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), ANYTIME_CLIP_NORM)
+
+    def online_start(self) -> None:
+        super().online_start()
+        self.held_out: dict[int, list[int]] = {}  # label -> held-out stream indices, in arrival order
+        self.held_out_share = self.online_val_capacity  # per class: V while one class is seen, then V // n
+        self.held_out_full = False
+        self.task_index = 0
+        self.task_classes: list[list[int]] = [[]]  # per task: the labels first seen in it (its bias layer's)
+        self.task_layers: list[tuple[float, float]] = [(1.0, 0.0)]  # per task: its bias layer (alpha, beta)
+        self.teacher: torch.nn.Module | None = None
+        self.teacher_classes = 0  # the snapshot's classes: labels 0 .. teacher_classes - 1
+        self.anytime_fits: list[dict[str, Any]] = []
+
+    def online_task_start(self, task: Task) -> None:
+        self.task_index = task.index
+        while len(self.task_classes) <= task.index:
+            self.task_classes.append([])
+            self.task_layers.append((1.0, 0.0))
+        self.use_layer(task.index)
+
+    def online_new_class(self, label: int) -> None:
+        if self.distill:
+            self.snapshot()  # before the class gets its head row: the teacher knows the older classes
+        super().online_new_class(label)
+        self.task_classes[self.task_index].append(label)
+        n_seen = int(self.seen.sum())
+        if n_seen > 1:
+            self.held_out_share = self.online_val_capacity // n_seen
+            for y, kept in self.held_out.items():
+                if len(kept) > self.held_out_share:
+                    chosen = sorted(self.sample_rng.sample(range(len(kept)), self.held_out_share))
+                    self.held_out[y] = [kept[i] for i in chosen]
+            self.held_out_full = False
+
+    def online_observe(self, index: int, label: int) -> None:
+        if self.hold_out_sample(index, label):
+            self.num_updates += self.cfg.online_iter  # the follow-up counts it before deciding
+            return
+        super().online_observe(index, label)
+
+    def hold_out_sample(self, index: int, label: int) -> bool:
+        """True when the sample goes to the validation set (then it is never trained on)."""
+        if self.held_out_full:
+            return False
+        kept = self.held_out.setdefault(label, [])
+        if len(kept) >= self.held_out_share:
+            return False
+        kept.append(index)
+        if sum(len(v) for v in self.held_out.values()) == self.held_out_share * int(self.seen.sum()):
+            self.held_out_full = True
+        return True
+
+    def online_before_eval(self) -> None:
+        self.fit_task_layer()
+
+    def online_task_end(self, task: Task) -> None:
+        if self.distill:
+            self.snapshot()
+        self.fit_task_layer()  # the task-end evaluation refits it too, as theirs
+        fit = self.anytime_fits[-1] if self.anytime_fits else {}
+        held = [len(self.held_out.get(y, [])) for y in range(int(self.seen.sum()))]
+        self.report.log(f"task {task.index + 1}: validation set {held}; bias layer of classes "
+                        f"{self.task_classes[task.index]}: {fit}")
+
+    def snapshot(self) -> None:
+        self.teacher = frozen_copy(self.model)
+        self.teacher_classes = int(self.seen.sum())
+
+    def use_layer(self, task: int) -> None:
+        """Evaluation corrects the classes of `task` by its layer and nothing else."""
+        alpha, beta = self.task_layers[task]
+        self.alpha, self.beta = self.layer_vectors(task, alpha, beta)
+
+    def task_class_mask(self, task: int) -> Tensor:
+        classes = torch.zeros(self.n_classes, dtype=torch.bool, device=self.device)
+        classes[torch.tensor(self.task_classes[task], dtype=torch.long, device=self.device)] = True
+        return classes
+
+    def layer_vectors(self, task: int, alpha: float, beta: float) -> tuple[Tensor, Tensor]:
+        """Per-class (alpha, beta): task `task`'s layer on its classes, the identity elsewhere."""
+        classes = self.task_class_mask(task)
+        ones = torch.ones(self.n_classes, device=self.device)
+        return torch.where(classes, alpha * ones, ones), torch.where(classes, beta * ones, 0 * ones)
+
+    def held_out_indices(self) -> Tensor:
+        return torch.tensor([i for y in sorted(self.held_out) for i in self.held_out[y]], dtype=torch.long)
+
+    def fit_task_layer(self) -> None:
+        """The current task's bias layer, fitted afresh on the held-out set (the network frozen)."""
+        t = self.task_index
+        self.task_layers[t] = (1.0, 0.0)
+        passes = self.params.bic_anytime_passes
+        if self.held_out_full and t > 0 and self.task_classes[t] and passes > 0:
+            indices = self.held_out_indices()
+            self.model.eval()
+            with torch.no_grad():
+                test = self.setup.augmenter.test
+                logits = torch.cat([self.model(test(self.images_of(part))) for part in indices.split(4096)])
+            labels = self.labels_of(indices).to(logits.device)
+            order = torch.randperm(len(indices), generator=self.gen).to(logits.device)
+            batches = [(logits[rows], labels[rows]) for rows in order.split(ANYTIME_BIAS_BATCH)]
+            pair = torch.tensor([1.0, 0.0], device=logits.device, requires_grad=True)
+            optimizer = torch.optim.Adam([pair], lr=ANYTIME_BIAS_LR)
+            classes = self.task_class_mask(t).to(logits.device)
+            for _ in range(passes):
+                for batch_logits, batch_labels in batches:
+                    corrected = torch.where(classes, batch_logits * pair[0] + pair[1], batch_logits)
+                    loss = nnf.cross_entropy(self.mask_unseen(corrected), batch_labels)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+            alpha, beta = (float(v) for v in pair.detach().cpu())
+            self.task_layers[t] = (alpha, beta)
+            self.anytime_fits.append({"task": t, "alpha": round(alpha, 4), "beta": round(beta, 4),
+                                      "held_out": len(indices)})
+        self.use_layer(t)
+
+    def memory_report(self, task: Task, info: dict[str, Any] | None = None) -> None:
+        if not self.task_free:
+            return super().memory_report(task, info)
+        held = torch.bincount(self.labels_of(self.held_out_indices()).cpu(), minlength=self.n_classes)
+        super().memory_report(task, {"validation_per_class": held.tolist(), "bias_layers": list(self.task_layers),
+                                     **(info or {})})
+
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
+        if self.task_free and hasattr(self, "held_out"):
+            # the teacher is the model itself at a task end, where checkpoints are taken
+            state["bic_online"] = {
+                "held_out": {y: list(v) for y, v in self.held_out.items()}, "share": self.held_out_share,
+                "full": self.held_out_full, "task_index": self.task_index,
+                "task_classes": [list(c) for c in self.task_classes], "task_layers": list(self.task_layers),
+                "teacher_classes": self.teacher_classes if self.teacher is not None else None,
+                "anytime_fits": list(self.anytime_fits)}
+            return state
         state["bic"] = {"val_indices": self.val_indices, "val_labels": self.val_labels, "alpha": self.alpha.cpu(),
                         "beta": self.beta.cpu(), "bias_history": self.bias_history}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
+        online = state.get("bic_online")
+        if online is not None:
+            self.held_out = {int(y): list(v) for y, v in online["held_out"].items()}
+            self.held_out_share, self.held_out_full = int(online["share"]), bool(online["full"])
+            self.task_index = int(online["task_index"])
+            self.task_classes = [list(c) for c in online["task_classes"]]
+            self.task_layers = [tuple(p) for p in online["task_layers"]]  # type: ignore[misc]
+            self.anytime_fits = list(online["anytime_fits"])
+            if online["teacher_classes"] is not None:
+                self.teacher = frozen_copy(self.model)
+                self.teacher_classes = int(online["teacher_classes"])
+            self.use_layer(self.task_index)
+            return
         bic = state["bic"]
         self.val_indices, self.val_labels = bic["val_indices"], bic["val_labels"]
         self.alpha, self.beta = bic["alpha"].to(self.device), bic["beta"].to(self.device)
