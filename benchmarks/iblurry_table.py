@@ -3,7 +3,7 @@ runs (one sweep id) so `rmconsole report` makes the table and the anytime figure
 
     RMCONSOLE_DATA=../shared/data PYTHONPATH=. python benchmarks/iblurry_table.py \\
         --preset benchmarks/presets/mnist-iblurry50-10-cpu.toml \\
-        --methods er,ewcpp,mir,er_ace,scr,gdumb,rm,clib --seeds 1,2,3 --jobs 2
+        --methods er,ewcpp,mir,er_ace,scr,gdumb,bic,rm,clib --seeds 1,2,3 --jobs 2
     rmconsole report --sweep SWEEP --format md --plot anytime.png
 
 Each job is one process that trains its share of the runs one after another through the

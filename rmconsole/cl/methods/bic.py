@@ -287,10 +287,14 @@ class BiC(TaskFree, NewOldClasses, Method):
         if self.distill:
             self.snapshot()
         self.fit_task_layer()  # the task-end evaluation refits it too, as theirs
-        fit = self.anytime_fits[-1] if self.anytime_fits else {}
-        held = [len(self.held_out.get(y, [])) for y in range(int(self.seen.sum()))]
-        self.report.log(f"task {task.index + 1}: validation set {held}; bias layer of classes "
-                        f"{self.task_classes[task.index]}: {fit}")
+        n_seen, held = int(self.seen.sum()), sum(len(v) for v in self.held_out.values())
+        fitted = self.anytime_fits[-1] if self.anytime_fits and self.anytime_fits[-1]["task"] == task.index else None
+        layer = (f"alpha {fitted['alpha']}, beta {fitted['beta']}" if fitted else
+                 "not fitted (" + ("task 1" if task.index == 0 else "no new class" if not self.task_classes[task.index]
+                                   else "validation set not full") + ")")
+        self.report.log(f"task {task.index + 1}: validation set {held} samples, up to {self.held_out_share} per "
+                        f"class of {n_seen}; bias layer of its {len(self.task_classes[task.index])} new classes: "
+                        f"{layer}")
 
     def snapshot(self) -> None:
         self.teacher = frozen_copy(self.model)
