@@ -41,11 +41,42 @@ def _hooked(model: nn.Module) -> bool:
     return any(p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None) for p in model.parameters())
 
 
+class _Block:
+    """One Linear -> BatchNorm1d -> ReLU block's tensors, looked up once (nn.Module's attribute
+    lookup costs more than some of the step's kernels). The tensors are the modules' own:
+    optimisers and load_state_dict update them in place."""
+
+    __slots__ = ("weight", "weight_t", "bias", "bn_weight", "bn_bias", "running_mean", "running_var", "batches",
+                 "momentum", "eps")
+
+    def __init__(self, lin: nn.Linear, bn: nn.BatchNorm1d) -> None:
+        self.weight, self.bias = lin.weight, lin.bias
+        with torch.no_grad():  # a view of the weight: it sees every in-place update of it
+            self.weight_t = lin.weight.t()
+        self.bn_weight, self.bn_bias = bn.weight, bn.bias
+        self.running_mean, self.running_var, self.batches = bn.running_mean, bn.running_var, bn.num_batches_tracked
+        self.momentum, self.eps = bn.momentum, bn.eps
+
+
 class MLPStep:
     """Forward and backward of Flatten -> [Linear -> BatchNorm1d -> ReLU] x k -> Linear (fc)."""
 
     def __init__(self, blocks: list[tuple[nn.Linear, nn.BatchNorm1d]], fc: nn.Linear) -> None:
-        self.blocks, self.fc = blocks, fc
+        self.blocks = [_Block(lin, bn) for lin, bn in blocks]
+        self.fc_weight, self.fc_bias = fc.weight, fc.bias
+        with torch.no_grad():
+            self.fc_weight_t = fc.weight.t()
+        self.one = torch.ones((), dtype=fc.weight.dtype, device=fc.weight.device)
+        self.lowest = torch.finfo(fc.weight.dtype).min
+        self._mask: tuple[int, int, Tensor | None] | None = None  # (id, version, ~seen or None) of `seen`
+
+    def unseen_of(self, seen: Tensor) -> Tensor | None:
+        """~seen, or None when every class is seen; recomputed only when `seen` has changed
+        (its in-place version counter moves with every write), so no host sync per step."""
+        key = (id(seen), seen._version)
+        if self._mask is None or self._mask[:2] != key:
+            self._mask = (*key, None if bool(seen.all()) else ~seen)
+        return self._mask[2]
 
     @classmethod
     def of(cls, model: nn.Module, optimizer: torch.optim.Optimizer) -> "MLPStep | None":
@@ -86,19 +117,18 @@ class MLPStep:
             terms = [(y_a, lam), (y_b, 1 - lam)]
         saved = []
         h = x.flatten(1)
-        for lin, bn in self.blocks:
-            z = torch.addmm(lin.bias, h, lin.weight.t())
-            bn.num_batches_tracked.add_(1)
-            out, mean, invstd = torch.native_batch_norm(z, bn.weight, bn.bias, bn.running_mean, bn.running_var,
-                                                        True, bn.momentum, bn.eps)
+        for b in self.blocks:
+            z = torch.addmm(b.bias, h, b.weight_t)
+            b.batches.add_(1)
+            out, mean, invstd = torch.native_batch_norm(z, b.bn_weight, b.bn_bias, b.running_mean, b.running_var,
+                                                        True, b.momentum, b.eps)
             saved.append((h, z, mean, invstd, torch.relu_(out)))
             h = saved[-1][-1]
-        logits = torch.addmm(self.fc.bias, h, self.fc.weight.t())
-        unseen = None
-        if not bool(seen.all()):
-            unseen = ~seen
-            logits = logits.masked_fill(unseen, torch.finfo(logits.dtype).min)
-        one = torch.ones((), dtype=logits.dtype, device=logits.device)
+        logits = torch.addmm(self.fc_bias, h, self.fc_weight_t)
+        unseen = self.unseen_of(seen)
+        if unseen is not None:
+            logits = logits.masked_fill(unseen, self.lowest)
+        one = self.one
         grad = None
         loss = None
         for target, weight in terms:  # each cross-entropy term as autograd runs it
@@ -111,17 +141,17 @@ class MLPStep:
             grad = g if grad is None else grad + g
         if unseen is not None:
             grad = grad.masked_fill(unseen, 0)
-        self.fc.weight.grad = torch.mm(grad.t(), h)
-        self.fc.bias.grad = grad.sum(0, keepdim=True).view(-1)
-        grad = torch.mm(grad, self.fc.weight)
+        self.fc_weight.grad = torch.mm(grad.t(), h)
+        self.fc_bias.grad = grad.sum(0)
+        grad = torch.mm(grad, self.fc_weight)
         for i in range(len(self.blocks) - 1, -1, -1):
-            (lin, bn), (inp, z, mean, invstd, act) = self.blocks[i], saved[i]
+            b, (inp, z, mean, invstd, act) = self.blocks[i], saved[i]
             grad = aten.threshold_backward(grad, act, 0)
-            grad, bn.weight.grad, bn.bias.grad = aten.native_batch_norm_backward(
-                grad, z, bn.weight, bn.running_mean, bn.running_var, mean, invstd, True, bn.eps, [True, True, True])
-            lin.weight.grad = torch.mm(grad.t(), inp)
-            lin.bias.grad = grad.sum(0, keepdim=True).view(-1)
+            grad, b.bn_weight.grad, b.bn_bias.grad = aten.native_batch_norm_backward(
+                grad, z, b.bn_weight, b.running_mean, b.running_var, mean, invstd, True, b.eps, [True, True, True])
+            b.weight.grad = torch.mm(grad.t(), inp)
+            b.bias.grad = grad.sum(0)
             if i:  # the input needs no gradient
-                grad = torch.mm(grad, lin.weight)
+                grad = torch.mm(grad, b.weight)
         assert loss is not None
         return loss
