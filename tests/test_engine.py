@@ -143,10 +143,14 @@ def test_the_mlp_step_equals_autograd_bit_for_bit(shape, blocks: int) -> None:
     assert step is not None
     rng, gen, data = random.Random(3), torch.Generator().manual_seed(3), torch.Generator().manual_seed(5)
     mixed = 0
+    seen = torch.tensor([True] * 6 + [False] * 4)
     for i in range(40):
-        seen = torch.tensor([True] * 6 + [False] * 4) if i < 20 else torch.ones(10, dtype=torch.bool)
+        if i == 10:
+            seen[6] = True  # a class arrives in place (task-free streams): the step's cached mask must follow
+        if i == 20:
+            seen = torch.ones(10, dtype=torch.bool)  # another tensor
         x = torch.randn(8, *shape, generator=data)
-        y = torch.randint(0, 7, (8,), generator=data)  # class 6 unseen for a while: its gradient is masked
+        y = torch.randint(0, 7 if i >= 10 else 6, (8,), generator=data)  # unseen classes: their gradient masked
         draw = draw_cutmix(8, shape[-2], shape[-1], rng, gen) if i % 2 else None
         mixed += draw is not None
         _autograd_step(model, opt_a, seen, x, y, draw)

@@ -68,15 +68,16 @@ class MLPStep:
             self.fc_weight_t = fc.weight.t()
         self.one = torch.ones((), dtype=fc.weight.dtype, device=fc.weight.device)
         self.lowest = torch.finfo(fc.weight.dtype).min
-        self._mask: tuple[int, int, Tensor | None] | None = None  # (id, version, ~seen or None) of `seen`
+        self._mask: tuple[Tensor, int, Tensor | None] | None = None  # (seen, its version, ~seen or None)
 
     def unseen_of(self, seen: Tensor) -> Tensor | None:
-        """~seen, or None when every class is seen; recomputed only when `seen` has changed
-        (its in-place version counter moves with every write), so no host sync per step."""
-        key = (id(seen), seen._version)
-        if self._mask is None or self._mask[:2] != key:
-            self._mask = (*key, None if bool(seen.all()) else ~seen)
-        return self._mask[2]
+        """~seen, or None when every class is seen; recomputed only when `seen` is another
+        tensor or has been written to (its version counter moves with every in-place write),
+        so no host sync per step."""
+        cached = self._mask
+        if cached is None or cached[0] is not seen or cached[1] != seen._version:
+            cached = self._mask = (seen, seen._version, None if bool(seen.all()) else ~seen)
+        return cached[2]
 
     @classmethod
     def of(cls, model: nn.Module, optimizer: torch.optim.Optimizer) -> "MLPStep | None":
