@@ -20,6 +20,14 @@ Each phase runs twice in one process, for the same model, batch size and number 
 
 The two alternate `--repeats` times and the best time of each is kept; the ratio engine/floor
 is what rmconsole's bookkeeping, augmentation and random draws cost on top of the arithmetic.
+
+`--roofline` (MLP backbones) adds a floor under the bare loop: what the whole run cannot go
+below on this core whatever the software, from two measured kernel rates. A training step is at
+least its matrix products (each timed alone, in the layouts the step uses, at its batch size)
+plus the fused SGD update over every parameter (the kernel alone, a memory-bound pass); a
+scored candidate is at least `views` forwards at the inference batch's matrix-product rate.
+Batch norm, the loss, augmentation, Python and start-up are left out, so the real run can only
+be slower. The figures are set against issue 16's targets (the run <= 60 s, >= 10,000 candidates/s).
 CPU seconds (process time: one thread) are printed beside wall seconds, because on a shared
 machine the wall clock also counts the neighbours; the load average is printed with them.
 """
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -152,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=2000, help="N")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--roofline", action="store_true",
+                        help="also print the run's arithmetic floor on this core (MLP backbones)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -240,10 +251,108 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(f"\nseconds are the best of {args.repeats}; 'floor s'/'engine s' are CPU seconds of this process, "
           f"'wall' the wall clock; load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    roof = None
+    if args.roofline:
+        roof = roofline(cfg, protocol, data.image_shape, rm.memory_batch_size, views, chunk, device)
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "preset": args.preset, "data": args.data,
-                                         "device": str(device), "load": load, "phases": rows}, indent=1))
+                                         "device": str(device), "load": load, "phases": rows, "roofline": roof},
+                                        indent=1))
     return 0
+
+
+def _best_seconds(device: torch.device, work: Callable[[], object], calls: int, rounds: int = 7) -> float:
+    """Seconds per call of `work`: the best of `rounds` timings of `calls` calls (after a warm-up)."""
+    for _ in range(max(1, calls // 10)):
+        work()
+    best = float("inf")
+    for _ in range(rounds):
+        sync(device)
+        started = time.perf_counter()
+        for _ in range(calls):
+            work()
+        sync(device)
+        best = min(best, (time.perf_counter() - started) / calls)
+    return best
+
+
+def _linear_shapes(model: torch.nn.Module) -> list[tuple[int, int]]:
+    return [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def step_matmul_seconds(layers: list[tuple[int, int]], batch: int, device: torch.device) -> tuple[float, float]:
+    """(seconds, FLOP) of one training step's matrix products for Linear layers (in, out) at
+    `batch`: forward addmm(b, h, W.t()), weight gradient mm(g.t(), h), input gradient mm(g, W)
+    for every layer but the first, each timed alone as `cl/mlp_step.py` calls it."""
+    seconds = flop = 0.0
+    for i, (n_in, n_out) in enumerate(layers):
+        h, g = torch.randn(batch, n_in, device=device), torch.randn(batch, n_out, device=device)
+        w, b = torch.randn(n_out, n_in, device=device), torch.randn(n_out, device=device)
+        wt = w.t()
+        calls = [lambda: torch.addmm(b, h, wt), lambda: torch.mm(g.t(), h)] + ([lambda: torch.mm(g, w)] if i else [])
+        seconds += sum(_best_seconds(device, c, 200) for c in calls)
+        flop += 2.0 * batch * n_in * n_out * len(calls)
+    return seconds, flop
+
+
+def sgd_update_seconds(model: torch.nn.Module, lr: float, weight_decay: float, device: torch.device) -> float:
+    """One fused Nesterov SGD update of every parameter of `model` (the kernel alone)."""
+    params = [p.detach().clone().to(device) for p in model.parameters()]
+    grads = [torch.randn_like(p) for p in params]
+    buffers = [torch.zeros_like(p) for p in params]
+
+    def update() -> None:
+        torch._fused_sgd_(params, grads, buffers, weight_decay=weight_decay, momentum=0.9, lr=lr, dampening=0.0,
+                          nesterov=True, maximize=False, is_first_step=False, grad_scale=None, found_inf=None)
+
+    return _best_seconds(device, update, 200)
+
+
+def roofline(cfg, protocol, image_shape, memory_batch: int, views: int, chunk: int, device: torch.device):
+    """The run's arithmetic floor on this core (see the module docstring); prints and returns it."""
+    model = build_model(cfg.model, image_shape, protocol.train_labels.max().item() + 1)
+    layers = _linear_shapes(model)
+    if type(model.features) is not torch.nn.Sequential or not layers or any(
+            isinstance(m, torch.nn.Conv2d) for m in model.modules()):
+        print(f"\nroofline: MLP backbones only, not {cfg.model}")
+        return None
+    mem_s, mem_flop = step_matmul_seconds(layers, memory_batch, device)
+    stream_s, stream_flop = step_matmul_seconds(layers, cfg.batch_size, device)
+    sgd_s = sgd_update_seconds(model, cfg.lr, cfg.weight_decay, device)
+    # inference: every layer's forward at the scoring batch
+    fwd_s = fwd_flop = 0.0
+    for n_in, n_out in layers:
+        h, w, b = torch.randn(chunk, n_in, device=device), torch.randn(n_out, n_in, device=device), torch.randn(
+            n_out, device=device)
+        wt = w.t()
+        fwd_s += _best_seconds(device, lambda: torch.addmm(b, h, wt), 5, rounds=5) / chunk
+        fwd_flop += 2.0 * n_in * n_out
+    n_params = sum(p.numel() for p in model.parameters())
+    tasks = [len(t) for t in protocol.tasks]
+    k = cfg.memory_size
+    memory_steps = sum(cfg.epochs * math.ceil(min(k, sum(tasks[:i + 1])) / memory_batch) for i in range(len(tasks)))
+    stream_steps = sum(math.ceil(n / cfg.batch_size) for n in tasks)
+    candidates = sum(min(k, sum(tasks[:i])) + n for i, n in enumerate(tasks))  # memory + the task's stream
+    per_candidate = views * fwd_s
+    parts = {
+        "memory epochs": memory_steps * (mem_s + sgd_s),
+        "stream pass": stream_steps * (stream_s + sgd_s),
+        "uncertainty": candidates * per_candidate,
+    }
+    total = sum(parts.values())
+    print(f"\nroofline ({cfg.model}: {n_params:,} parameters; this core, one thread):")
+    print(f"  batch-{memory_batch} step: matrix products {mem_s * 1e3:.3f} ms ({mem_flop / mem_s / 1e9:.1f} GFLOP/s) "
+          f"+ fused SGD update {sgd_s * 1e3:.3f} ms ({n_params * 4 * 5 / sgd_s / 1e9:.1f} GB/s over w, g, buf) "
+          f"= {(mem_s + sgd_s) * 1e3:.3f} ms")
+    print(f"  inference forward at batch {chunk}: {fwd_flop / fwd_s / 1e9:.1f} GFLOP/s; {views} views per candidate: "
+          f"at most {1 / per_candidate:,.0f} candidates/s (issue 16's target: 10,000)")
+    print(f"  the run ({cfg.epochs} memory epochs, {len(tasks)} tasks, K = {k}): memory epochs >= "
+          f"{parts['memory epochs']:.1f} s ({memory_steps:,} steps), stream pass >= {parts['stream pass']:.1f} s, "
+          f"uncertainty >= {parts['uncertainty']:.1f} s ({candidates:,} candidates): >= {total:.1f} s before batch norm, "
+          f"loss, augmentation and start-up (issue 16's target: 60 s end to end)")
+    return {"step_matmul_s": mem_s, "step_matmul_gflops": mem_flop / mem_s / 1e9, "sgd_update_s": sgd_s,
+            "inference_gflops": fwd_flop / fwd_s / 1e9, "max_candidates_per_s": 1 / per_candidate,
+            "memory_steps": memory_steps, "floor_s": parts, "floor_total_s": total}
 
 
 if __name__ == "__main__":
