@@ -160,8 +160,7 @@ class BiC(TaskFree, NewOldClasses, Method):
             return loss
         n_old = self.teacher_classes
         with torch.no_grad():
-            alpha, beta = self.layer_vectors(self.task_index - 1, *self.task_layers[self.task_index - 1])
-            old_logits = self.correct(self.teacher(x), alpha, beta)[:, :n_old]
+            old_logits = self.correct(self.teacher(x), *self.teacher_layer())[:, :n_old]
         return loss + self.distillation(old_logits, logits[:, :n_old])
 
     def distillation(self, old_logits: Tensor, new_logits: Tensor) -> Tensor:
@@ -299,6 +298,14 @@ class BiC(TaskFree, NewOldClasses, Method):
     def snapshot(self) -> None:
         self.teacher = frozen_copy(self.model)
         self.teacher_classes = int(self.seen.sum())
+
+    def teacher_layer(self) -> tuple[Tensor, Tensor]:
+        """The previous task's layer as per-class vectors, built once per value of that layer
+        (it is fixed while the current task runs), not at every step."""
+        key = (self.task_index, self.task_layers[self.task_index - 1], tuple(self.task_classes[self.task_index - 1]))
+        if getattr(self, "_teacher_layer", (None,))[0] != key:
+            self._teacher_layer = (key, self.layer_vectors(self.task_index - 1, *self.task_layers[self.task_index - 1]))
+        return self._teacher_layer[1]
 
     def use_layer(self, task: int) -> None:
         """Evaluation corrects the classes of `task` by its layer and nothing else."""
