@@ -86,7 +86,7 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
     h, w = data.image_shape[-2:]
     streamed = hasattr(data.train, "batches")  # decoded ahead epoch by epoch: one chunk per call
     planning = _MixPlanning(method, augmenter, spanning=not streamed)
-    step = _Stepper(method)
+    step = Stepper(method)
     prefetch: Iterator[Tensor] | None = None
     epoch = _EpochTally()
     chunks = _epoch_chunks(epochs, batches_of, chunk_images, dist)
@@ -184,15 +184,18 @@ def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> Tensor |
     gradients averaged (weighted by their shard), the update, then the method's `after_step`.
     On a single-process CUDA run of a default-step method, the step is a CUDA graph replay.
     Returns the step's mean loss, detached (no host sync), or None for a graphed step, whose
-    graph adds it (× batch size) to its own `loss_sum`."""
-    return _Stepper(method)(x, y, weight)
+    graph adds it (× batch size) to its own `loss_sum`. A caller that steps many times (a
+    task-free stream: a step per few samples) keeps a `Stepper` instead."""
+    return Stepper(method)(x, y, weight)
 
 
-class _Stepper:
-    """`train_step` with what stays the same during a `fit` looked up once: whether steps are
-    graphed, whether the default step of an MLP runs without autograd (mlp_step.py), and the
-    parameters a plain fused SGD updates (its kernel called directly, the call `SGD.step`
-    makes, without its Python wrapper)."""
+class Stepper:
+    """`train_step` with what stays the same from step to step looked up once: whether steps
+    are graphed, whether the default step of an MLP runs without autograd (mlp_step.py, with
+    its unseen-class mask), and the parameters a plain fused SGD updates (its kernel called
+    directly, the call `SGD.step` makes, without its Python wrapper). Looked up again when the
+    method's optimiser, model or head is another object (a new task's optimiser, a rebuilt
+    head, GDumb's fresh model)."""
 
     def __init__(self, method: Learner) -> None:
         self.method = method
@@ -201,6 +204,7 @@ class _Stepper:
                        and method.device.type == "cpu")
         self.optimizer: torch.optim.Optimizer | None = None
         self.model: torch.nn.Module | None = None
+        self.head: object = None
         self.sgd: list[Tensor] | None = None
         self.mlp: MLPStep | None = None
 
@@ -211,8 +215,10 @@ class _Stepper:
             return None
         optimizer = method.optimizer
         assert optimizer is not None
-        if optimizer is not self.optimizer or method.model is not self.model:
-            self.optimizer, self.model, self.sgd = optimizer, method.model, _plain_fused_sgd(optimizer)
+        head = getattr(method.model, "fc", None)
+        if optimizer is not self.optimizer or method.model is not self.model or head is not self.head:
+            self.optimizer, self.model, self.head = optimizer, method.model, head
+            self.sgd = _plain_fused_sgd(optimizer)
             self.mlp = MLPStep.of(method.model, optimizer) if self.manual else None
         if self.mlp is not None and method.model.training:  # the default step, its kernels called directly
             loss = self.mlp(x, y, method.setup.augmenter.maybe_cutmix(x, y), method.seen)

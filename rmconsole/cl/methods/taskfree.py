@@ -90,6 +90,7 @@ class TaskFree:
         self.cost = 0.0  # image passes spent (forward 1 + backward 2 per trained image)
         self.sample_rng = random.Random(self.cfg.seed + 3)  # per-sample memory decisions
         self.stream_count: int | None = None  # stream samples at the head of the current batch
+        self.stepper = train.Stepper(self)  # type: ignore[arg-type]  # a step per few samples: set up once
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """Task-free runs: the run's `optimizer` (the follow-up's Adam, or Nesterov SGD)."""
@@ -196,7 +197,7 @@ class TaskFree:
         rate (advanced) or at `lr`; `n_stream`: how many of them are stream samples (ER-ACE)."""
         set_lr(self.optimizer, self.step_lr() if lr is None else lr)  # type: ignore[arg-type]
         self.stream_count = n_stream
-        train.train_step(self, x, y, 1.0)  # type: ignore[arg-type]
+        self.stepper(x, y, 1.0)  # train.train_step, its lookups kept from step to step
         if lr is None:
             self.lr_steps += 1
         self.online_steps += 1
