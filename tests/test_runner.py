@@ -163,3 +163,24 @@ def test_stop_and_resume_refuse_a_run_in_the_wrong_state() -> None:
     store.update_run(dead, pid=gone.pid, host=socket.gethostname())
     with pytest.raises(ValueError, match=f"run {dead} is failed"):  # reaped first: dead is failed, not stoppable
         runner.stop_run(dead)
+
+
+def test_following_a_run_wakes_when_its_process_ends() -> None:
+    """`follow_run` sleeps between looks at the run, but a process that exits ends the sleep
+    (a pidfd): `rmconsole run` prints the end at once, not up to a poll later."""
+    import time
+
+    from rmconsole.runner.launch import _ExitWatch
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    watch = _ExitWatch(proc)
+    started = time.monotonic()
+    watch.sleep(20)
+    woke = time.monotonic() - started
+    proc.wait()
+    assert 0.2 < woke < 10, woke
+    assert watch.fd is None  # fired: plain sleeps from here on (no busy loop on a ready fd)
+    started = time.monotonic()
+    watch.sleep(0.2)
+    assert time.monotonic() - started >= 0.19
+    watch.close()

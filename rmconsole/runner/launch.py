@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -243,21 +244,52 @@ def follow_run(run_id: int, process: subprocess.Popen | None = None, poll_s: flo
     from .executors import SCHEDULER_POLL_S, is_scheduled
 
     asked = time.monotonic()
-    while True:
-        run = store.get_run(run_id)
-        if process is None and run.status in store.ACTIVE and is_scheduled(run) and \
-                time.monotonic() - asked >= SCHEDULER_POLL_S:
-            asked = time.monotonic()
-            reap_dead([run])
+    exit_watch = _ExitWatch(process)
+    try:
+        while True:
             run = store.get_run(run_id)
-        yield run
-        if run.status not in store.ACTIVE:
+            if process is None and run.status in store.ACTIVE and is_scheduled(run) and \
+                    time.monotonic() - asked >= SCHEDULER_POLL_S:
+                asked = time.monotonic()
+                reap_dead([run])
+                run = store.get_run(run_id)
+            yield run
+            if run.status not in store.ACTIVE:
+                return
+            if process is not None and process.poll() is not None:
+                record_exit(run_id, process.returncode, wait_s=poll_s, lease=getattr(process, "lease", None))
+                yield store.get_run(run_id)
+                return
+            exit_watch.sleep(poll_s)
+    finally:
+        exit_watch.close()
+
+
+class _ExitWatch:
+    """Sleeps that end early when a process exits (a pidfd, Linux): the run's end shows as soon
+    as its supervisor is gone, not up to a poll later. Anywhere a pidfd cannot be had (another
+    OS, the process already gone), and once it has fired, a plain sleep."""
+
+    def __init__(self, process: subprocess.Popen | None) -> None:
+        self.fd: int | None = None
+        try:
+            if process is not None and process.pid:
+                self.fd = os.pidfd_open(process.pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def sleep(self, seconds: float) -> None:
+        if self.fd is None:
+            time.sleep(seconds)
             return
-        if process is not None and process.poll() is not None:
-            record_exit(run_id, process.returncode, wait_s=poll_s, lease=getattr(process, "lease", None))
-            yield store.get_run(run_id)
-            return
-        time.sleep(poll_s)
+        ready, _, _ = select.select([self.fd], [], [], seconds)
+        if ready:  # exited: the next look at the run sees its end (sleep plainly from now on)
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _heartbeat_age(run: store.Run, now: datetime) -> float | None:
