@@ -217,3 +217,19 @@ def test_the_direct_fused_sgd_step_equals_optimizer_step() -> None:
             opt_b.step()
     for p, q in zip(a.parameters(), b.parameters()):
         assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_a_non_finite_parameter_anywhere_is_found(bad: float, where: str) -> None:
+    """`train.finite` (the per-epoch divergence check) reads each tensor's min and max: one bad
+    element at either end of any tensor, or in between, must be seen; a finite model passes,
+    whatever its magnitudes."""
+    params = [torch.randn(50, 7), torch.randn(13), torch.empty(0), torch.randn(3, 3)]
+    assert train.finite(params)
+    assert train.finite([p * 1e37 for p in params])  # large but finite
+    for i in (0, 1, 3):
+        broken = [p.clone() for p in params]
+        flat = broken[i].view(-1)
+        flat[{"first": 0, "middle": len(flat) // 2, "last": -1}[where]] = bad
+        assert not train.finite(broken), (i, where, bad)
