@@ -146,10 +146,16 @@ def test_defect_01_a_recreated_store_is_never_written_by_an_old_worker(isolated_
     wait_for(lambda: (r := store.get_run(run_id)).task == 1 and r.status == "running", 300, what="task 2")
     assert checkpoints.checkpoint_path(run_id).exists()
     forget_engines()
-    for path in isolated_home.glob("rmconsole.db*"):
-        path.unlink()
-    _, cfg = load_config(None)
-    assert store.create_run(cfg.to_dict(), "a new store") == run_id  # the new store's run 1
+    # the worker (and its supervisor, one process group) paused while the store is swapped, so
+    # what it finds is the replacement, never the moment in between (that is the next test's case)
+    os.killpg(supervisor.pid, signal.SIGSTOP)
+    try:
+        for path in isolated_home.glob("rmconsole.db*"):
+            path.unlink()
+        _, cfg = load_config(None)
+        assert store.create_run(cfg.to_dict(), "a new store") == run_id  # the new store's run 1
+    finally:
+        os.killpg(supervisor.pid, signal.SIGCONT)
     code = supervisor.wait(timeout=120)
     new = store.get_run(run_id)
     assert (new.status, new.error, new.started_at, new.preset) == ("queued", None, None, "a new store")
