@@ -439,3 +439,25 @@ def test_bic_refits_the_current_tasks_bias_layer_before_every_evaluation() -> No
     m.gen.manual_seed(5)
     m.online_before_eval()
     assert m.task_layers[1] == first
+
+
+def test_the_kept_stepper_follows_a_replaced_model_and_optimiser() -> None:
+    """Task-free methods keep one `train.Stepper` across steps (its MLP step holds the model's
+    tensors): when the method's model and optimiser are replaced (GDumb's fresh model per
+    evaluation), the next step must train the new model, never the old one's tensors."""
+    import copy
+
+    m, proto, _ = built("er", optimizer="sgd", lr=0.05, schedule="constant")
+    feed(m, proto, 40)  # some steps: the stepper is set up for the first model
+    assert m.stepper.mlp is not None  # the MLP step without autograd is what runs here
+    old = m.model
+    old_state = {k: v.clone() for k, v in old.state_dict().items()}
+    m.model = copy.deepcopy(old)
+    m.optimizer = m.make_optimizer()
+    new_before = {k: v.clone() for k, v in m.model.state_dict().items()}
+    idx = torch.cat(proto.tasks)[:16]
+    m.model.train()
+    m.step_on(m.setup.augmenter.test(m.images_of(idx)), m.labels_of(idx))
+    assert all(torch.equal(v, old_state[k]) for k, v in old.state_dict().items())  # the old model untouched
+    moved = [k for k, v in m.model.state_dict().items() if not torch.equal(v, new_before[k])]
+    assert "fc.weight" in moved and "features.1.weight" in moved, moved
