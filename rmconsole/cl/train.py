@@ -5,7 +5,7 @@ One `fit` call trains E epochs over index batches: it sets each epoch's learning
 augments chunks of upcoming batches in one batched call (what makes per-sample
 RandAugment/AutoAugment cheap), has the chunks' images decoded ahead while the model trains
 (streamed datasets), gives each rank its shard of every batch, reports progress and, when the
-run records it, evaluates after every epoch. `train_step` is the one place an optimiser step
+run records it, evaluates after every epoch. `Stepper` is the one place an optimiser step
 happens.
 
 Batching without changing a draw. A chunk (consecutive batches, up to `chunk_images` images)
@@ -187,23 +187,19 @@ def _epoch_loss(losses: list[Tensor], sizes: list[int], graphed: Iterable[Graphe
     return float(sum(p.to(parts[0].device) for p in parts).item())
 
 
-def train_step(method: Learner, x: Tensor, y: Tensor, weight: float) -> Tensor | None:
-    """One optimiser step on an augmented batch: the method's loss, backward, the ranks'
-    gradients averaged (weighted by their shard), the update, then the method's `after_step`.
-    On a single-process CUDA run of a default-step method, the step is a CUDA graph replay.
-    Returns the step's mean loss, detached (no host sync), or None for a graphed step, whose
-    graph adds it (× batch size) to its own `loss_sum`. A caller that steps many times (a
-    task-free stream: a step per few samples) keeps a `Stepper` instead."""
-    return Stepper(method)(x, y, weight)
-
-
 class Stepper:
-    """`train_step` with what stays the same from step to step looked up once: whether steps
-    are graphed, whether the default step of an MLP runs without autograd (mlp_step.py, with
-    its unseen-class mask), and the parameters a plain fused SGD updates (its kernel called
-    directly, the call `SGD.step` makes, without its Python wrapper). Looked up again when the
-    method's optimiser, model or head is another object (a new task's optimiser, a rebuilt
-    head, GDumb's fresh model)."""
+    """The one place an optimiser step happens. `stepper(x, y, weight)`: one step on an
+    augmented batch — the method's loss, backward, the ranks' gradients averaged (weighted by
+    their shard), the update, then the method's `after_step`; on a single-process CUDA run of a
+    default-step method, a CUDA graph replay. Returns the step's mean loss, detached (no host
+    sync), or None for a graphed step, whose graph adds it (× batch size) to its own `loss_sum`.
+
+    What stays the same from step to step is looked up once: whether steps are graphed, whether
+    the default step of an MLP runs without autograd (mlp_step.py, with its unseen-class mask),
+    and the parameters a plain fused SGD updates (its kernel called directly, the call
+    `SGD.step` makes, without its Python wrapper); looked up again when the method's optimiser,
+    model or head is another object (a new task's optimiser, a rebuilt head, GDumb's fresh
+    model). `fit` keeps one per call, a task-free method one for its whole stream."""
 
     def __init__(self, method: Learner) -> None:
         self.method = method

@@ -27,10 +27,10 @@ Hooks a method may override (called by)                          default
     learn_task(task)        loop                                   the online / offline schedule above
     stream_batches(task)    learn_task: the stream pass            shuffled batches of stream + memory
     memory_batch_size       learn_task: the memory epochs          memory_batch_size, else batch_size
-    step_loss(x, y)         train.train_step, every step           cross-entropy over seen classes,
+    step_loss(x, y)         train.Stepper, every step              cross-entropy over seen classes,
                                                                    CutMix when the run enables it
-    after_step()            train.train_step, after each update    nothing
-    graphable_step          (class variable) train.train_step      True: on a single-process CUDA run
+    after_step()            train.Stepper, after each update       nothing
+    graphable_step          (class variable) train.Stepper         True: on a single-process CUDA run
                                                                    the default step is replayed as a
                                                                    CUDA graph (graphs.py); a method
                                                                    whose step hides other work (EWC's

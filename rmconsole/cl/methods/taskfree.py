@@ -23,7 +23,7 @@ with `schedule = exp_reset` the learning rate is multiplied by `lr_gamma` after 
 and returns to `lr` when a new class arrives.
 
 Building blocks: `train_batches` (augments the batches of several iterations in one batched
-call, then one `train.train_step` per batch), `memory_draw`, `online_optimizer`, `cost` (image
+call, then one `train.Stepper` per batch), `memory_draw`, `online_optimizer`, `cost` (image
 passes the learner has spent: forward 1 + backward 2 per image, for `compute_budget`).
 """
 
@@ -169,7 +169,7 @@ class TaskFree:
     def train_batches(self, batches: list[Tensor], stream_counts: list[int] | None = None,
                       lr: float | None = None) -> None:
         """One optimiser step per index batch. The batches' images are taken and augmented in a
-        few batched calls (every sample its own draw), each step is `train.train_step`; the
+        few batched calls (every sample its own draw), each step is `train.Stepper`; the
         learning rate is the schedule's (`step_lr`, advanced per step) unless `lr` is given.
         A batch of fewer than two samples is skipped (batch norm needs two)."""
         kept = [(b, n) for b, n in zip(batches, stream_counts or [None] * len(batches)) if len(b) >= 2]
@@ -193,11 +193,11 @@ class TaskFree:
                 self.step_on(x, y, n_stream, lr)
 
     def step_on(self, x: Tensor, y: Tensor, n_stream: int | None = None, lr: float | None = None) -> None:
-        """One optimiser step (`train.train_step`) on augmented images, at the schedule's learning
+        """One optimiser step (`train.Stepper`) on augmented images, at the schedule's learning
         rate (advanced) or at `lr`; `n_stream`: how many of them are stream samples (ER-ACE)."""
         set_lr(self.optimizer, self.step_lr() if lr is None else lr)  # type: ignore[arg-type]
         self.stream_count = n_stream
-        self.stepper(x, y, 1.0)  # train.train_step, its lookups kept from step to step
+        self.stepper(x, y, 1.0)
         if lr is None:
             self.lr_steps += 1
         self.online_steps += 1
