@@ -28,12 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("RMCONSOLE_DATA", REPO.parent / "shared" / "data"))
-
-
-def load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+from startup import DATA, REPO, load, stop_servers
 
 
 def one_run(repo: Path, home: Path, args: list[str]) -> tuple[float, float, str]:
@@ -52,14 +47,6 @@ def one_run(repo: Path, home: Path, args: list[str]) -> tuple[float, float, str]
     tasks = sum(float(t["seconds"]) for t in run["tasks"])
     a_last = (run.get("metrics") or {}).get("A_last")
     return wall, tasks, "—" if a_last is None else f"{a_last:.2f}"
-
-
-def stop_servers(home: Path) -> None:
-    for pid_file in (home / "warm").glob("*.pid"):
-        try:
-            os.kill(int(pid_file.read_text()), 15)
-        except (OSError, ValueError):
-            pass
 
 
 def main() -> int:
