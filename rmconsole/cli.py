@@ -19,6 +19,7 @@ from rich.text import Text
 
 from . import long_lived_imports, report as reports, report_anytime as anytime_report, runner, store
 from .cl.catalog import DatasetMissing
+from .cl.protocols import is_task_free
 from .store.filters import where, within
 from .config import MAX_INT, ConfigError, preset_description, preset_names, read_preset, shorten
 
@@ -566,7 +567,7 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         c = item["config"]
         stream = c.get("stream", "online")
         how = (f"{stream}{c.get('disjoint_classes', 50)}-{c.get('blurry', 10)} task-free"
-               if stream in ("iblurry", "siblurry") else f"blurry{c.get('blurry', 10)} {stream}")
+               if is_task_free(stream) else f"blurry{c.get('blurry', 10)} {stream}")
         setting = Text(f"{c['dataset']} · {c['model']} · {c.get('method', 'rm')} · K={c['memory_size']} · "
                        f"{c.get('n_tasks', 5)} tasks · {how}")
         if long and item["description"]:

@@ -24,8 +24,8 @@ from .cl.catalog import (
     parse_augment,
 )
 from .cl.methods import REGISTRY
+from .cl.protocols import is_task_free
 
-TASK_FREE_STREAMS = ("iblurry", "siblurry")
 METHOD_PROTOCOLS = {name: entry.protocols for name, entry in REGISTRY.items()}
 
 DEFAULT_PRESET = "digits-blurry10-online"
@@ -199,7 +199,7 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
         if self.gpus > 1 and self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"gpus={self.gpus}: each process takes its own GPU, so device must be auto, cuda "
                              f"or cpu, not {self.device!r} (choose GPUs with CUDA_VISIBLE_DEVICES)")
-        if self.stream in TASK_FREE_STREAMS:
+        if is_task_free(self.stream):
             self._task_free_checks()
         else:
             if METHOD_PROTOCOLS[self.method] == "task-free":

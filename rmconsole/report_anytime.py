@@ -15,13 +15,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from .cl import protocols
 from .report import Report, ReportError, _pyplot, _save, col_title, format_value, row_title
 
-TASK_FREE_STREAMS = ("iblurry", "siblurry")
 
 
 def is_task_free(run: dict[str, Any]) -> bool:
-    return (run.get("config") or {}).get("stream") in TASK_FREE_STREAMS
+    return protocols.is_task_free(run.get("config") or {})
 
 
 def _num(value: Any, digits: int = 2) -> str:

@@ -19,6 +19,7 @@ from .events import Reporter, TaskOutcome, TaskPlan
 from .inference import evaluate, evaluation
 from .methods import Setup, Task, method_class
 from .online import run_online
+from .protocols import is_task_free
 from .resume import CheckpointMismatch, make_augmenter, restore  # noqa: F401  (re-exported: the loop's helpers)
 from .settings import RunSettings
 from .train import check_finite
@@ -62,7 +63,7 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
     With `resume` (a checkpoint from `Reporter.task_finished`), training continues at the
     task after the checkpoint's and only the remaining outcomes are returned.
     """
-    if cfg.stream in ("iblurry", "siblurry"):  # the follow-up's task-free protocol: its own driver
+    if is_task_free(cfg):  # the follow-up's task-free protocol: its own driver
         return run_online(cfg, data, device, reporter, resume)
     reporter = reporter or Reporter()
     torch.manual_seed(cfg.seed)

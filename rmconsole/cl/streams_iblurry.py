@@ -36,7 +36,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-KINDS = ("iblurry", "siblurry")
+from .protocols import TASK_FREE_STREAMS
+
+KINDS = TASK_FREE_STREAMS  # the streams protocols.py declares task-free
 
 
 @dataclass(frozen=True)

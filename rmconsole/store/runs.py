@@ -12,12 +12,11 @@ from sqlmodel import Session, col, select
 
 from ..cl import metrics as M
 from ..cl import metrics_anytime as MA
+from ..cl.protocols import is_task_free
 from .db import write
 from .queries import UnknownRun, _results
 from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, TaskResult, TaskStream, utcnow
 from .transitions import Lease, checked_run, new_token
-
-TASK_FREE_STREAMS = ("iblurry", "siblurry")
 
 
 def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str | None = None,
@@ -212,7 +211,7 @@ def _summary(session: Session, run: Run, online: dict[str, Any] | None = None) -
     """The run's summary metrics from its task rows, its anytime rows and the loop's numbers."""
     assert run.id is not None
     results = _results(session, run.id)
-    task_free = (run.config or {}).get("stream") in TASK_FREE_STREAMS
+    task_free = is_task_free(run.config or {})
     summary = summarize_results(results, task_free)
     summary.update(_anytime_summary(session, run.id))
     previous = run.metrics or {}

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .. import store
+from ..cl.protocols import is_task_free
 from ..store import FilterError, RunRecord, with_intransigence  # noqa: F401  (re-exported for the screens)
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -184,7 +185,7 @@ class RunView:
     @property
     def task_free(self) -> bool:
         """A run of the follow-up's task-free protocol (i-Blurry / Si-Blurry): anytime evaluation."""
-        return self.config.get("stream") in ("iblurry", "siblurry")
+        return is_task_free(self.config)
 
 
 def class_labels(class_order: Optional[list[int]], class_names: Optional[list[str]], n_classes: int) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..protocols import is_task_free
 from ..settings import MethodParams, RunSettings, param
 
 NEW_CLASS_RULES = ("task", "unseen")
@@ -78,7 +79,7 @@ class RMParams(MethodParams):
                  "(the follow-up's port: stream-only batches, class-balanced memory, head rebuilt at every new class)")
 
     def check(self, settings: RunSettings, n_classes: int) -> None:
-        if self.rm_variant != "paper" and settings.stream not in ("iblurry", "siblurry"):
+        if self.rm_variant != "paper" and not is_task_free(settings):
             raise ValueError(f"rm_variant={self.rm_variant}: the follow-up's port runs on the task-free streams only "
                              f"(stream=iblurry or siblurry), not stream={settings.stream}")
 

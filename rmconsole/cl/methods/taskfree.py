@@ -42,9 +42,9 @@ from ..graphs import graph_ready_optimizer, set_lr
 from ..learner import Task
 from ..memory import slots_per_class
 from ..online_memory import OnlineMemory
+from ..protocols import is_task_free
 from ..schedule import epoch_lr
 
-TASK_FREE_STREAMS = ("iblurry", "siblurry")
 HEAD_RULES = ("extend", "keep_moments", "rebuild")
 
 
@@ -62,7 +62,7 @@ class TaskFree:
 
     @property
     def task_free(self) -> bool:
-        return self.cfg.stream in TASK_FREE_STREAMS  # type: ignore[attr-defined]
+        return is_task_free(self.cfg.stream)  # type: ignore[attr-defined]
 
     @property
     def uses_graphs(self) -> bool:
