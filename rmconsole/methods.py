@@ -101,8 +101,12 @@ def key_readers(plugins_too: bool = True) -> dict[str, tuple[str, ...]]:
 
 def readers_of(key: str) -> tuple[str, ...]:
     """The methods that read `key` as their own parameter (empty for a key every run has or an
-    unknown one). The plug-ins' specs are imported only when no built-in reads it."""
-    return _builtin_readers().get(key) or key_readers().get(key, ())
+    unknown one). With plug-ins installed, their (torch-free) specs are imported once."""
+    found = _builtin_readers().get(key, ())
+    installed = plugins.available("method")
+    if not installed:
+        return found
+    return found + tuple(spec.name for spec in method_specs()[0][len(REGISTRY):] if key in spec.keys)
 
 
 __all__ = ["MethodSpec", "UnknownMethod", "key_readers", "method_class", "method_names", "method_spec",
