@@ -268,22 +268,28 @@ def show_value(value: Any) -> str:
 
 
 def _ignored_in_joint_comparison() -> frozenset[str]:
-    from ..cl.methods import REGISTRY  # torch-free: the methods' parameter classes
-    import dataclasses
+    from ..config import method_keys  # torch-free: every method's own keys, plug-ins' too
 
-    params = {f.name for entry in REGISTRY.values() for f in dataclasses.fields(entry.params)}
-    return frozenset((*JOINT_KEYS, *JOINT_RECIPE_KEYS, *STREAM_KEYS, *COMPUTE_KEYS, "seed", *params))
+    return frozenset((*JOINT_KEYS, *JOINT_RECIPE_KEYS, *STREAM_KEYS, *COMPUTE_KEYS, "seed", *method_keys()))
 
 
 @lru_cache(maxsize=1)
 def _config_defaults() -> dict[str, Any]:
-    from ..config import RunConfig
+    """Every key's default: the keys every run has and each method's own (a run reads only its
+    method's: `config.method_reads`)."""
+    from ..config import config_defaults
 
-    return {name: f.default for name, f in RunConfig.model_fields.items()}
+    return config_defaults()
 
 
 def config_value(config: Any, key: str) -> Any:
-    """A run's value for a config key; a run stored before the key existed ran as its default."""
+    """A run's value for a config key; a run stored before the key existed ran as its default.
+    Another method's parameter is None (the run never read it), even where a run stored by an
+    earlier version holds every method's keys."""
+    from ..config import method_reads
+
+    if not method_reads(config.get("method"), key):
+        return None
     if key in config:
         return config[key]
     return _config_defaults().get(key)

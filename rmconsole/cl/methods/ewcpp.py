@@ -18,10 +18,11 @@ import torch
 from torch import Tensor
 
 from .base import Method, Task
+from .ewcpp_params import EWCppParams
 from .taskfree import TaskFree
 
 
-class EWCpp(TaskFree, Method):
+class EWCpp(TaskFree, Method[EWCppParams]):
     name = "ewcpp"
     default_memory_policy = "reservoir"
     graphable_step = False
@@ -39,7 +40,7 @@ class EWCpp(TaskFree, Method):
         if self.anchor is None or self.importance is None:
             return torch.zeros((), device=self.device)
         total = sum((f * (p - a).pow(2)).sum() for p, a, f in zip(self.penalised, self.anchor, self.importance))
-        return self.params.ewcpp_weight * total  # type: ignore[attr-defined, return-value]
+        return self.params.ewcpp_weight * total
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         loss = super().step_loss(x, y)
@@ -47,7 +48,7 @@ class EWCpp(TaskFree, Method):
 
     @torch.no_grad()
     def after_step(self) -> None:
-        alpha = self.params.ewcpp_alpha  # type: ignore[attr-defined]
+        alpha = self.params.ewcpp_alpha
         for i, (p, f) in enumerate(zip(self.penalised, self.fisher)):
             if p.grad is None or not torch.isfinite(p.grad).all():
                 continue
@@ -62,7 +63,7 @@ class EWCpp(TaskFree, Method):
         self.importance = [f.clone() for f in self.fisher]
         mean = float(sum(f.sum() for f in self.fisher) / sum(f.numel() for f in self.fisher))
         self.report.log(f"task {task.index + 1}: EWC++ snapshot (theta*, F), mean F {mean:.3g}; penalty weight "
-                        f"{self.params.ewcpp_weight:g}")  # type: ignore[attr-defined]
+                        f"{self.params.ewcpp_weight:g}")
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .params import NEW_CLASS_RULES, NewClassesParams
+from .icarl_params import NEW_CLASS_RULES, ICaRLParams
 
 
 def split_new_old(seen_before: Tensor, seen_now: Tensor, major: list[int], rule: str) -> tuple[Tensor, Tensor]:
@@ -53,7 +53,7 @@ class NewOldClasses:
     `new_classes` rule and `previous_model`, a frozen copy of the model when there are old classes."""
 
     previous_model: nn.Module | None = None
-    params: NewClassesParams
+    params: ICaRLParams
 
     def before_task(self, task: Any) -> None:
         seen_before = self.seen.clone()

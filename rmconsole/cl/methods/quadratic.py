@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .params import RegularisedParams
+from .ewc_params import EWCParams
 
 
 class Regularised:
@@ -37,7 +37,7 @@ class Regularised:
 
     default_reg_weight: float
     graphable_step = False  # the penalty's gradient hooks must run eagerly, step by step
-    params: RegularisedParams
+    params: EWCParams
     model: torch.nn.Module
     quadratic: QuadraticPenalty
     consolidated: int
