@@ -48,10 +48,9 @@ def distillation(old_logits: Tensor, new_logits: Tensor, temperature: float) -> 
     return -(soft_targets * torch.log_softmax(new_logits / temperature, dim=1)).sum(1).mean()
 
 
-class LwF(Method):
+class LwF(Method[LwFParams]):
     name = "lwf"
     default_memory_policy = "random"  # never used: LwF keeps no exemplars
-    params: LwFParams
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)

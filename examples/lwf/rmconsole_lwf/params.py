@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rmconsole.cl.methods.spec import MethodSpec
 from rmconsole.cl.settings import MethodParams, param
 
 
@@ -23,3 +24,9 @@ class LwFParams(MethodParams):
     lwf_warmup_epochs: int = param(
         0, "LwF: epochs of the warm-up stage before each task after the first: only the new classes' "
            "outputs train, the rest of the network frozen (the paper's optional warm-up; 0 = none)", ge=0)
+
+
+METHOD = MethodSpec(
+    "lwf", "rmconsole_lwf.method:LwF", LwFParams, ("task",),
+    "LwF (Li & Hoiem 2016): distillation from the model before the task on the old classes' outputs, no exemplars",
+)
