@@ -47,3 +47,20 @@ def test_a_missing_part_is_one_line_naming_it(tmp_path) -> None:
         load_parts(tmp_path)
     message = str(err.value)
     assert "\n" not in message and "MNIST" in message and "rmconsole data get mnist" in message
+
+
+def test_the_declaration_matches_what_loads(tmp_path) -> None:
+    """The torch-free spec rmconsole validates configs with says what the loader gives."""
+    from rmconsole_mnist_fashion.declare import SPEC
+
+    assert SPEC.name == "mnist_fashion" and SPEC.n_classes == 20 and SPEC.image_shape == (1, 28, 28)
+    assert (SPEC.mean, SPEC.std) == (MEAN, STD)
+    assert all(sorted(order) == list(range(20)) for order in SPEC.class_orders.values())
+    if HAVE:
+        from rmconsole_mnist_fashion.data import load
+
+        class Options:
+            download = False
+
+        loaded = load(SPEC, ROOT, Options())
+        assert (loaded.n_classes, loaded.image_shape) == (SPEC.n_classes, SPEC.image_shape)
