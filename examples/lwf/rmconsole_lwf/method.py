@@ -72,7 +72,7 @@ class LwF(Method[LwFParams]):
 
     def learn_task(self, task: Task) -> None:
         if self.teacher is not None and self.params.lwf_warmup_epochs > 0 and bool(self.new_classes.any()):
-            self.warm_up(task)
+            self._warm_up(task)
         super().learn_task(task)
 
     def stream_batches(self, task: Task) -> list[Tensor]:
@@ -85,7 +85,7 @@ class LwF(Method[LwFParams]):
 
     # ------------------------------------------------------------------ warm-up: the new outputs alone
 
-    def warm_up(self, task: Task) -> None:
+    def _warm_up(self, task: Task) -> None:
         head = self.model.fc
         self.frozen_head = (head.weight.detach().clone(), head.bias.detach().clone())
         self.optimizer = torch.optim.SGD(head.parameters(), lr=self.cfg.lr, momentum=0.9, nesterov=True,
@@ -96,7 +96,7 @@ class LwF(Method[LwFParams]):
             self.frozen_head = None
         self.optimizer = self.make_optimizer()  # the joint stage starts with a fresh optimiser over everything
 
-    def warm_up_loss(self, x: Tensor, y: Tensor) -> Tensor:
+    def _warm_up_loss(self, x: Tensor, y: Tensor) -> Tensor:
         """Cross-entropy over the seen classes through the head alone, on frozen features."""
         self.model.eval()
         with torch.no_grad():
@@ -117,7 +117,7 @@ class LwF(Method[LwFParams]):
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         if self.frozen_head is not None:
-            return self.warm_up_loss(x, y)
+            return self._warm_up_loss(x, y)
         mixed = self.setup.augmenter.maybe_cutmix(x, y)
         if mixed is not None:
             x, y_a, y_b, lam = mixed

@@ -153,3 +153,11 @@ def test_resuming_from_a_task_checkpoint_continues_the_same_run(digits) -> None:
     full = run_protocol(cfg, digits, CPU, keeper)
     resumed = run_protocol(cfg, digits, CPU, resume=keeper.saved[1])
     assert [o.accuracy for o in resumed] == [o.accuracy for o in full[2:]]
+
+
+def test_lwf_conforms() -> None:
+    """rmconsole's conformance kit: memory bound, no test peeking, same seed same run, exact
+    resume, known hooks, through the task protocol LwF declares."""
+    from rmconsole.testing import check_method
+
+    check_method("lwf")
