@@ -60,7 +60,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Env:
     pip = subprocess.run([str(env.python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
                           "-q", *folders], capture_output=True, text=True, env=env.env, timeout=600)
     assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
-    out = env.ok("run", "--set", "method=lwf", "--set", "epochs=2", "--set", "threads=1", "--name", "lwf-default")
+    out = env.ok("run", "--set", "method=lwf", "--set", "epochs=1", "--set", "threads=1", "--name", "lwf-default")
     assert "A_last" in out
     env.ok("run", "--preset", LWF_PRESET, "--set", "epochs=2", "--set", "lwf_lambda=0,1", "--set", "threads=1")
     return env
