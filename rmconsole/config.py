@@ -565,37 +565,31 @@ class KeyRow:
     methods: str  # the methods that read it ("all" for the keys every run has)
 
 
-def key_table() -> list[KeyRow]:
+def key_table(plugins_too: bool = True) -> list[KeyRow]:
     """Every config key, in order: the keys every run has, then each method's own (built-ins',
-    then the installed plug-ins'), with the methods that read it; generated from the fields and
-    the methods' params classes, so the listing cannot drift from what is validated."""
-    readers = _method_param_readers()
+    then, with `plugins_too`, the installed plug-ins'), with the methods that read it; generated
+    from the fields and the methods' params classes, so the listing cannot drift from what is
+    validated. A plug-in that cannot be used is left out (`method_specs` says why)."""
+    specs = method_specs()[0] if plugins_too else list(REGISTRY.values())
     rows = []
     for key, field in RunConfig.model_fields.items():
-        allowed = ", ".join(method_names()) if key == "method" else _allowed_text(field)
+        allowed = ", ".join(s.name for s in specs) if key == "method" else _allowed_text(field)
         rows.append(KeyRow(key, _type_text(field.annotation), _default_text(field), allowed, field.description or "",
                            "all"))
-    models = {}
-    for spec in method_specs()[0]:
+    models: dict[str, type[RunConfig]] = {}
+    readers: dict[str, list[str]] = {}
+    for spec in specs:
         try:
             models[spec.name] = config_model(spec)
         except ConfigError:  # a plug-in declaring a key badly: refused when it is used, left out here
             continue
+        for key in spec.keys:
+            readers.setdefault(key, []).append(spec.name)
     for key, names in readers.items():
-        names = tuple(n for n in names if n in models)
-        if not names:
-            continue
         field = models[names[0]].model_fields[key]
         rows.append(KeyRow(key, _type_text(field.annotation), _default_text(field), _allowed_text(field),
                            field.description or "", ", ".join(names)))
     return rows
-
-
-def _method_param_readers() -> dict[str, tuple[str, ...]]:
-    """The methods' own parameters: key -> the methods that read it, in registry order."""
-    from .methods import key_readers
-
-    return key_readers()
 
 
 def method_reads(method: str | None, key: str) -> bool:
@@ -608,7 +602,7 @@ def method_reads(method: str | None, key: str) -> bool:
 def keys_markdown() -> str:
     """The keys table as a markdown table."""
     lines = ["| key | type | default | allowed | help | methods |", "|---|---|---|---|---|---|"]
-    for row in key_table():
+    for row in key_table(plugins_too=False):
         lines.append(f"| `{row.key}` | {row.type} | {_code(row.default)} | {row.allowed} | {row.help} | {row.methods} |")
     return "\n".join(lines) + "\n"
 
