@@ -23,7 +23,7 @@ import pytest
 from conftest import REPO, SHARED_DATA, needs_mnist
 
 EXAMPLES = ("lwf", "mnist_fashion", "a_new")
-LWF_PRESET = str(REPO / "examples" / "lwf" / "presets" / "digits-lwf.toml")
+LWF_PRESET = str(REPO / "examples" / "lwf" / "rmconsole_lwf" / "presets" / "digits-lwf.toml")
 
 
 class Env:
@@ -109,7 +109,7 @@ def test_config_keys_lists_lwf_and_a_bad_value_is_one_line(installed: Env) -> No
 @needs_mnist
 def test_the_dataset_plugin_runs_through_run(installed: Env) -> None:
     """mnist_fashion end to end (no training: epochs=0 evaluates the 20-class head after each task)."""
-    out = installed.ok("run", "--preset", str(REPO / "examples" / "mnist_fashion" / "presets" / "mnist-fashion-4tasks.toml"),
+    out = installed.ok("run", "--preset", str(REPO / "examples" / "mnist_fashion" / "rmconsole_mnist_fashion" / "presets" / "mnist-fashion-4tasks.toml"),
                        "--set", "epochs=0", "--set", "threads=1", timeout=600)
     assert "A_last" in out
     shown = installed.ok("runs", "dataset:mnist_fashion", "--json")
