@@ -96,13 +96,13 @@ class LwF(Method[LwFParams]):
             self.frozen_head = None
         self.optimizer = self.make_optimizer()  # the joint stage starts with a fresh optimiser over everything
 
-    def _warm_up_loss(self, x: Tensor, y: Tensor) -> Tensor:
-        """Cross-entropy over the seen classes through the head alone, on frozen features."""
+    def _head_logits(self, x: Tensor) -> Tensor:
+        """The warm-up's forward: frozen features (eval mode, no gradient), the head trained."""
         self.model.eval()
         with torch.no_grad():
             features = self.model.features(x)
         self.model.train()
-        return nnf.cross_entropy(self.mask_unseen(self.model.fc(features)), y)
+        return self.model.fc(features)
 
     def after_step(self) -> None:
         if self.frozen_head is None:
@@ -116,19 +116,20 @@ class LwF(Method[LwFParams]):
     # ------------------------------------------------------------------ the joint stage
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
-        if self.frozen_head is not None:
-            return self._warm_up_loss(x, y)
-        mixed = self.setup.augmenter.maybe_cutmix(x, y)
+        """L_new (cross-entropy over the seen classes, CutMix when the run enables it) plus, from
+        the second task on, lambda_o x L_old; in the warm-up, L_new through the head alone."""
+        mixed = self.setup.augmenter.maybe_cutmix(x, y)  # one draw per step, warm-up included
         if mixed is not None:
             x, y_a, y_b, lam = mixed
-        logits = self.model(x)
+        warming_up = self.frozen_head is not None
+        logits = self._head_logits(x) if warming_up else self.model(x)
         masked = self.mask_unseen(logits)
         if mixed is None:
             loss = nnf.cross_entropy(masked, y)
         else:
             loss = lam * nnf.cross_entropy(masked, y_a) + (1 - lam) * nnf.cross_entropy(masked, y_b)
-        if self.teacher is None or self.params.lwf_lambda == 0:
-            return loss
+        if warming_up or self.teacher is None or self.params.lwf_lambda == 0:
+            return loss  # (in the warm-up the old outputs are frozen: L_old is a constant)
         with torch.no_grad():
             old_logits = self.teacher(x)[:, self.old_classes]
         return loss + self.params.lwf_lambda * distillation(old_logits, logits[:, self.old_classes],

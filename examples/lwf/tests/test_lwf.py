@@ -161,3 +161,22 @@ def test_lwf_conforms() -> None:
     from rmconsole.testing import check_method
 
     check_method("lwf")
+
+
+def test_every_step_takes_one_cutmix_draw_warm_up_included(digits, monkeypatch) -> None:
+    """The engine plans CutMix draws ahead, one per step: a warm-up step that skipped its draw
+    would shift every later draw of the run."""
+    lwf, proto = build(digits, augment="cutmix", lwf_warmup_epochs=1, epochs=1)
+    learn(lwf, proto, 0)
+    steps = {"n": 0}
+    original = LwF.step_loss
+
+    def counted(self, x, y):
+        steps["n"] += 1
+        return original(self, x, y)
+
+    monkeypatch.setattr(LwF, "step_loss", counted)
+    augmenter = lwf.setup.augmenter
+    before = augmenter.mix_calls
+    learn(lwf, proto, 1)
+    assert steps["n"] > 0 and augmenter.mix_calls - before == steps["n"]
