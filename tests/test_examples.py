@@ -4,9 +4,10 @@ installed as a user installs them, and used through the installed `rmconsole` en
 What CI does: a throwaway virtual environment that reuses this interpreter's packages (a .pth:
 no download, seconds), the three example folders installed with `pip install --no-deps
 --no-build-isolation -e`, then, with that environment's python, the commands a researcher types:
-a run and a sweep of LwF on digits, `report` with A_new as a column and a filter, `config-keys`,
-a bad LwF value refused in one line, the mnist_fashion dataset through `run`, and the TUI's runs
-table and launch form (a short Pilot script). docs/extending.md walks through the same steps.
+a run and a sweep of LwF on digits (the sweep from the package's own preset), `presets` and
+`show` naming the plug-in, `report` with A_new as a column and a filter, `config-keys`, a bad LwF
+value refused in one line, the mnist_fashion dataset through `run`, and the TUI's runs table and
+launch form (a short Pilot script). docs/extending.md walks through the same steps.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import pytest
 from conftest import REPO, SHARED_DATA, needs_mnist
 
 EXAMPLES = ("lwf", "mnist_fashion", "a_new")
-LWF_PRESET = str(REPO / "examples" / "lwf" / "rmconsole_lwf" / "presets" / "digits-lwf.toml")
 
 
 class Env:
@@ -62,7 +62,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Env:
     assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
     out = env.ok("run", "--set", "method=lwf", "--set", "epochs=1", "--set", "threads=1", "--name", "lwf-default")
     assert "A_last" in out
-    env.ok("run", "--preset", LWF_PRESET, "--set", "epochs=2", "--set", "lwf_lambda=0,1", "--set", "threads=1")
+    env.ok("run", "--preset", "digits-lwf", "--set", "epochs=2", "--set", "lwf_lambda=0,1", "--set", "threads=1")
     return env
 
 
@@ -77,6 +77,13 @@ def test_the_examples_install_and_list_as_plugins(installed: Env) -> None:
         assert f"('{kind}', '{name}', '{package}')" in listed.stdout, listed.stdout
 
 
+def test_the_packages_presets_are_listed_and_runs_record_the_plugin(installed: Env) -> None:
+    presets = installed.ok("presets")
+    assert "digits-lwf" in presets and "mnist-fashion-4tasks" in presets, presets
+    shown = installed.ok("show", "1")
+    assert "rmconsole-lwf" in shown and str(REPO / "examples" / "lwf") in shown, shown[-2000:]
+
+
 def test_lwf_runs_and_sweeps_and_reports_with_the_example_metric(installed: Env) -> None:
     runs = installed.ok("runs", "method:lwf", "--json")
     import json
@@ -84,6 +91,7 @@ def test_lwf_runs_and_sweeps_and_reports_with_the_example_metric(installed: Env)
     rows = json.loads(runs)
     assert len(rows) == 3 and all(r["status"] == "finished" for r in rows), runs[-2000:]
     assert sorted(r["config"].get("lwf_lambda") for r in rows) == [0.0, 1.0, 1.0]
+    assert all(r.get("A_new") is not None for r in rows), rows
     report = installed.ok("report", "method:lwf", "--rows", "method,lwf_lambda", "--metrics", "A_last,F_last,A_new")
     assert "A_new" in report and "lwf" in report, report
     everything = installed.ok("report", "method:lwf", "--format", "json", "--metrics", "A_new")
@@ -109,8 +117,7 @@ def test_config_keys_lists_lwf_and_a_bad_value_is_one_line(installed: Env) -> No
 @needs_mnist
 def test_the_dataset_plugin_runs_through_run(installed: Env) -> None:
     """mnist_fashion end to end (no training: epochs=0 evaluates the 20-class head after each task)."""
-    out = installed.ok("run", "--preset", str(REPO / "examples" / "mnist_fashion" / "rmconsole_mnist_fashion" / "presets" / "mnist-fashion-4tasks.toml"),
-                       "--set", "epochs=0", "--set", "threads=1", timeout=600)
+    out = installed.ok("run", "--preset", "mnist-fashion-4tasks", "--set", "epochs=0", "--set", "threads=1", timeout=600)
     assert "A_last" in out
     shown = installed.ok("runs", "dataset:mnist_fashion", "--json")
     import json
