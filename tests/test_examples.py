@@ -91,7 +91,7 @@ def test_lwf_runs_and_sweeps_and_reports_with_the_example_metric(installed: Env)
     rows = json.loads(runs)
     assert len(rows) == 3 and all(r["status"] == "finished" for r in rows), runs[-2000:]
     assert sorted(r["config"].get("lwf_lambda") for r in rows) == [0.0, 1.0, 1.0]
-    assert all(r.get("A_new") is not None for r in rows), rows
+    assert all(r["metrics"].get("A_new") is not None for r in rows), rows
     report = installed.ok("report", "method:lwf", "--rows", "method,lwf_lambda", "--metrics", "A_last,F_last,A_new")
     assert "A_new" in report and "lwf" in report, report
     everything = installed.ok("report", "method:lwf", "--format", "json", "--metrics", "A_new")
