@@ -130,6 +130,8 @@ TUI_SCRIPT = textwrap.dedent('''
     import asyncio, sys, time
     from rmconsole.tui import RMConsoleApp
     from rmconsole.tui.screens.launch import LaunchScreen
+    from rmconsole.tui.screens.run import RunScreen
+    from rmconsole.tui.widgets.memory_panel import MemoryPanel
     from rmconsole.tui.widgets.runs_table import RunsTable
     from textual.widgets import DataTable
 
@@ -156,13 +158,21 @@ TUI_SCRIPT = textwrap.dedent('''
             assert {"lwf_lambda", "lwf_temperature", "lwf_warmup_epochs"} <= keys, sorted(keys)
             await pilot.press(*"5", "backspace", "backspace", "backspace", "backspace", *"-1")  # lwf_lambda=-1
             await until(pilot, lambda: not app.screen.valid, "the bad value refused")
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, LaunchScreen), "the runs page again")
+            table().move_cursor(row=table().get_row_index("1"))  # the LwF run on the digits default
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view is not None, "its run page")
+            memory = app.screen.query_one(MemoryPanel)
+            await until(pilot, lambda: len(memory.updates) == 5, "its five memory updates")
+            assert "LwF keeps no exemplars" in memory.render().plain, memory.render().plain
             print("TUI OK")
 
     asyncio.run(main())
 ''')
 
 
-def test_the_tui_shows_lwf_runs_and_its_keys_in_the_launch_form(installed: Env) -> None:
+def test_the_tui_shows_lwf_runs_its_keys_in_the_launch_form_and_its_empty_memory(installed: Env) -> None:
     script = installed.root / "tui_check.py"
     script.write_text(TUI_SCRIPT)
     done = subprocess.run([str(installed.python), str(script)], capture_output=True, text=True, env=installed.env,
