@@ -17,6 +17,7 @@ from . import plugins
 from .cl import metric_catalog as catalog
 from .cl.metric_catalog import BUILTINS, Metric, RunRows
 from .cl.protocols import Protocol
+from .plugins import PluginError  # (re-exported: what metric() raises for a plug-in that cannot be used)
 
 
 class UnknownMetric(ValueError):
@@ -41,12 +42,12 @@ def metric(name: str) -> Metric:
     found = plugins.load("metric", name)
     what = plugins.available("metric")[name].describe()
     if not isinstance(found, Metric):
-        raise plugins.PluginError(f"{what} names a {type(found).__name__}, not a rmconsole.cl.metric_catalog.Metric")
+        raise PluginError(f"{what} names a {type(found).__name__}, not a rmconsole.cl.metric_catalog.Metric")
     if found.name != name:
-        raise plugins.PluginError(f"{what} declares a Metric named {found.name!r}: the entry point and the "
+        raise PluginError(f"{what} declares a Metric named {found.name!r}: the entry point and the "
                                   f"Metric must have the same name")
     if (found.compute is None) == (found.across is None):
-        raise plugins.PluginError(f"{what}: its Metric needs either compute= or across= (not both)")
+        raise PluginError(f"{what}: its Metric needs either compute= or across= (not both)")
     return found
 
 
@@ -57,7 +58,7 @@ def catalogue() -> list[Metric]:
         try:
             out.append(metric(name))
             _problems.pop(name, None)
-        except plugins.PluginError as err:
+        except PluginError as err:
             _problems[name] = str(err)
     return out
 
@@ -81,6 +82,11 @@ def report_default(protocol: Protocol, measured: Iterable[str]) -> list[str]:
     return catalog.report_default(protocol, measured, catalogue())
 
 
+def columns() -> list[Metric]:
+    """The runs tables' metric columns (cl/metric_catalog.columns), plug-ins included."""
+    return catalog.columns(catalogue())
+
+
 def cross_run_metrics() -> list[Metric]:
     return catalog.cross_run_metrics(catalogue())
 
@@ -93,5 +99,5 @@ def sortable() -> list[Metric]:
     return [m for m in catalogue() if m.sortable]
 
 
-__all__ = ["Metric", "RunRows", "UnknownMetric", "catalogue", "cross_run_metrics", "filterable", "listed", "metric",
-           "metric_names", "problems", "report_default", "sortable", "summarize"]
+__all__ = ["Metric", "PluginError", "RunRows", "UnknownMetric", "catalogue", "columns", "cross_run_metrics",
+           "filterable", "listed", "metric", "metric_names", "problems", "report_default", "sortable", "summarize"]

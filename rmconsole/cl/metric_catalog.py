@@ -146,6 +146,7 @@ class AcrossRuns:
     candidates: Mapping[str, Any]
     index: Callable[[Iterable[RunLike]], Any]
     value: Callable[[RunLike, Any, RuleContext], CrossValue]
+    nothing: str = "no run to match"  # what a face says of a run that has none
 
 
 # The joint-run rule (I_last). What a joint run must share with a run to be its upper bound: the
@@ -225,7 +226,8 @@ def _intransigence(run: RunLike, index: Any, context: RuleContext) -> CrossValue
     return CrossValue(value, joint.id, joint_differences(run, joint, context))
 
 
-JOINT_RULE = AcrossRuns(candidates={"method": "joint", "status": "finished"}, index=joint_index, value=_intransigence)
+JOINT_RULE = AcrossRuns(candidates={"method": "joint", "status": "finished"}, index=joint_index, value=_intransigence,
+                        nothing="no joint run to match")
 
 
 # ---------------------------------------------------------------------- aggregation over seeds
@@ -256,7 +258,9 @@ class Metric:
     family: "" for accuracy metrics, "topk" for the run's top-k figures (k from the run),
     "online" for the loop's compute-aware figures. paper: the RM paper's tables print it
     (`report --paper`). note: the sentence a report's caption adds when it is a column; missing:
-    why a run may have no value (said when no cell of a report has one)."""
+    why a run may have no value (said when no cell of a report has one). column: a column of
+    the runs tables (`rmconsole runs`, the TUI's runs page) when > 0, the higher the sooner it is
+    dropped on a narrow terminal (0: not a column); the first final-only one carries `@k/T`."""
 
     name: str
     label: str
@@ -277,6 +281,7 @@ class Metric:
     paper: bool = False
     note: str = ""
     missing: str = ""
+    column: int = 0
 
     @property
     def lower_is_better(self) -> bool:
@@ -370,16 +375,17 @@ TASK_FREE_NOTE = ("task-free runs: A_auc = mean anytime accuracy on the classes 
 
 METRICS: tuple[Metric, ...] = (
     Metric("A_auc", "A_auc", "mean anytime accuracy over the stream, on the classes seen so far (the follow-up's)",
-           compute=_auc, protocols=("task-free",), final_only=False, default_for=("task-free",), note=TASK_FREE_NOTE),
+           compute=_auc, protocols=("task-free",), final_only=False, default_for=("task-free",), note=TASK_FREE_NOTE,
+           column=8),
     Metric("A_last", "A_last", "accuracy on every class seen after the last task", compute=_last, sortable=True,
-           default_for=PROTOCOLS, paper=True),
+           default_for=PROTOCOLS, paper=True, column=1),
     Metric("A_avg", "A_avg", "mean of the accuracies after each task", compute=_average, default_for=PROTOCOLS),
     Metric("F_last", "F_last", "forgetting after the last task: per task (RM), class-wise (task-free)",
-           compute=_forgetting, better="lower", sortable=True, default_for=PROTOCOLS, paper=True),
+           compute=_forgetting, better="lower", sortable=True, default_for=PROTOCOLS, paper=True, column=5),
     Metric("I_last", "I_last", "intransigence: the matching joint run's A_last minus this run's",
-           across=JOINT_RULE, better="lower", default_for=("task",), paper=True,
+           across=JOINT_RULE, better="lower", default_for=("task",), paper=True, column=8,
            missing="I_last needs a finished joint run with the same dataset, model, seed and budget"),
-    Metric("A_last_best_epoch", "A_last best-over-epochs (test-selected)",
+    Metric("A_last_best_epoch", "A_last best-over-epochs (test-set selected)",
            "the last task's best accuracy over its epochs (the authors' figure, selected on the test set)",
            compute=_best_epoch, default_for=("task",), when_measured=True,
            note="best-over-epochs: the authors' figure, selected on the test set"),
@@ -440,6 +446,17 @@ def failures() -> list[str]:
     return list(_failures.values())
 
 
+def columns(metrics: Sequence[Metric] = METRICS) -> list[Metric]:
+    """The runs tables' metric columns, in catalogue order."""
+    return [m for m in metrics if m.column > 0]
+
+
+def mark_carrier(shown: Sequence[Metric]) -> Optional[Metric]:
+    """Of metric columns side by side, the one that writes a partial run's `@k/T` (the first
+    final-only per-run one; the others are only greyed)."""
+    return next((m for m in shown if m.final_only and m.across is None), None)
+
+
 def cross_run_metrics(metrics: Sequence[Metric] = METRICS) -> list[Metric]:
     """The metrics computed from other runs too (I_last)."""
     return [m for m in metrics if m.across is not None]
@@ -469,5 +486,5 @@ def report_default(protocol: Protocol, measured: Iterable[str], metrics: Sequenc
 
 
 __all__ = ["AcrossRuns", "AnytimePoint", "BUILTINS", "CrossValue", "JOINT_KEYS", "JOINT_RULE", "JSON_ALWAYS", "METRICS",
-           "Metric", "RuleContext", "RunLike", "RunRows", "TaskRow", "cross_run_metrics", "failures", "is_upper_bound",
+           "Metric", "RuleContext", "RunLike", "RunRows", "TaskRow", "columns", "cross_run_metrics", "mark_carrier", "failures", "is_upper_bound",
            "joint_differences", "joint_index", "listed", "mean_std", "report_default", "summarize", "upper_bound"]

@@ -114,10 +114,11 @@ class RunRecord:
         """`3/5`: the tasks the metrics cover, for partial metrics."""
         return f"{self.tasks_done}/{self.n_tasks}"
 
-    def metric_text(self, name: str, letter: bool = False, digits: Optional[int] = None) -> str:
+    def metric_text(self, name: str, letter: bool = False, digits: Optional[int] = None, mark: bool = True) -> str:
         """Metric `name` as every face writes it: `86.00`, or for a partial run a final-only
-        metric as `@3/5 88.06` (`A@3/5 88.06` with `letter`), `—` when not measured; I_last
-        with its `*` when its joint run differs beyond its recipe."""
+        metric as `@3/5 88.06` (`A@3/5 88.06` with `letter`; no mark with `mark=False`, for a
+        column beside one that carries it), `—` when not measured; a cross-run metric with its
+        `*` when the run it was measured against differs beyond what its rule allows."""
         m = metric_registry.metric(name)
         value = self.metrics.get(name)
         if value is None:
@@ -125,7 +126,7 @@ class RunRecord:
         text = m.text(value, digits)
         if name in self.cross and self.cross[name].differs:
             text += "*"
-        if self.partial and m.final_only:
+        if self.partial and m.final_only and mark:
             return f"{m.letter if letter else ''}@{self.progress_mark} {text}"
         return text
 
