@@ -193,3 +193,51 @@ def test_a_plugin_metric_filters_and_reports_like_a_built_in(installed) -> None:
     assert "A latest ↑" in R.to_markdown(rep)
     with pytest.raises(R.ReportError, match="broken-metric"):
         R.build_report([r.to_json() for r in runs], metrics=["broken"])
+
+
+# ---------------------------------------------------------------------- one declaration, every face
+
+
+def test_f_max_is_the_worst_task_drop() -> None:
+    rows = RunRows(tasks=[TaskRow(0, 90.0, [90.0, None, None]), TaskRow(1, 75.0, [70.0, 80.0, None]),
+                          TaskRow(2, 55.0, [30.0, 75.0, 60.0])])
+    assert value("F_max", rows) == 60.0  # task 0: best 90 -> 30; F_last is the mean, (60 + 5) / 2
+    assert value("F_last", rows) == 32.5
+    assert value("F_max", RunRows(tasks=rows.tasks[:1])) is None
+
+
+def test_a_metric_declared_once_reaches_every_face(isolated_home) -> None:
+    """F_max is one catalogue row: with nothing else written for it, the store computes it and
+    it appears in `report --metrics`, the runs filter and the TUI's sort, `show`, the TUI's
+    compare page, `diff` and the exports."""
+    from typer.testing import CliRunner
+
+    from rmconsole import cli, export, report as R, store
+    from rmconsole.cl.events import TaskOutcome
+    from rmconsole.config import load_config
+    from rmconsole.tui import data
+    from rmconsole.tui.screens.compare import metric_columns
+
+    def stored(rows: list[list[Optional[float]]]) -> int:
+        _, cfg = load_config(None, {})
+        run_id = store.create_run(cfg.to_dict(), "digits")
+        for t, row in enumerate(rows):
+            accuracy = sum(v for v in row if v is not None) / len([v for v in row if v is not None])
+            store.record_task(run_id, TaskOutcome(t, accuracy, row, [accuracy] * 10, list(range(10)), 1.0))
+        store.update_run(run_id, status="finished", n_tasks=len(rows))  # every task done: final metrics
+        return run_id
+
+    a = stored([[90.0, None, None], [70.0, 80.0, None], [30.0, 75.0, 60.0]])  # F_max 60
+    b = stored([[90.0, None, None], [85.0, 80.0, None], [80.0, 70.0, 60.0]])  # F_max 10
+    assert store.run_detail(a)["metrics"]["F_max"] == 60.0  # stored by the store, from the catalogue
+    assert [r.id for r in store.find_runs("F_max>50")] == [a]  # runs filter
+    rows = data.load_run_rows()
+    assert "F_max" in data.sort_columns() and [r.id for r in data.arrange(rows, "", "F_max", True)] == [a, b]
+    rep = R.build_report([r.to_json() for r in rows], rows=["seed"], metrics=["F_max"])  # report --metrics
+    assert "F_max ↓" in R.to_markdown(rep)
+    shown = CliRunner().invoke(cli.app, ["show", str(a)])  # show
+    assert shown.exit_code == 0 and "F_max 60.00" in " ".join(shown.output.split())
+    assert "F_max" in metric_columns(tuple(rows))  # the TUI's compare page
+    diff = R.run_diff(store.run_detail(a), store.run_detail(b))  # diff
+    assert ("F_max", "60.00", "10.00", "-50.00") in diff["metrics"]
+    assert ("F_max", 60.0) in export._finals(store.run_detail(a))  # MLflow / TensorBoard

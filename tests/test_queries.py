@@ -26,7 +26,7 @@ def test_records_carry_the_runs_json_shape() -> None:
     assert (finished.status, finished.value("A_last"), finished.tasks_done, finished.memory_size) == ("finished", 86.0, 5, 200)
     shape = finished.to_json()
     assert list(shape) == SUMMARY_KEYS
-    assert list(shape["metrics"]) == ["A_last", "A_avg", "F_last", "I_last", "I_last_joint_run", "tasks_done",
+    assert list(shape["metrics"]) == ["A_last", "A_avg", "F_last", "I_last", "I_last_joint_run", "F_max", "tasks_done",
                                       "partial"]
     assert shape["metrics"]["partial"] is False and records[ids["running"]].to_json()["metrics"]["partial"] is True
     assert shape["metrics"]["A_last"] == 86.0 and shape["config"] == dict(finished.config)

@@ -328,6 +328,15 @@ def _forgetting(rows: RunRows) -> Optional[float]:
     return M.forgetting(rows.matrix)
 
 
+def _worst_forgetting(rows: RunRows) -> Optional[float]:
+    """F_max: the largest drop of one earlier task, max over j < T-1 of (best acc[k][j] for
+    k < T-1) - acc[T-1][j] (F_last is the mean of these drops)."""
+    matrix, last = rows.matrix, len(rows.tasks) - 1
+    drops = [max(b) - matrix[last][j] for j in range(last)
+             if (b := [matrix[k][j] for k in range(last) if matrix[k][j] is not None]) and matrix[last][j] is not None]
+    return max(drops) if drops else None
+
+
 def _best_epoch(rows: RunRows) -> Optional[float]:
     """The last task's best-over-epochs accuracy, only when every task recorded one."""
     best = [t.best_epoch_accuracy for t in rows.tasks]
@@ -385,6 +394,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("I_last", "I_last", "intransigence: the matching joint run's A_last minus this run's",
            across=JOINT_RULE, better="lower", default_for=("task",), paper=True, column=8,
            missing="I_last needs a finished joint run with the same dataset, model, seed and budget"),
+    Metric("F_max", "F_max", "the worst forgetting of one task: its best accuracy before the last task minus after",
+           compute=_worst_forgetting, better="lower", protocols=("task",), sortable=True),
     Metric("A_last_best_epoch", "A_last best-over-epochs (test-set selected)",
            "the last task's best accuracy over its epochs (the authors' figure, selected on the test set)",
            compute=_best_epoch, default_for=("task",), when_measured=True,
