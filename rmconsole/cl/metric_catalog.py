@@ -306,7 +306,9 @@ class Metric:
         if self.compute is None or not self.applies_to(rows.protocol):
             return None
         value = self.compute(rows)
-        return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return None
+        return value if isinstance(value, int) and not isinstance(value, bool) else float(value)  # a count stays one
 
 
 # ---------------------------------------------------------------------- computations of the built-ins
@@ -346,8 +348,9 @@ def _best_epoch(rows: RunRows) -> Optional[float]:
 def _topk_rows(rows: RunRows) -> Optional[RunRows]:
     if rows.topk is None:
         return None
-    return RunRows(rows.config, [TaskRow(t.task, t.topk_accuracy, list(t.topk_accuracy_row or []))  # type-checked by topk
-                                 for t in rows.tasks if t.topk_accuracy is not None])
+    # (no per-class top-k figures are stored: the top-k rows are read as the RM paper's, per task)
+    return RunRows({}, [TaskRow(t.task, t.topk_accuracy, list(t.topk_accuracy_row or []))
+                        for t in rows.tasks if t.topk_accuracy is not None])
 
 
 def _topk(compute: Callable[[RunRows], Optional[float]]) -> Callable[[RunRows], Optional[float]]:
@@ -369,8 +372,8 @@ def _online(key: str) -> Callable[[RunRows], Optional[float]]:
     return of
 
 
-def _anytime_count(rows: RunRows) -> Optional[float]:
-    return float(len(rows.anytime)) if rows.anytime else None
+def _anytime_count(rows: RunRows) -> Optional[int]:
+    return len(rows.anytime) if rows.anytime else None
 
 
 def _online_figure(name: str, label: str, unit: str, help: str, better: Better = "higher", digits: int = 1,
