@@ -241,3 +241,13 @@ def test_a_metric_declared_once_reaches_every_face(isolated_home) -> None:
     diff = R.run_diff(store.run_detail(a), store.run_detail(b))  # diff
     assert ("F_max", "60.00", "10.00", "-50.00") in diff["metrics"]
     assert ("F_max", 60.0) in export._finals(store.run_detail(a))  # MLflow / TensorBoard
+
+
+def test_a_filter_on_a_broken_plugin_metric_says_why_in_one_line(installed) -> None:
+    from rmconsole.store import parse_run_filter
+    from rmconsole.store.filters import FilterError
+
+    with pytest.raises(FilterError, match="metric plug-in 'broken' .*broken-metric.*failed to load") as err:
+        parse_run_filter("broken>1")
+    assert "\n" not in str(err.value)
+    assert parse_run_filter("A_last>1")  # every other metric keeps working

@@ -110,6 +110,9 @@ def canonical_key(key: str) -> str:
     names.update((alias, target) for alias, target in ALIASES.items())
     if key.lower() in names:
         return names[key.lower()]
+    broken = [line for line in metric_registry.problems() if f"{key!r}" in line]
+    if broken:  # an installed metric plug-in that cannot be loaded: say so, in its one line
+        raise FilterError(broken[0])
     close = difflib.get_close_matches(key.lower(), list(names), n=1)
     hint = f" (did you mean {names[close[0]]}?)" if close else ""
     raise FilterError(f"unknown filter key {key!r}{hint}; known keys: {', '.join(known_keys())}")
