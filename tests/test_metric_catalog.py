@@ -251,3 +251,23 @@ def test_a_filter_on_a_broken_plugin_metric_says_why_in_one_line(installed) -> N
         parse_run_filter("broken>1")
     assert "\n" not in str(err.value)
     assert parse_run_filter("A_last>1")  # every other metric keeps working
+
+
+def test_a_run_stored_before_the_catalogue_still_shows_and_reports(isolated_home) -> None:
+    """`run.metrics` exactly as the previous version wrote it (no F_max, None for what it did not
+    measure): `show --json`, `runs` and `report` read it by the catalogue's names."""
+    from rmconsole import report as R, store
+    from rmconsole.config import load_config
+
+    _, cfg = load_config(None, {})
+    run_id = store.create_run(cfg.to_dict(), "digits")
+    old = {"A_last": 86.0, "A_avg": 75.5, "F_last": None, "tasks_done": 5}
+    store.update_run(run_id, status="finished", n_tasks=5, metrics=old)
+    detail = store.run_detail(run_id)
+    assert {k: detail["metrics"][k] for k in ("A_last", "A_avg", "F_last", "I_last")} == \
+        {"A_last": 86.0, "A_avg": 75.5, "F_last": None, "I_last": None}
+    assert "F_max" not in detail["metrics"] and detail["metrics"]["partial"] is False
+    assert [r.id for r in store.find_runs("A_last>80")] == [run_id]
+    rep = R.build_report([r.to_json() for r in store.find_runs()])
+    assert rep.metrics == ["A_last", "A_avg", "F_last", "I_last"]
+    assert R.cell_text(rep, rep.cell(0, 0), "A_last") == "86.00" and R.cell_text(rep, rep.cell(0, 0), "F_last") == "—"
