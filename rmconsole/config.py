@@ -19,10 +19,11 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from . import datasets as dataset_registry
-from .cl.catalog import AUGMENTATIONS, MEASURES, MEMORY_POLICIES, METHOD_NAMES, MODEL_NAMES, parse_augment
+from . import datasets as dataset_registry, models as model_registry
+from .cl.catalog import AUGMENTATIONS, MEASURES, MEMORY_POLICIES, METHOD_NAMES, parse_augment
 from .cl.datasets import ORDERS_FILE, DatasetMissing, UnknownDataset, builtins as builtin_datasets
 from .cl.methods import REGISTRY
+from .cl.modelspec import BUILTINS as BUILTIN_MODELS, UnknownModel
 from .cl.protocols import is_task_free
 
 METHOD_PROTOCOLS = {name: entry.protocols for name, entry in REGISTRY.items()}
@@ -50,7 +51,12 @@ class RunKeys(BaseModel):
                                      "`rmconsole data list`)",
                          json_schema_extra={"allowed": f"{', '.join(builtin_datasets())}, an installed plug-in's, "
                                                        f"or folder:PATH (an ImageFolder tree)"})
-    model: Literal[MODEL_NAMES] = Field(description="the backbone")  # type: ignore[valid-type]
+    model: str = Field(description="the backbone",
+                       json_schema_extra={"allowed": f"{', '.join(BUILTIN_MODELS)}, or an installed plug-in's"})
+    model_weights: Optional[str] = Field(
+        default=None, description="a local file of pretrained weights for the backbone (a state dict, read with "
+                                  "torch.load weights_only; its features, and its head when the shapes match); "
+                                  "unset: random initialisation")
     method: str = Field(default="rm", description="the continual-learning method",
                         json_schema_extra={"allowed": ", ".join(METHOD_NAMES)})
     memory_size: int = Field(gt=0, description="episodic memory slots K (at least one per class)")
@@ -181,6 +187,28 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
         if value not in METHOD_NAMES:
             raise ValueError(f"unknown method; allowed: {', '.join(sorted(METHOD_NAMES))}")
         return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        """A registered backbone (built-in or plug-in)."""
+        try:
+            model_registry.get(value)
+        except UnknownModel:
+            raise ValueError(f"not a registered model; registered: {', '.join(model_registry.names())}") from None
+        return value
+
+    @field_validator("model_weights")
+    @classmethod
+    def _model_weights(cls, value: Optional[str]) -> Optional[str]:
+        """A file that is there, stored as an absolute path (whether it holds this model's weights is
+        checked when it is built; whether it loads, before a run is stored: launch.check_runnable)."""
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise ValueError("no such file (give a local state dict; nothing is downloaded)")
+        return str(path.resolve())  # the worker may start elsewhere
 
     @field_validator("dataset")
     @classmethod

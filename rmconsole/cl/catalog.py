@@ -1,12 +1,11 @@
-"""What exists: model, method, augmentation, memory-policy and uncertainty names. Plain Python
+"""What exists: method, augmentation, memory-policy and uncertainty names. Plain Python
 (no torch), so the CLI can validate a config and list runs without paying for importing torch.
-Datasets are declared one file each in `cl/datasets/` (their specs: class counts, class orders)."""
+Datasets are declared one file each in `cl/datasets/`, backbones in `cl/modelspec.py`."""
 
 from __future__ import annotations
 
 from .methods import REGISTRY as METHOD_REGISTRY
 
-MODEL_NAMES = ("mlp400", "resnet18", "resnet32", "resnet34")
 METHOD_NAMES = tuple(METHOD_REGISTRY)
 MEMORY_POLICIES = ("uncertainty", "random", "reservoir", "prototype", "class_balanced", "greedy_balanced")
 MEASURES = ("randaug", "autoaug", "vr", "none")

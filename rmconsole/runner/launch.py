@@ -437,6 +437,10 @@ def check_runnable(cfg: Any, scheduled: bool = False) -> None:
 
     if not cfg.download:
         datasets.verify(cfg.dataset)  # present and not corrupt
+    if cfg.model_weights:  # a damaged weights file is refused here, not by the worker after storing the run
+        from ..cl.models import read_weights
+
+        read_weights(cfg.model_weights)
     check_home()
     if scheduled:
         return
