@@ -18,7 +18,8 @@ from .cl.datasets import FOLDER_PREFIX, DatasetSpec, UnknownDataset
 
 
 def names() -> list[str]:
-    """Every dataset a config may name: the built-ins, then the installed plug-ins (none imported)."""
+    """Every dataset a config may name: the built-ins, then the installed plug-ins (none imported;
+    a plug-in may not take a built-in's name, the built-in wins)."""
     builtin = science.builtins()
     return [*builtin, *(n for n in sorted(plugins.available("dataset")) if n not in builtin)]
 
@@ -42,7 +43,6 @@ def get(name: str) -> DatasetSpec:
     if plugin is None:
         raise UnknownDataset(f"unknown dataset {name!r}; registered: {listing()}")
     try:
-        plugins.check_name("dataset", name, builtin)
         spec = plugins.load("dataset", name)
     except plugins.PluginError as err:
         raise ValueError(str(err)) from None
