@@ -113,7 +113,7 @@ class Method:
     def build_model(self) -> Backbone:
         """A freshly initialised model, ready for this run's device (fast path, synced batch norm)."""
         shape = self.setup.data.image_shape
-        model = build_model(self.cfg.model, shape, self.n_classes).to(self.device)
+        model = build_model(self.cfg.model, shape, self.n_classes, self.cfg.model_weights).to(self.device)
         if self.dist:
             model = distributed.sync_batch_norm(model, self.dist)
         return self.accel.prepare_model(model)
