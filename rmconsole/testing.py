@@ -180,11 +180,24 @@ def _where_defined(value: Any) -> str:
         return ""
 
 
+def _registered_class(klass: type) -> bool:
+    """`klass` is the class of a registered method (by its `name`); plug-ins are not loaded for this."""
+    from .cl.methods import REGISTRY, method_class
+
+    name = getattr(klass, "name", None)
+    if not isinstance(name, str) or name not in REGISTRY:
+        return False
+    try:
+        return method_class(name) is klass
+    except Exception:  # noqa: BLE001 - a registry entry that does not load is not this method's concern
+        return False
+
+
 def check_hooks(method: str) -> list[Violation]:
     """The known-hooks rule alone (nothing is trained): the violations, [] when it holds.
 
-    A public name the method's own classes define (not one of the base classes, `Method` and
-    `TaskFree`) is fine when a protocol it declares calls it or when it overrides a building
+    A public name the method's own classes define (not `Method`, `TaskFree`, nor a registered
+    method it extends: those answer for their names under their own protocols) is fine when a protocol it declares calls it or when it overrides a building
     block of a base class. It is flagged when it is a hook of a protocol the method does not
     declare (never called), or when it is a function whose name looks like a hook (before_*,
     after_*, on_*, online_*, or within a typo of a hook or a base name) that no protocol calls.
@@ -202,6 +215,9 @@ def check_hooks(method: str) -> list[Violation]:
     base_names = {n for b in bases for n in dir(b) if not n.startswith("_")}
     base_functions = {n for n in base_names if any(_is_function(inspect.getattr_static(b, n, None)) for b in bases)}
     skip = {k for b in (Method, TaskFree) for k in b.__mro__}
+    for klass in cls.__mro__[1:]:  # a registered method it extends answers for its own names, under its own protocols
+        if _registered_class(klass):
+            skip.update(klass.__mro__)
     own: dict[str, tuple[type, Any]] = {}
     for klass in reversed(cls.__mro__):
         if klass in skip or klass.__module__ in ("builtins", "typing", "abc"):
@@ -210,6 +226,8 @@ def check_hooks(method: str) -> list[Violation]:
             if not name.startswith("_"):
                 own[name] = (klass, value)
     declared_words = " and ".join(_PROTOCOL_NAMES[p] for p in declared)
+    declared_call = (f"the {' and '.join(declared)} protocols call" if len(declared) > 1
+                     else f"the {_PROTOCOL_NAMES[declared[0]]} calls")
     calls = sorted(n for n in called if n in base_functions or n.startswith("online_"))
     violations = []
     for name, (klass, value) in sorted(own.items()):
@@ -217,13 +235,14 @@ def check_hooks(method: str) -> list[Violation]:
         if name in called:
             continue
         if name in every_hook:
-            other = " and ".join(_PROTOCOL_NAMES[p] for p, hooks in tables.items() if name in hooks)
+            missing = [p for p, hooks in tables.items() if name in hooks]
+            how = " (its class lists TaskFree before Method)" if "task-free" in missing else ""
             violations.append(Violation(
                 "known-hooks", None,
-                f"{label} is a hook of the {other}, but {method!r} declares only the {declared_words}, which never "
-                f"calls it.",
-                f"declare that protocol for {method!r} in its registry entry (task-free: list TaskFree before Method "
-                f"in the class's bases), or remove the override."))
+                f"{label} is a hook of the {' and '.join(_PROTOCOL_NAMES[p] for p in missing)}, but {method!r} "
+                f"declares only the {declared_words}, which never calls it.",
+                f"declare the {' and '.join(missing)} protocol for {method!r} in its registry entry{how}, or remove "
+                f"the override."))
             continue
         if name in base_names or not _is_function(value):
             continue  # a building block of the base overridden, or a helper attribute
@@ -234,7 +253,7 @@ def check_hooks(method: str) -> list[Violation]:
         violations.append(Violation(
             "known-hooks", None,
             f"{label} looks like a hook, but no protocol calls it{guess}",
-            f"the {declared_words} call{'s' if len(declared) == 1 else ''}: {', '.join(calls)}. Rename it to the "
+            f"{declared_call}: {', '.join(calls)}. Rename it to the "
             f"hook you mean, or, if it is a helper your own code calls, name it _{name}."))
     return violations
 
@@ -311,9 +330,9 @@ class _Watch:
     task: int | None = None
     hook: str | None = None
     samples: int = 0  # streamed samples the method observed (task-free)
-    over: list[str] = field(default_factory=list)  # memory-bound breaches, first few
+    over: dict[str, str] = field(default_factory=dict)  # memory-bound breaches: hook -> the first
     most: int = 0
-    peeks: dict[str, int] = field(default_factory=dict)  # "where" -> images taken
+    peeks: dict[str, str] = field(default_factory=dict)  # code and hook -> what was seen, first time
     method: Any = None
 
     def context(self) -> str:
@@ -323,24 +342,28 @@ class _Watch:
     def place(self) -> str:
         return f"in {self.hook} ({self.context()})" if self.hook else f"in the driver ({self.context()})"
 
-    def memory_size(self, size: int, when: str) -> None:
+    def memory_size(self, size: int, when: str, key: str) -> None:
+        """A breach is kept the first time per hook (or per report), with the largest size seen."""
         if size > self.capacity:
             self.most = max(self.most, size)
-            if len(self.over) < 3:
-                self.over.append(f"{size} {when}")
+            self.over.setdefault(key, f"{size} {when}")
 
     def memory_now(self, hook: str) -> None:
         try:
             size = len(getattr(self.method, "memory", None))  # type: ignore[arg-type]
         except TypeError:
             return  # no memory to count
-        self.memory_size(size, f"after {hook} ({self.context()})")
+        self.memory_size(size, f"after {hook} ({self.context()})", hook)
 
     def test_taken(self, n: int | None, how: str, frame: FrameType | None) -> None:
+        """Record a use of the test split unless the protocol is evaluating: once per piece of
+        code and hook, with the first time it happened."""
         if _protocol_is_evaluating(frame):
             return
-        key = f"{how} by {_asker(frame)}, {self.place()}"
-        self.peeks[key] = self.peeks.get(key, 0) + (n or 0)
+        key = f"{_asker(frame)} {how} {'in ' + self.hook if self.hook else 'in the driver'}"
+        if key not in self.peeks:
+            first = f"first in {self.context()}" + (f", {n} images" if n is not None else "")
+            self.peeks[key] = f"{key} ({first})"
 
     def attach(self, method: Any, protocol: str) -> None:
         """Watch the hooks the driver calls on this instance (instance attributes: the class and
@@ -389,7 +412,7 @@ class _GuardedSplit:
         return len(self._inner)
 
     def take(self, idx: Any) -> Any:
-        self._watch.test_taken(len(idx), "test images taken", sys._getframe(1))
+        self._watch.test_taken(len(idx), "took test images", sys._getframe(1))
         return self._inner.take(idx)
 
     def to(self, device: Any) -> "_GuardedSplit":
@@ -400,7 +423,7 @@ class _GuardedSplit:
             raise AttributeError(name)
         value = getattr(self._inner, name)
         if name not in self._PLAIN:
-            self._watch.test_taken(None, f"test split's {name!r} read", sys._getframe(1))
+            self._watch.test_taken(None, f"read the test split's {name!r}", sys._getframe(1))
         return value
 
 
@@ -419,7 +442,7 @@ class _Recorder(Reporter):
 
     def memory_updated(self, task: int, histogram: list[int], slots_per_class: int, info: dict[str, Any]) -> None:
         self.memories.append((task, list(histogram), slots_per_class, dict(info)))
-        self.watch.memory_size(sum(histogram), f"in the memory snapshot it reported after task {task}")
+        self.watch.memory_size(sum(histogram), f"in the memory snapshot it reported after task {task}", "report")
 
     def task_finished(self, outcome: TaskOutcome, checkpoint: dict[str, Any] | None) -> None:
         import torch
@@ -671,17 +694,16 @@ def _watched(watch: _Watch, protocol: str, rules: tuple[str, ...]) -> list[Viola
     if "memory-bound" in rules and watch.over:
         found.append(Violation(
             "memory-bound", protocol,
-            f"the memory held more than memory_size K={watch.capacity} samples (up to {watch.most}): "
-            + "; ".join(watch.over) + ".",
+            f"the memory held more than memory_size K={watch.capacity} samples (up to {watch.most}), first "
+            + next(iter(watch.over.values())) + ".",
             "keep len(self.memory) <= cfg.memory_size at every moment: build the memory with that capacity (or "
             "less: a temp batch or a held-out set counts against K) and evict before adding."))
     if "no-test-peeking" in rules and watch.peeks:
-        shown = list(watch.peeks.items())[:3]
+        shown = list(watch.peeks.values())
         found.append(Violation(
             "no-test-peeking", protocol,
-            "the test split was used outside the protocol's evaluations: "
-            + "; ".join(f"{where}" + (f" ({n} images)" if n else "") for where, n in shown)
-            + (f"; and {len(watch.peeks) - 3} more places" if len(watch.peeks) > 3 else "") + ".",
+            "the test split was used outside the protocol's evaluations: " + "; ".join(shown[:3])
+            + (f"; and in {len(shown) - 3} more places" if len(shown) > 3 else "") + ".",
             "learn from the train split only (self.images_of(indices), self.setup.data.train); the test split "
             "belongs to the protocol, which evaluates after each task and, task-free, every eval_period "
             "samples. A method that looks at test data reports figures no other method can match."))
