@@ -334,6 +334,7 @@ class _Watch:
     most: int = 0
     peeks: dict[str, str] = field(default_factory=dict)  # code and hook -> what was seen, first time
     method: Any = None
+    failed: str | None = None  # where the run raised, when it did
 
     def context(self) -> str:
         task = "before the first task" if self.task is None else f"task {self.task}"
@@ -384,6 +385,9 @@ class _Watch:
             outer, self.hook = self.hook, hook
             try:
                 return bound(*args, **kwargs)
+            except BaseException:
+                self.failed = self.failed or self.place()  # the innermost hook that raised
+                raise
             finally:
                 self.memory_now(hook)
                 self.hook = outer
@@ -494,7 +498,7 @@ def _run(cfg: Any, watch: _Watch, protocol: str, resume: dict[str, Any] | None =
     data = _digits()
     guarded = dataclasses.replace(data, test=_GuardedSplit(data.test, watch))
     recorder = _Recorder(watch)
-    watch.task, watch.hook, watch.samples = None, None, 0
+    watch.task, watch.hook, watch.samples, watch.failed = None, None, 0, None
     with _instrumented(watch, protocol):
         run_protocol(cfg, guarded, torch.device("cpu"), recorder, resume=resume)
     return recorder
@@ -641,7 +645,7 @@ def _check_protocol(method: str, protocol: str, settings: Mapping[str, Any], rul
         except Exception as err:  # noqa: BLE001 - the method's own failure: reported as such, its traceback chained
             detail = " ".join(str(err).split())[:300]
             raise ConformanceError(method, violations + _watched(watch, protocol, rules) + [Violation(
-                RUNS, protocol, f"the {what} failed {watch.place()}: {type(err).__name__}: {detail}",
+                RUNS, protocol, f"the {what} failed {watch.failed or watch.place()}: {type(err).__name__}: {detail}",
                 f"see the traceback above this error; the kit's settings are kit_settings({method!r}, "
                 f"{protocol!r}) with your settings= over them.")]) from err
 

@@ -171,6 +171,24 @@ class GlobalDraws(ER):
         return idx[torch.randperm(len(idx))]
 
 
+class Crasher(ER):
+    """Fails in its first task."""
+
+    name = "crasher"
+
+    def after_task(self, task: Any) -> None:
+        raise RuntimeError("shape mismatch in my bookkeeping")
+
+
+class Pickled(ER):
+    """Checkpoints an object of its own, which the worker's torch.load(weights_only=True) refuses."""
+
+    name = "pickled"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "bookkeeping": Crasher}
+
+
 class Misnamed(ER):
     """Two hooks no protocol calls, next to helpers that are fine."""
 
@@ -290,3 +308,20 @@ def test_bad_arguments_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
         check_method("finetune", rules=["fast"])
     with pytest.raises(ValueError, match=r"^unknown method 'nope'; known: "):
         check_method("nope")
+
+
+def test_a_method_that_fails_to_run_is_reported_with_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, Crasher)
+    with pytest.raises(ConformanceError) as err:
+        check_method(name, protocols=["task"])
+    assert broken_rules(err) == {"runs-to-the-end"}
+    assert "the run failed in after_task (task 0): RuntimeError: shape mismatch in my bookkeeping" in str(err.value)
+    assert isinstance(err.value.__cause__, RuntimeError)  # pytest prints the method's own traceback above
+
+
+def test_a_checkpoint_the_worker_cannot_load_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, Pickled)
+    with pytest.raises(ConformanceError) as err:
+        check_method(name, protocols=["task"], rules=["resume-exact"])
+    assert broken_rules(err) == {"resume-exact"}
+    assert "does not load as the worker loads it (torch.load(weights_only=True))" in str(err.value)
