@@ -197,11 +197,12 @@ def check_hooks(method: str) -> list[Violation]:
     """The known-hooks rule alone (nothing is trained): the violations, [] when it holds.
 
     A public name the method's own classes define (not `Method`, `TaskFree`, nor a registered
-    method it extends: those answer for their names under their own protocols) is fine when a protocol it declares calls it or when it overrides a building
-    block of a base class. It is flagged when it is a hook of a protocol the method does not
-    declare (never called), or when it is a function whose name looks like a hook (before_*,
-    after_*, on_*, online_*, or within a typo of a hook or a base name) that no protocol calls.
-    Helpers with other names, and any name with a leading underscore, are the method's own."""
+    method it extends: those answer for their names under their own protocols) is fine when a
+    protocol it declares calls it or when it overrides a building block of a base class. It is
+    flagged when it is a hook of a protocol the method does not declare (never called), or when
+    it is a function whose name looks like a hook (before_*, after_*, on_*, online_*, or within a
+    typo of a hook or a base function) that no protocol calls. Helpers with other names, and any
+    name with a leading underscore, are the method's own."""
     from .cl.methods import method_class
     from .cl.methods.base import Method
     from .cl.methods.taskfree import TaskFree
