@@ -36,6 +36,10 @@ that only records its instance (same name, same hooks), the hooks the driver cal
 on that instance (the memory's size after each), and the dataset's test split is wrapped so a
 `take` is recorded with the code that asked for it unless the protocol's driver (cl/loop.py,
 cl/online.py) is evaluating through cl/inference.py.
+
+What it does not see: samples a method keeps outside `self.memory` (count them against K
+yourself: BiC's held-out set does), the test labels the driver's `Setup` carries, and
+device-only paths (it trains on the CPU: CUDA graphs and mixed precision are not exercised).
 """
 
 from __future__ import annotations

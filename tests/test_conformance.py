@@ -317,6 +317,9 @@ def test_a_method_that_fails_to_run_is_reported_with_its_traceback(monkeypatch: 
     assert broken_rules(err) == {"runs-to-the-end"}
     assert "the run failed in after_task (task 0): RuntimeError: shape mismatch in my bookkeeping" in str(err.value)
     assert isinstance(err.value.__cause__, RuntimeError)  # pytest prints the method's own traceback above
+    from rmconsole.cl import loop, methods, online
+
+    assert loop.method_class is methods.method_class and online.method_class is methods.method_class  # restored
 
 
 def test_a_checkpoint_the_worker_cannot_load_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
