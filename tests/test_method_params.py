@@ -181,6 +181,20 @@ def test_a_plugin_method_validates_its_own_params_in_one_line_and_trains_on_digi
     with torch.random.fork_rng():
         outcomes = run_protocol(cfg, load_digits(), torch.device("cpu"))
     assert len(outcomes) == 5 and all(0 <= o.accuracy <= 100 for o in outcomes)
+    from rmconsole.runner.worker import package_versions
+
+    assert package_versions("fake")["method_plugin"] == "fakemethod 0.1"  # what the run records
+    assert "method_plugin" not in package_versions("rm")
+
+
+def test_the_warm_server_key_changes_with_the_plugins_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An edited editable plug-in is new code: a warm server started before it is not reused."""
+    from rmconsole.runner import warm
+
+    monkeypatch.setattr(plugins, "sources_digest", lambda: "before")
+    before = warm.fingerprint()
+    monkeypatch.setattr(plugins, "sources_digest", lambda: "after")
+    assert warm.fingerprint() != before
 
 
 def test_a_plugin_that_cannot_be_used_is_one_line_naming_it(fake_plugin) -> None:
