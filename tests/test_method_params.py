@@ -74,6 +74,10 @@ def test_an_old_style_stored_config_rebuilds_shows_reports_and_diffs() -> None:
     diff = report.run_diff(*(store.run_detail(i) for i in ids))
     assert [row[0] for row in diff["config"]] == ["epochs"]  # no bic_* / ewc keys shown as differences
     assert report.key_value({"config": old}, "bic_temperature") is None  # rm never read it
+    from rmconsole.store.records import config_value
+
+    assert config_value(old, "bic_temperature") is None and config_value(old, "rm_variant") == "paper"
+    assert config_value({"method": "bic"}, "bic_temperature") == 2.0  # stored before the key: its default
     shown = rmconsole("show", str(ids[0]))
     assert shown.returncode == 0 and "epochs=1" in shown.stdout, shown.stderr
     table = rmconsole("report", "--format", "csv")
