@@ -273,7 +273,7 @@ def config_model(spec: MethodSpec) -> type[RunConfig]:
             raise ConfigError(f"method {spec.name!r}: its parameter {key!r} has the name of a key every run has; "
                               f"rename it in {spec.params.__name__}")
         fields[key] = _param_field(spec.params, key)
-    for other in (REGISTRY[n] for n in readers_of_builtin(spec)):
+    for other in (REGISTRY[n] for n in _sharing_builtins(spec)):
         for key in set(spec.keys) & set(other.keys):
             if _declaration(spec.params, key) != _declaration(other.params, key):
                 raise ConfigError(f"method {spec.name!r}: its parameter {key!r} is declared unlike method "
@@ -283,7 +283,7 @@ def config_model(spec: MethodSpec) -> type[RunConfig]:
     return create_model(f"RunConfig_{spec.name}", __base__=RunConfig, **fields)
 
 
-def readers_of_builtin(spec: MethodSpec) -> list[str]:
+def _sharing_builtins(spec: MethodSpec) -> list[str]:
     """The built-ins (other than `spec`) that share one of its keys."""
     return [name for name, other in REGISTRY.items() if other is not spec and set(spec.keys) & set(other.keys)]
 
