@@ -74,6 +74,10 @@ def test_an_old_style_stored_config_rebuilds_shows_reports_and_diffs() -> None:
     diff = report.run_diff(*(store.run_detail(i) for i in ids))
     assert [row[0] for row in diff["config"]] == ["epochs"]  # no bic_* / ewc keys shown as differences
     assert report.key_value({"config": old}, "bic_temperature") is None  # rm never read it
+    from rmconsole.store.records import config_value
+
+    assert config_value(old, "bic_temperature") is None and config_value(old, "rm_variant") == "paper"
+    assert config_value({"method": "bic"}, "bic_temperature") == 2.0  # stored before the key: its default
     shown = rmconsole("show", str(ids[0]))
     assert shown.returncode == 0 and "epochs=1" in shown.stdout, shown.stderr
     table = rmconsole("report", "--format", "csv")
@@ -181,6 +185,20 @@ def test_a_plugin_method_validates_its_own_params_in_one_line_and_trains_on_digi
     with torch.random.fork_rng():
         outcomes = run_protocol(cfg, load_digits(), torch.device("cpu"))
     assert len(outcomes) == 5 and all(0 <= o.accuracy <= 100 for o in outcomes)
+    from rmconsole.runner.worker import package_versions
+
+    assert package_versions("fake")["method_plugin"] == "fakemethod 0.1"  # what the run records
+    assert "method_plugin" not in package_versions("rm")
+
+
+def test_the_warm_server_key_changes_with_the_plugins_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An edited editable plug-in is new code: a warm server started before it is not reused."""
+    from rmconsole.runner import warm
+
+    monkeypatch.setattr(plugins, "sources_digest", lambda: "before")
+    before = warm.fingerprint()
+    monkeypatch.setattr(plugins, "sources_digest", lambda: "after")
+    assert warm.fingerprint() != before
 
 
 def test_a_plugin_that_cannot_be_used_is_one_line_naming_it(fake_plugin) -> None:

@@ -11,10 +11,7 @@ validate a config without importing torch.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Literal, Optional, Protocol, TypeVar
-
-if TYPE_CHECKING:
-    from .methods.spec import MethodSpec
+from typing import Any, Literal, Optional, Protocol, TypeVar
 
 BOUNDS = ("ge", "gt", "le", "lt")
 
@@ -28,6 +25,7 @@ class RunSettings(Protocol):
 
     dataset: str
     model: str
+    model_weights: Optional[str]  # a local file of pretrained weights (cl/modelspec.py)
     method: str
     memory_size: int
     n_tasks: int
@@ -67,7 +65,7 @@ class RunSettings(Protocol):
     cuda_graphs: bool | Literal["auto"]
 
     @property
-    def method_spec(self) -> MethodSpec: ...
+    def method_spec(self) -> Any: ...  # a methods.spec.MethodSpec (not imported: spec.py imports this module)
 
 
 def param(default: Any, help: str, **bounds: float) -> Any:

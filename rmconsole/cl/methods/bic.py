@@ -58,7 +58,7 @@ ANYTIME_BIAS_BATCH = 100
 ANYTIME_CLIP_NORM = 10.0
 
 
-class BiC(TaskFree, NewOldClasses, Method[BiCParams]):
+class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
     name = "bic"
     default_memory_policy = "prototype"
     distill: bool = True

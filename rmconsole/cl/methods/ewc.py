@@ -30,7 +30,7 @@ from .ewc_params import EWCParams
 from .quadratic import QuadraticPenalty, Regularised
 
 
-class EWC(Regularised, Method[EWCParams]):
+class EWC(Regularised[EWCParams], Method[EWCParams]):
     name = "ewc"
     default_memory_policy = "reservoir"
     # The paper's (and the authors' scripts') weight. Gradient descent on lambda/2 * A (theta - c)^2

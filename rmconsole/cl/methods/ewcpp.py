@@ -12,7 +12,7 @@ What differs from ER (everything else is the follow-up's ER: batches, reservoir 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -39,7 +39,8 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         """weight x sum F* (theta - theta*)^2 over the penalised parameters (0 before a boundary)."""
         if self.anchor is None or self.importance is None:
             return torch.zeros((), device=self.device)
-        total = sum((f * (p - a).pow(2)).sum() for p, a, f in zip(self.penalised, self.anchor, self.importance))
+        total = cast(Tensor, sum((f * (p - a).pow(2)).sum()
+                                 for p, a, f in zip(self.penalised, self.anchor, self.importance)))
         return self.params.ewcpp_weight * total
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:

@@ -29,7 +29,7 @@ from .icarl_params import ICaRLParams
 from .incremental import NewOldClasses
 
 
-class ICaRL(NewOldClasses, Method[ICaRLParams]):
+class ICaRL(NewOldClasses[ICaRLParams], Method[ICaRLParams]):
     name = "icarl"
     default_memory_policy = "prototype"
 

@@ -15,7 +15,7 @@ does exactly this, see docs/baselines.md). rmconsole offers both readings throug
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -48,12 +48,15 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     return teacher
 
 
-class NewOldClasses:
+NP = TypeVar("NP", bound=ICaRLParams)
+
+
+class NewOldClasses(Generic[NP]):
     """Mixin of iCaRL and BiC: at each task start, `new_classes` / `old_classes` by the run's
     `new_classes` rule and `previous_model`, a frozen copy of the model when there are old classes."""
 
     previous_model: nn.Module | None = None
-    params: ICaRLParams
+    params: NP  # iCaRL's params, or BiC's (which extend them)
 
     def before_task(self, task: Any) -> None:
         seen_before = self.seen.clone()

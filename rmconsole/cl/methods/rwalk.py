@@ -32,7 +32,7 @@ from .rwalk_params import RwalkParams
 EPSILON = 1e-3  # the paper's / reference code's damping of the score denominator
 
 
-class Rwalk(Regularised, Method[RwalkParams]):
+class Rwalk(Regularised[RwalkParams], Method[RwalkParams]):
     name = "rwalk"
     default_memory_policy = "reservoir"
     # The penalty's curvature is 2 lambda w with w = F + s <= 2. Applied as a gradient
