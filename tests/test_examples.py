@@ -24,6 +24,10 @@ import pytest
 from conftest import REPO, SHARED_DATA, needs_mnist
 
 EXAMPLES = ("lwf", "mnist_fashion", "a_new")
+# the packages' presets by path (`--preset digits-lwf` by name too: test_the_packages_presets_...)
+LWF_PRESET = str(REPO / "examples" / "lwf" / "rmconsole_lwf" / "presets" / "digits-lwf.toml")
+MNIST_FASHION_PRESET = str(REPO / "examples" / "mnist_fashion" / "rmconsole_mnist_fashion" / "presets" /
+                           "mnist-fashion-4tasks.toml")
 
 
 class Env:
@@ -62,7 +66,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Env:
     assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
     out = env.ok("run", "--set", "method=lwf", "--set", "epochs=1", "--set", "threads=1", "--name", "lwf-default")
     assert "A_last" in out
-    env.ok("run", "--preset", "digits-lwf", "--set", "epochs=2", "--set", "lwf_lambda=0,1", "--set", "threads=1")
+    env.ok("run", "--preset", LWF_PRESET, "--set", "epochs=2", "--set", "lwf_lambda=0,1", "--set", "threads=1")
     return env
 
 
@@ -117,7 +121,7 @@ def test_config_keys_lists_lwf_and_a_bad_value_is_one_line(installed: Env) -> No
 @needs_mnist
 def test_the_dataset_plugin_runs_through_run(installed: Env) -> None:
     """mnist_fashion end to end (no training: epochs=0 evaluates the 20-class head after each task)."""
-    out = installed.ok("run", "--preset", "mnist-fashion-4tasks", "--set", "epochs=0", "--set", "threads=1", timeout=600)
+    out = installed.ok("run", "--preset", MNIST_FASHION_PRESET, "--set", "epochs=0", "--set", "threads=1", timeout=600)
     assert "A_last" in out
     shown = installed.ok("runs", "dataset:mnist_fashion", "--json")
     import json
