@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from . import long_lived_imports, report as reports, report_anytime as anytime_report, runner, store
+from . import long_lived_imports, plugins, report as reports, report_anytime as anytime_report, runner, store
 from .cl.catalog import DatasetMissing
 from .cl.protocols import is_task_free
 from .store.filters import where, within
@@ -412,6 +412,8 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
                       + (f": {detail['job_state']}" if active else ""), highlight=False)
     for extra in anytime_report.anytime_lines(detail):  # task-free runs: A_auc, first appearances, compute
         console.print(extra, highlight=False)
+    for entry in (detail.get("versions") or {}).get("plugins") or []:  # which plug-in packages produced it
+        console.print(f"plug-in {escape(plugins.provenance_text(entry))}", highlight=False)
     if detail["error"]:
         err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
 

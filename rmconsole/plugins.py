@@ -130,6 +130,30 @@ def load(kind: str, name: str) -> Any:
     return value
 
 
+def loaded(kind: str, name: str) -> bool:
+    """Whether plug-in `name` of `kind` was loaded in this process (a registry loads a plug-in only
+    when a run or a listing uses that name, and never for a built-in's name)."""
+    return (kind, name) in _loaded
+
+
+# The config keys that name a run's plug-ins (metrics are read-side: they never train a run)
+RUN_KEYS = {"method": "method", "dataset": "dataset", "model": "model"}
+
+
+def used_by(config: Any) -> list[dict[str, Any]]:
+    """The provenance of each plug-in a run's config names and this process loaded (so a built-in
+    of the same name, which a registry never loads from a plug-in, records nothing): what the
+    worker stores with the run once its method, data and model are built."""
+    out = []
+    for kind, key in RUN_KEYS.items():
+        name = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+        if isinstance(name, str) and loaded(kind, name):
+            found = provenance(kind, name)
+            if found is not None:
+                out.append(found)
+    return out
+
+
 def import_target(target: str, what: str) -> Any:
     """`module:attribute` (dots allowed after the colon) imported, any failure one line naming `what`."""
     from importlib import import_module
@@ -172,6 +196,19 @@ def provenance(kind: str, name: str) -> dict[str, Any] | None:
         if origin.get("commit"):
             out["commit"] = origin["commit"]
     return out
+
+
+def provenance_text(entry: dict[str, Any]) -> str:
+    """One recorded provenance as `show` prints it: "method mymethod: package mymethod 0.1.0,
+    /src/mymethod @ 1a2b3c4d5e6f (uncommitted changes)"."""
+    text = f"{entry.get('kind', '?')} {entry.get('name', '?')}: package {entry.get('package', '?')} " \
+           f"{entry.get('version', '?')}"
+    where = entry.get("path") or entry.get("url") or entry.get("installed_from")
+    if where:
+        text += f", {'installed from ' if 'installed_from' in entry else ''}{where}"
+    if entry.get("commit"):
+        text += f" @ {str(entry['commit'])[:12]}" + (" (uncommitted changes)" if entry.get("dirty") else "")
+    return text
 
 
 def _origin(package: str) -> dict[str, Any]:
@@ -338,5 +375,5 @@ def check_name(kind: str, name: str, builtins: Any) -> None:
 
 
 __all__ = ["GROUPS", "Plugin", "PluginError", "available", "check_name", "forget", "import_target", "load",
-           "preset_files", "provenance", "sources_digest"]
+           "loaded", "preset_files", "provenance", "provenance_text", "sources_digest", "used_by"]
 

@@ -247,3 +247,60 @@ def test_check_name_refuses_a_builtins_name() -> None:
     with pytest.raises(plugins.PluginError, match="'rm' has a built-in's name"):
         plugins.check_name("method", "rm", {"rm": object()})
     plugins.check_name("method", "mine", {"rm": object()})
+
+
+def test_a_run_records_the_plugins_its_config_names_and_this_process_loaded(site: Path, tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    (checkout / "plugused").mkdir(parents=True)
+    (checkout / "plugused" / "__init__.py").write_text("M = 'spec'\nD = 'data'\n")
+    git(checkout, "init", "-q")
+    git(checkout, "add", ".")
+    git(checkout, "commit", "-q", "-m", "one")
+    sys.path.insert(0, str(checkout))
+    try:
+        write_dist(site, "plug-used", {"rmconsole.methods": {"mine": "plugused:M", "other": "plugused:M"},
+                                       "rmconsole.datasets": {"rm": "plugused:D"}}, version="1.2",
+                   direct_url=editable(checkout))
+        config = {"method": "mine", "dataset": "rm", "model": "mlp"}
+        assert plugins.used_by(config) == []  # nothing loaded yet: nothing claimed
+        plugins.load("method", "mine")
+        plugins.load("method", "other")  # loaded (a listing did) but not this run's method
+        used = plugins.used_by(config)
+        assert used == [{"kind": "method", "name": "mine", "package": "plug-used", "version": "1.2",
+                         "path": str(checkout), "commit": git(checkout, "rev-parse", "HEAD"), "dirty": False}]
+        # the dataset's name is a plug-in's too, but no registry loaded it (a built-in's name means the
+        # built-in): nothing recorded for it
+        assert plugins.provenance_text(used[0]) == (f"method mine: package plug-used 1.2, {checkout} @ "
+                                                     f"{used[0]['commit'][:12]}")
+        assert plugins.provenance_text({**used[0], "dirty": True}).endswith(" (uncommitted changes)")
+    finally:
+        sys.path.remove(str(checkout))
+
+
+def test_the_store_keeps_a_runs_plugins_with_its_versions_and_show_prints_them(isolated_home: Path, capsys) -> None:
+    from rmconsole import cli, store
+    from rmconsole.cl.events import TaskPlan
+    from rmconsole.config import load_config
+
+    _, cfg = load_config(None)
+    run_id = store.create_run(cfg.to_dict(), "digits")
+    store.claim_run(run_id, versions={"rmconsole": "0.1.0", "torch": "2"})
+    entry = {"kind": "method", "name": "mine", "package": "plug-used", "version": "1.2", "path": "/src/mine",
+             "commit": "0123456789abcdef0123", "dirty": True}
+    plans = [TaskPlan(t, 10, [t], [1] * 5, f"h{t}") for t in range(5)]
+    store.record_start(run_id, plans, list(range(5)), [str(i) for i in range(5)], ["normalize"], plugins=[entry])
+    versions = store.get_run(run_id).versions
+    assert versions["rmconsole"] == "0.1.0" and versions["plugins"] == [entry]  # added to, not replaced
+    capsys.readouterr()
+    cli.show(str(run_id), as_json=False)
+    assert "plug-in method mine: package plug-used 1.2, /src/mine @ 0123456789ab (uncommitted changes)" \
+        in " ".join(capsys.readouterr().out.split())  # (wrapped at the terminal's width)
+    cli.show(str(run_id), as_json=True)
+    assert json.loads(capsys.readouterr().out)["versions"]["plugins"] == [entry]
+    store.record_start(run_id, plans, list(range(5)), [str(i) for i in range(5)], ["normalize"], plugins=[])
+    assert store.get_run(run_id).versions["plugins"] == [entry]  # (a built-in run's start adds nothing)
+    builtin = store.create_run(cfg.to_dict(), "digits")
+    store.record_start(builtin, plans, list(range(5)), [str(i) for i in range(5)], ["normalize"], plugins=[])
+    cli.show(str(builtin), as_json=False)
+    shown = capsys.readouterr().out
+    assert f"run {builtin}" in shown and "plug-in" not in shown

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .. import __version__
+from .. import __version__, plugins
 from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint, save_checkpoint: re-exported)
     CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, save_checkpoint, set_aside, write_checkpoint,
 )
@@ -211,7 +211,11 @@ class StoreReporter(Reporter):
     # loop events ------------------------------------------------------------
     def run_started(self, plans: list[TaskPlan], class_order: list[int], class_names: list[str],
                     pipeline: list[str]) -> None:
-        store.record_start(self.run_id, plans, class_order, class_names, pipeline, lease=self.lease)
+        # which plug-in packages produced the run (package, version, checkout and commit), read
+        # now: its method, data and model are built, so each plug-in it uses has been loaded here
+        # (under a warm server too: the server is keyed on the plug-ins' sources)
+        store.record_start(self.run_id, plans, class_order, class_names, pipeline, lease=self.lease,
+                           plugins=plugins.used_by(self.config or {}))
         self.n_tasks = len(plans)
         print(f"stream: {len(plans)} tasks, sizes {[p.n_samples for p in plans]}; pipeline: {pipeline}", flush=True)
 
