@@ -21,7 +21,7 @@ from . import long_lived_imports, plugins, report as reports, report_anytime as 
 from .cl.catalog import DatasetMissing
 from .cl.protocols import is_task_free
 from .store.filters import where, within
-from .config import MAX_INT, ConfigError, preset_description, preset_names, read_preset, shorten
+from .config import MAX_INT, ConfigError, plugin_presets, preset_description, preset_names, read_preset, shorten
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A terminal experiment console for continual learning around Rainbow Memory.")
@@ -554,11 +554,20 @@ def print_sweep_queues(sweep_ids: list[str]) -> None:
 @app.command()
 def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
             long: bool = typer.Option(False, "--long", "-l", help="With each preset's description.")) -> None:
-    """The bundled presets (names as `--preset` takes them; --long adds what each one is)."""
+    """The bundled presets and the installed plug-ins' (names as `--preset` takes them; --long adds
+    what each one is)."""
     items = []
+    shipped, problems = plugin_presets()
     for name in preset_names():
-        _, table = read_preset(name)
-        items.append({"name": name, "description": preset_description(name), "config": table})
+        try:
+            _, table = read_preset(name)
+        except ConfigError as err:  # a plug-in's unreadable preset: said, the others listed
+            problems.append(str(err))
+            continue
+        items.append({"name": name, "description": preset_description(name), "config": table,
+                      **({"package": shipped[name][1]} if name in shipped else {})})
+    for problem in problems:
+        err_console.print(f"[yellow]{escape(problem)}[/]", highlight=False)
     if as_json:
         print(json.dumps(items, indent=2))
         return
@@ -570,8 +579,9 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         stream = c.get("stream", "online")
         how = (f"{stream}{c.get('disjoint_classes', 50)}-{c.get('blurry', 10)} task-free"
                if is_task_free(stream) else f"blurry{c.get('blurry', 10)} {stream}")
-        setting = Text(f"{c['dataset']} · {c['model']} · {c.get('method', 'rm')} · K={c['memory_size']} · "
-                       f"{c.get('n_tasks', 5)} tasks · {how}")
+        setting = Text(f"{c.get('dataset', '?')} · {c.get('model', '?')} · {c.get('method', 'rm')} · "
+                       f"K={c.get('memory_size', '?')} · {c.get('n_tasks', 5)} tasks · {how}"
+                       + (f" · from package {item['package']}" if "package" in item else ""))
         if long and item["description"]:
             setting.append("\n" + item["description"], style="dim")
         table.add_row(item["name"], setting, end_section=long)

@@ -18,6 +18,12 @@ from pathlib import Path
 from conftest import REPO
 
 
+# `python -m` and `-c` put the working folder first on sys.path, where a plug-in's project folder
+# (holding a folder of the package's name) would shadow the installed package as a namespace
+# package; the `rmconsole` console script does not, and neither does -P (Python 3.11+).
+SAFE_PATH = ["-P"] if sys.version_info >= (3, 11) else []
+
+
 class Venv:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -43,13 +49,13 @@ class Venv:
         assert done.returncode == 0, done.stdout + done.stderr
 
     def python_run(self, code: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.python), "-c", textwrap.dedent(code)], capture_output=True, text=True,
+        return subprocess.run([str(self.python), *SAFE_PATH, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                               env=self.env(**env), timeout=timeout)
 
     def rmconsole(self, *args: str, timeout: float = 300, cwd: Path | None = None,
                   **env: str) -> subprocess.CompletedProcess:
         """The real CLI, run by the throwaway's interpreter (it sees the plug-ins installed there)."""
-        return subprocess.run([str(self.python), "-m", "rmconsole", *args], capture_output=True, text=True,
+        return subprocess.run([str(self.python), *SAFE_PATH, "-m", "rmconsole", *args], capture_output=True, text=True,
                               env=self.env(**env), timeout=timeout, cwd=cwd)
 
 
