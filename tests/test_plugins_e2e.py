@@ -75,3 +75,43 @@ def test_presets_shipped_by_a_plugin_package_are_listed_and_found(tmp_path: Path
     assert found.stdout.split() == ["two-tasks", "2", "200"]  # the built-in's name means the built-in
     unknown = venv.rmconsole("run", "--preset", "nope")
     assert unknown.returncode == 2 and "two-tasks" in unknown.stderr and len(unknown.stderr.strip().splitlines()) == 1
+
+
+def _one_line_naming(text: str, *names: str) -> bool:
+    lines = text.strip().splitlines()
+    return len(lines) == 1 and "Traceback" not in text and all(n in lines[0] for n in names)
+
+
+def test_a_plugin_that_fails_to_import_is_one_line_and_every_other_command_works(tmp_path: Path) -> None:
+    """A package whose every declaration fails to import (its module raises ImportError), under
+    each group: listing, validating and running anything else never imports it; using it is one
+    line naming the plug-in and its package, exit 2, nothing stored."""
+    venv = Venv(tmp_path / "venv")
+    package = write_package(tmp_path / "brokenplug", "brokenplug", {
+        "brokenplug/__init__.py": "",
+        "brokenplug/declare.py": "raise ImportError('brokenplug needs a library that is not installed')\n",
+    }, {"rmconsole.methods": {"broken": "brokenplug.declare:METHOD"},
+        "rmconsole.datasets": {"brokends": "brokenplug.declare:DATASET"},
+        "rmconsole.metrics": {"broken_metric": "brokenplug.declare:METRIC"},
+        "rmconsole.presets": {"brokenplug": "brokenplug.nopresets"}})
+    venv.install_editable(package)
+
+    for command in (["presets"], ["runs"], ["config-keys"]):
+        done = venv.rmconsole(*command)
+        assert done.returncode == 0, (command, done.stderr)
+        assert "Traceback" not in done.stderr
+        for line in done.stderr.strip().splitlines():  # a note about the broken package is welcome, each one line
+            assert "brokenplug" in line or "broken" in line, (command, line)
+
+    ran = venv.rmconsole("run", "--set", "epochs=1", "--set", "n_tasks=2", timeout=600)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr
+    assert "A_last" in ran.stdout
+
+    refused = venv.rmconsole("run", "--set", "method=broken")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert _one_line_naming(refused.stderr, "'broken'", "brokenplug", "ImportError"), refused.stderr
+    refused = venv.rmconsole("run", "--set", "dataset=brokends")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert _one_line_naming(refused.stderr, "'brokends'", "brokenplug", "ImportError"), refused.stderr
+    stored = json.loads(venv.rmconsole("runs", "--json").stdout)
+    assert len(stored) == 1 and stored[0]["method"] == "rm"  # the built-in run only: nothing stored for the others
