@@ -1045,6 +1045,42 @@ def serve_tui(refresh: float, host: str, port: int) -> None:
 # --------------------------------------------------------------------------- data
 
 
+new_app = typer.Typer(help="Start a plug-in: write a pip-installable package (a method, a dataset or a metric) that "
+                            "runs as written.", no_args_is_help=True)
+app.add_typer(new_app, name="new")
+NEW_DIR = typer.Option(None, "--dir", help="Where to write the package's folder (default: the current folder).")
+
+
+def _new(kind: str, name: str, where: Optional[Path]) -> None:
+    from .scaffold import new_package
+
+    folder = new_package(kind, name, Path(where) if where is not None else Path.cwd())
+    console.print(f"wrote {kind} plug-in {name!r} in {escape(str(folder))}; next:", highlight=False)
+    console.print(f"  pip install -e {escape(str(folder))}", highlight=False)
+    console.print(f"  rmconsole run --set {kind}={name}" if kind != "metric" else "  rmconsole runs", highlight=False)
+
+
+@new_app.command("method")
+def new_method(name: str = typer.Argument(..., metavar="NAME", help="The method's name (an identifier; also its package's)."),
+               where: Optional[Path] = NEW_DIR) -> None:
+    """A method: its parameters, a Method subclass with its hooks documented, a preset, tests."""
+    _new("method", name, where)
+
+
+@new_app.command("dataset")
+def new_dataset(name: str = typer.Argument(..., metavar="NAME", help="The dataset's name (an identifier; also its package's)."),
+                where: Optional[Path] = NEW_DIR) -> None:
+    """A dataset: its declaration (classes, shapes, how to load it), a preset, tests."""
+    _new("dataset", name, where)
+
+
+@new_app.command("metric")
+def new_metric(name: str = typer.Argument(..., metavar="NAME", help="The metric's name (an identifier)."),
+               where: Optional[Path] = NEW_DIR) -> None:
+    """A metric: its catalogue row (label, unit, better direction, how it is computed), tests."""
+    _new("metric", name, where)
+
+
 data_app = typer.Typer(help="Datasets under RMCONSOLE_DATA.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
