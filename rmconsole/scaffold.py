@@ -20,7 +20,7 @@ import keyword
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import plugins
 from .config import ConfigError, DEFAULT_PRESET, preset_dir, shorten
@@ -36,15 +36,13 @@ def builtin_names(kind: str) -> set[str]:
 
         return set(REGISTRY)
     if kind == "dataset":
-        from .cl.catalog import DATASETS
+        from .cl import datasets
 
-        return set(DATASETS)
+        return set(datasets.builtins())
     if kind == "metric":
-        try:
-            from .cl import metric_catalog  # (branch metrics: the catalogue of run results)
-        except ImportError:
-            return {"A_last", "A_avg", "F_last", "I_last", "A_auc"}
-        return set(getattr(metric_catalog, "CATALOG", getattr(metric_catalog, "METRICS", {})))
+        from .cl.metric_catalog import BUILTINS
+
+        return set(BUILTINS)
     raise ValueError(kind)
 
 
@@ -133,9 +131,9 @@ def new_package(kind: str, name: str, where: Path) -> Path:
         parts = [name if p == "pkg" else p for p in rel.split("/")]
         parts[-1] = parts[-1].replace("test_pkg.py", f"test_{name}.py")
         files["/".join(parts)] = render(text, name)
-    preset = PRESETS.get(kind)
-    if preset is not None:
-        files[f"{name}/presets/{name}-digits.toml"] = preset(name)
+    if kind in PRESETS:
+        stem, preset = PRESETS[kind]
+        files[f"{name}/presets/{stem.format(name=name)}.toml"] = preset(name)
     folder.mkdir()
     for rel, text in files.items():
         path = folder / rel
@@ -144,13 +142,14 @@ def new_package(kind: str, name: str, where: Path) -> Path:
     return folder
 
 
-PRESETS = {
-    "method": lambda name: digits_preset(
+# kind -> (the preset's file name, its text): each package runs as written on the embedded default
+PRESETS: dict[str, tuple[str, Callable[[str], str]]] = {
+    "method": ("{name}-digits", lambda name: digits_preset(
         name, "method", f"{name} on scikit-learn's 8x8 digits, Blurry10-Online, K=200 (the embedded default)",
         f"# {name}'s own parameter (rmconsole config-keys lists it; --set {name}_replay_share=0.25 changes it)\n"
-        f"{name}_replay_share = 0.5\n"),
-    "dataset": lambda name: digits_preset(
-        name, "dataset", f"RM on {name} (the embedded default's setting otherwise)"),
+        f"{name}_replay_share = 0.5\n")),
+    "dataset": ("{name}-rm", lambda name: digits_preset(
+        name, "dataset", f"RM on {name}, Blurry10-Online, K=200 (the embedded default's setting otherwise)")),
 }
 
 
