@@ -558,6 +558,7 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     what each one is)."""
     items = []
     shipped, problems = plugin_presets()
+    problems = [*plugins.problems(), *problems]  # (a package whose entry points cannot be read at all)
     for name in preset_names():
         try:
             _, table = read_preset(name)

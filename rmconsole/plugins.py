@@ -81,7 +81,16 @@ def _scan() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[st
         if _normalised(name) in seen:  # the same distribution on two sys.path entries: the first wins, as import does
             continue
         seen.add(_normalised(name))
-        for ep in dist.entry_points:
+        try:
+            entry_points = list(dist.entry_points)
+        except Exception as err:  # noqa: BLE001 - one package's malformed metadata must not stop every command
+            text = _read_text(dist, "entry_points.txt")
+            if "rmconsole." in text:
+                detail = " ".join(str(err).split())[:200]
+                _unreadable[name] = (f"package {name} {dist.version or '?'}: its entry_points.txt cannot be read "
+                                     f"({type(err).__name__}: {detail}); its plug-ins are left out")
+            continue
+        for ep in entry_points:
             kind = group_kind.get(ep.group)
             if kind is None:
                 continue
@@ -91,9 +100,27 @@ def _scan() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[st
     return found, clashes
 
 
+_unreadable: dict[str, str] = {}  # package -> why its entry points could not be read
+
+
+def _read_text(dist: metadata.Distribution, name: str) -> str:
+    try:
+        return dist.read_text(name) or ""
+    except Exception:  # noqa: BLE001 - unreadable is empty here
+        return ""
+
+
+def problems() -> list[str]:
+    """One line per installed package whose rmconsole entry points cannot be read at all (its
+    plug-ins are left out of every listing; a listing may say so)."""
+    _all()
+    return list(_unreadable.values())
+
+
 @functools.cache
 def _all() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[str]]]:
     """What _scan found, read once per process (forget() reads again)."""
+    _unreadable.clear()
     return _scan()
 
 
@@ -375,5 +402,5 @@ def check_name(kind: str, name: str, builtins: Any) -> None:
 
 
 __all__ = ["GROUPS", "Plugin", "PluginError", "available", "check_name", "forget", "import_target", "load",
-           "loaded", "preset_files", "provenance", "provenance_text", "sources_digest", "used_by"]
+           "loaded", "preset_files", "problems", "provenance", "provenance_text", "sources_digest", "used_by"]
 

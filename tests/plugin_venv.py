@@ -59,6 +59,13 @@ class Venv:
                               env=self.env(**env), timeout=timeout, cwd=cwd)
 
 
+def git(folder: Path, *args: str) -> str:
+    """A git command in `folder` (an author set: a test machine may have none configured)."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
 def write_package(folder: Path, name: str, files: dict[str, str], entry_points: dict[str, dict[str, str]],
                   version: str = "0.1.0") -> Path:
     """A minimal pip-installable package: pyproject.toml (setuptools, its entry points) + `files`."""

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, rmconsole
-from plugin_venv import Venv
+from plugin_venv import Venv, git
 from rmconsole import scaffold
 from rmconsole.config import ConfigError
 
@@ -28,12 +27,6 @@ from rmconsole.config import ConfigError
 needs_registries = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("rmconsole.methods", "rmconsole.datasets", "rmconsole.metric_registry")),
     reason="the method, dataset and metric registries (rmconsole.methods, .datasets, .metric_registry) are not here")
-
-
-def git(folder: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True, text=True, env=env).stdout.strip()
 
 
 def test_names_and_folders_are_refused_in_one_line_and_nothing_is_written(tmp_path: Path) -> None:

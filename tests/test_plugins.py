@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
+from plugin_venv import git
 from rmconsole import plugins
 
 
@@ -52,12 +52,6 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name in set(sys.modules) - before:
         if name.startswith("plug"):
             del sys.modules[name]
-
-
-def git(folder: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True, text=True, env=env).stdout.strip()
 
 
 def test_listed_without_importing_and_loaded_on_first_use(site: Path) -> None:
@@ -115,6 +109,19 @@ def test_the_same_distribution_twice_on_the_path_is_one_plugin(site: Path, tmp_p
     assert plugins.available("method")["twice"].version == "2"  # the first on sys.path, as import finds it
     (site / "plugtwice.py").write_text("M = 2\n")
     assert plugins.load("method", "twice") == 2  # not refused as a clash with itself
+
+
+def test_one_packages_malformed_entry_points_leave_the_others_listed(site: Path) -> None:
+    write_dist(site, "plug-one", {"rmconsole.methods": {"one": "plugone:METHOD"}})
+    info = write_dist(site, "plug-bad", {})
+    (info / "entry_points.txt").write_text("[rmconsole.methods]\nthis line has no equals sign\n")
+    other = write_dist(site, "not-a-plugin", {})
+    (other / "entry_points.txt").write_text("[console_scripts]\nbroken too\n")
+    assert list(plugins.available("method")) == ["one"]
+    found = plugins.problems()  # (a package that declares none of ours is no news)
+    assert len(found) == 1 and found[0].startswith("package plug-bad 0.1: its entry_points.txt cannot be read (")
+    assert found[0].endswith("); its plug-ins are left out") and "\n" not in found[0]
+    assert plugins.sources_digest()
 
 
 def test_escape_hatch_lists_nothing(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
