@@ -17,11 +17,12 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from . import long_lived_imports, plugins, report as reports, report_anytime as anytime_report, runner, store
+from . import long_lived_imports, report as reports, report_anytime as anytime_report, runner, store
 from .cl.catalog import DatasetMissing
 from .cl.protocols import is_task_free
 from .store.filters import where, within
 from .config import MAX_INT, ConfigError, plugin_presets, preset_description, preset_names, read_preset, shorten
+from . import plugins
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A terminal experiment console for continual learning around Rainbow Memory.")
@@ -412,7 +413,7 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
                       + (f": {detail['job_state']}" if active else ""), highlight=False)
     for extra in anytime_report.anytime_lines(detail):  # task-free runs: A_auc, first appearances, compute
         console.print(extra, highlight=False)
-    for entry in (detail.get("versions") or {}).get("plugins") or []:  # which plug-in packages produced it
+    for entry in (detail.get("versions") or {}).get("plugins") or []:  # the plug-in packages that made it
         console.print(f"plug-in {escape(plugins.provenance_text(entry))}", highlight=False)
     if detail["error"]:
         err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
@@ -589,6 +590,46 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     console.print(table)
     if not long:
         console.print("[dim]descriptions: rmconsole presets --long[/]", highlight=False)
+
+
+# --------------------------------------------------------------------------- new
+
+
+new_app = typer.Typer(help="Start a plug-in: write a pip-installable package (a method, a dataset or a metric) that "
+                            "runs as written.", no_args_is_help=True)
+app.add_typer(new_app, name="new")
+NEW_DIR = typer.Option(None, "--dir", help="Where to write the package's folder (default: the current folder).")
+NEW_NAME = "Its name: an identifier, also its package's (a method's and a dataset's are config values)."
+
+
+def _new(kind: str, name: str, where: Optional[Path]) -> None:
+    from .scaffold import new_package
+
+    folder = new_package(kind, name, Path(where) if where is not None else Path.cwd())
+    console.print(f"wrote {kind} plug-in {name!r} in {escape(str(folder))}; next:", highlight=False)
+    console.print(f"  pip install -e {escape(str(folder))}", highlight=False)
+    console.print(f"  rmconsole run --set {kind}={name}" if kind != "metric" else "  rmconsole runs", highlight=False)
+
+
+@new_app.command("method")
+def new_method(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME),
+               where: Optional[Path] = NEW_DIR) -> None:
+    """A method: its parameters, a Method subclass with its hooks documented, a preset, tests."""
+    _new("method", name, where)
+
+
+@new_app.command("dataset")
+def new_dataset(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME),
+                where: Optional[Path] = NEW_DIR) -> None:
+    """A dataset: its declaration (classes, shapes, how to load it), a preset, tests."""
+    _new("dataset", name, where)
+
+
+@new_app.command("metric")
+def new_metric(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME),
+               where: Optional[Path] = NEW_DIR) -> None:
+    """A metric: its catalogue row (label, unit, better direction, how it is computed), tests."""
+    _new("metric", name, where)
 
 
 # --------------------------------------------------------------------------- identity, archive, rm, diff
@@ -1044,42 +1085,6 @@ def serve_tui(refresh: float, host: str, port: int) -> None:
 
 
 # --------------------------------------------------------------------------- data
-
-
-new_app = typer.Typer(help="Start a plug-in: write a pip-installable package (a method, a dataset or a metric) that "
-                            "runs as written.", no_args_is_help=True)
-app.add_typer(new_app, name="new")
-NEW_DIR = typer.Option(None, "--dir", help="Where to write the package's folder (default: the current folder).")
-
-
-def _new(kind: str, name: str, where: Optional[Path]) -> None:
-    from .scaffold import new_package
-
-    folder = new_package(kind, name, Path(where) if where is not None else Path.cwd())
-    console.print(f"wrote {kind} plug-in {name!r} in {escape(str(folder))}; next:", highlight=False)
-    console.print(f"  pip install -e {escape(str(folder))}", highlight=False)
-    console.print(f"  rmconsole run --set {kind}={name}" if kind != "metric" else "  rmconsole runs", highlight=False)
-
-
-@new_app.command("method")
-def new_method(name: str = typer.Argument(..., metavar="NAME", help="The method's name (an identifier; also its package's)."),
-               where: Optional[Path] = NEW_DIR) -> None:
-    """A method: its parameters, a Method subclass with its hooks documented, a preset, tests."""
-    _new("method", name, where)
-
-
-@new_app.command("dataset")
-def new_dataset(name: str = typer.Argument(..., metavar="NAME", help="The dataset's name (an identifier; also its package's)."),
-                where: Optional[Path] = NEW_DIR) -> None:
-    """A dataset: its declaration (classes, shapes, how to load it), a preset, tests."""
-    _new("dataset", name, where)
-
-
-@new_app.command("metric")
-def new_metric(name: str = typer.Argument(..., metavar="NAME", help="The metric's name (an identifier)."),
-               where: Optional[Path] = NEW_DIR) -> None:
-    """A metric: its catalogue row (label, unit, better direction, how it is computed), tests."""
-    _new("metric", name, where)
 
 
 data_app = typer.Typer(help="Datasets under RMCONSOLE_DATA.", no_args_is_help=True)
