@@ -67,6 +67,16 @@ def _normalised(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+_unreadable: dict[str, str] = {}  # package -> why its entry points could not be read
+
+
+def _read_text(dist: metadata.Distribution, name: str) -> str:
+    try:
+        return dist.read_text(name) or ""
+    except Exception:  # noqa: BLE001 - unreadable is empty here
+        return ""
+
+
 def _scan() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[str]]]:
     """(kind -> name -> Plugin, (kind, name) -> the packages when two or more declare one name),
     from every installed distribution's entry points: metadata only, nothing imported."""
@@ -98,16 +108,6 @@ def _scan() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[st
             if first.package != name:  # two packages, one name: neither is taken for the other (load refuses)
                 clashes.setdefault((kind, ep.name), [first.package]).append(name)
     return found, clashes
-
-
-_unreadable: dict[str, str] = {}  # package -> why its entry points could not be read
-
-
-def _read_text(dist: metadata.Distribution, name: str) -> str:
-    try:
-        return dist.read_text(name) or ""
-    except Exception:  # noqa: BLE001 - unreadable is empty here
-        return ""
 
 
 def problems() -> list[str]:
