@@ -332,9 +332,30 @@ def _python_files(folder: Path) -> list[Path]:
     return found
 
 
+def _import_roots(modules: set[str]) -> list[Path]:
+    """Where the top-level `modules` are imported from (package folders, or a module's file),
+    found without importing them: an editable checkout's code, not its data or outputs."""
+    from importlib.util import find_spec
+
+    roots: list[Path] = []
+    for top in sorted(m for m in modules if m.isidentifier()):
+        try:
+            spec = find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            roots.extend(Path(location) for location in spec.submodule_search_locations)
+        elif spec.origin and spec.has_location:
+            roots.append(Path(spec.origin))
+    return roots
+
+
 def sources_digest() -> str:
     """A digest of every installed plug-in: its package, version, entry points and its files
-    (path, size, mtime), read afresh (not from this process's cache), so a warm server started
+    (path, size, mtime; an editable install's: the .py files of the top-level modules it
+    declares and its entry points name, wherever they are imported from), read afresh (not from this process's cache), so a warm server started
     before a plug-in was installed, upgraded, declared a new entry or was edited (an editable
     install) is never reused."""
     h = hashlib.sha256()
@@ -348,8 +369,14 @@ def sources_digest() -> str:
             continue
         h.update(f"{package}={dist.version};".encode())
         folder = _local_folder(package)
-        files = _python_files(folder) if folder is not None and folder.is_dir() else [
-            Path(str(dist.locate_file(f))) for f in (dist.files or []) if str(f).endswith(".py")]
+        if folder is not None and folder.is_dir():
+            tops = {p[3].partition(":")[0].strip().partition(".")[0] for p in plugins if p[0] == package}
+            tops |= set(_read_text(dist, "top_level.txt").split())
+            roots = _import_roots(tops)
+            files = [f for root in roots for f in (_python_files(root) if root.is_dir() else [root])] if roots \
+                else _python_files(folder)  # (modules not found on the path: the whole checkout)
+        else:
+            files = [Path(str(dist.locate_file(f))) for f in (dist.files or []) if str(f).endswith(".py")]
         for path in files:
             try:
                 st = path.stat()

@@ -215,6 +215,29 @@ def test_sources_digest_changes_when_an_editable_plugin_is_edited_or_installed(s
     assert plugins.sources_digest() != touched
 
 
+def test_sources_digest_of_an_editable_checkout_reads_its_packages_not_its_data(site: Path, tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    (checkout / "src" / "plugcode").mkdir(parents=True)
+    (checkout / "src" / "plugcode" / "__init__.py").write_text("M = 1\n")
+    (checkout / "src" / "plughelper.py").write_text("H = 1\n")  # a second top-level module (top_level.txt)
+    (checkout / "outputs" / "run1").mkdir(parents=True)
+    info = write_dist(site, "plug-code", {"rmconsole.methods": {"code": "plugcode:M"}}, direct_url=editable(checkout))
+    (info / "top_level.txt").write_text("plugcode\nplughelper\n")
+    sys.path.insert(0, str(checkout / "src"))  # as the editable install's .pth or finder puts it
+    try:
+        before = plugins.sources_digest()
+        (checkout / "outputs" / "run1" / "notes.py").write_text("# an experiment's output, not the plug-in's code\n")
+        assert plugins.sources_digest() == before
+        (checkout / "src" / "plughelper.py").write_text("H = 2\n")
+        helper = plugins.sources_digest()
+        assert helper != before
+        (checkout / "src" / "plugcode" / "__init__.py").write_text("M = 22\n")
+        assert plugins.sources_digest() != helper
+        assert "plugcode" not in sys.modules and "plughelper" not in sys.modules  # found, never imported
+    finally:
+        sys.path.remove(str(checkout / "src"))
+
+
 def test_sources_digest_of_a_regular_install_reads_its_recorded_files(site: Path) -> None:
     (site / "plugreg").mkdir()
     (site / "plugreg" / "__init__.py").write_text("M = 1\n")
