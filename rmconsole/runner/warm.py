@@ -60,7 +60,8 @@ def enabled(env: dict[str, str] | None = None) -> bool:
 
 
 def fingerprint() -> str:
-    """Interpreter, sources and import-time environment: a server is only used by clients that
+    """Interpreter, sources (rmconsole's and every installed plug-in's: an edited editable
+    plug-in is new code) and import-time environment: a server is only used by clients that
     would have imported the very same code the same way."""
     package = Path(__file__).resolve().parents[1]
     h = hashlib.sha1(sys.executable.encode())

@@ -76,6 +76,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def package_versions() -> dict[str, str]:
+    """What ran: the libraries, the platform, the GPU. (The plug-in packages a run uses join these
+    when its start is recorded: StoreReporter.run_started, plugins.used_by.)"""
     from importlib.metadata import version  # (the store's library, read without importing it here)
 
     import numpy
