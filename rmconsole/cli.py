@@ -423,10 +423,10 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
     for metric in main:
         text = _cross_text(detail, metric) if metric.across is not None else _metric(detail, metric.name, metric.letter)
         parts.append(f"{metric.name} {text}")
-    line = "  ".join(parts)
-    for metric in extra:  # measured beyond the protocol's own (e.g. the authors' test-selected figure)
-        line += f"  [dim]{metric.label} {_metric(detail, metric.name, metric.letter)}[/]"
-    console.print(line, highlight=False)
+    console.print("  ".join(parts), highlight=False)
+    if extra:  # measured beyond the protocol's own (e.g. the authors' test-selected figure), a line of their own
+        console.print("[dim]" + "  ".join(f"{metric.label} {_metric(detail, metric.name, metric.letter)}"
+                                          for metric in extra) + "[/]", highlight=False)
     if m.get("partial"):
         console.print(f"[yellow]partial:[/] metrics after task {m['tasks_done']} of {detail['progress']['n_tasks']} "
                       f"(A@k/T is the accuracy after task k, not a final A_last)", highlight=False)
