@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from .cl import targets
+
 GROUPS = {
     "method": "rmconsole.methods",
     "dataset": "rmconsole.datasets",
@@ -183,17 +185,10 @@ def used_by(config: Any) -> list[dict[str, Any]]:
 
 def import_target(target: str, what: str) -> Any:
     """`module:attribute` (dots allowed after the colon) imported, any failure one line naming `what`."""
-    from importlib import import_module
-
-    module_name, _, attribute = target.partition(":")
     try:
-        value: Any = import_module(module_name.strip())
-        for part in filter(None, attribute.strip().split(".")):
-            value = getattr(value, part)
+        return targets.import_target(target)
     except Exception as err:  # noqa: BLE001 - whatever a plug-in raises on import is its error, said in one line
-        detail = " ".join(str(err).split())[:200]
-        raise PluginError(f"{what} failed to load {target!r}: {type(err).__name__}: {detail}") from None
-    return value
+        raise PluginError(f"{what} failed to load {target!r}: {targets.failure(err)}") from None
 
 
 def provenance(kind: str, name: str) -> dict[str, Any] | None:
