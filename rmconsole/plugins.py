@@ -32,7 +32,7 @@ import subprocess
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 from urllib.parse import unquote, urlparse
 
 from .cl import targets
@@ -156,6 +156,29 @@ def load(kind: str, name: str) -> Any:
                           f"uninstall all but one, or rename it in one package's entry points")
     value = import_target(plugin.target, plugin.describe())
     _loaded[key] = value
+    return value
+
+
+def names_with(kind: str, builtins: Iterable[str]) -> list[str]:
+    """What a registry lists: its built-ins in their order, then the installed plug-ins of `kind`
+    by name (none imported; one that takes a built-in's name is left out, the built-in wins)."""
+    builtin = list(builtins)
+    return [*builtin, *sorted(n for n in available(kind) if n not in builtin)]
+
+
+def declaration(kind: str, name: str, expected: type, dotted: str) -> Any:
+    """Plug-in `name`'s declaration for a registry: imported now and checked to be an `expected`
+    (`dotted` names that class in the message); ValueError, one line naming the plug-in, when it
+    cannot be used. None when no installed plug-in of `kind` has that name."""
+    plugin = available(kind).get(name)
+    if plugin is None:
+        return None
+    try:
+        value = load(kind, name)
+    except PluginError as err:
+        raise ValueError(str(err)) from None
+    if not isinstance(value, expected):
+        raise ValueError(f"{plugin.describe()}: {plugin.target!r} is a {type(value).__name__}, not a {dotted}")
     return value
 
 
