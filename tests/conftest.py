@@ -57,6 +57,22 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def install_fake_plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str, module: str, source: str,
+                         package: str, entries: dict[str, str], version: str = "0.1") -> dict:
+    """Plug-ins of `kind` as if installed (no pip): `source` written as tmp_path/<module>.py on the
+    path, `plugins.available(kind)` answering entries {name: "module:ATTR"} of `package` (every
+    other kind as installed), the plug-in caches forgotten. Returns those Plugin rows by name."""
+    from rmconsole import plugins
+
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = {name: plugins.Plugin(kind, name, target, package, version) for name, target in entries.items()}
+    real = plugins.available
+    monkeypatch.setattr(plugins, "available", lambda asked: found if asked == kind else real(asked))
+    plugins.forget()
+    return found
+
+
 SERVICES = REPO / ".ci" / "services"
 _started: dict[str, dict[str, str]] = {}  # services this session started: their env lines
 _database_numbers = itertools.count(1)
