@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from ..targets import failure, import_target
+from ..targets import failure, import_target, register_in
 
 if TYPE_CHECKING:
     from ..images import Dataset
@@ -312,10 +312,7 @@ def folder_spec(name: str) -> DatasetSpec:
 
 def register(spec: DatasetSpec) -> DatasetSpec:
     """Make a spec (a plug-in's, resolved by `rmconsole.datasets`) known to the science by its name."""
-    if not isinstance(spec, DatasetSpec):
-        raise TypeError(f"register(): expected a DatasetSpec, not {type(spec).__name__}")
-    _registered[spec.name] = spec
-    return spec
+    return register_in(_registered, spec, DatasetSpec)
 
 
 def lookup(name: str) -> DatasetSpec:
