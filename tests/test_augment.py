@@ -433,3 +433,36 @@ def test_a_cpu_that_rounds_the_grid_once_still_passes(op: str, m: float, size) -
     assert 0 < int((here != there).any(1).sum()) <= 20
     for theirs in (here, there):
         _assert_nearest_equal(ours, theirs, x, op, m)
+
+
+def _table_magnitudes(op: str, h: int, w: int) -> torch.Tensor:
+    values = sorted({float(v) for bins in (31, 10) for v in A.magnitudes(op, bins, h, w)})
+    return torch.tensor([s * v for v in values + [0.2, 0.6] for s in (1, -1)])
+
+
+@pytest.mark.parametrize("size", [(28, 28), (32, 32), (10, 15), (12, 12), (8, 8)])
+def test_index_maps_pick_what_grid_sample_picks(size) -> None:
+    """The maps round the grid with separate float32 operations (the same on any CPU) instead of
+    calling grid_sample: on this machine both pick the same pixel everywhere, ties included."""
+    h, w = size
+    for op in A.GEOMETRIC:
+        mags = _table_magnitudes(op, h, w)
+        theta = torch.tensor([A._geometric_matrix(op, m, h, w) for m in mags.tolist()]).view(-1, 2, 3)
+        grid = A._grid_of(theta, h, w, torch.device("cpu"))
+        numbers = torch.arange(1, h * w + 1, dtype=torch.float32).view(1, 1, h, w)
+        picked = nnf.grid_sample(numbers.expand(len(mags), 1, h, w), grid, mode="nearest",
+                                 padding_mode="zeros", align_corners=False).view(len(mags), h * w).long() - 1
+        ids = torch.full((len(mags),), A.OP_ID[op])
+        maps = A._geometric_maps(A._map_keys(ids, mags).tolist(), h, w, torch.device("cpu"))
+        assert torch.equal(torch.stack(maps), torch.where(picked < 0, h * w, picked)), op
+
+
+@pytest.mark.parametrize("size", [(28, 28), (32, 32), (10, 15), (12, 12), (8, 8), (64, 64)])
+def test_every_table_matrix_is_torchvisions_bit_for_bit(size) -> None:
+    """The maps' float64 matrices are torchvision's own (same `math` calls, same order), so their
+    float32 theta is torchvision's on any CPU, even where an entry sits on a float32 rounding
+    midpoint and the last bit of tan decides (ShearX 0.28 at 12x12: 6 * tan(atan(0.28)))."""
+    h, w = size
+    for op in A.GEOMETRIC:
+        for m in _table_magnitudes(op, h, w).tolist():
+            assert A._geometric_matrix(op, m, h, w) == _inverse_matrix(op, m, h, w), (op, m)
