@@ -15,7 +15,10 @@ one asynchronous copy). The training engine draws several chunks' parameters in 
 an unbatched loop draws them and applies them in one call (train.py), so how many images one
 call holds changes no draw and no pixel. Nearest-neighbour geometry (crop, flip, shear,
 translate, rotate) is a gather through a pixel index map: the map of each (op, magnitude)
-is what torchvision's affine grid and `grid_sample` pick, computed once and cached.
+is what torchvision's affine grid and `grid_sample` pick, computed once and cached, in
+arithmetic that is the same on every CPU. torchvision's own grid is a BLAS product, so at a
+source coordinate exactly on a half it picks a CPU-dependent neighbour; the tests compare
+away from such ties (docs/performance.md, "What is bit-stable across CPUs").
 
 Images stay uint8 (N, C, H, W) until `normalize`.
 """
