@@ -31,9 +31,10 @@ def _reference(op: str, x: torch.Tensor, m: float) -> torch.Tensor:
 
 
 # -------------------------------------------------------- nearest-pixel ties (CPU-dependent)
-# torchvision builds its float32 sampling grid with a matrix product (`bmm`, i.e. BLAS), whose
-# rounding depends on the CPU's kernels (FMA, vector width): on an AVX-512 Xeon it differs
-# from an AVX2 EPYC by an ulp. Where a source coordinate lies exactly on a half (ShearX 0.2
+# torchvision builds its float32 sampling grid with a matrix product (`bmm`: an MKL
+# SGEMM(T,N,2,h*w,3), as MKL_VERBOSE=1 shows), and MKL picks its kernel per CPU (FMA order,
+# vector width; ATEN_CPU_CAPABILITY does not reach it): on an AVX-512 Xeon it differs from the
+# developers' EPYCs by an ulp. Where a source coordinate lies exactly on a half (ShearX 0.2
 # puts every fifth row there), that ulp decides which neighbour `grid_sample`'s round-half-even
 # picks, so torchvision's own output depends on the CPU. "Equals torchvision" therefore means:
 # equal at every pixel whose source coordinate (computed in float64) is farther than TIE_EPS
