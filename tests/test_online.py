@@ -183,6 +183,25 @@ def test_task_free_resume_continues_exactly(method: str) -> None:
     assert rest.outcomes[-1].extra["online"]["A_auc"] == pytest.approx(full.outcomes[-1].extra["online"]["A_auc"])
 
 
+def test_a_checkpoint_written_before_the_clock_kept_its_points_still_resumes() -> None:
+    """A checkpoint of the version that kept only the sum of the anytime accuracies (`auc_sum`)
+    resumes the same training; the loop's own A_auc then covers the points after the resume."""
+    from rmconsole.cl.online import run_online
+
+    cfg = config(method="er", eval_period=20)
+    full = Recorder()
+    run_online(cfg, tiny_data(), torch.device("cpu"), full)
+    checkpoint = dict(full.checkpoints[1])
+    clock = dict(checkpoint["online_clock"])
+    points = clock.pop("anytime_accuracies")
+    checkpoint["online_clock"] = {**clock, "auc_sum": sum(points)}
+    rest = Recorder()
+    outcomes = run_online(cfg, tiny_data(), torch.device("cpu"), rest, resume=checkpoint)
+    assert [o.accuracy for o in outcomes] == [o.accuracy for o in full.outcomes[2:]]
+    assert rest.outcomes[-1].extra["online"]["A_auc"] == pytest.approx(
+        sum(p.accuracy for p in rest.points) / len(rest.points))
+
+
 @pytest.mark.parametrize("over,message", [
     ({"stream": "iblurry", "method": "icarl"}, "no task-free version"),
     ({"stream": "online", "method": "clib"}, "task-free streams only"),

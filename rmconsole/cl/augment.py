@@ -15,7 +15,10 @@ one asynchronous copy). The training engine draws several chunks' parameters in 
 an unbatched loop draws them and applies them in one call (train.py), so how many images one
 call holds changes no draw and no pixel. Nearest-neighbour geometry (crop, flip, shear,
 translate, rotate) is a gather through a pixel index map: the map of each (op, magnitude)
-is what torchvision's affine grid and `grid_sample` pick, computed once and cached.
+is what torchvision's affine grid and `grid_sample` pick, computed once and cached, in
+arithmetic that is the same on every CPU. torchvision's own grid is a BLAS product, so at a
+source coordinate exactly on a half it picks a CPU-dependent neighbour; the tests compare
+away from such ties (docs/performance.md, "What is bit-stable across CPUs").
 
 Images stay uint8 (N, C, H, W) until `normalize`.
 """
@@ -129,12 +132,10 @@ def _grayscale(images: Tensor) -> Tensor:
     return r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).unsqueeze(1).floor_()
 
 
-def _affine_grid(angle: Tensor, translate: Tensor, shear: Tensor, center: Tensor, h: int, w: int,
-                 device: torch.device) -> Tensor:
-    """(n, h, w, 2) sampling grid of F.affine with per-sample angle (deg), translate (px, 2),
-    shear (deg, 2) and center (2, pixels relative to the image centre): torchvision's
-    inverse matrix (float64) and its grid arithmetic (float32)."""
-    n = len(angle)
+def _inverse_matrices(angle: Tensor, translate: Tensor, shear: Tensor, center: Tensor) -> Tensor:
+    """(n, 2, 3) float64 inverse matrices of F.affine (torchvision's `_get_inverse_affine_matrix`),
+    per sample; the tests check that every table magnitude's entries round to float32 with room
+    to spare, so a last-ulp difference in another CPU's float64 cos/tan cannot move them."""
     dt = torch.float64
     rot, sx, sy = angle.to(dt).deg2rad(), shear[:, 0].to(dt).deg2rad(), shear[:, 1].to(dt).deg2rad()
     cx, cy = center[:, 0].to(dt), center[:, 1].to(dt)
@@ -146,8 +147,24 @@ def _affine_grid(angle: Tensor, translate: Tensor, shear: Tensor, center: Tensor
     m0, m1, m3, m4 = d, -b, -cc, a
     m2 = cx - m0 * (cx + tx) - m1 * (cy + ty)
     m5 = cy - m3 * (cx + tx) - m4 * (cy + ty)
-    theta = torch.stack([torch.stack([m0, m1, m2], 1), torch.stack([m3, m4, m5], 1)], 1).to(torch.float32)
-    theta = _to(theta, torch.device(device))
+    return torch.stack([torch.stack([m0, m1, m2], 1), torch.stack([m3, m4, m5], 1)], 1)
+
+
+def _affine_grid(angle: Tensor, translate: Tensor, shear: Tensor, center: Tensor, h: int, w: int,
+                 device: torch.device) -> Tensor:
+    """(n, h, w, 2) sampling grid of F.affine with per-sample angle (deg), translate (px, 2),
+    shear (deg, 2) and center (2, pixels relative to the image centre): torchvision's
+    inverse matrix (float64, rounded to float32 as torchvision does) and its grid arithmetic
+    (float32, one correctly rounded elementwise operation at a time, so the same on every CPU;
+    torchvision's own grid is a BLAS product whose rounding is the CPU's, see docs/reproducing.md)."""
+    theta = _inverse_matrices(angle, translate, shear, center).to(torch.float32)
+    return _grid_of(_to(theta, torch.device(device)), h, w, device)
+
+
+def _grid_of(theta: Tensor, h: int, w: int, device: torch.device) -> Tensor:
+    """(n, h, w, 2) grid of float32 inverse matrices `theta` (n, 2, 3), as torchvision's
+    `_affine_grid` defines it, in separate elementwise float32 operations (see `_affine_grid`)."""
+    n = len(theta)
     xs = torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, w, device=device).view(1, 1, w)
     ys = torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, h, device=device).view(1, h, 1)
     scale = _to(torch.tensor([0.5 * w, 0.5 * h]), torch.device(device)).view(1, 2, 1)
@@ -172,22 +189,34 @@ def affine_per_sample(images: Tensor, angle: Tensor, translate: Tensor, shear: T
     return out.round_().to(torch.uint8)
 
 
-def _geometric_params(op_ids: Tensor, mags: Tensor, h: int, w: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(angle, translate, shear, center) of ShearX/Y, TranslateX/Y and Rotate samples, as
-    torchvision's RandAugment/AutoAugment call F.affine / F.rotate."""
-    m = mags.cpu().to(torch.float64)
-    zero = torch.zeros_like(m)
-    is_op = {name: op_ids == OP_ID[name] for name in GEOMETRIC}
-    shear_deg = torch.rad2deg(torch.atan(m))
-    shear = torch.stack([torch.where(is_op["ShearX"], shear_deg, zero),
-                         torch.where(is_op["ShearY"], shear_deg, zero)], 1)
-    # torchvision shears about the top-left corner, and translates by whole pixels
-    corner = torch.tensor([-w * 0.5, -h * 0.5], dtype=torch.float64)
-    center = torch.where((is_op["ShearX"] | is_op["ShearY"])[:, None], corner, zero[:, None])
-    translate = torch.stack([torch.where(is_op["TranslateX"], m.trunc(), zero),
-                             torch.where(is_op["TranslateY"], m.trunc(), zero)], 1)
-    angle = torch.where(is_op["Rotate"], -m, zero)  # F.rotate builds its matrix with -angle
-    return angle, translate, shear, center
+def _geometric_matrix(op: str, m: float, h: int, w: int) -> list[float]:
+    """The float64 inverse matrix (row-major 2x3) with which torchvision's RandAugment/AutoAugment
+    apply ShearX/Y, TranslateX/Y or Rotate of magnitude `m`: their arguments to F.affine / F.rotate
+    (shear = degrees(atan(m)) about the top-left corner, whole-pixel translation, rotation by -m
+    about the centre) through `_get_inverse_affine_matrix`'s formula, in the same Python `math`
+    calls in the same order. So it is torchvision's matrix bit for bit on any machine: some of its
+    entries sit exactly on a float32 rounding midpoint (e.g. -w/2 * tan(atan(0.28))), where the
+    last float64 bit of tan decides the float32 theta, so a vectorised torch.tan could differ."""
+    rot = sx = sy = cx = cy = tx = ty = 0.0
+    if op in ("ShearX", "ShearY"):
+        shear = math.radians(math.degrees(math.atan(m)))
+        sx, sy = (shear, 0.0) if op == "ShearX" else (0.0, shear)
+        cx, cy = -w * 0.5, -h * 0.5
+    elif op == "TranslateX":
+        tx = float(int(m))
+    elif op == "TranslateY":
+        ty = float(int(m))
+    else:
+        rot = math.radians(-m)  # F.rotate builds its matrix with -angle
+    cos_sy, tan_sx = math.cos(sy), math.tan(sx)
+    a = math.cos(rot - sy) / cos_sy
+    b = -(a * tan_sx + math.sin(rot))
+    c = math.sin(rot - sy) / cos_sy
+    d = math.cos(rot) - c * tan_sx
+    matrix = [d, -b, 0.0, -c, a, 0.0]
+    matrix[2] += cx - matrix[0] * (cx + tx) - matrix[1] * (cy + ty)
+    matrix[5] += cy - matrix[3] * (cx + tx) - matrix[4] * (cy + ty)
+    return matrix
 
 
 # Pixel index maps of the geometric ops: (h, w, device) -> {(op, magnitude) key: int32 (h*w,)},
@@ -203,8 +232,8 @@ def _map_keys(op_ids: Tensor, mags: Tensor) -> Tensor:
 
 
 def _geometric_maps(keys: list[int], h: int, w: int, device: torch.device) -> list[Tensor]:
-    """The (h*w,) int64 index map of each key, computed where missing by sampling an image of
-    pixel numbers with the exact grid `affine_per_sample` uses (so a map picks what it would)."""
+    """The (h*w,) int64 index map of each key, computed where missing from the exact grid
+    `affine_per_sample` uses, with grid_sample's nearest rule (so a map picks what it would)."""
     cache = _MAPS.setdefault((h, w, str(device)), {})
     missing = [k for k in dict.fromkeys(keys) if k not in cache]
     if missing:
@@ -213,14 +242,20 @@ def _geometric_maps(keys: list[int], h: int, w: int, device: torch.device) -> li
         if (len(cache) + len(missing)) * h * w * 8 > _MAP_BUDGET_BYTES:
             cache.clear()
         miss = torch.tensor(missing, dtype=torch.int64)
-        op_ids = miss >> 32
-        mags = (miss & 0xFFFFFFFF).to(torch.int32).view(torch.float32)
-        grid = _affine_grid(*_geometric_params(op_ids, mags, h, w), h, w, device)
-        numbers = torch.arange(1, h * w + 1, dtype=torch.float32, device=device).view(1, 1, h, w)
-        picked = nnf.grid_sample(numbers.expand(len(missing), 1, h, w), grid, mode="nearest",
-                                 padding_mode="zeros", align_corners=False)
-        index = picked.view(len(missing), h * w).to(torch.int64) - 1
-        index = torch.where(index < 0, h * w, index)
+        op_ids = (miss >> 32).tolist()
+        mags = (miss & 0xFFFFFFFF).to(torch.int32).view(torch.float32).tolist()
+        theta = torch.tensor([_geometric_matrix(OPS[i], m, h, w) for i, m in zip(op_ids, mags)],
+                             dtype=torch.float32).view(len(missing), 2, 3)
+        grid = _grid_of(_to(theta, torch.device(device)), h, w, device)
+        # grid_sample(nearest, align_corners=False) picks round-half-even(((g + 1) * size - 1) / 2);
+        # spelled out as separate float32 operations, each correctly rounded on any CPU or GPU,
+        # rather than left to grid_sample's compiled kernel (fused multiply-add is a build choice).
+        # The same picks as grid_sample's on every grid tried (tests/test_augment.py).
+        ix = grid[..., 0].add(1.0).mul_(w).sub_(1.0).div_(2.0).round_()
+        iy = grid[..., 1].add(1.0).mul_(h).sub_(1.0).div_(2.0).round_()
+        inside = (ix >= 0) & (ix <= w - 1) & (iy >= 0) & (iy <= h - 1)
+        index = torch.where(inside, iy.to(torch.int64) * w + ix.to(torch.int64), h * w)
+        index = index.view(len(missing), h * w)
         for k, row in zip(missing, index):
             cache[k] = row
     return [cache[k] for k in keys]

@@ -10,7 +10,7 @@ i-Blurry / Si-Blurry stream fed to a method one sample at a time, with anytime e
     gives its methods; ER and CLIB ignore them), the task-end evaluation (A_avg, A_last, F_last),
     a memory snapshot and a checkpoint (resume continues from the last boundary).
 
-A_auc is the mean of the anytime accuracies (store/metrics). `compute_budget` (Ghunaim et al.,
+A_auc is the mean of the anytime accuracies (metrics_anytime.area_under_curve, the catalogue's rule). `compute_budget` (Ghunaim et al.,
 CVPR 2023) turns the stream into a real-time one: the stream delivers one sample per tick, the
 learner may spend `compute_budget` image passes per tick, and a sample that arrives while the
 learner is still busy (its spent passes exceed budget x ticks) is never seen by it. Evaluation
@@ -23,13 +23,13 @@ test passes), so a run reports its training samples/s and the share evaluation c
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from . import metrics, streams, streams_iblurry
+from . import metrics, metrics_anytime, streams, streams_iblurry
 from .data import Dataset
 from .events import AnytimePoint, Reporter, TaskOutcome, TaskPlan
 from .inference import evaluate
@@ -88,10 +88,18 @@ class Clock:
     eval_seconds: float = 0.0
     wall_seconds: float = 0.0  # the tasks' whole time in the driver (training, evaluation, reports)
     evaluations: int = 0
-    auc_sum: float = 0.0
+    anytime_accuracies: list[float] = field(default_factory=list)  # this attempt's points, for A_auc
 
     def state(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "Clock":
+        """A checkpoint's clock; one written before the anytime accuracies were kept (it held their
+        sum) resumes too, its A_auc in the loop's figures then over the points after the resume
+        (the run's stored A_auc is the catalogue's, over every stored point)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in state.items() if k in names})
 
 
 def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: Reporter | None = None,
@@ -115,7 +123,7 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
     start = 0
     if resume is not None:
         start = restore(resume, cfg, protocol, method, augmenter, device)  # type: ignore[arg-type]
-        clock = Clock(**resume.get("online_clock", {}))
+        clock = Clock.from_state(resume.get("online_clock", {}))
     reporter.log(f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
                  f"{cfg.disjoint_classes}-{cfg.blurry}, online_iter={cfg.online_iter:g}, "
                  f"eval_period={cfg.eval_period}" + (f", compute_budget={cfg.compute_budget:g}"
@@ -135,7 +143,7 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
         clock.train_seconds += trained - began
         clock.eval_seconds += seconds
         clock.evaluations += 1
-        clock.auc_sum += acc
+        clock.anytime_accuracies.append(acc)
         reporter.anytime_evaluated(AnytimePoint(
             task, clock.arrivals, acc, clock.exposed,
             class_acc[:clock.exposed] if cfg.anytime_class_accuracy else None, round(seconds, 4)))
@@ -200,6 +208,6 @@ def online_summary(clock: Clock, method: Any) -> dict[str, Any]:
         "train_samples_per_s": round(clock.observed / clock.train_seconds, 1) if clock.train_seconds > 0 else None,
         "evaluations": clock.evaluations,
         "evaluations_per_s": round(clock.evaluations / clock.eval_seconds, 2) if clock.eval_seconds > 0 else None,
-        "A_auc": clock.auc_sum / clock.evaluations if clock.evaluations else None,
+        "A_auc": metrics_anytime.area_under_curve(clock.anytime_accuracies),
         "optimiser_steps": method.online_steps, "image_passes": method.cost,
     }
