@@ -33,7 +33,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Callable, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
@@ -57,6 +57,17 @@ def shorten(value: object, limit: int = 80) -> str:
 
 class ConfigError(Exception):
     """A user error in a preset or override: the message is one line for the terminal."""
+
+
+def _registered(value: str, kind: str, check: Callable[[str], Any], unknown: type[Exception],
+                listing: Callable[[], str]) -> str:
+    """`value` when `check` (a registry's lookup) knows it; else the validators' one line for an
+    unregistered model or dataset, with what is registered (`listing`, asked only then)."""
+    try:
+        check(value)
+    except unknown:
+        raise ValueError(f"not a registered {kind}; registered: {listing()}") from None
+    return value
 
 
 class RunKeys(BaseModel):
@@ -196,11 +207,7 @@ class RunConfig(RunKeys):
     @classmethod
     def _model(cls, value: str) -> str:
         """A registered backbone (built-in or plug-in)."""
-        try:
-            model_registry.get(value)
-        except UnknownModel:
-            raise ValueError(f"not a registered model; registered: {', '.join(model_registry.names())}") from None
-        return value
+        return _registered(value, "model", model_registry.get, UnknownModel, lambda: ", ".join(model_registry.names()))
 
     @field_validator("model_weights")
     @classmethod
@@ -219,12 +226,9 @@ class RunConfig(RunKeys):
     def _dataset(cls, value: str) -> str:
         """A registered dataset (built-in, plug-in, folder:PATH), its class count known."""
         try:
-            dataset_registry.classes(value)
-        except UnknownDataset:
-            raise ValueError(f"not a registered dataset; registered: {dataset_registry.listing()}") from None
+            return _registered(value, "dataset", dataset_registry.classes, UnknownDataset, dataset_registry.listing)
         except DatasetMissing as err:  # a folder:PATH without its tree: no class count to check against
             raise ValueError(str(err)) from None
-        return value
 
     def dataset_classes(self) -> int:
         """The dataset's class count (a folder dataset's: its tree's class folders, when it is there)."""

@@ -20,8 +20,7 @@ from .cl.datasets import FOLDER_PREFIX, DatasetSpec, UnknownDataset
 def names() -> list[str]:
     """Every dataset a config may name: the built-ins, then the installed plug-ins (none imported;
     a plug-in may not take a built-in's name, the built-in wins)."""
-    builtin = science.builtins()
-    return [*builtin, *(n for n in sorted(plugins.available("dataset")) if n not in builtin)]
+    return plugins.names_with("dataset", science.builtins())
 
 
 def listing() -> str:
@@ -39,16 +38,9 @@ def get(name: str) -> DatasetSpec:
         return builtin[name]
     if name.startswith(FOLDER_PREFIX):
         return science.folder_spec(name)
-    plugin = plugins.available("dataset").get(name)
-    if plugin is None:
+    spec = plugins.declaration("dataset", name, DatasetSpec, "rmconsole.cl.datasets.DatasetSpec")
+    if spec is None:
         raise UnknownDataset(f"unknown dataset {name!r}; registered: {listing()}")
-    try:
-        spec = plugins.load("dataset", name)
-    except plugins.PluginError as err:
-        raise ValueError(str(err)) from None
-    if not isinstance(spec, DatasetSpec):
-        raise ValueError(f"{plugin.describe()}: {plugin.target!r} is a {type(spec).__name__}, not a "
-                         f"rmconsole.cl.datasets.DatasetSpec")
     if spec.name != name:  # the entry point's name is what configs and stored runs call it
         spec = science.replace(spec, name=name)
     return science.register(spec)

@@ -26,7 +26,7 @@ class UnknownMethod(ValueError):
 def method_names() -> tuple[str, ...]:
     """Every method a config may name: the built-ins in registry order, then the installed
     plug-ins by name (none imported; one that takes a built-in's name is left out)."""
-    return (*REGISTRY, *sorted(n for n in plugins.available("method") if n not in REGISTRY))
+    return tuple(plugins.names_with("method", REGISTRY))
 
 
 def method_spec(name: str) -> MethodSpec:

@@ -32,8 +32,10 @@ import subprocess
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 from urllib.parse import unquote, urlparse
+
+from .cl import targets
 
 GROUPS = {
     "method": "rmconsole.methods",
@@ -157,6 +159,29 @@ def load(kind: str, name: str) -> Any:
     return value
 
 
+def names_with(kind: str, builtins: Iterable[str]) -> list[str]:
+    """What a registry lists: its built-ins in their order, then the installed plug-ins of `kind`
+    by name (none imported; one that takes a built-in's name is left out, the built-in wins)."""
+    builtin = list(builtins)
+    return [*builtin, *sorted(n for n in available(kind) if n not in builtin)]
+
+
+def declaration(kind: str, name: str, expected: type, dotted: str) -> Any:
+    """Plug-in `name`'s declaration for a registry: imported now and checked to be an `expected`
+    (`dotted` names that class in the message); ValueError, one line naming the plug-in, when it
+    cannot be used. None when no installed plug-in of `kind` has that name."""
+    plugin = available(kind).get(name)
+    if plugin is None:
+        return None
+    try:
+        value = load(kind, name)
+    except PluginError as err:
+        raise ValueError(str(err)) from None
+    if not isinstance(value, expected):
+        raise ValueError(f"{plugin.describe()}: {plugin.target!r} is a {type(value).__name__}, not a {dotted}")
+    return value
+
+
 def loaded(kind: str, name: str) -> bool:
     """Whether plug-in `name` of `kind` was loaded in this process (a registry loads a plug-in only
     when a run or a listing uses that name, and never for a built-in's name)."""
@@ -183,17 +208,10 @@ def used_by(config: Any) -> list[dict[str, Any]]:
 
 def import_target(target: str, what: str) -> Any:
     """`module:attribute` (dots allowed after the colon) imported, any failure one line naming `what`."""
-    from importlib import import_module
-
-    module_name, _, attribute = target.partition(":")
     try:
-        value: Any = import_module(module_name.strip())
-        for part in filter(None, attribute.strip().split(".")):
-            value = getattr(value, part)
+        return targets.import_target(target)
     except Exception as err:  # noqa: BLE001 - whatever a plug-in raises on import is its error, said in one line
-        detail = " ".join(str(err).split())[:200]
-        raise PluginError(f"{what} failed to load {target!r}: {type(err).__name__}: {detail}") from None
-    return value
+        raise PluginError(f"{what} failed to load {target!r}: {targets.failure(err)}") from None
 
 
 def provenance(kind: str, name: str) -> dict[str, Any] | None:

@@ -63,8 +63,8 @@ from .cl.events import AnytimePoint, Reporter, TaskOutcome
 if TYPE_CHECKING:
     from .cl.data import Dataset
 
-__all__ = ["RULES", "ConformanceError", "ConformanceReport", "Violation", "check_hooks", "check_method",
-           "declared_protocols", "kit_settings"]
+__all__ = ["RULES", "CheckpointKeeper", "ConformanceError", "ConformanceReport", "Violation", "check_hooks",
+           "check_method", "declared_protocols", "kit_settings"]
 
 RULES: dict[str, str] = {
     "memory-bound": "the memory never holds more than memory_size (K) samples",
@@ -454,6 +454,23 @@ class _Recorder(Reporter):
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         self.checkpoints.append(buffer.getvalue())
+
+
+class CheckpointKeeper(Reporter):
+    """A reporter for a method's own resume tests: keeps every task checkpoint in `saved`,
+    round-tripped through torch.save / torch.load(weights_only=True) as the worker writes and
+    reads it (so what it holds is what a resumed run would be given)."""
+
+    def __init__(self) -> None:
+        self.saved: list[dict[str, Any]] = []
+
+    def task_finished(self, outcome: TaskOutcome, checkpoint: dict[str, Any] | None) -> None:
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        buffer.seek(0)
+        self.saved.append(torch.load(buffer, weights_only=True))
 
 
 @contextlib.contextmanager

@@ -57,6 +57,63 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def install_fake_plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str, module: str, source: str,
+                         package: str, entries: dict[str, str], version: str = "0.1") -> dict:
+    """Plug-ins of `kind` as if installed (no pip): `source` written as tmp_path/<module>.py on the
+    path, `plugins.available(kind)` answering entries {name: "module:ATTR"} of `package` (every
+    other kind as installed), the plug-in caches forgotten. Returns those Plugin rows by name."""
+    from rmconsole import plugins
+
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = {name: plugins.Plugin(kind, name, target, package, version) for name, target in entries.items()}
+    real = plugins.available
+    monkeypatch.setattr(plugins, "available", lambda asked: found if asked == kind else real(asked))
+    plugins.forget()
+    return found
+
+
+def train_in_process(run_id: int, fail_after_task: int | None = None,
+                     lose_rename_of_task: int | None = None) -> None:
+    """The worker's own training (worker.train) in this process: fast, and as written as by a
+    worker process. `fail_after_task`: raise once that task (0-based) is recorded, as a crash;
+    `lose_rename_of_task`: that task's checkpoint never reaches its place (a kill between the
+    commit of its result and the rename)."""
+    import torch
+
+    from rmconsole import store
+    from rmconsole.runner import checkpoints, worker
+
+    pending = getattr(checkpoints, "PendingCheckpoint", None)
+    real_commit = pending.commit if pending is not None else None
+    real_finished = worker.StoreReporter.task_finished
+    seen: list[int] = []
+
+    def commit(self):
+        if lose_rename_of_task is not None and seen and seen[-1] == lose_rename_of_task:
+            self.discard()
+            raise RuntimeError("killed between the commit and the rename (simulated)")
+        return real_commit(self)
+
+    def task_finished(self, outcome, checkpoint):
+        seen.append(outcome.task)
+        real_finished(self, outcome, checkpoint)
+        if outcome.task == fail_after_task:
+            raise RuntimeError("crashed after the task (simulated)")
+
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patched:
+        if lose_rename_of_task is not None:
+            patched.setattr(checkpoints.PendingCheckpoint, "commit", commit)
+        patched.setattr(worker.StoreReporter, "task_finished", task_finished)
+        try:
+            with pytest.raises(RuntimeError):
+                worker.train(run_id)
+        finally:
+            torch.set_num_threads(threads)
+    store.mark_failed(run_id, "crashed (simulated)")
+
+
 SERVICES = REPO / ".ci" / "services"
 _started: dict[str, dict[str, str]] = {}  # services this session started: their env lines
 _database_numbers = itertools.count(1)

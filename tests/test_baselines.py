@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import io
-
 import pytest
 import torch
 import torch.nn.functional as nnf
 
 from rmconsole.cl import memory as M
 from rmconsole.cl.data import load_digits
-from rmconsole.cl.events import Reporter
 from rmconsole.cl.loop import build_protocol, make_augmenter, run_protocol
 from rmconsole.cl.methods import METHODS, REGISTRY, Setup, Task, method_class
 from rmconsole.cl.methods.incremental import split_new_old
 from rmconsole.cl.methods.quadratic import QuadraticPenalty
 from rmconsole.config import ConfigError, load_config
+from rmconsole.testing import CheckpointKeeper
 
 CPU = torch.device("cpu")
 
@@ -416,24 +414,11 @@ def test_method_defaults() -> None:
 # ---------------------------------------------------------------------- checkpoints
 
 
-class _Checkpoints(Reporter):
-    """Keeps every task checkpoint, round-tripped through torch.save/load(weights_only=True) as the worker does."""
-
-    def __init__(self) -> None:
-        self.saved: list[dict] = []
-
-    def task_finished(self, outcome, checkpoint) -> None:
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)
-        buffer.seek(0)
-        self.saved.append(torch.load(buffer, weights_only=True))
-
-
 @pytest.mark.parametrize("name", ["ewc", "rwalk", "icarl", "gdumb", "bic"])
 def test_resuming_from_a_task_checkpoint_continues_the_same_run(digits, name: str) -> None:
     _, cfg = load_config(None, {"method": name, "augment": "none", "epochs": 1,
                                 **({"bic_bias_epochs": 5} if name == "bic" else {})})
-    keeper = _Checkpoints()
+    keeper = CheckpointKeeper()
     full = run_protocol(cfg, digits, CPU, keeper)
     resumed = run_protocol(cfg, digits, CPU, resume=keeper.saved[1])
     assert [o.task for o in resumed] == [2, 3, 4]

@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import REPO
+from conftest import REPO, install_fake_plugins
 from rmconsole import datasets, plugins
 from rmconsole.cl import datasets as science
 from rmconsole.cl import streams
@@ -158,15 +158,9 @@ def load(spec, root, options):
 def fake_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Installed dataset plug-ins, as entry points would list them: toy (good), broken (its module
     does not import), wrong (names a dict), shadow (takes a built-in's name)."""
-    (tmp_path / "toy_dataset.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    found = {name: plugins.Plugin("dataset", name, target, "toy-datasets", "0.1") for name, target in (
-        ("toy", "toy_dataset:SPEC"), ("broken", "no_such_module_here:SPEC"), ("wrong", "toy_dataset:NOT_A_SPEC"),
-        ("mnist", "toy_dataset:SPEC"))}
-    real = plugins.available
-    monkeypatch.setattr(plugins, "available", lambda kind: found if kind == "dataset" else real(kind))
-    plugins.forget()
-    yield found
+    yield install_fake_plugins(monkeypatch, tmp_path, "dataset", "toy_dataset", PLUGIN, "toy-datasets", {
+        "toy": "toy_dataset:SPEC", "broken": "no_such_module_here:SPEC", "wrong": "toy_dataset:NOT_A_SPEC",
+        "mnist": "toy_dataset:SPEC"})
     plugins.forget()
     science._registered.clear()
 

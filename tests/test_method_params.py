@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import rmconsole
+from conftest import rmconsole, train_in_process
 
 from rmconsole import plugins, store
 from rmconsole.cl.events import TaskOutcome
@@ -86,26 +86,9 @@ def test_an_old_style_stored_config_rebuilds_shows_reports_and_diffs() -> None:
 
 
 def test_an_old_style_stored_run_resumes(isolated_home) -> None:
-    from rmconsole.runner import worker
-
     _, cfg = load_config(None, {"epochs": 1, "threads": 1, "device": "cpu"})
     run_id = store.create_run(_old_style(cfg.to_dict()), "digits-blurry10-online")
-    real_finished = worker.StoreReporter.task_finished
-
-    def crash_after_task_2(self, outcome, checkpoint):
-        real_finished(self, outcome, checkpoint)
-        if outcome.task == 1:
-            raise RuntimeError("crashed after task 2 (simulated)")
-
-    threads = torch.get_num_threads()
-    with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(worker.StoreReporter, "task_finished", crash_after_task_2)
-        try:
-            with pytest.raises(RuntimeError):
-                worker.train(run_id)
-        finally:
-            torch.set_num_threads(threads)
-    store.mark_failed(run_id, "crashed (simulated)")
+    train_in_process(run_id, fail_after_task=1)  # a crash once task 2 is recorded
     out = rmconsole("resume", str(run_id))
     assert out.returncode == 0 and "resuming at task 3/5" in out.stdout, out.stdout + out.stderr
     assert store.get_run(run_id).status == "finished" and len(store.task_results(run_id)) == 5

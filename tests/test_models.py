@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, rmconsole
+from conftest import REPO, install_fake_plugins, rmconsole
 from rmconsole import models as registry, plugins
 from rmconsole.cl import modelspec
 from rmconsole.cl.data import load_digits
@@ -63,14 +63,8 @@ HEADLESS = ModelSpec("headless", "no fc", lambda shape, n: Headless())
 
 @pytest.fixture
 def fake_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    (tmp_path / "toy_model.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    found = {name: plugins.Plugin("model", name, target, "toy-models", "0.2") for name, target in (
-        ("tiny_cnn", "toy_model:SPEC"), ("broken", "toy_model_missing:SPEC"), ("headless", "toy_model:HEADLESS"))}
-    real = plugins.available
-    monkeypatch.setattr(plugins, "available", lambda kind: found if kind == "model" else real(kind))
-    plugins.forget()
-    yield found
+    yield install_fake_plugins(monkeypatch, tmp_path, "model", "toy_model", PLUGIN, "toy-models", {
+        "tiny_cnn": "toy_model:SPEC", "broken": "toy_model_missing:SPEC", "headless": "toy_model:HEADLESS"}, version="0.2")
     plugins.forget()
     modelspec._registered.clear()
 

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from campaign import claim, garble_run_table
-from conftest import REPO, wait_for, rmconsole
+from conftest import REPO, rmconsole, train_in_process, wait_for
 from rmconsole import cli, store
 from rmconsole.cl.data import load_digits
 from rmconsole.cl.events import TaskOutcome
@@ -93,44 +93,6 @@ def flip_byte(path: Path, offset: int = 300) -> None:
         byte = f.read(1)
         f.seek(offset)
         f.write(bytes([byte[0] ^ 0x01]))
-
-
-def train_in_process(run_id: int, fail_after_task: int | None = None,
-                     lose_rename_of_task: int | None = None) -> None:
-    """The worker's own training (worker.train) in this process: fast, and as written as by a
-    worker process. `fail_after_task`: raise once that task (0-based) is recorded, as a crash;
-    `lose_rename_of_task`: that task's checkpoint never reaches its place (a kill between the
-    commit of its result and the rename)."""
-    from rmconsole.runner import worker
-
-    pending = getattr(checkpoints, "PendingCheckpoint", None)
-    real_commit = pending.commit if pending is not None else None
-    real_finished = worker.StoreReporter.task_finished
-    seen: list[int] = []
-
-    def commit(self):
-        if lose_rename_of_task is not None and seen and seen[-1] == lose_rename_of_task:
-            self.discard()
-            raise RuntimeError("killed between the commit and the rename (simulated)")
-        return real_commit(self)
-
-    def task_finished(self, outcome, checkpoint):
-        seen.append(outcome.task)
-        real_finished(self, outcome, checkpoint)
-        if outcome.task == fail_after_task:
-            raise RuntimeError("crashed after the task (simulated)")
-
-    threads = torch.get_num_threads()
-    with pytest.MonkeyPatch.context() as patched:
-        if lose_rename_of_task is not None:
-            patched.setattr(checkpoints.PendingCheckpoint, "commit", commit)
-        patched.setattr(worker.StoreReporter, "task_finished", task_finished)
-        try:
-            with pytest.raises(RuntimeError):
-                worker.train(run_id)
-        finally:
-            torch.set_num_threads(threads)
-    store.mark_failed(run_id, "crashed (simulated)")
 
 
 # =========================================================================== 1. store identity

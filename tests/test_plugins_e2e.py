@@ -109,6 +109,9 @@ def test_a_plugin_that_fails_to_import_is_one_line_and_every_other_command_works
         assert "Traceback" not in done.stderr
         for line in done.stderr.strip().splitlines():  # a note about the broken package is welcome, each one line
             assert "brokenplug" in line or "broken" in line, (command, line)
+    warned = venv.rmconsole("config-keys").stderr.strip().splitlines()  # one line per unusable method plug-in
+    assert len(warned) == 1 and warned[0].startswith("warning: method plug-in 'broken' (package brokenplug"), warned
+    assert "ImportError" in warned[0], warned
 
     ran = venv.rmconsole("run", "--set", "epochs=1", "--set", "n_tasks=2", timeout=600)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr

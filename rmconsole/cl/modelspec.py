@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .datasets import resolve
+from .targets import register_in
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,7 @@ class UnknownModel(ValueError):
 
 def register(spec: ModelSpec) -> ModelSpec:
     """Make a spec (a plug-in's, resolved by `rmconsole.models`) known to the science by its name."""
-    if not isinstance(spec, ModelSpec):
-        raise TypeError(f"register(): expected a ModelSpec, not {type(spec).__name__}")
-    _registered[spec.name] = spec
-    return spec
+    return register_in(_registered, spec, ModelSpec)
 
 
 def lookup(name: str) -> ModelSpec:

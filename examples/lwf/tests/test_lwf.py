@@ -4,18 +4,16 @@ distillation term. Run from this folder: `pytest tests`."""
 
 from __future__ import annotations
 
-import io
-
 import pytest
 import torch
 import torch.nn.functional as nnf
 
 from rmconsole.cl.data import load_digits
-from rmconsole.cl.events import Reporter
 from rmconsole.cl.loop import build_protocol, make_augmenter, run_protocol
 from rmconsole.cl.methods import Setup, Task
 from rmconsole.cl.metrics import forgetting
 from rmconsole.config import load_config
+from rmconsole.testing import CheckpointKeeper
 from rmconsole_lwf.method import LwF, distillation
 
 CPU = torch.device("cpu")
@@ -136,20 +134,9 @@ def test_distillation_reduces_forgetting_on_digits(digits, seed: int) -> None:
     assert a_lwf > a_ft + 10, (a_lwf, a_ft)
 
 
-class _Checkpoints(Reporter):
-    def __init__(self) -> None:
-        self.saved: list[dict] = []
-
-    def task_finished(self, outcome, checkpoint) -> None:
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)
-        buffer.seek(0)
-        self.saved.append(torch.load(buffer, weights_only=True))
-
-
 def test_resuming_from_a_task_checkpoint_continues_the_same_run(digits) -> None:
     _, cfg = load_config(None, {**SHORT, "epochs": 1, "lwf_warmup_epochs": 1})
-    keeper = _Checkpoints()
+    keeper = CheckpointKeeper()
     full = run_protocol(cfg, digits, CPU, keeper)
     resumed = run_protocol(cfg, digits, CPU, resume=keeper.saved[1])
     assert [o.accuracy for o in resumed] == [o.accuracy for o in full[2:]]

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ..targets import failure, import_target, register_in
+
 if TYPE_CHECKING:
     from ..images import Dataset
 
@@ -235,17 +237,10 @@ def resolve(target: Any, what: str) -> Any:
     """A "module:function" string imported (ValueError, one line, when it cannot be), or the object."""
     if not isinstance(target, str):
         return target
-    from importlib import import_module
-
-    module_name, _, attribute = target.partition(":")
     try:
-        value: Any = import_module(module_name.strip())
-        for part in filter(None, attribute.strip().split(".")):
-            value = getattr(value, part)
+        return import_target(target)
     except Exception as err:  # noqa: BLE001 - whatever a declaration's target raises is said in one line
-        detail = " ".join(str(err).split())[:200]
-        raise ValueError(f"{what} {target!r} cannot be imported: {type(err).__name__}: {detail}") from None
-    return value
+        raise ValueError(f"{what} {target!r} cannot be imported: {failure(err)}") from None
 
 
 def _class_folders(train: str, _mtime: int) -> list[str]:
@@ -317,10 +312,7 @@ def folder_spec(name: str) -> DatasetSpec:
 
 def register(spec: DatasetSpec) -> DatasetSpec:
     """Make a spec (a plug-in's, resolved by `rmconsole.datasets`) known to the science by its name."""
-    if not isinstance(spec, DatasetSpec):
-        raise TypeError(f"register(): expected a DatasetSpec, not {type(spec).__name__}")
-    _registered[spec.name] = spec
-    return spec
+    return register_in(_registered, spec, DatasetSpec)
 
 
 def lookup(name: str) -> DatasetSpec:

@@ -86,7 +86,7 @@ class CLIB(TaskFree, Method[CLIBParams]):
 
     def store(self, index: int, label: int) -> None:
         """Step 1: the sample enters; the largest class loses its least important sample."""
-        mem = self.memory
+        mem = self.online_memory
         if not mem.full:
             position = mem.append(index, label)
             mine = torch.tensor(mem.by_class[label][:-1], dtype=torch.long)
@@ -106,7 +106,7 @@ class CLIB(TaskFree, Method[CLIBParams]):
 
     def iteration(self) -> None:
         """Step 2: one step on memory samples only, then (every period) the importance update."""
-        slots = self.memory.draw(self.cfg.batch_size, self.gen)
+        slots = self.online_memory.draw(self.cfg.batch_size, self.gen)
         if len(slots) >= 2:
             self.drawn.extend(slots.tolist())
             self.train_batches([self.memory.indices[slots]])

@@ -59,7 +59,7 @@ class GDumb(TaskFree, Method):
         """No head to extend: every evaluation trains a fresh model."""
 
     def online_observe(self, index: int, label: int) -> None:
-        self.memory.balanced(index, label, self.sample_rng.choice)
+        self.online_memory.balanced(index, label, self.sample_rng.choice)
 
     def online_before_eval(self) -> None:
         """A fresh model trained on the memory as it is now."""

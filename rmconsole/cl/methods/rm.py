@@ -87,7 +87,7 @@ class RainbowMemory(TaskFree, Method[RMParams]):
         if len(self.temp) >= self.cfg.batch_size:  # one stream-only step per batch of samples
             self.train_batches([torch.tensor(self.temp, dtype=torch.long)])
             for i, y in zip(self.temp, self.temp_labels):
-                self.memory.balanced(i, y, self.sample_rng.choice)
+                self.online_memory.balanced(i, y, self.sample_rng.choice)
             self.temp, self.temp_labels = [], []
 
     def online_task_end(self, task: Task) -> None:

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Any
 
 from ..protocols import PROTOCOLS
 from ..settings import MethodParams
+from ..targets import import_target
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,7 @@ class MethodSpec:
     def load(self) -> Any:
         """The method's class, imported now (torch with it). Import errors propagate: the caller
         (the method registry) says them in one line naming the method."""
-        module, _, attribute = self.implementation.partition(":")
-        value: Any = import_module(module.strip())
-        for part in attribute.strip().split("."):
-            value = getattr(value, part)
-        return value
+        return import_target(self.implementation)
 
 
 __all__ = ["MethodSpec"]

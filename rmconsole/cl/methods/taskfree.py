@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -60,7 +60,15 @@ TASK_FREE_HOOKS: tuple[str, ...] = (
 )
 
 
-class TaskFree:
+if TYPE_CHECKING:  # the mixin is only ever used before Method in a method's bases: typed as one
+    from .base import Method
+
+    _MethodBase = Method[Any]
+else:
+    _MethodBase = object
+
+
+class TaskFree(_MethodBase):
     """Mixin: the task-free hooks. `self` is also a `Method` (listed after this class)."""
 
     # How the head takes a new class: "extend" (the follow-up's ER: new row and the bias
@@ -74,20 +82,20 @@ class TaskFree:
 
     @property
     def task_free(self) -> bool:
-        return is_task_free(self.cfg.stream)  # type: ignore[attr-defined]
+        return is_task_free(self.cfg.stream)
 
     @property
     def uses_graphs(self) -> bool:
         # a task-free step changes the head, the lr and the optimiser state between steps
-        return False if self.task_free else super().uses_graphs  # type: ignore[misc]
+        return False if self.task_free else super().uses_graphs
 
     @property
     def temp_batch_size(self) -> int:
-        return max(1, self.cfg.batch_size // 2)  # type: ignore[attr-defined]
+        return max(1, self.cfg.batch_size // 2)
 
     @property
     def online_capacity(self) -> int:
-        k = self.cfg.memory_size  # type: ignore[attr-defined]
+        k = self.cfg.memory_size
         return k if self.full_capacity else max(1, k - self.temp_batch_size)
 
     def online_start(self) -> None:
@@ -102,15 +110,15 @@ class TaskFree:
         self.cost = 0.0  # image passes spent (forward 1 + backward 2 per trained image)
         self.sample_rng = random.Random(self.cfg.seed + 3)  # per-sample memory decisions
         self.stream_count: int | None = None  # stream samples at the head of the current batch
-        self.stepper = train.Stepper(self)  # type: ignore[arg-type]  # a step per few samples: set up once
+        self.stepper = train.Stepper(self)  # a step per few samples: set up once
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """Task-free runs: the run's `optimizer` (the follow-up's Adam, or Nesterov SGD)."""
         if not self.task_free:
-            return super().make_optimizer()  # type: ignore[misc]
-        params = [p for name, p in self.model.named_parameters()  # type: ignore[attr-defined]
+            return super().make_optimizer()
+        params = [p for name, p in self.model.named_parameters()
                   if self.cfg.train_head or not name.startswith("fc.")]
-        fused = self.device.type in ("cuda", "cpu")  # type: ignore[attr-defined]
+        fused = self.device.type in ("cuda", "cpu")
         if self.cfg.optimizer == "adam":
             return torch.optim.Adam(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=fused)
         optimizer = torch.optim.SGD(params, lr=self.cfg.lr, momentum=0.9, nesterov=True,
@@ -130,7 +138,7 @@ class TaskFree:
 
     def online_new_class(self, label: int) -> None:
         """The first sample of class `label` arrived: expose it and give the head its row."""
-        self.seen[label] = True  # type: ignore[attr-defined]
+        self.seen[label] = True
         self.head_takes(label)
         if self.cfg.schedule == "exp_reset":
             self.lr_steps = 0
@@ -163,7 +171,7 @@ class TaskFree:
 
     def online_store(self, index: int, label: int) -> None:
         """ER's memory: reservoir sampling."""
-        self.memory.reservoir(index, label, self.sample_rng)
+        self.online_memory.reservoir(index, label, self.sample_rng)
 
     # ------------------------------------------------------------------ building blocks
 
@@ -171,7 +179,14 @@ class TaskFree:
         """Train indices of min(n, |memory|) memory samples, uniform without replacement."""
         if n <= 0 or len(self.memory) == 0:
             return torch.empty(0, dtype=torch.long)
-        return self.memory.indices[self.memory.draw(n, self.gen)]  # type: ignore[attr-defined]
+        return self.memory.indices[self.online_memory.draw(n, self.gen)]
+
+    @property
+    def online_memory(self) -> OnlineMemory:
+        """The memory as the task-free hooks use it: the OnlineMemory `setup_online` made."""
+        memory = self.memory
+        assert isinstance(memory, OnlineMemory), "the task-free hooks run after setup_online"
+        return memory
 
     def step_lr(self) -> float:
         if self.cfg.schedule == "exp_reset":
@@ -184,30 +199,33 @@ class TaskFree:
         few batched calls (every sample its own draw), each step is `train.Stepper`; the
         learning rate is the schedule's (`step_lr`, advanced per step) unless `lr` is given.
         A batch of fewer than two samples is skipped (batch norm needs two)."""
-        kept = [(b, n) for b, n in zip(batches, stream_counts or [None] * len(batches)) if len(b) >= 2]
+        counts: list[int | None] = list(stream_counts) if stream_counts else [None] * len(batches)
+        kept = [(b, n) for b, n in zip(batches, counts) if len(b) >= 2]
         if not kept:
             return
-        data = self.setup.data  # type: ignore[attr-defined]
+        data = self.setup.data
         chunk_images = train_chunk(data.image_shape, max(len(b) for b, _ in kept))
         start = 0
         while start < len(kept):
-            group, size = [], 0
+            group: list[tuple[Tensor, int | None]] = []
+            size = 0
             while start < len(kept) and (not group or size + len(kept[start][0]) <= chunk_images):
                 group.append(kept[start])
                 size += len(kept[start][0])
                 start += 1
             flat = torch.cat([b for b, _ in group])
-            images = self.accel.prepare(self.setup.augmenter.train(self.images_of(flat)))  # type: ignore[attr-defined]
-            labels = self.labels_of(flat)  # type: ignore[attr-defined]
+            images = self.accel.prepare(self.setup.augmenter.train(self.images_of(flat)))
+            labels = self.labels_of(flat)
             sizes = [len(b) for b, _ in group]
-            self.model.train()  # type: ignore[attr-defined]
+            self.model.train()
             for x, y, (_, n_stream) in zip(images.split(sizes), labels.split(sizes), group):
                 self.step_on(x, y, n_stream, lr)
 
     def step_on(self, x: Tensor, y: Tensor, n_stream: int | None = None, lr: float | None = None) -> None:
         """One optimiser step (`train.Stepper`) on augmented images, at the schedule's learning
         rate (advanced) or at `lr`; `n_stream`: how many of them are stream samples (ER-ACE)."""
-        set_lr(self.optimizer, self.step_lr() if lr is None else lr)  # type: ignore[arg-type]
+        assert self.optimizer is not None, "make_optimizer runs before the first step"
+        set_lr(self.optimizer, self.step_lr() if lr is None else lr)
         self.stream_count = n_stream
         self.stepper(x, y, 1.0)
         if lr is None:
@@ -221,24 +239,24 @@ class TaskFree:
         if epochs <= 0 or len(self.memory) < 2:
             return
         per_epoch = len(self.memory)
-        self.report.phase(task.index, "memory", per_epoch * epochs)  # type: ignore[attr-defined]
+        self.report.phase(task.index, "memory", per_epoch * epochs)
         for epoch in range(epochs):
-            batches = self.shuffled_batches(self.memory.indices, batch_size)  # type: ignore[attr-defined]
+            batches = self.shuffled_batches(self.memory.indices, batch_size)
             self.train_batches(batches, lr=epoch_lr(epoch, self.cfg.lr, "cosine"))
-            self.report.advance(per_epoch)  # type: ignore[attr-defined]
+            self.report.advance(per_epoch)
 
     def head_takes(self, label: int) -> None:
         """The head's share of a new class, by `head_rule` (see the class variable)."""
-        fc = self.model.fc  # type: ignore[attr-defined]
+        fc = self.model.fc
         if self.head_rule == "rebuild":
-            self.model.fc = torch.nn.Linear(fc.in_features, fc.out_features).to(fc.weight.device)  # type: ignore[attr-defined]
+            self.model.fc = torch.nn.Linear(fc.in_features, fc.out_features).to(fc.weight.device)
             self.optimizer = self.make_optimizer()
             return
         bound = 1.0 / math.sqrt(fc.in_features)  # nn.Linear's own initialisation
         with torch.no_grad():
             fc.weight[label].uniform_(-bound, bound)
             fc.bias.uniform_(-bound, bound)
-        state = self.optimizer.state if self.optimizer is not None else {}  # type: ignore[attr-defined]
+        state = self.optimizer.state if self.optimizer is not None else {}
         for p in (fc.weight, fc.bias):
             if p not in state:
                 continue
@@ -255,15 +273,15 @@ class TaskFree:
 
     def memory_report(self, task: Task, info: dict[str, Any] | None = None) -> None:
         """The memory as it is now, as a memory-panel snapshot."""
-        n_seen = int(self.seen.sum())  # type: ignore[attr-defined]
+        n_seen = int(self.seen.sum())
         self.memory_info = {"policy": type(self).__name__.lower(), "samples_seen": self.memory.seen, **(info or {})}
-        self.report.memory_updated(task.index, self.memory.histogram(self.n_classes),  # type: ignore[attr-defined]
+        self.report.memory_updated(task.index, self.memory.histogram(self.n_classes),
                                    slots_per_class(self.memory.capacity, n_seen), self.memory_info)
 
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()  # type: ignore[misc]
+        state = super().state_dict()
         if self.task_free and hasattr(self, "temp"):
             state["online"] = {"temp": list(self.temp), "temp_labels": list(self.temp_labels),
                                "num_updates": self.num_updates, "lr_steps": self.lr_steps,
@@ -272,7 +290,7 @@ class TaskFree:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)  # type: ignore[misc]
+        super().load_state_dict(state)
         online = state.get("online")
         if online is not None:
             self.temp, self.temp_labels = list(online["temp"]), list(online["temp_labels"])
