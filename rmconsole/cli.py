@@ -879,6 +879,10 @@ def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR
     ids += _chosen_runs(names) if names else []
     if not ids:
         raise ConfigError("export: give the runs (ids, 3-9, last) or --sweep ID|last")
+    if to != "mlflow" or "://" not in target:  # a folder: never a file, nor rmconsole's own folders
+        from .outputs import check_folder
+
+        check_folder(target, "export")
     details = [store.run_detail(i) for i in dict.fromkeys(ids)]
     try:
         if to == "mlflow":

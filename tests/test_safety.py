@@ -1,0 +1,157 @@
+"""Issue 28: nothing written where it must not be, nothing shown that the user did not type, no
+run lost to a database restart. One test (or a few) per numbered defect of the issue, each
+claiming its rows of the Faults table in docs/troubleshooting.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from campaign import claim
+from rmconsole import cli, store
+from rmconsole.cl.events import TaskOutcome
+from rmconsole.config import load_config
+
+HERE = "test_safety.py::"
+
+
+def _claim(case: str, test: str):
+    return claim(case, HERE + test)
+
+
+def finished_run(accuracy: float = 80.0) -> int:
+    """A finished run with one task result (enough for `report`)."""
+    _, cfg = load_config(None, {"epochs": 1, "threads": 1, "device": "cpu"})
+    run_id = store.create_run(cfg.to_dict(), "digits-blurry10-online")
+    store.record_task(run_id, TaskOutcome(0, accuracy, [accuracy], [accuracy] * 10, list(range(10)), 1.0))
+    store.update_run(run_id, status="finished")
+    return run_id
+
+
+def main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    """The real CLI entry point in this process: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["rmconsole", *argv])
+    monkeypatch.setattr(cli, "_debug", False)
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    out = capsys.readouterr()
+    return int(exited.value.code or 0), out.out, out.err
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def store_files(home: Path) -> dict[str, str]:
+    """The store's file and its companions, by content (a checkpoint first so WAL holds pages)."""
+    return {p.name: digest(p) for p in sorted(home.glob("rmconsole.db*"))}
+
+
+# =========================================================================== 1-3, 9: outputs
+
+
+def test_defect_01_report_out_never_overwrites_the_store(isolated_home, monkeypatch, capsys) -> None:
+    row = _claim("--out onto the store", "test_defect_01_report_out_never_overwrites_the_store")
+    wal_row = _claim("--out onto the store's WAL", "test_defect_01_report_out_never_overwrites_the_store")
+    hard_row = _claim("--out a hard link to the store", "test_defect_01_report_out_never_overwrites_the_store")
+    finished_run()
+    home = isolated_home
+    (home / "rmconsole.db-shm").exists() or (home / "rmconsole.db-shm").write_bytes(b"")
+    before = store_files(home)
+    code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(home / "rmconsole.db"))
+    row.check(code, err)
+    for companion in ("rmconsole.db-wal", "rmconsole.db-shm", "rmconsole.db-journal"):
+        code, _, err = main(monkeypatch, capsys, "report", "--format", "csv", "--out", str(home / companion))
+        wal_row.check(code, err)
+    os.link(home / "rmconsole.db", home.parent / "innocent.md")
+    code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(home.parent / "innocent.md"))
+    hard_row.check(code, err)
+    assert store_files(home) == before and not (home / "rmconsole.db-journal").exists()
+    assert [r.id for r in store.list_runs()] == [1]  # the store still answers
+
+
+def test_defect_02_a_plot_through_a_link_to_the_store_is_refused(isolated_home, tmp_path, monkeypatch, capsys) -> None:
+    row = _claim("--plot a link to the store", "test_defect_02_a_plot_through_a_link_to_the_store_is_refused")
+    finished_run()
+    before = store_files(isolated_home)
+    (tmp_path / "x.png").symlink_to(isolated_home / "rmconsole.db")
+    (tmp_path / "folder-link").symlink_to(isolated_home)
+    for option in ("--plot", "--plot-epochs", "--memory-plot"):
+        code, _, err = main(monkeypatch, capsys, "report", option, str(tmp_path / "x.png"))
+        row.check(code, err)
+        assert option in err
+    code, _, err = main(monkeypatch, capsys, "report", "--format", "json", "--out",
+                        str(tmp_path / "folder-link" / "rmconsole.db"))
+    row.check(code, err)
+    assert store_files(isolated_home) == before and (tmp_path / "x.png").is_symlink()
+
+
+def test_defect_03_report_out_never_overwrites_a_checkpoint_or_log(isolated_home, tmp_path, monkeypatch,
+                                                                   capsys) -> None:
+    row = _claim("--out onto a checkpoint", "test_defect_03_report_out_never_overwrites_a_checkpoint_or_log")
+    log_row = _claim("--out onto a run's log", "test_defect_03_report_out_never_overwrites_a_checkpoint_or_log")
+    export_row = _claim("export into the checkpoints folder",
+                        "test_defect_03_report_out_never_overwrites_a_checkpoint_or_log")
+    finished_run()
+    checkpoint = isolated_home / "checkpoints" / "run-1.pt"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"weights")
+    log = isolated_home / "logs" / "run-1.log"
+    log.parent.mkdir()
+    log.write_text("task 1/5\n")
+    (tmp_path / "ckpt-link").symlink_to(isolated_home / "checkpoints")
+    for path in (checkpoint, tmp_path / "ckpt-link" / "run-1.pt", isolated_home / "checkpoints" / "new.md"):
+        code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(path))
+        row.check(code, err)
+    code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(log))
+    log_row.check(code, err)
+    code, _, err = main(monkeypatch, capsys, "export", "1", "--to", "tensorboard", str(isolated_home / "checkpoints"))
+    export_row.check(code, err)
+    assert checkpoint.read_bytes() == b"weights" and log.read_text() == "task 1/5\n"
+    assert sorted(p.name for p in checkpoint.parent.iterdir()) == ["run-1.pt"]
+
+
+def test_defect_09_out_through_links_and_special_files(isolated_home, tmp_path, monkeypatch, capsys) -> None:
+    missing_row = _claim("--out through a link to a missing folder",
+                         "test_defect_09_out_through_links_and_special_files")
+    loop_row = _claim("--out a link loop", "test_defect_09_out_through_links_and_special_files")
+    socket_row = _claim("--out a socket", "test_defect_09_out_through_links_and_special_files")
+    finished_run()
+    (tmp_path / "gone").symlink_to(tmp_path / "no" / "such" / "folder")
+    code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(tmp_path / "gone" / "t.md"))
+    missing_row.check(code, err)
+    assert not (tmp_path / "no").exists()  # the folder was not created
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(tmp_path / "loop"))
+    loop_row.check(code, err)
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    code, _, err = main(monkeypatch, capsys, "report", "--plot", str(tmp_path / "a" / "x.png"))
+    loop_row.check(code, err)
+    assert (tmp_path / "loop").is_symlink() and (tmp_path / "a").is_symlink()  # not replaced by a file
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(tmp_path / "s.md"))
+        code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(tmp_path / "s.md"))
+    socket_row.check(code, err)
+    # still written: a link to a file in an existing folder, a missing ordinary folder, /dev/null
+    (tmp_path / "dangling.md").symlink_to(tmp_path / "target.md")
+    for path in (tmp_path / "dangling.md", tmp_path / "new" / "t.md", Path("/dev/null")):
+        code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(path))
+        assert code == 0, err
+    assert "| method |" in (tmp_path / "target.md").read_text() and (tmp_path / "new" / "t.md").exists()
+
+
+def test_defect_09_export_to_a_file_says_so(isolated_home, tmp_path, monkeypatch, capsys) -> None:
+    row = _claim("export to a file", "test_defect_09_export_to_a_file_says_so")
+    finished_run()
+    (tmp_path / "a-file").write_text("mine")
+    for target in ("mlflow", "tensorboard"):
+        code, _, err = main(monkeypatch, capsys, "export", "1", "--to", target, str(tmp_path / "a-file"))
+        row.check(code, err)
+    assert (tmp_path / "a-file").read_text() == "mine"
