@@ -1006,12 +1006,14 @@ def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between st
 
 def serve_tui(refresh: float, host: str, port: int) -> None:
     """`tui --serve`: textual-serve runs `rmconsole tui` (this very command, without --serve) for
-    each browser connection and streams it over a websocket: one code path, not a second UI."""
+    each browser connection and streams it over a websocket: one code path, not a second UI.
+    Every request needs the token printed here (serving.py), and a browser's must come from
+    the served page (its Origin)."""
     import shlex
     import socket as socket_
 
     try:
-        from textual_serve.server import Server
+        import textual_serve.server  # noqa: F401
     except ImportError:
         raise ConfigError("--serve needs textual-serve: pip install 'rmconsole[serve]'") from None
     if not 0 < port < 65536:
@@ -1022,16 +1024,19 @@ def serve_tui(refresh: float, host: str, port: int) -> None:
             probe.bind((host, port))
     except OSError as err:
         raise ConfigError(f"--host {host} --port {port}: cannot listen there ({err.strerror})") from None
+    from .serving import guarded_server, new_token
+
     command = shlex.join([sys.executable, "-m", "rmconsole", "tui", "--refresh", f"{refresh:g}"])
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}"
-    console.print(f"serving the rmconsole TUI at {url} (store {store.shown_url(store.database_url())}); Ctrl-C stops",
-                  highlight=False, soft_wrap=True)
+    token = new_token()  # printed here once; never in an argv, an environment or an error message
+    url = f"http://{shown}:{port}/?token={token}"
+    console.print(f"serving the rmconsole TUI at {url} (store {store.shown_url(store.database_url())}); "
+                  f"open that URL (the token is new at each start); Ctrl-C stops", highlight=False, soft_wrap=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
-        err_console.print(f"[yellow]note:[/] listening on {host}: anyone who can reach it can launch and stop runs; "
-                          f"prefer the default 127.0.0.1 and an SSH tunnel (ssh -L {port}:127.0.0.1:{port} HOST)",
-                          highlight=False)
-    Server(command, host=host, port=port, title="rmconsole").serve()
+        err_console.print(f"[yellow]note:[/] listening on {host}: anyone who can reach it and has the token can launch "
+                          f"and stop runs, and the token crosses the network in clear; prefer the default 127.0.0.1 "
+                          f"and an SSH tunnel (ssh -L {port}:127.0.0.1:{port} HOST)", highlight=False)
+    guarded_server(command, host, port, token).serve()
 
 
 # --------------------------------------------------------------------------- data

@@ -155,3 +155,121 @@ def test_defect_09_export_to_a_file_says_so(isolated_home, tmp_path, monkeypatch
         code, _, err = main(monkeypatch, capsys, "export", "1", "--to", target, str(tmp_path / "a-file"))
         row.check(code, err)
     assert (tmp_path / "a-file").read_text() == "mine"
+
+
+# =========================================================================== 4: the served TUI
+
+
+def _serve(port: int):
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-m", "rmconsole", "tui", "--serve", "--port", str(port), "--refresh",
+                             "0.5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ), start_new_session=True)
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and every descendant (by /proc's parent links)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(child for child, parent in parents.items() if parent == current)
+    return found
+
+
+@pytest.mark.timeout(180)
+def test_defect_04_the_served_tui_needs_its_token_and_its_own_origin(isolated_home) -> None:
+    pytest.importorskip("textual_serve", reason="textual-serve is not installed (pip install 'rmconsole[serve]')")
+    import asyncio
+    import signal
+    import time
+
+    import aiohttp
+    from conftest import wait_for
+
+    token_row = _claim("the served TUI without its token", "test_defect_04_the_served_tui_needs_its_token_and_its_own_origin")
+    origin_row = _claim("the served TUI from another site's page",
+                        "test_defect_04_the_served_tui_needs_its_token_and_its_own_origin")
+    finished_run()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = _serve(port)
+    try:
+        first = server.stdout.readline()
+        assert f"serving the rmconsole TUI at http://127.0.0.1:{port}/?token=" in first, first
+        url = first.split(" at ", 1)[1].split(" ", 1)[0]
+        token = url.split("token=", 1)[1]
+        assert len(token) >= 32
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, 30, 0.2, "the port")
+
+        async def probe() -> dict[str, object]:
+            seen: dict[str, object] = {}
+            async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:  # an IP host
+                async with session.get(base + "/") as r:
+                    seen["no token"] = (r.status, await r.text())
+                async with session.get(base + "/?token=wrong") as r:
+                    seen["wrong token"] = r.status
+                try:
+                    async with session.ws_connect(base + "/ws"):
+                        seen["ws without token"] = 101
+                except aiohttp.WSServerHandshakeError as err:
+                    seen["ws without token"] = err.status
+                try:
+                    async with session.ws_connect(f"{base}/ws?token={token}",
+                                                  headers={"Origin": f"http://evil.example:{port}"}):
+                        seen["ws from another site"] = 101
+                except aiohttp.WSServerHandshakeError as err:
+                    seen["ws from another site"] = err.status
+                async with session.get(base + "/static/js/textual.js") as r:
+                    seen["static"] = r.status
+                async with session.get(url, allow_redirects=False) as r:
+                    seen["with token"] = (r.status, r.headers.get("Location"))
+                async with session.get(url) as r:  # the cookie it set opens the page
+                    page = await r.text()
+                    seen["page"] = (r.status, f"ws://127.0.0.1:{port}/ws" in page)
+                async with session.ws_connect(base + "/ws?width=80&height=24",
+                                              headers={"Origin": base}) as ws:
+                    seen["ws with cookie"] = 101
+                    await ws.send_json(["ping", "x"])
+                    for _ in range(50):
+                        message = await ws.receive(timeout=30)
+                        if message.type == aiohttp.WSMsgType.TEXT and "pong" in message.data:
+                            break
+                    seen["processes"] = _tree(server.pid)
+            return seen
+
+        seen = asyncio.run(probe())
+        status, text = seen["no token"]
+        assert status == 403 and "token" in text and token not in text
+        token_row.check(None, text)
+        assert seen["wrong token"] == 403 and seen["ws without token"] == 403
+        assert seen["ws from another site"] == 403
+        origin_row.check(None, "refused a request from another site's page")
+        assert seen["static"] == 200
+        assert seen["with token"] == (302, "/")  # the token leaves the address bar
+        assert seen["page"] == (200, True) and seen["ws with cookie"] == 101
+        processes = seen["processes"]
+        assert len(processes) >= 2  # the server and the app it started for the websocket
+        for pid in processes:  # the token is in no argv and no environment
+            for part in ("cmdline", "environ"):
+                try:
+                    assert token.encode() not in Path(f"/proc/{pid}/{part}").read_bytes(), (pid, part)
+                except (FileNotFoundError, ProcessLookupError):
+                    pass
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except Exception:  # noqa: BLE001
+            os.killpg(server.pid, signal.SIGKILL)
+        time.sleep(0)
