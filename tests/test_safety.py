@@ -273,3 +273,91 @@ def test_defect_04_the_served_tui_needs_its_token_and_its_own_origin(isolated_ho
         except Exception:  # noqa: BLE001
             os.killpg(server.pid, signal.SIGKILL)
         time.sleep(0)
+
+
+# =========================================================================== 6, 7: secrets and modes
+
+
+def test_defect_06_an_unparsable_url_never_shows_its_password(isolated_home) -> None:
+    from conftest import rmconsole
+
+    row = _claim("an unparsable RMCONSOLE_DB with a password", "test_defect_06_an_unparsable_url_never_shows_its_password")
+    for url in ("postgresql://rm:S3cretPW!x@db:54x2/rm", "postgresql://rm:S3cretPW!x@db/rm?port=abc",
+                "postgresql://rm:S3cretPW!x@b@db:99999999/rm"):
+        done = rmconsole("runs", env={"RMCONSOLE_DB": url})
+        assert done.returncode == 2 and "S3cretPW" not in done.stderr + done.stdout, done.stderr
+        assert done.stderr.count("\n") == 1 and "rm:***@" in done.stderr
+        if url.endswith("54x2/rm"):
+            row.check(done.returncode, done.stderr)
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+@pytest.mark.timeout(300)
+def test_defect_07_a_new_home_is_the_users_alone(isolated_home, tmp_path) -> None:
+    from conftest import rmconsole
+
+    row = _claim("a new home under umask 022", "test_defect_07_a_new_home_is_the_users_alone")
+    old = os.umask(0o022)
+    try:
+        done = rmconsole("run", "--set", "epochs=1", "--set", "n_tasks=2", "--set", "threads=1")
+    finally:
+        os.umask(old)
+    assert done.returncode == 0, done.stderr
+    home = isolated_home
+    folders = {p: _mode(p) for p in (home, home / "logs", home / "checkpoints")}
+    files = {p: _mode(p) for p in [*home.glob("rmconsole.db*"), *home.glob("logs/*"), *home.glob("checkpoints/*")]
+             if p.is_file()}
+    assert home / "rmconsole.db" in files and home / "logs" / "run-1.log" in files
+    assert home / "checkpoints" / "run-1.pt" in files
+    assert set(folders.values()) == {0o700}, {str(k): oct(v) for k, v in folders.items()}
+    assert set(files.values()) == {0o600}, {str(k): oct(v) for k, v in files.items()}
+    row.check(None, f"{oct(_mode(home))} {sorted(set(map(oct, files.values())))}")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("store_backend", ["postgresql"], indirect=True)
+def test_defect_07_the_password_is_in_no_workers_environment(isolated_home, store_backend) -> None:
+    from sqlalchemy.engine import make_url
+
+    from conftest import rmconsole, wait_for
+
+    row = _claim("the database password and a run's processes",
+                 "test_defect_07_the_password_is_in_no_workers_environment")
+    password = make_url(os.environ["RMCONSOLE_DB"]).password
+    assert password
+    done = rmconsole("run", "--detach", "--set", "epochs=3", "--set", "threads=1")
+    assert done.returncode == 0, done.stderr
+    run_id = int(done.stdout.strip())
+    seen = {}
+
+    def ours(pid: int) -> bool:  # another test's run 1 may be training too
+        try:
+            return f"RMCONSOLE_HOME={isolated_home.resolve()}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return False
+
+    def alive_processes() -> bool:
+        from rmconsole.runner.processes import process_argv
+
+        pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+        pid = next((p for p in pids if (process_argv(p) or [])[1:3] == ["-m", "rmconsole.runner.worker"]
+                    and (process_argv(p) or [])[-1] == str(run_id) and ours(p)), None)
+        if pid is None:
+            return False
+        supervisor = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        for name, p in (("worker", pid), ("supervisor", supervisor)):
+            seen[name] = (Path(f"/proc/{p}/environ").read_bytes(), Path(f"/proc/{p}/cmdline").read_bytes())
+        return True
+
+    wait_for(alive_processes, 120, 0.01, "the run's worker")
+    for name, (environ, cmdline) in seen.items():
+        assert password.encode() not in environ and password.encode() not in cmdline, name
+        variables = dict(v.split(b"=", 1) for v in environ.split(b"\0") if b"=" in v)
+        passfile = Path(variables[b"RMCONSOLE_DB_PASSWORD_FILE"].decode())
+        assert passfile.read_text() == password and _mode(passfile) == 0o600 and _mode(passfile.parent) == 0o700
+    wait_for(lambda: store.get_run(run_id).status not in store.ACTIVE, 240, 0.2, "the run's end")
+    assert store.get_run(run_id).status == "finished", store.get_run(run_id).error
+    row.check(None, "finished")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import store
+from .. import private, store
 
 FORMAT = 1
 
@@ -79,7 +79,7 @@ def write_checkpoint(run_id: int, state: dict[str, Any], config: dict[str, Any])
     """Serialise the checkpoint of `run_id` to a temporary file beside its place, durably, and
     return it with its sha256 (OSError, e.g. ENOSPC, with the file named, and nothing left behind)."""
     path = checkpoint_path(run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private.mkdir(path.parent)
     payload = {**state, "format": FORMAT, "run_id": run_id, "config": config,
                "threads": _torch().get_num_threads()}
     buffer = io.BytesIO()
@@ -87,7 +87,7 @@ def write_checkpoint(run_id: int, state: dict[str, Any], config: dict[str, Any])
     data = buffer.getbuffer()
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:  # our own writes, so a full disk is an OSError with its errno, not torch's
+        with private.open_new(tmp) as f:  # our own writes (0600), so a full disk is an OSError with its errno, not torch's
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -111,7 +111,7 @@ def set_aside(run_id: int) -> Path | None:
     if not path.exists():
         return None
     aside = path.parent / "orphaned" / f"run-{run_id}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.pt"
-    aside.parent.mkdir(parents=True, exist_ok=True)
+    private.mkdir(aside.parent)
     os.replace(path, aside)
     return aside
 

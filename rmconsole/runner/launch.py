@@ -33,7 +33,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from .. import store
+from .. import private, store
+from ..store.db import password_by_file
 from ..cl.catalog import data_root
 from .multigpu import worker_command
 from .processes import exit_reason, is_run_process, pid_alive, process_argv, python_m
@@ -57,6 +58,7 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         if path is not None:
             env["RMCONSOLE_DB"] = store.database_url_object().set(database=str(path)).render_as_string(
                 hide_password=False)
+        env.update(password_by_file(env["RMCONSOLE_DB"]))  # the password by path, not in the environment
     env["RMCONSOLE_DATA"] = str(data_root().resolve())
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
@@ -67,7 +69,7 @@ def check_home() -> None:
     """Refuse, before anything is stored, a RMCONSOLE_HOME where logs and checkpoints cannot be written."""
     for folder in (store.home() / "logs", store.home() / "checkpoints"):
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            private.mkdir(folder)  # 0700, the home too when it is new
         except OSError as err:
             raise store.StoreError(f"cannot create {folder}: {err.strerror} "
                                    f"(set RMCONSOLE_HOME to a writable folder)") from None
@@ -101,16 +103,17 @@ def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvou
     proc: Any = None
     try:
         command = worker_command(run_id, rendezvous)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private.mkdir(path.parent)
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         env = worker_env({**(extra_env or {}), **lease.env()})
         if warm.enabled() and command == python_m("worker", str(run_id)):
             proc = warm.request(store.home().resolve(), run_id, env, path)
         if proc is None:
-            with open(path, "ab") as log:
+            with private.open_append(path) as log:
                 proc = WorkerProcess(python_m("supervise", str(run_id), "--", *command), stdout=log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                                     umask=private.UMASK)
     except OSError as err:
         reason = f"could not start its worker: {describe_os_error(err)}"
         try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import sqlite3
 import sys
@@ -48,6 +49,7 @@ from sqlalchemy.exc import (ArgumentError, DBAPIError, IntegrityError, Invalidat
                             SQLAlchemyError)
 from sqlmodel import Session, SQLModel, create_engine
 
+from .. import private
 from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from .tables import StoreIdentity
 
@@ -58,6 +60,7 @@ LEASE_ENV = "RMCONSOLE_RUN_TOKEN"  # set for a run's processes (transitions.Leas
 CONNECT_TIMEOUT_S = 10
 SCHEMA_LOCK_KEY = 0x726D636F6E736F6C  # "rmconsol": the advisory lock that serialises schema creation
 RETRIED_SQLSTATES = ("40001", "40P01")  # serialization failure, deadlock: retry the transaction
+PASSWORD_FILE_ENV = "RMCONSOLE_DB_PASSWORD_FILE"  # a run's processes: the password of RMCONSOLE_DB, by path
 
 
 class StoreError(Exception):
@@ -99,12 +102,49 @@ def _parse_env_url(text: str) -> URL:
     try:
         url = make_url(text)
     except (ArgumentError, ValueError) as err:
-        raise StoreError(f"cannot use the database {shown_url(text)!r}: {_one_line(err)} ({_hint()})") from None
+        raise StoreError(f"cannot use the database {shown_url(text)!r}: {_one_line(err, text)} ({_hint()})") from None
+    url = _with_password_file(url)
     if _memory_database(url):
         raise StoreError(f"RMCONSOLE_DB={shown_url(text)!r} is an in-memory database, which lives and dies with one "
                          f"process, and every run's worker is a process of its own: use a file "
                          f"(sqlite:////path/to/rmconsole.db) or a server, or unset RMCONSOLE_DB")
     return url
+
+
+def _with_password_file(url: URL) -> URL:
+    """A URL without a password gets the one in RMCONSOLE_DB_PASSWORD_FILE (how `worker_env`
+    hands it to a run's processes: by path, never in their environment)."""
+    path = os.environ.get(PASSWORD_FILE_ENV)
+    if not path or url.password is not None or url.get_backend_name() == "sqlite":
+        return url
+    try:
+        with open(path, encoding="utf-8") as f:
+            password = f.read(4096).rstrip("\n")
+    except OSError as err:
+        raise StoreError(f"cannot read the database's password file {path} ({PASSWORD_FILE_ENV}): "
+                         f"{err.strerror}") from None
+    return url.set(password=password)
+
+
+def password_by_file(url_text: str) -> dict[str, str]:
+    """RMCONSOLE_DB for a run's processes: the URL without its password, and the password in a
+    0600 file under RMCONSOLE_HOME/secrets (0700) named by RMCONSOLE_DB_PASSWORD_FILE, so that it
+    is in no process's environment (/proc/PID/environ) nor its arguments."""
+    url = make_url(url_text)
+    if not url.password or url.get_backend_name() == "sqlite":
+        return {"RMCONSOLE_DB": url_text}
+    import hashlib
+
+    folder = private.mkdir(home().resolve() / "secrets")
+    path = folder / f"db-{hashlib.sha256(url_text.encode()).hexdigest()[:16]}"
+    if not path.exists():
+        tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, private.FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(str(url.password))
+        os.replace(tmp, path)
+    return {"RMCONSOLE_DB": url._replace(password=None).render_as_string(hide_password=False),
+            PASSWORD_FILE_ENV: str(path)}
 
 
 def database_url_object() -> URL:
@@ -138,15 +178,19 @@ def database_path() -> Optional[Path]:
     return sqlite_file(database_url_object())
 
 
+_USERINFO = re.compile(r"(://[^:/?#@\s]*):(.*)@")  # user:password@ in a URL, up to its last @
+
+
 def shown_url(url: str | URL) -> str:
-    """A database URL fit for a message: the password masked (as the user wrote it otherwise)."""
+    """A database URL fit for a message: the password masked (as the user wrote it otherwise),
+    also in a URL that does not parse (`user:...@` up to the last @ is taken as the password)."""
     try:
         parsed = make_url(url) if isinstance(url, str) else url
         if isinstance(url, str) and parsed.password is None:
-            return url
+            return _USERINFO.sub(r"\1:***@", url)
         return parsed.render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL has no password part we can find
-        return str(url)
+    except Exception:  # noqa: BLE001 - an unparsable URL: mask whatever sits where a password goes
+        return _USERINFO.sub(r"\1:***@", str(url))
 
 
 def _where(url: URL) -> str:
@@ -159,8 +203,9 @@ def _password(url: str | URL | None) -> str | None:
         return None
     try:
         password = (make_url(url) if isinstance(url, str) else url).password
-    except Exception:  # noqa: BLE001
-        return None
+    except Exception:  # noqa: BLE001 - unparsable: what sits where a password goes
+        found = _USERINFO.search(str(url))
+        return found.group(2) if found and found.group(2) else None
     return str(password) if password else None
 
 
@@ -168,6 +213,11 @@ def scrub(text: str, url: str | URL | None = None) -> str:
     """`text` with the password of `url` (default: the store's, as RMCONSOLE_DB gives it) masked,
     wherever it appears."""
     password = _password(url if url is not None else os.environ.get("RMCONSOLE_DB"))
+    if password is None and url is None and os.environ.get(PASSWORD_FILE_ENV):  # a run's process
+        try:
+            password = _password(database_url_object())
+        except StoreError:
+            password = None
     return text.replace(password, "***") if password and len(password) >= 3 else text
 
 
@@ -446,7 +496,7 @@ def _may_create_store() -> bool:
 
 def _prepare_sqlite_file(path: Path, url: URL) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private.mkdir(path.parent)  # a new home is 0700
     except OSError as err:
         raise StoreError(f"cannot create the store folder {path.parent}: {err.strerror} "
                          f"(set RMCONSOLE_HOME to a writable folder)") from None
@@ -460,6 +510,7 @@ def _prepare_sqlite_file(path: Path, url: URL) -> None:
         raise StoreError(f"the store folder {path.parent} is not writable "
                          f"(set RMCONSOLE_HOME to a writable folder)")
     try:
+        private.create_empty(path)  # 0600; SQLite gives its -wal and -shm files the same mode
         sqlite3.connect(str(path)).close()  # an empty file; the schema follows
     except sqlite3.Error as err:
         raise store_error(err, url, "create") from None
