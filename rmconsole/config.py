@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -152,6 +153,9 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
         for key, value in self.model_dump().items():
             if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
                 raise ValueError(f"{key}={shorten(value)}: out of range; allowed: at most {MAX_INT}")
+            if isinstance(value, float) and value != 0 and abs(value) < sys.float_info.min:  # lr=1e-320 trained
+                raise ValueError(f"{key}={value!r}: a subnormal number (below {sys.float_info.min:.4g}), which "
+                                 f"floats hold only approximately; use 0 or a value of at least {sys.float_info.min:.4g}")
         return self
 
     @field_validator("augment", mode="before")
