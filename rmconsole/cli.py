@@ -6,6 +6,7 @@ import errno
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -462,6 +463,9 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     if as_json:
         print(json.dumps([r.to_json() for r in records], indent=2))
         return
+    if not records:  # a header over nothing says nothing: say what matched none
+        _say_none_match(filters, status, sweep_, all_)
+        return
     table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold")
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
@@ -509,6 +513,25 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     if any(r.partial for r in records):
         console.print("[dim]@k/T: partial, the metrics after task k of T (not final; no I_last)[/]", highlight=False)
     print_sweep_queues([r.sweep_id for r in records if r.sweep_id])
+
+
+def _say_none_match(filters: Optional[list[str]], status: Optional[str], sweep_: Optional[str], all_: bool) -> None:
+    """`runs` found nothing: one line on stderr saying so (exit 1 when filters chose nothing, as grep)."""
+    stored = store.count_runs()
+    asked = [*(filters or []), *([f"--status {status}"] if status else []), *([f"--sweep {sweep_}"] if sweep_ else [])]
+    if not asked:
+        err_console.print("no runs in the store yet: start one with `rmconsole run`" if not stored else
+                          f"no runs to show ({stored} archived: `rmconsole runs --all`)", highlight=False)
+        return
+    ranges = [t for t in filters or [] if re.fullmatch(r"id[:=]\d+-\d+", t.strip())]
+    hint = ""
+    if ranges:
+        low, high = re.split(r"[:=]", ranges[0].strip(), maxsplit=1)[1].split("-")
+        hint = f"; a range of ids is two terms: 'id>={low}' 'id<={high}'"
+    err_console.print(f"no runs match {escape(shorten(' '.join(asked), 200))} ({stored} run(s) stored"
+                      f"{'' if all_ else ', archived ones hidden'}; see `rmconsole runs`){hint}", highlight=False,
+                      soft_wrap=True)
+    raise typer.Exit(1)
 
 
 def reap_quietly(runs: Optional[list[Any]] = None) -> list[int]:

@@ -361,3 +361,35 @@ def test_defect_07_the_password_is_in_no_workers_environment(isolated_home, stor
     wait_for(lambda: store.get_run(run_id).status not in store.ACTIVE, 240, 0.2, "the run's end")
     assert store.get_run(run_id).status == "finished", store.get_run(run_id).error
     row.check(None, "finished")
+
+
+# =========================================================================== 9: bad input
+
+
+def test_defect_09_a_subnormal_float_is_refused(isolated_home, monkeypatch, capsys) -> None:
+    row = _claim("a subnormal learning rate", "test_defect_09_a_subnormal_float_is_refused")
+    for value in ("1e-320", "5e-324", "2e-308"):
+        code, out, err = main(monkeypatch, capsys, "run", "--set", f"lr={value}")
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+        if value == "1e-320":
+            row.check(code, err)
+    code, _, err = main(monkeypatch, capsys, "run", "--set", "weight_decay=1e-310")
+    assert code == 2 and "weight_decay=1e-310: a subnormal number" in err
+    assert store.count_runs() == 0
+    from rmconsole.config import load_config as load
+
+    assert load(None, {"lr": 2.3e-308, "weight_decay": 0.0})[1].lr == 2.3e-308  # the smallest normal ones pass
+
+
+def test_defect_09_runs_that_match_nothing_say_so(isolated_home, monkeypatch, capsys) -> None:
+    row = _claim("runs matching nothing", "test_defect_09_runs_that_match_nothing_say_so")
+    finished_run()
+    code, out, err = main(monkeypatch, capsys, "runs", "id:1-3")
+    row.check(code, err)
+    assert out == ""  # no header over nothing
+    code, out, err = main(monkeypatch, capsys, "runs", "method:ewc")
+    assert code == 1 and out == "" and "no runs match method:ewc" in err
+    code, out, _ = main(monkeypatch, capsys, "runs", "id>=1", "id<=3")
+    assert code == 0 and "digits-blurry10-online" in out
+    code, out, _ = main(monkeypatch, capsys, "runs", "--json", "method:ewc")
+    assert code == 0 and out.strip() == "[]"
