@@ -393,3 +393,58 @@ def test_defect_09_runs_that_match_nothing_say_so(isolated_home, monkeypatch, ca
     assert code == 0 and "digits-blurry10-online" in out
     code, out, _ = main(monkeypatch, capsys, "runs", "--json", "method:ewc")
     assert code == 0 and out.strip() == "[]"
+
+
+# =========================================================================== 11: what the messages promise
+
+
+def test_defect_11_no_space_at_a_checkpoint_says_where_resume_continues(isolated_home) -> None:
+    import errno
+
+    from rmconsole.runner import checkpoints, worker
+
+    row = _claim("no space at the second task's checkpoint",
+                 "test_defect_11_no_space_at_a_checkpoint_says_where_resume_continues")
+    _, cfg = load_config(None, {"epochs": 1, "threads": 1, "device": "cpu"})
+    run_id = store.create_run(cfg.to_dict(), "digits-blurry10-online")
+    outcome = lambda task: TaskOutcome(task, 80.0, [80.0] * (task + 1), [80.0] * 10, list(range(10)), 1.0)  # noqa: E731
+    written = checkpoints.save_checkpoint(run_id, {"task": 0, "method": {}}, cfg.to_dict())
+    store.record_task(run_id, outcome(0), checkpoint_sha256=checkpoints.sha256_of(written.read_bytes()))
+    store.record_task(run_id, outcome(1))  # task 2's result kept, its checkpoint not written (a full disk)
+    full = OSError(errno.ENOSPC, "No space left on device", str(written) + ".123.tmp")
+    message = worker.no_space_message(run_id, full)
+    row.check(None, message)
+    resumes_at = checkpoints.load_checkpoint(run_id)["task"] + 1  # what `resume` computes (0-based)
+    assert f"continues at task {resumes_at + 1}/5" in message
+    written.unlink()  # no checkpoint at all: from the first task
+    assert "starts again at task 1/5" in worker.no_space_message(run_id, full)
+
+
+def test_defect_11_a_refused_checkpoint_is_said_in_whole_sentences(isolated_home, monkeypatch, capsys) -> None:
+    import io
+
+    import torch
+
+    from rmconsole.runner import checkpoints
+
+    row = _claim("a checkpoint that would run code", "test_defect_11_a_refused_checkpoint_is_said_in_whole_sentences")
+
+    class Evil:
+        def __reduce__(self):  # what a tampered checkpoint would run when unpickled
+            return (os.system, ("true",))
+
+    _, cfg = load_config(None, {"epochs": 1, "threads": 1, "device": "cpu"})
+    run_id = store.create_run(cfg.to_dict(), "digits-blurry10-online")  # no checksums: as an older rmconsole's
+    store.update_run(run_id, status="failed", error="worker killed by signal SIGKILL")
+    path = checkpoints.checkpoint_path(run_id)
+    path.parent.mkdir(parents=True)
+    buffer = io.BytesIO()
+    torch.save({"task": 0, "method": {}, "x": Evil()}, buffer)
+    path.write_bytes(buffer.getvalue())
+    code, _, err = main(monkeypatch, capsys, "resume", str(run_id))
+    row.check(code, err)
+    assert "Re-running" not in err and "weights_only` set to `False" not in err and "\x1b" not in err
+    assert err.rstrip().endswith("from its first task")
+    for text in ("x" * 400, "One. Two sentences here that run long " * 10):  # never cut mid-word
+        clipped = checkpoints._clip(text)
+        assert len(clipped) <= 162 and (clipped.endswith((".", "…")))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,19 +167,34 @@ def load_checkpoint(run_id: int) -> dict[str, Any] | None:
     return state
 
 
+def _clip(text: str, limit: int = 160) -> str:
+    """`text` cut to whole sentences (or words, with …) within `limit` characters."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    end = cut.rfind(". ")
+    if end > limit // 3:
+        return cut[:end + 1]
+    return cut[:cut.rfind(" ")].rstrip(" ,;:(") + " …" if " " in cut else cut + "…"
+
+
 def _load_failure(err: Exception) -> str:
-    """The useful part of torch.load's long error messages."""
-    text = " ".join(str(err).split())
+    """The useful part of torch.load's long error messages, in whole sentences: never torch's
+    advice to load with weights_only=False (that would run the file's code), never its ANSI styling."""
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", " ".join(str(err).split()))
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if found:
+        return f"it holds a pickled object that would run code: {found.group(1)}"
     if "WeightsUnpickler error:" in text:
         detail = text.split("WeightsUnpickler error:", 1)[1].split(" Check the documentation")[0].strip()
-        if "GLOBAL " in detail:
-            detail = "it holds a pickled object that would run code: " + detail.split("GLOBAL ", 1)[1].split()[0]
-        return detail.split(". Please use")[0][:160]
+        return _clip(detail.split(". Please use")[0])
     if "zip archive" in text:
         return "not a complete checkpoint archive (truncated or overwritten)"
     if isinstance(err, EOFError):
         return "the file is empty or cut short"
-    return f"{type(err).__name__}: {text[:160]}"
+    if text.startswith("Weights only load failed"):
+        return "it holds something a weights-only load refuses"
+    return f"{type(err).__name__}: {_clip(text)}"
 
 
 def check_checkpoint(state: dict[str, Any], run_id: int, config: dict[str, Any]) -> None:
