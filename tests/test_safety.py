@@ -448,3 +448,38 @@ def test_defect_11_a_refused_checkpoint_is_said_in_whole_sentences(isolated_home
     for text in ("x" * 400, "One. Two sentences here that run long " * 10):  # never cut mid-word
         clipped = checkpoints._clip(text)
         assert len(clipped) <= 162 and (clipped.endswith((".", "…")))
+
+
+# =========================================================================== 12: a deleted store's log
+
+
+@pytest.mark.timeout(300)
+def test_defect_12_a_deleted_stores_log_is_set_aside_not_continued(isolated_home) -> None:
+    import time
+
+    from conftest import wait_for
+    from rmconsole.runner import launch
+
+    row = _claim("a deleted store's log", "test_defect_12_a_deleted_stores_log_is_set_aside_not_continued")
+    log = isolated_home / "logs" / "run-1.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("task 2/5: the deleted store's run 1 was here\n")  # the old run 1's lines
+    an_hour_ago = time.time() - 3600
+    os.utime(log, (an_hour_ago, an_hour_ago))
+    _, cfg = load_config(None, {"epochs": 1, "n_tasks": 2, "threads": 1, "device": "cpu"})
+    run_id = store.create_run(cfg.to_dict(), "digits-blurry10-online")  # the new store's run 1
+    assert run_id == 1
+    launch.start_worker(run_id).wait(timeout=240)
+    assert store.get_run(run_id).status == "finished", log.read_text()[-2000:]
+    text = log.read_text()
+    assert "the deleted store's run 1 was here" not in text
+    first = text.splitlines()[0]
+    row.check(None, first)
+    (aside,) = (isolated_home / "logs" / "orphaned").iterdir()
+    assert aside.read_text() == "task 2/5: the deleted store's run 1 was here\n"  # kept, not lost
+    # a resumed run's log goes on where it was: the same run wrote it
+    store.update_run(run_id, status="failed", error="simulated")
+    before = log.read_text()
+    launch.resume_run(run_id).process.wait(timeout=240)
+    assert log.read_text().startswith(before)
+    wait_for(lambda: store.get_run(run_id).status == "finished", 30, 0.1, "the resumed run's end")

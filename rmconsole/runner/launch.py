@@ -77,6 +77,26 @@ def check_home() -> None:
             raise store.StoreError(f"{folder} is not writable (set RMCONSOLE_HOME to a writable folder)")
 
 
+def set_aside_log(run_id: int) -> Path | None:
+    """Move a log that cannot be this run's to logs/orphaned/: the run never started and the file
+    was last written before the run was stored (a deleted store's run with the same id left it),
+    so that the new run's log starts with the new run. Returns where it went."""
+    path = log_path(run_id)
+    try:
+        run = store.get_run(run_id)
+        if run.started_at is not None or not path.is_file():
+            return None
+        created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=timezone.utc)
+        if path.stat().st_mtime >= created.timestamp():
+            return None
+        aside = path.parent / "orphaned" / f"run-{run_id}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        private.mkdir(aside.parent)
+        os.replace(path, aside)  # an old worker still writing follows its file there
+        return aside
+    except (OSError, store.UnknownRun):
+        return None
+
+
 class StartFailed(Exception):
     """A run's worker could not be started (its log cannot be opened, no process could be
     made): the run was marked failed with the reason; the message is one line."""
@@ -106,6 +126,10 @@ def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvou
         private.mkdir(path.parent)
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        aside = set_aside_log(run_id)
+        if aside is not None:
+            with private.open_append(path) as log:
+                log.write(f"a log this run never wrote (a deleted store's run {run_id}?) was moved to {aside}\n".encode())
         env = worker_env({**(extra_env or {}), **lease.env()})
         if warm.enabled() and command == python_m("worker", str(run_id)):
             proc = warm.request(store.home().resolve(), run_id, env, path)
