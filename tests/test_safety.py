@@ -483,3 +483,124 @@ def test_defect_12_a_deleted_stores_log_is_set_aside_not_continued(isolated_home
     launch.resume_run(run_id).process.wait(timeout=240)
     assert log.read_text().startswith(before)
     wait_for(lambda: store.get_run(run_id).status == "finished", 30, 0.1, "the resumed run's end")
+
+
+# =========================================================================== 10: a database outage
+
+
+@pytest.fixture(scope="module")
+def own_postgres():
+    """A PostgreSQL cluster of this module's own (.ci/services), which the tests stop and start:
+    (its URL, a function that runs pg_ctl on it). Skipped where no server can start."""
+    import pwd
+    import shutil
+    import subprocess
+    import tempfile
+
+    from conftest import SERVICES, _read_env
+
+    folder = tempfile.mkdtemp(prefix="rmconsole-test-outage-")
+    subprocess.run([str(SERVICES), "start", folder, "postgres"], capture_output=True, text=True, timeout=300)
+    env = _read_env(Path(folder) / "env") if (Path(folder) / "env").exists() else {}
+    if not env.get("RMCONSOLE_TEST_PG"):
+        shutil.rmtree(folder, ignore_errors=True)
+        pytest.skip(f"PostgreSQL: {env.get('RMCONSOLE_TEST_PG_SKIP', 'no server could be started')}")
+    data = Path(folder) / "pg" / "data"
+    owner = pwd.getpwuid(data.stat().st_uid).pw_name
+    bin_dir = (Path(folder) / "pg" / "bin").read_text().strip()
+
+    def pg_ctl(*args: str) -> None:
+        command = [f"{bin_dir}/pg_ctl", "-D", str(data), "-l", str(Path(folder) / "pg" / "server.log"), "-w",
+                   "-t", "60", *args]
+        if os.getuid() == 0 and owner != "root":
+            command = ["runuser", "-u", owner, "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    try:
+        yield env["RMCONSOLE_TEST_PG"], pg_ctl
+    finally:
+        subprocess.run([str(SERVICES), "stop", folder], capture_output=True, timeout=120)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _outage_run(own_postgres, monkeypatch, env: dict[str, str]) -> tuple[int, object]:
+    """A detached 5-task run on the module's own server, once it trains task 2."""
+    from conftest import rmconsole, wait_for
+    from rmconsole.store import db
+
+    url, pg_ctl = own_postgres
+    pg_ctl("restart", "-m", "fast")  # a clean server (and database) for each test
+    import sqlalchemy
+
+    admin = sqlalchemy.create_engine(db.engine_url(url), isolation_level="AUTOCOMMIT", poolclass=sqlalchemy.NullPool)
+    with admin.connect() as conn:
+        conn.exec_driver_sql("DROP DATABASE IF EXISTS outage WITH (FORCE)")
+        conn.exec_driver_sql("CREATE DATABASE outage")
+    from sqlalchemy.engine import make_url
+
+    store_url = make_url(url).set(database="outage").render_as_string(hide_password=False)
+    monkeypatch.setenv("RMCONSOLE_DB", store_url)
+    db.dispose_engines()
+    done = rmconsole("run", "--detach", "--set", "epochs=6", "--set", "threads=1", env=env)
+    assert done.returncode == 0, done.stderr
+    run_id = int(done.stdout.strip())
+    wait_for(lambda: (r := store.get_run(run_id)).task is not None and r.task >= 1, 300, 0.2, "task 2")
+    return run_id, pg_ctl
+
+
+@pytest.mark.timeout(600)
+def test_defect_10_a_database_restart_mid_run_loses_nothing(isolated_home, own_postgres, monkeypatch) -> None:
+    import time
+
+    from conftest import wait_for
+    from rmconsole.store import db
+
+    row = _claim("PostgreSQL restarted mid-run", "test_defect_10_a_database_restart_mid_run_loses_nothing")
+    run_id, pg_ctl = _outage_run(own_postgres, monkeypatch, {})
+    before = len(store.task_results(run_id))
+    stopped = time.monotonic()
+    pg_ctl("stop", "-m", "fast")
+    time.sleep(8)  # a restart, a failover: seconds
+    pg_ctl("restart", "-m", "fast")
+    outage = time.monotonic() - stopped
+    db.dispose_engines()
+    wait_for(lambda: store.get_run(run_id).status not in store.ACTIVE, 400, 0.5, "the run's end")
+    run = store.get_run(run_id)
+    log = (isolated_home / "logs" / f"run-{run_id}.log").read_text()
+    assert run.status == "finished", (run.error, log[-3000:])
+    results = store.task_results(run_id)
+    assert [r.task for r in results] == [0, 1, 2, 3, 4] and before >= 1  # nothing finished was lost
+    assert "holding this process's results" in log and "the database answers again after" in log, log[-3000:]
+    print(f"\noutage of {outage:.1f} s held through: {[line for line in log.splitlines() if 'answers again' in line]}")
+    row.check(None, log)
+
+
+@pytest.mark.timeout(600)
+def test_defect_10_an_outage_past_the_grace_period_fails_with_the_true_reason(isolated_home, own_postgres,
+                                                                               monkeypatch) -> None:
+    import time
+
+    from conftest import wait_for
+    from rmconsole.store import db
+
+    row = _claim("PostgreSQL away past the grace period",
+                 "test_defect_10_an_outage_past_the_grace_period_fails_with_the_true_reason")
+    run_id, pg_ctl = _outage_run(own_postgres, monkeypatch, {"RMCONSOLE_DB_GRACE_S": "5"})
+    before = len(store.task_results(run_id))
+    log_path = isolated_home / "logs" / f"run-{run_id}.log"
+    stopped = time.monotonic()
+    pg_ctl("stop", "-m", "fast")
+    wait_for(lambda: "longer than the grace period" in log_path.read_text(), 120, 0.1, "the worker to give up")
+    gave_up = time.monotonic() - stopped
+    time.sleep(3)
+    pg_ctl("restart", "-m", "fast")
+    db.dispose_engines()
+    wait_for(lambda: store.get_run(run_id).status not in store.ACTIVE, 120, 0.5, "the recorded end")
+    run = store.get_run(run_id)
+    assert run.status == "failed" and "supervisor died" not in (run.error or "")
+    assert "longer than the grace period (5 s" in run.error, run.error
+    assert len(store.task_results(run_id)) >= before  # what had finished is kept
+    assert 4.5 <= gave_up <= 60, gave_up
+    print(f"\ngrace period 5 s: the worker gave up {gave_up:.1f} s after the server stopped; recorded: {run.error}")
+    row.check(None, run.error)

@@ -202,7 +202,7 @@ def mark_dead(run_id: int, reason: str, lease: store.Lease | None = None) -> boo
     if run.status == "queued" and run.task is None and reason.startswith("worker process is gone"):
         reason = f"never started: the process that was to start it (pid {run.pid}) is gone"
     detail = f"{reason}; last phase: {run.phase or 'none'}" + (f" of task {run.task + 1}" if run.task is not None else "")
-    line = last_log_line(run_id)
+    line = last_log_line(run_id, 400)
     if line:
         detail += f"; last log line: {line}"
     try:

@@ -148,7 +148,12 @@ class StoreReporter(Reporter):
         with self.lock:
             rows, self.epochs = self.epochs, []
         if rows:
-            store.record_epochs(self.run_id, rows, lease=self.lease)
+            try:
+                store.record_epochs(self.run_id, rows, lease=self.lease)
+            except Exception:
+                with self.lock:  # held for the next beat (a database outage): never dropped
+                    self.epochs = rows + self.epochs
+                raise
 
     def flush_anytime(self) -> None:
         """Write the anytime evaluations made since the last write, in one transaction."""
@@ -483,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SUPERSEDED
     except Exception as err:  # noqa: BLE001
         print(f"could not record the failure: {err}", file=sys.stderr, flush=True)
+        # the last line, which the supervisor (or whoever finds this run dead) records as its reason
+        print(f"run {run_id} failed: {message}", file=sys.stderr, flush=True)
     return 1
 
 

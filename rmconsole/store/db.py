@@ -41,6 +41,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, TypeVar
+
+T = TypeVar("T")
 from urllib.parse import quote
 
 from sqlalchemy import event, inspect, select
@@ -61,6 +63,13 @@ CONNECT_TIMEOUT_S = 10
 SCHEMA_LOCK_KEY = 0x726D636F6E736F6C  # "rmconsol": the advisory lock that serialises schema creation
 RETRIED_SQLSTATES = ("40001", "40P01")  # serialization failure, deadlock: retry the transaction
 PASSWORD_FILE_ENV = "RMCONSOLE_DB_PASSWORD_FILE"  # a run's processes: the password of RMCONSOLE_DB, by path
+GRACE_ENV = "RMCONSOLE_DB_GRACE_S"  # how long a run's processes hold on through a database outage
+OUTAGE_GRACE_S = 60.0  # the default: a restart or a failover of a shared cluster takes seconds
+UNREACHABLE_SQLSTATES = ("57P01", "57P02", "57P03")  # admin shutdown, crash shutdown, cannot connect now
+UNREACHABLE_WORDS = ("connection refused", "server closed the connection", "could not connect", "connection failed",
+                     "terminating connection", "the database system is", "connection is closed", "connection timeout",
+                     "timeout expired", "consuming input failed", "ssl syscall", "no such file or directory",
+                     "connection not open", "connection already closed", "lost connection", "server has gone away")
 
 
 class StoreError(Exception):
@@ -81,6 +90,10 @@ class StoreDamaged(StoreError):
 
 class StoreGone(StoreError):
     """The SQLite file this process was using was removed (or cannot be opened any more)."""
+
+
+class StoreUnreachable(StoreError):
+    """The database server does not answer (stopped, restarting, failing over, out of reach)."""
 
 
 def home() -> Path:
@@ -443,7 +456,69 @@ def store_error(err: BaseException, url: Optional[URL] = None, doing: str = "use
         return StoreDamaged(damaged_message(path, text))
     if path is not None and "unable to open database file" in low and not path.exists() and path.parent.exists():
         return StoreGone(f"the store {path} is gone (removed while this process used it)")
+    if path is None and url.get_backend_name() != "sqlite" and _unreachable(err):
+        return StoreUnreachable(f"the database {where} is unreachable ({text})")
     return StoreError(f"cannot {doing} the store at {where}: {text} ({_hint()})")
+
+
+def _unreachable(err: BaseException) -> bool:
+    """Whether a server database's error means it does not answer (as opposed to refusing a
+    statement): a dropped or refused connection, a server shutting down or starting up."""
+    orig = getattr(err, "orig", None) or err
+    state = str(getattr(orig, "sqlstate", None) or "")
+    if state.startswith("08") or state in UNREACHABLE_SQLSTATES or getattr(err, "connection_invalidated", False):
+        return True
+    low = str(err).lower()
+    return any(word in low for word in UNREACHABLE_WORDS)
+
+
+def outage_grace_s() -> float:
+    """How long this process holds on through a database outage: RMCONSOLE_DB_GRACE_S, else
+    OUTAGE_GRACE_S in a run's processes (they hold its lease: a worker holds its results, a
+    supervisor its verdict) and 0 elsewhere (a command the user waits on says so at once)."""
+    raw = os.environ.get(GRACE_ENV)
+    if raw:
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            return 0.0
+    return OUTAGE_GRACE_S if os.environ.get(LEASE_ENV) else 0.0
+
+
+_outage: dict[str, Optional[float]] = {"since": None}  # this process's current outage (shared by threads)
+_outage_lock = threading.Lock()
+
+
+def _within_grace(attempt: Callable[[], T]) -> T:
+    """`attempt()`, retried while the database is unreachable, for at most the grace period
+    counted from the start of this process's outage; then StoreUnreachable with the true reason
+    and how long it was waited for. Each outage and its end are one line on stderr (the run's log)."""
+    while True:
+        try:
+            result = attempt()
+        except StoreUnreachable as err:
+            grace = outage_grace_s()
+            if grace <= 0:
+                raise
+            now = time.monotonic()
+            with _outage_lock:
+                if _outage["since"] is None:
+                    _outage["since"] = now
+                    print(f"rmconsole: {err}: holding this process's results and retrying for up to {grace:g} s "
+                          f"(the grace period for a database outage, {GRACE_ENV})", file=sys.stderr, flush=True)
+                since = _outage["since"]
+            if now - since >= grace:
+                raise StoreUnreachable(str(err).replace(
+                    " is unreachable (", f" stayed unreachable for {now - since:.0f} s, longer than the grace period "
+                                         f"({grace:g} s, {GRACE_ENV}): ", 1).removesuffix(")")) from None
+            time.sleep(min(0.5, max(0.05, since + grace - now)))
+            continue
+        with _outage_lock:
+            if _outage["since"] is not None:
+                print(f"rmconsole: the database answers again after {time.monotonic() - _outage['since']:.1f} s; "
+                      f"carrying on", file=sys.stderr, flush=True)
+                _outage["since"] = None
+        return result
 
 
 # ---------------------------------------------------------------------- the engine
@@ -638,9 +713,12 @@ def _add_missing_columns(conn: Connection) -> None:
 
 @contextmanager
 def reading(engine: Engine | None = None) -> Iterator[Session]:
-    """A read-only session (objects stay usable after it closes); a database error is one line."""
-    engine = engine or get_engine()
+    """A read-only session (objects stay usable after it closes); a database error is one line.
+    In a run's processes a database outage is waited out first (the grace period)."""
+    engine = engine or _within_grace(get_engine)
     url = _url_of(engine)
+    if engine.dialect.name != "sqlite" and outage_grace_s() > 0:
+        _within_grace(lambda: _ping(engine, url))
     with _watched("read", sqlite_file(url)):
         try:
             with Session(engine, expire_on_commit=False) as session:
@@ -651,8 +729,15 @@ def reading(engine: Engine | None = None) -> Iterator[Session]:
             raise store_error(err, url, "read") from None
 
 
-T = TypeVar("T")
 _patience = threading.local()
+
+
+def _ping(engine: Engine, url: URL) -> None:
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except (DBAPIError, OSError) as err:
+        raise store_error(err, url, "read") from None
 
 
 @contextmanager
@@ -692,8 +777,13 @@ def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int
     """Run `fn(session)` in one short write transaction (BEGIN IMMEDIATE on SQLite), retried
     from the start if the database stays locked past the busy timeout (`busy_s`: a shorter
     timeout for a write that may be skipped; rows read are locked on PostgreSQL; a lost
-    deadlock is retried too). Errors are one line (StoreError and its kinds)."""
-    engine = engine or get_engine()
+    deadlock is retried too). Errors are one line (StoreError and its kinds). In a run's
+    processes a database outage is waited out, the whole transaction retried (the grace period):
+    what the run has finished is held, not lost, through a restart or a failover."""
+    return _within_grace(lambda: _write_once(fn, engine or get_engine(), retries, busy_s))
+
+
+def _write_once(fn: Callable[[Session], T], engine: Engine, retries: int, busy_s: float | None) -> T:
     url = _url_of(engine)
     if getattr(_patience, "busy_s", None) is not None:
         busy_s, retries = _patience.busy_s if busy_s is None else min(busy_s, _patience.busy_s), 1
