@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
@@ -23,11 +22,12 @@ from .cl.catalog import DatasetMissing
 from .cl.protocols import is_task_free
 from .store.filters import where, within
 from .config import MAX_INT, ConfigError, preset_description, preset_names, read_preset, shorten
+from .sanitize import SafeConsole, clean_block
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A terminal experiment console for continual learning around Rainbow Memory.")
-console = Console()
-err_console = Console(stderr=True)
+console = SafeConsole()  # whatever a run's name, tag, note or preset holds, no control character reaches the terminal
+err_console = SafeConsole(stderr=True)
 USER_ERRORS = (ConfigError, store.StoreError, store.UnknownRun, DatasetMissing, ValueError, runner.StartFailed,
                store.LeaseLost)
 MAX_SLOTS = 1024  # --parallel, --gpus and --nnodes beyond this are typing errors, not machines
@@ -850,7 +850,7 @@ def report(
     if fmt == "table":
         console.print(reports.rich_table(table, digits))
     else:
-        text = reports.render(table, fmt, digits)
+        text = clean_block(reports.render(table, fmt, digits))  # a name with ESC sequences is shown, not obeyed
         if out is None:
             sys.stdout.write(text)
         else:

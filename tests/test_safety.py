@@ -604,3 +604,55 @@ def test_defect_10_an_outage_past_the_grace_period_fails_with_the_true_reason(is
     assert 4.5 <= gave_up <= 60, gave_up
     print(f"\ngrace period 5 s: the worker gave up {gave_up:.1f} s after the server stopped; recorded: {run.error}")
     row.check(None, run.error)
+
+
+# =========================================================================== 5: control characters
+
+
+HOSTILE = "evil\x1b[2J\x1b]0;T\x07\x1b]52;c;aGVsbG8=\x07\x9b31m\u202e"
+
+
+def _raw_controls(text: str) -> list[str]:
+    return sorted({c for c in text if (ord(c) < 0x20 and c not in "\n") or 0x7F <= ord(c) < 0xA0 or c == "\u202e"})
+
+
+def test_defect_05_the_cli_shows_control_characters_never_obeys_them(isolated_home, tmp_path, monkeypatch,
+                                                                     capsys) -> None:
+    row = _claim("control characters in stored names", "test_defect_05_the_cli_shows_control_characters_never_obeys_them")
+    file_row = _claim("a preset file named with escape sequences",
+                      "test_defect_05_the_cli_shows_control_characters_never_obeys_them")
+    run_id = finished_run()
+    finished_run()
+    # written by another writer of a shared store: nothing refused them on the way in
+    store.set_name([run_id], HOSTILE)
+    store.set_note([run_id], HOSTILE)
+    store.update_run(run_id, preset=HOSTILE, error=HOSTILE)
+    store.tag_runs([run_id], [HOSTILE], [])
+    seen = []
+    for argv in (["runs"], ["runs", "--all", HOSTILE[:4]], ["show", "1"], ["report"], ["report", "--format", "md"],
+                 ["report", "--format", "csv", "--rows", "preset"], ["report", "--format", "latex"],
+                 ["diff", "1", "2"], ["tag", "1", "+ok"]):
+        code, out, err = main(monkeypatch, capsys, *argv)
+        assert code == 0, (argv, err)
+        assert _raw_controls(out + err) == [], (argv, out + err)
+        seen.append(out + err)
+    assert "evil␛[2J␛]0;T" in seen[2]  # shown, visibly
+    row.check(None, seen[2])
+    preset = tmp_path / f"{HOSTILE}.toml"
+    preset.write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = 100\nepochs = 1\nn_tasks = 2\n'
+                      'threads = 1\n')
+    code, out, err = main(monkeypatch, capsys, "run", "--preset", str(preset))  # trains: a real run of that preset
+    assert code == 0 and _raw_controls(out + err) == [], out + err
+    file_row.check(code, out)
+    code, out, err = main(monkeypatch, capsys, "runs")
+    assert "evil␛[2J" in out and _raw_controls(out + err) == []
+
+
+def test_the_sanitiser_shows_every_control_character_in_one_cell() -> None:
+    from rmconsole.sanitize import clean, clean_block
+
+    for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x202E, 0x2066]:
+        shown = clean(f"a{chr(code)}b")
+        assert len(shown) == 3 and shown[1] != chr(code), hex(code)
+    assert clean("a\nb") == "a␊b" and clean_block("a\nb\tc") == "a\nb\tc"
+    assert clean("ünïcode, 中文, émoji 🙂") == "ünïcode, 中文, émoji 🙂"  # printable text is left alone
