@@ -656,3 +656,29 @@ def test_the_sanitiser_shows_every_control_character_in_one_cell() -> None:
         assert len(shown) == 3 and shown[1] != chr(code), hex(code)
     assert clean("a\nb") == "a␊b" and clean_block("a\nb\tc") == "a\nb\tc"
     assert clean("ünïcode, 中文, émoji 🙂") == "ünïcode, 中文, émoji 🙂"  # printable text is left alone
+
+
+@pytest.mark.asyncio
+async def test_defect_05_the_tui_shows_control_characters_never_obeys_them(isolated_home) -> None:
+    import tui_store
+    from rmconsole.tui import RMConsoleApp
+
+    row = _claim("control characters in the TUI", "test_defect_05_the_tui_shows_control_characters_never_obeys_them")
+    ids = tui_store.build()
+    for field in (store.set_name, store.set_note):
+        field([ids["finished"]], HOSTILE)
+    store.update_run(ids["failed"], error=HOSTILE)
+    app = RMConsoleApp(refresh_s=0.1, reap_every_s=None)
+    screens = []
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause(1.0)
+        screens.append(app.export_screenshot())  # what the terminal is sent, as an SVG of it
+        for run_id in (ids["finished"], ids["failed"]):
+            app.open_run(run_id)
+            await pilot.pause(1.5)
+            screens.append(app.export_screenshot())
+            await pilot.press("escape")
+    for svg in screens:
+        assert _raw_controls(svg) == [], _raw_controls(svg)
+    assert "␛]52;c;aGVsbG8=" in screens[1]  # shown, visibly
+    row.check(None, screens[1])
