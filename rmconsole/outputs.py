@@ -111,7 +111,12 @@ def _refuse_own(path: Path, resolved: Path, option: str) -> None:
         if resolved == store_file or (ident is not None and ident == _identity(store_file)):
             raise OutputRefused(f"{option} {_shown(path)}: that is rmconsole's store ({_shown(store_file)}); "
                                 f"writing there would destroy every run: give another file name")
+    linked = ident is not None and os.stat(resolved).st_nlink > 1  # a hard link: one of ours under another name?
     for folder in _protected_folders():
+        if linked and any(_identity(Path(root) / name) == ident for root, _, names in os.walk(folder) for name in names):
+            raise OutputRefused(f"{option} {_shown(path)}: that is inside rmconsole's {folder.name} folder "
+                                f"({_shown(folder)}), under another name (a hard link), which only rmconsole writes: "
+                                f"give a path elsewhere")
         folder_id = _identity(folder)
         chain = [resolved, *resolved.parents]
         hit = next((p for p in chain if p == folder or (folder_id is not None and _identity(p) == folder_id)), None)

@@ -682,3 +682,48 @@ async def test_defect_05_the_tui_shows_control_characters_never_obeys_them(isola
         assert _raw_controls(svg) == [], _raw_controls(svg)
     assert "␛]52;c;aGVsbG8=" in screens[1]  # shown, visibly
     row.check(None, screens[1])
+
+
+def test_defect_01_every_way_to_the_stores_files_is_refused(isolated_home, tmp_path, monkeypatch, capsys) -> None:
+    dots = _claim("--out onto the store through ..", "test_defect_01_every_way_to_the_stores_files_is_refused")
+    elsewhere = _claim("--out onto RMCONSOLE_DB's SQLite file", "test_defect_01_every_way_to_the_stores_files_is_refused")
+    hard = _claim("--out a hard link to a checkpoint", "test_defect_01_every_way_to_the_stores_files_is_refused")
+    memory = _claim("--memory-plot into the checkpoints folder", "test_defect_01_every_way_to_the_stores_files_is_refused")
+    logs = _claim("export into the logs folder", "test_defect_01_every_way_to_the_stores_files_is_refused")
+    loop = _claim("export through a link loop", "test_defect_01_every_way_to_the_stores_files_is_refused")
+    warm = _claim("--out onto the warm server's socket", "test_defect_01_every_way_to_the_stores_files_is_refused")
+    finished_run()
+    (isolated_home / "logs").mkdir()
+    (isolated_home / "checkpoints").mkdir()
+    code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out",
+                        str(isolated_home / "logs" / ".." / "rmconsole.db"))
+    dots.check(code, err)
+    checkpoint = isolated_home / "checkpoints" / "run-1.pt"
+    checkpoint.write_bytes(b"weights")
+    os.link(checkpoint, tmp_path / "copy.md")
+    code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(tmp_path / "copy.md"))
+    hard.check(code, err)
+    code, _, err = main(monkeypatch, capsys, "report", "--runs", "1", "--memory-plot",
+                        str(isolated_home / "checkpoints" / "mem.png"))
+    memory.check(code, err)
+    code, _, err = main(monkeypatch, capsys, "export", "1", "--to", "mlflow", str(isolated_home / "logs"))
+    logs.check(code, err)
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    code, _, err = main(monkeypatch, capsys, "export", "1", "--to", "tensorboard", str(tmp_path / "l1" / "tb"))
+    loop.check(code, err)
+    (isolated_home / "warm").mkdir()
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(isolated_home / "warm" / "abc.sock"))
+        code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(isolated_home / "warm" /
+                                                                                          "abc.sock"))
+    warm.check(code, err)
+    assert checkpoint.read_bytes() == b"weights" and sorted(p.name for p in checkpoint.parent.iterdir()) == ["run-1.pt"]
+    assert list((isolated_home / "logs").iterdir()) == []
+    other = tmp_path / "other.db"  # a SQLite store named by RMCONSOLE_DB, away from the home
+    monkeypatch.setenv("RMCONSOLE_DB", f"sqlite:///{other}")
+    finished_run()
+    before = digest(other)
+    code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(other))
+    elsewhere.check(code, err)
+    assert digest(other) == before
