@@ -646,6 +646,17 @@ def test_defect_05_the_cli_shows_control_characters_never_obeys_them(isolated_ho
     file_row.check(code, out)
     code, out, err = main(monkeypatch, capsys, "runs")
     assert "evil␛[2J" in out and _raw_controls(out + err) == []
+    out_row = _claim("--out named with escape sequences", "test_defect_05_the_cli_shows_control_characters_never_obeys_them")
+    code, out, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(tmp_path / f"{HOSTILE}.md"))
+    assert code == 0 and _raw_controls(out + err) == [] and (tmp_path / f"{HOSTILE}.md").exists(), err
+    out_row.check(code, err)
+    error_row = _claim("an error naming a file with escape sequences",
+                       "test_defect_05_the_cli_shows_control_characters_never_obeys_them")
+    (tmp_path / "plain-file").write_text("a file")
+    code, out, err = main(monkeypatch, capsys, "report", "--format", "md", "--out",
+                          str(tmp_path / "plain-file" / f"{HOSTILE}.md"))
+    assert code == 2 and _raw_controls(out + err) == [], err
+    error_row.check(code, err)
 
 
 def test_the_sanitiser_shows_every_control_character_in_one_cell() -> None:
