@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
           f"K={cfg.memory_size}, {cfg.model}, RM cutmix+autoaug, {cfg.uncertainty_views} randaug views, "
           f"batch {cfg.batch_size}, {cfg.epochs} memory epochs; device {device}" + (" (--quick)" if quick else ""))
     if args.data == "mnist":
-        from rmconsole.cl.catalog import data_root
+        from rmconsole.cl.datasets import data_root
 
         data = padded_mnist(data_root())
         if args.train or args.test:

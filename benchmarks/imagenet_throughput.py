@@ -24,7 +24,7 @@ from common import accel_settings, add_accel_options, TimingReporter, machine, m
 
 import torch
 
-from rmconsole.cl.catalog import DatasetMissing
+from rmconsole.cl.datasets import DatasetMissing
 from rmconsole.cl.data import load_dataset
 from rmconsole.cl.loop import build_protocol, make_augmenter
 from rmconsole.cl.methods import Setup, Task, method_class

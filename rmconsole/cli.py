@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import long_lived_imports, report as reports, report_anytime as anytime_report, runner, store
-from .cl.catalog import DatasetMissing
+from .cl.datasets import DatasetMissing
 from .cl.protocols import is_task_free
 from .store.filters import where, within
 from .config import MAX_INT, ConfigError, preset_description, preset_names, read_preset, shorten
@@ -1065,19 +1065,58 @@ def serve_tui(refresh: float, host: str, port: int) -> None:
 # --------------------------------------------------------------------------- data
 
 
-data_app = typer.Typer(help="Datasets under RMCONSOLE_DATA.", no_args_is_help=True)
+data_app = typer.Typer(help="Datasets: the built-ins, installed plug-ins, ImageFolder trees (folder:PATH), "
+                            "under RMCONSOLE_DATA.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
 
+def _data_get_help() -> str:
+    from . import datasets
+
+    return f"A downloadable dataset: {' | '.join(datasets.downloadable())} (or an installed plug-in's)."
+
+
 @data_app.command("get")
-def data_get(name: str = typer.Argument(..., help="mnist | fashion_mnist | cifar10 | cifar100")) -> None:
-    """Download a torchvision dataset into the data root (needs internet)."""
+def data_get(name: str = typer.Argument(..., help=_data_get_help())) -> None:
+    """Download a dataset into the data root (needs internet); `rmconsole data list` shows them all."""
+    from . import datasets
     from .cl.data import data_root, load_dataset
 
-    if name not in ("mnist", "fashion_mnist", "cifar10", "cifar100"):
-        raise ConfigError(f"data get {name!r}: downloadable: mnist, fashion_mnist, cifar10, cifar100")
+    try:
+        spec = datasets.get(name)
+    except datasets.UnknownDataset:
+        raise ConfigError(f"data get {name!r}: downloadable: {', '.join(datasets.downloadable())}; registered "
+                          f"datasets: {datasets.listing()}") from None
+    if not spec.downloadable:
+        raise ConfigError(f"data get {name!r}: not downloadable ({spec.get_hint()}); downloadable: "
+                          f"{', '.join(datasets.downloadable())}")
     data = load_dataset(name, download=True)
     console.print(f"{name}: {len(data.train)} train / {len(data.test)} test images under {data_root()}")
+
+
+@data_app.command("list")
+def data_list() -> None:
+    """The registered datasets: name, classes, where they come from (plug-ins are imported to describe them)."""
+    from . import datasets, plugins
+
+    table = Table("dataset", "classes", "source", "description", box=None)
+    for name in datasets.names():
+        try:
+            spec = datasets.get(name)
+        except ValueError as err:  # a broken plug-in is one row, the others are listed
+            table.add_row(name, "?", "plug-in", f"[red]{escape(str(err))}[/]")
+            continue
+        try:
+            classes = str(spec.classes()) + ("" if spec.folder is None or spec.class_folders() else " (tree absent)")
+        except DatasetMissing:
+            classes = "? (tree absent)"
+        plugin = plugins.available("dataset").get(name)
+        source = f"plug-in {plugin.package} {plugin.version}" if plugin and name not in datasets.builtin_names() \
+            else "built-in"
+        table.add_row(name, classes, source, escape(spec.description))
+    console.print(table)
+    console.print("Any ImageFolder tree: dataset = \"folder:PATH\" (train/ and val/, one folder per class; "
+                  "class_orders.toml for class_order=paper).", highlight=False)
 
 
 def _error(message: str, code: int = 2) -> None:

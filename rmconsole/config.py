@@ -20,11 +20,11 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from .cl.catalog import (
-    AUGMENTATIONS, DATASET_CLASSES, DATASETS, MEASURES, MEMORY_POLICIES, METHOD_NAMES, MODEL_NAMES, PAPER_CLASS_ORDERS,
-    parse_augment,
-)
+from . import datasets as dataset_registry, models as model_registry
+from .cl.catalog import AUGMENTATIONS, MEASURES, MEMORY_POLICIES, METHOD_NAMES, parse_augment
+from .cl.datasets import ORDERS_FILE, DatasetMissing, UnknownDataset, builtins as builtin_datasets
 from .cl.methods import REGISTRY
+from .cl.modelspec import BUILTINS as BUILTIN_MODELS, UnknownModel
 from .cl.protocols import is_task_free
 
 METHOD_PROTOCOLS = {name: entry.protocols for name, entry in REGISTRY.items()}
@@ -48,8 +48,16 @@ class RunKeys(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # lr=inf is refused, not trained
 
-    dataset: Literal[DATASETS] = Field(description="the dataset (digits is bundled; the others under RMCONSOLE_DATA)")  # type: ignore[valid-type]
-    model: Literal[MODEL_NAMES] = Field(description="the backbone")  # type: ignore[valid-type]
+    dataset: str = Field(description="the dataset (digits is bundled; the others under RMCONSOLE_DATA; "
+                                     "`rmconsole data list`)",
+                         json_schema_extra={"allowed": f"{', '.join(builtin_datasets())}, an installed plug-in's, "
+                                                       f"or folder:PATH (an ImageFolder tree)"})
+    model: str = Field(description="the backbone",
+                       json_schema_extra={"allowed": f"{', '.join(BUILTIN_MODELS)}, or an installed plug-in's"})
+    model_weights: Optional[str] = Field(
+        default=None, description="a local file of pretrained weights for the backbone (a state dict, read with "
+                                  "torch.load weights_only; its features, and its head when the shapes match); "
+                                  "unset: random initialisation")
     method: str = Field(default="rm", description="the continual-learning method",
                         json_schema_extra={"allowed": ", ".join(METHOD_NAMES)})
     memory_size: int = Field(gt=0, description="episodic memory slots K (at least one per class)")
@@ -86,7 +94,9 @@ class RunKeys(BaseModel):
     weight_decay: float = Field(default=1e-4, ge=0, description="SGD weight decay")
     seed: int = Field(default=1, ge=0, le=MAX_INT, description="random seed: class order, stream, initialisation, draws")
     device: str = Field(default="auto", description="where to train", json_schema_extra={"allowed": "auto, cpu, cuda, cuda:N"})
-    class_order: Literal["seed", "paper"] = Field(default="seed", description="class order from the seed, or the paper's (cifar10 / mnist seeds 1-3)")
+    class_order: Literal["seed", "paper"] = Field(
+        default="seed", description="class order from the seed, or the dataset's own (the paper's: cifar10 / mnist "
+                                    "seeds 1-3; a folder dataset's: its class_orders.toml)")
     topk: int = Field(default=1, ge=1, description="also measure top-k accuracy with every evaluation when k > 1 "
                       "(top-1 is always stored; the ImageNet presets use 5, as the authors' code reports)")
     eval_every_epoch: bool = Field(default=False, description="also record the best accuracy over epochs (test-set selected, reported apart)")
@@ -182,6 +192,44 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
             raise ValueError(f"unknown method; allowed: {', '.join(sorted(METHOD_NAMES))}")
         return value
 
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        """A registered backbone (built-in or plug-in)."""
+        try:
+            model_registry.get(value)
+        except UnknownModel:
+            raise ValueError(f"not a registered model; registered: {', '.join(model_registry.names())}") from None
+        return value
+
+    @field_validator("model_weights")
+    @classmethod
+    def _model_weights(cls, value: Optional[str]) -> Optional[str]:
+        """A file that is there, stored as an absolute path (whether it holds this model's weights is
+        checked when it is built; whether it loads, before a run is stored: launch.check_runnable)."""
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise ValueError("no such file (give a local state dict; nothing is downloaded)")
+        return str(path.resolve())  # the worker may start elsewhere
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        """A registered dataset (built-in, plug-in, folder:PATH), its class count known."""
+        try:
+            dataset_registry.classes(value)
+        except UnknownDataset:
+            raise ValueError(f"not a registered dataset; registered: {dataset_registry.listing()}") from None
+        except DatasetMissing as err:  # a folder:PATH without its tree: no class count to check against
+            raise ValueError(str(err)) from None
+        return value
+
+    def dataset_classes(self) -> int:
+        """The dataset's class count (a folder dataset's: its tree's class folders, when it is there)."""
+        return dataset_registry.classes(self.dataset)
+
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:
@@ -191,7 +239,7 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
 
     @model_validator(mode="after")
     def _consistent(self) -> "RunConfig":
-        n_classes = DATASET_CLASSES[self.dataset]
+        n_classes = self.dataset_classes()
         if n_classes % self.n_tasks:
             raise ValueError(f"n_tasks={self.n_tasks}: {self.dataset} has {n_classes} classes, "
                              f"which must split evenly into tasks")
@@ -213,10 +261,12 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
                 what = f"optimizer={self.optimizer}" if self.optimizer != "sgd" else f"schedule={self.schedule}"
                 raise ValueError(f"{what}: only for the task-free streams (stream=iblurry or siblurry); the RM "
                                  f"paper's protocol trains with SGD and a per-epoch schedule")
-        if self.class_order == "paper" and (self.dataset, self.seed) not in PAPER_CLASS_ORDERS:
-            known = sorted({d for d, _ in PAPER_CLASS_ORDERS})
-            raise ValueError(f"class_order=paper: the paper has orders for {', '.join(known)} seeds 1-3 only, "
-                             f"not {self.dataset} seed {self.seed} (use class_order=seed)")
+        if self.class_order == "paper" and self.seed not in (orders := dataset_registry.orders(self.dataset)):
+            paper = sorted(n for n, spec in builtin_datasets().items() if spec.class_orders)
+            has = (f"{self.dataset} has orders for seeds {', '.join(map(str, sorted(orders)))} only" if orders
+                   else f"the paper has orders for {', '.join(paper)} seeds 1-3 only")
+            raise ValueError(f"class_order=paper: {has}, not {self.dataset} seed {self.seed} (a folder dataset's "
+                             f"own: its {ORDERS_FILE}; or use class_order=seed)")
         return self
 
     def _task_free_checks(self) -> None:
@@ -233,13 +283,13 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
             raise ValueError(f"class_order={self.class_order}: task-free streams label classes by first appearance")
         if self.gpus > 1:
             raise ValueError(f"gpus={self.gpus}: task-free streams run in one process")
-        if self.n_tasks < 1 or DATASET_CLASSES[self.dataset] < self.n_tasks:
-            raise ValueError(f"n_tasks={self.n_tasks}: more tasks than the {DATASET_CLASSES[self.dataset]} classes")
+        if self.n_tasks < 1 or self.dataset_classes() < self.n_tasks:
+            raise ValueError(f"n_tasks={self.n_tasks}: more tasks than the {self.dataset_classes()} classes")
 
     @model_validator(mode="after")
     def _method_checks(self) -> "RunConfig":
         """What only the run's method needs across keys (its params class's `check`)."""
-        REGISTRY[self.method].params.from_settings(self).check(self, DATASET_CLASSES[self.dataset])
+        REGISTRY[self.method].params.from_settings(self).check(self, self.dataset_classes())
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The paper's backbones, each split into `features` and a linear head `fc`.
+"""The paper's backbones, each split into `features` and a linear head `fc` (declared in
+cl/modelspec.py, which states the contract; `build_model` builds any registered one).
 
 The split lets prototype/herding memories and iCaRL's nearest-mean classifier use the
 feature extractor without knowing the architecture.
@@ -6,8 +7,13 @@ feature extractor without knowing the architecture.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import cast
+
 import torch
 from torch import Tensor, nn
+
+from .modelspec import BUILTINS, lookup
 
 
 class Backbone(nn.Module):
@@ -92,17 +98,77 @@ def resnet34(in_shape: tuple[int, int, int], n_classes: int) -> Backbone:
     return Backbone(net, dim, n_classes)
 
 
-MODELS = {
-    "mlp400": mlp400,
-    "resnet18": resnet18_cifar,
-    "resnet32": resnet32,
-    "resnet34": resnet34,
-}
+MODELS = {name: spec.build for name, spec in BUILTINS.items()}  # name -> "module:function" (cl/modelspec.py)
 
 
-def build_model(name: str, in_shape: tuple[int, int, int], n_classes: int) -> Backbone:
+def build_model(name: str, in_shape: tuple[int, int, int], n_classes: int, weights: str | None = None) -> Backbone:
+    """A fresh model of the registered backbone `name` (cl/modelspec.py: a built-in, or a plug-in
+    registered by `rmconsole.models`), checked against the contract the methods rely on, with
+    pretrained weights from a local file when `weights` (the run's model_weights) or the spec names one."""
+    spec = lookup(name)
+    model = spec.builder()(tuple(in_shape), n_classes)
+    check_contract(name, model, n_classes)
+    path = weights or spec.weights
+    if path:
+        load_weights(model, path, name)
+    return cast(Backbone, model)  # a Backbone, or a module honouring its contract
+
+
+def check_contract(name: str, model: object, n_classes: int) -> None:
+    """features (a module), feature_dim (its width) and fc (Linear feature_dim -> n_classes): one
+    line naming the model and what is wrong when a builder breaks it."""
+    problem = None
+    if not isinstance(model, nn.Module):
+        problem = f"it built a {type(model).__name__}, not a torch.nn.Module"
+    elif not isinstance(getattr(model, "features", None), nn.Module):
+        problem = "it has no `features` module"
+    elif not isinstance(getattr(model, "fc", None), nn.Linear):
+        problem = "its `fc` is not a torch.nn.Linear head"
+    elif getattr(model, "feature_dim", None) != model.fc.in_features:
+        problem = f"its feature_dim {getattr(model, 'feature_dim', None)!r} is not fc's in_features {model.fc.in_features}"
+    elif model.fc.out_features != n_classes:
+        problem = f"its fc has {model.fc.out_features} outputs, not the run's {n_classes} classes"
+    if problem:
+        raise TypeError(f"model {name!r} breaks the backbone contract (features, feature_dim, fc: see "
+                        f"rmconsole/cl/modelspec.py): {problem}")
+
+
+class WeightsError(ValueError):
+    """A model_weights file that cannot be used: missing, not a state dict, or not this model's."""
+
+
+def read_weights(path: str | Path) -> dict[str, Tensor]:
+    """A local state dict, read safely (torch.load weights_only=True): WeightsError, one line, when
+    the file is missing, unreadable or holds something else."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise WeightsError(f"model_weights={str(path)!r}: no such file")
     try:
-        factory = MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
-    return factory(in_shape, n_classes)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - a damaged or unsafe file, whatever torch says, in one line
+        detail = " ".join(str(err).split())[:160]
+        raise WeightsError(f"model_weights={str(path)!r}: cannot be loaded as weights ({type(err).__name__}: "
+                           f"{detail})") from None
+    if not isinstance(state, dict) or not state or not all(isinstance(v, Tensor) for v in state.values()):
+        raise WeightsError(f"model_weights={str(path)!r}: not a state dict (a mapping of parameter names to tensors)")
+    return state
+
+
+def load_weights(model: nn.Module, path: str | Path, name: str) -> None:
+    """Pretrained weights into a fresh model: a state dict of the whole model (`features.*`; `fc.*`
+    only when its shape is the run's head) or of its features alone. Every feature parameter must be
+    there with its shape (WeightsError, one line, otherwise)."""
+    state = read_weights(path)
+    features: nn.Module = model.features  # type: ignore[assignment]
+    fc: nn.Linear = model.fc  # type: ignore[assignment]
+    whole = any(k.startswith("features.") for k in state)
+    feats = {k.removeprefix("features."): v for k, v in state.items() if k.startswith("features.")} if whole else \
+        dict(state)
+    head = {k.removeprefix("fc."): v for k, v in state.items() if k.startswith("fc.")} if whole else {}
+    try:
+        features.load_state_dict(feats, strict=True)
+    except RuntimeError as err:
+        first = next((line.strip() for line in str(err).splitlines()[1:] if line.strip()), str(err))
+        raise WeightsError(f"model_weights={str(path)!r}: not weights of model {name!r} ({first[:200]})") from None
+    if head and all(head.get(k) is not None and head[k].shape == v.shape for k, v in fc.state_dict().items()):
+        fc.load_state_dict(head)

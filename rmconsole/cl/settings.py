@@ -22,6 +22,7 @@ class RunSettings(Protocol):
 
     dataset: str
     model: str
+    model_weights: Optional[str]  # a local file of pretrained weights (cl/modelspec.py)
     method: str
     memory_size: int
     n_tasks: int

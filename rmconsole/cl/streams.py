@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .catalog import PAPER_CLASS_ORDERS
+from .datasets import lookup
+
 
 def seeded_class_order(n_classes: int, seed: int) -> list[int]:
     """A permutation of the original labels, fixed by the seed."""
@@ -21,10 +22,11 @@ def seeded_class_order(n_classes: int, seed: int) -> list[int]:
 
 
 def class_order(dataset: str, n_classes: int, seed: int, kind: str = "seed") -> list[int]:
-    """The class order of a run: `seed` (shuffled by the seed) or `paper` (the authors' splits)."""
+    """The class order of a run: `seed` (shuffled by the seed) or `paper` (the dataset's own
+    orders: the authors' splits, or a folder dataset's class_orders.toml)."""
     if kind == "paper":
         try:
-            return list(PAPER_CLASS_ORDERS[(dataset, seed)])
+            return list(lookup(dataset).orders()[seed])
         except KeyError:
             raise ValueError(f"no paper class order for {dataset} seed {seed}") from None
     if kind == "identity":

@@ -232,7 +232,7 @@ def job_env() -> dict[str, str]:
     RMCONSOLE_DB (it may hold a password) is not among them: Slurm exports the submitter's
     environment to the job (sbatch's default); `RunJob` checks the job sees the same store."""
     env = {"RMCONSOLE_HOME": str(store.home().resolve()), "PYTHONUNBUFFERED": "1"}
-    from ..cl.catalog import data_root
+    from ..cl.datasets import data_root
 
     env["RMCONSOLE_DATA"] = str(data_root().resolve())
     if os.environ.get("PYTHONPATH"):

@@ -35,7 +35,7 @@ from typing import Any, Iterator, NamedTuple
 
 from .. import private, store
 from ..store.db import password_by_file
-from ..cl.catalog import data_root
+from ..cl.datasets import data_root
 from .multigpu import worker_command
 from .processes import exit_reason, is_run_process, pid_alive, process_argv, python_m
 
@@ -460,10 +460,14 @@ def check_runnable(cfg: Any, scheduled: bool = False) -> None:
     """Refuse, before anything is stored, a config whose dataset files are missing or corrupt, whose
     CUDA device is absent, or whose RMCONSOLE_HOME is not writable (one-line errors). A run for a
     scheduler gets its device on a node, so only the dataset and the home are checked here."""
-    from ..cl.catalog import verify_dataset
+    from .. import datasets
 
     if not cfg.download:
-        verify_dataset(cfg.dataset)  # present and not corrupt
+        datasets.verify(cfg.dataset)  # present and not corrupt
+    if cfg.model_weights:  # a damaged weights file is refused here, not by the worker after storing the run
+        from ..cl.models import read_weights
+
+        read_weights(cfg.model_weights)
     check_home()
     if scheduled:
         return

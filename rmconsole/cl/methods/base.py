@@ -77,7 +77,17 @@ from ..models import Backbone, build_model
 from ..settings import MethodParams
 from . import params_class
 
-__all__ = ["Method", "Setup", "Task"]
+__all__ = ["TASK_HOOKS", "Method", "Setup", "Task"]
+
+# The table above as data: every name the task protocol (loop.py) and the engine (train.py,
+# inference.py) call on a method. rmconsole.testing reads it to flag an override no protocol
+# calls (an `after_epoch`, a typo'd `after_taks`); tests/test_method_interface.py keeps it and the
+# docstring's table the same. The task-free protocol's table is taskfree.TASK_FREE_HOOKS.
+TASK_HOOKS: tuple[str, ...] = (
+    "build_model", "make_optimizer", "before_task", "learn_task", "stream_batches", "memory_batch_size",
+    "step_loss", "after_step", "graphable_step", "update_memory", "after_task", "logits", "class_scores",
+    "predict", "state_dict", "load_state_dict",
+)
 
 
 class Method:
@@ -113,7 +123,7 @@ class Method:
     def build_model(self) -> Backbone:
         """A freshly initialised model, ready for this run's device (fast path, synced batch norm)."""
         shape = self.setup.data.image_shape
-        model = build_model(self.cfg.model, shape, self.n_classes).to(self.device)
+        model = build_model(self.cfg.model, shape, self.n_classes, self.cfg.model_weights).to(self.device)
         if self.dist:
             model = distributed.sync_batch_norm(model, self.dist)
         return self.accel.prepare_model(model)

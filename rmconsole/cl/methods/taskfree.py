@@ -11,6 +11,7 @@ stream order:
     online_observe(index, y)    every streamed sample the learner receives
     online_before_eval()        before each anytime evaluation (GDumb trains here)
     online_task_end(task)       at a task boundary (EWC++, RM use it; ER and CLIB do nothing)
+    memory_report(task)         at a task boundary, after the evaluation (the memory panel's snapshot)
 
 The defaults are the follow-up's ER: a streamed sample joins a temp batch of batch_size/2 and
 adds `online_iter` to a budget of updates; when the temp batch is full, int(budget) iterations
@@ -46,6 +47,17 @@ from ..protocols import is_task_free
 from ..schedule import epoch_lr
 
 HEAD_RULES = ("extend", "keep_moments", "rebuild")
+
+# The hooks as data: every name the task-free protocol (online.py) and the engine call on a
+# method, the driver's hooks above and those it shares with the task protocol (construction,
+# the step, inference, checkpoints: base.TASK_HOOKS). rmconsole.testing reads it to flag an
+# override this protocol never calls.
+TASK_FREE_HOOKS: tuple[str, ...] = (
+    "online_start", "online_task_start", "online_new_class", "online_observe", "online_before_eval",
+    "online_task_end", "memory_report",
+    "build_model", "make_optimizer", "step_loss", "after_step", "graphable_step", "logits", "class_scores",
+    "predict", "state_dict", "load_state_dict",
+)
 
 
 class TaskFree:

@@ -1,0 +1,751 @@
+"""The conformance kit: what every continual-learning method must honour, checked from pytest.
+
+A method written in another repository (a plug-in) or in this one checks itself from its own
+tests:
+
+    from rmconsole.testing import check_method
+
+    def test_my_method_conforms() -> None:
+        check_method("mymethod")
+
+`check_method` runs the method in this process on scikit-learn's bundled 8x8 digits, through
+each protocol it declares ("task": the RM paper's tasks; "task-free": the follow-up's i-Blurry
+stream), with small settings (`kit_settings`: 5 tasks, one epoch, K=50, two uncertainty views;
+a few seconds per protocol on a CPU), and checks the rules in RULES:
+
+    memory-bound        the memory never holds more than memory_size (K) samples: after every
+                        hook the protocol calls (every streamed sample, task-free) and in every
+                        memory snapshot the method reports
+    no-test-peeking     no test image is taken outside the protocol's own evaluations (after a
+                        task, and every eval_period samples task-free)
+    same-seed-same-run  two runs with the same seed give the same outcomes, anytime points,
+                        memory snapshots and final checkpoint, bit for bit
+    resume-exact        a run stopped after a task and resumed from its checkpoint (through
+                        torch.save / torch.load(weights_only=True), as the worker writes and reads
+                        it) in a fresh method object continues bit for bit
+    known-hooks         every public method the class defines is a hook one of its protocols
+                        calls (base.TASK_HOOKS, taskfree.TASK_FREE_HOOKS), a building block of the
+                        base classes, or a helper whose name does not look like a hook
+
+It raises `ConformanceError` (an AssertionError: pytest shows it as the test's failure) listing
+every rule broken, each as what was seen and what to do; it returns a `ConformanceReport` when
+every rule holds. `check_hooks(name)` is the static rule alone (no training).
+
+How it looks, without changing what it looks at: the method's class is wrapped in a subclass
+that only records its instance (same name, same hooks), the hooks the driver calls are watched
+on that instance (the memory's size after each), and the dataset's test split is wrapped so a
+`take` is recorded with the code that asked for it unless the protocol's driver (cl/loop.py,
+cl/online.py) is evaluating through cl/inference.py.
+
+What it does not see: samples a method keeps outside `self.memory` (count them against K
+yourself: BiC's held-out set does), the test labels the driver's `Setup` carries, and
+device-only paths (it trains on the CPU: CUDA graphs and mixed precision are not exercised).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import functools
+import inspect
+import io
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+
+from .cl.events import AnytimePoint, Reporter, TaskOutcome
+
+if TYPE_CHECKING:
+    from .cl.data import Dataset
+
+__all__ = ["RULES", "ConformanceError", "ConformanceReport", "Violation", "check_hooks", "check_method",
+           "declared_protocols", "kit_settings"]
+
+RULES: dict[str, str] = {
+    "memory-bound": "the memory never holds more than memory_size (K) samples",
+    "no-test-peeking": "no test sample is taken outside the protocol's evaluations",
+    "same-seed-same-run": "two runs with the same seed are the same run, bit for bit",
+    "resume-exact": "a run stopped after a task and resumed from its checkpoint continues bit for bit",
+    "known-hooks": "every public method the class defines is a hook its protocols call or a building block",
+}
+RUNS = "runs-to-the-end"  # not a rule to choose: a method that fails to run is reported as such
+
+# What the kit trains: small enough that a protocol takes seconds on a CPU, large enough that
+# every hook runs more than once (5 tasks, so a resume after task 2 has three tasks to agree on).
+_COMMON: dict[str, Any] = {"dataset": "digits", "n_tasks": 5, "epochs": 1, "memory_size": 50, "seed": 1,
+                           "uncertainty_views": 2, "augment": "cutmix", "device": "cpu"}
+_PROTOCOL_SETTINGS: dict[str, dict[str, Any]] = {
+    "task": {"stream": "online", "batch_size": 16},
+    "task-free": {"stream": "iblurry", "batch_size": 8, "eval_period": 150, "online_iter": 0.25,
+                  "optimizer": "adam", "lr": 3e-4, "schedule": "exp_reset", "weight_decay": 0.0},
+}
+_PROTOCOL_NAMES = {"task": "task protocol", "task-free": "task-free protocol"}
+# Hooks the driver calls on the method whose return is a moment to look at the memory.
+_WATCHED_HOOKS: dict[str, tuple[str, ...]] = {
+    "task": ("before_task", "learn_task", "update_memory", "after_task"),
+    "task-free": ("online_start", "online_task_start", "online_new_class", "online_observe", "online_before_eval",
+                  "online_task_end"),
+}
+_HOOK_PREFIXES = ("before_", "after_", "on_", "online_")
+_TYPO_CUTOFF = 0.8  # difflib ratio above which a name is taken for a misspelt hook ("after_taks")
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: which, under which protocol, what the kit saw, and what to do about it."""
+
+    rule: str
+    protocol: str | None
+    seen: str
+    advice: str
+
+    def __str__(self) -> str:
+        where = f" ({_PROTOCOL_NAMES.get(self.protocol, self.protocol)})" if self.protocol else ""
+        return f"[{self.rule}]{where} {self.seen}\n      what to do: {self.advice}"
+
+
+class ConformanceError(AssertionError):
+    """A method breaks one or more rules; `violations` lists them, the message says each."""
+
+    def __init__(self, method: str, violations: list[Violation]) -> None:
+        self.method = method
+        self.violations = list(violations)
+        rules = ", ".join(dict.fromkeys(v.rule for v in self.violations))
+        lines = [f"method {method!r} does not conform ({rules}):"]
+        lines += [f"  - {v}" for v in self.violations]
+        super().__init__("\n".join(lines))
+
+
+@dataclass
+class ConformanceReport:
+    """What a passing check covered: the protocols, the rules, the runs it trained, its time."""
+
+    method: str
+    protocols: tuple[str, ...]
+    rules: tuple[str, ...]
+    runs: int = 0
+    seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)  # "protocol: rule (why it could not be checked)"
+
+
+# --------------------------------------------------------------------------- the method's declaration
+
+
+def declared_protocols(method: str) -> tuple[str, ...]:
+    """The protocols `method` declares ("task", "task-free"), from its registry entry."""
+    from .cl.methods import REGISTRY
+
+    try:
+        declared = REGISTRY[method].protocols
+    except KeyError:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(sorted(REGISTRY))}") from None
+    # the registry's Entry spells it "task" / "task-free" / "both"; a MethodSpec's tuple passes through
+    if isinstance(declared, str):
+        return ("task", "task-free") if declared == "both" else (declared,)
+    return tuple(declared)
+
+
+def kit_settings(method: str, protocol: str) -> dict[str, Any]:
+    """The run settings (config keys over the embedded digits preset) the kit trains `method` with
+    under `protocol`: pass `settings=` to `check_method` to change any of them (an expensive
+    parameter of your own method, say)."""
+    if protocol not in _PROTOCOL_SETTINGS:
+        raise ValueError(f"protocol={protocol!r}: allowed: {', '.join(_PROTOCOL_SETTINGS)}")
+    return {**_COMMON, **_PROTOCOL_SETTINGS[protocol], "method": method}
+
+
+# --------------------------------------------------------------------------- known-hooks (static)
+
+
+def _hook_tables() -> dict[str, frozenset[str]]:
+    from .cl.methods.base import TASK_HOOKS
+    from .cl.methods.taskfree import TASK_FREE_HOOKS
+
+    return {"task": frozenset(TASK_HOOKS), "task-free": frozenset(TASK_FREE_HOOKS)}
+
+
+def _is_function(value: Any) -> bool:
+    return inspect.isfunction(value) or isinstance(value, (staticmethod, classmethod))
+
+
+def _where_defined(value: Any) -> str:
+    try:
+        func = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+        return f" ({_short(inspect.getsourcefile(func) or '?')}:{inspect.getsourcelines(func)[1]})"
+    except (OSError, TypeError):
+        return ""
+
+
+def _registered_class(klass: type) -> bool:
+    """`klass` is the class of a registered method (by its `name`); plug-ins are not loaded for this."""
+    from .cl.methods import REGISTRY, method_class
+
+    name = getattr(klass, "name", None)
+    if not isinstance(name, str) or name not in REGISTRY:
+        return False
+    try:
+        return method_class(name) is klass
+    except Exception:  # noqa: BLE001 - a registry entry that does not load is not this method's concern
+        return False
+
+
+def check_hooks(method: str) -> list[Violation]:
+    """The known-hooks rule alone (nothing is trained): the violations, [] when it holds.
+
+    A public name the method's own classes define (not `Method`, `TaskFree`, nor a registered
+    method it extends: those answer for their names under their own protocols) is fine when a
+    protocol it declares calls it or when it overrides a building block of a base class. It is
+    flagged when it is a hook of a protocol the method does not declare (never called), or when
+    it is a function whose name looks like a hook (before_*, after_*, on_*, online_*, or within a
+    typo of a hook or a base function) that no protocol calls. Helpers with other names, and any
+    name with a leading underscore, are the method's own."""
+    from .cl.methods import method_class
+    from .cl.methods.base import Method
+    from .cl.methods.taskfree import TaskFree
+
+    cls = method_class(method)
+    declared = declared_protocols(method)
+    tables = _hook_tables()
+    called = frozenset().union(*(tables[p] for p in declared if p in tables))
+    every_hook = frozenset().union(*tables.values())
+    bases = [b for b in (Method, TaskFree) if issubclass(cls, b)]
+    base_names = {n for b in bases for n in dir(b) if not n.startswith("_")}
+    base_functions = {n for n in base_names if any(_is_function(inspect.getattr_static(b, n, None)) for b in bases)}
+    skip = {k for b in (Method, TaskFree) for k in b.__mro__}
+    for klass in cls.__mro__[1:]:  # a registered method it extends answers for its own names, under its own protocols
+        if _registered_class(klass):
+            skip.update(klass.__mro__)
+    own: dict[str, tuple[type, Any]] = {}
+    for klass in reversed(cls.__mro__):
+        if klass in skip or klass.__module__ in ("builtins", "typing", "abc"):
+            continue
+        for name, value in vars(klass).items():
+            if not name.startswith("_"):
+                own[name] = (klass, value)
+    declared_words = " and ".join(_PROTOCOL_NAMES[p] for p in declared)
+    declared_call = (f"the {' and '.join(declared)} protocols call" if len(declared) > 1
+                     else f"the {_PROTOCOL_NAMES[declared[0]]} calls")
+    calls = sorted(n for n in called if n in base_functions or n.startswith("online_"))
+    violations = []
+    for name, (klass, value) in sorted(own.items()):
+        label = f"{klass.__qualname__}.{name}{_where_defined(value) if _is_function(value) else ''}"
+        if name in called:
+            continue
+        if name in every_hook:
+            missing = [p for p, hooks in tables.items() if name in hooks]
+            how = " (its class lists TaskFree before Method)" if "task-free" in missing else ""
+            violations.append(Violation(
+                "known-hooks", None,
+                f"{label} is a hook of the {' and '.join(_PROTOCOL_NAMES[p] for p in missing)}, but {method!r} "
+                f"declares only the {declared_words}, which never calls it.",
+                f"declare the {' and '.join(missing)} protocol for {method!r} in its registry entry{how}, or remove "
+                f"the override."))
+            continue
+        if name in base_names or not _is_function(value):
+            continue  # a building block of the base overridden, or a helper attribute
+        close = difflib.get_close_matches(name, sorted(every_hook | base_functions), n=1, cutoff=_TYPO_CUTOFF)
+        if not (name.startswith(_HOOK_PREFIXES) or close):
+            continue
+        guess = f"; did you mean {close[0]!r}?" if close else "."
+        violations.append(Violation(
+            "known-hooks", None,
+            f"{label} looks like a hook, but no protocol calls it{guess}",
+            f"{declared_call}: {', '.join(calls)}. Rename it to the "
+            f"hook you mean, or, if it is a helper your own code calls, name it _{name}."))
+    return violations
+
+
+# --------------------------------------------------------------------------- watching a run
+
+
+_THIS_FILE = os.path.abspath(__file__)
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith(".." + os.sep + "..") else rel
+
+
+@functools.lru_cache(maxsize=None)
+def _files() -> dict[str, Any]:
+    """The files whose frames the test-split guard tells apart."""
+    import torch
+
+    from .cl import data, inference, loop, online, pipeline
+
+    return {
+        "drivers": {os.path.abspath(loop.__file__), os.path.abspath(online.__file__)},
+        "inference": os.path.abspath(inference.__file__),
+        "plumbing": {os.path.abspath(f) for f in (data.__file__, pipeline.__file__, inference.__file__, _THIS_FILE)},
+        "library": (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+                    os.path.abspath(contextlib.__file__), os.path.abspath(functools.__file__)),
+    }
+
+
+def _is_library(filename: str) -> bool:
+    torch_dir, *stdlib = _files()["library"]
+    path = os.path.abspath(filename)
+    return path.startswith(torch_dir) or path in stdlib
+
+
+def _protocol_is_evaluating(frame: FrameType | None) -> bool:
+    """True when the stack shows the protocol's driver calling cl/inference.py's evaluate or
+    evaluation (directly, through torch's decorators): the protocol's own test pass. A method
+    that calls `evaluate` itself is not the driver doing it."""
+    files = _files()
+    callee: FrameType | None = None
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if filename in files["drivers"]:
+            return (callee is not None and os.path.abspath(callee.f_code.co_filename) == files["inference"]
+                    and callee.f_code.co_name in ("evaluate", "evaluation"))
+        if not _is_library(filename):
+            callee = frame
+        frame = frame.f_back
+    return False
+
+
+def _asker(frame: FrameType | None) -> str:
+    """The innermost code outside the data plumbing and torch: who asked for the images."""
+    files = _files()
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if filename not in files["plumbing"] and not _is_library(filename):
+            return f"{_short(filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return "unknown code"
+
+
+@dataclass
+class _Watch:
+    """What one protocol's runs did that a rule forbids, and where the run was at the time."""
+
+    capacity: int
+    task: int | None = None
+    hook: str | None = None
+    samples: int = 0  # streamed samples the method observed (task-free)
+    over: dict[str, str] = field(default_factory=dict)  # memory-bound breaches: hook -> the first
+    most: int = 0
+    peeks: dict[str, str] = field(default_factory=dict)  # code and hook -> what was seen, first time
+    method: Any = None
+    failed: str | None = None  # where the run raised, when it did
+
+    def context(self) -> str:
+        task = "before the first task" if self.task is None else f"task {self.task}"
+        return f"streamed sample {self.samples}, {task}" if self.hook == "online_observe" else task
+
+    def place(self) -> str:
+        return f"in {self.hook} ({self.context()})" if self.hook else f"in the driver ({self.context()})"
+
+    def memory_size(self, size: int, when: str, key: str) -> None:
+        """A breach is kept the first time per hook (or per report), with the largest size seen."""
+        if size > self.capacity:
+            self.most = max(self.most, size)
+            self.over.setdefault(key, f"{size} {when}")
+
+    def memory_now(self, hook: str) -> None:
+        try:
+            size = len(getattr(self.method, "memory", None))  # type: ignore[arg-type]
+        except TypeError:
+            return  # no memory to count
+        self.memory_size(size, f"after {hook} ({self.context()})", hook)
+
+    def test_taken(self, n: int | None, how: str, frame: FrameType | None) -> None:
+        """Record a use of the test split unless the protocol is evaluating: once per piece of
+        code and hook, with the first time it happened."""
+        if _protocol_is_evaluating(frame):
+            return
+        key = f"{_asker(frame)} {how} {'in ' + self.hook if self.hook else 'in the driver'}"
+        if key not in self.peeks:
+            first = f"first in {self.context()}" + (f", {n} images" if n is not None else "")
+            self.peeks[key] = f"{key} ({first})"
+
+    def attach(self, method: Any, protocol: str) -> None:
+        """Watch the hooks the driver calls on this instance (instance attributes: the class and
+        what the engine reads of it stay the method's own)."""
+        self.method = method
+        for hook in _WATCHED_HOOKS[protocol]:
+            bound = getattr(method, hook, None)
+            if callable(bound):
+                setattr(method, hook, self._watched(hook, bound))
+
+    def _watched(self, hook: str, bound: Callable[..., Any]) -> Callable[..., Any]:
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            task = args[0] if args and hasattr(args[0], "index") and hasattr(args[0], "stream") else None
+            if task is not None:
+                self.task = int(task.index)
+            if hook == "online_observe":
+                self.samples += 1
+            outer, self.hook = self.hook, hook
+            try:
+                return bound(*args, **kwargs)
+            except BaseException:
+                self.failed = self.failed or self.place()  # the innermost hook that raised
+                raise
+            finally:
+                self.memory_now(hook)
+                self.hook = outer
+        return watched
+
+
+class _GuardedSplit:
+    """A dataset split that tells the watch of every image taken from it (and of any attribute
+    read besides its labels, length and shape) outside the protocol's evaluations."""
+
+    _PLAIN = frozenset({"labels", "shape"})
+
+    def __init__(self, inner: Any, watch: _Watch) -> None:
+        self._inner = inner
+        self._watch = watch
+
+    @property
+    def labels(self) -> Any:
+        return self._inner.labels
+
+    @property
+    def shape(self) -> Any:
+        return self._inner.shape
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def take(self, idx: Any) -> Any:
+        self._watch.test_taken(len(idx), "took test images", sys._getframe(1))
+        return self._inner.take(idx)
+
+    def to(self, device: Any) -> "_GuardedSplit":
+        return _GuardedSplit(self._inner.to(device), self._watch)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        value = getattr(self._inner, name)
+        if name not in self._PLAIN:
+            self._watch.test_taken(None, f"read the test split's {name!r}", sys._getframe(1))
+        return value
+
+
+class _Recorder(Reporter):
+    """The run's events as the worker would keep them; the checkpoints as the bytes it writes."""
+
+    def __init__(self, watch: _Watch) -> None:
+        self.watch = watch
+        self.outcomes: list[TaskOutcome] = []
+        self.points: list[AnytimePoint] = []
+        self.memories: list[tuple[int, list[int], int, dict[str, Any]]] = []
+        self.checkpoints: list[bytes] = []
+
+    def anytime_evaluated(self, point: AnytimePoint) -> None:
+        self.points.append(point)
+
+    def memory_updated(self, task: int, histogram: list[int], slots_per_class: int, info: dict[str, Any]) -> None:
+        self.memories.append((task, list(histogram), slots_per_class, dict(info)))
+        self.watch.memory_size(sum(histogram), f"in the memory snapshot it reported after task {task}", "report")
+
+    def task_finished(self, outcome: TaskOutcome, checkpoint: dict[str, Any] | None) -> None:
+        import torch
+
+        self.outcomes.append(outcome)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        self.checkpoints.append(buffer.getvalue())
+
+
+@contextlib.contextmanager
+def _instrumented(watch: _Watch, protocol: str) -> Iterator[None]:
+    """The drivers build the method through a subclass that hands its instance to `watch`."""
+    from .cl import loop, online
+
+    original_loop, original_online = loop.method_class, online.method_class
+    made: dict[type, type] = {}
+
+    def watched_class(name: str) -> type:
+        cls = original_loop(name)
+        if cls not in made:
+            def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+                cls.__init__(self, *args, **kwargs)
+                watch.attach(self, protocol)
+
+            made[cls] = type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
+                                                     "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+        return made[cls]
+
+    loop.method_class = online.method_class = watched_class  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        loop.method_class, online.method_class = original_loop, original_online  # type: ignore[assignment]
+
+
+@functools.lru_cache(maxsize=1)
+def _digits() -> "Dataset":
+    from .cl.data import load_dataset
+
+    return load_dataset("digits")
+
+
+def _run(cfg: Any, watch: _Watch, protocol: str, resume: dict[str, Any] | None = None) -> _Recorder:
+    import torch
+
+    from .cl.loop import run_protocol
+
+    data = _digits()
+    guarded = dataclasses.replace(data, test=_GuardedSplit(data.test, watch))
+    recorder = _Recorder(watch)
+    watch.task, watch.hook, watch.samples, watch.failed = None, None, 0, None
+    with _instrumented(watch, protocol):
+        run_protocol(cfg, guarded, torch.device("cpu"), recorder, resume=resume)
+    return recorder
+
+
+# --------------------------------------------------------------------------- comparing two runs
+
+
+def _is_timing(key: Any) -> bool:
+    """Wall-clock figures differ between any two runs: they are not part of "the same run"."""
+    return isinstance(key, str) and ("seconds" in key or key.endswith("_per_s"))
+
+
+def _difference(a: Any, b: Any, path: str) -> str | None:
+    """Where `a` and `b` first differ (bit for bit, timings aside), as a phrase; None if nowhere."""
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return f"{path}: a tensor in one run, {type(b if isinstance(a, torch.Tensor) else a).__name__} in the other"
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return f"{path}: {a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}"
+        a, b = a.detach().cpu(), b.detach().cpu()
+        if a.is_floating_point():
+            same = (a == b) | (a.isnan() & b.isnan())
+        else:
+            same = a == b
+        if bool(same.all()):
+            return None
+        n = int((~same).sum())
+        detail = ""
+        if a.is_floating_point():
+            detail = f", largest difference {float((a - b).abs().nan_to_num(math.inf).max()):.3g}"
+        return f"{path}: {n} of {a.numel()} values differ{detail}"
+    if dataclasses.is_dataclass(a) and not isinstance(a, type) and type(a) is type(b):
+        for f in dataclasses.fields(a):
+            if not _is_timing(f.name):
+                found = _difference(getattr(a, f.name), getattr(b, f.name), f"{path} {f.name}")
+                if found:
+                    return found
+        return None
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        keys_a, keys_b = {k for k in a if not _is_timing(k)}, {k for k in b if not _is_timing(k)}
+        if keys_a != keys_b:
+            return f"{path}: keys {sorted(map(str, keys_a ^ keys_b))} in one run only"
+        for k in a:
+            if k in keys_a:
+                found = _difference(a[k], b[k], f"{path}[{k!r}]")
+                if found:
+                    return found
+        return None
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} entries vs {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = _difference(x, y, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return None
+    if type(a) is not type(b) or a != b:
+        return f"{path}: {a!r} vs {b!r}"
+    return None
+
+
+def _load(checkpoint: bytes) -> dict[str, Any]:
+    import torch
+
+    return torch.load(io.BytesIO(checkpoint), map_location="cpu", weights_only=True)
+
+
+def _final_state(checkpoint: bytes) -> dict[str, Any]:
+    state = _load(checkpoint)
+    return {k: state.get(k) for k in ("method", "augmenter", "torch_rng")}
+
+
+def _compare(a: _Recorder, b: _Recorder, after_task: int = -1) -> str | None:
+    """The first difference between run `a` (its part after `after_task`) and run `b`."""
+    outcomes = [o for o in a.outcomes if o.task > after_task]
+    for mine, theirs in zip(outcomes, b.outcomes):
+        found = _difference(mine, theirs, f"the evaluation after task {mine.task}:")
+        if found:
+            return found
+    if len(outcomes) != len(b.outcomes):
+        return f"{len(outcomes)} task evaluations vs {len(b.outcomes)}"
+    points = [p for p in a.points if p.task > after_task]
+    if len(points) != len(b.points):
+        return f"{len(points)} anytime evaluations vs {len(b.points)}"
+    for mine, theirs in zip(points, b.points):
+        found = _difference(mine, theirs, f"the anytime evaluation at streamed sample {mine.samples}:")
+        if found:
+            return found
+    memories = [m for m in a.memories if m[0] > after_task]
+    for mine, theirs in zip(memories, b.memories):
+        found = _difference(mine[1:], theirs[1:], f"the memory snapshot after task {mine[0]} (histogram, slots, info):")
+        if found:
+            return found
+    if len(memories) != len(b.memories):
+        return f"{len(memories)} memory snapshots vs {len(b.memories)}"
+    if a.checkpoints and b.checkpoints:
+        return _difference(_final_state(a.checkpoints[-1]), _final_state(b.checkpoints[-1]),
+                           f"the checkpoint after the last task (task {a.outcomes[-1].task}):")
+    return None
+
+
+# --------------------------------------------------------------------------- the check
+
+
+@contextlib.contextmanager
+def _quiet_torch() -> Iterator[None]:
+    """One thread (tiny tensors; a loaded CPU), and the caller's torch RNG given back after."""
+    import torch
+
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
+
+
+def _check_protocol(method: str, protocol: str, settings: Mapping[str, Any], rules: tuple[str, ...],
+                    resume_after: int | None) -> tuple[list[Violation], int, list[str]]:
+    """One protocol's runs and rules: (violations, runs trained, rules it could not check and why)."""
+    from .cl.protocols import protocol_of
+    from .config import load_config
+
+    over = {**kit_settings(method, protocol), **settings}
+    if protocol_of(str(over.get("stream"))) != protocol:
+        raise ValueError(f"settings stream={over.get('stream')!r} is not a {_PROTOCOL_NAMES[protocol]} stream")
+    _, cfg = load_config(None, over)
+    watch = _Watch(capacity=int(cfg.memory_size))
+    violations: list[Violation] = []
+    skipped: list[str] = []
+    runs = 0
+
+    def run(what: str, resume: dict[str, Any] | None = None) -> _Recorder:
+        nonlocal runs
+        runs += 1
+        try:
+            return _run(cfg, watch, protocol, resume)
+        except Exception as err:  # noqa: BLE001 - the method's own failure: reported as such, its traceback chained
+            detail = " ".join(str(err).split())[:300]
+            raise ConformanceError(method, violations + _watched(watch, protocol, rules) + [Violation(
+                RUNS, protocol, f"the {what} failed {watch.failed or watch.place()}: {type(err).__name__}: {detail}",
+                f"see the traceback above this error; the kit's settings are kit_settings({method!r}, "
+                f"{protocol!r}) with your settings= over them.")]) from err
+
+    full = run("run")
+    n_tasks = len(full.outcomes)
+    if "same-seed-same-run" in rules:
+        found = _compare(full, run("second run with the same seed"))
+        if found:
+            violations.append(Violation(
+                "same-seed-same-run", protocol, f"two runs with seed {cfg.seed} differ at {found}.",
+                "draw every random number from a generator the run seeds (self.gen, torch's global RNG that "
+                "the protocol seeds, or a random.Random(self.cfg.seed + n)), never from an unseeded one "
+                "(random.Random(), random.random(), numpy's global RNG), and let nothing depend on the clock, "
+                "id() or set order."))
+    if "resume-exact" not in rules:
+        return violations + _watched(watch, protocol, rules), runs, skipped
+    k = min(2, n_tasks - 2) if resume_after is None else resume_after
+    if n_tasks >= 2 and not 0 <= k < n_tasks - 1:
+        raise ValueError(f"resume_after={resume_after}: the run has {n_tasks} tasks; allowed: 0 to {n_tasks - 2}")
+    try:
+        checkpoint = _load(full.checkpoints[max(k, 0) if n_tasks >= 2 else -1])
+    except Exception as err:  # noqa: BLE001 - pickle's and torch's errors for what weights_only refuses
+        violations.append(Violation(
+            "resume-exact", protocol,
+            f"the checkpoint does not load as the worker loads it (torch.load(weights_only=True)): "
+            f"{type(err).__name__}: {' '.join(str(err).split())[:200]}",
+            "keep state_dict() to tensors, numbers, strings, None and lists / tuples / dicts of them "
+            "(a generator as generator.get_state(), an object as its fields)."))
+        return violations + _watched(watch, protocol, rules), runs, skipped
+    if n_tasks < 2:
+        skipped.append(f"{protocol}: resume-exact (the run is one task: no task follows a checkpoint)")
+    elif any(v.rule == "same-seed-same-run" for v in violations):
+        skipped.append(f"{protocol}: resume-exact (two runs from the start already differ)")
+    else:
+        found = _compare(full, run(f"run resumed after task {k}", checkpoint), after_task=k)
+        if found:
+            violations.append(Violation(
+                "resume-exact", protocol,
+                f"stopped after task {k} and resumed from its checkpoint (in a fresh method object), the run "
+                f"differs from the uninterrupted one at {found}.",
+                "everything that shapes later tasks (counters, running statistics, old models, generators, "
+                "per-sample state) must be saved by state_dict() and put back by load_state_dict(); extend "
+                "both with super() and a key of your own."))
+    return violations + _watched(watch, protocol, rules), runs, skipped
+
+
+def _watched(watch: _Watch, protocol: str, rules: tuple[str, ...]) -> list[Violation]:
+    """The breaches the watch saw in any of the protocol's runs, one violation per rule."""
+    found = []
+    if "memory-bound" in rules and watch.over:
+        found.append(Violation(
+            "memory-bound", protocol,
+            f"the memory held more than memory_size K={watch.capacity} samples (up to {watch.most}), first "
+            + next(iter(watch.over.values())) + ".",
+            "keep len(self.memory) <= cfg.memory_size at every moment: build the memory with that capacity (or "
+            "less: a temp batch or a held-out set counts against K) and evict before adding."))
+    if "no-test-peeking" in rules and watch.peeks:
+        shown = list(watch.peeks.values())
+        found.append(Violation(
+            "no-test-peeking", protocol,
+            "the test split was used outside the protocol's evaluations: " + "; ".join(shown[:3])
+            + (f"; and in {len(shown) - 3} more places" if len(shown) > 3 else "") + ".",
+            "learn from the train split only (self.images_of(indices), self.setup.data.train); the test split "
+            "belongs to the protocol, which evaluates after each task and, task-free, every eval_period "
+            "samples. A method that looks at test data reports figures no other method can match."))
+    return found
+
+
+def check_method(method: str, *, protocols: Iterable[str] | None = None, settings: Mapping[str, Any] | None = None,
+                 rules: Iterable[str] | None = None, resume_after: int | None = None) -> ConformanceReport:
+    """Check `method` (a registered name: built-in or plug-in) against RULES under each protocol it
+    declares (or `protocols`, a subset of them), on digits with `kit_settings` updated by
+    `settings`; `rules` picks some of RULES (known-hooks alone trains nothing); `resume_after`
+    is the task whose checkpoint the resume check starts from (default 2, the middle of 5).
+
+    Raises ConformanceError naming every broken rule; returns what was checked otherwise."""
+    started = time.perf_counter()
+    declared = declared_protocols(method)
+    chosen = tuple(declared if protocols is None else protocols)
+    undeclared = [p for p in chosen if p not in declared]
+    if undeclared:
+        raise ValueError(f"protocols={list(chosen)}: {method!r} declares only {', '.join(declared)}")
+    picked = tuple(RULES if rules is None else rules)
+    unknown = [r for r in picked if r not in RULES]
+    if unknown:
+        raise ValueError(f"rules: unknown {', '.join(map(repr, unknown))}; allowed: {', '.join(RULES)}")
+    violations = check_hooks(method) if "known-hooks" in picked else []
+    runs, skipped = 0, []
+    if any(r != "known-hooks" for r in picked):
+        with _quiet_torch():
+            for protocol in chosen:
+                found, n, not_checked = _check_protocol(method, protocol, dict(settings or {}), picked, resume_after)
+                violations += found
+                runs += n
+                skipped += not_checked
+    if violations:
+        raise ConformanceError(method, violations)
+    return ConformanceReport(method, chosen, picked, runs, round(time.perf_counter() - started, 2), skipped)
