@@ -401,6 +401,9 @@ def _sweep_stopped() -> None:
     raise SweepStopped()
 
 
+QUEUE_OUTAGE_S = 1800.0  # how long a queue runner waits through a database outage before it gives up
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rmconsole.runner.queue",
                                      description="Run a stored sweep's queued runs, N at a time.")
@@ -422,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no runs in sweep {args.sweep_id!r}", file=sys.stderr)
         return 2
     StopSignal(then=_sweep_stopped, once=True)  # a second signal must not interrupt the stop
+    from ..store.db import hold_through_outages
+
+    hold_through_outages(QUEUE_OUTAGE_S)  # a database restart must not orphan the sweep's queued runs
     try:
         with DriverLock(args.sweep_id):
             if args.retry:

@@ -472,10 +472,21 @@ def _unreachable(err: BaseException) -> bool:
     return any(word in low for word in UNREACHABLE_WORDS)
 
 
+_outage_hold: dict[str, Optional[float]] = {"s": None}
+
+
+def hold_through_outages(seconds: float) -> None:
+    """This process (a sweep's queue runner) waits up to `seconds` through a database outage,
+    whatever RMCONSOLE_DB_GRACE_S says for the runs it starts."""
+    _outage_hold["s"] = seconds
+
+
 def outage_grace_s() -> float:
     """How long this process holds on through a database outage: RMCONSOLE_DB_GRACE_S, else
     OUTAGE_GRACE_S in a run's processes (they hold its lease: a worker holds its results, a
     supervisor its verdict) and 0 elsewhere (a command the user waits on says so at once)."""
+    if _outage_hold["s"] is not None:
+        return _outage_hold["s"]
     raw = os.environ.get(GRACE_ENV)
     if raw:
         try:
