@@ -121,7 +121,8 @@ class OwnPostgres:
                    "-t", "120", *args]
         if os.getuid() == 0 and self.owner != "root":
             command = ["runuser", "-u", self.owner, "--", *command]
-        subprocess.run(command, capture_output=True, timeout=300, check=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RMCONSOLE")}  # not one of the soak's processes
+        subprocess.run(command, capture_output=True, timeout=300, check=True, env=env)
 
     def stop_for(self, seconds: float) -> None:
         self.pg_ctl("stop", "-m", "fast")
