@@ -17,8 +17,9 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from . import long_lived_imports, report as reports, report_anytime as anytime_report, runner, store
+from . import long_lived_imports, metric_registry, report as reports, report_anytime as anytime_report, runner, store
 from .cl.datasets import DatasetMissing
+from .cl.metric_catalog import mark_carrier
 from .cl.protocols import is_task_free
 from .store.filters import where, within
 from .config import MAX_INT, ConfigError, preset_description, preset_names, read_preset, shorten
@@ -56,6 +57,10 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for
 
 def _fmt(value: Optional[float], digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _dim(text: str, style: str) -> str:
+    return f"[{style}]{text}[/]" if style else text
 
 
 def _duration(seconds: Optional[float]) -> str:
@@ -303,6 +308,37 @@ def _metric(detail: dict[str, Any], key: str, letter: str) -> str:
     return f"{value:.2f}"
 
 
+def _show_metrics(detail: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """What `show` prints of the catalogue: the main line (the RM paper's protocol's metrics,
+    which every run's JSON carries), the other measured ones beside it (dim), and the top-k
+    figures; a task-free run's own (A_auc, the online figures) are its anytime lines."""
+    measured = {k for k, v in detail["metrics"].items() if v is not None}
+    main = [x for x in metric_registry.listed(["task"], (), family="")]
+    own = [x for x in metric_registry.catalogue() if "task-free" in x.default_for and "task" not in x.default_for]
+    extra = [x for x in metric_registry.listed(["task"], measured, family="") if x not in main and x not in own]
+    return main, extra, metric_registry.listed(["task"], measured, family="topk")
+
+
+def _cross_text(detail: dict[str, Any], metric: Any) -> str:
+    """A cross-run metric (I_last) in `show`: its value and the run it was measured against, or why none."""
+    m = detail["metrics"]
+    if metric.name != "I_last":
+        value = m.get(metric.name)
+        return _fmt(value) + (f" (vs run {m.get(metric.name + '_against')})" if value is not None else "")
+    differs = m.get("I_last_joint_differs")
+    if m["I_last"] is not None and differs:
+        what = "; ".join(f"{k} {store.show_value(v['run'])} here, {store.show_value(v['joint'])} there"
+                         for k, v in differs.items())
+        return f"{_fmt(m['I_last'])}* (* vs joint run {m.get('I_last_joint_run')}, which differs in {what})"
+    if m["I_last"] is not None:
+        return f"{_fmt(m['I_last'])} (vs joint run {m.get('I_last_joint_run')})"
+    if detail["method"] == "joint":
+        return "— (a joint run is the upper bound itself)"
+    if m.get("partial"):
+        return "— (partial: not all tasks are done)"
+    return "— (no matching joint run)"
+
+
 def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
     """Per task and phase: epochs, the loss from first to last epoch with a sparkline, the lr
     range and the mean samples/s (and the last test accuracy when it was recorded)."""
@@ -382,31 +418,21 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
         for line in epoch_lines(detail["epochs"]):
             console.print(line, highlight=False)
     m = detail["metrics"]
-    differs = m.get("I_last_joint_differs")
-    if m["I_last"] is not None and differs:
-        what = "; ".join(f"{k} {store.show_value(v['run'])} here, {store.show_value(v['joint'])} there"
-                         for k, v in differs.items())
-        i_last = f"{_fmt(m['I_last'])}* (* vs joint run {m.get('I_last_joint_run')}, which differs in {what})"
-    elif m["I_last"] is not None:
-        i_last = f"{_fmt(m['I_last'])} (vs joint run {m.get('I_last_joint_run')})"
-    elif detail["method"] == "joint":
-        i_last = "— (a joint run is the upper bound itself)"
-    elif m.get("partial"):
-        i_last = "— (partial: not all tasks are done)"
-    else:
-        i_last = "— (no matching joint run)"
-    line = (f"A_last {_metric(detail, 'A_last', 'A')}  A_avg {_metric(detail, 'A_avg', 'A')}  "
-            f"F_last {_metric(detail, 'F_last', 'F')}  I_last {i_last}")
-    if m.get("A_last_best_epoch") is not None:
-        line += f"  [dim]A_last best-over-epochs (test-set selected, authors' figure) {_fmt(m['A_last_best_epoch'])}[/]"
+    main, extra, topk = _show_metrics(detail)
+    parts = []
+    for metric in main:
+        text = _cross_text(detail, metric) if metric.across is not None else _metric(detail, metric.name, metric.letter)
+        parts.append(f"{metric.name} {text}")
+    line = "  ".join(parts)
+    for metric in extra:  # measured beyond the protocol's own (e.g. the authors' test-selected figure)
+        line += f"  [dim]{metric.label} {_metric(detail, metric.name, metric.letter)}[/]"
     console.print(line, highlight=False)
     if m.get("partial"):
         console.print(f"[yellow]partial:[/] metrics after task {m['tasks_done']} of {detail['progress']['n_tasks']} "
                       f"(A@k/T is the accuracy after task k, not a final A_last)", highlight=False)
-    if m.get("topk"):
-        k = m["topk"]
-        console.print(f"top-{k}: A_last {_fmt(m.get('A_last_topk'))}  A_avg {_fmt(m.get('A_avg_topk'))}  "
-                      f"F_last {_fmt(m.get('F_last_topk'))}  (the figures above are top-1)")
+    if m.get("topk") and topk:
+        shown = "  ".join(f"{t.label.removesuffix(' top-k')} {_fmt(m.get(t.name), t.digits)}" for t in topk)
+        console.print(f"top-{m['topk']}: {shown}  (the figures above are top-1)")
     if detail.get("job_id"):  # the scheduler's word is news only while the run is active
         active = detail["status"] in store.ACTIVE and detail.get("job_state")
         console.print(f"{(detail.get('executor') or '').split(':')[0]} job {detail['job_id']}"
@@ -477,12 +503,12 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     wide = console.width >= 120  # narrower: a run's changes go on a second line under its name
     if wide:
         table.add_column("changes", overflow="fold", ratio=1)  # the overrides of the preset, then #tags
-    anytime = any(r.a_auc is not None for r in records)  # task-free runs listed: their A_auc too
-    if anytime:
-        table.add_column("A_auc", justify="right", no_wrap=True)
-    table.add_column("A_last", justify="right", no_wrap=True)
-    table.add_column("F_last", justify="right", no_wrap=True)
-    table.add_column("I_last", justify="right", no_wrap=True)
+    # the catalogue's metric columns; one of task-free runs only (A_auc) when such a run is listed
+    columns = [m for m in metric_registry.columns()
+               if "task" in m.protocols or any(m.name in r.metrics for r in records)]
+    carrier = mark_carrier(columns)  # (the column that writes a partial run's @k/T; the others are dim)
+    for m in columns:
+        table.add_column(m.label, justify="right", no_wrap=True)
     jobs = store.job_states([r.id for r in records if r.status == "queued"])
     marked = []
     for r in records:
@@ -490,7 +516,7 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         if r.id in jobs:  # queued at a scheduler: its job and the scheduler's word
             executor, job_id, job_state = jobs[r.id]
             status_text = f"queued: {executor} job {job_id} {job_state or ''}".strip()
-        if r.i_last is not None and r.i_last_differs:
+        if r.i_last_note:  # I_last against a joint run that differs beyond its recipe
             marked.append(r)
         what = r.overrides_text
         if r.tags:
@@ -503,10 +529,9 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         if what and not wide:
             label += f"\n[dim]{escape(what)}[/]"  # (wraps between words under the name)
         table.add_row(str(r.id), f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]", label, r.method,
-                      str(r.memory_size), str(r.seed), *changes, *([_fmt(r.a_auc)] if anytime else []),
-                      f"[{style}]{r.metric_text(r.a_last)}[/]" if style else r.metric_text(r.a_last),
-                      f"[{style}]{_fmt(r.f_last)}[/]" if style else _fmt(r.f_last),  # (A_last carries the @k/T)
-                      r.i_last_text())
+                      str(r.memory_size), str(r.seed), *changes,
+                      *[_dim(r.metric_text(m.name, mark=m is carrier), style if m.final_only and m.across is None
+                             else "") for m in columns])
     console.print(table)
     for r in marked:
         console.print(f"* run {r.id}: I_last {r.i_last_note} (rmconsole show {r.id})", highlight=False)
@@ -671,9 +696,10 @@ def remove(items: list[str] = typer.Argument(..., metavar="RUN...", help="Run id
     if not yes:
         if not sys.stdin.isatty():
             raise ConfigError("rm deletes runs for good: confirm with --yes (no terminal to ask on)")
+        headline = mark_carrier(metric_registry.columns())  # (A_last: the runs table's @k/T column)
         for r in records:
-            console.print(f"  run {r.id} {r.status} {escape(r.label)} {r.method} seed {r.seed} "
-                          f"A_last {r.metric_text(r.a_last)}", highlight=False)
+            console.print(f"  run {r.id} {r.status} {escape(r.label)} {r.method} seed {r.seed}"
+                          + (f" {headline.name} {r.metric_text(headline.name)}" if headline else ""), highlight=False)
         if not typer.confirm(f"Delete {len(records)} run(s) with their rows, logs and checkpoints?", default=False):
             err_console.print("nothing deleted")
             raise typer.Exit(1)
@@ -806,10 +832,8 @@ def report(
     where_: list[str] = typer.Option([], "--where", help="Only runs with KEY=V1,V2 in their config (repeatable)."),
     rows: Optional[str] = typer.Option(None, "--rows", help="Keys that make a row (default: method)."),
     cols: Optional[str] = typer.Option(None, "--cols", help="Keys that make a column group, e.g. memory_size."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Of A_last, A_avg, F_last, I_last, A_last_best_epoch, "
-                                                                     "A_last_topk, A_avg_topk, F_last_topk, "
-                                                                     "A_auc, train_samples_per_s, train_seconds, eval_seconds, "
-                                                                     "wall_seconds."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated, of the metric catalogue: "
+                                                                     f"{', '.join(metric_registry.metric_names())}."),
     paper: bool = typer.Option(False, "--paper", help="Put the paper's figure and the difference beside each "
                                                       "matching cell (same dataset, method, K, setting, augmentation)."),
     only_changed: bool = typer.Option(True, "--only-changed/--all-config",

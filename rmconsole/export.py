@@ -11,8 +11,9 @@ What goes where, for each run:
           sweep, partial) and the run's tags
     params: the config, as --set writes it    hparams: the config + final metrics
     metrics: accuracy after each task         accuracy/after_task (step = task)
-             (step = task), A_last, A_avg,    final/A_last ... (step = last task)
-             F_last, I_last at the last task
+             (step = task), every metric of   final/A_last ... (step = last task)
+             the catalogue the run has, at
+             the last task
              train_loss, lr, samples_per_s,   epoch/train_loss, epoch/lr, ...
              test_accuracy per epoch          (step = epochs trained so far)
              (step = epochs trained so far)
@@ -21,8 +22,9 @@ What goes where, for each run:
                when matplotlib draws it
 
 A partial run (not through all tasks) is exported with `rmconsole.partial=true` (MLflow tag /
-text) and its final metrics named `partial_A_last` etc., so a dashboard never shows a partial
-A_last as if it were final. Re-exporting a run replaces what an earlier export wrote for it.
+text) and its final-only metrics named `partial_A_last` etc., so a dashboard never shows a partial
+A_last as if it were final. Re-exporting a run replaces what an earlier export wrote for it. The
+metrics are the catalogue's (rmconsole/metric_registry.py, plug-ins included).
 """
 
 from __future__ import annotations
@@ -34,18 +36,23 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import metric_registry
 from .store.records import format_value
 
 TARGETS = ("mlflow", "tensorboard")
-FINAL = ("A_last", "A_avg", "F_last", "I_last")
 
 
 class ExportError(ValueError):
     """An export that cannot be done (a missing extra, an unwritable place): one line."""
 
 
-def _final_name(detail: dict[str, Any], key: str) -> str:
-    return f"partial_{key}" if (detail.get("metrics") or {}).get("partial") else key
+def _finals(detail: dict[str, Any]) -> list[tuple[str, float]]:
+    """(exported name, value) of every catalogue metric the run has: a final-only one of a
+    partial run as `partial_NAME`."""
+    m = detail.get("metrics") or {}
+    partial = bool(m.get("partial"))
+    return [(f"partial_{x.name}" if partial and x.final_only else x.name, float(m[x.name]))
+            for x in metric_registry.catalogue() if isinstance(m.get(x.name), (int, float))]
 
 
 def _epoch_points(detail: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
@@ -109,9 +116,8 @@ def to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str = "
             if t.get("accuracy") is not None:
                 metrics.append(Metric("accuracy", float(t["accuracy"]), 0, t["task"] + 1))
         last = max((t["task"] + 1 for t in detail.get("tasks") or [] if t.get("accuracy") is not None), default=0)
-        for key in FINAL:
-            if m.get(key) is not None:
-                metrics.append(Metric(_final_name(detail, key), float(m[key]), 0, last))
+        for name, value in _finals(detail):
+            metrics.append(Metric(name, value, 0, last))
         for step, e in _epoch_points(detail):
             for key, value in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
                                ("test_accuracy", e.get("test_accuracy"))):
@@ -178,9 +184,8 @@ def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
             if t.get("accuracy") is not None:
                 writer.add_scalar("accuracy/after_task", t["accuracy"], t["task"] + 1)
                 last = t["task"] + 1
-        for key in FINAL:
-            if m.get(key) is not None:
-                writer.add_scalar(f"final/{_final_name(detail, key)}", m[key], last)
+        for name, value in _finals(detail):
+            writer.add_scalar(f"final/{name}", value, last)
         for step, e in _epoch_points(detail):
             for key, value in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
                                ("test_accuracy", e.get("test_accuracy"))):
@@ -196,7 +201,7 @@ def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
                                      bins=np.arange(len(hist) + 1) - 0.5)
         hparams = {k: (v if isinstance(v, (int, float, str, bool)) else format_value(v))
                    for k, v in (detail.get("config") or {}).items() if v is not None}
-        finals = {f"hparam/{_final_name(detail, k)}": float(m[k]) for k in FINAL if m.get(k) is not None}
+        finals = {f"hparam/{name}": value for name, value in _finals(detail)}
         if finals:
             writer.add_hparams(hparams, finals, run_name=".")
         writer.close()

@@ -31,25 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Optional, Sequence, Union
 
-from . import outputs, paper as papers
+from . import metric_registry, outputs, paper as papers
+from .cl.metric_catalog import mean_std
+from .cl.protocols import is_task_free, protocol_of
 from .config import method_reads
 from .store.filters import config_value, format_value, where as filter_where
 
-METRICS = ("A_last", "A_avg", "F_last", "I_last", "A_last_best_epoch", "A_last_topk", "A_avg_topk", "F_last_topk",
-           "A_auc", "train_samples_per_s", "train_seconds", "eval_seconds", "wall_seconds")
-DEFAULT_METRICS = ("A_last", "A_avg", "F_last", "I_last")
-# a selection of task-free runs (the follow-up's protocol): its metrics and compute-aware numbers
-ANYTIME_METRICS = ("A_auc", "A_last", "A_avg", "F_last", "train_samples_per_s", "train_seconds", "eval_seconds",
-                   "wall_seconds")
-METRIC_LABELS = {
-    "A_last": "A_last", "A_avg": "A_avg", "F_last": "F_last", "I_last": "I_last",
-    "A_last_best_epoch": "A_last best-over-epochs (test-selected)",
-    "A_last_topk": "A_last top-k", "A_avg_topk": "A_avg top-k", "F_last_topk": "F_last top-k", "A_auc": "A_auc",
-    "train_samples_per_s": "train samples/s", "train_seconds": "train s", "eval_seconds": "eval s",
-    "wall_seconds": "wall s",
-}
-LOWER_IS_BETTER = {"F_last", "I_last", "F_last_topk", "train_seconds", "eval_seconds", "wall_seconds"}
-PAPER_METRICS = ("A_last", "F_last", "I_last", "A_last_topk", "F_last_topk")  # what the paper's tables print
+# The metrics, their labels, better direction, default set and which the paper prints: the metric
+# catalogue's (rmconsole/metric_registry.py: the built-ins and installed plug-ins).
 # keys that change how or where a run computes, or what it records, not what it learns
 # (eval_every_epoch only adds test passes after epochs: the trajectory is the same, tested)
 RUNTIME_KEYS = ("device", "threads", "download", "eval_every_epoch", "anytime_class_accuracy",
@@ -197,9 +186,11 @@ def _sort_key(value: Any) -> tuple:
 
 @dataclass
 class Stat:
-    """One metric of one cell: the per-seed values it averages."""
+    """One metric of one cell: the per-seed values it aggregates, by the metric's own rule (the
+    catalogue's `aggregate`: mean and sample std, ddof=1, for every built-in)."""
 
     values: list[tuple[int, int, float]]  # (run id, seed, value)
+    aggregate: Callable[[Sequence[float]], tuple[Optional[float], Optional[float]]] = mean_std
 
     @property
     def n(self) -> int:
@@ -207,16 +198,17 @@ class Stat:
 
     @property
     def mean(self) -> Optional[float]:
-        return sum(v for _, _, v in self.values) / self.n if self.values else None
+        return self.aggregate([v for _, _, v in self.values])[0]
 
     @property
     def std(self) -> Optional[float]:
-        """Sample standard deviation over seeds (ddof=1); None with fewer than two seeds."""
-        if self.n < 2:
-            return None
-        mean = self.mean
-        assert mean is not None
-        return math.sqrt(sum((v - mean) ** 2 for _, _, v in self.values) / (self.n - 1))
+        """The spread over seeds (sample standard deviation); None with fewer than two seeds."""
+        return self.aggregate([v for _, _, v in self.values])[1]
+
+
+def _paper(metric: str) -> bool:
+    """Whether the paper's tables print this metric (`--paper` puts its figure beside it)."""
+    return metric_registry.metric(metric).paper
 
 
 @dataclass
@@ -292,17 +284,17 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
     both = set(row_keys) & set(col_keys)
     if both:
         raise ReportError(f"{', '.join(sorted(both))} is both a row and a column key; choose one")
-    if metrics is None:
-        has_best = any((r.get("metrics") or {}).get("A_last_best_epoch") is not None for r in runs)
-        has_topk = any((r.get("metrics") or {}).get("A_last_topk") is not None for r in runs)
-        if any((r.get("metrics") or {}).get("A_auc") is not None for r in runs):
-            metrics = list(ANYTIME_METRICS)
-        else:
-            metrics = list(DEFAULT_METRICS) + (["A_last_best_epoch"] if has_best else []) + \
-                (["A_last_topk", "F_last_topk"] if has_topk else [])
+    if metrics is None:  # the catalogue's default set for the selection's protocol
+        measured = {k for r in runs for k, v in (r.get("metrics") or {}).items() if v is not None}
+        task_free = any(is_task_free(r.get("config") or {}) for r in runs)
+        metrics = metric_registry.report_default("task-free" if task_free else "task", measured)
     for metric in metrics:
-        if metric not in METRICS:
-            raise ReportError(f"--metrics {metric!r}: allowed: {', '.join(METRICS)}")
+        try:
+            metric_registry.metric(metric)
+        except metric_registry.UnknownMetric:
+            raise ReportError(f"--metrics {metric!r}: allowed: {', '.join(metric_registry.metric_names())}") from None
+        except metric_registry.PluginError as err:
+            raise ReportError(f"--metrics {metric!r}: {err}") from None
 
     skip = {"seed", *RUNTIME_KEYS, *row_keys, *col_keys}
     changed = [k for k in config_keys if k not in skip  # (a method's own parameter: among the runs that read it)
@@ -358,7 +350,7 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
         for metric in metrics:
             cell.stats[metric] = Stat([(r["id"], r["seed"], float(v)) for r in used
                                        if (v := (r.get("metrics") or {}).get(metric)) is not None
-                                       and not math.isnan(float(v))])
+                                       and not math.isnan(float(v))], metric_registry.metric(metric).aggregate)
         for r in used:
             m = r.get("metrics") or {}
             if m.get("I_last") is not None:
@@ -369,7 +361,7 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
         if paper and used:
             config = used[0].get("config") or {}
             for metric in metrics:
-                figure = papers.paper_figure(config, metric) if metric in PAPER_METRICS else None
+                figure = papers.paper_figure(config, metric) if _paper(metric) else None
                 if figure is not None:
                     cell.paper[metric] = figure
         cells[(row_ids.index(row), col_ids.index(col))] = cell
@@ -407,11 +399,11 @@ def col_title(report: Report, col: tuple) -> str:
 def metric_title(metric: str, arrows: bool = True, arrow_up: str = "↑", arrow_down: str = "↓") -> str:
     part, _, base = metric.rpartition(":")
     if part:  # a --paper column
-        return f"{'paper' if part == 'paper' else 'Δ'} {METRIC_LABELS[base]}"
-    label = METRIC_LABELS[metric]
+        return f"{'paper' if part == 'paper' else 'Δ'} {metric_registry.metric(base).label}"
+    label = metric_registry.metric(metric).label
     if not arrows:
         return label
-    return f"{label} {arrow_down if metric in LOWER_IS_BETTER else arrow_up}"
+    return f"{label} {arrow_down if metric_registry.metric(metric).lower_is_better else arrow_up}"
 
 
 def cell_text(report: Report, cell: Optional[Cell], metric: str, digits: int = 2, pm: str = "±",
@@ -460,12 +452,13 @@ def caption(report: Report) -> str:
         parts.append("(n=k): only k seeds have this value")
     if report.any_incomplete:
         parts.append(f"{INCOMPLETE} incomplete: a run is not finished or a seed is missing")
-    if "I_last" in report.metrics and all(c.stats["I_last"].n == 0 for c in report.cells.values()):
-        parts.append("I_last needs a finished joint run with the same dataset, model, seed and budget")
-    if "A_last_best_epoch" in report.metrics:
-        parts.append("best-over-epochs: the authors' figure, selected on the test set")
+    shown = [metric_registry.metric(m) for m in report.metrics]
+    for m in shown:  # why a column is empty, and what a column means (the catalogue's words)
+        if m.missing and all(c.stats[m.name].n == 0 for c in report.cells.values()):
+            parts.append(m.missing)
+    parts += [m.note for m in shown if m.note]
     ks = sorted({c.topk for c in report.cells.values() if c.topk})
-    if ks and any(m.endswith("_topk") for m in report.metrics):
+    if ks and any(m.family == "topk" for m in shown):
         parts.append(f"top-k: k={', '.join(map(str, ks))} (the run's topk; the other figures are top-1)")
     differs: dict[str, set[tuple[str, str]]] = {}
     for cell in report.cells.values():
@@ -479,9 +472,6 @@ def caption(report: Report) -> str:
         used = sorted({(f.tex_order, f.label) for c in report.cells.values() for f in c.paper.values()})
         parts.append("paper: Bang et al., CVPR 2021, " + (", ".join(f"table {o} ({label})" for o, label in used)
                      if used else "no matching figure") + "; Δ = this table's mean minus the paper's")
-    if "A_auc" in report.metrics:
-        parts.append("task-free runs: A_auc = mean anytime accuracy on the classes seen so far, A_last/A_avg at task "
-                     "ends, F_last class-wise (the follow-up's); train/eval s and samples/s are wall-clock")
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")
     return "; ".join(parts)
@@ -493,7 +483,7 @@ def _metric_columns(report: Report) -> list[str]:
     out = []
     for metric in report.metrics:
         out.append(metric)
-        if report.with_paper and metric in PAPER_METRICS:
+        if report.with_paper and _paper(metric):
             out += [f"paper:{metric}", f"diff:{metric}"]
     return out
 
@@ -534,7 +524,7 @@ def to_csv(report: Report) -> str:
         for metric in report.metrics:
             prefix = f"{col_title(report, col)} {metric}".strip() if report.col_keys else metric
             heads += [f"{prefix} mean", f"{prefix} std", f"{prefix} n", f"{prefix} complete"]
-            if report.with_paper and metric in PAPER_METRICS:
+            if report.with_paper and _paper(metric):
                 heads += [f"{prefix} paper mean", f"{prefix} paper std", f"{prefix} paper source"]
     writer.writerow(heads)
     for i, labels in enumerate(report.row_labels):
@@ -542,7 +532,7 @@ def to_csv(report: Report) -> str:
         for j, col in enumerate(report.cols):
             cell = report.cell(i, j)
             for metric in report.metrics:
-                with_paper = report.with_paper and metric in PAPER_METRICS
+                with_paper = report.with_paper and _paper(metric)
                 if cell is None:
                     values += ["", "", "0", "false"] + (["", "", ""] if with_paper else [])
                     continue
@@ -622,7 +612,7 @@ def to_latex(report: Report, digits: int = 2) -> str:
     heads = [latex_escape(k) for k in report.label_keys]
     for _, metric in _header(report):
         heads.append(latex_escape(metric_title(metric, arrows=False)).replace("Δ", "$\\Delta$") +
-                     ("" if ":" in metric else " ($\\downarrow$)" if metric in LOWER_IS_BETTER else " ($\\uparrow$)"))
+                     ("" if ":" in metric else " ($\\downarrow$)" if metric_registry.metric(metric).lower_is_better else " ($\\uparrow$)"))
     lines.append(" & ".join(heads) + " \\\\")
     lines.append("\\midrule")
     for i, labels in enumerate(report.row_labels):
@@ -908,13 +898,14 @@ def plot_memory(detail: dict[str, Any], path: Path | str) -> Path:
 # ---------------------------------------------------------------------- two runs side by side
 
 
-def _metric_text(detail: dict[str, Any], key: str) -> str:
-    value = (detail.get("metrics") or {}).get(key)
+def _metric_text(detail: dict[str, Any], metric: Any) -> str:
+    """A metric of a `show --json` detail: `86.00`, `A@3/5 88.06` when partial (final-only metrics)."""
+    value = (detail.get("metrics") or {}).get(metric.name)
     if value is None:
         return "—"
-    if (detail.get("metrics") or {}).get("partial"):
-        return f"{key[0]}@{detail['metrics']['tasks_done']}/{detail['progress']['n_tasks']} {value:.2f}"
-    return f"{value:.2f}"
+    if (detail.get("metrics") or {}).get("partial") and metric.final_only:
+        return f"{metric.letter}@{detail['metrics']['tasks_done']}/{detail['progress']['n_tasks']} {metric.text(value)}"
+    return metric.text(value)
 
 
 def run_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -935,10 +926,14 @@ def run_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     metrics = []
     notes = []
     final = not (a["metrics"].get("partial") or b["metrics"].get("partial"))
-    for key in ("A_last", "A_avg", "F_last", "I_last"):
-        va, vb = a["metrics"].get(key), b["metrics"].get(key)
-        delta = f"{vb - va:+.2f}" if va is not None and vb is not None and final else ""
-        metrics.append((key, _metric_text(a, key), _metric_text(b, key), delta))
+    protocols = {protocol_of(ca), protocol_of(cb)}
+    measured = {k for d in (a, b) for k, v in d["metrics"].items() if v is not None}
+    for m in metric_registry.listed(protocols | {"task"}, measured):  # the catalogue's, not the loop's clock
+        if m.family == "online":
+            continue
+        va, vb = a["metrics"].get(m.name), b["metrics"].get(m.name)
+        delta = f"{vb - va:+.{m.digits}f}" if va is not None and vb is not None and (final or not m.final_only) else ""
+        metrics.append((m.name, _metric_text(a, m), _metric_text(b, m), delta))
     if not final:
         notes.append("B − A is left out: a partial run's metrics (@k/T) are not final")
     ta = {t["task"]: t.get("accuracy") for t in a.get("tasks", [])}

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from . import metric_registry
 from .cl import protocols
 from .report import Report, ReportError, _pyplot, _save, col_title, format_value, row_title
 
@@ -35,8 +36,11 @@ def anytime_lines(detail: dict[str, Any]) -> list[str]:
         return []
     cfg, m = detail.get("config") or {}, detail.get("metrics") or {}
     points = detail.get("anytime") or []
-    lines = [f"A_auc {_num(m.get('A_auc'))} over {len(points)} anytime evaluations (every {cfg.get('eval_period')} "
-             f"streamed samples, on the classes seen so far); F_last is the follow-up's class-wise forgetting"]
+    # the protocol's own metrics (A_auc: the catalogue's defaults of task-free runs only) and their note
+    own = [x for x in metric_registry.catalogue() if x.default_for == ("task-free",) and x.family == ""]
+    figures = "  ".join(f"{x.name} {x.text(m.get(x.name))}" for x in own)
+    lines = [f"{figures} over {len(points)} anytime evaluations (every {cfg.get('eval_period')} streamed samples)"
+             + "".join(f"; {x.note}" for x in own if x.note)]
     names, order = detail.get("class_names") or [], detail.get("class_order") or []
 
     def name(label: int) -> str:

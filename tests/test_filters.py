@@ -17,8 +17,8 @@ def record(run_id: int, method: str = "rm", status: str = "finished", a_last: fl
     config = {"method": method, "dataset": "digits", "seed": 1, "memory_size": 200, **config}
     return RunRecord(id=run_id, status=status, preset="digits-blurry10-online", method=method, dataset="digits",
                      memory_size=config["memory_size"], seed=config["seed"], n_tasks=5, task=None, phase=None,
-                     phase_done=0, phase_total=0, samples_per_s=None, eta_s=None, a_last=a_last, a_avg=None,
-                     f_last=None, i_last=i_last, tasks_done=5, sweep_id=None, error=None, config=config)
+                     phase_done=0, phase_total=0, samples_per_s=None, eta_s=None, tasks_done=5, sweep_id=None, error=None,
+                     metrics={k: v for k, v in (("A_last", a_last), ("I_last", i_last)) if v is not None}, config=config)
 
 
 def ids(text: str, records: list[RunRecord]) -> list[int]:

@@ -69,10 +69,10 @@ def test_every_view_takes_the_same_joint_run(isolated_home) -> None:
     views = {
         "show --json": store.run_detail(run)["metrics"]["I_last"],
         "runs --json": next(r for r in json.loads(rmconsole("runs", "--json").stdout) if r["id"] == run)["metrics"]["I_last"],
-        "tui runs table": next(r for r in data.load_run_rows() if r.id == run).i_last,
-        "tui runs feed": next(r for r in data.RunsFeed().read()[0] if r.id == run).i_last,
-        "tui run page": data.load_run_view(run).row.i_last,
-        "tui compare": data.load_compare([run]).rows[0].i_last,
+        "tui runs table": next(r for r in data.load_run_rows() if r.id == run).value("I_last"),
+        "tui runs feed": next(r for r in data.RunsFeed().read()[0] if r.id == run).value("I_last"),
+        "tui run page": data.load_run_view(run).row.value("I_last"),
+        "tui compare": data.load_compare([run]).rows[0].value("I_last"),
     }
     assert views == dict.fromkeys(views, 20.0)
     assert store.run_detail(run)["metrics"]["I_last_joint_run"] == same_augmentation
@@ -85,7 +85,7 @@ def test_i_last_against_a_joint_run_with_another_augmentation_is_marked(isolated
     rm = _stored("rm", 80.0, augment="cutmix+autoaug")
     joint = _stored("joint", 96.0, augment="none", epochs=8, batch_size=64)
     record = store.run_record(rm)
-    assert record.i_last == 16.0 and record.i_last_joint_run == joint
+    assert record.value("I_last") == 16.0 and record.i_last_joint_run == joint
     assert record.i_last_differs == (("augment", ["cutmix", "autoaug"], []),)
     assert record.i_last_text() == "16.00*"
     assert record.i_last_note == f"against joint run {joint}, which differs in augment cutmix+autoaug here, none there"

@@ -23,10 +23,10 @@ def test_records_carry_the_runs_json_shape() -> None:
     records = {r.id: r for r in store.run_records()}
     assert sorted(records) == sorted(ids.values())
     finished = records[ids["finished"]]
-    assert (finished.status, finished.a_last, finished.tasks_done, finished.memory_size) == ("finished", 86.0, 5, 200)
+    assert (finished.status, finished.value("A_last"), finished.tasks_done, finished.memory_size) == ("finished", 86.0, 5, 200)
     shape = finished.to_json()
     assert list(shape) == SUMMARY_KEYS
-    assert list(shape["metrics"]) == ["A_last", "A_avg", "F_last", "I_last", "I_last_joint_run", "tasks_done",
+    assert list(shape["metrics"]) == ["A_last", "A_avg", "F_last", "I_last", "I_last_joint_run", "F_max", "tasks_done",
                                       "partial"]
     assert shape["metrics"]["partial"] is False and records[ids["running"]].to_json()["metrics"]["partial"] is True
     assert shape["metrics"]["A_last"] == 86.0 and shape["config"] == dict(finished.config)
@@ -93,9 +93,9 @@ def test_one_joint_rule_for_subsets_and_all_runs() -> None:
     newest_same = _stored("joint", 95.0, augment="cutmix", epochs=4)  # the budget is the joint run's own
     run = _stored("rm", 70.0, augment="cutmix")
     other_seed = _stored("rm", 70.0, augment="cutmix", seed=9)
-    assert store.run_record(run).i_last_joint_run == newest_same and store.run_record(run).i_last == 25.0
+    assert store.run_record(run).i_last_joint_run == newest_same and store.run_record(run).value("I_last") == 25.0
     everything = {r.id: r for r in store.run_records()}
     assert everything[run] == store.run_records([run])[0] == store.run_record(run)
-    assert everything[other_seed].i_last is None and everything[old_same].i_last is None
+    assert everything[other_seed].value("I_last") is None and everything[old_same].value("I_last") is None
     assert store.joint_run(run).id == newest_same and store.joint_accuracy(run) == 95.0
     assert store.run_summary(store.get_run(run)) == everything[run].to_json()

@@ -130,7 +130,7 @@ def test_best_over_epochs_is_reported_only_when_recorded_and_labelled(grid) -> N
     grid[0]["metrics"]["A_last_best_epoch"] = 95.0
     rep = R.build_report(grid)
     assert rep.metrics[-1] == "A_last_best_epoch"
-    assert "test-selected" in R.to_markdown(rep).splitlines()[0]
+    assert "test-set selected" in R.to_markdown(rep).splitlines()[0]
     assert rep.cell(0, 0).stats["A_last_best_epoch"].n == 1
 
 

@@ -194,8 +194,8 @@ def test_store_keeps_topk_beside_top1(isolated_home) -> None:
         store.record_task(run_id, TaskOutcome(t, a, [a, a], [a] * 10, list(range(10)), 1.0, topk=5, topk_accuracy=ak,
                                               topk_accuracy_row=[ak, ak - 10 * t]))
     record = store.run_record(run_id)
-    assert (record.a_last, record.a_avg) == (40.0, 35.0)  # top-1 stays top-1
-    assert (record.topk, record.a_last_topk, record.a_avg_topk, record.f_last_topk) == (5, 60.0, 55.0, -10.0)
+    assert (record.value("A_last"), record.value("A_avg")) == (40.0, 35.0)  # top-1 stays top-1
+    assert (record.topk, record.value("A_last_topk"), record.value("A_avg_topk"), record.value("F_last_topk")) == (5, 60.0, 55.0, -10.0)
     detail = store.run_detail(run_id)
     assert detail["metrics"]["A_last_topk"] == 60.0 and detail["metrics"]["topk"] == 5
     rows = store.task_results(run_id)

@@ -317,7 +317,7 @@ async def test_launch_the_digits_preset_and_watch_it_until_it_finishes() -> None
     assert len([t for t in seen_tasks if t is not None]) >= 2, seen_tasks
     assert len(seen_streamed) >= 3  # the task-stream panel changed as the run went on
     assert seen_streamed[-1].count("✓") == 5 and "▶" not in seen_streamed[-1]
-    assert len(view.results) == 5 and view.row.a_last is not None
+    assert len(view.results) == 5 and view.row.value("A_last") is not None
 
 
 @pytest.mark.asyncio

@@ -7,6 +7,7 @@ import pytest
 import tui_store
 from rmconsole import store
 from rmconsole.runner import launch
+from rmconsole.cl.metric_catalog import CrossValue
 from rmconsole.config import ConfigError
 from rmconsole.tui import data, render
 from rmconsole.tui.screens.launch import preview, split_overrides
@@ -19,8 +20,8 @@ def test_run_rows_read_every_run_with_progress_and_metrics() -> None:
     rows = {r.id: r for r in data.load_run_rows()}
     assert set(rows) == set(ids.values())
     finished, running = rows[ids["finished"]], rows[ids["running"]]
-    assert finished.status == "finished" and finished.a_last == pytest.approx(86.0)
-    assert finished.tasks_done == 5 and finished.f_last is not None and finished.i_last is None
+    assert finished.status == "finished" and finished.value("A_last") == pytest.approx(86.0)
+    assert finished.tasks_done == 5 and finished.value("F_last") is not None and finished.value("I_last") is None
     assert running.active and (running.task, running.phase, running.phase_fraction) == (2, "stream", pytest.approx(230 / 576))
     assert running.memory_size == 200 and running.seed == 2
     assert render.progress_text(running).plain == "3/5 stream  40%"
@@ -34,9 +35,9 @@ def test_i_last_matches_a_finished_joint_run_with_the_same_budget() -> None:
     joint = store.create_run({**finished.config, "method": "joint"}, "joint")
     store.update_run(joint, status="finished", metrics={"A_last": 95.0})
     rows = {r.id: r for r in data.load_run_rows()}
-    assert rows[ids["finished"]].i_last == pytest.approx(95.0 - 86.0)
-    assert rows[ids["running"]].i_last is None  # different epochs and seed: no matching joint run
-    assert data.load_run_view(ids["finished"]).row.i_last == pytest.approx(9.0)  # the store's own lookup agrees
+    assert rows[ids["finished"]].value("I_last") == pytest.approx(95.0 - 86.0)
+    assert rows[ids["running"]].value("I_last") is None  # different epochs and seed: no matching joint run
+    assert data.load_run_view(ids["finished"]).row.value("I_last") == pytest.approx(9.0)  # the store's own lookup agrees
 
 
 def test_runs_feed_rereads_only_what_can_change(monkeypatch) -> None:
@@ -64,7 +65,7 @@ def test_runs_feed_rereads_only_what_can_change(monkeypatch) -> None:
     joint = store.create_run({**store.get_run(ids["finished"]).config, "method": "joint"}, "joint")
     store.update_run(joint, status="finished", metrics={"A_last": 90.0})
     rows, changed = feed.read()
-    assert changed and feed.rows[ids["finished"]].i_last == pytest.approx(4.0)  # a new joint run updates I_last
+    assert changed and feed.rows[ids["finished"]].value("I_last") == pytest.approx(4.0)  # a new joint run updates I_last
 
 
 def test_filter_terms_and_fields_then_sort() -> None:
@@ -171,8 +172,8 @@ def test_accuracy_matrix_and_metrics_line() -> None:
     assert table.row_count == 3 and len(table.columns) == 5
     row = data.RunRow(id=1, status="finished", preset=None, method="rm", dataset="digits", memory_size=200, seed=1,
                       n_tasks=5, task=4, phase=None, phase_done=0, phase_total=0, samples_per_s=None, eta_s=None,
-                      a_last=80.0, a_avg=60.0, f_last=10.0, i_last=None, tasks_done=5, sweep_id=None, error=None,
-                      created_at=None, heartbeat_at=None)
+                      metrics={"A_last": 80.0, "A_avg": 60.0, "F_last": 10.0}, tasks_done=5, sweep_id=None,
+                      error=None, created_at=None, heartbeat_at=None)
     line = render.metrics_line(row).plain
     assert "A_last 80.00" in line and "F_last 10.00" in line and "I_last —" in line
 
@@ -209,16 +210,17 @@ def test_metrics_line_marks_i_last_and_shows_the_paper_and_top_k() -> None:
               "augment": ["cutmix", "autoaug"], "uncertainty": "randaug"}
     row = data.RunRow(id=1, status="finished", preset=None, method="rm", dataset="mnist", memory_size=500, seed=1,
                       n_tasks=5, task=4, phase=None, phase_done=0, phase_total=0, samples_per_s=None, eta_s=None,
-                      a_last=80.0, a_avg=60.0, f_last=1.0, i_last=16.0, tasks_done=5, sweep_id=None, error=None,
-                      i_last_joint_run=7, i_last_differs=(("augment", ["cutmix", "autoaug"], []),), config=config)
+                      metrics={"A_last": 80.0, "A_avg": 60.0, "F_last": 1.0, "I_last": 16.0}, tasks_done=5, sweep_id=None,
+                      error=None, config=config,
+                      cross={"I_last": CrossValue(16.0, 7, (("augment", ["cutmix", "autoaug"], []),))})
     line = render.metrics_line(row).plain
     assert "I_last 16.00*" in line
     assert "* I_last against joint run 7, which differs in augment cutmix+autoaug here, none there" in line
     assert "paper A_last 91.80 (Δ -11.80)" in line and "F_last 0.75 (Δ +0.25)" in line and "I_last 3.62" in line
     top5 = data.RunRow(id=2, status="finished", preset=None, method="rm", dataset="imagenet", memory_size=20000, seed=1,
                        n_tasks=10, task=9, phase=None, phase_done=0, phase_total=0, samples_per_s=None, eta_s=None,
-                       a_last=30.0, a_avg=20.0, f_last=1.0, i_last=None, tasks_done=10, sweep_id=None, error=None,
-                       topk=5, a_last_topk=52.0, a_avg_topk=40.0, f_last_topk=2.0,
+                       metrics={"A_last": 30.0, "A_avg": 20.0, "F_last": 1.0, "A_last_topk": 52.0, "A_avg_topk": 40.0,
+                                "F_last_topk": 2.0}, tasks_done=10, sweep_id=None, error=None, topk=5,
                        config={**config, "dataset": "imagenet", "memory_size": 20000, "n_tasks": 10, "topk": 5})
     line = render.metrics_line(top5).plain
     assert "top-5 A_last 52.00" in line and "A_last top-5 50.11 (Δ +1.89)" in line and "paper A_last 50" not in line

@@ -3,7 +3,7 @@
     queries.py      every read the faces make (RunRecords, JSON shapes, a run's parts)
     transitions.py  every status change, each one guarded transition
     runs.py         writing what a run produces (run rows, stream plans, results, memory)
-    records.py      the frozen RunRecord and the one joint-run rule (pure)
+    records.py      the frozen RunRecord (metrics by catalogue name), cross-run metrics applied (pure)
     filters.py      the run filter grammar (pure)
 """
 
@@ -18,7 +18,7 @@ from .queries import (
     newest_run_id, run_detail, run_parts, run_record, run_records, run_statuses, run_summary, store_id, sweep_ids,
     task_results, task_streams,
 )
-from .records import JOINT_KEYS, JointRuns, RunRecord, joint_differences, show_value, with_intransigence
+from .records import JOINT_KEYS, RunRecord, show_value, with_intransigence
 from .runs import (
     create_run, create_runs, delete_results_from, record_anytime, record_epochs, record_memory, record_start,
     record_task, set_archived, set_name, set_note, summarize_results, tag_runs, update_run,
@@ -34,12 +34,12 @@ from .transitions import (
 __all__ = [
     "SQLITE_MAX_INT", "impatient", "StoreDamaged", "StoreFull", "StoreGone", "StoreLocked", "database_path", "database_url_object",
     "checkpoint_checksums", "store_id", "StoreIdentity", "Lease", "LeaseLost", "ensure_token",
-    "ACTIVE", "AnytimeEval", "anytime_curves", "anytime_evals", "record_anytime", "JOINT_KEYS", "STATUSES", "EpochMetric", "FilterError", "JointRuns", "MemorySnapshot", "Run", "RunFilter",
+    "ACTIVE", "AnytimeEval", "anytime_curves", "anytime_evals", "record_anytime", "JOINT_KEYS", "STATUSES", "EpochMetric", "FilterError", "MemorySnapshot", "Run", "RunFilter",
     "RunParts", "RunRecord", "StoreError", "TaskResult", "TaskStream", "Transition", "UnknownRun", "accuracy_curves",
     "claim_run", "count_runs", "create_run", "create_runs", "database_url", "delete_results_from", "delete_run",
     "epoch_json", "epoch_metrics", "newest_run_id", "record_epochs", "set_archived", "set_name", "set_note",
     "tag_runs", "fail_stopped_run", "find_runs", "finish_run", "get_engine", "get_run", "heartbeat", "home",
-    "job_states", "joint_accuracy", "joint_differences", "joint_run", "list_runs", "mark_failed", "mark_finished",
+    "job_states", "joint_accuracy", "joint_run", "list_runs", "mark_failed", "mark_finished",
     "mark_stopped", "memory_snapshots",
     "parse_run_filter", "reading", "record_memory", "record_start", "record_task", "requeue_run", "run_detail",
     "run_parts", "run_record", "run_records", "run_statuses", "run_summary", "show_value", "shown_url", "summarize_results",

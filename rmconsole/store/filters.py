@@ -6,9 +6,10 @@ Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free tex
 
 - KEY is a run column (id, status, preset, method, dataset, seed, sweep, name, note,
   archived), a run's `tag` (any of its tags) or `override` (a key it overrides: `override:epochs`,
-  or with its value: `override:epochs=64`), a metric (A_last, A_avg, F_last, I_last,
-  A_last_best_epoch, tasks_done, partial, A_auc) or any config key (`k` is memory_size); case does not
-  matter. An unknown key is an error that lists the known ones.
+  or with its value: `override:epochs=64`), a filterable metric of the catalogue
+  (rmconsole/metric_registry.py: the built-ins and installed plug-ins), tasks_done, partial, or
+  any config key (`k` is memory_size); case does not matter. An unknown key is an error that
+  lists the known ones.
 - `:` and `=` are equality, `!=` its negation; a comma lists alternatives (OR). Values are read
   as on the command line and compared as tables write them: numbers by value (`id:1` is run 1,
   not 10-19; `k:20` is not 200), lists joined with '+' (`augment:cutmix+autoaug`, `augment:none`),
@@ -21,7 +22,8 @@ Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free tex
 
 Pure: parsing and matching only; `queries.find_runs` applies a filter to the stored runs.
 To add a key, give it a line in RUN_KEYS (or SET_KEYS) and a value in `record_value`; a value
-that is a set matches when any of its members does.
+that is a set matches when any of its members does. A metric needs nothing here: its catalogue
+row says whether it is filterable.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
+from .. import metric_registry
 from .records import RunRecord, _config_defaults, config_value, format_value  # noqa: F401  (re-exported)
 
 RUN_KEYS = {  # name -> the RunRecord attribute it reads
@@ -38,10 +41,7 @@ RUN_KEYS = {  # name -> the RunRecord attribute it reads
     "seed": "seed", "sweep": "sweep_id", "name": "name", "note": "note", "archived": "archived",
 }
 SET_KEYS = ("tag", "override")  # a run has several: the term matches when any member does
-METRIC_KEYS = {  # name -> the RunRecord attribute it reads
-    "A_last": "a_last", "A_avg": "a_avg", "F_last": "f_last", "I_last": "i_last",
-    "A_last_best_epoch": "a_last_best_epoch", "tasks_done": "tasks_done", "partial": "partial", "A_auc": "a_auc",
-}
+PROGRESS_KEYS = ("tasks_done", "partial")  # how far a run's metrics go (RunRecord attributes)
 ALIASES = {"k": "memory_size", "sweep_id": "sweep", "tags": "tag", "overrides": "override"}
 EQUALITY = ("=", "!=")
 ORDERING = {">": float.__gt__, ">=": float.__ge__, "<": float.__lt__, "<=": float.__le__}
@@ -65,6 +65,11 @@ def config_keys() -> tuple[str, ...]:
     return tuple(_config_defaults())
 
 
+def metric_keys() -> tuple[str, ...]:
+    """The filterable metrics (the catalogue's, plug-ins included), then the progress keys."""
+    return (*(m.name for m in metric_registry.filterable()), *PROGRESS_KEYS)
+
+
 def record_value(record: RunRecord, key: str) -> Any:
     """A run's value for a (canonical) filter key."""
     if key in RUN_KEYS:
@@ -73,9 +78,11 @@ def record_value(record: RunRecord, key: str) -> Any:
         return frozenset(record.tags)
     if key == "override":
         return frozenset([*record.overrides, *(f"{k}={format_value(v)}" for k, v in record.overrides.items())])
-    if key in METRIC_KEYS:
-        return getattr(record, METRIC_KEYS[key])
-    return config_value(record.config, key)
+    if key in PROGRESS_KEYS:
+        return getattr(record, key)
+    if key in record.config or key in _config_defaults():
+        return config_value(record.config, key)
+    return record.value(key)  # a metric (canonical_key let only known keys through)
 
 
 def _number(value: Any) -> Optional[float]:
@@ -94,15 +101,18 @@ def _parse(raw: str) -> Any:
 
 
 def known_keys() -> list[str]:
-    return list(dict.fromkeys([*RUN_KEYS, *SET_KEYS, "k", *METRIC_KEYS, *config_keys()]))
+    return list(dict.fromkeys([*RUN_KEYS, *SET_KEYS, "k", *metric_keys(), *config_keys()]))
 
 
 def canonical_key(key: str) -> str:
     """The key's own spelling (keys are matched without regard to case), or FilterError."""
-    names = {name.lower(): name for name in [*RUN_KEYS, *SET_KEYS, *METRIC_KEYS, *config_keys()]}
+    names = {name.lower(): name for name in [*RUN_KEYS, *SET_KEYS, *metric_keys(), *config_keys()]}
     names.update((alias, target) for alias, target in ALIASES.items())
     if key.lower() in names:
         return names[key.lower()]
+    broken = [line for line in metric_registry.problems() if f"{key!r}" in line]
+    if broken:  # an installed metric plug-in that cannot be loaded: say so, in its one line
+        raise FilterError(broken[0])
     close = difflib.get_close_matches(key.lower(), list(names), n=1)
     hint = f" (did you mean {names[close[0]]}?)" if close else ""
     raise FilterError(f"unknown filter key {key!r}{hint}; known keys: {', '.join(known_keys())}")

@@ -18,12 +18,9 @@ from sqlmodel import Session, col, select
 
 from .db import reading
 from .filters import RunFilter, parse_run_filter
-from .records import RunRecord, finite, iso, with_intransigence
+from .. import metric_registry
+from .records import RunRecord, candidate_filters, iso, stored_metrics, with_intransigence
 from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
-
-# what a task-free run's summary carries beside the accuracy metrics (runs.ONLINE_NUMBERS + counts)
-ONLINE_KEYS = ("anytime_evals", "train_seconds", "eval_seconds", "wall_seconds", "train_samples_per_s", "samples_seen",
-               "samples_trained", "samples_skipped", "evaluations_per_s", "image_passes")
 
 
 class UnknownRun(Exception):
@@ -121,42 +118,50 @@ def _config_of(raw: Any) -> Mapping[str, Any]:
     return _config_of_text(raw) if isinstance(raw, str) else MappingProxyType(dict(raw or {}))
 
 
-def _record(row: Any) -> RunRecord:
+def _record(row: Any, names: set[str]) -> RunRecord:
+    """A record from the record's columns; `names`: the metric catalogue's (what `run.metrics`
+    keys are metrics, whichever version stored them)."""
     r = row._mapping
-    metrics = r["metrics"] or {}
+    stored = r["metrics"] or {}
     config = _config_of(r["config_json"])
     return RunRecord(
         id=r["id"], status=r["status"], preset=r["preset"], method=r["method"], dataset=r["dataset"],
         memory_size=config.get("memory_size"), seed=r["seed"], n_tasks=r["n_tasks"], task=r["task"],
         phase=r["phase"], phase_done=r["phase_done"], phase_total=r["phase_total"],
-        samples_per_s=r["samples_per_s"], eta_s=r["eta_s"], a_last=finite(metrics.get("A_last")),
-        a_avg=finite(metrics.get("A_avg")), f_last=finite(metrics.get("F_last")), i_last=None,
-        tasks_done=int(metrics.get("tasks_done", 0)), sweep_id=r["sweep_id"], error=r["error"],
+        samples_per_s=r["samples_per_s"], eta_s=r["eta_s"], metrics=MappingProxyType(stored_metrics(stored, names)),
+        tasks_done=int(stored.get("tasks_done", 0)), sweep_id=r["sweep_id"], error=r["error"],
         created_at=r["created_at"], heartbeat_at=r["heartbeat_at"], started_at=r["started_at"],
         finished_at=r["finished_at"], device=r["device"], host=r["host"], pid=r["pid"], log_path=r["log_path"],
-        a_last_best_epoch=finite(metrics.get("A_last_best_epoch")), config=config, a_auc=finite(metrics.get("A_auc")),
-        online=MappingProxyType({k: metrics[k] for k in ONLINE_KEYS if metrics.get(k) is not None}),
-        topk=metrics.get("topk"), a_last_topk=finite(metrics.get("A_last_topk")),
-        a_avg_topk=finite(metrics.get("A_avg_topk")), f_last_topk=finite(metrics.get("F_last_topk")),
+        config=config, topk=stored.get("topk"),
         name=r["name"], tags=tuple(r["tags"] or ()), note=r["note"], overrides=MappingProxyType(dict(r["overrides"] or {})),
         archived=r["archived_at"] is not None)
+
+
+def _read(session: Session, query: Any) -> list[RunRecord]:
+    names = set(metric_registry.metric_names())
+    return [_record(row, names) for row in session.exec(query).all()]
 
 
 def _records(session: Session, ids: Iterable[int] | None = None) -> list[RunRecord]:
     query = select(*_RECORD_COLUMNS).order_by(col(Run.id))
     if ids is not None:
         query = query.where(col(Run.id).in_(list(ids)))
-    return [_record(row) for row in session.exec(query).all()]
+    return _read(session, query)
 
 
-def _finished_joints(session: Session) -> list[RunRecord]:
-    query = select(*_RECORD_COLUMNS).where(Run.method == "joint", Run.status == "finished")
-    return [_record(row) for row in session.exec(query).all()]
+def _candidates(session: Session) -> list[RunRecord]:
+    """The runs the cross-run metrics measure against (I_last: the finished joint runs): each
+    rule names the run columns they must have; the store only fetches them."""
+    found: dict[int, RunRecord] = {}
+    for columns in candidate_filters():
+        query = select(*_RECORD_COLUMNS).where(*(getattr(Run, k) == v for k, v in columns.items()))
+        found.update((r.id, r) for r in _read(session, query))
+    return [found[i] for i in sorted(found)]
 
 
 def _with_i_last(session: Session, records: list[RunRecord], complete: bool) -> list[RunRecord]:
-    """I_last by the joint-run rule; `complete`: the records are every run (joints included)."""
-    return with_intransigence(records, None if complete else _finished_joints(session))
+    """The cross-run metrics (I_last by the joint-run rule); `complete`: the records are every run."""
+    return with_intransigence(records, None if complete else _candidates(session))
 
 
 def run_records(ids: Iterable[int] | None = None, *, i_last: bool = True) -> list[RunRecord]:
@@ -199,7 +204,7 @@ def newest_run_id() -> int:
 
 
 def joint_run(run: Union[Run, RunRecord, int]) -> Optional[RunRecord]:
-    """The finished joint run that is `run`'s upper bound (records.JointRuns), or None."""
+    """The finished joint run that is `run`'s upper bound (the catalogue's joint-run rule), or None."""
     record = run_record(run if isinstance(run, int) else int(run.id))  # type: ignore[arg-type]
     if record.i_last_joint_run is None:
         return None
@@ -209,7 +214,7 @@ def joint_run(run: Union[Run, RunRecord, int]) -> Optional[RunRecord]:
 def joint_accuracy(run: Union[Run, RunRecord, int]) -> Optional[float]:
     """A_last of `run`'s joint upper bound, or None when there is none."""
     joint = joint_run(run)
-    return joint.a_last if joint is not None else None
+    return joint.value("A_last") if joint is not None else None
 
 
 def run_summary(run: Union[Run, RunRecord, int], session: Any = None) -> dict[str, Any]:

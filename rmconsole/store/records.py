@@ -1,7 +1,10 @@
-"""The run record every face reads (CLI, TUI, report), and the one rule for a run's joint run.
+"""The run record every face reads (CLI, TUI, report), with its metrics keyed by the metric
+catalogue's names, and the cross-run metrics (I_last's joint-run rule) applied to records.
 
-Pure: no SQL here. The store's queries build records from run rows (queries.py); the faces
-read their fields, filter them (filters.py) and print `to_json()`, the `runs --json` shape.
+Pure: no SQL here, and no science: the store's queries build records from run rows
+(queries.py); the catalogue (cl/metric_catalog.py, via rmconsole/metric_registry.py) computes
+every metric, the joint-run rule included; the faces read `metrics`, filter them (filters.py)
+and print `to_json()`, the `runs --json` shape.
 """
 
 from __future__ import annotations
@@ -9,30 +12,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from functools import cached_property, lru_cache
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Optional
 
-from ..cl import metrics as M
+from .. import metric_registry
+from ..cl.metric_catalog import JOINT_KEYS, JSON_ALWAYS, CrossValue, RuleContext, is_upper_bound
 from .tables import ACTIVE
 
-# What a joint run must share with a run to be its upper bound: the problem (dataset, image
-# size), the network (model) and the seed. Not the training budget: joint training sees the whole
-# training set as one task, so its epochs, batch and schedule are its own recipe for reaching the
-# upper bound (the paper likewise types one joint accuracy per dataset for every method). Not the
-# stream keys either (tasks, blurry, memory): joint training has no stream.
-JOINT_KEYS = ("dataset", "model", "seed", "image_size")
-BUDGET_KEYS = JOINT_KEYS  # the spine's name for the matching keys, kept for existing callers
-# What a joint run may differ in without changing what I_last means: its own training recipe,
-# the stream and method keys (it has no stream, no memory, no method parameters), and keys that
-# change only how or where a run computes. Any other difference (the augmentation, the top-k,
-# the class order, a key added later) is shown beside I_last: `I_last 6.83*` and a note naming
-# the joint run and the difference.
-JOINT_RECIPE_KEYS = ("epochs", "batch_size", "memory_batch_size", "lr", "schedule", "weight_decay", "reset_head",
-                     "train_head")
-STREAM_KEYS = ("method", "memory_size", "n_tasks", "blurry", "stream", "uncertainty", "uncertainty_views",
-               "memory_policy")
-COMPUTE_KEYS = ("device", "threads", "download", "eval_every_epoch", "data_pipeline", "loader_workers",
-                "gpu_decode", "amp", "channels_last", "compile", "cuda_graphs", "gpus")
+BUDGET_KEYS = JOINT_KEYS  # the spine's name for the joint rule's matching keys, kept for existing callers
 
 
 def finite(value: Any) -> Optional[float]:
@@ -65,8 +53,10 @@ def iso(value: datetime | None) -> str | None:
 class RunRecord:
     """One run as the faces see it: identity, config, lifecycle, live progress, summary metrics.
 
-    Frozen, so a screen can tell "nothing changed" by equality and skip a repaint. Metrics are
-    percent, None when not measured (or NaN). `i_last` is set by the joint-run rule below."""
+    Frozen, so a screen can tell "nothing changed" by equality and skip a repaint. `metrics`:
+    every measured metric by catalogue name (percent for accuracies; a metric not measured, or
+    NaN, is absent), cross-run ones (I_last) included once `with_intransigence` set them;
+    `cross`: what each cross-run value was measured against."""
 
     id: int
     status: str
@@ -82,13 +72,11 @@ class RunRecord:
     phase_total: int
     samples_per_s: Optional[float]
     eta_s: Optional[float]
-    a_last: Optional[float]
-    a_avg: Optional[float]
-    f_last: Optional[float]
-    i_last: Optional[float]
     tasks_done: int
     sweep_id: Optional[str]
     error: Optional[str]
+    metrics: Mapping[str, float] = field(default_factory=dict, hash=False)
+    cross: Mapping[str, CrossValue] = field(default_factory=dict, hash=False)  # metric -> its value's provenance
     created_at: Optional[datetime] = None
     heartbeat_at: Optional[datetime] = None
     started_at: Optional[datetime] = None
@@ -97,17 +85,7 @@ class RunRecord:
     host: Optional[str] = None
     pid: Optional[int] = None
     log_path: Optional[str] = None
-    i_last_joint_run: Optional[int] = None  # the joint run I_last was measured against
-    # keys (other than the joint run's own recipe) in which that joint run differs: key -> (this
-    # run's value, the joint run's value); shown as `I_last 6.83*` with a note
-    i_last_differs: tuple[tuple[str, Any, Any], ...] = ()
-    topk: Optional[int] = None  # k of the top-k figures below (the run's `topk` when > 1)
-    a_last_topk: Optional[float] = None
-    a_avg_topk: Optional[float] = None
-    f_last_topk: Optional[float] = None
-    a_last_best_epoch: Optional[float] = None  # the authors' test-selected figure, when recorded
-    a_auc: Optional[float] = None  # task-free runs: mean anytime accuracy (PROTOCOL §9.3)
-    online: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)  # compute-aware numbers
+    topk: Optional[int] = None  # k of the top-k metrics (the run's `topk` when > 1)
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)
     # what the user calls it
     name: Optional[str] = None
@@ -119,6 +97,10 @@ class RunRecord:
     @property
     def active(self) -> bool:
         return self.status in ACTIVE
+
+    def value(self, name: str) -> Optional[float]:
+        """The run's value of metric `name` (None: not measured)."""
+        return self.metrics.get(name)
 
     @property
     def partial(self) -> bool:
@@ -132,14 +114,21 @@ class RunRecord:
         """`3/5`: the tasks the metrics cover, for partial metrics."""
         return f"{self.tasks_done}/{self.n_tasks}"
 
-    def metric_text(self, value: Optional[float], letter: str = "", digits: int = 2) -> str:
-        """A metric as every face writes it: `86.00`, or for a partial run `A@3/5 88.06` (`letter`
-        A, F...; without one `@3/5 88.06`), `—` when not measured."""
+    def metric_text(self, name: str, letter: bool = False, digits: Optional[int] = None, mark: bool = True) -> str:
+        """Metric `name` as every face writes it: `86.00`, or for a partial run a final-only
+        metric as `@3/5 88.06` (`A@3/5 88.06` with `letter`; no mark with `mark=False`, for a
+        column beside one that carries it), `—` when not measured; a cross-run metric with its
+        `*` when the run it was measured against differs beyond what its rule allows."""
+        m = metric_registry.metric(name)
+        value = self.metrics.get(name)
         if value is None:
             return "—"
-        if self.partial:
-            return f"{letter}@{self.progress_mark} {value:.{digits}f}"
-        return f"{value:.{digits}f}"
+        text = m.text(value, digits)
+        if name in self.cross and self.cross[name].differs:
+            text += "*"
+        if self.partial and m.final_only and mark:
+            return f"{m.letter if letter else ''}@{self.progress_mark} {text}"
+        return text
 
     @property
     def overrides_text(self) -> str:
@@ -157,19 +146,24 @@ class RunRecord:
             return None
         return min(self.phase_done / self.phase_total, 1.0)
 
-    @cached_property
-    def joint_key(self) -> tuple[str, ...]:
-        """The JOINT_KEYS values: a joint run with the same key can be this run's upper bound."""
-        return tuple(repr(self.config.get(k)) for k in JOINT_KEYS)
+    # I_last's provenance, as the faces' notes write it
+    @property
+    def i_last_joint_run(self) -> Optional[int]:
+        """The joint run I_last was measured against."""
+        found = self.cross.get("I_last")
+        return found.against if found is not None else None
 
-    @cached_property
-    def augmentation(self) -> tuple[Any, ...]:
-        return tuple(self.config.get("augment") or ())
+    @property
+    def i_last_differs(self) -> tuple[tuple[str, Any, Any], ...]:
+        """Keys (other than the joint run's own recipe) in which that joint run differs: key ->
+        (this run's value, the joint run's value); shown as `I_last 6.83*` with a note."""
+        found = self.cross.get("I_last")
+        return found.differs if found is not None else ()
 
     @property
     def is_upper_bound(self) -> bool:
         """A finished joint run with an A_last: what I_last is measured against."""
-        return self.method == "joint" and self.status == "finished" and self.a_last is not None
+        return is_upper_bound(self)
 
     @property
     def i_last_note(self) -> Optional[str]:
@@ -181,9 +175,7 @@ class RunRecord:
 
     def i_last_text(self, digits: int = 2) -> str:
         """`6.83`, `6.83*` when the joint run differs beyond its recipe, `—` when there is none."""
-        if self.i_last is None:
-            return "—"
-        return f"{self.i_last:.{digits}f}" + ("*" if self.i_last_differs else "")
+        return self.metric_text("I_last", digits=digits)
 
     def search_text(self) -> str:
         """What free text in a run filter matches against (lower case)."""
@@ -193,19 +185,22 @@ class RunRecord:
         return " ".join(parts).lower()
 
     def to_json(self) -> dict[str, Any]:
-        """The `runs --json` shape: identity, config, metrics, progress, lifecycle."""
-        metrics: dict[str, Any] = {"A_last": self.a_last, "A_avg": self.a_avg, "F_last": self.f_last,
-                                   "I_last": self.i_last, "I_last_joint_run": self.i_last_joint_run}
-        if self.i_last_differs:
-            metrics["I_last_joint_differs"] = {k: {"run": mine, "joint": theirs} for k, mine, theirs in self.i_last_differs}
-        if self.a_last_best_epoch is not None:
-            metrics["A_last_best_epoch"] = self.a_last_best_epoch
+        """The `runs --json` shape: identity, config, metrics, progress, lifecycle. `metrics` has
+        every measured metric by catalogue name, the keys it always had (A_last, A_avg, F_last,
+        I_last: null when not measured), each cross-run metric's provenance, and the progress."""
+        metrics: dict[str, Any] = {name: self.metrics.get(name) for name in JSON_ALWAYS}
+        for name, found in self.cross.items():
+            if name == "I_last":  # (the names older versions wrote)
+                metrics["I_last_joint_run"] = found.against
+                if found.differs:
+                    metrics["I_last_joint_differs"] = {k: {"run": mine, "joint": theirs}
+                                                       for k, mine, theirs in found.differs}
+            else:
+                metrics[f"{name}_against"] = found.against
+        metrics.setdefault("I_last_joint_run", None)
         if self.topk is not None:
-            metrics.update(topk=self.topk, A_last_topk=self.a_last_topk, A_avg_topk=self.a_avg_topk,
-                           F_last_topk=self.f_last_topk)
-        if self.a_auc is not None:
-            metrics["A_auc"] = self.a_auc
-        metrics.update(self.online)
+            metrics["topk"] = self.topk
+        metrics.update((k, v) for k, v in self.metrics.items() if k not in metrics)
         if self.tasks_done:  # stored with the first task's result
             metrics["tasks_done"] = self.tasks_done
             metrics["partial"] = self.partial  # true: the metrics are after task tasks_done of n_tasks
@@ -237,27 +232,23 @@ class RunRecord:
         }
 
 
-# ---------------------------------------------------------------------- the joint-run rule
+def stored_metrics(stored: Optional[Mapping[str, Any]], names: Optional[set[str]] = None) -> dict[str, float]:
+    """The metrics of a stored `run.metrics` (any version) by catalogue name: every key that
+    names a metric (`names`: the catalogue's, plug-ins included) and holds a number (NaN and None
+    left out); the run facts beside them (tasks_done, topk, I_last's provenance) are not metrics."""
+    if not stored:
+        return {}
+    names = set(metric_registry.metric_names()) if names is None else names
+    out = {}
+    for key, value in stored.items():
+        if key in names and isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = finite(value)
+            if number is not None:
+                out[key] = number
+    return out
 
 
-class JointRuns:
-    """The finished joint runs, indexed by JOINT_KEYS, newest first: built once, then asked for
-    each run's upper bound. The one place the rule lives; every view goes through it."""
-
-    def __init__(self, runs: Iterable[RunRecord]) -> None:
-        self.by_key: dict[tuple[str, ...], list[RunRecord]] = {}
-        for run in sorted((r for r in runs if r.is_upper_bound), key=lambda r: r.id, reverse=True):
-            self.by_key.setdefault(run.joint_key, []).append(run)
-
-    def upper_bound(self, run: RunRecord) -> Optional[RunRecord]:
-        """`run`'s joint run: among finished joint runs with the same JOINT_KEYS and an A_last,
-        the newest with the same augmentation, else the newest. (Never the best one: that would
-        be selecting on the test set.) A joint run has none: it is the upper bound itself."""
-        if run.method == "joint":
-            return None
-        matching = self.by_key.get(run.joint_key, [])
-        same_augmentation = (j for j in matching if j.augmentation == run.augmentation)
-        return next(same_augmentation, matching[0] if matching else None)
+# ---------------------------------------------------------------------- cross-run metrics (I_last)
 
 
 def show_value(value: Any) -> str:
@@ -267,12 +258,15 @@ def show_value(value: Any) -> str:
     return str(value)
 
 
-def _ignored_in_joint_comparison() -> frozenset[str]:
+@lru_cache(maxsize=1)
+def rule_context() -> RuleContext:
+    """What the catalogue's cross-run rules need of the config and the methods: the config
+    defaults (a run stored before a key existed ran with it) and the methods' parameter keys."""
     from ..cl.methods import REGISTRY  # torch-free: the methods' parameter classes
     import dataclasses
 
-    params = {f.name for entry in REGISTRY.values() for f in dataclasses.fields(entry.params)}
-    return frozenset((*JOINT_KEYS, *JOINT_RECIPE_KEYS, *STREAM_KEYS, *COMPUTE_KEYS, "seed", *params))
+    params = frozenset(f.name for entry in REGISTRY.values() for f in dataclasses.fields(entry.params))
+    return RuleContext(defaults=_config_defaults(), method_keys=params)
 
 
 @lru_cache(maxsize=1)
@@ -289,35 +283,28 @@ def config_value(config: Any, key: str) -> Any:
     return _config_defaults().get(key)
 
 
-def joint_differences(run: RunRecord, joint: RunRecord) -> tuple[tuple[str, Any, Any], ...]:
-    """The keys, beyond the joint run's own recipe, in which `joint` differs from `run`:
-    (key, run's value, joint's value), in config order. A key one of them lacks (stored before
-    it existed) counts as its default."""
-    ignored = _ignored_in_joint_comparison()
-    keys = [k for k in dict.fromkeys([*run.config, *joint.config]) if k not in ignored]
-    out = []
-    for key in keys:
-        mine, theirs = config_value(run.config, key), config_value(joint.config, key)
-        if _comparable(mine) != _comparable(theirs):
-            out.append((key, mine, theirs))
-    return tuple(out)
+def candidate_filters() -> list[Mapping[str, Any]]:
+    """Per cross-run metric, the run columns its other runs must have (the store fetches them)."""
+    return [m.across.candidates for m in metric_registry.cross_run_metrics() if m.across is not None]
 
 
-def _comparable(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
-def with_intransigence(runs: Iterable[RunRecord], joints: Iterable[RunRecord] | None = None) -> list[RunRecord]:
-    """The runs with I_last (and the joint run it is measured against) set by the joint-run
-    rule, matched in memory among `joints` (default: the runs themselves)."""
+def with_intransigence(runs: Iterable[RunRecord], candidates: Iterable[RunRecord] | None = None) -> list[RunRecord]:
+    """The runs with every cross-run metric (I_last by the joint-run rule) set, and what it was
+    measured against, computed by the catalogue among `candidates` (default: the runs themselves)."""
     runs = list(runs)
-    index = JointRuns(runs if joints is None else joints)
+    pool = runs if candidates is None else list(candidates)
+    rules = [(m.name, m.across, m.across.index(pool)) for m in metric_registry.cross_run_metrics() if m.across]
+    context = rule_context()
     out = []
     for run in runs:
-        joint = index.upper_bound(run) if not run.partial else None  # a partial A_last has no I_last
-        i_last = M.intransigence(joint.a_last if joint is not None else None, run.a_last)
-        joint_id = joint.id if joint is not None and i_last is not None else None
-        differs = joint_differences(run, joint) if joint_id is not None and joint is not None else ()
-        same = (i_last, joint_id, differs) == (run.i_last, run.i_last_joint_run, run.i_last_differs)
-        out.append(run if same else replace(run, i_last=i_last, i_last_joint_run=joint_id, i_last_differs=differs))
+        metrics, cross = dict(run.metrics), {}
+        for name, across, index in rules:
+            found = across.value(run, index, context)
+            metrics.pop(name, None)
+            if found.value is not None:
+                metrics[name] = found.value
+                if found.against is not None:
+                    cross[name] = found
+        same = metrics == run.metrics and cross == run.cross
+        out.append(run if same else replace(run, metrics=MappingProxyType(metrics), cross=MappingProxyType(cross)))
     return out

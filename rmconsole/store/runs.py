@@ -7,14 +7,12 @@ from __future__ import annotations
 import socket
 from typing import Any, Iterable, Optional
 
-from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from ..cl import metrics as M
-from ..cl import metrics_anytime as MA
-from ..cl.protocols import is_task_free
+from .. import metric_registry
+from ..cl.metric_catalog import AnytimePoint, RunRows, TaskRow
 from .db import write
-from .queries import UnknownRun, _results
+from .queries import UnknownRun, _anytime, _results
 from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, TaskResult, TaskStream, utcnow
 from .transitions import Lease, checked_run, new_token
 
@@ -185,47 +183,42 @@ def record_task(run_id: int, outcome: Any, lease: Optional[Lease] = None,
     return write(apply)
 
 
-def summarize_results(results: list[TaskResult], task_free: bool = False) -> dict[str, Any]:
-    """A_last, A_avg, F_last (and the best-over-epochs A_last when recorded) from task rows. A
-    task-free run's F_last is the follow-up's class-wise one (cl/metrics_anytime.py)."""
-    summary: dict[str, Any] = M.summarize([r.accuracy for r in results], [r.accuracy_row for r in results])
-    summary["tasks_done"] = len(results)
-    if task_free:
-        summary["F_last"] = MA.class_forgetting([r.class_accuracy for r in results])
-    best = [r.best_epoch_accuracy for r in results]
-    if results and all(b is not None for b in best):
-        summary["A_last_best_epoch"] = best[-1]
-    if results and all(r.topk_accuracy is not None and r.topk == results[0].topk for r in results):
-        topk = M.summarize([r.topk_accuracy for r in results], [r.topk_accuracy_row or [] for r in results])
-        summary["topk"] = results[0].topk
-        summary.update({f"{name}_topk": value for name, value in topk.items()})
+def task_rows(results: Iterable[TaskResult]) -> list[TaskRow]:
+    """The task rows as the metric catalogue reads them (plain data)."""
+    return [TaskRow(task=r.task, accuracy=r.accuracy, accuracy_row=list(r.accuracy_row or []),
+                    class_accuracy=r.class_accuracy, best_epoch_accuracy=r.best_epoch_accuracy, topk=r.topk,
+                    topk_accuracy=r.topk_accuracy, topk_accuracy_row=r.topk_accuracy_row) for r in results]
+
+
+def stored_summary(rows: RunRows) -> dict[str, Any]:
+    """`run.metrics` as stored: every metric the catalogue measured (rmconsole/metric_registry.py,
+    plug-ins included; unmeasured ones left out), with the run facts its readers need beside them:
+    the tasks done, and k when the top-k figures were measured."""
+    summary: dict[str, Any] = {k: v for k, v in metric_registry.summarize(rows).items() if v is not None}
+    summary["tasks_done"] = len(rows.tasks)
+    if rows.topk is not None:
+        summary["topk"] = rows.topk
     return summary
 
 
-# what a task-free run adds to its summary: the anytime metrics and its compute-aware numbers
-ONLINE_NUMBERS = ("train_seconds", "eval_seconds", "wall_seconds", "train_samples_per_s", "samples_seen", "samples_trained",
-                  "samples_skipped", "evaluations_per_s", "image_passes")
+def summarize_results(results: list[TaskResult], config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The summary of task rows alone (no anytime rows, no loop figures), as the catalogue gives it."""
+    return stored_summary(RunRows(config=config or {}, tasks=task_rows(results)))
+
+
+def run_rows(session: Session, run: Run, online: dict[str, Any] | None = None) -> RunRows:
+    """One run's stored rows as plain data for the catalogue: config, task rows, anytime rows and
+    the loop's latest online figures (those given, else those of the run's last summary)."""
+    assert run.id is not None
+    anytime = [AnytimePoint(a.samples, a.accuracy, a.n_classes) for a in _anytime(session, run.id)]
+    figures = {**(run.metrics or {}), **{k: v for k, v in (online or {}).items() if v is not None}}
+    return RunRows(config=run.config or {}, tasks=task_rows(_results(session, run.id)), anytime=anytime,
+                   online=figures, n_tasks=run.n_tasks)
 
 
 def _summary(session: Session, run: Run, online: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run's summary metrics from its task rows, its anytime rows and the loop's numbers."""
-    assert run.id is not None
-    results = _results(session, run.id)
-    task_free = is_task_free(run.config or {})
-    summary = summarize_results(results, task_free)
-    summary.update(_anytime_summary(session, run.id))
-    previous = run.metrics or {}
-    for key in ONLINE_NUMBERS:  # the loop's latest figures (kept from the last report when none is given)
-        value = (online or {}).get(key, previous.get(key))
-        if value is not None:
-            summary[key] = value
-    return summary
-
-
-def _anytime_summary(session: Session, run_id: int) -> dict[str, Any]:
-    count, mean = session.exec(select(func.count(col(AnytimeEval.id)), func.avg(AnytimeEval.accuracy))
-                               .where(AnytimeEval.run_id == run_id)).one()
-    return {"A_auc": float(mean), "anytime_evals": int(count)} if count else {}
+    return stored_summary(run_rows(session, run, online))
 
 
 def record_anytime(run_id: int, points: list[Any], lease: Optional[Lease] = None) -> dict[str, Any]:
@@ -247,8 +240,7 @@ def record_anytime(run_id: int, points: list[Any], lease: Optional[Lease] = None
         run = session.get(Run, run_id)
         if run is None:
             raise UnknownRun(run_id)
-        metrics = dict(run.metrics or {})
-        metrics.update(_anytime_summary(session, run_id))
+        metrics = _summary(session, run)
         run.metrics = metrics
         session.add(run)
         return metrics

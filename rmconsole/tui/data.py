@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from .. import store
+from .. import metric_registry, store
 from ..cl.protocols import is_task_free
 from ..store import FilterError, RunRecord, with_intransigence  # noqa: F401  (re-exported for the screens)
 
@@ -75,10 +75,19 @@ SORT_KEYS = {
     "status": lambda r: (r.status, r.id),
     "preset": lambda r: (r.label.lower(), r.id),
     "method": lambda r: (r.method, r.id),
-    "A_last": lambda r: (r.a_last is not None, r.a_last or 0.0, r.id),
-    "F_last": lambda r: (r.f_last is not None, r.f_last or 0.0, r.id),
 }
-FINAL_METRICS = ("A_last", "F_last")  # sorting by these puts partial runs after the complete ones
+
+
+def sort_columns() -> tuple[str, ...]:
+    """What the runs page sorts by: the run columns, then the catalogue's sortable metrics."""
+    return (*SORT_KEYS, *(m.name for m in metric_registry.sortable()))
+
+
+def sort_key(sort: str) -> Any:
+    """The key function of a sort column: a metric sorts runs with a value by it, before the rest."""
+    if sort in SORT_KEYS:
+        return SORT_KEYS[sort]
+    return lambda r: (r.value(sort) is not None, r.value(sort) or 0.0, r.id)
 
 
 def arrange(rows: list[RunRow], query: str, sort: str, descending: bool, archived: bool = False) -> list[RunRow]:
@@ -89,9 +98,9 @@ def arrange(rows: list[RunRow], query: str, sort: str, descending: bool, archive
     shown = run_filter.select(rows)
     if not archived and not run_filter.names("archived"):
         shown = [r for r in shown if not r.archived]
-    ordered = sorted(shown, key=SORT_KEYS[sort], reverse=descending)
-    if sort in FINAL_METRICS:  # final values, then partial ones, then runs without a value
-        value = SORT_KEYS[sort]
+    value = sort_key(sort)
+    ordered = sorted(shown, key=value, reverse=descending)
+    if sort not in SORT_KEYS and metric_registry.metric(sort).final_only:  # final, partial, then no value
         final = [r for r in ordered if value(r)[0] and not r.partial]
         ordered = final + [r for r in ordered if value(r)[0] and r.partial] + [r for r in ordered if not value(r)[0]]
     return ordered

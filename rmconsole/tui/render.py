@@ -10,6 +10,8 @@ from typing import Optional, Sequence
 from rich.table import Table
 from rich.text import Text
 
+from .. import metric_registry
+from ..cl.protocols import protocol_of
 from .data import MemoryUpdate, RunRow, StreamTask
 
 STATUS_STYLES = {"finished": "green", "running": "bold cyan", "queued": "yellow", "failed": "bold red",
@@ -298,37 +300,33 @@ def accuracy_matrix(matrix: Sequence[Sequence[Optional[float]]], accuracies: Seq
 
 
 def metrics_line(row: RunRow) -> Text:
-    """A/F/I of the run; I_last marked `*` (with the note below) when its joint run differs beyond
-    its own recipe; the top-k figures when the run measured them; and the paper's figure with the
-    difference for each metric the paper prints for this setting (rmconsole.paper)."""
+    """The run's metrics (those the catalogue lists for its protocol, and any other it measured;
+    a task-free run's A_auc first); a cross-run metric (I_last) marked `*` (with the note below)
+    when the run it was measured against differs beyond its rule; the top-k figures when the run
+    measured them; and the paper's figure with the difference for each metric the paper prints
+    for this setting (rmconsole.paper)."""
     from .. import paper
 
     text = Text()
-    if row.a_auc is not None:  # a task-free run: its anytime accuracy first
-        text.append("A_auc ", style="grey62")
-        text.append(fmt(row.a_auc), style="bold cyan")
+    protocols = [protocol_of(row.config)]
+    for m in metric_registry.listed(protocols, row.metrics, family=""):
+        text.append(f"{m.name} ", style="grey62")
+        text.append(row.metric_text(m.name, mark=False), style="bold" if "task" in m.protocols else "bold cyan")
         text.append("   ")
-    for name, value in (("A_last", row.a_last), ("A_avg", row.a_avg), ("F_last", row.f_last)):
-        text.append(f"{name} ", style="grey62")
-        text.append(fmt(value), style="bold")
-        text.append("   ")
-    text.append("I_last ", style="grey62")
-    text.append(fmt(row.i_last) + ("*" if row.i_last_note else ""), style="bold")
-    text.append("   ")
-    if row.i_last is None and row.a_last is not None:
-        text.append("(I_last: no joint run to match)", style="grey50")
+        if m.across is not None and row.value(m.name) is None and row.tasks_done:
+            text.append(f"({m.name}: {m.across.nothing})", style="grey50")
     if row.topk:
+        figures = metric_registry.listed(protocols, row.metrics, family="topk")
         text.append(f"\ntop-{row.topk} ", style="grey62")
-        text.append(f"A_last {fmt(row.a_last_topk)}  A_avg {fmt(row.a_avg_topk)}  F_last {fmt(row.f_last_topk)}",
+        text.append("  ".join(f"{m.label.removesuffix(' top-k')} {row.metric_text(m.name, mark=False)}" for m in figures),
                     style="bold")
-    figures = [(name, value, paper.paper_figure(row.config, name)) for name, value in (
-        ("A_last", row.a_last), ("F_last", row.f_last), ("I_last", row.i_last), ("A_last_topk", row.a_last_topk),
-        ("F_last_topk", row.f_last_topk))]
-    shown = [(name, value, f) for name, value, f in figures if f is not None]
+    figures = [(m, row.value(m.name), paper.paper_figure(row.config, m.name))
+               for m in metric_registry.catalogue() if m.paper]
+    shown = [(m, value, f) for m, value, f in figures if f is not None]
     if shown:
         text.append("\npaper ", style="grey62")
-        for name, value, figure in shown:
-            text.append(f"{name.replace('_topk', f' top-{figure.topk}')} {figure.mean:.2f}", style="bold")
+        for m, value, figure in shown:
+            text.append(f"{m.label.replace(' top-k', f' top-{figure.topk}')} {figure.mean:.2f}", style="bold")
             if value is not None:
                 text.append(f" (Δ {value - figure.mean:+.2f})", style="grey62")
             text.append("   ")

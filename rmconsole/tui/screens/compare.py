@@ -12,15 +12,29 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import var
 from textual.widgets import DataTable, Header, Static
 
+from ... import metric_registry
+from ...cl.protocols import protocol_of
 from .. import data
 from ..messages import CompareLoaded
-from ..render import fmt, progress_text, status_text
+from ..render import progress_text, status_text
 from ..widgets.accuracy_chart import LINE_COLOURS, AccuracyChart
 from ..widgets.footer import Footer
 from .polling import PollingScreen
 
-METRIC_COLUMNS = ("run", "status", "name/preset", "method", "K", "seed", "progress", "A_last", "A_avg", "F_last",
-                  "I_last")
+def _greyed(name: str) -> bool:
+    """A partial run's value of this metric is grey: a per-run metric that is final only (a
+    cross-run one, I_last, has no value at all for a partial run)."""
+    m = metric_registry.metric(name)
+    return m.final_only and m.across is None
+
+
+RUN_COLUMNS = ("run", "status", "name/preset", "method", "K", "seed", "progress")
+
+
+def metric_columns(rows: tuple[data.RunRow, ...]) -> tuple[str, ...]:
+    """The metrics the catalogue lists for these runs' protocols, and any other one of them measured."""
+    protocols = {protocol_of(r.config) for r in rows} or {"task"}
+    return tuple(m.name for m in metric_registry.listed(protocols, {k for r in rows for k in r.metrics}, family=""))
 
 
 class CompareScreen(PollingScreen):
@@ -52,10 +66,7 @@ class CompareScreen(PollingScreen):
 
     def on_mount(self) -> None:
         self.sub_title = "compare " + ", ".join(f"#{i}" for i in self.run_ids)
-        table = self.query_one("#metrics", DataTable)
-        for name in METRIC_COLUMNS:
-            table.add_column(name, key=name)
-        table.focus()
+        self.query_one("#metrics", DataTable).focus()
 
     def read(self) -> CompareLoaded:
         return CompareLoaded(data.load_compare(self.run_ids))
@@ -67,17 +78,21 @@ class CompareScreen(PollingScreen):
         if view is None:
             return
         table = self.query_one("#metrics", DataTable)
+        columns = RUN_COLUMNS + metric_columns(view.rows)
+        if tuple(str(c.value) for c in table.columns) != columns:  # (a run measured another metric)
+            table.clear(columns=True)
+            for name in columns:
+                table.add_column(name, key=name)
         for i, row in enumerate(view.rows):
             r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
             partial = "grey50" if row.partial else ""
+            metrics = [Text(row.metric_text(name), style=partial if _greyed(name) else "")
+                       for name in columns[len(RUN_COLUMNS):]]
             cells = (Text(f"● #{row.id}", style=f"bold rgb({r},{g},{b})"), status_text(row.status),
-                     row.label, row.method, str(row.memory_size), str(row.seed),
-                     progress_text(row), Text(row.metric_text(row.a_last), style=partial),
-                     Text(row.metric_text(row.a_avg), style=partial), Text(row.metric_text(row.f_last), style=partial),
-                     fmt(row.i_last))
+                     row.label, row.method, str(row.memory_size), str(row.seed), progress_text(row), *metrics)
             key = str(row.id)
             if key in table.rows:
-                for column, cell in zip(METRIC_COLUMNS, cells):
+                for column, cell in zip(columns, cells):
                     table.update_cell(key, column, cell)
             else:
                 table.add_row(*cells, key=key)

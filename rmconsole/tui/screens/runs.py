@@ -16,7 +16,7 @@ from ..widgets.runs_table import SORTABLE, RunsTable
 from ..widgets.status_line import StatusLine
 from .polling import PollingScreen
 
-SORT_CYCLE = ("id", "status", "preset", "method", "A_last", "F_last")
+SORT_CYCLE = data.sort_columns()  # the run columns, then the catalogue's sortable metrics
 
 
 class RunsScreen(PollingScreen):
@@ -182,7 +182,7 @@ class RunsScreen(PollingScreen):
 
     def set_sort(self, column: str, descending: bool | None = None) -> None:
         """Sort by `column`; numbers and ids newest/highest first unless told otherwise."""
-        self.order = (column, descending if descending is not None else column in ("id", "A_last", "F_last"))
+        self.order = (column, descending if descending is not None else column not in ("status", "preset", "method"))
 
     @on(DataTable.HeaderSelected)
     def _header_clicked(self, event: DataTable.HeaderSelected) -> None:

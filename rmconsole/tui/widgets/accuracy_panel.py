@@ -46,8 +46,8 @@ class AccuracyPanel(Vertical):
         if self.view is None:
             return ()
         row = self.view.row
-        return (row.id, self.view.results, row.a_last, row.a_avg, row.f_last, row.i_last, row.i_last_differs,
-                row.a_last_topk, row.n_tasks, len(self.view.streams), self.view.anytime, row.a_auc)
+        return (row.id, self.view.results, tuple(row.metrics.items()), tuple(row.cross.items()), row.topk,
+                row.n_tasks, len(self.view.streams), self.view.anytime)
 
     def watch_drawn(self) -> None:
         view = self.view

@@ -8,19 +8,26 @@ from rich.text import Text
 from textual.reactive import var
 from textual.widgets import DataTable
 
-from ..data import RunRow
-from ..render import fmt, progress_text, status_text
+from ... import metric_registry
+from ...cl.metric_catalog import mark_carrier
+from ..data import RunRow, sort_columns
+from ..render import progress_text, status_text
 from . import css_beside
 
 # key, label, width, justify, priority (1 = always shown; the higher, the sooner it is dropped on a
-# narrow terminal: the id and A_last stay, the run's name/preset is narrowed but its start kept)
-COLUMNS: tuple[tuple[str, str, int, str, int], ...] = (
+# narrow terminal: the id and A_last stay, the run's name/preset is narrowed but its start kept).
+# The metric columns are the catalogue's (its `column` priority; the one carrying `@k/T` is wider).
+RUN_COLUMNS: tuple[tuple[str, str, int, str, int], ...] = (
     ("sel", " ", 1, "left", 1), ("id", "id", 4, "right", 1), ("status", "status", 8, "left", 1),
     ("preset", "run", 22, "left", 1), ("method", "method", 8, "left", 3), ("K", "K", 4, "right", 7),
     ("seed", "seed", 4, "right", 6), ("changes", "changes", 10, "left", 4), ("progress", "progress", 16, "left", 2),
-    ("speed", "samples/s", 9, "right", 9), ("A_last", "A_last", 10, "right", 1), ("F_last", "F_last", 6, "right", 5),
-    ("I_last", "I_last", 6, "right", 8), ("A_auc", "A_auc", 6, "right", 8),
+    ("speed", "samples/s", 9, "right", 9),
 )
+METRICS = tuple(metric_registry.columns())
+CARRIER = mark_carrier(METRICS)
+COLUMNS: tuple[tuple[str, str, int, str, int], ...] = RUN_COLUMNS + tuple(
+    (m.name, m.label, 10 if m is CARRIER else max(6, len(m.label)), "right", m.column) for m in METRICS)
+TASK_FREE_ONLY = frozenset(m.name for m in METRICS if "task" not in m.protocols)  # shown when such a run is listed
 MAX_RUN_WIDTH = 40  # a longer run name is cut with an ellipsis (a preset name never is: they are shorter)
 
 
@@ -31,7 +38,7 @@ def layout(width: int, run_width: int = 22, anytime: bool = False) -> dict[str, 
     its width + 2 of padding); what is left over widens the run column. `anytime`: a task-free
     run is listed, so the A_auc column is wanted (a store of the RM paper's runs never shows it)."""
     run_width = max(6, min(run_width, MAX_RUN_WIDTH))
-    kept = [c for c in COLUMNS if anytime or c[0] != "A_auc"]
+    kept = [c for c in COLUMNS if anytime or c[0] not in TASK_FREE_ONLY]
 
     def need(cols: list[tuple[str, str, int, str, int]]) -> int:
         return sum((run_width if c[0] == "preset" else c[2]) + 2 for c in cols) + 2  # + the scrollbar
@@ -49,8 +56,7 @@ def layout(width: int, run_width: int = 22, anytime: bool = False) -> dict[str, 
 
 FIRST_BATCH, ADD_BATCH = 60, 300  # new rows per repaint: a big store's first screenful appears at once
 
-SORTABLE = {"id": "id", "status": "status", "preset": "preset", "method": "method", "A_last": "A_last",
-            "F_last": "F_last"}
+SORTABLE = {c[0]: c[0] for c in COLUMNS if c[0] in sort_columns()}  # a click on its header sorts by it
 
 
 def _signature(cell: object) -> tuple[object, ...]:
@@ -86,7 +92,8 @@ class RunsTable(DataTable):
         self._relayout()
 
     def _anytime(self) -> bool:
-        return any(r.a_auc is not None for r in self.runs)
+        """A run with a task-free-only metric (A_auc) is listed."""
+        return any(name in r.metrics for r in self.runs for name in TASK_FREE_ONLY)
 
     def _run_width(self) -> int:
         return max((len(r.label) for r in self.runs), default=8)
@@ -139,12 +146,16 @@ class RunsTable(DataTable):
             "changes": changes,
             "progress": progress_text(row),
             "speed": Text(speed, justify="right"),
-            "A_last": Text(row.metric_text(row.a_last), justify="right",
-                           style=partial or ("bold" if row.a_last is not None else "grey50")),
-            "F_last": Text(fmt(row.f_last), justify="right", style=partial),  # (grey: A_last shows the @k/T)
-            "I_last": Text(fmt(row.i_last) + ("*" if row.i_last_note else ""), justify="right"),
-            "A_auc": Text(fmt(row.a_auc), justify="right", style="bold cyan" if row.a_auc is not None else "grey50"),
         }
+        for m in METRICS:  # the @k/T column bold, a task-free one cyan, the others grey when partial
+            has = row.value(m.name) is not None
+            if m is CARRIER:
+                style = partial or ("bold" if has else "grey50")
+            elif m.name in TASK_FREE_ONLY:
+                style = "bold cyan" if has else "grey50"
+            else:
+                style = partial if m.final_only and m.across is None else ""
+            cells[m.name] = Text(row.metric_text(m.name, mark=m is CARRIER), justify="right", style=style)
         return tuple(cells[key] for key, *_ in COLUMNS if key in self._widths)
 
     def watch_runs(self) -> None:

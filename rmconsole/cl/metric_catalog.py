@@ -1,0 +1,504 @@
+"""The metric catalogue: every run result declared once, read by the store and every face.
+
+A `Metric` says what a result is called (name, label, unit), which way is better, which
+protocols produce it (rmconsole/cl/protocols.py), how it is computed from ONE run's stored rows
+(`RunRows`: plain data the store builds from its tables) or from other runs too (I_last: the
+joint-run rule, `AcrossRuns`), whether a partial run may show it (marked `@k/T`), whether runs
+can be filtered and sorted by it, how it aggregates over seeds, and how it is written. The
+store persists rows and asks `summarize(rows)` for a run's summary; filters, `runs`, `show`,
+`report`, `diff`, the exports and the TUI list `catalogue()` instead of spelling names.
+
+Adding a metric is one `Metric(...)` in METRICS below, or a plug-in: an installed package's
+entry point in the group `rmconsole.metrics` naming a `Metric` object. rmconsole/metric_registry.py
+joins the two (cl/ never reaches outside the science, plug-in discovery included): `metric(name)`,
+`metric_names()`, `catalogue()`; the store and the faces ask it.
+
+Pure and torch-free: no store, no config, no UI. The science itself lives in cl/metrics.py
+(the RM paper's A/F/I from the accuracy matrix) and cl/metrics_anytime.py (the follow-up's
+A_auc and class-wise F_last); each row here names the function it uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Protocol as TypingProtocol, Sequence
+
+from . import metrics as M
+from . import metrics_anytime as MA
+from .protocols import PROTOCOLS, Protocol, protocol_of
+
+Better = Literal["higher", "lower"]
+
+
+# ---------------------------------------------------------------------- one run's rows
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """What a run stored after one task (the store's TaskResult, as plain data)."""
+
+    task: int
+    accuracy: float
+    accuracy_row: Sequence[Optional[float]] = ()  # acc[k][j]: on task j's classes after this task k
+    class_accuracy: Optional[Sequence[Optional[float]]] = None  # per class (None: class not evaluated)
+    best_epoch_accuracy: Optional[float] = None  # the authors' best-over-epochs figure, when recorded
+    topk: Optional[int] = None  # k of the top-k figures, when measured
+    topk_accuracy: Optional[float] = None
+    topk_accuracy_row: Optional[Sequence[Optional[float]]] = None
+
+
+@dataclass(frozen=True)
+class AnytimePoint:
+    """One anytime evaluation of a task-free run (PROTOCOL §9.3)."""
+
+    samples: int  # streamed samples seen when it was taken
+    accuracy: float  # on the test samples of the classes exposed so far
+    n_classes: int = 0  # how many classes those were
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """One run's stored rows, as the catalogue reads them: its config, the result of each task
+    done (in task order), its anytime evaluations (by samples seen), the loop's latest online
+    figures (timings, sample counts) and the tasks planned."""
+
+    config: Mapping[str, Any] = field(default_factory=dict)
+    tasks: Sequence[TaskRow] = ()
+    anytime: Sequence[AnytimePoint] = ()
+    online: Mapping[str, Any] = field(default_factory=dict)
+    n_tasks: int = 0
+
+    @property
+    def protocol(self) -> Protocol:
+        return protocol_of(self.config)
+
+    @property
+    def accuracies(self) -> list[float]:
+        """The accuracy after each task done."""
+        return [t.accuracy for t in self.tasks]
+
+    @property
+    def matrix(self) -> list[list[Optional[float]]]:
+        """acc[k][j] (cl/metrics.py)."""
+        return [list(t.accuracy_row) for t in self.tasks]
+
+    @property
+    def topk(self) -> Optional[int]:
+        """k when every task done measured its top-k figures with the same k, else None (a run
+        resumed with another `topk` has no top-k summary)."""
+        if not self.tasks or any(t.topk_accuracy is None for t in self.tasks):
+            return None
+        k = self.tasks[0].topk
+        return k if all(t.topk == k for t in self.tasks) else None
+
+
+# ---------------------------------------------------------------------- results across runs
+
+
+class RunLike(TypingProtocol):
+    """A run as a cross-run rule sees it (store.RunRecord is one): identity, status, config,
+    whether its metrics are partial, and its own per-run metrics by catalogue name."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def config(self) -> Mapping[str, Any]: ...
+    @property
+    def metrics(self) -> Mapping[str, Optional[float]]: ...
+    @property
+    def partial(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class CrossValue:
+    """A cross-run metric's value for one run, the run it was measured against, and the config
+    keys in which that run differs beyond what the rule allows: (key, this run's value, its value)."""
+
+    value: Optional[float] = None
+    against: Optional[int] = None
+    differs: tuple[tuple[str, Any, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a cross-run rule needs of the rest of rmconsole, passed in (the catalogue imports
+    neither the config nor the methods): the config defaults (a run stored before a key existed
+    ran with its default) and the methods' own parameter keys."""
+
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    method_keys: frozenset[str] = frozenset()
+
+    def value(self, config: Mapping[str, Any], key: str) -> Any:
+        return config[key] if key in config else self.defaults.get(key)
+
+
+@dataclass(frozen=True)
+class AcrossRuns:
+    """How a metric is computed from a run and other runs. `candidates`: the run columns the
+    other runs must have (what the store fetches when it reads only some runs); `index` is built
+    once over the candidates; `value(run, index, context)` gives each run its CrossValue."""
+
+    candidates: Mapping[str, Any]
+    index: Callable[[Iterable[RunLike]], Any]
+    value: Callable[[RunLike, Any, RuleContext], CrossValue]
+    nothing: str = "no run to match"  # what a face says of a run that has none
+
+
+# The joint-run rule (I_last). What a joint run must share with a run to be its upper bound: the
+# problem (dataset, image size), the network (model) and the seed. Not the training budget: joint
+# training sees the whole training set as one task, so its epochs, batch and schedule are its own
+# recipe for reaching the upper bound (the paper likewise types one joint accuracy per dataset for
+# every method). Not the stream keys either (tasks, blurry, memory): joint training has no stream.
+JOINT_KEYS = ("dataset", "model", "seed", "image_size")
+# What a joint run may differ in without changing what I_last means: its own training recipe,
+# the stream and method keys (it has no stream, no memory, no method parameters), and keys that
+# change only how or where a run computes. Any other difference (the augmentation, the top-k,
+# the class order, a key added later) is shown beside I_last: `I_last 6.83*` and a note naming
+# the joint run and the difference.
+JOINT_RECIPE_KEYS = ("epochs", "batch_size", "memory_batch_size", "lr", "schedule", "weight_decay", "reset_head",
+                     "train_head")
+STREAM_KEYS = ("method", "memory_size", "n_tasks", "blurry", "stream", "uncertainty", "uncertainty_views",
+               "memory_policy")
+COMPUTE_KEYS = ("device", "threads", "download", "eval_every_epoch", "data_pipeline", "loader_workers",
+                "gpu_decode", "amp", "channels_last", "compile", "cuda_graphs", "gpus")
+
+
+def joint_key(run: RunLike) -> tuple[str, ...]:
+    """The JOINT_KEYS values: a joint run with the same key can be this run's upper bound."""
+    return tuple(repr(run.config.get(k)) for k in JOINT_KEYS)
+
+
+def is_upper_bound(run: RunLike) -> bool:
+    """A finished joint run with an A_last: what I_last is measured against."""
+    return run.method == "joint" and run.status == "finished" and run.metrics.get("A_last") is not None
+
+
+def joint_index(runs: Iterable[RunLike]) -> dict[tuple[str, ...], list[RunLike]]:
+    """The finished joint runs among `runs`, by JOINT_KEYS, newest first."""
+    index: dict[tuple[str, ...], list[RunLike]] = {}
+    for run in sorted((r for r in runs if is_upper_bound(r)), key=lambda r: r.id, reverse=True):
+        index.setdefault(joint_key(run), []).append(run)
+    return index
+
+
+def upper_bound(run: RunLike, index: Mapping[tuple[str, ...], list[RunLike]]) -> Optional[RunLike]:
+    """`run`'s joint run: among finished joint runs with the same JOINT_KEYS and an A_last, the
+    newest with the same augmentation, else the newest. (Never the best one: that would be
+    selecting on the test set.) A joint run has none: it is the upper bound itself; a partial
+    run has none either (a partial A_last is not the run's final accuracy)."""
+    if run.method == "joint" or run.partial:
+        return None
+    matching = index.get(joint_key(run), [])
+    augmentation = tuple(run.config.get("augment") or ())
+    same = (j for j in matching if tuple(j.config.get("augment") or ()) == augmentation)
+    return next(same, matching[0] if matching else None)
+
+
+def joint_differences(run: RunLike, joint: RunLike, context: RuleContext = RuleContext()) -> tuple[tuple[str, Any, Any], ...]:
+    """The keys, beyond the joint run's own recipe, in which `joint` differs from `run`:
+    (key, run's value, joint's value), in config order. A key one of them lacks (stored before
+    it existed) counts as its default."""
+    ignored = {*JOINT_KEYS, *JOINT_RECIPE_KEYS, *STREAM_KEYS, *COMPUTE_KEYS, "seed", *context.method_keys}
+    out = []
+    for key in dict.fromkeys([*run.config, *joint.config]):
+        if key in ignored:
+            continue
+        mine, theirs = context.value(run.config, key), context.value(joint.config, key)
+        if _comparable(mine) != _comparable(theirs):
+            out.append((key, mine, theirs))
+    return tuple(out)
+
+
+def _comparable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _intransigence(run: RunLike, index: Any, context: RuleContext) -> CrossValue:
+    joint = upper_bound(run, index)
+    value = M.intransigence(joint.metrics.get("A_last") if joint is not None else None, run.metrics.get("A_last"))
+    if joint is None or value is None:
+        return CrossValue(value)
+    return CrossValue(value, joint.id, joint_differences(run, joint, context))
+
+
+JOINT_RULE = AcrossRuns(candidates={"method": "joint", "status": "finished"}, index=joint_index, value=_intransigence,
+                        nothing="no joint run to match")
+
+
+# ---------------------------------------------------------------------- aggregation over seeds
+
+
+def mean_std(values: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
+    """Mean and sample standard deviation (ddof=1; None with fewer than two values)."""
+    if not values:
+        return None, None
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+# ---------------------------------------------------------------------- the row
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One run result, declared once.
+
+    compute: the value from one run's rows (None: not measured); across: the value from the run
+    and other runs (the store fetches the candidates; never both). final_only: a partial run's
+    value is marked `@k/T` (the letter is the name's first) and never reaches a report cell.
+    default_for: the protocols whose reports (and `diff`, the compare page, `runs --json`) list
+    it even when no run has it yet; with when_measured, only when a listed run has it.
+    family: "" for accuracy metrics, "topk" for the run's top-k figures (k from the run),
+    "online" for the loop's compute-aware figures. paper: the RM paper's tables print it
+    (`report --paper`). note: the sentence a report's caption adds when it is a column; missing:
+    why a run may have no value (said when no cell of a report has one). column: a column of
+    the runs tables (`rmconsole runs`, the TUI's runs page) when > 0, the higher the sooner it is
+    dropped on a narrow terminal (0: not a column); the first final-only one carries `@k/T`."""
+
+    name: str
+    label: str
+    help: str
+    compute: Optional[Callable[[RunRows], Optional[float]]] = None
+    across: Optional[AcrossRuns] = None
+    unit: str = "%"
+    better: Better = "higher"
+    protocols: tuple[Protocol, ...] = PROTOCOLS
+    final_only: bool = True
+    filterable: bool = True
+    sortable: bool = False
+    aggregate: Callable[[Sequence[float]], tuple[Optional[float], Optional[float]]] = mean_std
+    digits: int = 2
+    default_for: tuple[Protocol, ...] = ()
+    when_measured: bool = False
+    family: str = ""
+    paper: bool = False
+    note: str = ""
+    missing: str = ""
+    column: int = 0
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.better == "lower"
+
+    @property
+    def letter(self) -> str:
+        """The mark of a partial value: `A@3/5 88.06` for A_last."""
+        return self.name[:1]
+
+    def text(self, value: Optional[float], digits: Optional[int] = None) -> str:
+        """`86.00`, `—` when not measured (or NaN)."""
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "—"
+        return f"{value:.{self.digits if digits is None else digits}f}"
+
+    def applies_to(self, protocol: Protocol) -> bool:
+        return protocol in self.protocols
+
+    def value(self, rows: RunRows) -> Optional[float]:
+        """This metric of one run (None: not measured, or not of this run's protocol)."""
+        if self.compute is None or not self.applies_to(rows.protocol):
+            return None
+        value = self.compute(rows)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return None
+        return value if isinstance(value, int) and not isinstance(value, bool) else float(value)  # a count stays one
+
+
+# ---------------------------------------------------------------------- computations of the built-ins
+
+
+def _last(rows: RunRows) -> Optional[float]:
+    return rows.accuracies[-1] if rows.tasks else None
+
+
+def _average(rows: RunRows) -> Optional[float]:
+    return sum(rows.accuracies) / len(rows.tasks) if rows.tasks else None
+
+
+def _forgetting(rows: RunRows) -> Optional[float]:
+    """The RM paper's F_last (per task, over acc[k][j]); a task-free run's is the follow-up's
+    class-wise one (cl/metrics_anytime.py)."""
+    if rows.protocol == "task-free":
+        return MA.class_forgetting([list(t.class_accuracy or []) for t in rows.tasks])
+    return M.forgetting(rows.matrix)
+
+
+def _worst_forgetting(rows: RunRows) -> Optional[float]:
+    """F_max: the largest drop of one earlier task, max over j < T-1 of (best acc[k][j] for
+    k < T-1) - acc[T-1][j] (F_last is the mean of these drops)."""
+    matrix, last = rows.matrix, len(rows.tasks) - 1
+    drops = [max(b) - matrix[last][j] for j in range(last)
+             if (b := [matrix[k][j] for k in range(last) if matrix[k][j] is not None]) and matrix[last][j] is not None]
+    return max(drops) if drops else None
+
+
+def _best_epoch(rows: RunRows) -> Optional[float]:
+    """The last task's best-over-epochs accuracy, only when every task recorded one."""
+    best = [t.best_epoch_accuracy for t in rows.tasks]
+    return best[-1] if rows.tasks and all(b is not None for b in best) else None
+
+
+def _topk_rows(rows: RunRows) -> Optional[RunRows]:
+    if rows.topk is None:
+        return None
+    # (no per-class top-k figures are stored: the top-k rows are read as the RM paper's, per task)
+    return RunRows({}, [TaskRow(t.task, t.topk_accuracy, list(t.topk_accuracy_row or []))
+                        for t in rows.tasks if t.topk_accuracy is not None])
+
+
+def _topk(compute: Callable[[RunRows], Optional[float]]) -> Callable[[RunRows], Optional[float]]:
+    def of(rows: RunRows) -> Optional[float]:
+        top = _topk_rows(rows)
+        return compute(top) if top is not None else None
+    return of
+
+
+def _auc(rows: RunRows) -> Optional[float]:
+    return MA.area_under_curve(p.accuracy for p in rows.anytime)
+
+
+def _online(key: str) -> Callable[[RunRows], Optional[float]]:
+    """A figure the loop reports itself (its clock and counters), kept as the loop gave it."""
+    def of(rows: RunRows) -> Optional[float]:
+        value = rows.online.get(key)
+        return None if value is None else float(value)
+    return of
+
+
+def _anytime_count(rows: RunRows) -> Optional[int]:
+    return len(rows.anytime) if rows.anytime else None
+
+
+def _online_figure(name: str, label: str, unit: str, help: str, better: Better = "higher", digits: int = 1,
+                   default: bool = False) -> Metric:
+    return Metric(name, label, help, compute=_online(name), unit=unit, better=better, protocols=("task-free",),
+                  final_only=False, digits=digits, default_for=("task-free",) if default else (), family="online")
+
+
+TASK_FREE_NOTE = ("task-free runs: A_auc = mean anytime accuracy on the classes seen so far, A_last/A_avg at task "
+                  "ends, F_last class-wise (the follow-up's); train/eval s and samples/s are wall-clock")
+
+METRICS: tuple[Metric, ...] = (
+    Metric("A_auc", "A_auc", "mean anytime accuracy over the stream, on the classes seen so far (the follow-up's)",
+           compute=_auc, protocols=("task-free",), final_only=False, default_for=("task-free",), note=TASK_FREE_NOTE,
+           column=8),
+    Metric("A_last", "A_last", "accuracy on every class seen after the last task", compute=_last, sortable=True,
+           default_for=PROTOCOLS, paper=True, column=1),
+    Metric("A_avg", "A_avg", "mean of the accuracies after each task", compute=_average, default_for=PROTOCOLS),
+    Metric("F_last", "F_last", "forgetting after the last task: per task (RM), class-wise (task-free)",
+           compute=_forgetting, better="lower", sortable=True, default_for=PROTOCOLS, paper=True, column=5),
+    Metric("I_last", "I_last", "intransigence: the matching joint run's A_last minus this run's",
+           across=JOINT_RULE, better="lower", default_for=("task",), paper=True, column=8,
+           missing="I_last needs a finished joint run with the same dataset, model, seed and budget"),
+    Metric("F_max", "F_max", "the worst forgetting of one task: its best accuracy before the last task minus after",
+           compute=_worst_forgetting, better="lower", protocols=("task",), sortable=True),
+    Metric("A_last_best_epoch", "A_last best-over-epochs (test-set selected)",
+           "the last task's best accuracy over its epochs (the authors' figure, selected on the test set)",
+           compute=_best_epoch, default_for=("task",), when_measured=True,
+           note="best-over-epochs: the authors' figure, selected on the test set"),
+    Metric("A_last_topk", "A_last top-k", "A_last counting a hit when the label is among the top k",
+           compute=_topk(_last), default_for=("task",), when_measured=True, family="topk", paper=True),
+    Metric("A_avg_topk", "A_avg top-k", "A_avg counting a hit when the label is among the top k",
+           compute=_topk(_average), family="topk"),
+    Metric("F_last_topk", "F_last top-k", "F_last of the top-k accuracies", compute=_topk(_forgetting),
+           better="lower", default_for=("task",), when_measured=True, family="topk", paper=True),
+    _online_figure("train_samples_per_s", "train samples/s", "samples/s", "training throughput (wall-clock)",
+                   default=True),
+    _online_figure("train_seconds", "train s", "s", "wall-clock seconds spent training", better="lower", default=True),
+    _online_figure("eval_seconds", "eval s", "s", "wall-clock seconds spent evaluating", better="lower",
+                   default=True),
+    _online_figure("wall_seconds", "wall s", "s", "wall-clock seconds of the whole run", better="lower",
+                   default=True),
+    _online_figure("samples_seen", "samples seen", "samples", "streamed samples seen", digits=0),
+    _online_figure("samples_trained", "samples trained", "samples", "streamed samples trained on", digits=0),
+    _online_figure("samples_skipped", "samples skipped", "samples",
+                   "samples not trained on (over the compute budget)", better="lower", digits=0),
+    _online_figure("evaluations_per_s", "evaluations/s", "evaluations/s", "anytime evaluation throughput"),
+    _online_figure("image_passes", "image passes", "passes", "forward-backward passes over images", digits=0),
+    Metric("anytime_evals", "anytime evaluations", "anytime evaluations taken", compute=_anytime_count,
+           unit="evaluations", protocols=("task-free",), final_only=False, digits=0, family="online"),
+)
+BUILTINS: dict[str, Metric] = {m.name: m for m in METRICS}
+# the keys `runs --json` has always carried (null when not measured), for consumers of older versions
+JSON_ALWAYS = tuple(m.name for m in METRICS if "task" in m.default_for and not m.when_measured)
+
+
+# ---------------------------------------------------------------------- over a catalogue
+
+
+def summarize(rows: RunRows, metrics: Sequence[Metric] = METRICS) -> dict[str, Optional[float]]:
+    """Every per-run metric of `metrics` (default: the built-ins; rmconsole.metric_registry passes
+    the plug-ins too) that applies to the run's protocol, by name (None: not measured). A
+    metric whose compute raises is left None and its one line returned by `failures`."""
+    out: dict[str, Optional[float]] = {}
+    for m in metrics:
+        if m.compute is None or not m.applies_to(rows.protocol):
+            continue
+        if m.name in BUILTINS:
+            out[m.name] = m.value(rows)
+            continue
+        try:
+            out[m.name] = m.value(rows)
+        except Exception as err:  # noqa: BLE001 - a plug-in's bug must not stop a run's summary
+            _failures[m.name] = f"metric {m.name!r} failed on a run's rows: {type(err).__name__}: {err}"[:300]
+            out[m.name] = None
+    return out
+
+
+_failures: dict[str, str] = {}
+
+
+def failures() -> list[str]:
+    """One line per plug-in metric whose compute raised (its value was left None)."""
+    return list(_failures.values())
+
+
+def columns(metrics: Sequence[Metric] = METRICS) -> list[Metric]:
+    """The runs tables' metric columns, in catalogue order."""
+    return [m for m in metrics if m.column > 0]
+
+
+def mark_carrier(shown: Sequence[Metric]) -> Optional[Metric]:
+    """Of metric columns side by side, the one that writes a partial run's `@k/T` (the first
+    final-only per-run one; the others are only greyed)."""
+    return next((m for m in shown if m.final_only and m.across is None), None)
+
+
+def cross_run_metrics(metrics: Sequence[Metric] = METRICS) -> list[Metric]:
+    """The metrics computed from other runs too (I_last)."""
+    return [m for m in metrics if m.across is not None]
+
+
+def listed(protocols: Iterable[Protocol], measured: Iterable[str] = (), metrics: Sequence[Metric] = METRICS,
+           family: Optional[str] = None) -> list[Metric]:
+    """The metrics a face lists for runs of `protocols` (in catalogue order): those a protocol
+    lists by default (`default_for`, without when_measured), and any other a run has a value of
+    (`measured`: names). `family`: only those of one family."""
+    protocols, measured = set(protocols), set(measured)
+    out = []
+    for m in metrics:
+        if family is not None and m.family != family:
+            continue
+        by_default = bool(protocols & set(m.default_for)) and not m.when_measured
+        if by_default or m.name in measured:
+            out.append(m)
+    return out
+
+
+def report_default(protocol: Protocol, measured: Iterable[str], metrics: Sequence[Metric] = METRICS) -> list[str]:
+    """The metrics a report shows without --metrics for a selection of `protocol`: its defaults,
+    and those it shows only when a run measured them."""
+    measured = set(measured)
+    return [m.name for m in metrics if protocol in m.default_for and (not m.when_measured or m.name in measured)]
+
+
+__all__ = ["AcrossRuns", "AnytimePoint", "BUILTINS", "CrossValue", "JOINT_KEYS", "JOINT_RULE", "JSON_ALWAYS", "METRICS",
+           "Metric", "RuleContext", "RunLike", "RunRows", "TaskRow", "columns", "cross_run_metrics", "mark_carrier", "failures", "is_upper_bound",
+           "joint_differences", "joint_index", "listed", "mean_std", "report_default", "summarize", "upper_bound"]
