@@ -738,3 +738,63 @@ def test_defect_01_every_way_to_the_stores_files_is_refused(isolated_home, tmp_p
     code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(other))
     elsewhere.check(code, err)
     assert digest(other) == before
+
+
+# =========================================================================== clock jumps
+
+
+@pytest.mark.asyncio
+async def test_a_heartbeat_from_the_future_is_said_so_not_negative(isolated_home) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    import tui_store
+    from rmconsole.tui import RMConsoleApp
+    from rmconsole.tui.screens.run import RunScreen
+    from rmconsole.tui.widgets.run_header import RunHeader
+
+    row = _claim("a heartbeat from the future in the TUI", "test_a_heartbeat_from_the_future_is_said_so_not_negative")
+    ids = tui_store.build()
+    behind = lambda: datetime.now(timezone.utc) - timedelta(hours=1)  # noqa: E731 - this clock jumped back an hour
+    app = RMConsoleApp(refresh_s=0.1, clock=behind, reap_every_s=None)
+    async with app.run_test(size=(140, 40)) as pilot:
+        app.open_run(ids["running"])
+        for _ in range(60):
+            await pilot.pause(0.1)
+            if isinstance(app.screen, RunScreen) and app.screen.view is not None:
+                break
+        header = app.screen.query_one(RunHeader).render().plain
+    assert "ahead of this clock" in header and "heartbeat -" not in header, header
+    row.check(None, header)
+
+
+def test_heartbeats_from_the_future_and_the_reaper(isolated_home) -> None:
+    import signal as signals
+    import subprocess
+    from datetime import timedelta
+
+    from rmconsole.runner import launch
+
+    alive_row = _claim("a live worker whose heartbeat is in the future", "test_heartbeats_from_the_future_and_the_reaper")
+    dead_row = _claim("a dead worker whose heartbeat is in the future", "test_heartbeats_from_the_future_and_the_reaper")
+    _, cfg = load_config(None)
+    placeholder = store.create_run(cfg.to_dict(), "x")
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "rmconsole.runner.worker",
+                             str(placeholder + 1)], start_new_session=True)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        ids = []
+        for pid in (fake.pid, gone.pid):
+            run_id = store.create_run(cfg.to_dict(), "digits-blurry10-online")
+            store.update_run(run_id, status="running", pid=pid, host=socket.gethostname(), task=1, phase="train",
+                             heartbeat_at=store.utcnow() + timedelta(hours=1))  # the clock jumped back an hour
+            ids.append(run_id)
+        assert launch.reap_dead() == [ids[1]]
+        assert store.get_run(ids[0]).status == "running" and fake.poll() is None  # alive: left alone
+        alive_row.check(None, store.get_run(ids[0]).status)
+        dead = store.get_run(ids[1])
+        assert dead.status == "failed"
+        dead_row.check(None, dead.error)
+    finally:
+        fake.send_signal(signals.SIGKILL)
+        fake.wait()
