@@ -750,10 +750,13 @@ def config_keys(markdown: bool = typer.Option(False, "--markdown",
                                               help="Print docs/configuration.md: the same table in markdown.")) -> None:
     """Every config key: type, default, allowed values, help, and the methods that read it."""
     from .config import configuration_page, key_table
+    from .methods import method_specs
 
-    if markdown:
+    if markdown:  # the page documents rmconsole's own keys: no installed plug-in's
         print(configuration_page(), end="")
         return
+    for problem in method_specs()[1]:  # a plug-in that cannot be used: named, the rest listed
+        err_console.print(f"warning: {problem}", highlight=False, soft_wrap=True)
     table = Table()
     for col in ("key", "type", "default", "allowed", "help", "methods"):
         table.add_column(col)

@@ -1,15 +1,33 @@
 """RunConfig: one validated model of a run, built from a preset file plus overrides.
 
-Its keys are the ones every run has (`RunKeys`, below) plus every method's own parameters,
-declared by the methods (`rmconsole/cl/methods/params.py`, named in their REGISTRY). Every
-bad value is rejected here, before anything is stored, with one line that names the key,
-the value and what is allowed. `key_table()` lists the keys (`rmconsole config-keys`,
-docs/configuration.md).
+A run's keys are the ones every run has (`RunKeys` and the runtime choices of `RunConfig`,
+below) plus ONLY its method's own parameters: each method declares them in its params class
+(a torch-free `MethodParams` beside the method, named by its `MethodSpec`; built-ins and
+plug-ins alike, `rmconsole.methods`). `config_model(spec)` is the pydantic model of that
+method's runs (a `RunConfig` subclass); `to_dict()`, what is stored, is flat: the common keys,
+then the method's.
+
+Every bad value is rejected here, before anything is stored, with one line that names the key,
+the value and what is allowed:
+- a key of another method (`--set bic_temperature=3` on an RM run) is refused naming the
+  methods that read it (`bic_temperature=3: read by bic, bic_star, not by method=rm`);
+- a key no method reads is `unknown config key 'x'`, with a did-you-mean.
+
+A preset's top-level keys that the run's method does not read (another method's parameters) are
+dropped for that run, so a BiC preset run with `--set method=rm` works; a preset's
+`[methods.X]` table applies to method X only, and its keys must be X's (or common). A stored
+config is rebuilt the same way (`build_config(run.config)`), so a run stored by an earlier
+version, which holds every method's keys (~61), still rebuilds, resumes and compares. A sweep
+applies a method's key to the grid points whose method reads it (runner/sweep.py).
+
+`key_table()` lists the keys (`rmconsole config-keys`, docs/configuration.md) with the methods
+that read each.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import sys
 import tomllib
@@ -20,14 +38,13 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from . import datasets as dataset_registry, models as model_registry
-from .cl.catalog import AUGMENTATIONS, MEASURES, MEMORY_POLICIES, METHOD_NAMES, parse_augment
+from . import datasets as dataset_registry, models as model_registry, plugins
+from .cl.catalog import AUGMENTATIONS, MEASURES, MEMORY_POLICIES, parse_augment
 from .cl.datasets import ORDERS_FILE, DatasetMissing, UnknownDataset, builtins as builtin_datasets
-from .cl.methods import REGISTRY
+from .cl.methods import REGISTRY, MethodSpec
 from .cl.modelspec import BUILTINS as BUILTIN_MODELS, UnknownModel
 from .cl.protocols import is_task_free
-
-METHOD_PROTOCOLS = {name: entry.protocols for name, entry in REGISTRY.items()}
+from .methods import UnknownMethod, method_names, method_spec, method_specs, readers_of
 
 DEFAULT_PRESET = "digits-blurry10-online"
 MAX_INT = 2**63 - 1  # the store's integers (SQLite INTEGER, PostgreSQL BIGINT)
@@ -58,8 +75,8 @@ class RunKeys(BaseModel):
         default=None, description="a local file of pretrained weights for the backbone (a state dict, read with "
                                   "torch.load weights_only; its features, and its head when the shapes match); "
                                   "unset: random initialisation")
-    method: str = Field(default="rm", description="the continual-learning method",
-                        json_schema_extra={"allowed": ", ".join(METHOD_NAMES)})
+    method: str = Field(default="rm", description="the continual-learning method (built in, or an installed plug-in's)",
+                        json_schema_extra={"allowed": ", ".join(REGISTRY)})
     memory_size: int = Field(gt=0, description="episodic memory slots K (at least one per class)")
     n_tasks: int = Field(default=5, ge=1, description="tasks the classes are split into (evenly)")
     blurry: int = Field(default=10, ge=0, le=100, description="M of BlurryM (i-Blurry-N-M: M, the blurry share); 0 = disjoint")
@@ -107,28 +124,10 @@ class RunKeys(BaseModel):
     threads: Optional[int] = Field(default=None, ge=1, le=4096, description="CPU threads for torch")
 
 
-def _method_keys() -> dict[str, Any]:
-    """Every method's own parameters (cl/methods/params.py) as config keys, in REGISTRY order,
-    each key once; two methods sharing a key must declare it alike."""
-    keys: dict[str, Any] = {}
-    declared: dict[str, tuple[Any, ...]] = {}
-    for params in dict.fromkeys(entry.params for entry in REGISTRY.values()):
-        hints = get_type_hints(params)
-        for f in dataclasses.fields(params):
-            spec = (hints[f.name], f.default, f.metadata["help"], tuple(sorted(f.metadata["bounds"].items())))
-            if declared.setdefault(f.name, spec) != spec:
-                raise TypeError(f"config key {f.name!r} is declared differently by two methods' params")
-            keys[f.name] = (hints[f.name], Field(default=f.default, description=f.metadata["help"], **f.metadata["bounds"]))
-    return keys
-
-
-_RunAndMethodKeys = create_model("_RunAndMethodKeys", __base__=RunKeys, **_method_keys())
-
-
-class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
-    """Everything that defines a run: the keys every run has, every method's own parameters
-    (methods that do not use a key ignore it), and the runtime choices below. Unknown keys are
-    errors, never silently ignored."""
+class RunConfig(RunKeys):
+    """Everything that defines a run: the keys every run has and the runtime choices below. A
+    run's config is an instance of `config_model(its method's spec)`, this class plus the
+    method's own parameters. Unknown keys are errors, never silently ignored."""
 
     # ImageNet scale: input pipeline, GPU fast path, multi-GPU (runtime choices, like device)
     data_pipeline: Literal["auto", "memory", "stream"] = Field(
@@ -188,9 +187,14 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
     @field_validator("method")
     @classmethod
     def _method(cls, value: str) -> str:
-        if value not in METHOD_NAMES:
-            raise ValueError(f"unknown method; allowed: {', '.join(sorted(METHOD_NAMES))}")
+        if value not in method_names():
+            raise ValueError(f"unknown method; allowed: {', '.join(method_names())}")
         return value
+
+    @property
+    def method_spec(self) -> MethodSpec:
+        """The run's method's declaration (a built-in's or a plug-in's): what cl trains."""
+        return method_spec(self.method)
 
     @field_validator("model")
     @classmethod
@@ -254,7 +258,7 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
         if is_task_free(self.stream):
             self._task_free_checks()
         else:
-            if METHOD_PROTOCOLS[self.method] == "task-free":
+            if not self.method_spec.runs_under("task"):
                 raise ValueError(f"method={self.method}: runs on the task-free streams only (stream=iblurry or "
                                  f"siblurry), not stream={self.stream}")
             if self.optimizer != "sgd" or self.schedule == "exp_reset":
@@ -272,8 +276,8 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
     def _task_free_checks(self) -> None:
         """What a task-free (i-Blurry / Si-Blurry) run needs: a method that has the online hooks,
         a per-step schedule, one process, and the stream's own class order."""
-        if METHOD_PROTOCOLS[self.method] == "task":
-            able = sorted(m for m, p in METHOD_PROTOCOLS.items() if p != "task")
+        if not self.method_spec.runs_under("task-free"):
+            able = sorted(spec.name for spec in method_specs()[0] if spec.runs_under("task-free"))
             raise ValueError(f"method={self.method}: has no task-free version; with stream={self.stream} use one of "
                              f"{', '.join(able)}")
         if self.schedule not in ("constant", "exp_reset"):
@@ -289,16 +293,118 @@ class RunConfig(_RunAndMethodKeys):  # type: ignore[misc, valid-type]
     @model_validator(mode="after")
     def _method_checks(self) -> "RunConfig":
         """What only the run's method needs across keys (its params class's `check`)."""
-        REGISTRY[self.method].params.from_settings(self).check(self, self.dataset_classes())
+        self.method_spec.params.from_settings(self).check(self, self.dataset_classes())
         return self
 
     def to_dict(self) -> dict[str, Any]:
+        """What is stored: flat, the common keys then the method's own."""
         data = self.model_dump()
         data["augment"] = list(self.augment)
         return data
 
 
-KEYS = tuple(RunConfig.model_fields)
+COMMON_KEYS = tuple(RunConfig.model_fields)  # the keys every run has
+# every key a built-in method's run can have (a plug-in's keys: key_readers / method_keys)
+KEYS = tuple(dict.fromkeys([*COMMON_KEYS, *(k for spec in REGISTRY.values() for k in spec.keys)]))
+
+
+def _param_field(params: type[Any], name: str) -> tuple[Any, Any]:
+    """A params-class field as a pydantic field: same type, default, help and bounds."""
+    f = next(f for f in dataclasses.fields(params) if f.name == name)
+    hint = get_type_hints(params)[name]
+    return hint, Field(default=f.default, description=f.metadata.get("help", ""), **f.metadata.get("bounds", {}))
+
+
+@functools.cache
+def config_model(spec: MethodSpec) -> type[RunConfig]:
+    """The model of `spec`'s runs: RunConfig plus the method's own parameters. A parameter named
+    like a key every run has, or declared unlike another method's key of the same name (a key
+    means one thing: the keys table has one row for it), is a ConfigError naming the method."""
+    fields: dict[str, Any] = {}
+    for key in spec.keys:
+        if key in COMMON_KEYS:
+            raise ConfigError(f"method {spec.name!r}: its parameter {key!r} has the name of a key every run has; "
+                              f"rename it in {spec.params.__name__}")
+        fields[key] = _param_field(spec.params, key)
+    for other in (REGISTRY[n] for n in _sharing_builtins(spec)):
+        for key in set(spec.keys) & set(other.keys):
+            if _declaration(spec.params, key) != _declaration(other.params, key):
+                raise ConfigError(f"method {spec.name!r}: its parameter {key!r} is declared unlike method "
+                                  f"{other.name!r}'s; rename it or declare it alike")
+    if not fields:
+        return RunConfig
+    return create_model(f"RunConfig_{spec.name}", __base__=RunConfig, **fields)
+
+
+def _sharing_builtins(spec: MethodSpec) -> list[str]:
+    """The built-ins (other than `spec`) that share one of its keys."""
+    return [name for name, other in REGISTRY.items() if other is not spec and set(spec.keys) & set(other.keys)]
+
+
+def _declaration(params: type[Any], key: str) -> tuple[Any, ...]:
+    f = next(f for f in dataclasses.fields(params) if f.name == key)
+    return (get_type_hints(params)[key], f.default, f.metadata.get("help"),
+            tuple(sorted(f.metadata.get("bounds", {}).items())))
+
+
+def _spec_of(method: Any) -> MethodSpec | None:
+    """The spec of a config's `method` value; None when it names no method (the model's own
+    check then says so in one line); a plug-in that cannot be used is a ConfigError."""
+    if not isinstance(method, str):
+        return None
+    try:
+        return method_spec(method)
+    except UnknownMethod:
+        return None
+    except plugins.PluginError as err:
+        raise ConfigError(str(err)) from None
+
+
+def show_value(value: Any) -> str:
+    """A value as `--set` writes it (`bic_temperature=3`, `augment=cutmix+autoaug`)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "+".join(map(str, value)) or "none"
+    return shorten(value)
+
+
+def not_read(key: str, value: Any, methods: list[str]) -> str:
+    """The one line for a method key that the run's method (or no run of a sweep) reads."""
+    readers = readers_of(key)
+    return f"{shorten(key)}={show_value(value)}: read by {', '.join(readers)}, not by method={', '.join(methods)}"
+
+
+def unknown_key(key: str) -> str:
+    """`unknown config key 'x'`, with the closest known key when one is close."""
+    known = list(dict.fromkeys([*KEYS, *method_keys()]))
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown config key {shorten(key)!r}{hint}; `rmconsole config-keys` lists the keys"
+
+
+def method_keys() -> tuple[str, ...]:
+    """Every method's own keys (built-ins', then the loadable plug-ins')."""
+    from .methods import key_readers
+
+    return tuple(key_readers())
+
+
+def check_key(key: str) -> None:
+    """A key some run can have (common, or some method's), else ConfigError with a did-you-mean."""
+    if key not in COMMON_KEYS and not readers_of(key):
+        raise ConfigError(unknown_key(key))
+
+
+def check_keys(config: dict[str, Any], spec: MethodSpec) -> None:
+    """Every key of `config` is common or read by its method `spec`: one line otherwise."""
+    own = set(spec.keys)
+    for key, value in config.items():
+        if key in COMMON_KEYS or key in own:
+            continue
+        if readers_of(key):
+            raise ConfigError(not_read(key, value, [spec.name]))
+        raise ConfigError(unknown_key(key))
 
 
 def _number_kind(annotation: Any) -> str | None:
@@ -317,7 +423,7 @@ def _one_line(err: ValidationError) -> str:
     loc = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        return f"unknown config key {shorten(loc)!r}; known keys: {', '.join(KEYS)}"
+        return unknown_key(loc)
     if first["type"] == "missing":
         return f"config key {loc!r} is required"
     if not loc:  # a model-level check already names its key
@@ -391,8 +497,7 @@ def split_override(pair: str, expected: str = "KEY=VALUE") -> tuple[str, str]:
     key = key.strip()
     if not sep or not key:
         raise ConfigError(f"--set {shorten(pair)!r}: expected {expected}")
-    if key not in KEYS:
-        raise ConfigError(f"unknown config key {shorten(key)!r}; known keys: {', '.join(KEYS)}")
+    check_key(key)
     return key, raw.strip()
 
 
@@ -404,26 +509,45 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def method_of(table: dict[str, Any], overrides: dict[str, Any] | None = None) -> Any:
+    """The method a preset table and overrides give (the override's, else the preset's, else rm)."""
+    return (overrides or {}).get("method", table.get("method", "rm"))
+
+
 def for_method(table: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A preset's keys for the run's method: its common keys, then its `[methods.<method>]`
-    table (a preset of the follow-up's settings gives each method its own optimiser, lr,
-    schedule...), then the overrides. The method is the override's, else the preset's."""
+    """A preset's keys for the run's method: its top-level keys, less the parameters of other
+    methods (a BiC preset's `bic_temperature` is dropped from a run with `--set method=rm`), then
+    its `[methods.<method>]` table (a preset of the follow-up's settings gives each method its
+    own optimiser, lr, schedule...), then the overrides (never dropped: a key of another method
+    there is refused by `build_config`). The method is the override's, else the preset's.
+
+    A stored config goes through here as a table, so a run stored by an earlier version (every
+    method's keys in its config) rebuilds with its own method's keys only."""
     overrides = overrides or {}
     sections = table.get("methods") or {}
     if not isinstance(sections, dict) or not all(isinstance(v, dict) for v in sections.values()):
         raise ConfigError("preset key 'methods' must hold one table per method ([methods.NAME])")
-    unknown = sorted(set(sections) - set(REGISTRY))
+    known = method_names()
+    unknown = sorted(set(sections) - set(known))
     if unknown:
-        raise ConfigError(f"preset table [methods.{unknown[0]}]: unknown method; known: {', '.join(sorted(REGISTRY))}")
-    common = {k: v for k, v in table.items() if k != "methods"}
-    method = overrides.get("method", common.get("method", "rm"))
-    return {**common, **sections.get(method, {}), **overrides}
+        raise ConfigError(f"preset table [methods.{unknown[0]}]: unknown method; known: {', '.join(known)}")
+    method = method_of(table, overrides)
+    spec = _spec_of(method)
+    own = set(spec.keys) if spec is not None else None
+    common = {k: v for k, v in table.items()
+              if k != "methods" and (own is None or k in COMMON_KEYS or k in own or not readers_of(k))}
+    return {**common, **(sections.get(method, {}) if isinstance(method, str) else {}), **overrides}
 
 
 def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None) -> RunConfig:
+    """The validated config of a preset table (or a stored config) plus overrides, as the model
+    of its method's runs (`config_model`); ConfigError, one line, for anything wrong."""
     merged = for_method(table, overrides)
+    spec = _spec_of(merged.get("method", "rm"))
+    if spec is not None:
+        check_keys(merged, spec)
     try:
-        return RunConfig(**merged)
+        return (config_model(spec) if spec is not None else RunConfig)(**merged)
     except ValidationError as err:
         raise ConfigError(_one_line(err)) from None
     except TypeError as err:
@@ -439,16 +563,43 @@ def load_config(preset: str | None = None, overrides: list[str] | dict[str, Any]
     return name, build_config(table, extra)
 
 
+def config_defaults(method: Any = None) -> dict[str, Any]:
+    """Each key's default for runs of `method` (every method's keys when None or unknown)."""
+    spec = _spec_of(method) if method is not None else None
+    model = config_model(spec) if spec is not None else RunConfig
+    out = {k: f.default for k, f in model.model_fields.items()}
+    if spec is None:
+        out.update(method_key_defaults())
+    return out
+
+
+def method_key_defaults() -> dict[str, Any]:
+    """Every method's own key with its declared default (built-ins', then loadable plug-ins')."""
+    out: dict[str, Any] = {}
+    for spec in method_specs()[0]:
+        for f in dataclasses.fields(spec.params):
+            out.setdefault(f.name, f.default)
+    return out
+
+
 def overrides_of(preset: str | None, config: dict[str, Any]) -> dict[str, Any]:
-    """The keys of `config` whose value differs from what the preset alone gives (its table
-    over the defaults), as `--set` would write them back: what tells two runs of a preset apart.
-    The seed is left out (every runs table has it as a column)."""
+    """The keys of `config` whose value differs from what the preset alone gives for the config's
+    method (its table over the defaults, its `[methods.X]` table included), as `--set` would write
+    them back: what tells two runs of a preset apart. `method` differs when it is not the
+    preset's. The seed is left out (every runs table has it as a column). A config of an earlier
+    version (every method's keys) compares only its method's keys."""
     _, table = read_preset(preset or DEFAULT_PRESET)
+    method = config.get("method", method_of(table))
     try:
-        base = build_config(table).to_dict()
+        base = build_config(table, {"method": method}).to_dict()
     except ConfigError:  # a preset that is not valid alone (a partial TOML file): its table and the defaults
-        base = {k: f.default for k, f in RunConfig.model_fields.items()} | dict(table)
+        try:
+            from_table = for_method(table, {"method": method})
+        except ConfigError:
+            from_table = {k: v for k, v in table.items() if k != "methods"}
+        base = config_defaults(method) | from_table
         base["augment"] = list(parse_augment(base["augment"])) if base.get("augment") is not None else []
+    base["method"] = method_of(table)
     return {k: v for k, v in config.items() if k != "seed" and k in base and v != base[k]}
 
 
@@ -467,36 +618,44 @@ class KeyRow:
     methods: str  # the methods that read it ("all" for the keys every run has)
 
 
-def key_table() -> list[KeyRow]:
-    """Every RunConfig key, in order, generated from the fields (and the methods' params
-    classes), so the listing cannot drift from what is validated."""
-    readers = _method_param_readers()
-    return [KeyRow(key, _type_text(field.annotation), _default_text(field), _allowed_text(field),
-                   field.description or "", ", ".join(readers.get(key, ("all",))))
-            for key, field in RunConfig.model_fields.items()]
-
-
-@functools.cache
-def _method_param_readers() -> dict[str, tuple[str, ...]]:
-    """The methods' own parameters: key -> the methods that read it, in registry order."""
+def key_table(plugins_too: bool = True) -> list[KeyRow]:
+    """Every config key, in order: the keys every run has, then each method's own (built-ins',
+    then, with `plugins_too`, the installed plug-ins'), with the methods that read it; generated
+    from the fields and the methods' params classes, so the listing cannot drift from what is
+    validated. A plug-in that cannot be used is left out (`method_specs` says why)."""
+    specs = method_specs()[0] if plugins_too else list(REGISTRY.values())
+    rows = []
+    for key, field in RunConfig.model_fields.items():
+        allowed = ", ".join(s.name for s in specs) if key == "method" else _allowed_text(field)
+        rows.append(KeyRow(key, _type_text(field.annotation), _default_text(field), allowed, field.description or "",
+                           "all"))
+    models: dict[str, type[RunConfig]] = {}
     readers: dict[str, list[str]] = {}
-    for name, entry in REGISTRY.items():
-        for f in dataclasses.fields(entry.params):
-            readers.setdefault(f.name, []).append(name)
-    return {k: tuple(v) for k, v in readers.items()}
+    for spec in specs:
+        try:
+            models[spec.name] = config_model(spec)
+        except ConfigError:  # a plug-in declaring a key badly: refused when it is used, left out here
+            continue
+        for key in spec.keys:
+            readers.setdefault(key, []).append(spec.name)
+    for key, names in readers.items():
+        field = models[names[0]].model_fields[key]
+        rows.append(KeyRow(key, _type_text(field.annotation), _default_text(field), _allowed_text(field),
+                           field.description or "", ", ".join(names)))
+    return rows
 
 
 def method_reads(method: str | None, key: str) -> bool:
     """Whether a run of `method` reads `key`: every key but the methods' own parameters, which
     only their methods read (a report row shows ER's `rm_variant` as "—", not as RM's default)."""
-    readers = _method_param_readers().get(key)
-    return readers is None or method is None or method in readers
+    readers = readers_of(key)
+    return not readers or method is None or method in readers
 
 
 def keys_markdown() -> str:
     """The keys table as a markdown table."""
     lines = ["| key | type | default | allowed | help | methods |", "|---|---|---|---|---|---|"]
-    for row in key_table():
+    for row in key_table(plugins_too=False):
         lines.append(f"| `{row.key}` | {row.type} | {_code(row.default)} | {row.allowed} | {row.help} | {row.methods} |")
     return "\n".join(lines) + "\n"
 
@@ -506,12 +665,17 @@ def configuration_page() -> str:
     return (
         "# Configuration keys\n\n"
         "<!-- generated by `rmconsole config-keys --markdown`; edit the key declarations "
-        "(rmconsole/config.py, rmconsole/cl/methods/params.py), not this page -->\n\n"
+        "(rmconsole/config.py, the methods' params modules rmconsole/cl/methods/*_params.py), not this "
+        "page -->\n\n"
         "A run is a preset (a TOML file of these keys, `rmconsole presets`) plus overrides "
         "(`--set KEY=VALUE`, TOML literals). Unknown keys and bad values are refused with one line "
         "naming the key, the value and what is allowed. Keys whose *methods* column names methods "
-        "are those methods' own parameters (declared in `rmconsole/cl/methods/params.py`); other "
-        "methods ignore them.\n\n" + keys_markdown())
+        "are those methods' own parameters (each declared in the params module beside its method, "
+        "e.g. `rmconsole/cl/methods/bic_params.py`, or by an installed plug-in): a run's config holds "
+        "the keys every run has plus its method's own. `--set` of another method's key is refused, "
+        "naming the methods that read it; in a sweep it applies to the runs whose method reads it; a "
+        "preset's top-level keys that the run's method does not read are dropped for that run.\n\n"
+        + keys_markdown())
 
 
 def _type_text(annotation: Any) -> str:

@@ -140,17 +140,11 @@ class ConformanceReport:
 
 
 def declared_protocols(method: str) -> tuple[str, ...]:
-    """The protocols `method` declares ("task", "task-free"), from its registry entry."""
-    from .cl.methods import REGISTRY
+    """The protocols `method` declares ("task", "task-free"): its MethodSpec's, a built-in's or an
+    installed plug-in's (ValueError, one line, for a name nobody declares)."""
+    from .methods import method_spec
 
-    try:
-        declared = REGISTRY[method].protocols
-    except KeyError:
-        raise ValueError(f"unknown method {method!r}; known: {', '.join(sorted(REGISTRY))}") from None
-    # the registry's Entry spells it "task" / "task-free" / "both"; a MethodSpec's tuple passes through
-    if isinstance(declared, str):
-        return ("task", "task-free") if declared == "both" else (declared,)
-    return tuple(declared)
+    return tuple(method_spec(method).protocols)
 
 
 def kit_settings(method: str, protocol: str) -> dict[str, Any]:
@@ -207,9 +201,9 @@ def check_hooks(method: str) -> list[Violation]:
     it is a function whose name looks like a hook (before_*, after_*, on_*, online_*, or within a
     typo of a hook or a base function) that no protocol calls. Helpers with other names, and any
     name with a leading underscore, are the method's own."""
-    from .cl.methods import method_class
     from .cl.methods.base import Method
     from .cl.methods.taskfree import TaskFree
+    from .methods import method_class
 
     cls = method_class(method)
     declared = declared_protocols(method)
@@ -470,8 +464,8 @@ def _instrumented(watch: _Watch, protocol: str) -> Iterator[None]:
     original_loop, original_online = loop.method_class, online.method_class
     made: dict[type, type] = {}
 
-    def watched_class(name: str) -> type:
-        cls = original_loop(name)
+    def watched_class(method: Any) -> type:  # a name or a MethodSpec, as the drivers pass it
+        cls = original_loop(method)
         if cls not in made:
             def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
                 cls.__init__(self, *args, **kwargs)

@@ -83,14 +83,15 @@ def _mnist_files(raw: Path, n: int, label: int | None = None, truncate: bool = F
 
 
 def _damaged_store(home: Path) -> None:
-    """A real store with three runs whose run table's page is garbage (its header and schema are fine)."""
+    """A real store with five runs (more than one page of the run table, so the garbage page is not its
+    only one) whose run table's page is garbage (its header and schema are fine)."""
     from rmconsole.store import db
 
     path = home / "rmconsole.db"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RMCONSOLE_HOME", str(home))
         _, cfg = load_config(None)
-        for _ in range(3):
+        for _ in range(5):
             store.create_run(cfg.to_dict(), "digits-blurry10-online")
         store.get_engine().dispose()
         db._ENGINES.pop(db.database_url())

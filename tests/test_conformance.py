@@ -2,8 +2,8 @@
 it declares, and each deliberately broken method below fails it, by the rule it breaks and only
 that rule, with a message that names the rule, what was seen and what to do.
 
-The broken methods are registered for one test each by `register` (the registry, and the
-tables config.py derives from it at import); each is experience replay with one fault.
+The broken methods are registered for one test each by `register` (a MethodSpec in the
+built-ins' registry); each is experience replay with one fault.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from rmconsole import config
-from rmconsole.cl.methods import REGISTRY, Entry
+from rmconsole.cl.methods import REGISTRY, MethodSpec
 from rmconsole.cl.methods import base as base_module
 from rmconsole.cl.methods import taskfree as taskfree_module
 from rmconsole.cl.methods.er import ER
@@ -32,11 +31,9 @@ _MODULE = "_conformance_test_methods"  # the name this file is registered under,
 def register(monkeypatch: pytest.MonkeyPatch, cls: type, protocols: str = "both") -> str:
     """Make `cls` (its `name`) a registered method for one test."""
     monkeypatch.setitem(sys.modules, f"rmconsole.cl.methods.{_MODULE}", sys.modules[__name__])
-    monkeypatch.setitem(REGISTRY, cls.name, Entry(f"{_MODULE}:{cls.__name__}", MethodParams, protocols))  # type: ignore[attr-defined]
-    if hasattr(config, "METHOD_NAMES"):
-        monkeypatch.setattr(config, "METHOD_NAMES", (*config.METHOD_NAMES, cls.name))  # type: ignore[attr-defined]
-    if hasattr(config, "METHOD_PROTOCOLS"):
-        monkeypatch.setitem(config.METHOD_PROTOCOLS, cls.name, protocols)  # type: ignore[attr-defined]
+    declared = ("task", "task-free") if protocols == "both" else (protocols,)
+    monkeypatch.setitem(REGISTRY, cls.name, MethodSpec(cls.name, f"rmconsole.cl.methods.{_MODULE}:{cls.__name__}",  # type: ignore[attr-defined]
+                                                       MethodParams, declared))
     return cls.name  # type: ignore[attr-defined,no-any-return]
 
 

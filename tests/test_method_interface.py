@@ -22,8 +22,19 @@ def test_the_hooks_table_names_what_method_has() -> None:
     assert {"before_task", "learn_task", "step_loss", "after_step", "update_memory", "predict", "state_dict"} <= set(hooks)
     assert all(hasattr(Method, name) for name in hooks), [n for n in hooks if not hasattr(Method, n)]
     class_variables = _table_names("Class variables")
-    assert class_variables == ["name", "default_memory_policy", "single_task"]
+    assert class_variables == ["name", "params_type", "default_memory_policy", "single_task"]
     assert all(hasattr(cls, name) for cls in METHODS.values() for name in class_variables)
+
+
+def test_each_method_reads_the_params_its_spec_declares_as_typed_fields() -> None:
+    """`class X(Method[XParams])` is the one place a class names its parameters: params_type is
+    what its spec declares (method_class checks it), inherited by a subclass that names none."""
+    from rmconsole.cl.methods import REGISTRY
+    from rmconsole.cl.settings import MethodParams
+
+    for name, spec in REGISTRY.items():
+        assert METHODS[name].params_type is spec.params, name
+    assert METHODS["finetune"].params_type is MethodParams and METHODS["bic_star"].params_type.__name__ == "BiCParams"
 
 
 def test_the_engine_calls_the_step_hooks_of_a_method(monkeypatch) -> None:

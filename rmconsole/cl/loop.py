@@ -48,7 +48,7 @@ def build_protocol(cfg: RunSettings, data: Dataset) -> Protocol:
     order = streams.class_order(data.name, data.n_classes, cfg.seed, cfg.class_order)
     train_labels = streams.remap_labels(data.train.labels.cpu(), order)
     test_labels = streams.remap_labels(data.test.labels.cpu(), order)
-    single = method_class(cfg.method).single_task
+    single = method_class(cfg.method_spec).single_task
     n_tasks = 1 if single else cfg.n_tasks
     groups = streams.task_classes(data.n_classes, n_tasks)
     tasks = streams.make_tasks(train_labels, n_tasks, data.n_classes, cfg.blurry, cfg.seed)
@@ -75,7 +75,7 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
     dist = distributed.context()
     if dist:  # the resume checkpoint is rank 0's to read; every rank continues from it
         resume = dist.broadcast_object(resume)
-    method = method_class(cfg.method)(setup)
+    method = method_class(cfg.method_spec)(setup)
     start = 0
     if resume is not None:
         start = restore(resume, cfg, protocol, method, augmenter, device)

@@ -107,7 +107,7 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
     train_labels, test_labels = protocol.train_labels.to(device), protocol.test_labels.to(device)
     augmenter = make_augmenter(cfg, data, device)
     setup = Setup(cfg, data, train_labels, test_labels, protocol.groups, device, augmenter, reporter)
-    method = method_class(cfg.method)(setup)
+    method = method_class(cfg.method_spec)(setup)
     if not isinstance(method, TaskFree):
         raise NotTaskFree(f"method={cfg.method}: has no task-free version (stream={cfg.stream})")
     method.online_start()

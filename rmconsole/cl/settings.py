@@ -1,10 +1,11 @@
 """What the science is configured with: `RunSettings`, the keys every run has, and
 `MethodParams`, the base of a method's own hyper-parameters.
 
-`rmconsole/config.py` validates a run (its `RunConfig` is assembled from the common keys and
-every method's params class) and hands the validated object to `cl.loop.run_protocol`; cl reads
-it through these types only, never through `getattr(cfg, key, default)`. Plain Python (no torch,
-no pydantic), so the CLI and the TUI can validate a config without importing torch.
+`rmconsole/config.py` validates a run (its `RunConfig` holds the common keys plus the run's
+method's own keys, from its params class) and hands the validated object to
+`cl.loop.run_protocol`; cl reads it through these types only, never through
+`getattr(cfg, key, default)`. Plain Python (no torch, no pydantic), so the CLI and the TUI can
+validate a config without importing torch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ BOUNDS = ("ge", "gt", "le", "lt")
 class RunSettings(Protocol):
     """The keys of a run that the science reads (a validated `rmconsole.config.RunConfig`).
 
-    A method's own keys are not here: it reads them from `Method.params` (its `MethodParams`)."""
+    A method's own keys are not here: it reads them from `Method.params` (its `MethodParams`,
+    built from the config, which holds the run's method's keys too). `method_spec` is the run's
+    method's declaration (a built-in's or a plug-in's), resolved when the config was validated."""
 
     dataset: str
     model: str
@@ -61,11 +64,15 @@ class RunSettings(Protocol):
     compile: bool | Literal["auto"]
     cuda_graphs: bool | Literal["auto"]
 
+    @property
+    def method_spec(self) -> Any: ...  # a methods.spec.MethodSpec (not imported: spec.py imports this module)
+
 
 def param(default: Any, help: str, **bounds: float) -> Any:
     """A method parameter: its default, one line of help, and its allowed range (`ge`, `gt`,
-    `le`, `lt`; a `Literal` type lists allowed values). config.py turns it into a RunConfig key
-    with the same checks and messages as every other key; `rmconsole config-keys` lists it."""
+    `le`, `lt`; a `Literal` type lists allowed values). config.py turns it into a config key of
+    the runs of its method, with the same checks and messages as every other key; `rmconsole
+    config-keys` lists it with the methods that read it."""
     unknown = set(bounds) - set(BOUNDS)
     if unknown:
         raise TypeError(f"param(): unknown bound(s) {', '.join(sorted(unknown))}; allowed: {', '.join(BOUNDS)}")
@@ -83,8 +90,15 @@ class MethodParams:
 
     @classmethod
     def from_settings(cls: type[P], settings: Any) -> P:
-        """This method's values out of a run's validated settings (which hold every method's keys)."""
-        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
+        """This method's values out of a run's validated settings (which hold its method's keys).
+        Settings of another method lack them: refused, never filled with defaults silently."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            if not hasattr(settings, f.name):
+                raise ValueError(f"{cls.__name__} reads {f.name}, which a config of method="
+                                 f"{getattr(settings, 'method', '?')} does not have")
+            values[f.name] = getattr(settings, f.name)
+        return cls(**values)
 
     def check(self, settings: RunSettings, n_classes: int) -> None:
         """Checks across keys that only this method needs, run when a config is validated:

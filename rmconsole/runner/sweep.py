@@ -1,8 +1,11 @@
 """Sweeps: a grid of runs from one command.
 
-`--set KEY=a,b` makes KEY an axis of the grid and `--seeds 1,2,3` adds the seed axis. Every
-grid point is validated (the same RunConfig check a single run gets) before anything is
-stored; then the whole grid is stored as queued runs sharing one sweep id, in one write
+`--set KEY=a,b` makes KEY an axis of the grid and `--seeds 1,2,3` adds the seed axis. A
+method's own key applies to the grid points whose method reads it (`--set method=rm,bic --set
+bic_temperature=3`: the BiC runs get T=3, the RM runs are RM's own), and is refused only when no
+point of the grid reads it; points that become the same run once such a key is set aside (RM
+under bic_temperature=2,3) are one run. Every grid point is validated (the same RunConfig check a
+single run gets) before anything is stored; then the whole grid is stored as queued runs sharing one sweep id, in one write
 transaction, so a refused or interrupted submission leaves nothing half-written. Running the
 queue is `queue.py`'s job.
 
@@ -19,7 +22,12 @@ from datetime import datetime
 from typing import Any, Optional
 
 from .. import store
-from ..config import DEFAULT_PRESET, ConfigError, RunConfig, load_config, parse_value, read_preset, split_override
+from ..config import (
+    COMMON_KEYS, DEFAULT_PRESET, ConfigError, RunConfig, load_config, method_of, not_read, parse_value, read_preset,
+    split_override,
+)
+from ..methods import UnknownMethod, method_spec, readers_of
+from ..plugins import PluginError
 
 
 def split_values(raw: str) -> list[str]:
@@ -113,7 +121,7 @@ class SweepPlan:
 def plan_sweep(preset: Optional[str], pairs: list[str], seeds: Optional[str] = None, seed: Optional[int] = None,
                device: Optional[str] = None) -> SweepPlan:
     """Validate every grid point; one bad point refuses the whole sweep with one line."""
-    name, _ = read_preset(preset or DEFAULT_PRESET)  # a bad preset is named once, not per point
+    name, table = read_preset(preset or DEFAULT_PRESET)  # a bad preset is named once, not per point
     axes = sweep_axes(pairs)
     seed_list = parse_seeds(seeds) if seeds is not None else None
     if seed_list is not None:
@@ -123,20 +131,50 @@ def plan_sweep(preset: Optional[str], pairs: list[str], seeds: Optional[str] = N
             raise ConfigError("give the seeds either with --seeds or with --set seed=..., not both")
         axes["seed"] = seed_list
     points = expand_grid({k: v for k, v in axes.items() if k != "seed"}, axes.get("seed"))
+    kept = _for_their_methods(points, axes, table)
     configs, seen = [], {}
-    for i, point in enumerate(points, 1):
+    for i, (point, own) in enumerate(zip(points, kept), 1):
         explicit = {"seed": seed, "device": device}
         try:
-            _, cfg = load_config(preset, dict(point), **explicit)
+            _, cfg = load_config(preset, own, **explicit)
         except ConfigError as err:
             raise ConfigError(f"grid point {i}/{len(points)} ({describe_point(point, axes)}): {err}") from None
         key = repr(sorted(cfg.to_dict().items()))
+        if key in seen and own != point:  # the same run once another method's key is set aside: one run
+            continue
         if key in seen:
             raise ConfigError(f"grid points {seen[key]} and {i} are the same run "
                               f"({describe_point(point, axes)}); drop the repeated value")
         seen[key] = i
         configs.append(cfg)
     return SweepPlan(name, configs, axes, preset)
+
+
+def _for_their_methods(points: list[dict[str, Any]], axes: dict[str, list[Any]],
+                       table: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each point less the method keys its method does not read; a method key that no point's
+    method reads is refused in one line naming the methods that do."""
+    read: dict[str, bool] = {}
+    methods: list[str] = []
+    kept = []
+    for point in points:
+        method = method_of(table, point)
+        try:
+            own = set(method_spec(method).keys) if isinstance(method, str) else None
+        except (UnknownMethod, ValueError, PluginError):
+            own = None  # not a method: its grid point is refused by validation, in one line
+        if own is not None and method not in methods:
+            methods.append(method)
+        drop = {k for k in point if own is not None and k not in COMMON_KEYS and k not in own and readers_of(k)}
+        for key in point:
+            read[key] = read.get(key, False) or key not in drop
+        kept.append({k: v for k, v in point.items() if k not in drop})
+    for key, anyone in read.items():
+        if not anyone:
+            values = axes.get(key, [points[0][key]])
+            shown = ",".join(map(str, values)) if len(values) > 1 else values[0]
+            raise ConfigError(not_read(key, shown, methods) + " (no run of this sweep reads it)")
+    return kept
 
 
 def new_sweep_id() -> str:

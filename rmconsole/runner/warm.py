@@ -57,8 +57,11 @@ def enabled(env: dict[str, str] | None = None) -> bool:
 
 
 def fingerprint() -> str:
-    """Interpreter, sources and import-time environment: a server is only used by clients that
+    """Interpreter, sources (rmconsole's and every installed plug-in's: an edited editable
+    plug-in is new code) and import-time environment: a server is only used by clients that
     would have imported the very same code the same way."""
+    from .. import plugins
+
     package = Path(__file__).resolve().parents[1]
     h = hashlib.sha1(sys.executable.encode())
     for path in sorted(package.rglob("*.py")):
@@ -66,6 +69,7 @@ def fingerprint() -> str:
         h.update(f"{path.relative_to(package)}:{st.st_size}:{st.st_mtime_ns};".encode())
     for key in IMPORT_ENV:
         h.update(f"{key}={os.environ.get(key, '')};".encode())
+    h.update(plugins.sources_digest().encode())
     return h.hexdigest()[:16]
 
 

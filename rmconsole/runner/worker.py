@@ -75,8 +75,13 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def package_versions() -> dict[str, str]:
+def package_versions(method: str | None = None) -> dict[str, str]:
+    """What ran: the libraries, the platform, the GPU, and for a plug-in `method` the package that
+    declared it (name, version, and the folder and git commit of a local install)."""
     from importlib.metadata import version  # (the store's library, read without importing it here)
+
+    from .. import plugins
+    from ..cl.methods import REGISTRY
 
     import numpy
     import torchvision
@@ -89,6 +94,10 @@ def package_versions() -> dict[str, str]:
     if torch.cuda.is_available():  # which GPU trained the run (a sweep slot's, by CUDA_VISIBLE_DEVICES)
         versions.update(cuda=str(torch.version.cuda), gpu=torch.cuda.get_device_name(),
                         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+    found = plugins.provenance("method", method) if method is not None and method not in REGISTRY else None
+    if found is not None:
+        versions["method_plugin"] = " ".join(
+            [found["package"], found["version"], *(f"{k} {found[k]}" for k in ("path", "commit") if k in found)])
     return versions
 
 
@@ -331,7 +340,7 @@ def train(run_id: int) -> str:
               + (" (CUDA allocator capped)" if device.type == "cuda" else "")
               + f": inference forward passes of up to {inference_batch((3, 32, 32), device)} CIFAR-sized images",
               flush=True)
-    fields = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
+    fields = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(cfg.method),
                   git_commit=git_commit(), started_at=store.utcnow(), heartbeat_at=store.utcnow(), error=None,
                   finished_at=None)
     if supervisor_pid() is None:  # under a supervisor, the pid is the supervisor's group

@@ -261,23 +261,30 @@ def show_value(value: Any) -> str:
 @lru_cache(maxsize=1)
 def rule_context() -> RuleContext:
     """What the catalogue's cross-run rules need of the config and the methods: the config
-    defaults (a run stored before a key existed ran with it) and the methods' parameter keys."""
-    from ..cl.methods import REGISTRY  # torch-free: the methods' parameter classes
-    import dataclasses
+    defaults (a run stored before a key existed ran with it) and the methods' parameter keys
+    (plug-ins' too)."""
+    from ..config import method_keys  # torch-free: every method's own keys
 
-    params = frozenset(f.name for entry in REGISTRY.values() for f in dataclasses.fields(entry.params))
-    return RuleContext(defaults=_config_defaults(), method_keys=params)
+    return RuleContext(defaults=_config_defaults(), method_keys=frozenset(method_keys()))
 
 
 @lru_cache(maxsize=1)
 def _config_defaults() -> dict[str, Any]:
-    from ..config import RunConfig
+    """Every key's default: the keys every run has and each method's own (a run reads only its
+    method's: `config.method_reads`)."""
+    from ..config import config_defaults
 
-    return {name: f.default for name, f in RunConfig.model_fields.items()}
+    return config_defaults()
 
 
 def config_value(config: Any, key: str) -> Any:
-    """A run's value for a config key; a run stored before the key existed ran as its default."""
+    """A run's value for a config key; a run stored before the key existed ran as its default.
+    Another method's parameter is None (the run never read it), even where a run stored by an
+    earlier version holds every method's keys."""
+    from ..config import method_reads
+
+    if not method_reads(config.get("method"), key):
+        return None
     if key in config:
         return config[key]
     return _config_defaults().get(key)

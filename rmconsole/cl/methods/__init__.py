@@ -1,79 +1,111 @@
-"""One file per continual-learning method, and REGISTRY, the one place that names them.
+"""One file per continual-learning method, and REGISTRY, the built-ins' declarations.
 
-To add a method: write `cl/methods/<name>.py` (a `Method` subclass that overrides the hooks
-that make it different: see the table in base.py) and add its line to REGISTRY. If it has
-hyper-parameters of its own, declare them as a params class in params.py and name it there.
+To add a method: write `cl/methods/<name>.py` (a `Method[P]` subclass that overrides the hooks
+that make it different: see the table in base.py), its parameter class `P` in a torch-free
+`<name>_params.py` beside it (none: `MethodParams`), and its `MethodSpec` line in REGISTRY. A
+method in another package declares the same `MethodSpec` under the entry-point group
+`rmconsole.methods` (spec.py); `rmconsole.methods` (outside cl/) is the registry of both.
 
-This module and params.py stay free of torch: config.py reads REGISTRY to validate a run's
-method and its keys. The method classes (and torch) load on first use: `method_class(name)`,
-or `METHODS` / `Method` / `Setup` / `Task` as attributes of this package.
+This module, spec.py and the *_params.py modules stay free of torch: config.py reads REGISTRY
+to validate a run's method and its keys. The method classes (and torch) load on first use:
+`method_class(name or spec)`, or `METHODS` / `Method` / `Setup` / `Task` as attributes of this
+package.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ..settings import MethodParams
-from .params import (
-    BiCParams, CLIBParams, EWCppParams, MIRParams, NewClassesParams, RegularisedParams, RMParams, RwalkParams, SCRParams,
-)
+from .bic_params import BiCParams
+from .clib_params import CLIBParams
+from .ewc_params import EWCParams
+from .ewcpp_params import EWCppParams
+from .icarl_params import ICaRLParams
+from .mir_params import MIRParams
+from .rm_params import RMParams
+from .rwalk_params import RwalkParams
+from .scr_params import SCRParams
+from .spec import MethodSpec
 
 if TYPE_CHECKING:
     from .base import Method, Setup, Task  # noqa: F401
 
-
-class Entry(NamedTuple):
-    implementation: str  # "module:Class" in this package
-    params: type[MethodParams]  # its own hyper-parameters (the base class: none)
-    # the protocols it runs under: "task" (the RM paper's task-based schedule), "task-free" (the
-    # follow-up's i-Blurry / Si-Blurry streams, cl/online.py; the class has taskfree.TaskFree's
-    # hooks) or "both"
-    protocols: str = "task"
+BOTH = ("task", "task-free")
+_HERE = __name__  # built-ins name their classes by absolute module path, as a plug-in does
 
 
-REGISTRY: dict[str, Entry] = {
-    "rm": Entry("rm:RainbowMemory", RMParams, "both"),
-    "finetune": Entry("finetune:Finetune", MethodParams),  # the RM authors' baseline (random memory, shuffled in)
-    "er": Entry("er:ER", MethodParams, "both"),  # experience replay as the field means it (reservoir, half/half)
-    "ewc": Entry("ewc:EWC", RegularisedParams),
-    "rwalk": Entry("rwalk:Rwalk", RwalkParams),
-    "icarl": Entry("icarl:ICaRL", NewClassesParams),
-    "gdumb": Entry("gdumb:GDumb", MethodParams, "both"),
-    "bic": Entry("bic:BiC", BiCParams, "both"),
-    "bic_star": Entry("bic:BiCStar", BiCParams, "both"),
-    "joint": Entry("joint:Joint", MethodParams),
+def _spec(name: str, implementation: str, params: type[MethodParams], protocols: tuple[str, ...],
+          summary: str) -> MethodSpec:
+    return MethodSpec(name, f"{_HERE}.{implementation}", params, protocols, summary)
+
+
+REGISTRY: dict[str, MethodSpec] = {spec.name: spec for spec in [
+    _spec("rm", "rm:RainbowMemory", RMParams, BOTH,
+          "Rainbow Memory (Bang et al., CVPR 2021): uncertainty-diverse memory, data augmentation"),
+    _spec("finetune", "finetune:Finetune", MethodParams, ("task",),
+          "the RM authors' baseline: random memory, shuffled in with the stream"),
+    _spec("er", "er:ER", MethodParams, BOTH, "experience replay: reservoir memory, half stream / half memory batches"),
+    _spec("ewc", "ewc:EWC", EWCParams, ("task",), "EWC (Kirkpatrick et al. 2017): a Fisher-weighted quadratic penalty"),
+    _spec("rwalk", "rwalk:Rwalk", RwalkParams, ("task",),
+          "Rwalk (Chaudhry et al. 2018): EWC++ Fisher plus path-integral importance"),
+    _spec("icarl", "icarl:ICaRL", ICaRLParams, ("task",),
+          "iCaRL (Rebuffi et al. 2017): herding exemplars, distillation, nearest-mean classifier"),
+    _spec("gdumb", "gdumb:GDumb", MethodParams, BOTH,
+          "GDumb (Prabhu et al. 2020): a greedy class-balanced memory, the model trained from scratch on it"),
+    _spec("bic", "bic:BiC", BiCParams, BOTH, "BiC (Wu et al. 2019): distillation plus a bias-correction layer"),
+    _spec("bic_star", "bic:BiCStar", BiCParams, BOTH, "BiC as the RM authors ran it (BiC*)"),
+    _spec("joint", "joint:Joint", MethodParams, ("task",), "joint training on every task at once: the upper bound"),
     # the follow-up's online methods (task-free streams only)
-    "ewcpp": Entry("ewcpp:EWCpp", EWCppParams, "task-free"),
-    "mir": Entry("mir:MIR", MIRParams, "task-free"),
-    "er_ace": Entry("er_ace:ERACE", MethodParams, "task-free"),
-    "scr": Entry("scr:SCR", SCRParams, "task-free"),
-    "clib": Entry("clib:CLIB", CLIBParams, "task-free"),
-}
+    _spec("ewcpp", "ewcpp:EWCpp", EWCppParams, ("task-free",),
+          "EWC++ (Chaudhry et al. 2018): an online Fisher and one penalty slot"),
+    _spec("mir", "mir:MIR", MIRParams, ("task-free",),
+          "MIR (Aljundi et al. 2019): replay the memory samples a virtual step would hurt most"),
+    _spec("er_ace", "er_ace:ERACE", MethodParams, ("task-free",),
+          "ER-ACE (Caccia et al. 2022): asymmetric cross-entropy on the stream batch"),
+    _spec("scr", "scr:SCR", SCRParams, ("task-free",),
+          "SCR (Mai et al. 2021): supervised contrastive replay, nearest-class-mean classifier"),
+    _spec("clib", "clib:CLIB", CLIBParams, ("task-free",),
+          "CLIB (Koh et al., ICLR 2022): sample-wise importance memory, adaptive learning rate"),
+]}
 
 
-def _entry(name: str) -> Entry:
+def builtin_spec(name: str) -> MethodSpec:
     try:
         return REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
 
 
-def method_class(name: str) -> type[Method]:
-    module, cls = _entry(name).implementation.split(":")
-    return getattr(import_module(f".{module}", __name__), cls)
+def method_class(method: str | MethodSpec) -> type[Method]:
+    """The class of a built-in method (by name) or of any method's spec, imported now, checked to
+    be a `Method` whose params type is the one its spec declares (the config validated those keys)."""
+    from .base import Method
+
+    spec = builtin_spec(method) if isinstance(method, str) else method
+    cls = spec.load()
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise TypeError(f"method {spec.name!r}: {spec.implementation} is not a Method subclass "
+                        f"(rmconsole.cl.methods.base.Method)")
+    if cls.params_type is not spec.params:
+        raise TypeError(f"method {spec.name!r}: its class reads {cls.params_type.__name__} but its spec declares "
+                        f"{spec.params.__name__}; write class {cls.__name__}(..., Method[{spec.params.__name__}])")
+    return cls
 
 
 def params_class(name: str) -> type[MethodParams]:
-    return _entry(name).params
+    return builtin_spec(name).params
 
 
 def __getattr__(name: str) -> Any:
     if name == "METHODS":  # name -> class, aliases included
         return {method: method_class(method) for method in REGISTRY}
     if name in ("Method", "Setup", "Task"):
-        return getattr(import_module(".base", __name__), name)
+        from . import base
+
+        return getattr(base, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["METHODS", "REGISTRY", "Method", "Setup", "Task", "method_class", "params_class"]
+__all__ = ["METHODS", "REGISTRY", "Method", "MethodSpec", "Setup", "Task", "builtin_spec", "method_class",
+           "params_class"]

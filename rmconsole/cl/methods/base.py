@@ -12,7 +12,9 @@ checkpoints) in loop.py. The per-task schedule (PROTOCOL §2), `learn_task`'s de
 
 Class variables
 
-    name                    the config's `method` value (its REGISTRY line in __init__.py)
+    name                    the config's `method` value (its MethodSpec: REGISTRY in __init__.py)
+    params_type             its parameter class, from `Method[P]` (class X(Method[XParams])):
+                            `self.params` is a P built from the run's config
     default_memory_policy   the memory policy when the run names none (memory.POLICIES)
     single_task             True: the loop gives it the whole train set as one task (joint)
 
@@ -55,13 +57,14 @@ it streams); a method does not rewrite them.
 Building blocks a method calls: `fit` (train.fit), `shuffled_batches`, `labels_of`,
 `images_of`, `mask_unseen`, `uncertainty_of` / `features_of` (inference.py), `report`,
 `seen_classes`; its settings are `cfg` (the run's common keys, `RunSettings`) and `params`
-(its own hyper-parameters, `MethodParams`, declared in params.py).
+(its own hyper-parameters: the `MethodParams` subclass P of `Method[P]`, declared in a torch-free
+module beside the method, e.g. ewc_params.py, and named by its `MethodSpec`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Generic, TypeVar, cast, get_args, get_origin
 
 import torch
 import torch.nn.functional as nnf
@@ -75,7 +78,6 @@ from ..graphs import GraphedStep, graph_ready_optimizer, portable_optimizer_stat
 from ..learner import Setup, Task
 from ..models import Backbone, build_model
 from ..settings import MethodParams
-from . import params_class
 
 __all__ = ["TASK_HOOKS", "Method", "Setup", "Task"]
 
@@ -89,19 +91,38 @@ TASK_HOOKS: tuple[str, ...] = (
     "predict", "state_dict", "load_state_dict",
 )
 
+P = TypeVar("P", bound=MethodParams)
 
-class Method:
-    """Experience replay with the run's memory policy: the base every method extends."""
+
+class Method(Generic[P]):
+    """Experience replay with the run's memory policy: the base every method extends.
+
+    Generic over its parameter class: `class EWC(Regularised, Method[EWCParams])` reads typed
+    `self.params.reg_weight`; a method without parameters of its own extends plain `Method`."""
 
     name: ClassVar[str] = "er"
     default_memory_policy: ClassVar[str] = "random"
     single_task: ClassVar[bool] = False
     graphable_step: ClassVar[bool] = True
+    params_type: ClassVar[type[MethodParams]] = MethodParams  # P of Method[P] (set by __init_subclass__)
+    params: P
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Record P of `Method[P]` among the class's own bases as its `params_type` (a subclass
+        that names none keeps its parent's), so the parameter class is declared once."""
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            origin = get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, Method):
+                (params,) = get_args(base)
+                if not (isinstance(params, type) and issubclass(params, MethodParams)):
+                    raise TypeError(f"{cls.__name__}: Method[{params!r}]: the parameter must be a MethodParams class")
+                cls.params_type = params
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
         self.cfg = setup.cfg
-        self.params: MethodParams = params_class(self.name).from_settings(setup.cfg)
+        self.params = cast(P, self.params_type.from_settings(setup.cfg))
         self.device = setup.device
         self.n_classes = setup.n_classes
         self.dist = distributed.context()  # None unless torchrun started several ranks

@@ -49,7 +49,7 @@ from torch import Tensor
 from .. import memory as M
 from .base import Method, Task
 from .incremental import NewOldClasses, frozen_copy
-from .params import BiCParams
+from .bic_params import BiCParams
 from .taskfree import TaskFree
 
 BETA_L2 = 0.1  # BiC's reference code penalises beta (its "gamma") by 0.1 * beta^2 / 2
@@ -58,11 +58,10 @@ ANYTIME_BIAS_BATCH = 100
 ANYTIME_CLIP_NORM = 10.0
 
 
-class BiC(TaskFree, NewOldClasses, Method):
+class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
     name = "bic"
     default_memory_policy = "prototype"
     distill: bool = True
-    params: BiCParams
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)

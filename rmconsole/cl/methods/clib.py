@@ -35,6 +35,7 @@ import torch.nn.functional as nnf
 from torch import Tensor
 
 from .base import Method
+from .clib_params import CLIBParams
 from .taskfree import TaskFree
 
 EMA_STEP = 0.1  # the follow-up's 1 - ema_ratio (0.9)
@@ -46,7 +47,7 @@ def _mean(values: Tensor) -> float:
     return float(values.mean()) if len(values) else 0.0
 
 
-class CLIB(TaskFree, Method):
+class CLIB(TaskFree, Method[CLIBParams]):
     name = "clib"
     default_memory_policy = "reservoir"  # (its own rule below; the name is what the panel shows)
     head_rule = "keep_moments"
@@ -63,7 +64,7 @@ class CLIB(TaskFree, Method):
         self.ticks = 0
         self.prev_loss: Tensor | None = None
         self.lr_is_high = True
-        self.high_lr, self.low_lr = self.cfg.lr, self.params.lr_step * self.cfg.lr  # type: ignore[attr-defined]
+        self.high_lr, self.low_lr = self.cfg.lr, self.params.lr_step * self.cfg.lr
         self.high_records: list[float] = []
         self.low_records: list[float] = []
         self.current_lr = self.cfg.lr
@@ -110,7 +111,7 @@ class CLIB(TaskFree, Method):
             self.drawn.extend(slots.tolist())
             self.train_batches([self.memory.indices[slots]])
         self.update_counter += 1
-        if self.update_counter % self.params.imp_update_period == 0:  # type: ignore[attr-defined]
+        if self.update_counter % self.params.imp_update_period == 0:
             self.update_importance()
 
     @torch.no_grad()
@@ -152,11 +153,11 @@ class CLIB(TaskFree, Method):
         self.current_lr = lr
 
     def adapt_lr(self) -> None:
-        period = self.params.imp_update_period  # type: ignore[attr-defined]
+        period = self.params.imp_update_period
         if self.update_counter % period:
             return
         self.ticks += 1
-        if self.ticks % self.params.lr_period:  # type: ignore[attr-defined]
+        if self.ticks % self.params.lr_period:
             return
         keep = torch.ones(len(self.loss), dtype=torch.bool)
         keep[[p for p in self.replaced_since_switch if p < len(self.loss)]] = False
@@ -164,20 +165,20 @@ class CLIB(TaskFree, Method):
         if self.prev_loss is not None and self.ticks > WARMUP_TICKS:
             n = len(self.prev_loss)
             records.append(_mean((self.prev_loss - self.loss[:n])[keep[:n]]))
-            if len(records) > self.params.lr_length:  # type: ignore[attr-defined]
+            if len(records) > self.params.lr_length:
                 del records[0]
         self.prev_loss = self.loss.clone()
         self.lr_is_high = not self.lr_is_high
         self._set_lr(self.high_lr if self.lr_is_high else self.low_lr)
         self.replaced_since_switch = []
-        length = self.params.lr_length  # type: ignore[attr-defined]
+        length = self.params.lr_length
         if len(self.high_records) == len(self.low_records) >= length:
             p = welch_greater(self.low_records, self.high_records)
             if p < SIGNIFICANCE or p > 1 - SIGNIFICANCE:
                 if p < SIGNIFICANCE:  # the low lr decreases the loss more: both go down
-                    self.high_lr, self.low_lr = self.low_lr, self.low_lr * self.params.lr_step  # type: ignore[attr-defined]
+                    self.high_lr, self.low_lr = self.low_lr, self.low_lr * self.params.lr_step
                 else:  # the high lr does better: both go up
-                    self.low_lr, self.high_lr = self.high_lr, self.high_lr / self.params.lr_step  # type: ignore[attr-defined]
+                    self.low_lr, self.high_lr = self.high_lr, self.high_lr / self.params.lr_step
                 self.high_records, self.low_records = [], []
                 self.lr_is_high = not self.lr_is_high
                 self._set_lr(self.high_lr if self.lr_is_high else self.low_lr)

@@ -26,10 +26,11 @@ from torch.func import functional_call, grad, vmap
 
 from ..train import check_finite as parameters_finite
 from .base import Method, Task
+from .ewc_params import EWCParams
 from .quadratic import QuadraticPenalty, Regularised
 
 
-class EWC(Regularised, Method):
+class EWC(Regularised[EWCParams], Method[EWCParams]):
     name = "ewc"
     default_memory_policy = "reservoir"
     # The paper's (and the authors' scripts') weight. Gradient descent on lambda/2 * A (theta - c)^2

@@ -12,16 +12,17 @@ What differs from ER (everything else is the follow-up's ER: batches, reservoir 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from .base import Method, Task
+from .ewcpp_params import EWCppParams
 from .taskfree import TaskFree
 
 
-class EWCpp(TaskFree, Method):
+class EWCpp(TaskFree, Method[EWCppParams]):
     name = "ewcpp"
     default_memory_policy = "reservoir"
     graphable_step = False
@@ -38,8 +39,9 @@ class EWCpp(TaskFree, Method):
         """weight x sum F* (theta - theta*)^2 over the penalised parameters (0 before a boundary)."""
         if self.anchor is None or self.importance is None:
             return torch.zeros((), device=self.device)
-        total = sum((f * (p - a).pow(2)).sum() for p, a, f in zip(self.penalised, self.anchor, self.importance))
-        return self.params.ewcpp_weight * total  # type: ignore[attr-defined, return-value]
+        total = cast(Tensor, sum((f * (p - a).pow(2)).sum()
+                                 for p, a, f in zip(self.penalised, self.anchor, self.importance)))
+        return self.params.ewcpp_weight * total
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         loss = super().step_loss(x, y)
@@ -47,7 +49,7 @@ class EWCpp(TaskFree, Method):
 
     @torch.no_grad()
     def after_step(self) -> None:
-        alpha = self.params.ewcpp_alpha  # type: ignore[attr-defined]
+        alpha = self.params.ewcpp_alpha
         for i, (p, f) in enumerate(zip(self.penalised, self.fisher)):
             if p.grad is None or not torch.isfinite(p.grad).all():
                 continue
@@ -62,7 +64,7 @@ class EWCpp(TaskFree, Method):
         self.importance = [f.clone() for f in self.fisher]
         mean = float(sum(f.sum() for f in self.fisher) / sum(f.numel() for f in self.fisher))
         self.report.log(f"task {task.index + 1}: EWC++ snapshot (theta*, F), mean F {mean:.3g}; penalty weight "
-                        f"{self.params.ewcpp_weight:g}")  # type: ignore[attr-defined]
+                        f"{self.params.ewcpp_weight:g}")
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

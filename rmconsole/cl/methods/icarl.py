@@ -25,10 +25,11 @@ import torch.nn.functional as nnf
 from torch import Tensor
 
 from .base import Method, Task
+from .icarl_params import ICaRLParams
 from .incremental import NewOldClasses
 
 
-class ICaRL(NewOldClasses, Method):
+class ICaRL(NewOldClasses[ICaRLParams], Method[ICaRLParams]):
     name = "icarl"
     default_memory_policy = "prototype"
 

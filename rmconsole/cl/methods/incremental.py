@@ -15,12 +15,12 @@ does exactly this, see docs/baselines.md). rmconsole offers both readings throug
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import Tensor, nn
 
-from .params import NEW_CLASS_RULES, NewClassesParams
+from .icarl_params import NEW_CLASS_RULES, ICaRLParams
 
 
 def split_new_old(seen_before: Tensor, seen_now: Tensor, major: list[int], rule: str) -> tuple[Tensor, Tensor]:
@@ -48,12 +48,15 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     return teacher
 
 
-class NewOldClasses:
+NP = TypeVar("NP", bound=ICaRLParams)
+
+
+class NewOldClasses(Generic[NP]):
     """Mixin of iCaRL and BiC: at each task start, `new_classes` / `old_classes` by the run's
     `new_classes` rule and `previous_model`, a frozen copy of the model when there are old classes."""
 
     previous_model: nn.Module | None = None
-    params: NewClassesParams
+    params: NP  # iCaRL's params, or BiC's (which extend them)
 
     def before_task(self, task: Any) -> None:
         seen_before = self.seen.clone()

@@ -23,10 +23,11 @@ from torch import Tensor
 from torch.func import functional_call
 
 from .base import Method
+from .mir_params import MIRParams
 from .taskfree import TaskFree
 
 
-class MIR(TaskFree, Method):
+class MIR(TaskFree, Method[MIRParams]):
     name = "mir"
     default_memory_policy = "reservoir"
 
@@ -39,7 +40,7 @@ class MIR(TaskFree, Method):
                 continue
             x_s = self.accel.prepare(aug.train(self.images_of(stream)))
             y_s = self.labels_of(stream)
-            chosen = self.retrieve(x_s, y_s, self.memory_draw(self.params.mir_candidates), n_memory)  # type: ignore[attr-defined]
+            chosen = self.retrieve(x_s, y_s, self.memory_draw(self.params.mir_candidates), n_memory)
             x_m = self.accel.prepare(aug.train(self.images_of(chosen)))
             self.model.train()
             self.step_on(torch.cat([x_s, x_m]), torch.cat([y_s, self.labels_of(chosen)]), len(stream))

@@ -22,22 +22,24 @@ Two ways to apply it (`penalty_step`):
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Generic, TypeVar
 
 import torch
 from torch import Tensor
 
-from .params import RegularisedParams
+from .ewc_params import EWCParams
+
+RP = TypeVar("RP", bound=EWCParams)
 
 
-class Regularised:
+class Regularised(Generic[RP]):
     """Mixin of EWC and Rwalk: `reg_weight` (the run's, else the method's default), the
     parameters the penalty covers, and the penalty's value (their `quadratic`, once a task is
     consolidated)."""
 
     default_reg_weight: float
     graphable_step = False  # the penalty's gradient hooks must run eagerly, step by step
-    params: RegularisedParams
+    params: RP  # EWC's params, or Rwalk's (which extend them)
     model: torch.nn.Module
     quadratic: QuadraticPenalty
     consolidated: int

@@ -30,10 +30,11 @@ import torch
 from torch import Tensor
 
 from .base import Method, Task
+from .rm_params import RMParams
 from .taskfree import TaskFree
 
 
-class RainbowMemory(TaskFree, Method):
+class RainbowMemory(TaskFree, Method[RMParams]):
     name = "rm"
     default_memory_policy = "uncertainty"
 
@@ -58,7 +59,7 @@ class RainbowMemory(TaskFree, Method):
     @property
     def port(self) -> bool:
         """The follow-up's port (rm_variant = iblurry)."""
-        return self.params.rm_variant == "iblurry"  # type: ignore[attr-defined]
+        return self.params.rm_variant == "iblurry"
 
     @property
     def head_rule(self) -> str:  # type: ignore[override]

@@ -26,13 +26,13 @@ from torch import Tensor
 
 from .base import Method, Task
 from .ewc import check_finite
-from .params import RwalkParams
 from .quadratic import QuadraticPenalty, Regularised
+from .rwalk_params import RwalkParams
 
 EPSILON = 1e-3  # the paper's / reference code's damping of the score denominator
 
 
-class Rwalk(Regularised, Method):
+class Rwalk(Regularised[RwalkParams], Method[RwalkParams]):
     name = "rwalk"
     default_memory_policy = "reservoir"
     # The penalty's curvature is 2 lambda w with w = F + s <= 2. Applied as a gradient
@@ -41,7 +41,6 @@ class Rwalk(Regularised, Method):
     # near-zero importances) diverged (MNIST Blurry10-Online seed 1, task 2). The default proximal
     # step is stable for any lambda; 1 stays the default: the RWalk authors' own value.
     default_reg_weight = 1.0
-    params: RwalkParams
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)

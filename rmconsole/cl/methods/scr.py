@@ -22,6 +22,7 @@ import torch.nn.functional as nnf
 from torch import Tensor, nn
 
 from .base import Method
+from .scr_params import SCRParams
 from .taskfree import TaskFree
 
 
@@ -40,7 +41,7 @@ def supervised_contrastive_loss(z: Tensor, y: Tensor, temperature: float) -> Ten
     return per_anchor.mean() if bool(has.any()) else sim.new_zeros(())
 
 
-class SCR(TaskFree, Method):
+class SCR(TaskFree, Method[SCRParams]):
     name = "scr"
     default_memory_policy = "reservoir"
     graphable_step = False
@@ -49,7 +50,7 @@ class SCR(TaskFree, Method):
         super().__init__(setup)
         d = self.model.feature_dim
         self.projection = nn.Sequential(nn.Linear(d, d), nn.ReLU(inplace=True),
-                                        nn.Linear(d, self.params.scr_projection)).to(self.device)  # type: ignore[attr-defined]
+                                        nn.Linear(d, self.params.scr_projection)).to(self.device)
         self._means: tuple[Any, Tensor, Tensor] | None = None  # (key, classes, normalised means)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
@@ -68,7 +69,7 @@ class SCR(TaskFree, Method):
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         z = nnf.normalize(self.projection(self.model.features(x)), dim=1)
-        return supervised_contrastive_loss(z, y, self.params.scr_temperature)  # type: ignore[attr-defined]
+        return supervised_contrastive_loss(z, y, self.params.scr_temperature)
 
     def head_takes(self, label: int) -> None:
         """No classifier head to extend (NCM)."""

@@ -17,7 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Header, Input, Label, Select, Static
 
 from ...config import (
-    DEFAULT_PRESET, KEYS, ConfigError, for_method, load_config, overrides_of, preset_description, preset_names, read_preset,
+    DEFAULT_PRESET, ConfigError, for_method, load_config, overrides_of, preset_description, preset_names, read_preset,
 )
 from ...store.records import RunRecord, format_value
 from ..console import Console
@@ -45,14 +45,16 @@ def preview(preset: str, overrides_text: str, seeds: str = "") -> tuple[dict[str
         plan = plan_sweep(preset, pairs, seeds)
         axes = {k for k, v in plan.axes.items() if len(v) > 1}
         from_preset = for_method(table, {"method": plan.configs[0].method})
+        config = plan.configs[0].to_dict()
         sources = {k: "sweep axis" if k in axes else "override" if k in overridden else
-                   "preset" if k in from_preset else "default" for k in KEYS}
+                   "preset" if k in from_preset else "default" for k in config}
         what = f"a sweep of {len(plan.configs)} runs ({plan.shape()}); the table shows its first run"
-        return plan.configs[0].to_dict(), sources, what
+        return config, sources, what
     _, cfg = load_config(preset, pairs)
     from_preset = for_method(table, {"method": cfg.method})
-    sources = {k: "override" if k in overridden else "preset" if k in from_preset else "default" for k in KEYS}
-    return cfg.to_dict(), sources, "one run"
+    config = cfg.to_dict()  # the keys every run has, then the method's own
+    sources = {k: "override" if k in overridden else "preset" if k in from_preset else "default" for k in config}
+    return config, sources, "one run"
 
 
 def clone_overrides(row: RunRecord) -> tuple[str, str]:
@@ -166,7 +168,7 @@ class LaunchScreen(Screen):
         table.border_subtitle = what
         table.remove_class("stale")
         table.clear()
-        for key in KEYS:
+        for key in config:
             source = sources[key]
             style = {"override": "bold yellow", "sweep axis": "bold magenta", "preset": ""}.get(source, "grey50")
             table.add_row(Text(key, style=style), Text(format_value(config[key]), style=style),
