@@ -22,7 +22,8 @@ from .cl.datasets import DatasetMissing
 from .cl.metric_catalog import mark_carrier
 from .cl.protocols import is_task_free
 from .store.filters import where, within
-from .config import MAX_INT, ConfigError, preset_description, preset_names, read_preset, shorten
+from .config import MAX_INT, ConfigError, plugin_presets, preset_description, preset_names, read_preset, shorten
+from . import plugins
 from .sanitize import SafeConsole, clean_block
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -439,6 +440,8 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
                       + (f": {detail['job_state']}" if active else ""), highlight=False)
     for extra in anytime_report.anytime_lines(detail):  # task-free runs: A_auc, first appearances, compute
         console.print(extra, highlight=False)
+    for entry in (detail.get("versions") or {}).get("plugins") or []:  # the plug-in packages that made it
+        console.print(f"plug-in {escape(plugins.provenance_text(entry))}", highlight=False)
     if detail["error"]:
         err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
 
@@ -600,11 +603,21 @@ def print_sweep_queues(sweep_ids: list[str]) -> None:
 @app.command()
 def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
             long: bool = typer.Option(False, "--long", "-l", help="With each preset's description.")) -> None:
-    """The bundled presets (names as `--preset` takes them; --long adds what each one is)."""
+    """The bundled presets and the installed plug-ins' (names as `--preset` takes them; --long adds
+    what each one is)."""
     items = []
+    shipped, problems = plugin_presets()
+    problems = [*plugins.problems(), *problems]  # (a package whose entry points cannot be read at all)
     for name in preset_names():
-        _, table = read_preset(name)
-        items.append({"name": name, "description": preset_description(name), "config": table})
+        try:
+            _, table = read_preset(name)
+        except ConfigError as err:  # a plug-in's unreadable preset: said, the others listed
+            problems.append(str(err))
+            continue
+        items.append({"name": name, "description": preset_description(name), "config": table,
+                      **({"package": shipped[name][1]} if name in shipped else {})})
+    for problem in problems:
+        err_console.print(f"[yellow]{escape(problem)}[/]", highlight=False)
     if as_json:
         print(json.dumps(items, indent=2))
         return
@@ -616,14 +629,55 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         stream = c.get("stream", "online")
         how = (f"{stream}{c.get('disjoint_classes', 50)}-{c.get('blurry', 10)} task-free"
                if is_task_free(stream) else f"blurry{c.get('blurry', 10)} {stream}")
-        setting = Text(f"{c['dataset']} · {c['model']} · {c.get('method', 'rm')} · K={c['memory_size']} · "
-                       f"{c.get('n_tasks', 5)} tasks · {how}")
+        setting = Text(f"{c.get('dataset', '?')} · {c.get('model', '?')} · {c.get('method', 'rm')} · "
+                       f"K={c.get('memory_size', '?')} · {c.get('n_tasks', 5)} tasks · {how}"
+                       + (f" · from package {item['package']}" if "package" in item else ""))
         if long and item["description"]:
             setting.append("\n" + item["description"], style="dim")
         table.add_row(item["name"], setting, end_section=long)
     console.print(table)
     if not long:
         console.print("[dim]descriptions: rmconsole presets --long[/]", highlight=False)
+
+
+# --------------------------------------------------------------------------- new
+
+
+new_app = typer.Typer(help="Start a plug-in: write a pip-installable package (a method, a dataset or a metric) that "
+                            "runs as written.", no_args_is_help=True)
+app.add_typer(new_app, name="new")
+NEW_DIR = typer.Option(None, "--dir", help="Where to write the package's folder (default: the current folder).")
+NEW_NAME = "Its name: an identifier, also its package's (a method's and a dataset's are config values)."
+
+
+def _new(kind: str, name: str, where: Optional[Path]) -> None:
+    from .scaffold import new_package
+
+    folder = new_package(kind, name, Path(where) if where is not None else Path.cwd())
+    console.print(f"wrote {kind} plug-in {name!r} in {escape(str(folder))}; next:", highlight=False)
+    console.print(f"  pip install -e {escape(str(folder))}", highlight=False)
+    console.print(f"  rmconsole run --set {kind}={name}" if kind != "metric" else "  rmconsole runs", highlight=False)
+
+
+@new_app.command("method")
+def new_method(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME),
+               where: Optional[Path] = NEW_DIR) -> None:
+    """A method: its parameters, a Method subclass with its hooks documented, a preset, tests."""
+    _new("method", name, where)
+
+
+@new_app.command("dataset")
+def new_dataset(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME),
+                where: Optional[Path] = NEW_DIR) -> None:
+    """A dataset: its declaration (classes, shapes, how to load it), a preset, tests."""
+    _new("dataset", name, where)
+
+
+@new_app.command("metric")
+def new_metric(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME),
+               where: Optional[Path] = NEW_DIR) -> None:
+    """A metric: its catalogue row (label, unit, better direction, how it is computed), tests."""
+    _new("metric", name, where)
 
 
 # --------------------------------------------------------------------------- identity, archive, rm, diff

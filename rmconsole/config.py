@@ -446,21 +446,55 @@ def preset_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "presets"
 
 
-def preset_names() -> list[str]:
+def builtin_preset_names() -> list[str]:
     return sorted(p.stem for p in preset_dir().glob("*.toml"))
 
 
+def plugin_presets() -> tuple[dict[str, tuple[Path, str]], list[str]]:
+    """The presets installed plug-in packages ship ({name: (TOML file, package)}, entry-point
+    group `rmconsole.presets`, plugins.preset_files) and one line for each one refused: a name
+    a built-in preset has (a `--preset` name always means the built-in), one name in two
+    packages, a package folder not found."""
+    from . import plugins
+
+    found, problems = plugins.preset_files()
+    builtin = set(builtin_preset_names())
+    out: dict[str, tuple[Path, str]] = {}
+    for name, (path, entry) in sorted(found.items()):
+        if name in builtin:
+            problems.append(f"preset {name!r} of package {entry.package} has a built-in preset's name: not used; "
+                            f"rename its file")
+        else:
+            out[name] = (path, entry.package)
+    return out, problems
+
+
+def preset_names() -> list[str]:
+    """Every preset `--preset` takes: the bundled ones, then the installed plug-ins' (sorted)."""
+    return builtin_preset_names() + sorted(plugin_presets()[0])
+
+
+def preset_path(name: str) -> Path | None:
+    """The TOML file of preset `name`: a bundled one, else a plug-in's; None when neither has it."""
+    path = preset_dir() / f"{name}.toml"
+    if path.exists():
+        return path
+    found = plugin_presets()[0].get(name)
+    return found[0] if found is not None else None
+
+
 def read_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
-    """(preset name, its table) for a preset name or a TOML file path."""
+    """(preset name, its table) for a preset name (bundled or a plug-in's) or a TOML file path."""
     if not name_or_path.strip():
         raise ConfigError(f"--preset {name_or_path!r}: give a preset name ({', '.join(preset_names())}) or a .toml file")
     try:
         path = Path(name_or_path)
         if not (path.suffix == ".toml" or path.exists()):
-            path = preset_dir() / f"{name_or_path}.toml"
-            if not path.exists():
+            found = preset_path(name_or_path)
+            if found is None:
                 raise ConfigError(f"unknown preset {shorten(name_or_path)!r}; available: {', '.join(preset_names())} "
                                   f"(or give a .toml file)")
+            path = found
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"preset file {shorten(str(path))!r} does not exist") from None
@@ -479,7 +513,13 @@ def read_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
 
 
 def preset_description(name: str) -> str:
-    table = tomllib.loads((preset_dir() / f"{name}.toml").read_text())
+    path = preset_path(name)
+    if path is None:
+        return ""
+    try:
+        table = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return ""
     return str(table.get("description", ""))
 
 

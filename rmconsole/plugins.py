@@ -13,6 +13,12 @@ Names are listed from the installed packages' metadata without importing anythin
 plug-in that fails to import is one line naming it (`PluginError`), and every command that does
 not need it keeps working. Built-ins are declared with the same objects, in rmconsole's own
 registries; a plug-in may not take a built-in's name.
+
+A package may also ship presets: an entry of the group `rmconsole.presets` names a package folder
+of TOML files (one preset per file, named by its stem), found without importing anything:
+
+    [project.entry-points."rmconsole.presets"]
+    mymethod = "mymethod.presets"
 """
 
 from __future__ import annotations
@@ -21,16 +27,20 @@ import functools
 import hashlib
 import json
 import os
+import re
+import subprocess
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 GROUPS = {
     "method": "rmconsole.methods",
     "dataset": "rmconsole.datasets",
     "metric": "rmconsole.metrics",
     "model": "rmconsole.models",
+    "preset": "rmconsole.presets",  # a package folder of TOML presets (preset_files)
 }
 
 
@@ -52,31 +62,73 @@ class Plugin:
         return f"{self.kind} plug-in {self.name!r} (package {self.package} {self.version})"
 
 
-@functools.cache
-def _all() -> dict[str, dict[str, Plugin]]:
-    """kind -> name -> Plugin, from every installed distribution's entry points (metadata only).
+def _normalised(name: str) -> str:
+    """A distribution's name as pip compares them (PEP 503: case and runs of -_. do not matter)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
-    Two packages declaring the same name: the first one found is kept (as importlib does)."""
+
+_unreadable: dict[str, str] = {}  # package -> why its entry points could not be read
+
+
+def _read_text(dist: metadata.Distribution, name: str) -> str:
+    try:
+        return dist.read_text(name) or ""
+    except Exception:  # noqa: BLE001 - unreadable is empty here
+        return ""
+
+
+def _scan() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[str]]]:
+    """(kind -> name -> Plugin, (kind, name) -> the packages when two or more declare one name),
+    from every installed distribution's entry points: metadata only, nothing imported."""
     found: dict[str, dict[str, Plugin]] = {kind: {} for kind in GROUPS}
+    clashes: dict[tuple[str, str], list[str]] = {}
     if os.environ.get("RMCONSOLE_NO_PLUGINS", "") not in ("", "0"):  # a broken environment's escape hatch
-        return found
+        return found, clashes
     group_kind = {group: kind for kind, group in GROUPS.items()}
     seen: set[str] = set()
     for dist in metadata.distributions():
         name = dist.metadata["Name"] or "?"
-        if name.lower() in seen:  # the same distribution on two sys.path entries: the first wins
+        if _normalised(name) in seen:  # the same distribution on two sys.path entries: the first wins, as import does
             continue
-        seen.add(name.lower())
-        for ep in dist.entry_points:
+        seen.add(_normalised(name))
+        try:
+            entry_points = list(dist.entry_points)
+        except Exception as err:  # noqa: BLE001 - one package's malformed metadata must not stop every command
+            text = _read_text(dist, "entry_points.txt")
+            if "rmconsole." in text:
+                detail = " ".join(str(err).split())[:200]
+                _unreadable[name] = (f"package {name} {dist.version or '?'}: its entry_points.txt cannot be read "
+                                     f"({type(err).__name__}: {detail}); its plug-ins are left out")
+            continue
+        for ep in entry_points:
             kind = group_kind.get(ep.group)
-            if kind is not None:
-                found[kind].setdefault(ep.name, Plugin(kind, ep.name, ep.value, name, dist.version or "?"))
-    return found
+            if kind is None:
+                continue
+            first = found[kind].setdefault(ep.name, Plugin(kind, ep.name, ep.value, name, dist.version or "?"))
+            if first.package != name:  # two packages, one name: neither is taken for the other (load refuses)
+                clashes.setdefault((kind, ep.name), [first.package]).append(name)
+    return found, clashes
+
+
+def problems() -> list[str]:
+    """One line per installed package whose rmconsole entry points cannot be read at all (its
+    plug-ins are left out of every listing; a listing may say so)."""
+    _all()
+    return list(_unreadable.values())
+
+
+@functools.cache
+def _all() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[str]]]:
+    """What _scan found, read once per process (forget() reads again)."""
+    _unreadable.clear()
+    return _scan()
 
 
 def available(kind: str) -> dict[str, Plugin]:
-    """The installed plug-ins of one kind (method, dataset, metric, model), by name, none imported."""
-    return dict(_all()[kind])
+    """The installed plug-ins of one kind (method, dataset, metric, model, preset), by name, none imported."""
+    if kind not in GROUPS:
+        raise ValueError(f"unknown plug-in kind {kind!r}; kinds: {', '.join(GROUPS)}")
+    return dict(_all()[0][kind])
 
 
 def forget() -> None:
@@ -96,9 +148,37 @@ def load(kind: str, name: str) -> Any:
     plugin = available(kind).get(name)
     if plugin is None:
         raise PluginError(f"no {kind} plug-in named {name!r} is installed")
+    clash = _all()[1].get(key)
+    if clash:
+        raise PluginError(f"{kind} plug-in {name!r} is declared by {len(clash)} packages ({', '.join(clash)}); "
+                          f"uninstall all but one, or rename it in one package's entry points")
     value = import_target(plugin.target, plugin.describe())
     _loaded[key] = value
     return value
+
+
+def loaded(kind: str, name: str) -> bool:
+    """Whether plug-in `name` of `kind` was loaded in this process (a registry loads a plug-in only
+    when a run or a listing uses that name, and never for a built-in's name)."""
+    return (kind, name) in _loaded
+
+
+# The config keys that name a run's plug-ins (metrics are read-side: they never train a run)
+RUN_KEYS = {"method": "method", "dataset": "dataset", "model": "model"}
+
+
+def used_by(config: Any) -> list[dict[str, Any]]:
+    """The provenance of each plug-in a run's config names and this process loaded (so a built-in
+    of the same name, which a registry never loads from a plug-in, records nothing): what the
+    worker stores with the run once its method, data and model are built."""
+    out = []
+    for kind, key in RUN_KEYS.items():
+        name = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+        if isinstance(name, str) and loaded(kind, name):
+            found = provenance(kind, name)
+            if found is not None:
+                out.append(found)
+    return out
 
 
 def import_target(target: str, what: str) -> Any:
@@ -117,85 +197,186 @@ def import_target(target: str, what: str) -> Any:
 
 
 def provenance(kind: str, name: str) -> dict[str, Any] | None:
-    """What produced a plug-in: its package, version and, for a checkout installed with
-    `pip install -e` (or from a local folder), the folder and its git commit. None for a built-in."""
+    """What produced a plug-in: its package and version; installed with `pip install -e` from a
+    folder, that folder, its git commit and whether the checkout had uncommitted changes to
+    tracked files (`dirty`: the commit alone would not name the code); installed from a git URL,
+    the URL and the commit pip recorded. None for a built-in (no installed plug-in of that name)."""
     plugin = available(kind).get(name)
     if plugin is None:
         return None
     out: dict[str, Any] = {"kind": kind, "name": name, "package": plugin.package, "version": plugin.version}
-    folder = _local_folder(plugin.package)
-    if folder is not None:
+    origin = _origin(plugin.package)
+    if origin.get("editable") and origin.get("path"):
+        folder = Path(origin["path"])
         out["path"] = str(folder)
-        commit = _git_commit(folder)
+        git = _git_dir(folder)
+        commit = _git_commit(git) if git is not None else None
         if commit:
             out["commit"] = commit
+            dirty = _git_dirty(folder)
+            if dirty is not None:
+                out["dirty"] = dirty
+    elif origin.get("path"):  # `pip install FOLDER`: a copy, so the folder's commit now need not be the copy's
+        out["installed_from"] = origin["path"]
+    elif origin.get("url"):
+        out["url"] = origin["url"]
+        if origin.get("commit"):
+            out["commit"] = origin["commit"]
     return out
 
 
-def _local_folder(package: str) -> Path | None:
-    """The folder a distribution was installed from (PEP 610 direct_url.json), if it was a local one."""
+def provenance_text(entry: dict[str, Any]) -> str:
+    """One recorded provenance as `show` prints it: "method mymethod: package mymethod 0.1.0,
+    /src/mymethod @ 1a2b3c4d5e6f (uncommitted changes)"."""
+    text = f"{entry.get('kind', '?')} {entry.get('name', '?')}: package {entry.get('package', '?')} " \
+           f"{entry.get('version', '?')}"
+    where = entry.get("path") or entry.get("url") or entry.get("installed_from")
+    if where:
+        text += f", {'installed from ' if 'installed_from' in entry else ''}{where}"
+    if entry.get("commit"):
+        text += f" @ {str(entry['commit'])[:12]}" + (" (uncommitted changes)" if entry.get("dirty") else "")
+    return text
+
+
+def _origin(package: str) -> dict[str, Any]:
+    """Where a distribution was installed from (PEP 610 direct_url.json): {path, editable} for a local
+    folder, {url, commit} for a VCS URL, {} for an index install or no record."""
     try:
         text = metadata.distribution(package).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return None
+    except (metadata.PackageNotFoundError, OSError):
+        return {}
     if not text:
-        return None
+        return {}
     try:
-        url = str(json.loads(text).get("url", ""))
-    except ValueError:
-        return None
-    return Path(url.removeprefix("file://")) if url.startswith("file://") else None
+        record = json.loads(text)
+        url = str(record.get("url", ""))
+    except (ValueError, AttributeError):
+        return {}
+    if url.startswith("file:"):
+        out: dict[str, Any] = {"path": unquote(urlparse(url).path),
+                               "editable": bool((record.get("dir_info") or {}).get("editable"))}
+        return out
+    vcs = record.get("vcs_info") or {}
+    return {"url": url, "commit": vcs.get("commit_id")} if url else {}
 
 
-def _git_commit(folder: Path) -> str | None:
-    """HEAD's commit of the git checkout holding `folder` (read from .git, no git process), with
-    `+dirty` left to the caller: this names the code a run came from as far as git knows it."""
+def _local_folder(package: str) -> Path | None:
+    """The folder an editable install (`pip install -e FOLDER`) runs its code from, else None."""
+    origin = _origin(package)
+    return Path(origin["path"]) if origin.get("editable") and origin.get("path") else None
+
+
+def _git_dir(folder: Path) -> Path | None:
+    """The git directory of the checkout holding `folder` (a worktree's `.git` file followed)."""
     for base in (folder, *folder.parents):
         git = base / ".git"
-        if git.is_file():  # a worktree: "gitdir: PATH"
+        if git.is_file():  # a worktree or submodule: "gitdir: PATH", PATH relative to the checkout
             try:
-                git = Path(git.read_text().split(":", 1)[1].strip())
-            except (OSError, IndexError):
+                text = git.read_text().strip()
+            except OSError:
                 return None
-        if not git.is_dir():
-            continue
-        try:
-            head = (git / "HEAD").read_text().strip()
-            if head.startswith("ref: "):
-                ref = head[5:]
-                ref_file = git / ref
-                if not ref_file.exists():  # worktrees keep refs in the common dir
-                    common = git / "commondir"
-                    root = (git / common.read_text().strip()).resolve() if common.exists() else git
-                    ref_file = root / ref
-                    if not ref_file.exists():
-                        packed = root / "packed-refs"
-                        for line in packed.read_text().splitlines() if packed.exists() else []:
-                            if line.endswith(" " + ref):
-                                return line.split()[0]
-                        return None
-                return ref_file.read_text().strip()
-            return head
-        except OSError:
-            return None
+            if not text.startswith("gitdir:"):
+                return None
+            git = (base / text.split(":", 1)[1].strip()).resolve()
+        if git.is_dir():
+            return git
     return None
 
 
+def _git_commit(git: Path) -> str | None:
+    """HEAD's commit in git directory `git`, read from its files (no git process): loose ref,
+    the common dir's ref of a worktree, or packed-refs; a detached HEAD is the commit itself."""
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head or None
+        ref = head[5:].strip()
+        common = git / "commondir"
+        roots = [git] + ([(git / common.read_text().strip()).resolve()] if common.exists() else [])
+        for root in roots:
+            ref_file = root / ref
+            if ref_file.is_file():
+                return ref_file.read_text().strip() or None
+        for root in roots:
+            packed = root / "packed-refs"
+            if packed.is_file():
+                for line in packed.read_text().splitlines():
+                    if not line.startswith(("#", "^")) and line.endswith(" " + ref):
+                        return line.split()[0]
+        return None  # a branch with no commit yet
+    except OSError:
+        return None
+
+
+def _git_dirty(folder: Path) -> bool | None:
+    """Whether tracked files under `folder` differ from HEAD (None when git cannot say)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=folder,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(out.stdout.strip()) if out.returncode == 0 else None
+
+
+_SKIPPED_DIRS = {"__pycache__", "build", "dist", "node_modules", "site-packages"}
+
+
+def _python_files(folder: Path) -> list[Path]:
+    """The .py files of an editable checkout, not descending into hidden folders, build outputs
+    or virtual environments (a checkout's own .venv would cost seconds and say nothing)."""
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS
+                         and not d.endswith(".egg-info") and not (Path(root, d) / "pyvenv.cfg").exists())
+        found.extend(Path(root, f) for f in sorted(files) if f.endswith(".py"))
+    return found
+
+
+def _import_roots(modules: set[str]) -> list[Path]:
+    """Where the top-level `modules` are imported from (package folders, or a module's file),
+    found without importing them: an editable checkout's code, not its data or outputs."""
+    from importlib.util import find_spec
+
+    roots: list[Path] = []
+    for top in sorted(m for m in modules if m.isidentifier()):
+        try:
+            spec = find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            roots.extend(Path(location) for location in spec.submodule_search_locations)
+        elif spec.origin and spec.has_location:
+            roots.append(Path(spec.origin))
+    return roots
+
+
 def sources_digest() -> str:
-    """A digest of every installed plug-in's files (path, size, mtime), so a warm server started
-    before a plug-in was installed, upgraded or edited (an editable install) is never reused."""
+    """A digest of every installed plug-in: its package, version, entry points and its files
+    (path, size, mtime; an editable install's: the .py files of the top-level modules it
+    declares and its entry points name, wherever they are imported from), read afresh (not from this process's cache), so a warm server started
+    before a plug-in was installed, upgraded, declared a new entry or was edited (an editable
+    install) is never reused."""
     h = hashlib.sha256()
-    packages = sorted({p.package for kind in GROUPS for p in available(kind).values()})
-    for package in packages:
-        h.update(package.encode())
+    found, _ = _scan()
+    plugins = sorted((p.package, p.kind, p.name, p.target) for kind in GROUPS for p in found[kind].values())
+    h.update(repr(plugins).encode())
+    for package in sorted({p[0] for p in plugins}):
         try:
             dist = metadata.distribution(package)
         except metadata.PackageNotFoundError:
             continue
-        h.update((dist.version or "").encode())
+        h.update(f"{package}={dist.version};".encode())
         folder = _local_folder(package)
-        files = sorted(folder.rglob("*.py")) if folder is not None and folder.is_dir() else [
-            Path(str(dist.locate_file(f))) for f in (dist.files or []) if str(f).endswith(".py")]
+        if folder is not None and folder.is_dir():
+            tops = {p[3].partition(":")[0].strip().partition(".")[0] for p in plugins if p[0] == package}
+            tops |= set(_read_text(dist, "top_level.txt").split())
+            roots = _import_roots(tops)
+            files = [f for root in roots for f in (_python_files(root) if root.is_dir() else [root])] if roots \
+                else _python_files(folder)  # (modules not found on the path: the whole checkout)
+        else:
+            files = [Path(str(dist.locate_file(f))) for f in (dist.files or []) if str(f).endswith(".py")]
         for path in files:
             try:
                 st = path.stat()
@@ -205,6 +386,42 @@ def sources_digest() -> str:
     return h.hexdigest()[:16]
 
 
+def preset_files() -> tuple[dict[str, tuple[Path, Plugin]], list[str]]:
+    """The presets installed plug-in packages ship ({name: (TOML file, its entry)}) and one line
+    for each that cannot be used (a folder not found, one name in two packages). Found from the
+    packages' import paths without importing them; clashes with built-in presets are the caller's
+    to refuse (config.py knows them)."""
+    from importlib.util import find_spec
+
+    found: dict[str, tuple[Path, Plugin]] = {}
+    problems: list[str] = []
+    clashing: set[str] = set()
+    for entry in sorted(available("preset").values(), key=lambda p: (p.package, p.name)):
+        dotted = entry.target.partition(":")[0].strip()
+        top, _, rest = dotted.partition(".")
+        try:
+            spec = find_spec(top)  # a top-level name: found, not imported
+        except (ImportError, ValueError):
+            spec = None
+        folders = [Path(loc, *filter(None, rest.split("."))) for loc in (spec.submodule_search_locations or [])] \
+            if spec is not None else []
+        folder = next((f for f in folders if f.is_dir()), None)
+        if folder is None:
+            problems.append(f"{entry.describe()}: no package folder {dotted!r} to read presets from")
+            continue
+        for path in sorted(folder.glob("*.toml")):
+            other = found.get(path.stem)
+            if other is not None and other[1].package != entry.package:
+                problems.append(f"preset {path.stem!r} is shipped by two packages ({other[1].package}, "
+                                f"{entry.package}): neither is used; rename one")
+                clashing.add(path.stem)
+                continue
+            found.setdefault(path.stem, (path, entry))
+    for name in clashing:
+        found.pop(name, None)
+    return found, problems
+
+
 def check_name(kind: str, name: str, builtins: Any) -> None:
     """A plug-in may not shadow a built-in of the same kind (its runs would be mistaken for ours)."""
     if name in builtins:
@@ -212,5 +429,5 @@ def check_name(kind: str, name: str, builtins: Any) -> None:
 
 
 __all__ = ["GROUPS", "Plugin", "PluginError", "available", "check_name", "forget", "import_target", "load",
-           "provenance", "sources_digest"]
+           "loaded", "preset_files", "problems", "provenance", "provenance_text", "sources_digest", "used_by"]
 

@@ -185,10 +185,11 @@ def test_a_plugin_method_validates_its_own_params_in_one_line_and_trains_on_digi
     with torch.random.fork_rng():
         outcomes = run_protocol(cfg, load_digits(), torch.device("cpu"))
     assert len(outcomes) == 5 and all(0 <= o.accuracy <= 100 for o in outcomes)
-    from rmconsole.runner.worker import package_versions
-
-    assert package_versions("fake")["method_plugin"] == "fakemethod 0.1"  # what the run records
-    assert "method_plugin" not in package_versions("rm")
+    # what the worker records with the run (versions["plugins"], tests/test_plugins.py): the package
+    recorded = plugins.used_by(cfg.to_dict())
+    assert [(p["kind"], p["name"], p["package"], p["version"]) for p in recorded] == \
+        [("method", "fake", "fakemethod", "0.1")]
+    assert plugins.used_by({**cfg.to_dict(), "method": "rm"}) == []
 
 
 def test_the_warm_server_key_changes_with_the_plugins_sources(monkeypatch: pytest.MonkeyPatch) -> None:

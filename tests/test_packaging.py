@@ -80,3 +80,7 @@ def test_a_pip_installed_wheel_carries_the_presets_and_every_package(tmp_path: P
     assert packages_under(site) == packages_under(REPO)
     assert sorted(p.name for p in (site / "rmconsole").rglob("*.tcss")) == \
         sorted(p.name for p in (REPO / "rmconsole").rglob("*.tcss"))
+    # `rmconsole new`'s templates (package data in folders that are no packages)
+    assert sorted(str(p.relative_to(site)) for p in (site / "rmconsole" / "templates").rglob("*.tmpl")) == \
+        sorted(str(p.relative_to(REPO)) for p in (REPO / "rmconsole" / "templates").rglob("*.tmpl"))
+    assert len(list((REPO / "rmconsole" / "templates").rglob("*.tmpl"))) >= 7

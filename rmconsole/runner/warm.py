@@ -16,7 +16,10 @@ reads the argv). The supervisor records the worker's end as `supervise.record_en
 writes its exit status to warm/exit-PID for the launcher that polls it.
 
 Which server: the socket's name is a fingerprint of the interpreter, the rmconsole sources
-(their paths, sizes and mtimes: an edited checkout gets a fresh server, never stale code) and
+(their paths, sizes and mtimes: an edited checkout gets a fresh server, never stale code), the
+installed plug-ins (`plugins.sources_digest()`: their packages, versions, entry points and
+files, so a plug-in installed, upgraded or edited in its editable checkout gets a fresh server
+too; the server's cached list of plug-ins is never out of date either) and
 the environment that import-time code reads (thread counts, PYTHONPATH, library paths); the
 worker's own environment (RMCONSOLE_*, CUDA_VISIBLE_DEVICES) is sent with each request, and
 CUDA is first initialised in the forked worker. A server exits after RMCONSOLE_WARM_IDLE_S
@@ -37,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import private
+from .. import plugins, private
 from .processes import pid_alive, python_m
 
 IMPORT_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD",
@@ -60,8 +63,6 @@ def fingerprint() -> str:
     """Interpreter, sources (rmconsole's and every installed plug-in's: an edited editable
     plug-in is new code) and import-time environment: a server is only used by clients that
     would have imported the very same code the same way."""
-    from .. import plugins
-
     package = Path(__file__).resolve().parents[1]
     h = hashlib.sha1(sys.executable.encode())
     for path in sorted(package.rglob("*.py")):
@@ -69,7 +70,7 @@ def fingerprint() -> str:
         h.update(f"{path.relative_to(package)}:{st.st_size}:{st.st_mtime_ns};".encode())
     for key in IMPORT_ENV:
         h.update(f"{key}={os.environ.get(key, '')};".encode())
-    h.update(plugins.sources_digest().encode())
+    h.update(f"plugins={plugins.sources_digest()};".encode())
     return h.hexdigest()[:16]
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .. import __version__
+from .. import __version__, plugins
 from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint, save_checkpoint: re-exported)
     CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, save_checkpoint, set_aside, write_checkpoint,
 )
@@ -75,13 +75,10 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def package_versions(method: str | None = None) -> dict[str, str]:
-    """What ran: the libraries, the platform, the GPU, and for a plug-in `method` the package that
-    declared it (name, version, and the folder and git commit of a local install)."""
+def package_versions() -> dict[str, str]:
+    """What ran: the libraries, the platform, the GPU. (The plug-in packages a run uses join these
+    when its start is recorded: StoreReporter.run_started, plugins.used_by.)"""
     from importlib.metadata import version  # (the store's library, read without importing it here)
-
-    from .. import plugins
-    from ..cl.methods import REGISTRY
 
     import numpy
     import torchvision
@@ -94,10 +91,6 @@ def package_versions(method: str | None = None) -> dict[str, str]:
     if torch.cuda.is_available():  # which GPU trained the run (a sweep slot's, by CUDA_VISIBLE_DEVICES)
         versions.update(cuda=str(torch.version.cuda), gpu=torch.cuda.get_device_name(),
                         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
-    found = plugins.provenance("method", method) if method is not None and method not in REGISTRY else None
-    if found is not None:
-        versions["method_plugin"] = " ".join(
-            [found["package"], found["version"], *(f"{k} {found[k]}" for k in ("path", "commit") if k in found)])
     return versions
 
 
@@ -225,7 +218,11 @@ class StoreReporter(Reporter):
     # loop events ------------------------------------------------------------
     def run_started(self, plans: list[TaskPlan], class_order: list[int], class_names: list[str],
                     pipeline: list[str]) -> None:
-        store.record_start(self.run_id, plans, class_order, class_names, pipeline, lease=self.lease)
+        # which plug-in packages produced the run (package, version, checkout and commit), read
+        # now: its method, data and model are built, so each plug-in it uses has been loaded here
+        # (under a warm server too: the server is keyed on the plug-ins' sources)
+        store.record_start(self.run_id, plans, class_order, class_names, pipeline, lease=self.lease,
+                           plugins=plugins.used_by(self.config or {}))
         self.n_tasks = len(plans)
         print(f"stream: {len(plans)} tasks, sizes {[p.n_samples for p in plans]}; pipeline: {pipeline}", flush=True)
 
@@ -340,7 +337,7 @@ def train(run_id: int) -> str:
               + (" (CUDA allocator capped)" if device.type == "cuda" else "")
               + f": inference forward passes of up to {inference_batch((3, 32, 32), device)} CIFAR-sized images",
               flush=True)
-    fields = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(cfg.method),
+    fields = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
                   git_commit=git_commit(), started_at=store.utcnow(), heartbeat_at=store.utcnow(), error=None,
                   finished_at=None)
     if supervisor_pid() is None:  # under a supervisor, the pid is the supervisor's group

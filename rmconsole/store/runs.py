@@ -135,8 +135,11 @@ def update_run(run_id: int, lease: Optional[Lease] = None, **fields: Any) -> Non
 
 
 def record_start(run_id: int, plans: list[Any], class_order: list[int], class_names: list[str],
-                 pipeline: list[str], lease: Optional[Lease] = None) -> None:
-    """The stream plan of every task (replacing any from an earlier attempt) and run facts."""
+                 pipeline: list[str], lease: Optional[Lease] = None,
+                 plugins: Optional[list[dict[str, Any]]] = None) -> None:
+    """The stream plan of every task (replacing any from an earlier attempt) and run facts; the
+    plug-ins the run uses (plugins.provenance of each) join the worker's `versions`, as
+    versions["plugins"] (a built-in run has none: no key)."""
 
     def apply(session: Session) -> None:
         checked_run(session, run_id, lease)
@@ -153,6 +156,8 @@ def record_start(run_id: int, plans: list[Any], class_order: list[int], class_na
         assert run is not None
         run.class_order, run.class_names, run.pipeline = class_order, class_names, pipeline
         run.n_tasks = len(plans)
+        if plugins:  # (a new dict: the JSON column is written when the attribute is assigned)
+            run.versions = {**(run.versions or {}), "plugins": plugins}
         session.add(run)
 
     write(apply)

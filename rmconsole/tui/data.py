@@ -290,6 +290,7 @@ class CompareView:
 def load_compare(run_ids: list[int]) -> CompareView:
     """Rows, accuracy curves and what differs between the given runs: their name and tags, then
     every config key whose values differ, written as `--set` writes them (`cutmix+autoaug`)."""
+    from ..config import method_reads
     from ..store.filters import config_value, format_value
 
     rows = {r.id: r for r in load_some_rows(run_ids)}
@@ -303,9 +304,10 @@ def load_compare(run_ids: list[int]) -> CompareView:
         if len(set(values)) > 1:
             differences[key] = values
     keys = list(dict.fromkeys(k for i in present for k in configs[i]))
-    for key in keys:
+    for key in keys:  # a method's own parameter differs only among the runs that read it
         values = tuple(format_value(config_value(configs[i], key)) for i in present)
-        if len(set(values)) > 1:
+        read = {v for i, v in zip(present, values) if method_reads(configs[i].get("method"), key)}
+        if len(read) > 1:
             differences[key] = values
     return CompareView(rows=tuple(rows[i] for i in present), curves={i: tuple(c) for i, c in curves.items()},
                        differences=differences, missing=tuple(i for i in run_ids if i not in rows))

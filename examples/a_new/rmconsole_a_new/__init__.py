@@ -1,0 +1,1 @@
+"""A_new, the accuracy on the newest task's classes after it is learned: an rmconsole metric plug-in."""
