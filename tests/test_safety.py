@@ -740,6 +740,65 @@ def test_defect_01_every_way_to_the_stores_files_is_refused(isolated_home, tmp_p
     assert digest(other) == before
 
 
+# =========================================================================== 8: bounded preset reading
+
+
+def _bounded_cli(*argv: str) -> tuple[int, str]:
+    """The CLI in a subprocess that cannot hurt the machine: 60 s, 2 GB of address space."""
+    import resource
+    import subprocess
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    try:
+        done = subprocess.run([sys.executable, "-m", "rmconsole", *argv], capture_output=True, text=True, timeout=60,
+                              preexec_fn=limit, env=dict(os.environ, COLUMNS="200"))
+    except subprocess.TimeoutExpired:
+        return -1, "timed out after 60 s"
+    return done.returncode, done.stderr
+
+
+def test_defect_08_a_preset_is_read_bounded(isolated_home, tmp_path) -> None:
+    device = _claim("--preset /dev/zero", "test_defect_08_a_preset_is_read_bounded")
+    fifo_row = _claim("--preset a FIFO", "test_defect_08_a_preset_is_read_bounded")
+    large = _claim("--preset larger than a preset can be", "test_defect_08_a_preset_is_read_bounded")
+    code, err = _bounded_cli("run", "--preset", "/dev/zero")
+    device.check(code, err)
+    os.mkfifo(tmp_path / "fifo.toml")
+    code, err = _bounded_cli("run", "--preset", str(tmp_path / "fifo.toml"))
+    fifo_row.check(code, err)
+    (tmp_path / "big.toml").write_text("# padding\n" * 200_000)
+    code, err = _bounded_cli("run", "--preset", str(tmp_path / "big.toml"))
+    large.check(code, err)
+    assert store.count_runs() == 0
+
+
+def test_defect_08_a_deeply_nested_preset_is_one_line(isolated_home, tmp_path) -> None:
+    row = _claim("a preset nested 100,000 levels deep", "test_defect_08_a_deeply_nested_preset_is_one_line")
+    set_row = _claim("--set a value nested 100,000 levels deep", "test_defect_08_a_deeply_nested_preset_is_one_line")
+    (tmp_path / "deep.toml").write_text("lr = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    code, err = _bounded_cli("run", "--preset", str(tmp_path / "deep.toml"))
+    row.check(code, err)
+    code, err = _bounded_cli("run", "--set", "lr=" + "[" * 50_000 + "]" * 50_000)
+    set_row.check(code, err)
+    (tmp_path / "fine.toml").write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = 200\n'
+                                        'augment = ["cutmix"] # [[[ in a comment ]\nname_ish = "[[[["\n')
+    from rmconsole.tomlfile import nesting_depth
+
+    assert nesting_depth((tmp_path / "fine.toml").read_text()) == 1
+
+
+def test_defect_08_a_preset_with_a_bom_is_read(isolated_home, tmp_path) -> None:
+    row = _claim("a preset saved with a UTF-8 BOM", "test_defect_08_a_preset_with_a_bom_is_read")
+    (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + b'dataset = "digits"\nmodel = "mlp400"\nmemory_size = 150\n')
+    name, cfg = load_config(str(tmp_path / "bom.toml"))
+    assert cfg.memory_size == 150 and name == "bom"
+    (tmp_path / "bom-bad.toml").write_bytes(b"\xef\xbb\xbf" + b'dataset = "digits"\ncolour = 1\n')
+    code, err = _bounded_cli("run", "--preset", str(tmp_path / "bom-bad.toml"))
+    row.check(code, err)  # read (the BOM dropped): what is refused is the key, not line 1, column 1
+
+
 # =========================================================================== clock jumps
 
 
