@@ -180,12 +180,14 @@ def worker_state(run: store.Run) -> str:
 
 
 def last_log_line(run_id: int, limit: int = 200) -> str | None:
-    """The last non-empty line of the run's log: often the error that killed it."""
+    """The last non-empty line of the run's log (not a store notice, `rmconsole: waiting for…`, nor
+    its supervisor's): often the error that killed it."""
     try:
         with open(log_path(run_id), "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 4096))
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()
+                     and not ln.startswith(("rmconsole: ", "supervisor: "))]  # the store's notices, not the run's
     except OSError:
         return None
     return " ".join(lines[-1].split())[:limit] if lines else None

@@ -66,10 +66,11 @@ PASSWORD_FILE_ENV = "RMCONSOLE_DB_PASSWORD_FILE"  # a run's processes: the passw
 GRACE_ENV = "RMCONSOLE_DB_GRACE_S"  # how long a run's processes hold on through a database outage
 OUTAGE_GRACE_S = 60.0  # the default: a restart or a failover of a shared cluster takes seconds
 UNREACHABLE_SQLSTATES = ("57P01", "57P02", "57P03")  # admin shutdown, crash shutdown, cannot connect now
-UNREACHABLE_WORDS = ("connection refused", "server closed the connection", "could not connect", "connection failed",
+UNREACHABLE_WORDS = ("connection refused", "server closed the connection", "could not connect",
                      "terminating connection", "the database system is", "connection is closed", "connection timeout",
                      "timeout expired", "consuming input failed", "ssl syscall", "no such file or directory",
                      "connection not open", "connection already closed", "lost connection", "server has gone away")
+REFUSED_WORDS = ("authentication", "does not exist", "permission denied", "no pg_hba.conf entry", "too many clients")
 
 
 class StoreError(Exception):
@@ -94,6 +95,10 @@ class StoreGone(StoreError):
 
 class StoreUnreachable(StoreError):
     """The database server does not answer (stopped, restarting, failing over, out of reach)."""
+
+    def __init__(self, message: str, where: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.where, self.reason = where, reason
 
 
 def home() -> Path:
@@ -457,7 +462,7 @@ def store_error(err: BaseException, url: Optional[URL] = None, doing: str = "use
     if path is not None and "unable to open database file" in low and not path.exists() and path.parent.exists():
         return StoreGone(f"the store {path} is gone (removed while this process used it)")
     if path is None and url.get_backend_name() != "sqlite" and _unreachable(err):
-        return StoreUnreachable(f"the database {where} is unreachable ({text})")
+        return StoreUnreachable(f"cannot {doing} the store at {where}: {text} ({_hint()})", where, text)
     return StoreError(f"cannot {doing} the store at {where}: {text} ({_hint()})")
 
 
@@ -469,6 +474,8 @@ def _unreachable(err: BaseException) -> bool:
     if state.startswith("08") or state in UNREACHABLE_SQLSTATES or getattr(err, "connection_invalidated", False):
         return True
     low = str(err).lower()
+    if any(word in low for word in REFUSED_WORDS):  # the server answered: no (a wrong password, no such database)
+        return False
     return any(word in low for word in UNREACHABLE_WORDS)
 
 
@@ -515,13 +522,14 @@ def _within_grace(attempt: Callable[[], T]) -> T:
             with _outage_lock:
                 if _outage["since"] is None:
                     _outage["since"] = now
-                    print(f"rmconsole: {err}: holding this process's results and retrying for up to {grace:g} s "
-                          f"(the grace period for a database outage, {GRACE_ENV})", file=sys.stderr, flush=True)
+                    print(f"rmconsole: the database {err.where} is unreachable ({err.reason}): holding this process's "
+                          f"results and retrying for up to {grace:g} s (the grace period for a database outage, "
+                          f"{GRACE_ENV})", file=sys.stderr, flush=True)
                 since = _outage["since"]
             if now - since >= grace:
-                raise StoreUnreachable(str(err).replace(
-                    " is unreachable (", f" stayed unreachable for {now - since:.0f} s, longer than the grace period "
-                                         f"({grace:g} s, {GRACE_ENV}): ", 1).removesuffix(")")) from None
+                raise StoreUnreachable(f"the database {err.where} stayed unreachable for {now - since:.0f} s, longer "
+                                       f"than the grace period ({grace:g} s, {GRACE_ENV}): {err.reason}",
+                                       err.where, err.reason) from None
             time.sleep(min(0.5, max(0.05, since + grace - now)))
             continue
         with _outage_lock:
