@@ -164,8 +164,9 @@ def main() -> int:
     outages: list[float] = []
 
     def restart_now() -> None:
+        assert server is not None
         seconds = rng.uniform(args.outage / 2, args.outage)
-        server.stop_for(seconds)  # type: ignore[union-attr]
+        server.stop_for(seconds)
         outages.append(round(seconds, 1))
         print(f"  restarted PostgreSQL after {seconds:.1f} s down", flush=True)
 

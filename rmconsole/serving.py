@@ -74,7 +74,7 @@ def guarded_server(command: str, host: str, port: int, token: str, title: str = 
             return await handler(request)
         raise web.HTTPForbidden(text=REFUSED)
 
-    class GuardedServer(Server):  # type: ignore[misc]
+    class GuardedServer(Server):
         async def _make_app(self) -> web.Application:
             app = await super()._make_app()
             app.middlewares.append(guard)
