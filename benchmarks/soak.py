@@ -17,6 +17,16 @@ What it does, with real processes on a real SQLite store in a fresh RMCONSOLE_HO
 
 It prints the figures and exits 0 only if all of that holds. Killing the driver does not stop
 the runs in flight (each run's supervisor has a session of its own): those are counted apart.
+
+On PostgreSQL (issue 28's soak): `--postgres` starts a throwaway server of its own (.ci/services)
+and stores the sweep there; `--restarts N` stops it N times during the soak (`pg_ctl stop -m
+fast`), each time for `--outage` seconds (random up to that), and starts it again. The runs ride
+out each outage within their grace period (RMCONSOLE_DB_GRACE_S); the figures add the restarts,
+the outages each worker measured ("answers again after S s") and the runs that failed past the
+grace period (0 expected):
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. nice python benchmarks/soak.py --postgres --runs 100 --parallel 8 \
+        --restarts 5 --kill-fraction 0.1 --epochs 4
 """
 
 from __future__ import annotations
@@ -86,6 +96,43 @@ def ours_left(home: Path) -> list[str]:
     return left
 
 
+class OwnPostgres:
+    """A throwaway PostgreSQL server (.ci/services) this soak stops and starts."""
+
+    def __init__(self) -> None:
+        import pwd
+
+        repo = Path(__file__).resolve().parents[1]
+        self.folder = Path(tempfile.mkdtemp(prefix="rmconsole-soak-pg-"))
+        subprocess.run([str(repo / ".ci" / "services"), "start", str(self.folder), "postgres"], capture_output=True,
+                       timeout=300)
+        env = (self.folder / "env").read_text() if (self.folder / "env").exists() else ""
+        urls = [line.split("=", 1)[1].strip("'") for line in env.splitlines() if line.startswith("export RMCONSOLE_TEST_PG=")]
+        if not urls:
+            raise SystemExit(f"soak: no PostgreSQL server could be started: {env.strip()}")
+        self.url = urls[0]
+        self.data = self.folder / "pg" / "data"
+        self.bin = (self.folder / "pg" / "bin").read_text().strip()
+        self.owner = pwd.getpwuid(self.data.stat().st_uid).pw_name
+        self.repo = repo
+
+    def pg_ctl(self, *args: str) -> None:
+        command = [f"{self.bin}/pg_ctl", "-D", str(self.data), "-l", str(self.folder / "pg" / "server.log"), "-w",
+                   "-t", "120", *args]
+        if os.getuid() == 0 and self.owner != "root":
+            command = ["runuser", "-u", self.owner, "--", *command]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RMCONSOLE")}  # not one of the soak's processes
+        subprocess.run(command, capture_output=True, timeout=300, check=True, env=env)
+
+    def stop_for(self, seconds: float) -> None:
+        self.pg_ctl("stop", "-m", "fast")
+        time.sleep(seconds)
+        self.pg_ctl("restart", "-m", "fast")  # (a stopped server is started with its last options)
+
+    def close(self) -> None:
+        subprocess.run([str(self.repo / ".ci" / "services"), "stop", str(self.folder)], capture_output=True, timeout=120)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -95,6 +142,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=14, help="the soak's own randomness (victims, timing)")
     parser.add_argument("--home", type=Path, default=None, help="RMCONSOLE_HOME (default: a fresh temporary folder)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--postgres", action="store_true", help="the store on a PostgreSQL server of the soak's own")
+    parser.add_argument("--restarts", type=int, default=0, help="with --postgres: stop and start the server N times")
+    parser.add_argument("--outage", type=float, default=8.0, help="each stop lasts up to this many seconds")
+    parser.add_argument("--restart-every", type=float, default=60.0, help="seconds between restarts")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     home = (args.home or Path(tempfile.mkdtemp(prefix="rmconsole-soak-"))).resolve()
@@ -102,8 +153,24 @@ def main() -> int:
     env.pop("RMCONSOLE_DB", None)
     os.environ.update(RMCONSOLE_HOME=str(home))
     os.environ.pop("RMCONSOLE_DB", None)
+    server = OwnPostgres() if args.postgres else None
+    if server is not None:
+        env["RMCONSOLE_DB"] = os.environ["RMCONSOLE_DB"] = server.url
     from rmconsole import store
     from rmconsole.runner.queue import driver_pid
+    from rmconsole.store.db import hold_through_outages
+
+    hold_through_outages(600.0)  # the soak's own reads wait out the outages it makes
+    outages: list[float] = []
+
+    def restart_now() -> None:
+        assert server is not None
+        seconds = rng.uniform(args.outage / 2, args.outage)
+        server.stop_for(seconds)
+        outages.append(round(seconds, 1))
+        print(f"  restarted PostgreSQL after {seconds:.1f} s down", flush=True)
+
+    next_restart = time.monotonic() + args.restart_every / 2
 
     load_before = os.getloadavg()
     started = time.monotonic()
@@ -156,6 +223,9 @@ def main() -> int:
                 deadline = time.monotonic() + 120  # until it holds the lock (or has ended)
                 while driver.poll() is None and driver_pid(sweep_id) is None and time.monotonic() < deadline:
                     time.sleep(0.1)
+        if server is not None and len(outages) < args.restarts and time.monotonic() >= next_restart:
+            restart_now()
+            next_restart = time.monotonic() + args.restart_every
         if time.monotonic() - last_report > 60:
             counts: dict[str, int] = {}
             for r in runs:
@@ -207,11 +277,22 @@ def main() -> int:
         "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
         "home": str(home),
     }
+    if server is not None:
+        import re
+
+        held = [float(x) for run in runs for x in re.findall(
+            r"answers again after ([0-9.]+) s", (home / "logs" / f"run-{run.id}.log").read_text(errors="replace"))]
+        past_grace = [run.id for run in runs if "longer than the grace period" in
+                      (home / "logs" / f"run-{run.id}.log").read_text(errors="replace")]
+        result.update({"store": "postgresql", "restarts": len(outages), "outages_s": outages,
+                       "outages_held_by_workers": len(held), "longest_held_s": max(held, default=0.0),
+                       "failed_past_grace": past_grace})
+        server.close()
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     ok = (not lost and not stuck and not left and not different and len(identical) == len(victims)
-          and len(resumed) + len(restarted) == len(interrupted))
+          and len(resumed) + len(restarted) == len(interrupted) and not result.get("failed_past_grace"))
     print("soak: " + ("PASS" if ok else "FAIL") + f": {len(runs) - len(lost)}/{len(runs)} finished, {len(lost)} lost, "
           f"{len(stuck)} stuck, {len(left)} processes left, {len(identical)}/{len(victims)} killed runs identical "
           f"to their twins")

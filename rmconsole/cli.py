@@ -6,12 +6,12 @@ import errno
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
@@ -24,11 +24,12 @@ from .cl.protocols import is_task_free
 from .store.filters import where, within
 from .config import MAX_INT, ConfigError, plugin_presets, preset_description, preset_names, read_preset, shorten
 from . import plugins
+from .sanitize import SafeConsole, clean_block
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="A terminal experiment console for continual learning around Rainbow Memory.")
-console = Console()
-err_console = Console(stderr=True)
+console = SafeConsole()  # whatever a run's name, tag, note or preset holds, no control character reaches the terminal
+err_console = SafeConsole(stderr=True)
 USER_ERRORS = (ConfigError, store.StoreError, store.UnknownRun, DatasetMissing, ValueError, runner.StartFailed,
                store.LeaseLost)
 MAX_SLOTS = 1024  # --parallel, --gpus and --nnodes beyond this are typing errors, not machines
@@ -491,6 +492,9 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     if as_json:
         print(json.dumps([r.to_json() for r in records], indent=2))
         return
+    if not records:  # a header over nothing says nothing: say what matched none
+        _say_none_match(filters, status, sweep_, all_)
+        return
     table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold")
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
@@ -537,6 +541,25 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     if any(r.partial for r in records):
         console.print("[dim]@k/T: partial, the metrics after task k of T (not final; no I_last)[/]", highlight=False)
     print_sweep_queues([r.sweep_id for r in records if r.sweep_id])
+
+
+def _say_none_match(filters: Optional[list[str]], status: Optional[str], sweep_: Optional[str], all_: bool) -> None:
+    """`runs` found nothing: one line on stderr saying so (exit 1 when filters chose nothing, as grep)."""
+    stored = store.count_runs()
+    asked = [*(filters or []), *([f"--status {status}"] if status else []), *([f"--sweep {sweep_}"] if sweep_ else [])]
+    if not asked:
+        err_console.print("no runs in the store yet: start one with `rmconsole run`" if not stored else
+                          f"no runs to show ({stored} archived: `rmconsole runs --all`)", highlight=False)
+        return
+    ranges = [t for t in filters or [] if re.fullmatch(r"id[:=]\d+-\d+", t.strip())]
+    hint = ""
+    if ranges:
+        low, high = re.split(r"[:=]", ranges[0].strip(), maxsplit=1)[1].split("-")
+        hint = f"; a range of ids is two terms: 'id>={low}' 'id<={high}'"
+    err_console.print(f"no runs match {escape(shorten(' '.join(asked), 200))} ({stored} run(s) stored"
+                      f"{'' if all_ else ', archived ones hidden'}; see `rmconsole runs`){hint}", highlight=False,
+                      soft_wrap=True)
+    raise typer.Exit(1)
 
 
 def reap_quietly(runs: Optional[list[Any]] = None) -> list[int]:
@@ -908,7 +931,7 @@ def report(
     if fmt == "table":
         console.print(reports.rich_table(table, digits))
     else:
-        text = reports.render(table, fmt, digits)
+        text = clean_block(reports.render(table, fmt, digits))  # a name with ESC sequences is shown, not obeyed
         if out is None:
             sys.stdout.write(text)
         else:
@@ -960,6 +983,10 @@ def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR
     ids += _chosen_runs(names) if names else []
     if not ids:
         raise ConfigError("export: give the runs (ids, 3-9, last) or --sweep ID|last")
+    if to != "mlflow" or "://" not in target:  # a folder: never a file, nor rmconsole's own folders
+        from .outputs import check_folder
+
+        check_folder(target, "export")
     details = [store.run_detail(i) for i in dict.fromkeys(ids)]
     try:
         if to == "mlflow":
@@ -1083,12 +1110,14 @@ def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between st
 
 def serve_tui(refresh: float, host: str, port: int) -> None:
     """`tui --serve`: textual-serve runs `rmconsole tui` (this very command, without --serve) for
-    each browser connection and streams it over a websocket: one code path, not a second UI."""
+    each browser connection and streams it over a websocket: one code path, not a second UI.
+    Every request needs the token printed here (serving.py), and a browser's must come from
+    the served page (its Origin)."""
     import shlex
     import socket as socket_
 
     try:
-        from textual_serve.server import Server
+        import textual_serve.server  # noqa: F401
     except ImportError:
         raise ConfigError("--serve needs textual-serve: pip install 'rmconsole[serve]'") from None
     if not 0 < port < 65536:
@@ -1099,16 +1128,19 @@ def serve_tui(refresh: float, host: str, port: int) -> None:
             probe.bind((host, port))
     except OSError as err:
         raise ConfigError(f"--host {host} --port {port}: cannot listen there ({err.strerror})") from None
+    from .serving import guarded_server, new_token
+
     command = shlex.join([sys.executable, "-m", "rmconsole", "tui", "--refresh", f"{refresh:g}"])
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}"
-    console.print(f"serving the rmconsole TUI at {url} (store {store.shown_url(store.database_url())}); Ctrl-C stops",
-                  highlight=False, soft_wrap=True)
+    token = new_token()  # printed here once; never in an argv, an environment or an error message
+    url = f"http://{shown}:{port}/?token={token}"
+    console.print(f"serving the rmconsole TUI at {url} (store {store.shown_url(store.database_url())}); "
+                  f"open that URL (the token is new at each start); Ctrl-C stops", highlight=False, soft_wrap=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
-        err_console.print(f"[yellow]note:[/] listening on {host}: anyone who can reach it can launch and stop runs; "
-                          f"prefer the default 127.0.0.1 and an SSH tunnel (ssh -L {port}:127.0.0.1:{port} HOST)",
-                          highlight=False)
-    Server(command, host=host, port=port, title="rmconsole").serve()
+        err_console.print(f"[yellow]note:[/] listening on {host}: anyone who can reach it and has the token can launch "
+                          f"and stop runs, and the token crosses the network in clear; prefer the default 127.0.0.1 "
+                          f"and an SSH tunnel (ssh -L {port}:127.0.0.1:{port} HOST)", highlight=False)
+    guarded_server(command, host, port, token).serve()
 
 
 # --------------------------------------------------------------------------- data

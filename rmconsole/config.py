@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import sys
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -43,6 +44,7 @@ from .cl.datasets import ORDERS_FILE, DatasetMissing, UnknownDataset, builtins a
 from .cl.methods import REGISTRY, MethodSpec
 from .cl.modelspec import BUILTINS as BUILTIN_MODELS, UnknownModel
 from .cl.protocols import is_task_free
+from .tomlfile import TomlFileError, loads as toml_loads, read_text
 from .methods import UnknownMethod, method_names, method_spec, method_specs, readers_of
 
 DEFAULT_PRESET = "digits-blurry10-online"
@@ -172,6 +174,9 @@ class RunConfig(RunKeys):
         for key, value in self.model_dump().items():
             if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
                 raise ValueError(f"{key}={shorten(value)}: out of range; allowed: at most {MAX_INT}")
+            if isinstance(value, float) and value != 0 and abs(value) < sys.float_info.min:  # lr=1e-320 trained
+                raise ValueError(f"{key}={value!r}: a subnormal number (below {sys.float_info.min:.4g}), which "
+                                 f"floats hold only approximately; use 0 or a value of at least {sys.float_info.min:.4g}")
         return self
 
     @field_validator("augment", mode="before")
@@ -495,7 +500,9 @@ def read_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
                 raise ConfigError(f"unknown preset {shorten(name_or_path)!r}; available: {', '.join(preset_names())} "
                                   f"(or give a .toml file)")
             path = found
-        text = path.read_text()
+        text = read_text(path)  # a regular file of at most 1 MiB, a BOM dropped (tomlfile.py)
+    except TomlFileError as err:
+        raise ConfigError(str(err)) from None
     except FileNotFoundError:
         raise ConfigError(f"preset file {shorten(str(path))!r} does not exist") from None
     except IsADirectoryError:
@@ -505,7 +512,9 @@ def read_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
     except OSError as err:
         raise ConfigError(f"preset {shorten(name_or_path)!r} cannot be read: {err.strerror}") from None
     try:
-        table = tomllib.loads(text)
+        table = toml_loads(text, f"preset file {shorten(str(path))!r}")  # nesting bounded first
+    except TomlFileError as err:
+        raise ConfigError(str(err)) from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"preset file {shorten(str(path))!r} is not valid TOML: {err}") from None
     table.pop("description", None)
@@ -526,7 +535,9 @@ def preset_description(name: str) -> str:
 def parse_value(raw: str) -> Any:
     """A --set value: a TOML literal (number, bool, list, quoted string) or else the raw string."""
     try:
-        return tomllib.loads(f"v = {raw}")["v"]
+        return toml_loads(f"v = {raw}", "the value")["v"]  # nesting bounded first
+    except TomlFileError as err:
+        raise ConfigError(f"{shorten(raw)!r}: {err}") from None
     except tomllib.TOMLDecodeError:
         return raw
 

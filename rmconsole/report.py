@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Optional, Sequence, Union
 
-from . import metric_registry, paper as papers
+from . import metric_registry, outputs, paper as papers
 from .cl.metric_catalog import mean_std
 from .cl.protocols import is_task_free, protocol_of
 from .config import method_reads
@@ -83,8 +83,10 @@ def _os_reason(err: OSError) -> str:
 
 def check_output(path: Path, option: str) -> None:
     """Refuse, before any work, a report path that cannot be written: a folder, a path under a
-    file, a read-only or unwritable place, a name too long (OutputError, one line)."""
+    file, a read-only or unwritable place, a name too long (OutputError, one line); rmconsole's own
+    files, link loops, links to missing folders, block devices (outputs.check_file)."""
     path = Path(path)
+    outputs.check_file(path, option)
     try:
         if _special(path):
             return
@@ -116,6 +118,7 @@ def write_output(path: Path | str, data: Union[bytes, Callable[[IO[bytes]], None
     Any failure is OutputError, one line."""
     path = Path(path)
     write = (lambda f: f.write(data)) if isinstance(data, (bytes, bytearray)) else data
+    outputs.check_file(path, option)  # never the store, a checkpoint, a log: whatever the link says
     try:
         if _special(path):
             with open(path, "wb") as f:

@@ -529,6 +529,7 @@ def test_defect_10_no_space_for_a_checkpoint_keeps_the_finished_tasks(isolated_h
     row.check(1, run.error)
     out = rmconsole("resume", "1")  # with space again (outside the namespace), it completes
     assert out.returncode == 0 and len(store.task_results(1)) == 5, out.stdout + out.stderr
+    assert "resuming at task 1/5" in out.stdout  # where the message said it would
 
 
 @needs_namespaces

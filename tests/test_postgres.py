@@ -90,7 +90,7 @@ def test_a_missing_driver_says_how_to_install_it(monkeypatch, postgres_server) -
 def test_the_password_appears_in_no_output_log_or_file(database, isolated_home) -> None:
     """A run end to end on the password-protected store, through the scheduler path too: what
     the commands print, the worker's log, the job files submitit writes, the checkpoints, and the
-    JSON shapes never hold the password."""
+    JSON shapes never hold the password (but the 0600 file that hands it to workers)."""
     secret = password(database)
     outputs = [rmconsole("run", "--set", "epochs=1", "--set", "threads=1")]
     assert outputs[0].returncode == 0, outputs[0].stdout + outputs[0].stderr
@@ -106,6 +106,9 @@ def test_the_password_appears_in_no_output_log_or_file(database, isolated_home) 
     assert any(p.suffix == ".pkl" for p in files) and any(p.name.startswith("run-") and p.suffix == ".log" for p in files)
     assert any(p.suffix == ".pt" for p in files)
     for path in files:
+        if path.parent == isolated_home / "secrets":  # how workers get it (not by environment): 0600 in 0700
+            assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+            continue
         assert secret.encode() not in path.read_bytes(), path
 
 

@@ -58,7 +58,8 @@ def test_the_tui_served_to_a_real_browser(tmp_path: Path) -> None:
                               env=dict(os.environ), start_new_session=True)
     try:
         first = server.stdout.readline()
-        assert f"serving the rmconsole TUI at http://127.0.0.1:{port}" in first, first
+        assert f"serving the rmconsole TUI at http://127.0.0.1:{port}/?token=" in first, first
+        url = first.split(" at ", 1)[1].split(" ", 1)[0]  # with the token printed once for this start
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the port answers
             try:
@@ -71,7 +72,7 @@ def test_the_tui_served_to_a_real_browser(tmp_path: Path) -> None:
                                         args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.add_init_script(CAPTURE)
-            page.goto(f"http://127.0.0.1:{port}/")
+            page.goto(url)
 
             def seen(text: str, timeout: float = 90) -> None:
                 page.wait_for_function("(t) => window.__rmText.includes(t)", arg=text, timeout=timeout * 1000)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import store
+from .. import private, store
 
 FORMAT = 1
 
@@ -79,7 +80,7 @@ def write_checkpoint(run_id: int, state: dict[str, Any], config: dict[str, Any])
     """Serialise the checkpoint of `run_id` to a temporary file beside its place, durably, and
     return it with its sha256 (OSError, e.g. ENOSPC, with the file named, and nothing left behind)."""
     path = checkpoint_path(run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private.mkdir(path.parent)
     payload = {**state, "format": FORMAT, "run_id": run_id, "config": config,
                "threads": _torch().get_num_threads()}
     buffer = io.BytesIO()
@@ -87,7 +88,7 @@ def write_checkpoint(run_id: int, state: dict[str, Any], config: dict[str, Any])
     data = buffer.getbuffer()
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:  # our own writes, so a full disk is an OSError with its errno, not torch's
+        with private.open_new(tmp) as f:  # our own writes (0600), so a full disk is an OSError with its errno, not torch's
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -111,7 +112,7 @@ def set_aside(run_id: int) -> Path | None:
     if not path.exists():
         return None
     aside = path.parent / "orphaned" / f"run-{run_id}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.pt"
-    aside.parent.mkdir(parents=True, exist_ok=True)
+    private.mkdir(aside.parent)
     os.replace(path, aside)
     return aside
 
@@ -166,19 +167,34 @@ def load_checkpoint(run_id: int) -> dict[str, Any] | None:
     return state
 
 
+def _clip(text: str, limit: int = 160) -> str:
+    """`text` cut to whole sentences (or words, with …) within `limit` characters."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    end = cut.rfind(". ")
+    if end > limit // 3:
+        return cut[:end + 1]
+    return cut[:cut.rfind(" ")].rstrip(" ,;:(") + " …" if " " in cut else cut + "…"
+
+
 def _load_failure(err: Exception) -> str:
-    """The useful part of torch.load's long error messages."""
-    text = " ".join(str(err).split())
+    """The useful part of torch.load's long error messages, in whole sentences: never torch's
+    advice to load with weights_only=False (that would run the file's code), never its ANSI styling."""
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", " ".join(str(err).split()))
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if found:
+        return f"it holds a pickled object that would run code: {found.group(1)}"
     if "WeightsUnpickler error:" in text:
         detail = text.split("WeightsUnpickler error:", 1)[1].split(" Check the documentation")[0].strip()
-        if "GLOBAL " in detail:
-            detail = "it holds a pickled object that would run code: " + detail.split("GLOBAL ", 1)[1].split()[0]
-        return detail.split(". Please use")[0][:160]
+        return _clip(detail.split(". Please use")[0])
     if "zip archive" in text:
         return "not a complete checkpoint archive (truncated or overwritten)"
     if isinstance(err, EOFError):
         return "the file is empty or cut short"
-    return f"{type(err).__name__}: {text[:160]}"
+    if text.startswith("Weights only load failed"):
+        return "it holds something a weights-only load refuses"
+    return f"{type(err).__name__}: {_clip(text)}"
 
 
 def check_checkpoint(state: dict[str, Any], run_id: int, config: dict[str, Any]) -> None:

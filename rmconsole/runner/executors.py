@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Iterator
 
-from .. import store
+from .. import private, store
 from ..config import ConfigError
 from .processes import GPU_SHARE_ENV, process_argv, pid_alive, python_m
 
@@ -470,7 +470,7 @@ class RunJob:
         share = 1.0 / self.runs_per_gpu
         for run_id in self.run_ids:
             path = log_path(run_id)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private.mkdir(path.parent)
             extra = {GPU_SHARE_ENV: repr(share)} if self.runs_per_gpu > 1 else {}
             if "OMP_NUM_THREADS" not in os.environ:
                 extra["OMP_NUM_THREADS"] = str(self.cpus_per_run)
@@ -479,12 +479,13 @@ class RunJob:
             lease = store.Lease(run_id, store.ensure_token(run_id), store.store_id())  # this attempt's
             extra.update(lease.env())
             store.update_run(run_id, job_state=f"RUNNING (on {socket.gethostname()})")
-            with open(path, "ab") as log:
+            with private.open_append(path) as log:
                 log.write(f"{self.describe(job_id)} on {socket.gethostname()}: starting run {run_id}\n".encode())
                 log.flush()
                 self._procs[run_id] = subprocess.Popen(
                     python_m("supervise", str(run_id), "--", *worker_command(run_id)), stdout=log,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **extra})
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **extra},
+                    umask=private.UMASK)
         for proc in self._procs.values():
             proc.wait()
         return {run_id: store.get_run(run_id).status for run_id in self.run_ids}
@@ -558,8 +559,8 @@ def check_scheduler(spec: ExecutorSpec) -> None:
 
 def submit_runs(spec: ExecutorSpec, run_ids: list[int]) -> list[str]:
     """Hand queued runs to the spec's executor; their job ids (one per run)."""
-    folder().mkdir(parents=True, exist_ok=True, mode=0o700)
-    log_path(run_ids[0]).parent.mkdir(parents=True, exist_ok=True)
+    private.mkdir(folder())
+    private.mkdir(log_path(run_ids[0]).parent)
     return executor_for(spec).submit(run_ids)
 
 

@@ -33,7 +33,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from .. import store
+from .. import private, store
+from ..store.db import password_by_file
 from ..cl.datasets import data_root
 from .multigpu import worker_command
 from .processes import exit_reason, is_run_process, pid_alive, process_argv, python_m
@@ -57,6 +58,7 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         if path is not None:
             env["RMCONSOLE_DB"] = store.database_url_object().set(database=str(path)).render_as_string(
                 hide_password=False)
+        env.update(password_by_file(env["RMCONSOLE_DB"]))  # the password by path, not in the environment
     env["RMCONSOLE_DATA"] = str(data_root().resolve())
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
@@ -67,12 +69,32 @@ def check_home() -> None:
     """Refuse, before anything is stored, a RMCONSOLE_HOME where logs and checkpoints cannot be written."""
     for folder in (store.home() / "logs", store.home() / "checkpoints"):
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            private.mkdir(folder)  # 0700, the home too when it is new
         except OSError as err:
             raise store.StoreError(f"cannot create {folder}: {err.strerror} "
                                    f"(set RMCONSOLE_HOME to a writable folder)") from None
         if not os.access(folder, os.W_OK):
             raise store.StoreError(f"{folder} is not writable (set RMCONSOLE_HOME to a writable folder)")
+
+
+def set_aside_log(run_id: int) -> Path | None:
+    """Move a log that cannot be this run's to logs/orphaned/: the run never started and the file
+    was last written before the run was stored (a deleted store's run with the same id left it),
+    so that the new run's log starts with the new run. Returns where it went."""
+    path = log_path(run_id)
+    try:
+        run = store.get_run(run_id)
+        if run.started_at is not None or not path.is_file():
+            return None
+        created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=timezone.utc)
+        if path.stat().st_mtime >= created.timestamp():
+            return None
+        aside = path.parent / "orphaned" / f"run-{run_id}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        private.mkdir(aside.parent)
+        os.replace(path, aside)  # an old worker still writing follows its file there
+        return aside
+    except (OSError, store.UnknownRun):
+        return None
 
 
 class StartFailed(Exception):
@@ -101,16 +123,21 @@ def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvou
     proc: Any = None
     try:
         command = worker_command(run_id, rendezvous)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private.mkdir(path.parent)
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        aside = set_aside_log(run_id)
+        if aside is not None:
+            with private.open_append(path) as log:
+                log.write(f"a log this run never wrote (a deleted store's run {run_id}?) was moved to {aside}\n".encode())
         env = worker_env({**(extra_env or {}), **lease.env()})
         if warm.enabled() and command == python_m("worker", str(run_id)):
             proc = warm.request(store.home().resolve(), run_id, env, path)
         if proc is None:
-            with open(path, "ab") as log:
+            with private.open_append(path) as log:
                 proc = WorkerProcess(python_m("supervise", str(run_id), "--", *command), stdout=log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                                     umask=private.UMASK)
     except OSError as err:
         reason = f"could not start its worker: {describe_os_error(err)}"
         try:
@@ -153,12 +180,14 @@ def worker_state(run: store.Run) -> str:
 
 
 def last_log_line(run_id: int, limit: int = 200) -> str | None:
-    """The last non-empty line of the run's log: often the error that killed it."""
+    """The last non-empty line of the run's log (not a store notice, `rmconsole: waiting for…`, nor
+    its supervisor's): often the error that killed it."""
     try:
         with open(log_path(run_id), "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 4096))
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()
+                     and not ln.startswith(("rmconsole: ", "supervisor: "))]  # the store's notices, not the run's
     except OSError:
         return None
     return " ".join(lines[-1].split())[:limit] if lines else None
@@ -175,7 +204,7 @@ def mark_dead(run_id: int, reason: str, lease: store.Lease | None = None) -> boo
     if run.status == "queued" and run.task is None and reason.startswith("worker process is gone"):
         reason = f"never started: the process that was to start it (pid {run.pid}) is gone"
     detail = f"{reason}; last phase: {run.phase or 'none'}" + (f" of task {run.task + 1}" if run.task is not None else "")
-    line = last_log_line(run_id)
+    line = last_log_line(run_id, 400)
     if line:
         detail += f"; last log line: {line}"
     try:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from .. import store
+from .. import private, store
 from ..config import ConfigError
 from . import launch
 from .driver import driver_pid, lock_path  # noqa: F401  (driver_pid: part of the face)
@@ -100,8 +100,8 @@ class DriverLock:
 
     def acquire(self) -> None:
         path = lock_path(self.sweep_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a+")
+        private.mkdir(path.parent)
+        handle = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, private.FILE_MODE), "a+")
         for _ in range(20):  # a reader probing with a shared lock holds it for microseconds
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -303,14 +303,14 @@ def start_queue_runner(sweep_id: str, parallel: int, gpus: list[str] | None = No
     """`python -m rmconsole.runner.queue SWEEP_ID` in its own session: it outlives the CLI.
     Passing the GPUs the CLI already found spares the runner importing torch."""
     path = log_path(sweep_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private.mkdir(path.parent)
     args = python_m("queue", sweep_id, "--parallel", str(parallel), "--runs-per-gpu", str(runs_per_gpu))
     if gpus is not None:
         args.append(f"--gpus={','.join(gpus)}")
-    with open(path, "ab") as log:
+    with private.open_append(path) as log:
         return subprocess.Popen(args,
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=launch.worker_env())
+                                start_new_session=True, env=launch.worker_env(), umask=private.UMASK)
 
 
 @dataclass
@@ -401,6 +401,9 @@ def _sweep_stopped() -> None:
     raise SweepStopped()
 
 
+QUEUE_OUTAGE_S = 1800.0  # how long a queue runner waits through a database outage before it gives up
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rmconsole.runner.queue",
                                      description="Run a stored sweep's queued runs, N at a time.")
@@ -422,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no runs in sweep {args.sweep_id!r}", file=sys.stderr)
         return 2
     StopSignal(then=_sweep_stopped, once=True)  # a second signal must not interrupt the stop
+    from ..store.db import hold_through_outages
+
+    hold_through_outages(QUEUE_OUTAGE_S)  # a database restart must not orphan the sweep's queued runs
     try:
         with DriverLock(args.sweep_id):
             if args.retry:

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from .processes import EXIT_SUPERSEDED, SUPERVISOR_PID_ENV, StopSignal, entry_args, exit_reason, python_m
 
@@ -56,18 +57,34 @@ def main(argv: list[str] | None = None) -> int:
     return returncode
 
 
+RECORD_PATIENCE_S = 1800.0  # how long a supervisor waits for an unreachable database to record its worker's end
+
+
 def record_end(run_id: int, returncode: int, stop_requested: bool) -> None:
-    """If the worker left its run queued or running, say how it ended (`launch.record_exit`)."""
+    """If the worker left its run queued or running, say how it ended (`launch.record_exit`);
+    while the database is unreachable (a worker that outlasted its grace period), wait for it
+    (up to RECORD_PATIENCE_S), so the run is recorded with its true reason, not found dead later."""
     from .. import store
     from . import launch
 
     if returncode == EXIT_SUPERSEDED:
         return  # the worker found the run another worker's, or already ended: not ours to record
-    try:  # with the lease this supervisor was started with: never the end of another attempt or store
-        if launch.record_exit(run_id, returncode, stop_requested, lease=store.Lease.from_env(run_id)):
-            print(f"supervisor: run {run_id} {store.get_run(run_id).status}: {exit_reason(returncode)}", flush=True)
-    except Exception as err:  # noqa: BLE001 - nothing more we can do; dead-run detection is the fallback
-        print(f"supervisor: could not record the end of run {run_id}: {err}", file=sys.stderr, flush=True)
+    from ..store.db import StoreUnreachable
+
+    deadline = time.monotonic() + RECORD_PATIENCE_S
+    while True:
+        try:  # with the lease this supervisor was started with: never the end of another attempt or store
+            if launch.record_exit(run_id, returncode, stop_requested, lease=store.Lease.from_env(run_id)):
+                print(f"supervisor: run {run_id} {store.get_run(run_id).status}: {exit_reason(returncode)}", flush=True)
+            return
+        except StoreUnreachable as err:  # the database is away: wait for it, so the true reason is recorded
+            if time.monotonic() > deadline:
+                print(f"supervisor: could not record the end of run {run_id}: {err}", file=sys.stderr, flush=True)
+                return
+            time.sleep(2.0)
+        except Exception as err:  # noqa: BLE001 - nothing more we can do; dead-run detection is the fallback
+            print(f"supervisor: could not record the end of run {run_id}: {err}", file=sys.stderr, flush=True)
+            return
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import plugins
+from .. import plugins, private
 from .processes import pid_alive, python_m
 
 IMPORT_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD",
@@ -165,15 +165,15 @@ def start_server(home: Path, env: dict[str, str]) -> None:
     path = socket_path(home)
     lock = path.with_suffix(".starting")
     try:
-        folder(home).mkdir(parents=True, exist_ok=True)
+        private.mkdir(folder(home))
         if lock.exists() and time.time() - lock.stat().st_mtime < 60:
             return
         lock.write_text(str(os.getpid()))
         log = home / "logs" / "warm.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
+        private.mkdir(log.parent)
+        with private.open_append(log) as out:
             subprocess.Popen(python_m("warm_server", str(path)), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True, env=env, close_fds=True)
+                             start_new_session=True, env=env, close_fds=True, umask=private.UMASK)
     except OSError:
         pass  # no warm server: runs start cold, as they always could
 

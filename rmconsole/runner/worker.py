@@ -150,7 +150,12 @@ class StoreReporter(Reporter):
         with self.lock:
             rows, self.epochs = self.epochs, []
         if rows:
-            store.record_epochs(self.run_id, rows, lease=self.lease)
+            try:
+                store.record_epochs(self.run_id, rows, lease=self.lease)
+            except Exception:
+                with self.lock:  # held for the next beat (a database outage): never dropped
+                    self.epochs = rows + self.epochs
+                raise
 
     def flush_anytime(self) -> None:
         """Write the anytime evaluations made since the last write, in one transaction."""
@@ -389,15 +394,28 @@ _current: dict[str, Any] = {"lease": None}
 
 
 def no_space_message(run_id: int, err: BaseException) -> str:
-    """ENOSPC anywhere (a checkpoint, the log, the store) as the run's one-line error."""
+    """ENOSPC anywhere (a checkpoint, the log, the store) as the run's one-line error, saying
+    what `resume` will do: it continues after the last checkpoint in place, which may be older
+    than the last stored result (a full disk at a task's checkpoint keeps that task's result)."""
     where = getattr(err, "filename", None) or (store.database_path() or store.home())
     try:
         done = len(store.task_results(run_id))
-        kept = f"the {done} finished task(s) are kept"
+        n_tasks = store.get_run(run_id).n_tasks or "?"
+        checkpointed = checkpoint_path(run_id).exists() and store.checkpoint_checksums(run_id)
+        after = max(checkpointed.values()) + 1 if checkpointed else 0  # the tasks the checkpoint holds
     except Exception:  # noqa: BLE001 - the store may be on the full disk too
-        kept = "finished tasks are kept"
-    return (f"no space left on device ({where}): {kept}; free some space, then `rmconsole resume {run_id}` "
-            f"continues from the last one")
+        return (f"no space left on device ({where}): finished tasks are kept; free some space, then "
+                f"`rmconsole resume {run_id}` continues after the last task checkpoint")
+    if after >= done:
+        then = f"continues at task {done + 1}/{n_tasks} from the last one"
+    elif after == 0:
+        then = f"starts again at task 1/{n_tasks} (no task checkpoint was written)"
+    else:
+        then = (f"continues at task {after + 1}/{n_tasks}, after the checkpoint of task {after} "
+                f"(task{'s' if done - after > 1 else ''} {after + 1}{f'-{done}' if done - after > 1 else ''} "
+                f"trained again, identically)")
+    return (f"no space left on device ({where}): the {done} finished task(s) are stored; free some space, then "
+            f"`rmconsole resume {run_id}` {then}")
 
 
 class _Tolerant:
@@ -476,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SUPERSEDED
     except Exception as err:  # noqa: BLE001
         print(f"could not record the failure: {err}", file=sys.stderr, flush=True)
+        # the last line, which the supervisor (or whoever finds this run dead) records as its reason
+        print(f"run {run_id} failed: {message}", file=sys.stderr, flush=True)
     return 1
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import sqlite3
 import sys
@@ -40,6 +41,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, TypeVar
+
+T = TypeVar("T")
 from urllib.parse import quote
 
 from sqlalchemy import event, inspect, select
@@ -48,6 +51,7 @@ from sqlalchemy.exc import (ArgumentError, DBAPIError, IntegrityError, Invalidat
                             SQLAlchemyError)
 from sqlmodel import Session, SQLModel, create_engine
 
+from .. import private
 from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from .tables import StoreIdentity
 
@@ -58,6 +62,15 @@ LEASE_ENV = "RMCONSOLE_RUN_TOKEN"  # set for a run's processes (transitions.Leas
 CONNECT_TIMEOUT_S = 10
 SCHEMA_LOCK_KEY = 0x726D636F6E736F6C  # "rmconsol": the advisory lock that serialises schema creation
 RETRIED_SQLSTATES = ("40001", "40P01")  # serialization failure, deadlock: retry the transaction
+PASSWORD_FILE_ENV = "RMCONSOLE_DB_PASSWORD_FILE"  # a run's processes: the password of RMCONSOLE_DB, by path
+GRACE_ENV = "RMCONSOLE_DB_GRACE_S"  # how long a run's processes hold on through a database outage
+OUTAGE_GRACE_S = 60.0  # the default: a restart or a failover of a shared cluster takes seconds
+UNREACHABLE_SQLSTATES = ("57P01", "57P02", "57P03")  # admin shutdown, crash shutdown, cannot connect now
+UNREACHABLE_WORDS = ("connection refused", "server closed the connection", "could not connect",
+                     "terminating connection", "the database system is", "connection is closed", "connection timeout",
+                     "timeout expired", "consuming input failed", "ssl syscall", "no such file or directory",
+                     "connection not open", "connection already closed", "lost connection", "server has gone away")
+REFUSED_WORDS = ("authentication", "does not exist", "permission denied", "no pg_hba.conf entry", "too many clients")
 
 
 class StoreError(Exception):
@@ -80,6 +93,14 @@ class StoreGone(StoreError):
     """The SQLite file this process was using was removed (or cannot be opened any more)."""
 
 
+class StoreUnreachable(StoreError):
+    """The database server does not answer (stopped, restarting, failing over, out of reach)."""
+
+    def __init__(self, message: str, where: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.where, self.reason = where, reason
+
+
 def home() -> Path:
     """RMCONSOLE_HOME (default ./.rmconsole): the database, worker logs and checkpoints."""
     return Path(os.environ.get("RMCONSOLE_HOME", ".rmconsole")).expanduser()
@@ -99,12 +120,49 @@ def _parse_env_url(text: str) -> URL:
     try:
         url = make_url(text)
     except (ArgumentError, ValueError) as err:
-        raise StoreError(f"cannot use the database {shown_url(text)!r}: {_one_line(err)} ({_hint()})") from None
+        raise StoreError(f"cannot use the database {shown_url(text)!r}: {_one_line(err, text)} ({_hint()})") from None
+    url = _with_password_file(url)
     if _memory_database(url):
         raise StoreError(f"RMCONSOLE_DB={shown_url(text)!r} is an in-memory database, which lives and dies with one "
                          f"process, and every run's worker is a process of its own: use a file "
                          f"(sqlite:////path/to/rmconsole.db) or a server, or unset RMCONSOLE_DB")
     return url
+
+
+def _with_password_file(url: URL) -> URL:
+    """A URL without a password gets the one in RMCONSOLE_DB_PASSWORD_FILE (how `worker_env`
+    hands it to a run's processes: by path, never in their environment)."""
+    path = os.environ.get(PASSWORD_FILE_ENV)
+    if not path or url.password is not None or url.get_backend_name() == "sqlite":
+        return url
+    try:
+        with open(path, encoding="utf-8") as f:
+            password = f.read(4096).rstrip("\n")
+    except OSError as err:
+        raise StoreError(f"cannot read the database's password file {path} ({PASSWORD_FILE_ENV}): "
+                         f"{err.strerror}") from None
+    return url.set(password=password)
+
+
+def password_by_file(url_text: str) -> dict[str, str]:
+    """RMCONSOLE_DB for a run's processes: the URL without its password, and the password in a
+    0600 file under RMCONSOLE_HOME/secrets (0700) named by RMCONSOLE_DB_PASSWORD_FILE, so that it
+    is in no process's environment (/proc/PID/environ) nor its arguments."""
+    url = make_url(url_text)
+    if not url.password or url.get_backend_name() == "sqlite":
+        return {"RMCONSOLE_DB": url_text}
+    import hashlib
+
+    folder = private.mkdir(home().resolve() / "secrets")
+    path = folder / f"db-{hashlib.sha256(url_text.encode()).hexdigest()[:16]}"
+    if not path.exists():
+        tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, private.FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(str(url.password))
+        os.replace(tmp, path)
+    return {"RMCONSOLE_DB": url._replace(password=None).render_as_string(hide_password=False),
+            PASSWORD_FILE_ENV: str(path)}
 
 
 def database_url_object() -> URL:
@@ -138,15 +196,19 @@ def database_path() -> Optional[Path]:
     return sqlite_file(database_url_object())
 
 
+_USERINFO = re.compile(r"(://[^:/?#@\s]*):(.*)@")  # user:password@ in a URL, up to its last @
+
+
 def shown_url(url: str | URL) -> str:
-    """A database URL fit for a message: the password masked (as the user wrote it otherwise)."""
+    """A database URL fit for a message: the password masked (as the user wrote it otherwise),
+    also in a URL that does not parse (`user:...@` up to the last @ is taken as the password)."""
     try:
         parsed = make_url(url) if isinstance(url, str) else url
         if isinstance(url, str) and parsed.password is None:
-            return url
+            return _USERINFO.sub(r"\1:***@", url)
         return parsed.render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL has no password part we can find
-        return str(url)
+    except Exception:  # noqa: BLE001 - an unparsable URL: mask whatever sits where a password goes
+        return _USERINFO.sub(r"\1:***@", str(url))
 
 
 def _where(url: URL) -> str:
@@ -159,8 +221,9 @@ def _password(url: str | URL | None) -> str | None:
         return None
     try:
         password = (make_url(url) if isinstance(url, str) else url).password
-    except Exception:  # noqa: BLE001
-        return None
+    except Exception:  # noqa: BLE001 - unparsable: what sits where a password goes
+        found = _USERINFO.search(str(url))
+        return found.group(2) if found and found.group(2) else None
     return str(password) if password else None
 
 
@@ -168,6 +231,11 @@ def scrub(text: str, url: str | URL | None = None) -> str:
     """`text` with the password of `url` (default: the store's, as RMCONSOLE_DB gives it) masked,
     wherever it appears."""
     password = _password(url if url is not None else os.environ.get("RMCONSOLE_DB"))
+    if password is None and url is None and os.environ.get(PASSWORD_FILE_ENV):  # a run's process
+        try:
+            password = _password(database_url_object())
+        except StoreError:
+            password = None
     return text.replace(password, "***") if password and len(password) >= 3 else text
 
 
@@ -393,7 +461,83 @@ def store_error(err: BaseException, url: Optional[URL] = None, doing: str = "use
         return StoreDamaged(damaged_message(path, text))
     if path is not None and "unable to open database file" in low and not path.exists() and path.parent.exists():
         return StoreGone(f"the store {path} is gone (removed while this process used it)")
+    if path is None and url.get_backend_name() != "sqlite" and _unreachable(err):
+        return StoreUnreachable(f"cannot {doing} the store at {where}: {text} ({_hint()})", where, text)
     return StoreError(f"cannot {doing} the store at {where}: {text} ({_hint()})")
+
+
+def _unreachable(err: BaseException) -> bool:
+    """Whether a server database's error means it does not answer (as opposed to refusing a
+    statement): a dropped or refused connection, a server shutting down or starting up."""
+    orig = getattr(err, "orig", None) or err
+    state = str(getattr(orig, "sqlstate", None) or "")
+    if state.startswith("08") or state in UNREACHABLE_SQLSTATES or getattr(err, "connection_invalidated", False):
+        return True
+    low = str(err).lower()
+    if any(word in low for word in REFUSED_WORDS):  # the server answered: no (a wrong password, no such database)
+        return False
+    return any(word in low for word in UNREACHABLE_WORDS)
+
+
+_outage_hold: dict[str, Optional[float]] = {"s": None}
+
+
+def hold_through_outages(seconds: float) -> None:
+    """This process (a sweep's queue runner) waits up to `seconds` through a database outage,
+    whatever RMCONSOLE_DB_GRACE_S says for the runs it starts."""
+    _outage_hold["s"] = seconds
+
+
+def outage_grace_s() -> float:
+    """How long this process holds on through a database outage: RMCONSOLE_DB_GRACE_S, else
+    OUTAGE_GRACE_S in a run's processes (they hold its lease: a worker holds its results, a
+    supervisor its verdict) and 0 elsewhere (a command the user waits on says so at once)."""
+    if _outage_hold["s"] is not None:
+        return _outage_hold["s"]
+    raw = os.environ.get(GRACE_ENV)
+    if raw:
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            return 0.0
+    return OUTAGE_GRACE_S if os.environ.get(LEASE_ENV) else 0.0
+
+
+_outage: dict[str, Optional[float]] = {"since": None}  # this process's current outage (shared by threads)
+_outage_lock = threading.Lock()
+
+
+def _within_grace(attempt: Callable[[], T]) -> T:
+    """`attempt()`, retried while the database is unreachable, for at most the grace period
+    counted from the start of this process's outage; then StoreUnreachable with the true reason
+    and how long it was waited for. Each outage and its end are one line on stderr (the run's log)."""
+    while True:
+        try:
+            result = attempt()
+        except StoreUnreachable as err:
+            grace = outage_grace_s()
+            if grace <= 0:
+                raise
+            now = time.monotonic()
+            with _outage_lock:
+                if _outage["since"] is None:
+                    _outage["since"] = now
+                    print(f"rmconsole: the database {err.where} is unreachable ({err.reason}): holding this process's "
+                          f"results and retrying for up to {grace:g} s (the grace period for a database outage, "
+                          f"{GRACE_ENV})", file=sys.stderr, flush=True)
+                since = _outage["since"]
+            if now - since >= grace:
+                raise StoreUnreachable(f"the database {err.where} stayed unreachable for {now - since:.0f} s, longer "
+                                       f"than the grace period ({grace:g} s, {GRACE_ENV}): {err.reason}",
+                                       err.where, err.reason) from None
+            time.sleep(min(0.5, max(0.05, since + grace - now)))
+            continue
+        with _outage_lock:
+            if _outage["since"] is not None:
+                print(f"rmconsole: the database answers again after {time.monotonic() - _outage['since']:.1f} s; "
+                      f"carrying on", file=sys.stderr, flush=True)
+                _outage["since"] = None
+        return result
 
 
 # ---------------------------------------------------------------------- the engine
@@ -446,7 +590,7 @@ def _may_create_store() -> bool:
 
 def _prepare_sqlite_file(path: Path, url: URL) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private.mkdir(path.parent)  # a new home is 0700
     except OSError as err:
         raise StoreError(f"cannot create the store folder {path.parent}: {err.strerror} "
                          f"(set RMCONSOLE_HOME to a writable folder)") from None
@@ -460,6 +604,7 @@ def _prepare_sqlite_file(path: Path, url: URL) -> None:
         raise StoreError(f"the store folder {path.parent} is not writable "
                          f"(set RMCONSOLE_HOME to a writable folder)")
     try:
+        private.create_empty(path)  # 0600; SQLite gives its -wal and -shm files the same mode
         sqlite3.connect(str(path)).close()  # an empty file; the schema follows
     except sqlite3.Error as err:
         raise store_error(err, url, "create") from None
@@ -587,9 +732,12 @@ def _add_missing_columns(conn: Connection) -> None:
 
 @contextmanager
 def reading(engine: Engine | None = None) -> Iterator[Session]:
-    """A read-only session (objects stay usable after it closes); a database error is one line."""
-    engine = engine or get_engine()
+    """A read-only session (objects stay usable after it closes); a database error is one line.
+    In a run's processes a database outage is waited out first (the grace period)."""
+    engine = engine or _within_grace(get_engine)
     url = _url_of(engine)
+    if engine.dialect.name != "sqlite" and outage_grace_s() > 0:
+        _within_grace(lambda: _ping(engine, url))
     with _watched("read", sqlite_file(url)):
         try:
             with Session(engine, expire_on_commit=False) as session:
@@ -600,8 +748,15 @@ def reading(engine: Engine | None = None) -> Iterator[Session]:
             raise store_error(err, url, "read") from None
 
 
-T = TypeVar("T")
 _patience = threading.local()
+
+
+def _ping(engine: Engine, url: URL) -> None:
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except (DBAPIError, OSError) as err:
+        raise store_error(err, url, "read") from None
 
 
 @contextmanager
@@ -641,8 +796,13 @@ def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int
     """Run `fn(session)` in one short write transaction (BEGIN IMMEDIATE on SQLite), retried
     from the start if the database stays locked past the busy timeout (`busy_s`: a shorter
     timeout for a write that may be skipped; rows read are locked on PostgreSQL; a lost
-    deadlock is retried too). Errors are one line (StoreError and its kinds)."""
-    engine = engine or get_engine()
+    deadlock is retried too). Errors are one line (StoreError and its kinds). In a run's
+    processes a database outage is waited out, the whole transaction retried (the grace period):
+    what the run has finished is held, not lost, through a restart or a failover."""
+    return _within_grace(lambda: _write_once(fn, engine or get_engine(), retries, busy_s))
+
+
+def _write_once(fn: Callable[[Session], T], engine: Engine, retries: int, busy_s: float | None) -> T:
     url = _url_of(engine)
     if getattr(_patience, "busy_s", None) is not None:
         busy_s, retries = _patience.busy_s if busy_s is None else min(busy_s, _patience.busy_s), 1

@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Optional
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.filter import LineFilter
 from textual.reactive import var
 from textual.screen import Screen
 
@@ -23,6 +24,7 @@ from .. import runner, store
 from .commands import RunCommands
 from .data import RunRow
 from .messages import LaunchFailed, RunLaunched, RunStopped, SweepLaunched
+from .safe_lines import ControlCharacters
 from .screens.runs import RunsScreen
 
 Clock = Callable[[], datetime]
@@ -47,6 +49,11 @@ class RMConsoleApp(App[None]):
     ]
 
     selected: var[frozenset[int]] = var(frozenset())  # runs picked for Compare; the runs page watches it
+    _control_characters = ControlCharacters()
+
+    def get_line_filters(self) -> list[LineFilter]:
+        """Textual's filters, then the output sanitiser: no widget draws a raw control character."""
+        return [*super().get_line_filters(), self._control_characters]
 
     def __init__(self, refresh_s: float = 1.0, clock: Clock = utc_clock, reap_every_s: float | None = 5.0) -> None:
         """`clock` is what "heartbeat N s ago" is measured against (frozen in snapshot tests);

@@ -38,7 +38,7 @@ def heartbeat_age(row: RunRow, now: Optional[datetime]) -> Optional[float]:
     if now is None or row.heartbeat_at is None:
         return None
     beat = row.heartbeat_at if row.heartbeat_at.tzinfo else row.heartbeat_at.replace(tzinfo=timezone.utc)
-    return max((now - beat).total_seconds(), 0.0)
+    return (now - beat).total_seconds()  # negative: the heartbeat is ahead of this clock
 
 
 def progress_line(row: RunRow, width: int, now: Optional[datetime] = None) -> Text:
@@ -61,8 +61,10 @@ def progress_line(row: RunRow, width: int, now: Optional[datetime] = None) -> Te
     if row.eta_s is not None:
         tail.append(f" · ETA {duration(row.eta_s)}")
     age = heartbeat_age(row, now)
-    if age is not None:
-        tail.append(f" · heartbeat {age:.0f} s ago", style="bold red" if age > 10 else "grey62")
+    if age is not None and age < -2:  # the worker's clock runs ahead of this one (or this one jumped back)
+        tail.append(f" · heartbeat {-age:.0f} s ahead of this clock", style="yellow")
+    elif age is not None:
+        tail.append(f" · heartbeat {max(age, 0):.0f} s ago", style="bold red" if age > 10 else "grey62")
     text.append_text(bar(frac, max(6, min(40, width - len(text) - len(tail) - 1))))
     text.append_text(tail)
     return text
