@@ -108,6 +108,8 @@ def test_a_plugin_that_fails_to_import_is_one_line_and_every_other_command_works
         assert done.returncode == 0, (command, done.stderr)
         assert "Traceback" not in done.stderr
         for line in done.stderr.strip().splitlines():  # a note about the broken package is welcome, each one line
+            if line.startswith("no runs in the store yet"):  # `runs` on an empty store says so (issue 28)
+                continue
             assert "brokenplug" in line or "broken" in line, (command, line)
     warned = venv.rmconsole("config-keys").stderr.strip().splitlines()  # one line per unusable method plug-in
     assert len(warned) == 1 and warned[0].startswith("warning: method plug-in 'broken' (package brokenplug"), warned
