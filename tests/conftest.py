@@ -38,6 +38,13 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RMCONSOLE_TEST_DATA", REPO.parent / "shared" / "data"))
 
 
+def repo_on_path(existing: str) -> str:
+    """PYTHONPATH with the checkout first and no empty entry: an empty one (`REPO:` when nothing
+    was set, as in CI) puts a subprocess's working folder on sys.path, where a folder named like a
+    plug-in's package shadows the installed package as a namespace package."""
+    return os.pathsep.join(dict.fromkeys(p for p in (str(REPO), *existing.split(os.pathsep)) if p))
+
+
 def has_mnist() -> bool:
     return (SHARED_DATA / "MNIST" / "raw" / "train-images-idx3-ubyte").exists()
 
@@ -52,7 +59,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RMCONSOLE_HOME", str(home))
     monkeypatch.delenv("RMCONSOLE_DB", raising=False)
     monkeypatch.setenv("RMCONSOLE_WARM", "0")  # no warm-start server per test home (tests/test_warm.py turns it on)
-    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("PYTHONPATH", repo_on_path(os.environ.get("PYTHONPATH", "")))
     monkeypatch.chdir(tmp_path)
     return home
 

@@ -15,7 +15,7 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, repo_on_path
 
 
 # `python -m` and `-c` put the working folder first on sys.path, where a plug-in's project folder
@@ -36,7 +36,7 @@ class Venv:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = repo_on_path(env.get("PYTHONPATH", ""))
         env.setdefault("COLUMNS", "200")
         env.pop("RMCONSOLE_NO_PLUGINS", None)
         env.update(extra)

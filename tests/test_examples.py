@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SHARED_DATA, needs_mnist
+from conftest import REPO, SHARED_DATA, needs_mnist, repo_on_path
 
 EXAMPLES = ("lwf", "mnist_fashion", "a_new")
 # the packages' presets by path (`--preset digits-lwf` by name too: test_the_packages_presets_...)
@@ -39,7 +39,7 @@ class Env:
         self.home = root / "home"
         self.env = {**os.environ, "RMCONSOLE_HOME": str(self.home), "RMCONSOLE_WARM": "0", "COLUMNS": "200",
                     "RMCONSOLE_DATA": str(SHARED_DATA), "OMP_NUM_THREADS": "1",
-                    "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+                    "PYTHONPATH": repo_on_path(os.environ.get("PYTHONPATH", ""))}
         self.env.pop("RMCONSOLE_DB", None)
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
