@@ -13,9 +13,11 @@ One module per responsibility; a command module registers its commands on the sh
 - setup_commands.py: presets, new, config-keys, data
 - tui_commands.py: tui (and --serve)
 
-A new command: a module NAME_commands.py here that does `from .common import app` and
-decorates its functions with `@app.command()`, added to the imports below (and to HELP_ORDER,
-for its place in `rmconsole --help`; one not named there comes last).
+A new command: a module NAME_commands.py here that does `from .common import app` (and the
+consoles and checks it needs) and decorates its functions with `@app.command()` (a group:
+`app.add_typer(sub_app, name=...)`), added to the `from . import (...)` below (and to
+HELP_ORDER, for its place in `rmconsole --help`; one not named there comes last). The names
+below stay importable from `rmconsole.cli` for code written against the single-module CLI.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from . import (  # noqa: F401
     setup_commands,
     tui_commands,
 )
-from .common import app, console, err_console
+from .common import MAX_SLOTS, RUN_ID, USER_ERRORS, app, check_count, check_run_id, console, dim, err_console
 from .errors import main
 from .inspect_commands import runs, show
-from .printing import epoch_lines, print_run, sparkline
+from .printing import epoch_lines, print_run, print_sweep_queues, sparkline
 from .run_commands import follow
+from .selection import reap_quietly, select_runs
+from .sweeps import follow_sweep, run_sweep
 
 # the order of `rmconsole --help`'s commands (Typer lists them as registered; the modules
 # register them by responsibility, the help reads by what a user does first)
@@ -48,5 +52,6 @@ def _command_name(info: object) -> str:
 app.registered_commands.sort(key=lambda info: (HELP_ORDER.index(_command_name(info))
                                                if _command_name(info) in HELP_ORDER else len(HELP_ORDER)))
 
-__all__ = ["app", "console", "epoch_lines", "err_console", "follow", "main", "print_run", "runs", "show",
-           "sparkline"]
+__all__ = ["HELP_ORDER", "MAX_SLOTS", "RUN_ID", "USER_ERRORS", "app", "check_count", "check_run_id", "console", "dim",
+           "epoch_lines", "err_console", "follow", "follow_sweep", "main", "print_run", "print_sweep_queues",
+           "reap_quietly", "run_sweep", "runs", "select_runs", "show", "sparkline"]
