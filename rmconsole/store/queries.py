@@ -349,6 +349,9 @@ def run_detail(run_id: int) -> dict[str, Any]:
             "best_epoch_accuracy": result.best_epoch_accuracy if result else None,
             "topk_accuracy": result.topk_accuracy if result else None,
             "topk_accuracy_row": result.topk_accuracy_row if result else None,
+            **({"val_accuracy": result.val_accuracy, "val_accuracy_row": result.val_accuracy_row,
+                "val_class_accuracy": result.val_class_accuracy}
+               if result is not None and result.val_accuracy is not None else {}),
             "seconds": result.seconds if result else None,
         })
     detail.update({
@@ -359,10 +362,12 @@ def run_detail(run_id: int) -> dict[str, Any]:
         "class_indexing": CLASS_INDEXING,
         "anytime": [{"task": a.task, "samples": a.samples, "accuracy": a.accuracy, "n_classes": a.n_classes,
                      **({"class_accuracy": a.class_accuracy} if a.class_accuracy is not None else {}),
+                     **({"val_accuracy": a.val_accuracy} if a.val_accuracy is not None else {}),
                      "seconds": a.seconds} for a in anytime],
         "class_order": run.class_order,
         "class_names": run.class_names,
         "pipeline": run.pipeline,
+        "validation": run.validation,
         "versions": run.versions,
         "git_commit": run.git_commit,
         "host": run.host,
