@@ -213,3 +213,108 @@ def test_val_fraction_recorded_in_stream_identity() -> None:
         nothing: Any = None  # (refused before the method or the augmenter is touched)
         restore({"task": 0, "method_name": "rm", "stream_hashes": [p.stream_hash for p in b.plans(10)]},
                 held, b, nothing, nothing, torch.device("cpu"))
+
+
+# ---------------------------------------------------------------------- stored beside test
+
+
+def _stored_run(overrides: dict[str, Any], test: list[float], val: list[float] | None, seed: int = 1) -> int:
+    """A finished 2-task run in the store with these per-task test (and validation) accuracies."""
+    from rmconsole import store
+    from rmconsole.cl.events import TaskOutcome, TaskPlan
+
+    _, cfg = load_config(None, {"n_tasks": 2, "seed": seed, **overrides})
+    run_id = store.create_run(cfg.to_dict(), "digits-blurry10-online")
+    store.record_start(run_id, [TaskPlan(t, 100, [t], [50, 50], f"h{t}") for t in range(2)], [0, 1], ["a", "b"], [])
+    for t in range(2):
+        outcome = TaskOutcome(t, test[t], [test[t]] * 2, [test[t]] * 2, [0, 1], 1.0)
+        if val is not None:
+            outcome.val_accuracy, outcome.val_accuracy_row, outcome.val_class_accuracy = val[t], [val[t]] * 2, [val[t]] * 2
+        store.record_task(run_id, outcome)
+    store.update_run(run_id, status="finished")
+    return run_id
+
+
+def test_validation_metrics_stored_and_read() -> None:
+    from rmconsole import store
+
+    with_val = _stored_run({"val_fraction": 0.1}, [50.0, 70.0], [55.0, 75.0])
+    without = _stored_run({}, [50.0, 70.0], None)
+    metrics = store.run_record(with_val).metrics
+    assert metrics["A_last"] == 70.0 and metrics["val_A_last"] == 75.0 and metrics["val_A_avg"] == 65.0
+    assert "val_A_last" not in store.run_record(without).metrics  # absent, not 0
+    detail = store.run_detail(with_val)
+    assert [t["val_accuracy"] for t in detail["tasks"]] == [55.0, 75.0]
+    assert "val_accuracy" not in store.run_detail(without)["tasks"][0]
+
+
+def test_task_free_anytime_validation_stored() -> None:
+    from rmconsole import store
+    from rmconsole.cl.events import AnytimePoint
+
+    run_id = _stored_run({"val_fraction": 0.1, **{k: v for k, v in
+                                                  {"stream": "iblurry", "schedule": "exp_reset",
+                                                   "optimizer": "adam"}.items()}},
+                         [50.0, 70.0], [55.0, 75.0])
+    store.record_anytime(run_id, [AnytimePoint(0, 100, 40.0, 2, None, 0.1, 42.0),
+                                  AnytimePoint(1, 200, 60.0, 2, None, 0.1, 64.0)])
+    metrics = store.run_record(run_id).metrics
+    assert metrics["A_auc"] == 50.0 and metrics["val_A_auc"] == 53.0
+    assert [a["val_accuracy"] for a in store.run_detail(run_id)["anytime"]] == [42.0, 64.0]
+
+
+def test_a_store_without_the_validation_columns_still_opens() -> None:
+    from rmconsole import store
+    from rmconsole.store import db
+
+    run_id = _stored_run({}, [50.0, 70.0], None)
+    with db.get_engine().begin() as conn:  # as an rmconsole before issue 30 left it
+        for table, column in (("taskresult", "val_accuracy"), ("taskresult", "val_accuracy_row"),
+                              ("taskresult", "val_class_accuracy"), ("anytimeeval", "val_accuracy"),
+                              ("run", "validation")):
+            conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN {column}")
+    db.dispose_engines()
+    assert store.run_record(run_id).metrics["A_last"] == 70.0
+    assert store.task_results(run_id)[0].val_accuracy is None
+    assert store.run_detail(run_id)["validation"] is None
+
+
+# ---------------------------------------------------------------------- selection by validation
+
+
+def test_select_by_picks_the_validation_best_not_the_test_best() -> None:
+    from rmconsole import store
+    from rmconsole.selection import select
+
+    # ewc: lr=0.01 is best on validation, lr=0.1 best on test; rm: one configuration
+    for seed, (v1, t1, v2, t2) in enumerate([(80, 60, 70, 90), (82, 62, 71, 91)], start=1):
+        _stored_run({"method": "ewc", "lr": 0.01, "val_fraction": 0.1}, [0, t1], [0, v1], seed)
+        _stored_run({"method": "ewc", "lr": 0.1, "val_fraction": 0.1}, [0, t2], [0, v2], seed)
+    _stored_run({"method": "rm", "val_fraction": 0.1}, [0, 50], [0, 55])
+    runs = [r.to_json() for r in store.find_runs()]
+    chosen = select(runs, "val_A_last", ["method"])
+    by_method = {c.group[0][1]: c for c in chosen.choices}
+    ewc = by_method["ewc"]
+    assert ewc.chosen is not None and dict(ewc.chosen.values) == {"lr": 0.01}
+    assert ewc.chosen.score == 81.0 and len(ewc.configurations) == 2
+    assert sorted(r["metrics"]["A_last"] for r in chosen.runs if r["method"] == "ewc") == [60, 62]
+    assert "selected lr=0.01 (val_A_last 81.00 over 2 seeds) among 2 configurations" in ewc.line("val_A_last")
+    assert by_method["rm"].chosen is not None and len(by_method["rm"].configurations) == 1
+
+
+def test_select_by_refuses_a_test_metric_in_one_line() -> None:
+    from rmconsole.selection import SelectionError, select
+
+    for name, words in (("A_last", "test set"), ("nope", "not a metric")):
+        with pytest.raises(SelectionError) as err:
+            select([{"id": 1}], name)
+        assert words in str(err.value) and "\n" not in str(err.value) and "val_A_last" in str(err.value)
+
+
+def test_select_by_without_validation_runs_says_so() -> None:
+    from rmconsole import store
+    from rmconsole.selection import SelectionError, select
+
+    _stored_run({}, [50.0, 70.0], None)
+    with pytest.raises(SelectionError, match="val_fraction > 0"):
+        select([r.to_json() for r in store.find_runs()], "val_A_last")
