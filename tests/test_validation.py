@@ -318,3 +318,14 @@ def test_select_by_without_validation_runs_says_so() -> None:
     _stored_run({}, [50.0, 70.0], None)
     with pytest.raises(SelectionError, match="val_fraction > 0"):
         select([r.to_json() for r in store.find_runs()], "val_A_last")
+
+
+def test_validation_curves_for_pruning() -> None:
+    from rmconsole import store
+    from rmconsole.cl.events import AnytimePoint
+
+    with_val = _stored_run({"val_fraction": 0.1}, [50.0, 70.0], [55.0, 75.0])
+    without = _stored_run({}, [50.0, 70.0], None)
+    assert store.validation_curves([with_val, without]) == {with_val: [55.0, 75.0], without: [None, None]}
+    store.record_anytime(with_val, [AnytimePoint(0, 100, 40.0, 2, None, 0.1, 42.0)])
+    assert store.anytime_validation_curves([with_val]) == {with_val: [(100, 42.0)]}
