@@ -332,7 +332,8 @@ def anytime_validation_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[in
                             .where(col(AnytimeEval.run_id).in_(run_ids), col(AnytimeEval.val_accuracy).is_not(None))
                             .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))).all()
     for run_id, samples, accuracy in rows:
-        curves[run_id].append((samples, accuracy))
+        if accuracy is not None:  # (the query leaves none; the column is nullable)
+            curves[run_id].append((samples, accuracy))
     return curves
 
 
