@@ -126,6 +126,8 @@ class TaskAccuracy:
     accuracy: float
     accuracy_row: tuple[Optional[float], ...]
     seconds: float
+    class_accuracy: tuple[Optional[float], ...] = ()  # per class (class-order index) after this task
+    eval_classes: tuple[int, ...] = ()  # the classes seen so far (tested)
 
 
 @dataclass(frozen=True)
@@ -236,7 +238,8 @@ class RunFeed:
                                                       tuple((int(c), int(p)) for c, p in s.first_appearances or ()))
                                            for s in parts.streams)
         if parts.results is not None:
-            self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds)
+            self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds,
+                                                        tuple(r.class_accuracy or ()), tuple(r.eval_classes or ()))
                                            for r in parts.results)
         if parts.memory is not None:
             self._parts["memory"] = tuple(_memory_update(m) for m in parts.memory)
