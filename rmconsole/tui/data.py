@@ -8,6 +8,7 @@ snapshots (so a screen can tell "nothing changed" by equality and skip a repaint
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -65,9 +66,24 @@ class RunsFeed:
         return rows, changed
 
 
+def typed_words(query: str) -> list[str]:
+    """The words of a filter typed into `/`, read as a shell would: the README's example
+    `method:er,rm 'A_last>88'` (quoted for the shell) works typed literally. A quote left open
+    while typing is dropped rather than refused."""
+    try:
+        return shlex.split(query)
+    except ValueError:  # an unbalanced quote (still being typed)
+        return query.replace("'", " ").replace('"', " ").split()
+
+
+def parse_typed(query: str) -> store.RunFilter:
+    """The `/` filter: the store's run filter grammar (store/filters.py) over `typed_words`."""
+    return store.parse_run_filter(typed_words(query))
+
+
 def matches(row: RunRow, query: str) -> bool:
     """The `/` filter: the store's run filter grammar (store/filters.py); FilterError if unreadable."""
-    return store.parse_run_filter(query).accepts(row)
+    return parse_typed(query).accepts(row)
 
 
 SORT_KEYS = {
@@ -94,7 +110,7 @@ def arrange(rows: list[RunRow], query: str, sort: str, descending: bool, archive
     """Filter then sort: the rows the table shows, in order (FilterError for a filter that cannot
     be read: the screen shows its one line). Archived runs are left out unless `archived` or the
     filter names them; sorted by a final metric, partial runs come after every complete one."""
-    run_filter = store.parse_run_filter(query)
+    run_filter = parse_typed(query)
     shown = run_filter.select(rows)
     if not archived and not run_filter.names("archived"):
         shown = [r for r in shown if not r.archived]

@@ -213,13 +213,12 @@ def class_accuracy_text(split: ClassAccuracyByAge, width: int) -> Text:
     (class:accuracy%(slots)), cut with `+N` where the panel has no room. A large positive gap
     is recency bias: the model favours the classes it saw last."""
     text = Text()
-    text.append(f"acc after T{split.task + 1}: ", style="bold")
-    text.append(f"old {fmt(split.old_mean, 1)}% ({len(split.old)} cls) · new {fmt(split.new_mean, 1)}% "
+    text.append(f"after T{split.task + 1} ", style="bold")
+    text.append("class:acc%(slots) ", style="grey50")
+    text.append(f"old {fmt(split.old_mean, 1)}% ({len(split.old)}) · new {fmt(split.new_mean, 1)}% "
                 f"({len(split.new)})", style="grey70")
     if split.gap is not None:
         text.append(f" · new−old {split.gap:+.1f}", style="bold yellow" if split.gap > 10 else "grey70")
-    if len(text) + 19 <= width:
-        text.append("  class:acc%(slots)", style="grey50")
     for name, lines in (("old", split.old), ("new", split.new)):
         text.append(f"\n{name} ", style="bold")
         if not lines:
