@@ -118,6 +118,8 @@ class RunsTable(DataTable):
         self._widths: dict[str, int] = {}
         self._keep: Optional[int] = None  # the run the cursor was on before the columns were rebuilt
         self._compact = False
+        self._fact_cache: dict[int, tuple[RunRow, int, bool, frozenset[str]]] = {}
+        self._dirty: dict[str, tuple[RunRow, bool]] = {}  # changed rows off screen, drawn when scrolled to
 
     def on_mount(self) -> None:
         self._layout(self.size.width or 120)
@@ -125,19 +127,32 @@ class RunsTable(DataTable):
     def on_resize(self) -> None:
         self._relayout()
 
-    def _anytime(self) -> bool:
-        """A run with a task-free-only metric (A_auc) is listed."""
-        return any(name in r.metrics for r in self.runs for name in TASK_FREE_ONLY)
-
-    def _run_width(self) -> int:
-        return max((len(r.label) for r in self.runs), default=8)
-
-    def _present(self) -> frozenset[str]:
-        """The compact layout's optional metrics some listed run has."""
-        return frozenset(name for name in COMPACT_METRICS if any(r.value(name) is not None for r in self.runs))
+    def _facts(self) -> tuple[int, bool, frozenset[str]]:
+        """What the columns depend on: the longest run label, whether a task-free run (A_auc) is
+        listed, and which optional compact metrics some run has. Kept per run row object, so a
+        refresh looks only at the rows that changed (a big store costs what changed)."""
+        cache = self._fact_cache
+        facts = []
+        for r in self.runs:
+            f = cache.get(r.id)
+            if f is None or f[0] is not r:
+                f = (r, len(r.label), any(name in r.metrics for name in TASK_FREE_ONLY),
+                     frozenset(name for name in COMPACT_METRICS if r.value(name) is not None))
+                cache[r.id] = f
+            facts.append(f)
+        if len(cache) > 2 * len(facts) + 100:
+            keep = {f[0].id for f in facts}
+            self._fact_cache = {i: f for i, f in cache.items() if i in keep}
+        width = max((f[1] for f in facts), default=8)
+        return width, any(f[2] for f in facts), frozenset().union(*(f[3] for f in facts)) if facts else frozenset()
 
     def _wanted_layout(self, width: int) -> dict[str, int]:
-        return layout(width, self._run_width(), self._anytime(), self._present())
+        run_width, anytime, present = self._facts()
+        return layout(width, run_width, anytime, present)
+
+    def _anytime(self) -> bool:
+        """A run with a task-free-only metric (A_auc) is listed."""
+        return self._facts()[1]
 
     @property
     def compact(self) -> bool:
@@ -162,6 +177,7 @@ class RunsTable(DataTable):
         self.clear(columns=True)
         self._cells.clear()
         self._shown.clear()
+        self._dirty.clear()
         for key, label, _, justify, _ in self._columns():
             if key in self._widths:
                 self.add_column(Text(label, justify=justify), width=self._widths[key], key=key)  # type: ignore[arg-type]
@@ -262,37 +278,64 @@ class RunsTable(DataTable):
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
             del self._cells[key], self._shown[key]
-        column_keys = [c[0] for c in self._columns() if c[0] in self._widths]
+            self._dirty.pop(key, None)
         added, limit = 0, ADD_BATCH if self._cells else FIRST_BATCH
         pending = False
+        top, bottom = self._visible_rows()
         for key, row in wanted.items():
-            state = (row, row.id in self.selected_ids)
-            if self._shown.get(key) == state:
-                continue  # the same run, drawn the same: nothing to build
+            selected = row.id in self.selected_ids
+            shown = self._shown.get(key)
+            if shown is not None and shown[0] is row and shown[1] == selected:
+                continue  # the same run, drawn the same: nothing to build (identity: no field compare)
             old = self._cells.get(key)
-            if old is None and added >= limit:
-                pending = True
-                continue
-            self._shown[key] = state
-            cells = self.row_cells(*state)
-            signature = tuple(_signature(c) for c in cells)
             if old is None:
-                self.add_row(*cells, key=key)
+                if added >= limit:
+                    pending = True
+                    continue
                 added += 1
-            elif old != signature:
-                for column, cell, new, was in zip(column_keys, cells, signature, old):
-                    if new != was:
-                        self.update_cell(key, column, cell)
-            self._cells[key] = signature
+            elif not top <= (self._row_locations.get(key) or 0) < bottom:
+                self._dirty[key] = (row, selected)  # off screen: drawn when scrolled into view
+                continue
+            self._draw(key, (row, selected), old)
         order = [k for k in wanted if k in self._cells]
         if [row.key.value for row in self.ordered_rows] != order:
             rank = {k: i for i, k in enumerate(order)}
-            self.sort("id", key=lambda cell: rank[cell.plain])
+            self.sort("id", key=lambda cell: rank[cell.plain.lstrip("●")])  # (compact: ● marks a selected id)
         if keep is not None and str(keep) in self._cells:
             self.move_cursor(row=self.get_row_index(str(keep)), scroll=False)
         if pending and not self._sync_pending:
             self._sync_pending = True
             self.call_after_refresh(self._sync)  # a big store: the rest after this frame
+
+    def _visible_rows(self) -> tuple[int, int]:
+        """The row indices on screen, with a screenful of margin either side."""
+        height = max(self.size.height, 1)
+        top = int(self.scroll_y)
+        return top - height, top + 2 * height
+
+    def _draw(self, key: str, state: tuple[RunRow, bool], old: Optional[tuple[tuple[object, ...], ...]]) -> None:
+        """Add the row, or update the cells of it that changed."""
+        self._dirty.pop(key, None)
+        self._shown[key] = state
+        cells = self.row_cells(*state)
+        signature = tuple(_signature(c) for c in cells)
+        if old is None:
+            self.add_row(*cells, key=key)
+        elif old != signature:
+            column_keys = [c[0] for c in self._columns() if c[0] in self._widths]
+            for column, cell, new, was in zip(column_keys, cells, signature, old):
+                if new != was:
+                    self.update_cell(key, column, cell)
+        self._cells[key] = signature
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        """Rows that changed while off screen are drawn as they scroll into view."""
+        super().watch_scroll_y(old, new)
+        if self._dirty:
+            top, bottom = self._visible_rows()
+            for key in [k for k in self._dirty if top <= (self._row_locations.get(k) if self._row_locations.get(k) is not None else -1) < bottom]:
+                if key in self._cells:
+                    self._draw(key, self._dirty[key], self._cells[key])
 
     def watch_sorted_by(self) -> None:
         """Show the sort column and direction in the header."""
