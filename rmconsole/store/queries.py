@@ -107,7 +107,7 @@ def poll_runs() -> RunsPoll:
     with reading() as session:
         count, max_id = session.exec(select(func.count(col(Run.id)), func.max(Run.id))).one()
         active = session.exec(select(Run.id).where(col(Run.status).in_(ACTIVE))).all()
-    return RunsPoll(int(count or 0), int(max_id or 0), frozenset(int(i) for i in active))
+    return RunsPoll(int(count or 0), int(max_id or 0), frozenset(i for i in active if i is not None))
 
 
 def sweep_ids() -> list[str]:
@@ -183,7 +183,8 @@ def live_records(known: Mapping[int, RunRecord], texts: dict[int, tuple[Any, ...
     out: dict[int, RunRecord] = {}
     whole: list[int] = []
     with reading() as session:
-        for row in session.exec(select(*_LIVE_COLUMNS).where(col(Run.id).in_(ids))).all():
+        found: Any = session.exec(select(*_LIVE_COLUMNS).where(col(Run.id).in_(ids))).all()  # (rows with _mapping)
+        for row in found:
             r = row._mapping
             text = (r["metrics_json"], r["tags_json"], r["overrides_json"])
             old = known.get(r["id"])
