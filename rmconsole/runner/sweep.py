@@ -23,8 +23,8 @@ from typing import Any, Optional
 
 from .. import store
 from ..config import (
-    COMMON_KEYS, DEFAULT_PRESET, ConfigError, RunConfig, load_config, method_of, not_read, parse_value, read_preset,
-    split_override,
+    COMMON_KEYS, DEFAULT_PRESET, ConfigError, RunConfig, checked_value, load_config, method_of, not_read, read_preset,
+    split_override, twice,
 )
 from ..methods import UnknownMethod, method_spec, readers_of
 from ..plugins import PluginError
@@ -67,16 +67,19 @@ def parse_seeds(text: str) -> list[int]:
 def sweep_axes(pairs: list[str]) -> dict[str, list[Any]]:
     """The `--set` pairs as key -> list of values (a single value is a one-point axis)."""
     axes: dict[str, list[Any]] = {}
+    raws: dict[str, str] = {}
     for pair in pairs:
         key, raw = split_override(pair, "KEY=VALUE or KEY=V1,V2,...")
         parts = split_values(raw)
         if len(parts) > 1 and any(not p for p in parts):
             raise ConfigError(f"--set {pair!r}: empty value in a comma-separated list")
-        values = [parse_value(p) for p in parts]
+        values = [checked_value(key, p) for p in parts]
         for i, value in enumerate(values):
             if value in values[:i]:
                 raise ConfigError(f"--set {pair!r}: value {parts[i]!r} is given twice")
-        axes[key] = values  # a repeated key: the later one wins, as for a single run
+        if key in axes and axes[key] != values:  # a repeated key is refused, as for a single run
+            raise ConfigError(twice(key, f"--set {key}={raws[key]}", f"--set {key}={raw}"))
+        axes[key], raws[key] = values, raw
     return axes
 
 
