@@ -1149,6 +1149,9 @@ def serve_tui(refresh: float, host: str, port: int) -> None:
 data_app = typer.Typer(help="Datasets: the built-ins, installed plug-ins, ImageFolder trees (folder:PATH), "
                             "under RMCONSOLE_DATA.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+from .cli_server import server_app  # noqa: E402  (rmconsole server list|stop: runner/warm.py's servers)
+
+app.add_typer(server_app, name="server")
 
 
 def _data_get_help() -> str:
