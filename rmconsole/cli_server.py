@@ -24,7 +24,7 @@ console = SafeConsole()
 def _clock(seconds: Optional[float]) -> str:
     if seconds is None:
         return "—"
-    seconds = int(seconds)
+    seconds = round(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
         else f"{seconds // 60}:{seconds % 60:02d}"
 
@@ -32,10 +32,12 @@ def _clock(seconds: Optional[float]) -> str:
 def _line(server: warm.Server) -> str:
     """One server on one line of at most 80 columns."""
     rss = f"{server.rss_kb / 1024:.0f} MB" if server.rss_kb is not None else "? MB"
-    who = "this installation" if server.current else ("stale code" if server.stale else "another installation")
+    who = ("current" if server.current else "stale code" if server.stale  # stale: this checkout's older code
+           else "other env" if server.installation.startswith(warm.installation())  # other thread/path settings
+           else "other install")
     homes = f"{len(server.homes)} home{'s' if len(server.homes) != 1 else ''}"
     return (f"pid {server.pid}  {rss}  idle {_clock(server.idle_s)}, exits in {_clock(server.exits_in_s)}  "
-            f"{server.runs} run{'s' if server.runs != 1 else ''}, {homes}  ({who})")
+            f"{server.runs} run{'s' if server.runs != 1 else ''}, {homes}  {who}")
 
 
 @server_app.command("list")
@@ -52,8 +54,8 @@ def server_list(as_json: bool = typer.Option(False, "--json", help="One JSON obj
         console.print(f"no warm server running (one starts with the next run; folder {warm.servers_folder()})",
                       highlight=False, soft_wrap=True)
         return
-    console.print(f"warm servers ({warm.servers_folder()}); each exits after {_clock(found[0].idle_exit_s)} idle:",
-                  highlight=False, soft_wrap=True)
+    console.print(f"warm servers in {warm.servers_folder()}; each exits after {_clock(found[0].idle_exit_s)} idle "
+                  f"(current: the one this installation uses)", highlight=False, soft_wrap=True)
     for server in found:
         console.print("  " + _line(server), highlight=False, soft_wrap=True)
 

@@ -275,7 +275,7 @@ def servers() -> list[Server]:
     root = servers_folder()
     current, install, env_digest = fingerprint(), installation(), import_environment()
     out = []
-    for sock in sorted(root.glob("*.sock")) if root.is_dir() else []:
+    for sock in sorted(root.glob("*.sock")) if root.is_dir() else []:  # (a starting server has none yet)
         key = sock.stem
         try:
             info = json.loads(sock.with_suffix(".json").read_text())
