@@ -317,6 +317,14 @@ class RunConfig(RunKeys):
 
 
 COMMON_KEYS = tuple(RunConfig.model_fields)  # the keys every run has
+# keys only a task-free run reads (their help says "task-free streams:" / "i-Blurry"; adam and
+# exp_reset are refused on the task streams), and where a run runs rather than what it is
+TASK_FREE_ONLY = ("disjoint_classes", "online_iter", "eval_period", "anytime_class_accuracy", "compute_budget",
+                  "optimizer", "lr_gamma")
+RUNTIME_KEYS = ("device", "threads", "download", *(k for k in RunConfig.model_fields if k not in RunKeys.model_fields))
+# the keys a newcomer changes first: `rmconsole config-keys` (curated), `run --help`
+ESSENTIAL_KEYS = ("dataset", "method", "memory_size", "n_tasks", "blurry", "stream", "epochs", "augment", "seed",
+                  "lr", "batch_size", "device")
 # every key a built-in method's run can have (a plug-in's keys: key_readers / method_keys)
 KEYS = tuple(dict.fromkeys([*COMMON_KEYS, *(k for spec in REGISTRY.values() for k in spec.keys)]))
 
@@ -371,6 +379,41 @@ def _spec_of(method: Any) -> MethodSpec | None:
         return None
     except plugins.PluginError as err:
         raise ConfigError(str(err)) from None
+
+
+def config_view(config: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(key, value as --set writes it, differs from its default) for the keys a run's method
+    reads: the keys every run has (less the task-free-only ones on a task run, and the runtime
+    choices when at their defaults), then the method's own; another method's keys, which a run
+    stored by an earlier version holds (~61 keys), are left out. What `run` and `show` print."""
+    method = config.get("method")
+    defaults = config_defaults(method)
+    spec = _spec_of(method)
+    own = set(spec.keys) if spec is not None else set()
+    task_free = is_task_free(str(config.get("stream", "")))
+    out = []
+    for key, value in config.items():
+        if key not in COMMON_KEYS and key not in own:
+            continue
+        if key in TASK_FREE_ONLY and not task_free:
+            continue
+        default = defaults.get(key)
+        if isinstance(default, tuple):
+            default = list(default)
+        required = key in defaults and RunConfig.model_fields.get(key) is not None and \
+            RunConfig.model_fields[key].is_required()
+        changed = key in defaults and not required and value != default and \
+            not (isinstance(value, (list, tuple)) and list(value) == default)
+        if (key in RUNTIME_KEYS or value is None) and not changed:  # where it ran, or unset: only when set
+            continue
+        out.append((key, show_value(value), changed))
+    return out
+
+
+def essential_keys_help() -> list[str]:
+    """The curated key help: the keys a newcomer changes first, each `key (default): help`."""
+    fields = RunConfig.model_fields
+    return [f"{key} ({_default_text(fields[key])}): {fields[key].description}" for key in ESSENTIAL_KEYS]
 
 
 def show_value(value: Any) -> str:

@@ -114,3 +114,24 @@ def test_a_typo_gets_the_closest_registered_name_not_the_list() -> None:
         load_config(None, ["method=err"])
     with pytest.raises(ConfigError, match=r"did you mean epochs\?"):
         load_config(None, ["epoch=3"])
+
+
+def test_config_view_lists_the_keys_the_method_reads_and_marks_non_defaults() -> None:
+    """`run` and `show` once printed all ~61 keys of an earlier version's config (bic_/ewcpp_/mir_
+    keys on an RM run, task-free keys on a task run, every runtime choice)."""
+    from rmconsole.config import config_view, method_key_defaults
+
+    _, cfg = load_config(None, ["device=cpu", "epochs=3"])
+    old = {**method_key_defaults(), **cfg.to_dict()}  # as an earlier version stored it: every method's keys
+    assert len(old) > 55
+    view = {key: (value, changed) for key, value, changed in config_view(old)}
+    assert view["epochs"] == ("3", True) and view["device"] == ("cpu", True)
+    assert view["lr"] == ("0.05", False) and view["augment"] == ("cutmix+autoaug", False)
+    assert view["dataset"] == ("digits", False)  # a required key has no default to differ from
+    assert "rm_variant" in view and not any(k.startswith(("bic_", "ewcpp_", "mir_", "scr_")) for k in view)
+    assert "online_iter" not in view and "compute_budget" not in view  # task-free only
+    assert "amp" not in view and "model_weights" not in view  # a runtime choice at its default; unset
+    assert len(view) <= 25
+    _, free = load_config("cifar100-iblurry50-10", ["method=er"])
+    view = {key: changed for key, _, changed in config_view(free.to_dict())}
+    assert view["online_iter"] and view["optimizer"] and "rm_variant" not in view
