@@ -13,12 +13,12 @@ from typing import Optional
 
 import typer
 
-from .runner import warm
-from .sanitize import SafeConsole
+from ..runner import warm
+from .common import app, console
 
 server_app = typer.Typer(no_args_is_help=True, help="This user's warm-start servers: list them, stop them "
                                                     "(one per installed version, shared by every store home).")
-console = SafeConsole()
+app.add_typer(server_app, name="server")
 
 
 def _clock(seconds: Optional[float]) -> str:
