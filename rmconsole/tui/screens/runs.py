@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Header, Input
 from .. import data
 from ..messages import RunsLoaded, StoreProblem
 from ..widgets.footer import Footer
-from ..widgets.runs_table import SORTABLE, RunsTable
+from ..widgets.runs_table import SORT_LABELS, SORTABLE, RunsTable
 from ..widgets.status_line import StatusLine
 from .polling import PollingScreen
 
@@ -28,8 +28,8 @@ class RunsScreen(PollingScreen):
         Binding("c", "compare", "Compare"),
         Binding("n", "launch", "Launch"),
         Binding("x", "stop", "Stop"),
-        Binding("R", "resume", "Resume"),
-        Binding("l", "clone", "Clone"),
+        Binding("R", "resume", "Resume", show=False),
+        Binding("l", "clone", "Clone", show=False),
         Binding("X", "stop_sweep", "Stop sweep", show=False),
         Binding("a", "toggle_archived", "Archived", show=False),
         Binding("s", "cycle_sort", "Sort"),
@@ -112,7 +112,7 @@ class RunsScreen(PollingScreen):
             shown, self.filter_error = [], str(err)
         table = self.query_one(RunsTable)
         table.runs, table.selected_ids, table.sorted_by = tuple(shown), frozenset(self.app.selected), self.order
-        table.border_subtitle = f"sort: {column} {'▼' if descending else '▲'}"
+        table.border_subtitle = f"sort: {SORT_LABELS.get(column, column)} {'▼' if descending else '▲'}"
         self.show_status(len(shown))
 
     def show_status(self, n_shown: int | None = None) -> None:
@@ -139,7 +139,7 @@ class RunsScreen(PollingScreen):
         if archived:
             parts.append(f"{archived} archived" + (" shown (a)" if self.show_archived else " (a)"))
         if any(r.partial for r in self.rows):
-            parts.append("@k/T partial")
+            parts.append("@k/T, @: partial")
         if self.query_text.strip():
             parts.append(f"{shown} match “{self.query_text.strip()}”")
         if self.app.selected:
