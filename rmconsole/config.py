@@ -413,7 +413,12 @@ def config_view(config: dict[str, Any]) -> list[tuple[str, str, bool]]:
 def essential_keys_help() -> list[str]:
     """The curated key help: the keys a newcomer changes first, each `key (default): help`."""
     fields = RunConfig.model_fields
-    return [f"{key} ({_default_text(fields[key])}): {fields[key].description}" for key in ESSENTIAL_KEYS]
+
+    def default(key: str) -> str:
+        text = _default_text(fields[key])
+        return "the preset's" if text == "required" else f"default {text}"
+
+    return [f"{key} ({default(key)}): {fields[key].description}" for key in ESSENTIAL_KEYS]
 
 
 def show_value(value: Any) -> str:
