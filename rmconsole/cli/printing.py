@@ -116,7 +116,7 @@ def class_accuracy_lines(detail: dict[str, Any], width: int = 80) -> list[str]:
         def entry(c: Any) -> str:
             return f"{c.label} {fmt(c.accuracy, 0)}" + (f"/{c.slots}" if c.slots is not None else "")
         if len(group) > MAX_LISTED:
-            worst = sorted((c for c in group if c.accuracy is not None), key=lambda c: c.accuracy)[:5]
+            worst = sorted((c for c in group if c.accuracy is not None), key=lambda c: c.accuracy or 0.0)[:5]
             lines.append(f"{head} lowest {'  '.join(entry(c) for c in worst)}")
             continue
         line = head

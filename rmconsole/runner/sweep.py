@@ -152,7 +152,7 @@ def run_names(plan: "SweepPlan", name: Optional[str], template: Optional[str] = 
         return [name] * count
     template = template or default_name_template(plan)
     base = base or plan.preset
-    names = []
+    names: list[Optional[str]] = []
     for i, cfg in enumerate(plan.configs, 1):
         values = {**{k: show_value(v) for k, v in cfg.to_dict().items()}, "name": base, "sweep": sweep_id, "n": str(i)}
         try:
@@ -162,7 +162,7 @@ def run_names(plan: "SweepPlan", name: Optional[str], template: Optional[str] = 
                               f"{', '.join('{' + f + '}' for f in NAME_FIELDS)} or a config key") from None
         except (ValueError, IndexError, AttributeError) as err:
             raise ConfigError(f"--name-template {template!r}: {err} (fields are written {{method}})") from None
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    repeated = sorted({n for n in names if n is not None and names.count(n) > 1})
     if repeated:
         raise ConfigError(f"--name-template {template!r}: {count} runs would share names ({repeated[0]!r} "
                           f"{names.count(repeated[0])} times); add a varying field such as {{seed}} or {{method}}")
