@@ -7,6 +7,7 @@ joint-run rule, and plain dicts for the JSON outputs. `get_run` / `list_runs` gi
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -190,10 +191,14 @@ def live_records(known: Mapping[int, RunRecord], texts: dict[int, tuple[Any, ...
                 whole.append(r["id"])
                 texts[r["id"]] = text
                 continue
-            fields = {k: r[k] for k in _LIVE_FIELDS}
-            fields["archived"] = r["archived_at"] is not None
-            same = all(getattr(old, k) == v for k, v in fields.items())
-            out[r["id"]] = old if same else replace(old, **fields)
+            live = tuple(r[k] for k in _LIVE_FIELDS) + (r["archived_at"] is not None,)
+            if live == tuple(getattr(old, k) for k in _LIVE_FIELDS) + (old.archived,):
+                out[r["id"]] = old
+                continue
+            fresh = copy.copy(old)  # a frozen record: its copy's live fields set in place before anyone sees it
+            fresh.__dict__.update(zip(_LIVE_FIELDS, live))
+            fresh.__dict__["archived"] = live[-1]
+            out[r["id"]] = fresh
         if whole:
             out.update((rec.id, rec) for rec in _records(session, whole))
     return [out[i] for i in sorted(out)]

@@ -61,13 +61,14 @@ class RunsFeed:
         self._bounds: list[RunRow] = []  # the finished joint runs (what I_last is measured against)
         self._raw: dict[int, RunRow] = {}  # the records as read (before I_last), for store.live_records
         self._texts: dict[int, tuple[object, ...]] = {}  # their JSON columns' text at that read
+        self._active: set[int] = set()  # the runs queued or running at the last read
 
     def _stale(self) -> tuple[list[int], list[int]]:
         """(ids to re-read, ids gone) since the last read."""
         poll = store.poll_runs()
         last, self._poll = self._poll, poll
         self._reads += 1
-        was_active = {i for i, r in self.rows.items() if r.status in store.ACTIVE}
+        was_active = self._active
         if (last is not None and (poll.count, poll.max_id) == (last.count, last.max_id) == (len(self.rows), max(self.rows, default=0))
                 and self._reads % self.FULL_EVERY):
             return sorted(poll.active | was_active), []
@@ -80,6 +81,7 @@ class RunsFeed:
         """(all rows by id, whether anything changed since the last read)."""
         stale, gone = self._stale()
         fresh = store.live_records(self._raw, self._texts, stale) if stale else []
+        self._active = {r.id for r in fresh if r.status in store.ACTIVE}  # (every active run is in `stale`)
         self._raw.update((r.id, r) for r in fresh)
         for i in gone:
             self._raw.pop(i, None)
@@ -95,9 +97,11 @@ class RunsFeed:
             if self._bounds != bounds_before or not self.rows:  # a joint run came, went or changed
                 merged = {r.id: r for r in with_intransigence((merged[i] for i in sorted(merged)), self._bounds)}
                 touched = merged
-            else:
+            elif self._bounds:
                 merged.update((r.id, r) for r in with_intransigence(fresh, self._bounds))
-        changed = bool(gone) or any(self.rows.get(i) != merged[i] for i in touched)
+            # (no joint run: no row has an I_last, and a fresh read has none to clear)
+        changed = bool(gone) or any(self.rows.get(i) is not merged[i] and self.rows.get(i) != merged[i]
+                                    for i in touched)
         rows_by_id = merged
         if changed or not self._order:
             self._order = [rows_by_id[i] for i in sorted(rows_by_id)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional
 
 from rich.text import Text
@@ -118,7 +119,11 @@ class RunsTable(DataTable):
         self._widths: dict[str, int] = {}
         self._keep: Optional[int] = None  # the run the cursor was on before the columns were rebuilt
         self._compact = False
-        self._fact_cache: dict[int, tuple[RunRow, int, bool, frozenset[str]]] = {}
+        self._fact_cache: dict[int, tuple] = {}  # type: ignore[type-arg]  # run id -> (row, label length, flags, metrics)
+        self._lengths: Counter[int] = Counter()  # label length -> rows with it
+        self._flags: Counter[str] = Counter()  # "anytime" / a compact metric -> rows with it
+        self._keys: dict[int, str] = {}  # run id -> its row key
+        self._order: list[str] = []  # the row keys in the order last applied
         self._dirty: dict[str, tuple[RunRow, bool]] = {}  # changed rows off screen, drawn when scrolled to
 
     def on_mount(self) -> None:
@@ -129,22 +134,31 @@ class RunsTable(DataTable):
 
     def _facts(self) -> tuple[int, bool, frozenset[str]]:
         """What the columns depend on: the longest run label, whether a task-free run (A_auc) is
-        listed, and which optional compact metrics some run has. Kept per run row object, so a
-        refresh looks only at the rows that changed (a big store costs what changed)."""
-        cache = self._fact_cache
-        facts = []
-        for r in self.runs:
+        listed, and which optional compact metrics some run has. Counted incrementally per run
+        row object (`_fact_cache`), so a refresh looks only at the rows that changed."""
+        cache, lengths, flags = self._fact_cache, self._lengths, self._flags
+        runs = self.runs
+        for r in runs:
             f = cache.get(r.id)
-            if f is None or f[0] is not r:
-                f = (r, len(r.label), any(name in r.metrics for name in TASK_FREE_ONLY),
-                     frozenset(name for name in COMPACT_METRICS if r.value(name) is not None))
-                cache[r.id] = f
-            facts.append(f)
-        if len(cache) > 2 * len(facts) + 100:
-            keep = {f[0].id for f in facts}
-            self._fact_cache = {i: f for i, f in cache.items() if i in keep}
-        width = max((f[1] for f in facts), default=8)
-        return width, any(f[2] for f in facts), frozenset().union(*(f[3] for f in facts)) if facts else frozenset()
+            if f is not None and f[0] is r:
+                continue
+            if f is not None:
+                self._count(f, -1)
+            f = (r, len(r.label), ("anytime",) if any(name in r.metrics for name in TASK_FREE_ONLY) else ()) 
+            f = f + (tuple(name for name in COMPACT_METRICS if r.value(name) is not None),)
+            cache[r.id] = f
+            self._count(f, 1)
+        if len(cache) != len(runs):  # rows left (a filter, a deleted run)
+            keep = {r.id for r in runs}
+            for i in [i for i in cache if i not in keep]:
+                self._count(cache.pop(i), -1)
+        width = max((n for n, c in lengths.items() if c > 0), default=8)
+        return width, flags["anytime"] > 0, frozenset(k for k in COMPACT_METRICS if flags[k] > 0)
+
+    def _count(self, fact: tuple, sign: int) -> None:  # type: ignore[type-arg]
+        self._lengths[fact[1]] += sign
+        for name in (*fact[2], *fact[3]):
+            self._flags[name] += sign
 
     def _wanted_layout(self, width: int) -> dict[str, int]:
         run_width, anytime, present = self._facts()
@@ -178,6 +192,7 @@ class RunsTable(DataTable):
         self._cells.clear()
         self._shown.clear()
         self._dirty.clear()
+        self._order = []
         for key, label, _, justify, _ in self._columns():
             if key in self._widths:
                 self.add_column(Text(label, justify=justify), width=self._widths[key], key=key)  # type: ignore[arg-type]
@@ -274,7 +289,8 @@ class RunsTable(DataTable):
         self._sync_pending = False
         keep = self.cursor_run_id if self._keep is None else self._keep
         self._keep = None
-        wanted = {str(r.id): r for r in self.runs}
+        keys = self._keys
+        wanted = {keys.get(r.id) or keys.setdefault(r.id, str(r.id)): r for r in self.runs}
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
             del self._cells[key], self._shown[key]
@@ -287,6 +303,9 @@ class RunsTable(DataTable):
             shown = self._shown.get(key)
             if shown is not None and shown[0] is row and shown[1] == selected:
                 continue  # the same run, drawn the same: nothing to build (identity: no field compare)
+            waiting = self._dirty.get(key)
+            if waiting is not None and waiting[0] is row and waiting[1] == selected:
+                continue  # already waiting to be drawn when scrolled into view
             old = self._cells.get(key)
             if old is None:
                 if added >= limit:
@@ -297,8 +316,9 @@ class RunsTable(DataTable):
                 self._dirty[key] = (row, selected)  # off screen: drawn when scrolled into view
                 continue
             self._draw(key, (row, selected), old)
-        order = [k for k in wanted if k in self._cells]
-        if [row.key.value for row in self.ordered_rows] != order:
+        order = [k for k in wanted if k in self._cells] if pending or len(self._cells) != len(wanted) else list(wanted)
+        if order != self._order:
+            self._order = order
             rank = {k: i for i, k in enumerate(order)}
             self.sort("id", key=lambda cell: rank[cell.plain.lstrip("●")])  # (compact: ● marks a selected id)
         if keep is not None and str(keep) in self._cells:
