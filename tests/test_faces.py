@@ -109,7 +109,7 @@ def test_one_seed_is_one_run_and_does_not_take_over_sweep_last(monkeypatch, no_q
     both = invoke("run", "--seeds", "3", "--seed", "4")
     assert both.exit_code == 2 and "give either --seed or --seeds, not both" in both.output
     alone = invoke("run", "--sweep-name", "x", "--detach")
-    assert alone.exit_code == 2 and "--sweep-name names a sweep's runs, and this starts one run" in alone.output
+    assert alone.exit_code == 2 and "--sweep-name is for a sweep, and this starts one run" in alone.output
 
 
 # ---------------------------------------------------------------------- show and the end of run

@@ -85,7 +85,7 @@ def run(
         return
     for option, value in (("--sweep-name", sweep_name), ("--name-template", name_template)):
         if value is not None:
-            raise ConfigError(f"{option} names a sweep's runs, and this starts one run (a sweep: comma-separated "
+            raise ConfigError(f"{option} is for a sweep, and this starts one run (a sweep: comma-separated "
                               f"--set values or --seeds 1,2)")
     launched = runner.launch_run(preset, pairs, seed=seed, device=device, gpus=gpus,  # shared with the TUI
                                  rendezvous=rendezvous, executor=spec, name=name, tags=list(tags))
