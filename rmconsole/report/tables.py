@@ -381,7 +381,7 @@ def caption(report: Report) -> str:
                      "augment); elsewhere ≠ names the keys that differ (run≠paper)")
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")
-    return "; ".join(parts)
+    return "; ".join(dict.fromkeys(parts))  # (metrics that share a note, e.g. the validation ones: said once)
 
 
 def _metric_columns(report: Report) -> list[str]:

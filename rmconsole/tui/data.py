@@ -187,6 +187,7 @@ class TaskAccuracy:
     seconds: float
     class_accuracy: tuple[Optional[float], ...] = ()  # per class (class-order index) after this task
     eval_classes: tuple[int, ...] = ()  # the classes seen so far (tested)
+    val_accuracy: Optional[float] = None  # on the held-out validation stream (val_fraction > 0)
 
 
 @dataclass(frozen=True)
@@ -298,7 +299,8 @@ class RunFeed:
                                            for s in parts.streams)
         if parts.results is not None:
             self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds,
-                                                        tuple(r.class_accuracy or ()), tuple(r.eval_classes or ()))
+                                                        tuple(r.class_accuracy or ()), tuple(r.eval_classes or ()),
+                                                        r.val_accuracy)
                                            for r in parts.results)
         if parts.memory is not None:
             self._parts["memory"] = tuple(_memory_update(m) for m in parts.memory)
