@@ -12,6 +12,7 @@ One module per responsibility; a command module registers its commands on the sh
 - report_commands.py: report, export
 - setup_commands.py: presets, new, config-keys, data
 - tui_commands.py: tui (and --serve)
+- server_commands.py: server list|stop (this user's warm-start servers, runner/warm.py)
 
 A new command: a module NAME_commands.py here that does `from .common import app` (and the
 consoles and checks it needs) and decorates its functions with `@app.command()` (a group:
@@ -27,6 +28,7 @@ from . import (  # noqa: F401
     manage_commands,
     report_commands,
     run_commands,
+    server_commands,
     setup_commands,
     tui_commands,
 )

@@ -17,7 +17,8 @@ Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free tex
 - `>`, `>=`, `<`, `<=` compare numbers; a run without the value (a metric not measured yet)
   never passes.
 - free text (no operator) must occur in the run's id, status, preset, method, dataset, K, seed,
-  sweep, name, tags, note or overrides.
+  sweep, name, tags, note or overrides; a number matches as a whole word (`12` is run 12 or
+  seed=12, never the digits inside sweep id 20261124-221233-9ae0 or run 112).
 - archived runs are left out unless the filter names `archived` (`archived:true` shows only them).
 
 Pure: parsing and matching only; `queries.find_runs` applies a filter to the stored runs.
@@ -157,6 +158,8 @@ class Term:
 
     def matches(self, value_of: Callable[[str], Any], search_text: str = "") -> bool:
         if self.key is None:
+            if self.text.isdigit():  # `runs 12`: the number 12 (run 12, seed=12), not digits of a sweep id
+                return re.search(rf"(?<![0-9a-z]){self.text}(?![0-9a-z])", search_text) is not None
             return self.text in search_text
         actual = value_of(self.key)
         if self.op == "in":
