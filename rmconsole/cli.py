@@ -1249,5 +1249,7 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+from . import cli_tune  # noqa: E402,F401  (registers `tune` on the app)
+
 if __name__ == "__main__":
     main()
