@@ -505,7 +505,7 @@ def _shown(value: Any) -> str:
 def selection_values(run_id: int) -> list[Optional[float]]:
     """The per-task validation accuracies of a trial's run, as its rows land (None where a row
     has none): the only results the driver reads while it selects."""
-    return [getattr(result, "val_accuracy", None) for result in store.task_results(run_id)]
+    return store.validation_accuracies(run_id)
 
 
 def trial_value(run_id: int, metric: str) -> Optional[float]:
@@ -518,7 +518,10 @@ def trial_name(study: str, number: int) -> str:
 
 
 def study_tag(study: str) -> str:
-    return f"study:{study}"
+    """The tag of a study's runs (the run filter `study:NAME` reads it: store/filters.py)."""
+    from ..store.filters import STUDY_TAG
+
+    return f"{STUDY_TAG}{study}"
 
 
 # ---------------------------------------------------------------------- the driver

@@ -261,6 +261,15 @@ def task_results(run_id: int) -> list[TaskResult]:
         return _results(session, run_id)
 
 
+def validation_accuracies(run_id: int) -> list[Optional[float]]:
+    """A run's per-task validation accuracies in task order (None where a task has none): what
+    `rmconsole tune` reads while it selects. Only these columns are selected, never a test one."""
+    with reading() as session:
+        rows = session.exec(select(TaskResult.task, TaskResult.val_accuracy)
+                            .where(TaskResult.run_id == run_id).order_by(col(TaskResult.task))).all()
+    return [value for _, value in rows]
+
+
 def task_streams(run_id: int) -> list[TaskStream]:
     with reading() as session:
         return _streams(session, run_id)
