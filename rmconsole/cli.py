@@ -1249,7 +1249,9 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-from . import cli_tune  # noqa: E402,F401  (registers `tune` on the app)
+from .cli_tune import tune as _tune  # noqa: E402
+
+app.command("tune")(_tune)
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,5 @@
-"""`rmconsole tune`: the thin face over runner/tune.py (a search whose trials are runs)."""
+"""`rmconsole tune`: the thin face over runner/tune.py (a search whose trials are runs); cli.py
+registers `tune` on its app."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import typer
 from rich.table import Table
 
 from . import runner, store
-from .cli import MAX_SLOTS, app, check_count, console, err_console
 from .runner import tune as tuning
+from .sanitize import SafeConsole
 from .store.records import format_value
 
+console = SafeConsole()  # trial names, tags and values printed as text, never as control characters
+err_console = SafeConsole(stderr=True)
+MAX_PARALLEL = 1024
 
-@app.command()
+
 def tune(
     study: Optional[str] = typer.Option(None, "--study", help="The study's name: a new one, or one to continue."),
     param: list[str] = typer.Option([], "--param", help="A searched key: KEY=log:LO..HI, float:LO..HI, int:LO..HI, "
@@ -42,8 +46,10 @@ def tune(
     """Search config keys with Optuna (TPE, random or grid) on a validation metric; every trial
     is a run named STUDY·tN and tagged study:STUDY. `--study NAME` alone continues a study
     (after its driver was killed, too: runs that died are resumed from their checkpoints)."""
-    check_count("--parallel", parallel, 1, MAX_SLOTS)
-    check_count("--trials", trials, 1, 100_000)
+    if not 1 <= parallel <= MAX_PARALLEL:
+        raise tuning.TuneError(f"--parallel {parallel}: allowed: 1 to {MAX_PARALLEL}")
+    if trials is not None and not 1 <= trials <= 100_000:
+        raise tuning.TuneError(f"--trials {trials}: allowed: 1 to 100000")
     if study is None and study_file is None:
         names = tuning.study_names()
         raise tuning.TuneError("give --study NAME (stored: " + (", ".join(names[-8:]) or "none yet") + ")")

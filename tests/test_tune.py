@@ -75,7 +75,7 @@ def test_bad_studies_are_refused_before_anything_is_stored() -> None:
 
     for args, says in cases:
         proc = subprocess.run([sys.executable, "-m", "rmconsole", "tune", *args], capture_output=True, text=True,
-                              timeout=120)
+                              timeout=120, check=False)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
     assert main is not None and store.count_runs() == 0
@@ -187,9 +187,45 @@ def test_a_killed_driver_continues_its_study() -> None:
     driver.wait(timeout=30)
     pid = store.get_run(victim.id).pid
     os.killpg(pid, signal.SIGKILL)  # its worker dies too: the run is left 'running' with nobody behind it
-    again = subprocess.run(args[:5] + ["k"], capture_output=True, text=True, timeout=400)
+    again = subprocess.run(args[:5] + ["k"], capture_output=True, text=True, timeout=400, check=False)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"run {victim.id} resumed at task 2" in again.stdout
     runs = store.find_runs("study:k")
     assert len(runs) == 3 and {r.status for r in runs} == {"finished"}
     assert [t.state for t in tuning.summarize("k").trials] == ["complete"] * 3
+
+
+# ---------------------------------------------------------------------- the TUI
+
+
+@needs_validation
+@pytest.mark.asyncio
+async def test_the_runs_page_filters_a_study_and_shows_its_best_so_far() -> None:
+    from rmconsole.tui import RMConsoleApp
+    from rmconsole.tui.widgets.runs_table import RunsTable
+    from rmconsole.tui.widgets.status_line import StatusLine
+
+    spec = spec_of("look", 3, ["lr=log:1e-4..1e-1"])
+    study = tuning.open_study(spec, create=True)
+    config = {"method": "rm", "dataset": "digits", "seed": 1}
+    ids = [store.create_run(config, "digits-blurry10-online", name=tuning.trial_name("look", n),
+                            tags=[tuning.study_tag("look")]) for n in range(2)]
+    store.create_run(config, "digits-blurry10-online", name="other")
+    for run_id, value in zip(ids, (70.0, 80.0)):
+        trial = study.ask(tuning.StudyDriver(spec, study).distributions)
+        trial.set_user_attr(tuning.RUN_ATTR, run_id)
+        study.tell(trial, value)
+    app = RMConsoleApp(refresh_s=0.2)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause(0.5)
+        await pilot.press("slash", *"study:look", "enter")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            table = app.screen.query_one(RunsTable)
+            shown = sorted(int(str(row.key.value)) for row in table.ordered_rows)
+            line = str(app.screen.query_one(StatusLine).text)
+            if shown == ids and "best so far" in line:
+                break
+            await pilot.pause(0.1)
+        assert shown == ids
+        assert f"study look: 2/3 trials done; best so far: trial 1 (run {ids[1]}) val_A_last 80.00" in line

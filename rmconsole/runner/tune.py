@@ -36,16 +36,16 @@ pruned; failed trials do not count (at most N of them, then the driver gives up)
 from __future__ import annotations
 
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional
 
 from .. import store
-from ..config import ConfigError, load_config, parse_value, read_preset, shorten, split_override
-from ..tomlfile import TomlFileError, loads as toml_loads, read_text
+from ..config import ConfigError, load_config, parse_value, shorten, split_override
+from ..tomlfile import TomlFileError, read_text
+from ..tomlfile import loads as toml_loads
 from . import launch
 
 SAMPLERS = ("tpe", "random", "grid")
@@ -238,7 +238,7 @@ def validation_metrics() -> list[str]:
     return [name for name in metric_names() if name.startswith(VAL_PREFIX)]
 
 
-def check_metric(name: str) -> tuple[str, str]:
+def check_metric(name: str) -> tuple[str, Literal["minimize", "maximize"]]:
     """(metric, direction) of a validation metric; a test metric or an unknown name is one line."""
     from ..metric_registry import metric, metric_names
 
@@ -358,9 +358,8 @@ def _toml_value(value: Any) -> str:
 def check_disjoint() -> None:
     """Optuna's tables and the store's own never share a name (each side owns its tables)."""
     from optuna.storages._rdb import models
-    from sqlmodel import SQLModel
 
-    ours = set(SQLModel.metadata.tables)
+    ours = set(store.table_names())
     theirs = set(models.BaseModel.metadata.tables) | {"alembic_version"}
     shared = ours & theirs
     if shared:

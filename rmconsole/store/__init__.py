@@ -24,7 +24,8 @@ from .runs import (
     record_task, set_archived, set_name, set_note, summarize_results, tag_runs, update_run,
 )
 from .tables import (
-    ACTIVE, STATUSES, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream, utcnow,
+    ACTIVE, STATUSES, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream, table_names,
+    utcnow,
 )
 from .transitions import (
     Lease, LeaseLost, Transition, claim_run, delete_run, ensure_token, fail_stopped_run, finish_run, heartbeat,
@@ -43,5 +44,5 @@ __all__ = [
     "mark_stopped", "memory_snapshots",
     "parse_run_filter", "reading", "record_memory", "record_start", "record_task", "requeue_run", "run_detail",
     "run_parts", "run_record", "run_records", "run_statuses", "run_summary", "show_value", "shown_url", "summarize_results",
-    "sweep_ids", "task_results", "task_streams", "validation_accuracies", "update_run", "utcnow", "with_intransigence", "write",
+    "sweep_ids", "table_names", "task_results", "task_streams", "validation_accuracies", "update_run", "utcnow", "with_intransigence", "write",
 ]
