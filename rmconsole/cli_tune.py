@@ -85,6 +85,8 @@ def tune(
         raise tuning.TuneError(str(err).replace(f"sweep {tuning.lock_id(asked.name)}", f"study {asked.name}")) from None
     console.print(f"study {asked.name}: " + ", ".join(f"{v} {k}" for k, v in counts.items()), highlight=False)
     print_study(asked.name)
+    if driver.settled() < asked.trials and not driver.grid_done():  # it gave up: too many trials failed
+        raise typer.Exit(1)
 
 
 def print_study(name: str) -> None:
