@@ -96,13 +96,22 @@ def test_the_study_file_reads_like_the_options(tmp_path: Any) -> None:
 # ---------------------------------------------------------------------- the study's storage
 
 
-def test_optuna_tables_and_the_stores_never_share_a_name() -> None:
+def test_optuna_tables_and_the_stores_never_share_a_name(store_backend: str) -> None:
+    """On SQLite and PostgreSQL: Optuna's tables join the store's own database, and the store
+    still owns, checks and uses its own."""
+    import optuna
+
     tuning.check_disjoint()  # raises on a shared name
-    tuning.storage()  # Optuna's tables in the store's own database...
-    names = set(store.get_engine().dialect.get_table_names(store.get_engine().connect()))
-    assert {"studies", "trials", "run", "taskresult"} <= names
+    study = optuna.create_study(storage=tuning.storage(), study_name="side", direction="maximize")
+    trial = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})
+    study.tell(trial, 1.0)
+    engine = store.get_engine()
+    with engine.connect() as conn:
+        names = set(engine.dialect.get_table_names(conn))
+    assert {"studies", "trials", "alembic_version", "run", "taskresult", "store_identity"} <= names
     run_id = store.create_run({"method": "rm", "dataset": "digits", "seed": 1}, "digits-blurry10-online")
-    assert store.get_run(run_id).status == "queued"  # ...and the store still owns and reads its own
+    assert store.get_run(run_id).status == "queued"
+    assert optuna.load_study(study_name="side", storage=tuning.storage()).best_value == 1.0
 
 
 # ---------------------------------------------------------------------- studies
