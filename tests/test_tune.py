@@ -204,6 +204,19 @@ def test_a_killed_driver_continues_its_study() -> None:
     assert [t.state for t in tuning.summarize("k").trials] == ["complete"] * 3
 
 
+@needs_validation
+def test_trials_run_as_jobs_through_the_sweeps_executor() -> None:
+    """`--executor submitit-local`: each trial's run is submitted as a job (as a sweep's are)."""
+    result = cli("tune", "--study", "jobs", "--param", "lr=log:1e-3..1e-1", "--metric", "val_A_last",
+                 "--trials", "2", "--sampler", "random", "--pruner", "none", "--executor", "submitit-local",
+                 "--slurm", "time=10", *[arg for pair in FAST for arg in ("--set", pair)])
+    assert result.exit_code == 0, result.output
+    runs = [store.get_run(r.id) for r in store.find_runs("study:jobs")]
+    assert len(runs) == 2 and {r.status for r in runs} == {"finished"}
+    assert all(r.executor == "submitit-local:time=10" and r.job_id for r in runs)
+    assert "submitit-local job" in result.output
+
+
 # ---------------------------------------------------------------------- the TUI
 
 
