@@ -101,7 +101,8 @@ def print_study(name: str) -> None:
         best = summary.best is not None and row.number == summary.best.number
         cells: list[Any] = [str(row.number), row.state + (" *" if best else ""), str(row.run_id or "—")]
         cells += [_value(row.params.get(k)) for k in keys]
-        cells += ["—" if row.value is None else f"{row.value:.2f}", str(row.steps)]
+        # a pruned trial's value is Optuna's last reported step, not the metric: not shown as one
+        cells += ["—" if row.value is None or row.state != "complete" else f"{row.value:.2f}", str(row.steps)]
         table.add_row(*cells, style="bold" if best else "")
     console.print(table)
     console.print(tuning.best_line(name) or "", highlight=False, soft_wrap=True)
