@@ -504,7 +504,7 @@ def _shown(value: Any) -> str:
 def selection_values(run_id: int) -> list[Optional[float]]:
     """The per-task validation accuracies of a trial's run, as its rows land (None where a row
     has none): the only results the driver reads while it selects."""
-    return store.validation_accuracies(run_id)
+    return store.validation_curves([run_id])[run_id]
 
 
 def trial_value(run_id: int, metric: str) -> Optional[float]:
