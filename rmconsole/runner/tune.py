@@ -670,6 +670,10 @@ class StudyDriver:
                     self.study.tell(entry.trial, value)
                     self.log(f"trial {number}: run {entry.run_id} {self.spec.metric} {value:.2f}" + self.best_text())
                 del self.active[number]
+            elif run.status == "stopped" and PRUNED_TAG in (run.tags or []):  # pruned by a driver that died
+                self.study.tell(entry.trial, state=TrialState.PRUNED)       # before it could say so
+                self.log(f"trial {number}: run {entry.run_id} pruned")
+                del self.active[number]
             elif run.status in ("failed", "stopped"):
                 self.study.tell(entry.trial, state=TrialState.FAIL)
                 self.log(f"trial {number}: run {entry.run_id} {run.status}" + (f" ({run.error})" if run.error else ""))
