@@ -1,5 +1,4 @@
-"""`rmconsole tune`: the thin face over runner/tune.py (a search whose trials are runs); cli.py
-registers `tune` on its app."""
+"""`rmconsole tune`: the thin face over runner/tune.py (a search whose trials are runs)."""
 
 from __future__ import annotations
 
@@ -9,16 +8,14 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from . import runner, store
-from .runner import tune as tuning
-from .sanitize import SafeConsole
-from .store.records import format_value
-
-console = SafeConsole()  # trial names, tags and values printed as text, never as control characters
-err_console = SafeConsole(stderr=True)
-MAX_PARALLEL = 1024
+from .. import runner, store
+from ..runner import tune as tuning
+from ..numbers import MISSING, fmt
+from ..store.records import format_value
+from .common import MAX_SLOTS, app, check_count, console, err_console
 
 
+@app.command()
 def tune(
     study: Optional[str] = typer.Option(None, "--study", help="The study's name: a new one, or one to continue."),
     param: list[str] = typer.Option([], "--param", help="A searched key: KEY=log:LO..HI, float:LO..HI, int:LO..HI, "
@@ -43,13 +40,12 @@ def tune(
     tags: list[str] = typer.Option([], "--tag", "-t", help="A tag for every trial's run (besides study:NAME)."),
     show: bool = typer.Option(False, "--show", help="Print the study's trials and its best so far; start nothing."),
 ) -> None:
-    """Search config keys with Optuna (TPE, random or grid) on a validation metric; every trial
-    is a run named STUDY·tN and tagged study:STUDY. `--study NAME` alone continues a study
-    (after its driver was killed, too: runs that died are resumed from their checkpoints)."""
-    if not 1 <= parallel <= MAX_PARALLEL:
-        raise tuning.TuneError(f"--parallel {parallel}: allowed: 1 to {MAX_PARALLEL}")
-    if trials is not None and not 1 <= trials <= 100_000:
-        raise tuning.TuneError(f"--trials {trials}: allowed: 1 to 100000")
+    """Search config keys with Optuna on a validation metric; every trial is a run.
+
+    TPE, random or grid; trial N of study S is the run S·tN, tagged study:S. `--study NAME` alone
+    continues a study (after its driver was killed, too: runs that died are resumed)."""
+    check_count("--parallel", parallel, 1, MAX_SLOTS)
+    check_count("--trials", trials, 1, 100_000)
     if study is None and study_file is None:
         names = tuning.study_names()
         raise tuning.TuneError("give --study NAME (stored: " + (", ".join(names[-8:]) or "none yet") + ")")
@@ -70,7 +66,7 @@ def tune(
                   f"sampler, pruner {asked.pruner}, {direction} {asked.metric}; "
                   f"{driver.settled()} done so far; runs tagged {tuning.study_tag(asked.name)}; "
                   f"kept in {store.shown_url(store.database_url_object())}", highlight=False, soft_wrap=True)
-    from .runner.queue import DriverLock, QueueBusy
+    from ..runner.queue import DriverLock, QueueBusy
 
     try:
         with DriverLock(tuning.lock_id(asked.name)):
@@ -102,7 +98,7 @@ def print_study(name: str) -> None:
         cells: list[Any] = [str(row.number), row.state + (" *" if best else ""), str(row.run_id or "—")]
         cells += [_value(row.params.get(k)) for k in keys]
         # a pruned trial's value is Optuna's last reported step, not the metric: not shown as one
-        cells += ["—" if row.value is None or row.state != "complete" else f"{row.value:.2f}", str(row.steps)]
+        cells += [fmt(row.value) if row.state == "complete" else MISSING, str(row.steps)]
         table.add_row(*cells, style="bold" if best else "")
     console.print(table)
     console.print(tuning.best_line(name) or "", highlight=False, soft_wrap=True)
@@ -113,4 +109,4 @@ def print_study(name: str) -> None:
 def _value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
-    return "—" if value is None else format_value(value)
+    return MISSING if value is None else format_value(value)
