@@ -57,6 +57,9 @@ def test_a_bad_param_is_one_line(param: str, says: str) -> None:
 
 @needs_validation
 def test_bad_studies_are_refused_before_anything_is_stored(capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("A_last", "F_last", "A_auc"):  # first, directly: a broken check must not start a study below
+        with pytest.raises(tuning.TuneError, match="a test-set metric"):
+            tuning.check_metric(name)
     cases = [
         (["--study", "s", "--param", "lr=log:1e-4..1e-1", "--metric", "A_last", "--set", "val_fraction=0.2"],
          "a test-set metric"),
