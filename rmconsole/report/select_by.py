@@ -10,7 +10,8 @@ over its seeds of the validation metric, and the catalogue's `better` says which
 Only validation metrics may select (`metric.split == "validation"`): a test metric is refused.
 
 Plain data in, plain data out: the faces pass the runs' `to_json()` summaries and print what
-`select` returns (the report of the selected runs is report.build_report's, as for any runs).
+`select` returns (the report of the selected runs is tables.build_report's, as for any runs;
+a run's key values and the runtime keys are the report's own, tables.key_value/RUNTIME_KEYS).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from . import metric_registry
-from .store.records import format_value
+from .. import metric_registry
+from ..store.filters import format_value
+from .tables import RUNTIME_KEYS, ReportError, key_value
 
 
-class SelectionError(ValueError):
+class SelectionError(ReportError):
     """Bad --select-by input or nothing to select from: one line."""
 
 
@@ -38,7 +40,7 @@ class Configuration:
     scored_seeds: int
 
     def text(self) -> str:
-        return ", ".join(f"{k}={format_value(v)}" for k, v in self.values) or "(the only configuration)"
+        return ", ".join(f"{k}={format_value(v)}" for k, v in self.values)
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,10 @@ class Choice:
         unscored = n - self.scored
         tail = f", {unscored} without {metric}" if unscored else ""
         seeds = self.chosen.scored_seeds
-        return (f"{where}: selected {self.chosen.text()} ({metric} {self.chosen.score:.{digits}f} over {seeds} "
-                f"seed{'s' if seeds != 1 else ''}) {among}{tail}")
+        score = f"{metric} {self.chosen.score:.{digits}f} over {seeds} seed{'s' if seeds != 1 else ''}"
+        if not self.chosen.values:
+            return f"{where}: its only configuration ({score})"
+        return f"{where}: selected {self.chosen.text()} ({score}) {among}{tail}"
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,6 @@ def select(runs: Sequence[dict[str, Any]], metric: str, group_keys: Sequence[str
     """Per group of `runs` (same values of `group_keys`), the configuration best on `metric` (a
     validation metric: check_metric) by its aggregate over seeds; ties go to the configuration
     with more seeds, then to the oldest. Only finished runs count (the newest per seed)."""
-    from .report import RUNTIME_KEYS, key_value  # (the report's notion of a run's key values)
-
     measure = check_metric(metric)
     if not runs:
         raise SelectionError("no runs to select from")
