@@ -5,7 +5,8 @@
 Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free text:
 
 - KEY is a run column (id, status, preset, method, dataset, seed, sweep, name, note,
-  archived), a run's `tag` (any of its tags) or `override` (a key it overrides: `override:epochs`,
+  archived), a run's `tag` (any of its tags), `study` (the `rmconsole tune` study whose trial it
+  is: `study:NAME`, its tag study:NAME) or `override` (a key it overrides: `override:epochs`,
   or with its value: `override:epochs=64`), a filterable metric of the catalogue
   (rmconsole/metric_registry.py: the built-ins and installed plug-ins), tasks_done, partial, or
   any config key (`k` is memory_size); case does not matter. An unknown key is an error that
@@ -41,7 +42,8 @@ RUN_KEYS = {  # name -> the RunRecord attribute it reads
     "id": "id", "status": "status", "preset": "preset", "method": "method", "dataset": "dataset",
     "seed": "seed", "sweep": "sweep_id", "name": "name", "note": "note", "archived": "archived",
 }
-SET_KEYS = ("tag", "override")  # a run has several: the term matches when any member does
+SET_KEYS = ("tag", "override", "study")  # a run has several: the term matches when any member does
+STUDY_TAG = "study:"  # `rmconsole tune` tags a trial's run study:NAME; the filter `study:NAME` reads it
 PROGRESS_KEYS = ("tasks_done", "partial")  # how far a run's metrics go (RunRecord attributes)
 ALIASES = {"k": "memory_size", "sweep_id": "sweep", "tags": "tag", "overrides": "override"}
 EQUALITY = ("=", "!=")
@@ -77,6 +79,8 @@ def record_value(record: RunRecord, key: str) -> Any:
         return getattr(record, RUN_KEYS[key])
     if key == "tag":
         return frozenset(record.tags)
+    if key == "study":
+        return frozenset(tag[len(STUDY_TAG):] for tag in record.tags if tag.startswith(STUDY_TAG))
     if key == "override":
         return frozenset([*record.overrides, *(f"{k}={format_value(v)}" for k, v in record.overrides.items())])
     if key in PROGRESS_KEYS:
