@@ -1,0 +1,124 @@
+"""`evaluate_test=false` (issue 30): a run that measures validation only never reads the test
+split, under both protocols; its test figures are stored as absent and its test metrics are
+absent (never 0); the pair with val_fraction=0 (a run that measures nothing) is refused; and
+`rmconsole tune` gives it to every trial. The test split is poisoned at the data level: every
+read of it (images, labels, length) is counted and raises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from rmconsole import store
+from rmconsole.cl.images import Dataset
+from rmconsole.config import ConfigError, load_config
+from rmconsole.runner import worker
+
+FAST = ["epochs=1", "n_tasks=2", "val_fraction=0.2", 'augment="none"', "evaluate_test=false"]
+TASK_FREE = [*FAST, 'stream="iblurry"', 'method="er"', 'schedule="constant"', "eval_period=100",
+             "memory_size=200"]
+
+
+class PoisonedSplit:
+    """A test split whose every read is recorded and raises: a run that reads it fails, and
+    the record says what was read even if the error were swallowed."""
+
+    def __init__(self, real: Any, reads: list[str]) -> None:
+        self._real, self._reads = real, reads
+
+    def _read(self, what: str) -> None:
+        self._reads.append(what)
+        raise AssertionError(f"the test split was read ({what})")
+
+    @property
+    def labels(self) -> torch.Tensor:
+        self._read("labels")
+        return self._real.labels
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        self._read("shape")
+        return self._real.shape
+
+    def __len__(self) -> int:
+        self._read("len")
+        return len(self._real)
+
+    def take(self, idx: torch.Tensor) -> torch.Tensor:
+        self._read("take")
+        return self._real.take(idx)
+
+    def to(self, device: Any) -> "PoisonedSplit":  # moving it reads nothing
+        return self
+
+
+def run_poisoned(pairs: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:
+    """A run of `pairs` trained in this process with its test split poisoned: (run id, reads)."""
+    reads: list[str] = []
+    real_load = worker.load_run_dataset
+
+    def load(cfg: Any, cache: Any) -> Dataset:
+        data = real_load(cfg, cache)
+        return Dataset(data.name, data.train, PoisonedSplit(data.test, reads), data.class_names, data.mean,
+                       data.std, data.crop_padding)
+
+    monkeypatch.setattr(worker, "load_run_dataset", load)
+    preset, cfg = load_config(None, pairs)
+    run_id = store.create_run(cfg.to_dict(), preset)
+    threads = torch.get_num_threads()
+    try:
+        assert worker.train(run_id) == "finished"
+    finally:
+        torch.set_num_threads(threads)
+    return run_id, reads
+
+
+@pytest.mark.parametrize("pairs", [FAST, TASK_FREE], ids=["task", "task-free"])
+def test_a_validation_only_run_reads_no_test_sample(pairs: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id, reads = run_poisoned(pairs, monkeypatch)
+    assert reads == []
+    results = store.task_results(run_id)
+    assert len(results) == 2
+    assert all(r.accuracy is None and r.val_accuracy is not None for r in results)
+    record = store.run_record(run_id)
+    for name in ("A_last", "A_avg", "F_last", "A_auc"):
+        assert record.value(name) is None, name  # absent, never 0
+    assert record.value("val_A_last") is not None
+    if "stream=\"iblurry\"" in pairs:
+        points = store.anytime_evals(run_id)
+        assert points and all(p.accuracy is None and p.val_accuracy is not None for p in points)
+        assert record.value("val_A_auc") is not None
+
+
+def test_the_poison_bites_on_an_ordinary_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same run with evaluate_test left on reads the test split (and so fails here)."""
+    with pytest.raises(AssertionError, match="the test split was read"):
+        run_poisoned([p for p in FAST if not p.startswith("evaluate_test")], monkeypatch)
+
+
+@pytest.mark.parametrize(("pairs", "says"), [
+    (["evaluate_test=false"], "evaluate_test=false: with val_fraction=0 the run would measure nothing"),
+    (["evaluate_test=false", "val_fraction=0.1", "eval_every_epoch=true"], "eval_every_epoch=true evaluates on"),
+])
+def test_a_run_that_would_measure_nothing_is_refused_in_one_line(pairs: list[str], says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, pairs)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_default_evaluates_on_test() -> None:
+    assert load_config(None, [])[1].evaluate_test is True
+
+
+def test_a_study_gives_its_trials_evaluate_test_false() -> None:
+    from rmconsole.runner import tune as tuning
+
+    assert "evaluate_test=false" in tuning.TRIAL_PAIRS
+    spec, _ = tuning.prepare("blindtrials", pairs=["val_fraction=0.2", "epochs=1"], params=["lr=log:1e-3..1e-1"],
+                             metric="val_A_last", trials=1, sampler="random")
+    assert tuning._config_with(spec, {"lr": 0.01}).evaluate_test is False
+    with pytest.raises(tuning.TuneError, match="never evaluate on the test set"):
+        tuning.prepare("blindtrials2", pairs=["val_fraction=0.2", "evaluate_test=true"],
+                       params=["lr=log:1e-3..1e-1"], metric="val_A_last", trials=1, sampler="random")
