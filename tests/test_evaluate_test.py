@@ -122,3 +122,37 @@ def test_a_study_gives_its_trials_evaluate_test_false() -> None:
     with pytest.raises(tuning.TuneError, match="never evaluate on the test set"):
         tuning.prepare("blindtrials2", pairs=["val_fraction=0.2", "evaluate_test=true"],
                        params=["lr=log:1e-3..1e-1"], metric="val_A_last", trials=1, sampler="random")
+
+
+@pytest.mark.asyncio
+async def test_the_run_page_shows_absent_test_figures_as_dashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TUI's runs table and run page of validation-only runs (both protocols): `—` where a
+    test figure would be, the validation figures beside it, nothing drawn as 0."""
+    from test_tui import SIZE, cell, table_ids, until
+
+    from rmconsole.tui import RMConsoleApp
+    from rmconsole.tui.screens.run import RunScreen
+    from rmconsole.tui.widgets.accuracy_panel import AccuracyPanel
+    from rmconsole.tui.widgets.runs_table import RunsTable
+    from rmconsole.tui.widgets.task_stream import TaskStreamPanel
+
+    ids = [run_poisoned(FAST, monkeypatch)[0], run_poisoned(TASK_FREE, monkeypatch)[0]]
+    app = RMConsoleApp(refresh_s=0.1)
+    async with app.run_test(size=SIZE) as pilot:
+        for run_id in ids:
+            await until(pilot, lambda: run_id in table_ids(app), what="the run's row")
+            assert cell(app, run_id, "A_last") == "—"
+            table = app.screen.query_one(RunsTable)
+            table.move_cursor(row=table.get_row_index(str(run_id)))
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view is not None,
+                        what="run view")
+            await pilot.pause(0.3)
+            panel = app.screen.query_one(AccuracyPanel)
+            metrics = str(panel.query_one("#metrics").render())
+            assert "A_last —" in metrics or "A_last: —" in metrics or "—" in metrics, metrics
+            assert "0.00" not in metrics, metrics
+            stream = app.screen.query_one(TaskStreamPanel).render().plain
+            assert "0.0%" not in stream, stream
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, RunScreen), what="back to the runs")
