@@ -156,3 +156,50 @@ async def test_the_run_page_shows_absent_test_figures_as_dashes(monkeypatch: pyt
             assert "0.0%" not in stream, stream
             await pilot.press("escape")
             await until(pilot, lambda: not isinstance(app.screen, RunScreen), what="back to the runs")
+
+
+def _make_strict(engine: Any) -> None:
+    """Turn the store back into one written before evaluate_test: accuracy NOT NULL again."""
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            for table in ("taskresult", "anytimeeval"):
+                conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN accuracy SET NOT NULL"))
+            return
+        for table in ("taskresult", "anytimeeval"):  # SQLite: rebuild with the old declaration
+            sql = conn.execute(text("SELECT sql FROM sqlite_master WHERE name = :t"), {"t": table}).scalar_one()
+            assert "accuracy FLOAT," in sql
+            indexes = [r[0] for r in conn.execute(text("SELECT sql FROM sqlite_master WHERE tbl_name = :t AND "
+                                                       "type = 'index' AND sql IS NOT NULL"), {"t": table})]
+            conn.execute(text(f"ALTER TABLE {table} RENAME TO old_{table}"))
+            for index in conn.execute(text("SELECT name FROM sqlite_master WHERE tbl_name = :t AND type = 'index' "
+                                           "AND sql IS NOT NULL"), {"t": f"old_{table}"}).scalars().all():
+                conn.execute(text(f"DROP INDEX {index}"))
+            conn.execute(text(sql.replace("accuracy FLOAT,", "accuracy FLOAT NOT NULL,", 1)))
+            for index_sql in indexes:
+                conn.execute(text(index_sql))
+            conn.execute(text(f"INSERT INTO {table} SELECT * FROM old_{table}"))
+            conn.execute(text(f"DROP TABLE old_{table}"))
+
+
+@pytest.mark.usefixtures("store_backend")
+def test_a_store_written_before_lets_test_accuracy_be_absent() -> None:
+    """A store whose accuracy columns are NOT NULL (written before evaluate_test) is relaxed when
+    opened: its rows are kept, and a validation-only task result can then be stored."""
+    from sqlalchemy import inspect
+
+    from rmconsole.cl.events import TaskOutcome
+    from rmconsole.store import db
+
+    run_id = store.create_run({"method": "rm", "dataset": "digits", "seed": 1}, "digits-blurry10-online")
+    store.record_task(run_id, TaskOutcome(0, 50.0, [50.0, None], [50.0] * 10, list(range(5)), 1.0))
+    _make_strict(store.get_engine())
+    db.dispose_engines()
+    engine = store.get_engine()
+    with engine.connect() as conn:  # opening the store relaxed the columns
+        for table in ("taskresult", "anytimeeval"):
+            assert next(c for c in inspect(conn).get_columns(table) if c["name"] == "accuracy")["nullable"]
+    store.record_task(run_id, TaskOutcome(1, None, None, None, list(range(10)), 1.0, val_accuracy=60.0))
+    results = store.task_results(run_id)
+    assert [r.accuracy for r in results] == [50.0, None] and results[1].val_accuracy == 60.0
