@@ -50,7 +50,7 @@ class PoisonedSplit:
         self._read("take")
         return self._real.take(idx)
 
-    def to(self, device: Any) -> "PoisonedSplit":  # moving it reads nothing
+    def to(self, device: Any) -> PoisonedSplit:  # moving it reads nothing
         return self
 
 
@@ -140,7 +140,7 @@ async def test_the_run_page_shows_absent_test_figures_as_dashes(monkeypatch: pyt
     app = RMConsoleApp(refresh_s=0.1)
     async with app.run_test(size=SIZE) as pilot:
         for run_id in ids:
-            await until(pilot, lambda: run_id in table_ids(app), what="the run's row")
+            await until(pilot, lambda run_id=run_id: run_id in table_ids(app), what="the run's row")
             assert cell(app, run_id, "A_last") == "—"
             table = app.screen.query_one(RunsTable)
             table.move_cursor(row=table.get_row_index(str(run_id)))
