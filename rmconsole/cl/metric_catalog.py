@@ -381,7 +381,7 @@ def _topk(compute: Callable[[RunRows], Optional[float]]) -> Callable[[RunRows], 
 
 
 def _auc(rows: RunRows) -> Optional[float]:
-    return MA.area_under_curve(p.accuracy for p in rows.anytime)
+    return MA.area_under_curve(p.accuracy for p in rows.anytime if p.accuracy is not None)  # all: _on_test
 
 
 def has_validation(config: Mapping[str, Any]) -> bool:
