@@ -66,7 +66,7 @@ class OnlineProtocol:
 def build_online_protocol(cfg: RunSettings, data: Dataset) -> OnlineProtocol:
     labels = data.train.labels.cpu()
     split = streams_iblurry.make_split(cfg.stream, labels, cfg.n_tasks, data.n_classes, cfg.disjoint_classes,
-                                       cfg.blurry, cfg.seed)
+                                       cfg.blurry, cfg.seed, cfg.pool_order)
     order = streams_iblurry.first_appearance_order(labels, split.tasks, data.n_classes)
     train_labels = streams.remap_labels(labels, order)
     test_labels = streams.remap_labels(data.test.labels.cpu(), order)
@@ -125,7 +125,7 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
         start = restore(resume, cfg, protocol, method, augmenter, device)  # type: ignore[arg-type]
         clock = Clock.from_state(resume.get("online_clock", {}))
     reporter.log(f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
-                 f"{cfg.disjoint_classes}-{cfg.blurry}, online_iter={cfg.online_iter:g}, "
+                 f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}, "
                  f"eval_period={cfg.eval_period}" + (f", compute_budget={cfg.compute_budget:g}"
                                                     if cfg.compute_budget else ""))
     plans = protocol.plans(data.n_classes)
