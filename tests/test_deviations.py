@@ -44,6 +44,11 @@ def test_dataset_pool_order_pools_whole_classes_on_a_class_sorted_dataset(kind: 
     assert _touched(labels, stored) <= firsts
     # a random share touches more classes than there are tasks
     assert len(_touched(labels, shuffled)) > len(firsts) >= len(_touched(labels, stored))
+    # what each task gave to the pool: one class per chunk in storage order, several shuffled
+    per_chunk = [len(labels[p].unique()) for p in stored.pooled if len(p)]
+    per_chunk_shuffled = [len(labels[p].unique()) for p in shuffled.pooled if len(p) > 2]
+    assert per_chunk and max(per_chunk) == 1
+    assert per_chunk_shuffled and min(per_chunk_shuffled) >= 2
 
 
 def test_pool_order_is_the_same_draw_on_an_interleaved_dataset_up_to_which_samples() -> None:

@@ -41,7 +41,7 @@ Pure functions of (labels, settings, seed); labels here are the dataset's own la
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -60,6 +60,7 @@ class BlurrySplit:
     tasks: list[Tensor]
     disjoint: list[list[int]]
     blurry: list[list[int]]
+    pooled: list[Tensor] = field(default_factory=list)  # per task, the indices it gave to the pool
 
     def majors(self, task: int) -> list[int]:
         """The classes a task owns: its disjoint classes, then its blurry major classes."""
@@ -141,7 +142,7 @@ def iblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: in
     for t in range(n_tasks):
         mine = torch.cat([disjoint_idx[t], blurry_idx[t], pool[t * share:(t + 1) * share]])
         tasks.append(_shuffle(mine, gen))
-    return BlurrySplit(tasks, disjoint, blurry)
+    return BlurrySplit(tasks, disjoint, blurry, pooled)
 
 
 def _random_cuts(n: int, n_tasks: int, gen: torch.Generator) -> list[int]:
@@ -170,12 +171,12 @@ def siblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: i
     blurry_idx = _pool_candidates(labels, blurry, n_classes, seed, pool_order)
     n_pool = sum(len(b) for b in blurry_idx) * blurry_pct // 100
     amounts = [0] * n_tasks
+    pooled: list[Tensor] = [torch.empty(0, dtype=torch.long) for _ in range(n_tasks)]
     if n_pool > 0:
         cut = _random_cuts(n_pool, n_tasks, gen)
         amounts = [cut[t + 1] - cut[t] for t in range(n_tasks)]
-        pooled = []
         for t in range(n_tasks):
-            pooled.append(blurry_idx[t][:amounts[t]])
+            pooled[t] = blurry_idx[t][:amounts[t]]
             blurry_idx[t] = blurry_idx[t][amounts[t]:]
         pool = _shuffle(torch.cat(pooled), gen)
         start = 0
@@ -183,7 +184,7 @@ def siblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: i
             blurry_idx[t] = torch.cat([blurry_idx[t], pool[start:start + amounts[t]]])
             start += amounts[t]
     tasks = [_shuffle(torch.cat([disjoint_idx[t], blurry_idx[t]]), gen) for t in range(n_tasks)]
-    return BlurrySplit(tasks, disjoint, blurry)
+    return BlurrySplit(tasks, disjoint, blurry, pooled)
 
 
 def make_split(kind: str, labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: int, blurry_pct: int,
