@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from online_helpers import built, feed
 from torchvision.transforms.v2 import functional as tvf
 
-from online_helpers import built, feed
 from rmconsole.cl import augment_scr as R
 from rmconsole.cl import streams_iblurry as S
 
