@@ -68,6 +68,14 @@ class SCR(TaskFree, Method[SCRParams]):
             optimizer.add_param_group({"params": list(self.projection.parameters())})
         return optimizer
 
+    def online_start(self) -> None:
+        super().online_start()
+        if self.params.scr_views == "recipe":  # the run's recorded pipeline is not what SCR trains on: say so
+            self.report.log("scr_views=recipe: SCR's two views are the clean image and SCR's own recipe "
+                            "(random_resized_crop(scale=0.2-1), horizontal_flip(p=0.5), "
+                            "color_jitter(0.4, 0.4, 0.4, 0.1, p=0.8), grayscale(p=0.2), normalize), "
+                            "not the run's pipeline")
+
     def online_train(self, stream: Tensor, iterations: int) -> None:
         n_memory = self.cfg.batch_size - len(stream)
         if self.params.scr_views == "recipe":
