@@ -193,3 +193,14 @@ def test_recipe_greyscale_flip_and_crop() -> None:
     assert 0.2 - 0.1 <= float((scale_x * scale_y).min()) and float((scale_x * scale_y).max()) <= 1.0
     assert 0.35 < float((draw.theta[:, 0, 0] < 0).float().mean()) < 0.65  # flips at p 0.5
     assert 0.05 < float(draw.gray.float().mean()) < 0.4  # greyscale at p 0.2
+
+
+def test_the_runs_pool_order_reaches_its_stream() -> None:
+    from online_helpers import config, tiny_data
+    from rmconsole.cl.online import build_online_protocol
+
+    data = tiny_data()
+    shuffled = build_online_protocol(config(method="er"), data)
+    stored = build_online_protocol(config(method="er", pool_order="dataset"), data)
+    assert [len(t) for t in shuffled.tasks] == [len(t) for t in stored.tasks]
+    assert any(not torch.equal(a, b) for a, b in zip(shuffled.tasks, stored.tasks))
