@@ -197,6 +197,7 @@ def test_recipe_greyscale_flip_and_crop() -> None:
 
 def test_the_runs_pool_order_reaches_its_stream() -> None:
     from online_helpers import config, tiny_data
+
     from rmconsole.cl.online import build_online_protocol
 
     data = tiny_data()
