@@ -102,6 +102,7 @@ def _files(tmp: Path) -> None:
     (tmp / "bad.toml").write_text('dataset = "digits"\nmodel = \n')
     (tmp / "extra.toml").write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = 100\ncolour = "blue"\n')
     (tmp / "typed.toml").write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = "big"\n')
+    (tmp / "quoted.toml").write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = "200"\n')
     (tmp / "binary.toml").write_bytes(b'dataset = "\xff\xfe"\n')
     (tmp / "folder.toml").mkdir()
     (tmp / "plots.png").mkdir()
@@ -181,7 +182,7 @@ def _fill(text: str, tmp: Path, home: Path) -> str:
 
 def _main(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["rmconsole", *argv])
-    monkeypatch.setattr(cli, "_debug", False)
+    monkeypatch.setattr(cli.errors, "_debug", False)
     with pytest.raises(SystemExit) as exited:
         cli.main()
     out = capsys.readouterr()
