@@ -102,6 +102,11 @@ class RunKeys(BaseModel):
                                             "where test accuracy is, for selection: `report --select-by`); 0 = none")
     disjoint_classes: int = Field(default=50, ge=0, le=100,
                                   description="i-Blurry / Si-Blurry: N, the percent of classes that are disjoint")
+    pool_order: Literal["shuffled", "dataset"] = Field(
+        default="shuffled", description="i-Blurry / Si-Blurry: the order of a task's blurry samples before the pool takes "
+                                        "its first ones; shuffled: a random share (the papers; i-Blurry's published "
+                                        "splits); dataset: storage order, as the Si-Blurry authors' sampler (on a dataset "
+                                        "stored class by class it pools whole classes; docs/anytime.md)")
     online_iter: float = Field(default=1.0, gt=0, description="task-free streams: model updates per streamed sample (fractional allowed)")
     eval_period: int = Field(default=100, ge=1, description="task-free streams: anytime evaluation every this many streamed samples")
     anytime_class_accuracy: bool = Field(default=False, description="task-free streams: also store per-class accuracy with every anytime evaluation")
