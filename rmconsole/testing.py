@@ -492,11 +492,11 @@ def _instrumented(watch: _Watch, protocol: str) -> Iterator[None]:
                                                      "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
         return made[cls]
 
-    loop.method_class = online.method_class = watched_class  # type: ignore[assignment]
+    loop.method_class = online.method_class = watched_class
     try:
         yield
     finally:
-        loop.method_class, online.method_class = original_loop, original_online  # type: ignore[assignment]
+        loop.method_class, online.method_class = original_loop, original_online
 
 
 @functools.lru_cache(maxsize=1)
@@ -604,13 +604,13 @@ def _compare(a: _Recorder, b: _Recorder, after_task: int = -1) -> str | None:
     points = [p for p in a.points if p.task > after_task]
     if len(points) != len(b.points):
         return f"{len(points)} anytime evaluations vs {len(b.points)}"
-    for mine, theirs in zip(points, b.points):
-        found = _difference(mine, theirs, f"the anytime evaluation at streamed sample {mine.samples}:")
+    for point, other in zip(points, b.points):
+        found = _difference(point, other, f"the anytime evaluation at streamed sample {point.samples}:")
         if found:
             return found
     memories = [m for m in a.memories if m[0] > after_task]
-    for mine, theirs in zip(memories, b.memories):
-        found = _difference(mine[1:], theirs[1:], f"the memory snapshot after task {mine[0]} (histogram, slots, info):")
+    for memory, others in zip(memories, b.memories):
+        found = _difference(memory[1:], others[1:], f"the memory snapshot after task {memory[0]} (histogram, slots, info):")
         if found:
             return found
     if len(memories) != len(b.memories):

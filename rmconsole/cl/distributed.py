@@ -299,6 +299,8 @@ class SyncedBatchNorm(nn.modules.batchnorm._BatchNorm):
         if not self.training or d is None or not self.affine or not self.track_running_stats:
             return super().forward(x)
         dims = [0, *range(2, x.dim())]
+        # track_running_stats (checked above): the three buffers exist
+        assert self.num_batches_tracked is not None and self.running_mean is not None and self.running_var is not None
         with torch.no_grad():
             local_count = torch.tensor([x.numel() / x.shape[1]], dtype=torch.float64, device=x.device)
             first = d.all_sum(torch.cat([x.sum(dims).double(), local_count]))

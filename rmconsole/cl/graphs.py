@@ -20,6 +20,7 @@ with their own loss or per-step hooks (EWC, Rwalk, iCaRL, BiC) and multi-process
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Callable
 
 import torch
@@ -41,7 +42,7 @@ class GraphedStep:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, seen: Tensor, batch: int,
                  image_shape: tuple[int, ...], channels_last: bool,
-                 autocast: Callable[[], object], log: Callable[[str], None] = print) -> None:
+                 autocast: Callable[[], AbstractContextManager[object]], log: Callable[[str], None] = print) -> None:
         device = seen.device
         self.model, self.optimizer, self.seen, self.autocast, self.log = model, optimizer, seen, autocast, log
         self.failed = False  # the capture failed: this shape trains eagerly

@@ -14,9 +14,15 @@ from .pipeline import StreamingFolder
 
 
 class ImageSource(Protocol):
-    """What the training loop needs of a split: its labels and images by index."""
+    """What the training loop needs of a split: its labels, its image shape and images by index."""
 
-    labels: Tensor
+    @property
+    def labels(self) -> Tensor: ...
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of every image."""
+        ...
 
     def __len__(self) -> int: ...
 
@@ -51,7 +57,8 @@ class TensorImages:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+        c, h, w = self.images.shape[1:]  # (N, C, H, W): __post_init__ checked
+        return (c, h, w)
 
 
 FolderImages = StreamingFolder  # the spine's name for a split kept on disk as image files
@@ -75,7 +82,7 @@ class Dataset:
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
-        return self.train.shape  # type: ignore[attr-defined]
+        return self.train.shape
 
     def to(self, device: torch.device | str) -> "Dataset":
         return Dataset(self.name, self.train.to(device), self.test.to(device), self.class_names,

@@ -50,7 +50,7 @@ def task_accuracy_row(class_acc: list[float | None], groups: list[list[int]]) ->
     """acc[k][:] from the per-class accuracies after task k: one value per task's classes."""
     row = []
     for classes in groups:
-        vals = [class_acc[c] for c in classes if class_acc[c] is not None]
+        vals = [v for c in classes if (v := class_acc[c]) is not None]
         row.append(sum(vals) / len(vals) if vals else None)
     return row
 
@@ -62,9 +62,9 @@ def forgetting(matrix: list[list[float | None]]) -> float | None:
     last = len(matrix) - 1
     drops = []
     for j in range(last):
-        before = [matrix[k][j] for k in range(last) if matrix[k][j] is not None]
-        if before and matrix[last][j] is not None:
-            drops.append(max(before) - matrix[last][j])
+        before = [v for k in range(last) if (v := matrix[k][j]) is not None]
+        if before and (end := matrix[last][j]) is not None:
+            drops.append(max(before) - end)
     return sum(drops) / len(drops) if drops else None
 
 

@@ -28,9 +28,9 @@ def class_forgetting(class_accuracy: list[list[Optional[float]]]) -> Optional[fl
     last = class_accuracy[-1]
     gaps = []
     for c in range(len(last)):
-        before = [row[c] for row in class_accuracy[:-1] if c < len(row) and row[c] is not None]
+        before = [v for row in class_accuracy[:-1] if c < len(row) and (v := row[c]) is not None]
         if not before or max(before) <= 0:
             continue
-        final = last[c] if last[c] is not None else 0.0
+        final = end if (end := last[c]) is not None else 0.0
         gaps.append(max(before) - final)
     return sum(gaps) / len(gaps) if gaps else None

@@ -21,6 +21,8 @@ one (`Learner.plain_step`) on a single-process run without autocast.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 from torch.nn.modules import module as nn_module
@@ -54,8 +56,9 @@ class _Block:
         with torch.no_grad():  # a view of the weight: it sees every in-place update of it
             self.weight_t = lin.weight.t()
         self.bn_weight, self.bn_bias = bn.weight, bn.bias
-        self.running_mean, self.running_var, self.batches = bn.running_mean, bn.running_var, bn.num_batches_tracked
-        self.momentum, self.eps = bn.momentum, bn.eps
+        self.running_mean, self.running_var = bn.running_mean, bn.running_var
+        # MLPStep.of admits only norms tracking running stats with a fixed momentum: neither is None
+        self.batches, self.momentum, self.eps = cast(Tensor, bn.num_batches_tracked), cast(float, bn.momentum), bn.eps
 
 
 class MLPStep:
@@ -140,6 +143,7 @@ class MLPStep:
             g = aten.nll_loss_backward(one if weight is None else one * weight, log_p, target, None, MEAN, -100, total)
             g = aten._log_softmax_backward_data(g, log_p, 1, logits.dtype)
             grad = g if grad is None else grad + g
+        assert grad is not None  # terms holds one or two targets
         if unseen is not None:
             grad = grad.masked_fill(unseen, 0)
         self.fc_weight.grad = torch.mm(grad.t(), h)

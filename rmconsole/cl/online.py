@@ -122,7 +122,7 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
     clock = Clock()
     start = 0
     if resume is not None:
-        start = restore(resume, cfg, protocol, method, augmenter, device)  # type: ignore[arg-type]
+        start = restore(resume, cfg, protocol, method, augmenter, device)
         clock = Clock.from_state(resume.get("online_clock", {}))
     reporter.log(f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
                  f"{cfg.disjoint_classes}-{cfg.blurry}, online_iter={cfg.online_iter:g}, "

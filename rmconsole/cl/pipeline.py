@@ -26,7 +26,7 @@ import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Generator, Iterable, Iterator
 
 import torch
 from torch import Tensor
@@ -338,7 +338,7 @@ def _threaded(take: Callable[[Tensor], Tensor], plan: list[Tensor], depth: int) 
                 thread.join(0.05)
 
 
-def iter_batches(source: Any, plan: Iterable[Tensor]) -> Iterator[Tensor]:
+def iter_batches(source: Any, plan: Iterable[Tensor]) -> Generator[Tensor, None, None]:
     """uint8 images of each index batch in `plan`: prefetched when the source can, else `take`."""
     if hasattr(source, "batches"):
         yield from source.batches(plan)

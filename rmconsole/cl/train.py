@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, cast
 
 import torch
 from torch import Tensor
@@ -184,7 +184,7 @@ def _epoch_loss(losses: list[Tensor], sizes: list[int], graphed: Iterable[Graphe
     parts += [g.loss_sum.float() for g in graphed]
     if not parts:
         return math.nan
-    return float(sum(p.to(parts[0].device) for p in parts).item())
+    return float(cast(Tensor, sum(p.to(parts[0].device) for p in parts)).item())
 
 
 class Stepper:
@@ -271,7 +271,7 @@ def _fused_sgd_step(optimizer: torch.optim.Optimizer, params: list[Tensor]) -> b
         return False
     group = optimizer.param_groups[0]
     with torch.no_grad():
-        torch._fused_sgd_(params, grads, buffers, weight_decay=group["weight_decay"], momentum=group["momentum"],
+        torch._fused_sgd_(params, cast("list[Tensor]", grads), cast("list[Tensor]", buffers), weight_decay=group["weight_decay"], momentum=group["momentum"],
                           lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"],
                           maximize=False, is_first_step=False, grad_scale=None, found_inf=None)
     return True

@@ -684,16 +684,16 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
     for run in runs:  # a run whose worker has not claimed it yet ends here (a claim after this fails)
         if run.job_id in {j for ids in cancel.values() for j in ids}:
             job = executor_for(spec_of(run)).describe(run.job_id)  # type: ignore[arg-type]
-            store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)",  # type: ignore[arg-type]
+            store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)",
                                only_from=("queued",))
     deadline = time.monotonic() + grace_s + 5  # the worker's SIGTERM handler, or Slurm's KillWait
     pending = [r for r in runs if r.id is not None]
     while pending and time.monotonic() < deadline:
-        pending = [r for r in pending if store.get_run(r.id).status in store.ACTIVE]  # type: ignore[arg-type]
+        pending = [r for r in pending if store.get_run(r.id).status in store.ACTIVE]
         if pending:
             time.sleep(0.2)
     for run in pending:
         job = executor_for(spec_of(run)).describe(run.job_id)  # type: ignore[arg-type]
-        was = store.get_run(run.id).status  # type: ignore[arg-type]
-        store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)" if was == "queued"  # type: ignore[arg-type]
+        was = store.get_run(run.id).status
+        store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)" if was == "queued"
                            else f"stopped by request ({job} cancelled)")

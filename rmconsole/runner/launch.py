@@ -513,7 +513,7 @@ def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None 
     tags = check_identity(name, tags)
     preset_name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
     config = cfg.to_dict()
-    identity = {"name": name, "tags": tags, "overrides": overrides_of(preset, config)}
+    identity: dict[str, Any] = {"name": name, "tags": tags, "overrides": overrides_of(preset, config)}
     if executor is not None:
         from .executors import check_scheduler, submit_runs
 

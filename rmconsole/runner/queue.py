@@ -267,7 +267,7 @@ class ScheduledSweep:
                 self.seen[run.id] = said
                 metrics = run.metrics or {}
                 shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""
-                where = f" ({run.executor.split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
+                where = f" ({(run.executor or '').split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
                 self.log(f"run {run.id} {run.status}{shown}{where}" + (f" — {run.error}" if run.error else ""))
         return any(r.status in store.ACTIVE for r in runs)
 

@@ -553,7 +553,7 @@ def _file_id(path: Path) -> Optional[tuple[int, int]]:
 
 def _sqlite_events(engine: Engine, path: Path) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_conn, record) -> None:
         record.info["file_id"] = _file_id(path)
         dbapi_conn.isolation_level = None  # let the "begin" hook below issue BEGIN itself
         cur = dbapi_conn.cursor()
@@ -564,7 +564,7 @@ def _sqlite_events(engine: Engine, path: Path) -> None:
         cur.close()
 
     @event.listens_for(engine, "checkout")
-    def _on_checkout(dbapi_conn, record, proxy) -> None:  # type: ignore[no-untyped-def]
+    def _on_checkout(dbapi_conn, record, proxy) -> None:
         now = _file_id(path)
         if now is None:
             raise StoreGone(f"the store {path} is gone (removed while this process used it)")
@@ -572,7 +572,7 @@ def _sqlite_events(engine: Engine, path: Path) -> None:
             raise InvalidatePoolError(f"the store file {path} was replaced")
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn) -> None:  # type: ignore[no-untyped-def]
+    def _on_begin(conn) -> None:
         options = conn.get_execution_options()
         busy = options.get("sqlite_busy_s", BUSY_TIMEOUT_S)  # per transaction: a pooled connection keeps it
         conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(busy * 1000)}")
@@ -781,7 +781,7 @@ def _retryable(err: OperationalError) -> bool:
 
 
 @event.listens_for(Session, "do_orm_execute")
-def _lock_rows_read_for_writing(state) -> None:  # type: ignore[no-untyped-def]
+def _lock_rows_read_for_writing(state) -> None:
     """In a write session on PostgreSQL, a read of whole rows (session.get, select(Table)) locks
     them until the transaction ends: what SQLite's one write lock gives, at row level."""
     if not (state.session.info.get("lock_rows") and state.is_select and not state.is_relationship_load):

@@ -205,7 +205,7 @@ def newest_run_id() -> int:
 
 def joint_run(run: Union[Run, RunRecord, int]) -> Optional[RunRecord]:
     """The finished joint run that is `run`'s upper bound (the catalogue's joint-run rule), or None."""
-    record = run_record(run if isinstance(run, int) else int(run.id))  # type: ignore[arg-type]
+    record = run_record(run if isinstance(run, int) else int(run.id))
     if record.i_last_joint_run is None:
         return None
     return run_record(record.i_last_joint_run)
@@ -219,7 +219,7 @@ def joint_accuracy(run: Union[Run, RunRecord, int]) -> Optional[float]:
 
 def run_summary(run: Union[Run, RunRecord, int], session: Any = None) -> dict[str, Any]:
     """`runs --json` shape of one run (RunRecord.to_json); `session` is accepted for old callers."""
-    return run_record(run if isinstance(run, int) else int(run.id)).to_json()  # type: ignore[arg-type]
+    return run_record(run if isinstance(run, int) else int(run.id)).to_json()
 
 
 # ---------------------------------------------------------------------- one run's parts

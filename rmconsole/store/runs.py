@@ -99,7 +99,7 @@ def set_archived(run_ids: list[int], archived: bool = True) -> list[int]:
     def change(run: Run) -> None:
         if (run.archived_at is not None) != archived:
             run.archived_at = utcnow() if archived else None
-            changed.append(run.id)  # type: ignore[arg-type]
+            changed.append(run.id)
 
     _each(run_ids, change)
     return changed

@@ -214,7 +214,7 @@ def delete_run(run_id: int) -> Transition:
         if run.status in ACTIVE:
             return Transition(False, run.status)
         for table in (EpochMetric, MemorySnapshot, TaskResult, TaskStream):
-            session.exec(delete(table).where(table.run_id == run_id))  # type: ignore[call-overload]
+            session.exec(delete(table).where(table.run_id == run_id))
         session.delete(run)
         return Transition(True, "deleted")
 

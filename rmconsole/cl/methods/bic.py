@@ -387,7 +387,7 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
             self.held_out_share, self.held_out_full = int(online["share"]), bool(online["full"])
             self.task_index = int(online["task_index"])
             self.task_classes = [list(c) for c in online["task_classes"]]
-            self.task_layers = [tuple(p) for p in online["task_layers"]]  # type: ignore[misc]
+            self.task_layers = [tuple(p) for p in online["task_layers"]]
             self.anytime_fits = list(online["anytime_fits"])
             if online["teacher_classes"] is not None:
                 self.teacher = frozen_copy(self.model)

@@ -26,7 +26,7 @@ class LogPanel(RichLog):
 
     DEFAULT_CSS = css_beside(__file__)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs) -> None:
         super().__init__(max_lines=2000, wrap=True, min_width=20, highlight=False, markup=False, auto_scroll=True, **kwargs)
         self.border_title = "log"
         self.n_lines = 0

@@ -33,7 +33,7 @@ class MemoryPanel(Widget):
     labels: reactive[tuple[str, ...]] = reactive(())  # computed from `view`
     pinned: reactive[Optional[int]] = reactive(None)  # index of the shown update; None = latest
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "memory"
 

@@ -82,7 +82,7 @@ class RunHeader(Static):
     notice: reactive[Optional[tuple[str, str]]] = reactive(None)
     line_count: reactive[int] = reactive(0)  # computed: the header's height
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs) -> None:
         super().__init__("reading the run…", **kwargs)
 
     def compute_line_count(self) -> int:

@@ -26,7 +26,7 @@ class TaskStreamPanel(Widget):
 
     view: reactive[Optional[RunView]] = reactive(None)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "task stream"
 
