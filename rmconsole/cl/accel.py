@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass
-from typing import Any, ContextManager
+from typing import Any, ContextManager, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +22,7 @@ from .settings import RunSettings
 # about 330 ImageNet ones (x the model's activations: what an 80 GB GPU or a laptop can hold)
 INFERENCE_PIXELS = 16384 * 3 * 32 * 32
 TRAIN_CHUNK_PIXELS = 8192 * 3 * 32 * 32  # images augmented in one batched call during training
+M = TypeVar("M", bound=nn.Module)  # a model, given back as the same object
 
 # The share of its device's memory this process may use: 1 alone on a GPU, 1/N when N runs share
 # it (`--runs-per-gpu N`). The inference budget above was set for a whole 80 GB GPU (measured: RM's
@@ -105,7 +106,7 @@ class Accel:
             return x.contiguous(memory_format=torch.channels_last)
         return x
 
-    def prepare_model(self, model: nn.Module) -> nn.Module:
+    def prepare_model(self, model: M) -> M:
         """channels_last weights; the feature extractor compiled in place (state_dict keys, the
         `features`/`fc` split and checkpoints stay as they are)."""
         if self.channels_last:

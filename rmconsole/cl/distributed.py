@@ -26,7 +26,7 @@ import hashlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -317,11 +317,14 @@ class SyncedBatchNorm(nn.modules.batchnorm._BatchNorm):
         return _SyncedNorm.apply(x, self.weight, self.bias, mean.to(x.dtype), invstd, count, d)
 
 
-def sync_batch_norm(model: nn.Module, d: Dist) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)
+
+
+def sync_batch_norm(model: M, d: Dist) -> M:
     """`model` with every batch-norm layer synchronised over the ranks (same parameters and
     buffers, so state dicts are unchanged): torch's SyncBatchNorm on CUDA, SyncedBatchNorm else."""
     if any(p.is_cuda for p in model.parameters()):
-        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        return cast(M, nn.SyncBatchNorm.convert_sync_batchnorm(model))  # `model` itself, unless it is a batch norm
     for name, child in list(model.named_children()):
         if isinstance(child, nn.modules.batchnorm._BatchNorm) and not isinstance(child, SyncedBatchNorm):
             synced = SyncedBatchNorm(child.num_features, child.eps, child.momentum, child.affine,
