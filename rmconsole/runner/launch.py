@@ -248,7 +248,10 @@ class StartedWorkers:
         self._processes: dict[int, subprocess.Popen] = {}
         self._lock = threading.Lock()
 
-    def add(self, run_id: int, process: subprocess.Popen) -> None:
+    def add(self, run_id: int, process: subprocess.Popen | None) -> None:
+        """Follow `process`; None (a run a scheduler holds: no process here) is not followed."""
+        if process is None:
+            return
         with self._lock:
             self._processes[run_id] = process
 

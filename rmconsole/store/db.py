@@ -49,7 +49,7 @@ from sqlalchemy import event, inspect, select
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import (ArgumentError, DBAPIError, IntegrityError, InvalidatePoolError, OperationalError,
                             SQLAlchemyError)
-from sqlmodel import Session, SQLModel, create_engine
+from sqlmodel import Session, SQLModel, col, create_engine
 
 from .. import private
 from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
@@ -526,6 +526,7 @@ def _within_grace(attempt: Callable[[], T]) -> T:
                           f"results and retrying for up to {grace:g} s (the grace period for a database outage, "
                           f"{GRACE_ENV})", file=sys.stderr, flush=True)
                 since = _outage["since"]
+            assert since is not None  # set above when it was not
             if now - since >= grace:
                 raise StoreUnreachable(f"the database {err.where} stayed unreachable for {now - since:.0f} s, longer "
                                        f"than the grace period ({grace:g} s, {GRACE_ENV}): {err.reason}",
@@ -667,7 +668,7 @@ def _schema_complete(engine: Engine) -> bool:
             columns = {c["name"] for c in inspector.get_columns(table.name)}
             if any(column.name not in columns for column in table.columns):
                 return False
-        return conn.execute(select(StoreIdentity.store_id)).first() is not None
+        return conn.execute(select(col(StoreIdentity.store_id))).first() is not None
 
 
 def _create_schema(engine: Engine, url: URL) -> None:

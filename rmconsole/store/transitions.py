@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
-from sqlmodel import Session, delete
+from sqlmodel import Session, col, delete
 
 from .db import LEASE_ENV, write
 from .queries import UnknownRun
@@ -56,12 +56,12 @@ class Lease:
         return env
 
     @classmethod
-    def from_env(cls, run_id: int, environ: Optional[dict[str, str]] = None) -> Optional["Lease"]:
+    def from_env(cls, run_id: int, environ: Optional[Mapping[str, str]] = None) -> Optional["Lease"]:
         """The lease a run's process was started with, or None (started by hand: it reads its own)."""
-        environ = os.environ if environ is None else environ  # type: ignore[assignment]
-        if LEASE_ENV not in environ:
+        env = os.environ if environ is None else environ
+        if LEASE_ENV not in env:
             return None
-        return cls(run_id, environ.get(LEASE_ENV) or None, environ.get(STORE_ID_ENV) or None)
+        return cls(run_id, env.get(LEASE_ENV) or None, env.get(STORE_ID_ENV) or None)
 
 
 class LeaseLost(Exception):
@@ -167,7 +167,7 @@ def requeue_run(run_id: int, only_from: Iterable[str] = ENDED_UNFINISHED, owner_
     every process of an earlier attempt is fenced off; the old heartbeat and error are cleared
     so nothing mistakes the dead worker for the new one. `owner_pid`: the process that will start
     the worker (until it does, the run is dead if that process is)."""
-    owner = {"host": owner_host} if owner_host is not None else {}
+    owner: dict[str, Any] = {"host": owner_host} if owner_host is not None else {}
     return finish_run(run_id, "queued", only_from=only_from, finished_at=None, error=None, pid=owner_pid,
                       heartbeat_at=utcnow() if owner_pid is not None else None, token=new_token(), **owner)
 
@@ -214,7 +214,7 @@ def delete_run(run_id: int) -> Transition:
         if run.status in ACTIVE:
             return Transition(False, run.status)
         for table in (EpochMetric, MemorySnapshot, TaskResult, TaskStream):
-            session.exec(delete(table).where(table.run_id == run_id))
+            session.exec(delete(table).where(col(table.run_id) == run_id))
         session.delete(run)
         return Transition(True, "deleted")
 

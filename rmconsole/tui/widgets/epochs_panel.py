@@ -95,5 +95,5 @@ class EpochsPanel(PlotextPlot):
         if len(starts) <= 12:
             plt.xticks(list(starts.values()), [f"T{t + 1}" for t in starts])
         plt.xlim(1, max(len(self.points), 2))
-        plt.ylabel("log10 loss", yside="left")
-        plt.ylabel("lr", yside="right")
+        plt.ylabel("log10 loss", yside="left")  # type: ignore[call-arg]  # the stub says xside; plotext's is yside
+        plt.ylabel("lr", yside="right")  # type: ignore[call-arg]  # the stub says xside; plotext takes yside

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
 from textual.widgets import RichLog
 
 from . import css_beside
@@ -39,7 +40,7 @@ class LogPanel(RichLog):
         self.kept = (self.kept + lines)[-2000:]
         self.n_lines += len(lines)
 
-    def on_resize(self) -> None:
+    def on_resize(self, event: events.Resize | None = None) -> None:
         width = self.scrollable_content_region.width
         if width != self._wrapped_at and self.kept:
             self._wrapped_at = width
