@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass
-from typing import Any, ContextManager, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -93,7 +94,7 @@ class Accel:
         return (f"amp={'bf16' if self.amp_dtype is not None else 'off'}, channels_last={self.channels_last}, "
                 f"compile={self.compile}")
 
-    def autocast(self, graph_safe: bool = False) -> ContextManager[Any]:
+    def autocast(self, graph_safe: bool = False) -> AbstractContextManager[Any]:
         """Mixed precision around forward passes (loss and backward stay float32 where it matters).
         `graph_safe`: no cast cache, as a CUDA graph capture needs."""
         if self.amp_dtype is None:

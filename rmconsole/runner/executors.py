@@ -506,9 +506,8 @@ class RunJob:
         """Slurm started this job again (preemption, a requeue): the runs it stopped continue."""
         for run_id in self.run_ids:
             run = store.get_run(run_id)
-            if run.job_id == job_id and run.status in ("stopped", "failed"):
-                if store.requeue_run(run_id):
-                    print(f"run {run_id}: its job was requeued; continuing from its last task checkpoint", flush=True)
+            if run.job_id == job_id and run.status in ("stopped", "failed") and store.requeue_run(run_id):
+                print(f"run {run_id}: its job was requeued; continuing from its last task checkpoint", flush=True)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit's hook at the time limit (or a simulated preemption): stop the workers (each

@@ -101,7 +101,7 @@ class DriverLock:
     def acquire(self) -> None:
         path = lock_path(self.sweep_id)
         private.mkdir(path.parent)
-        handle = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, private.FILE_MODE), "a+")
+        handle = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, private.FILE_MODE), "a+")  # noqa: SIM115 - held: the lock lives as long as it is open
         for _ in range(20):  # a reader probing with a shared lock holds it for microseconds
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -41,8 +41,6 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, TypeVar
-
-T = TypeVar("T")
 from urllib.parse import quote
 
 from sqlalchemy import event, inspect, select
@@ -54,6 +52,8 @@ from sqlmodel import Session, SQLModel, col, create_engine
 from .. import private
 from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from .tables import StoreIdentity
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_S = 30.0
 WAIT_NOTICE_S = 2.0  # a store operation blocked this long says what it waits on
