@@ -10,15 +10,15 @@ from __future__ import annotations
 import csv
 import math
 import textwrap
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from . import metric_registry
 from .cl import protocols
 from .report import Report, ReportError, _pyplot, _save, col_title, format_value, row_title
-
 
 
 def is_task_free(run: dict[str, Any]) -> bool:
@@ -88,7 +88,7 @@ def follow_up_figures() -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def follow_up_figure(config: dict[str, Any], metric: str = "A_auc") -> Optional[dict[str, Any]]:
+def follow_up_figure(config: dict[str, Any], metric: str = "A_auc") -> dict[str, Any] | None:
     """The follow-up's published figure for a run's setting (dataset, method, K, tasks, N, M,
     augmentation; for RM its port), or None. A run on our smaller images or other K has none."""
     for fig in follow_up_figures():

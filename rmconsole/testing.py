@@ -54,9 +54,10 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .cl.events import AnytimePoint, Reporter, TaskOutcome
 
@@ -271,7 +272,7 @@ def _short(path: str) -> str:
     return path if rel.startswith(".." + os.sep + "..") else rel
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _files() -> dict[str, Any]:
     """The files whose frames the test-split guard tells apart."""
     import torch
@@ -418,7 +419,7 @@ class _GuardedSplit:
         self._watch.test_taken(len(idx), "took test images", sys._getframe(1))
         return self._inner.take(idx)
 
-    def to(self, device: Any) -> "_GuardedSplit":
+    def to(self, device: Any) -> _GuardedSplit:
         return _GuardedSplit(self._inner.to(device), self._watch)
 
     def __getattr__(self, name: str) -> Any:
@@ -500,7 +501,7 @@ def _instrumented(watch: _Watch, protocol: str) -> Iterator[None]:
 
 
 @functools.lru_cache(maxsize=1)
-def _digits() -> "Dataset":
+def _digits() -> Dataset:
     from .cl.data import load_dataset
 
     return load_dataset("digits")
@@ -658,7 +659,7 @@ def _check_protocol(method: str, protocol: str, settings: Mapping[str, Any], rul
         runs += 1
         try:
             return _run(cfg, watch, protocol, resume)
-        except Exception as err:  # noqa: BLE001 - the method's own failure: reported as such, its traceback chained
+        except Exception as err:
             detail = " ".join(str(err).split())[:300]
             raise ConformanceError(method, violations + _watched(watch, protocol, rules) + [Violation(
                 RUNS, protocol, f"the {what} failed {watch.failed or watch.place()}: {type(err).__name__}: {detail}",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import dataclass
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -73,7 +73,7 @@ class Accel:
     compile: bool = False
 
     @classmethod
-    def from_config(cls, cfg: RunSettings, device: torch.device) -> "Accel":
+    def from_config(cls, cfg: RunSettings, device: torch.device) -> Accel:
         cuda = device.type == "cuda"
         conv = cfg.model != "mlp400"
         amp = cfg.amp

@@ -505,7 +505,7 @@ def crop_flip_draw(n: int, padding: int, gen: torch.Generator, flip: bool = True
 def crop_flip_apply(images: Tensor, padding: int, offsets: Tensor | None, flips: Tensor | None) -> Tensor:
     """Zero-padded crops at `offsets` then horizontal flips where `flips`: one gather."""
     n, c, h, w = images.shape
-    if offsets is None and flips is None or n == 0:
+    if (offsets is None and flips is None) or n == 0:
         return images.contiguous()
     p = max(padding, 0) if offsets is not None else 0
     params = torch.zeros(n, 3, dtype=torch.int64)
@@ -563,7 +563,7 @@ class TrainDraw:
     slots: tuple[tuple[Tensor, Tensor], ...]
 
     @staticmethod
-    def cat(draws: list["TrainDraw"]) -> "TrainDraw":
+    def cat(draws: list[TrainDraw]) -> TrainDraw:
         if len(draws) == 1:
             return draws[0]
 

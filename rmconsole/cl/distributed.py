@@ -25,8 +25,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -266,7 +267,7 @@ class _SyncedNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, mean: Tensor, invstd: Tensor,
-                count: float, d: "Dist") -> Tensor:
+                count: float, d: Dist) -> Tensor:
         shape = [1, -1] + [1] * (x.dim() - 2)
         xhat = (x - mean.view(shape)) * invstd.view(shape)
         ctx.save_for_backward(xhat, weight, invstd)
@@ -292,7 +293,7 @@ class SyncedBatchNorm(nn.modules.batchnorm._BatchNorm):
         if input.dim() < 2:
             raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
 
-    dist: "Dist | None" = None  # set by sync_batch_norm
+    dist: Dist | None = None  # set by sync_batch_norm
 
     def forward(self, x: Tensor) -> Tensor:
         d = self.dist

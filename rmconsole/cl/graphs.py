@@ -20,8 +20,8 @@ with their own loss or per-step hooks (EWC, Rwalk, iCaRL, BiC) and multi-process
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Callable
 
 import torch
 import torch.nn.functional as nnf
@@ -124,7 +124,7 @@ class GraphedStep:
         self.optimizer.zero_grad(set_to_none=True)
         self._step()
 
-    def _capture(self) -> "torch.cuda.CUDAGraph":
+    def _capture(self) -> torch.cuda.CUDAGraph:
         self.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

@@ -30,7 +30,7 @@ class ImageSource(Protocol):
         """uint8 images (len(idx), C, H, W) on the source's device."""
         ...
 
-    def to(self, device: torch.device | str) -> "ImageSource": ...
+    def to(self, device: torch.device | str) -> ImageSource: ...
 
 
 @dataclass
@@ -52,7 +52,7 @@ class TensorImages:
     def take(self, idx: Tensor) -> Tensor:
         return self.images[idx.to(self.images.device)]
 
-    def to(self, device: torch.device | str) -> "TensorImages":
+    def to(self, device: torch.device | str) -> TensorImages:
         return TensorImages(self.images.to(device), self.labels.to(device))
 
     @property
@@ -84,6 +84,6 @@ class Dataset:
     def image_shape(self) -> tuple[int, int, int]:
         return self.train.shape
 
-    def to(self, device: torch.device | str) -> "Dataset":
+    def to(self, device: torch.device | str) -> Dataset:
         return Dataset(self.name, self.train.to(device), self.test.to(device), self.class_names,
                        self.mean, self.std, self.crop_padding)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-def per_class_accuracy(predictions: "Tensor", labels: "Tensor", n_classes: int) -> list[float | None]:
+def per_class_accuracy(predictions: Tensor, labels: Tensor, n_classes: int) -> list[float | None]:
     """Percent correct per class; None for a class absent from `labels`."""
     import torch
 
@@ -23,17 +23,17 @@ def per_class_accuracy(predictions: "Tensor", labels: "Tensor", n_classes: int) 
     return [100.0 * c / t if t else None for c, t in zip(correct.tolist(), total.tolist())]
 
 
-def topk_hits(ranked: "Tensor", labels: "Tensor") -> "Tensor":
+def topk_hits(ranked: Tensor, labels: Tensor) -> Tensor:
     """Per sample: is the label among the ranked classes ((N, k) class indices, best first)?"""
     return (ranked == labels.view(-1, 1)).any(1)
 
 
-def hit_rate(hits: "Tensor") -> float:
+def hit_rate(hits: Tensor) -> float:
     """Percent of True in a boolean tensor (the top-k accuracy from `topk_hits`)."""
     return 100.0 * hits.float().mean().item() if len(hits) else float("nan")
 
 
-def per_class_hit_rate(hits: "Tensor", labels: "Tensor", n_classes: int) -> list[float | None]:
+def per_class_hit_rate(hits: Tensor, labels: Tensor, n_classes: int) -> list[float | None]:
     """Percent of hits per class; None for a class absent from `labels` (top-k per class)."""
     import torch
 
@@ -42,7 +42,7 @@ def per_class_hit_rate(hits: "Tensor", labels: "Tensor", n_classes: int) -> list
     return [100.0 * h / t if t else None for h, t in zip(hit.tolist(), total.tolist())]
 
 
-def accuracy(predictions: "Tensor", labels: "Tensor") -> float:
+def accuracy(predictions: Tensor, labels: Tensor) -> float:
     return 100.0 * (predictions == labels).float().mean().item() if len(labels) else float("nan")
 
 

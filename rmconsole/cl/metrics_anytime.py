@@ -11,16 +11,16 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 
-def area_under_curve(accuracies: Iterable[float]) -> Optional[float]:
+def area_under_curve(accuracies: Iterable[float]) -> float | None:
     """A_auc: the mean of the anytime accuracies (None without any)."""
     values = list(accuracies)
     return sum(values) / len(values) if values else None
 
 
-def class_forgetting(class_accuracy: list[list[Optional[float]]]) -> Optional[float]:
+def class_forgetting(class_accuracy: list[list[float | None]]) -> float | None:
     """F_last as the follow-up computes it, from the per-class accuracies at each task end
     (None for a class not evaluated at that end)."""
     if len(class_accuracy) < 2:

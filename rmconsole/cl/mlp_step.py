@@ -48,8 +48,18 @@ class _Block:
     lookup costs more than some of the step's kernels). The tensors are the modules' own:
     optimisers and load_state_dict update them in place."""
 
-    __slots__ = ("weight", "weight_t", "bias", "bn_weight", "bn_bias", "running_mean", "running_var", "batches",
-                 "momentum", "eps")
+    __slots__ = (
+        "batches",
+        "bias",
+        "bn_bias",
+        "bn_weight",
+        "eps",
+        "momentum",
+        "running_mean",
+        "running_var",
+        "weight",
+        "weight_t",
+    )
 
     def __init__(self, lin: nn.Linear, bn: nn.BatchNorm1d) -> None:
         self.weight, self.bias = lin.weight, lin.bias
@@ -83,7 +93,7 @@ class MLPStep:
         return cached[2]
 
     @classmethod
-    def of(cls, model: nn.Module, optimizer: torch.optim.Optimizer) -> "MLPStep | None":
+    def of(cls, model: nn.Module, optimizer: torch.optim.Optimizer) -> MLPStep | None:
         if type(model) is not Backbone or type(model.features) is not nn.Sequential or type(model.fc) is not nn.Linear:
             return None
         mods = list(model.features)

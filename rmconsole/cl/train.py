@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, cast
+from typing import cast
 
 import torch
 from torch import Tensor

@@ -37,14 +37,15 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import Any, ClassVar
 
 from .. import private, store
 from ..config import ConfigError
-from .processes import GPU_SHARE_ENV, process_argv, pid_alive, python_m
+from .processes import GPU_SHARE_ENV, pid_alive, process_argv, python_m
 
 SCHEDULER_POLL_S = 2.0  # how often a follower asks the scheduler (squeue is a controller RPC)
 UNKNOWN_GRACE_S = 60.0  # a job the scheduler does not list yet (just submitted) is not dead yet
@@ -106,7 +107,7 @@ class ExecutorSpec:
         return self.name + (":" + ",".join(parts) if parts else "")
 
     @classmethod
-    def from_text(cls, text: str) -> "ExecutorSpec":
+    def from_text(cls, text: str) -> ExecutorSpec:
         name, _, rest = text.partition(":")
         pairs = [p for p in rest.split(",") if p]
         runs_per_gpu = 1
@@ -460,8 +461,8 @@ class RunJob:
         if here != self.store_seen:
             raise RuntimeError(f"this job sees the store {here}, but its runs were submitted to {self.store_seen}: "
                                f"let the scheduler export RMCONSOLE_DB to the job (sbatch's default --export=ALL)")
-        job_id = os.environ.get("SLURM_ARRAY_JOB_ID") and (
-            f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}") or \
+        job_id = (os.environ.get("SLURM_ARRAY_JOB_ID") and (
+            f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}")) or \
             os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID") or "?"
         if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0:
             self._continue_after_requeue(job_id)

@@ -28,14 +28,15 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from .. import private, store
-from ..store.db import password_by_file
 from ..cl.datasets import data_root
+from ..store.db import password_by_file
 from .multigpu import worker_command
 from .processes import exit_reason, is_run_process, pid_alive, process_argv, python_m
 
@@ -580,10 +581,9 @@ def resume_run(run_id: int, rendezvous: Any = None, executor: Any = KEEP) -> Res
     checkpoint, an unwritable RMCONSOLE_HOME) is one line before the run is touched, so its
     recorded error stays. A queued run that nobody will start (a sweep's, with no queue runner)
     is started here too."""
-    from .executors import check_scheduler, spec_of, submit_runs
-
     from ..config import build_config
     from .checkpoints import check_checkpoint, load_checkpoint
+    from .executors import check_scheduler, spec_of, submit_runs
 
     reap_dead([store.get_run(run_id)])
     run = store.get_run(run_id)

@@ -37,16 +37,23 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, TypeVar
+from typing import TypeVar
 from urllib.parse import quote
 
 from sqlalchemy import event, inspect, select
 from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.exc import (ArgumentError, DBAPIError, IntegrityError, InvalidatePoolError, OperationalError,
-                            SQLAlchemyError)
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    InvalidatePoolError,
+    OperationalError,
+    SQLAlchemyError,
+)
 from sqlmodel import Session, SQLModel, col, create_engine
 
 from .. import private
@@ -179,7 +186,7 @@ def database_url() -> str:
     return database_url_object().render_as_string(hide_password=False)
 
 
-def sqlite_file(url: URL) -> Optional[Path]:
+def sqlite_file(url: URL) -> Path | None:
     """The file of a SQLite URL (None for other databases), absolute."""
     if url.get_backend_name() != "sqlite" or _memory_database(url):
         return None
@@ -191,7 +198,7 @@ def sqlite_file(url: URL) -> Optional[Path]:
     return Path(database).expanduser().resolve()
 
 
-def database_path() -> Optional[Path]:
+def database_path() -> Path | None:
     """The SQLite file of this process's store, or None when the store is not SQLite."""
     return sqlite_file(database_url_object())
 
@@ -323,7 +330,7 @@ def _describe_pid(pid: int) -> str:
     return f"pid {pid} ({shown})"
 
 
-def holders_text(path: Optional[Path]) -> str:
+def holders_text(path: Path | None) -> str:
     """"held by pid N (its command)" for a SQLite store's write lock, or "" when unknown."""
     pids = lock_holders(path) if path is not None else []
     return ("held by " + ", ".join(_describe_pid(p) for p in pids[:3])) if pids else ""
@@ -342,7 +349,7 @@ on_wait: Callable[[str], None] = _print_wait  # the TUI replaces it to show the 
 @dataclass
 class _Wait:
     what: str
-    path: Optional[Path]
+    path: Path | None
     started: float
     told: bool = False
 
@@ -354,10 +361,10 @@ class _Watch:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.waits: dict[int, _Wait] = {}
-        self.thread: Optional[threading.Thread] = None
+        self.thread: threading.Thread | None = None
         self.next = 0
 
-    def start(self, what: str, path: Optional[Path]) -> int:
+    def start(self, what: str, path: Path | None) -> int:
         with self.lock:
             self.next += 1
             self.waits[self.next] = _Wait(what, path, time.monotonic())
@@ -397,7 +404,7 @@ _WATCH = _Watch()
 
 
 @contextmanager
-def _watched(what: str, path: Optional[Path]) -> Iterator[None]:
+def _watched(what: str, path: Path | None) -> Iterator[None]:
     key = _WATCH.start(what, path)
     try:
         yield
@@ -408,7 +415,7 @@ def _watched(what: str, path: Optional[Path]) -> Iterator[None]:
 # ---------------------------------------------------------------------- errors, one line each
 
 
-def _free_bytes(path: Optional[Path]) -> Optional[int]:
+def _free_bytes(path: Path | None) -> int | None:
     if path is None:
         return None
     try:
@@ -440,7 +447,7 @@ def damaged_message(path: Path, error: str) -> str:
             f"place (or restore a backup); runs still training on it stop when it is replaced")
 
 
-def store_error(err: BaseException, url: Optional[URL] = None, doing: str = "use") -> StoreError:
+def store_error(err: BaseException, url: URL | None = None, doing: str = "use") -> StoreError:
     """Any database error as one line that says what is wrong and what to do."""
     if isinstance(err, StoreError):
         return err
@@ -479,7 +486,7 @@ def _unreachable(err: BaseException) -> bool:
     return any(word in low for word in UNREACHABLE_WORDS)
 
 
-_outage_hold: dict[str, Optional[float]] = {"s": None}
+_outage_hold: dict[str, float | None] = {"s": None}
 
 
 def hold_through_outages(seconds: float) -> None:
@@ -503,7 +510,7 @@ def outage_grace_s() -> float:
     return OUTAGE_GRACE_S if os.environ.get(LEASE_ENV) else 0.0
 
 
-_outage: dict[str, Optional[float]] = {"since": None}  # this process's current outage (shared by threads)
+_outage: dict[str, float | None] = {"since": None}  # this process's current outage (shared by threads)
 _outage_lock = threading.Lock()
 
 
@@ -544,7 +551,7 @@ def _within_grace(attempt: Callable[[], T]) -> T:
 # ---------------------------------------------------------------------- the engine
 
 
-def _file_id(path: Path) -> Optional[tuple[int, int]]:
+def _file_id(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
     except OSError:

@@ -6,8 +6,9 @@ App can import its pages without an import cycle (app -> screens, never screens 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
 
 from .data import RunRow
 

@@ -48,8 +48,8 @@ from torch import Tensor
 
 from .. import memory as M
 from .base import Method, Task
-from .incremental import NewOldClasses, frozen_copy
 from .bic_params import BiCParams
+from .incremental import NewOldClasses, frozen_copy
 from .taskfree import TaskFree
 
 BETA_L2 = 0.1  # BiC's reference code penalises beta (its "gamma") by 0.1 * beta^2 / 2

@@ -22,7 +22,8 @@ Two ways to apply it (`penalty_step`):
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar, cast
+from collections.abc import Callable
+from typing import Generic, TypeVar, cast
 
 import torch
 from torch import Tensor
