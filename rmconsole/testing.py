@@ -350,8 +350,9 @@ class _Watch:
             self.over.setdefault(key, f"{size} {when}")
 
     def memory_now(self, hook: str) -> None:
+        memory: Any = getattr(self.method, "memory", None)
         try:
-            size = len(getattr(self.method, "memory", None))  # type: ignore[arg-type]
+            size = len(memory)
         except TypeError:
             return  # no memory to count
         self.memory_size(size, f"after {hook} ({self.context()})", hook)

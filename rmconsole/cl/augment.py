@@ -30,6 +30,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import cast
 
 import torch
 import torch.nn.functional as nnf
@@ -568,7 +569,7 @@ class TrainDraw:
             return draws[0]
 
         def join(parts: list[Tensor | None]) -> Tensor | None:
-            return None if parts[0] is None else torch.cat(parts)  # type: ignore[arg-type]
+            return None if parts[0] is None else torch.cat(cast("list[Tensor]", parts))  # all None, or all tensors
 
         slots = tuple((torch.cat([d.slots[s][0] for d in draws]), torch.cat([d.slots[s][1] for d in draws]))
                       for s in range(len(draws[0].slots)))

@@ -430,6 +430,13 @@ def executor_for(spec: ExecutorSpec) -> Executor:
     return EXECUTORS[spec.name](spec)
 
 
+def _job_of(run: store.Run) -> str:
+    """How the scheduler holding `run` names its job (a scheduled run: executor and job id set)."""
+    spec = spec_of(run)
+    assert spec is not None and run.job_id is not None, f"run {run.id} is not held by a scheduler"
+    return executor_for(spec).describe(run.job_id)
+
+
 def log_path(run_id: int) -> Path:
     return store.home().resolve() / "logs" / f"run-{run_id}.log"
 
@@ -600,10 +607,10 @@ def scheduled_verdicts(runs: list[store.Run], stale_after_s: float) -> list[Verd
     by_spec: dict[str, list[store.Run]] = {}
     for run in runs:
         if run.status in store.ACTIVE and is_scheduled(run):
-            by_spec.setdefault(run.executor, []).append(run)  # type: ignore[arg-type]
+            by_spec.setdefault(run.executor or "", []).append(run)  # (is_scheduled: it names one)
     for text, group in by_spec.items():
         executor = executor_for(ExecutorSpec.from_text(text))
-        states = _asked(text, executor, sorted({r.job_id for r in group}))  # type: ignore[misc]
+        states = _asked(text, executor, sorted({r.job_id or "" for r in group}))  # (each has one: is_scheduled)
         for run in group:
             assert run.id is not None and run.job_id is not None
             job = executor.describe(run.job_id)
@@ -674,7 +681,7 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
         assert run.id is not None and run.job_id is not None and run.executor is not None
         sharing = [r for r in store.list_runs(status=store.ACTIVE) if r.job_id == run.job_id and r.id not in ids]
         if sharing:
-            store.mark_stopped(run.id, f"stopped by request; its worker in {executor_for(spec_of(run)).describe(run.job_id)} "  # type: ignore[arg-type]
+            store.mark_stopped(run.id, f"stopped by request; its worker in {_job_of(run)} "
                                        f"(shared with runs {', '.join(str(r.id) for r in sharing)}) exits at its next heartbeat")
         else:
             cancel.setdefault(run.executor, []).append(run.job_id)
@@ -683,7 +690,7 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
     _ASKED.clear()
     for run in runs:  # a run whose worker has not claimed it yet ends here (a claim after this fails)
         if run.job_id in {j for ids in cancel.values() for j in ids}:
-            job = executor_for(spec_of(run)).describe(run.job_id)  # type: ignore[arg-type]
+            job = _job_of(run)
             store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)",
                                only_from=("queued",))
     deadline = time.monotonic() + grace_s + 5  # the worker's SIGTERM handler, or Slurm's KillWait
@@ -693,7 +700,7 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
         if pending:
             time.sleep(0.2)
     for run in pending:
-        job = executor_for(spec_of(run)).describe(run.job_id)  # type: ignore[arg-type]
+        job = _job_of(run)
         was = store.get_run(run.id).status
         store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)" if was == "queued"
                            else f"stopped by request ({job} cancelled)")

@@ -172,9 +172,9 @@ def worker_state(run: store.Run) -> str:
     supervisor or worker), "gone", or "other" (alive, but not recognisably ours: a pid reused by
     another program, or a worker started in-process by some other launcher). Only "ours" is
     ever signalled; "other" is judged by its heartbeat, like a run on another host."""
-    if not pid_alive(run.pid):
+    if run.pid is None or not pid_alive(run.pid):
         return "gone"
-    argv = process_argv(run.pid)  # type: ignore[arg-type]
+    argv = process_argv(run.pid)
     if argv is not None and run.id is not None and is_run_process(argv, run.id):
         return "ours"
     return "other"
@@ -334,7 +334,7 @@ def _heartbeat_age(run: store.Run, now: datetime) -> float | None:
 
 def _kill_group(run: store.Run) -> None:
     try:
-        os.killpg(run.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        os.killpg(run.pid, signal.SIGKILL)  # type: ignore[arg-type]  # no pid: the TypeError below
     except (ProcessLookupError, PermissionError, TypeError):
         pass
 
@@ -437,7 +437,7 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
         return stopped("stopped before it started" if run.status == "queued"
                        else "stopped by request (its worker was already gone)")
     try:
-        os.killpg(run.pid, signal.SIGTERM)  # type: ignore[arg-type]
+        os.killpg(run.pid, signal.SIGTERM)  # type: ignore[arg-type]  # no pid: the TypeError below
     except (ProcessLookupError, PermissionError, TypeError):
         pass
     deadline = time.monotonic() + grace_s

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, cast
-
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from .console import Console
@@ -13,9 +11,9 @@ from .console import Console
 class RunCommands(Provider):
     """`open run 12 …`, `stop run 12 …`, `resume run 12 …`, `select run 12 …` for every run of the latest read."""
 
-    def _commands(self) -> list[tuple[str, str, Callable[[], Any]]]:
-        app = cast(Console, self.app)  # the App, through its face towards its pages
-        commands: list[tuple[str, str, Callable[[], Any]]] = []
+    def _commands(self) -> list[tuple[str, str, object]]:
+        app: Console = self.app  # type: ignore[assignment]
+        commands = []
         for row in reversed(app.rows):
             what = f"run {row.id} · {row.preset or '—'} · {row.method} · K={row.memory_size} · seed {row.seed} · {row.status}"
             commands.append((f"Open {what}", "Task stream, memory, accuracy and log", partial(app.open_run, row.id)))
@@ -31,11 +29,11 @@ class RunCommands(Provider):
 
     async def discover(self) -> Hits:
         for title, help_text, callback in self._commands()[:30]:
-            yield DiscoveryHit(title, callback, help=help_text)
+            yield DiscoveryHit(title, callback, help=help_text)  # type: ignore[arg-type]
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for title, help_text, callback in self._commands():
             score = matcher.match(title)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), callback, help=help_text)
+                yield Hit(score, matcher.highlight(title), callback, help=help_text)  # type: ignore[arg-type]
