@@ -115,7 +115,7 @@ async def test_filter_sort_select_and_compare() -> None:
         await pilot.press("escape", "s")  # sort by status (ascending)
         assert [cell(app, i, "status") for i in table_ids(app)] == ["failed", "finished", "queued", "running"]
         await pilot.press("r")
-        assert next(cell(app, i, "status") for i in table_ids(app)) == "running"
+        assert [cell(app, i, "status") for i in table_ids(app)][0] == "running"
         await pilot.press("question_mark")  # ? lists the keys
         assert app.screen.query("HelpPanel")
         await pilot.press("question_mark")

@@ -20,10 +20,9 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from collections import Counter
 from pathlib import Path
-
-import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 KILLED = {1: "killed", 3: "killed", 36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout",

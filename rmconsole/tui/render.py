@@ -320,9 +320,9 @@ def metrics_line(row: RunRow) -> Text:
         text.append(f"\ntop-{row.topk} ", style="grey62")
         text.append("  ".join(f"{m.label.removesuffix(' top-k')} {row.metric_text(m.name, mark=False)}" for m in figures),
                     style="bold")
-    papers = [(m, row.value(m.name), paper.paper_figure(row.config, m.name))
-              for m in metric_registry.catalogue() if m.paper]
-    shown = [(m, value, f) for m, value, f in papers if f is not None]
+    figures = [(m, row.value(m.name), paper.paper_figure(row.config, m.name))
+               for m in metric_registry.catalogue() if m.paper]
+    shown = [(m, value, f) for m, value, f in figures if f is not None]
     if shown:
         text.append("\npaper ", style="grey62")
         for m, value, figure in shown:

@@ -57,7 +57,7 @@ class MIR(TaskFree, Method[MIRParams]):
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         lr = self.step_lr()
         virtual = {n: (p - lr * g if g is not None else p).detach() for n, p, g in zip(names, params, grads)}
-        virtual.update(dict(self.model.named_buffers()))
+        virtual.update({n: b for n, b in self.model.named_buffers()})
         x_c = self.accel.prepare(self.setup.augmenter.test(self.images_of(candidates)))
         y_c = self.labels_of(candidates)
         self.model.eval()
