@@ -59,7 +59,7 @@ class OnlineProtocol:
 
     def plans(self, n_classes: int) -> list[TaskPlan]:
         return [TaskPlan(t, len(s), self.groups[t], streams.composition(self.train_labels, s, n_classes),
-                         streams.stream_hash(s), [tuple(f) for f in self.first[t]])  # type: ignore[misc]
+                         streams.stream_hash(s), [(c, at) for c, at in self.first[t]])
                 for t, s in enumerate(self.tasks)]
 
 

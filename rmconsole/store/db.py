@@ -717,7 +717,7 @@ def _create_schema(engine: Engine, url: URL) -> None:
 def _add_identity(conn: Connection) -> None:
     """The store's identity row, written once when the store is created (or first opened by an
     rmconsole that knows identities): a random id that a recreated store never shares."""
-    table = StoreIdentity.__table__  # type: ignore[attr-defined]
+    table = StoreIdentity.__table__  # type: ignore[attr-defined]  # set on table=True classes; sqlmodel does not declare it
     if conn.execute(select(table.c.store_id)).first() is None:
         conn.execute(table.insert().values(id=1, store_id=uuid.uuid4().hex))
 

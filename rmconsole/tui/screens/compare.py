@@ -126,7 +126,7 @@ class CompareScreen(PollingScreen):
             notes.append("grey @k/T: partial metrics (after task k of T), not final", style="grey62")
             from rich.console import Group
 
-            return Group(table, notes)  # type: ignore[return-value]
+            return Group(table, notes)  # type: ignore[return-value]  # a renderable like the others (rich.console imported lazily)
         return table
 
     def action_back(self) -> None:

@@ -111,7 +111,7 @@ class RunsTable(DataTable):
         self._shown.clear()
         for key, label, _, justify, _ in COLUMNS:
             if key in self._widths:
-                self.add_column(Text(label, justify=justify), width=self._widths[key], key=key)  # type: ignore[arg-type]
+                self.add_column(Text(label, justify=justify), width=self._widths[key], key=key)  # type: ignore[arg-type]  # COLUMNS' justify: "left"/"right"
         self.watch_sorted_by()
         self._keep = keep
         self._sync()
@@ -218,8 +218,8 @@ class RunsTable(DataTable):
         for key, label, _, justify, _ in COLUMNS:
             if key not in self._widths:
                 continue
-            text = Text(label, justify=justify)  # type: ignore[arg-type]
+            text = Text(label, justify=justify)  # type: ignore[arg-type]  # COLUMNS' justify: "left"/"right"
             if key == column:
                 text.append(" ▼" if descending else " ▲", style="bold")
-            self.columns[key].label = text  # type: ignore[index]
+            self.columns[key].label = text  # type: ignore[index]  # a ColumnKey hashes and compares as its str
         self.refresh()
