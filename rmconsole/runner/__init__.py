@@ -58,24 +58,9 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:  # the same names, for readers and type checkers
     from .executors import EXECUTORS, ExecutorSpec, parse_executor
-    from .launch import (
-        KEEP,
-        Launched,
-        Resumed,
-        StartedWorkers,
-        StartFailed,
-        check_identity,
-        delete_run,
-        describe_os_error,
-        follow_run,
-        launch_run,
-        log_path,
-        reap_dead,
-        record_exit,
-        resume_run,
-        shorten,
-        stop_run,
-    )
+    from .launch import (KEEP, Launched, Resumed, StartedWorkers, StartFailed, check_identity, delete_run,
+                         describe_os_error, follow_run, launch_run, log_path, reap_dead, record_exit, resume_run,
+                         shorten, stop_run)
     from .multigpu import Rendezvous, join_run
     from .processes import pid_alive
     from .queue import DriverLock, LaunchedSweep, ScheduledSweep, SweepQueue, driver_pid, launch_sweep, stop_sweep

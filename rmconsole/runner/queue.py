@@ -30,20 +30,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping, Optional
 
 from .. import private, store
 from ..config import ConfigError
 from . import launch
-from .driver import driver_pid, lock_path
+from .driver import driver_pid, lock_path  # noqa: F401  (driver_pid: part of the face)
 from .executors import SCHEDULER_POLL_S
 from .processes import GPU_SHARE_ENV, StopSignal, pid_alive, python_m
 from .sweep import SweepPlan, plan_sweep, status_counts, store_sweep
 
-Starter = Callable[[int, dict | None], Any]
+Starter = Callable[[int, Optional[dict]], Any]
 
 
 class QueueBusy(Exception):
@@ -126,7 +125,7 @@ class DriverLock:
             self.handle.close()
             self.handle = None
 
-    def __enter__(self) -> DriverLock:
+    def __enter__(self) -> "DriverLock":
         self.acquire()
         return self
 
@@ -211,7 +210,7 @@ class SweepQueue:
                      f"({run.method}, seed {run.seed}); log {launch.log_path(run.id)}")
         return bool(self.busy or pending or foreign)
 
-    def run(self, poll_s: float = 0.5, on_tick: Callable[[SweepQueue], None] | None = None) -> dict[str, int]:
+    def run(self, poll_s: float = 0.5, on_tick: Callable[["SweepQueue"], None] | None = None) -> dict[str, int]:
         """Drive the queue to its end; returns the runs per status."""
         while True:
             more = self.step()
@@ -272,7 +271,7 @@ class ScheduledSweep:
                 self.log(f"run {run.id} {run.status}{shown}{where}" + (f" — {run.error}" if run.error else ""))
         return any(r.status in store.ACTIVE for r in runs)
 
-    def run(self, poll_s: float = SCHEDULER_POLL_S, on_tick: Callable[[ScheduledSweep], None] | None = None
+    def run(self, poll_s: float = SCHEDULER_POLL_S, on_tick: Callable[["ScheduledSweep"], None] | None = None
             ) -> dict[str, int]:
         while True:
             more = self.step()
@@ -334,10 +333,10 @@ class LaunchedSweep:
         return log_path(self.sweep_id)
 
 
-def launch_sweep(preset: str | None, pairs: list[str], *, seeds: str | None = None, seed: int | None = None,
-                 device: str | None = None, parallel: int | None = None, detach: bool = False,
-                 runs_per_gpu: int | None = None, executor: Any = None, name: str | None = None,
-                 tags: list[str] | None = None) -> LaunchedSweep:
+def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str] = None, seed: Optional[int] = None,
+                 device: Optional[str] = None, parallel: Optional[int] = None, detach: bool = False,
+                 runs_per_gpu: Optional[int] = None, executor: Any = None, name: Optional[str] = None,
+                 tags: Optional[list[str]] = None) -> LaunchedSweep:
     """Validate every grid point and refuse what cannot run here (a missing dataset or GPU,
     gpus > 1) before anything is stored; store the grid as queued runs; with `detach` start a
     queue runner that outlives this process (else the caller drives a `SweepQueue`). With an

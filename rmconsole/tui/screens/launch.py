@@ -38,11 +38,11 @@ def preview(preset: str, overrides_text: str, seeds: str = "") -> tuple[dict[str
     from ...runner.sweep import is_sweep, plan_sweep
 
     pairs = split_overrides(overrides_text)
-    seed_text = seeds.strip() or None
+    seeds = seeds.strip() or None
     overridden = {p.partition("=")[0].strip() for p in pairs}
     _, table = read_preset(preset)
-    if is_sweep(pairs, seed_text):
-        plan = plan_sweep(preset, pairs, seed_text)
+    if is_sweep(pairs, seeds):
+        plan = plan_sweep(preset, pairs, seeds)
         axes = {k for k, v in plan.axes.items() if len(v) > 1}
         from_preset = for_method(table, {"method": plan.configs[0].method})
         config = plan.configs[0].to_dict()
@@ -82,7 +82,7 @@ class LaunchScreen(Screen):
         Binding("escape", "back", "Back"),
     ]
 
-    app: Console  # type: ignore[assignment]  # Screen.app seen through the App's face (tui/console.py)
+    app: Console  # type: ignore[assignment]
 
     def __init__(self, preset: str = DEFAULT_PRESET, overrides: str = "", name: str = "", tags: str = "",
                  seeds: str = "", cloned_from: int | None = None) -> None:
