@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import cast
@@ -410,7 +411,7 @@ def apply_ops(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
     return out.index_select(0, params[:, 1].long())
 
 
-def apply_slots(images: Tensor, slots) -> Tensor:
+def apply_slots(images: Tensor, slots: Iterable[tuple[Tensor, Tensor]]) -> Tensor:
     """The op slots of a RandAugment/AutoAugment draw, one after the other."""
     for op_ids, mags in slots:
         images = apply_ops(images, op_ids, mags)
@@ -463,7 +464,7 @@ def randaugment(images: Tensor, gen: torch.Generator, num_ops: int = 2, magnitud
     return apply_slots(images, randaugment_draw(n, h, w, gen, num_ops, magnitude, num_bins))
 
 
-def _policy_tables(policy) -> tuple[Tensor, Tensor, Tensor]:
+def _policy_tables(policy: Sequence[Sequence[tuple[str, float, int | None]]]) -> tuple[Tensor, Tensor, Tensor]:
     ops = torch.tensor([[OP_ID[op] for op, _, _ in sub] for sub in policy])
     prob = torch.tensor([[p for _, p, _ in sub] for sub in policy])
     bins = torch.tensor([[b or 0 for _, _, b in sub] for sub in policy])

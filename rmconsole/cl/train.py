@@ -34,6 +34,7 @@ from torch.optim import optimizer as optim_hooks
 
 from .accel import train_chunk
 from .augment import Augmenter, TrainDraw
+from .distributed import Dist
 from .events import EpochStats
 from .graphs import GraphedStep, launch_bound, set_lr
 from .learner import Learner, Task
@@ -313,7 +314,7 @@ class _Chunk:
 
 
 def _epoch_chunks(epochs: int, batches_of: Callable[[int], list[Tensor]], chunk_images: int,
-                  dist) -> Iterator[_Chunk]:
+                  dist: Dist | None) -> Iterator[_Chunk]:
     """The chunks of every epoch in order; an epoch's batches are asked for when its first
     chunk is (an epoch without batches is one empty chunk: its learning rate, evaluation...)."""
     for epoch in range(epochs):

@@ -41,10 +41,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
-from sqlalchemy import event, inspect, select
+from sqlalchemy import Select, event, inspect, select
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -54,6 +54,7 @@ from sqlalchemy.exc import (
     OperationalError,
     SQLAlchemyError,
 )
+from sqlalchemy.orm import ORMExecuteState
 from sqlmodel import Session, SQLModel, col, create_engine
 
 from .. import private
@@ -561,7 +562,7 @@ def _file_id(path: Path) -> tuple[int, int] | None:
 
 def _sqlite_events(engine: Engine, path: Path) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, record) -> None:
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
         record.info["file_id"] = _file_id(path)
         dbapi_conn.isolation_level = None  # let the "begin" hook below issue BEGIN itself
         cur = dbapi_conn.cursor()
@@ -572,7 +573,7 @@ def _sqlite_events(engine: Engine, path: Path) -> None:
         cur.close()
 
     @event.listens_for(engine, "checkout")
-    def _on_checkout(dbapi_conn, record, proxy) -> None:
+    def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         now = _file_id(path)
         if now is None:
             raise StoreGone(f"the store {path} is gone (removed while this process used it)")
@@ -580,7 +581,7 @@ def _sqlite_events(engine: Engine, path: Path) -> None:
             raise InvalidatePoolError(f"the store file {path} was replaced")
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn) -> None:
+    def _on_begin(conn: Connection) -> None:
         options = conn.get_execution_options()
         busy = options.get("sqlite_busy_s", BUSY_TIMEOUT_S)  # per transaction: a pooled connection keeps it
         conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(busy * 1000)}")
@@ -789,14 +790,15 @@ def _retryable(err: OperationalError) -> bool:
 
 
 @event.listens_for(Session, "do_orm_execute")
-def _lock_rows_read_for_writing(state) -> None:
+def _lock_rows_read_for_writing(state: ORMExecuteState) -> None:
     """In a write session on PostgreSQL, a read of whole rows (session.get, select(Table)) locks
     them until the transaction ends: what SQLite's one write lock gives, at row level."""
     if not (state.session.info.get("lock_rows") and state.is_select and not state.is_relationship_load):
         return
-    described = state.statement.column_descriptions
+    statement = cast("Select[Any]", state.statement)  # is_select: a Select
+    described = statement.column_descriptions
     if described and all(d.get("entity") is not None and d.get("expr") is d.get("entity") for d in described):
-        state.statement = state.statement.with_for_update()
+        state.statement = statement.with_for_update()
 
 
 def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int = 12,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual import events
 from textual.widgets import RichLog
@@ -27,7 +29,7 @@ class LogPanel(RichLog):
 
     DEFAULT_CSS = css_beside(__file__)
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_lines=2000, wrap=True, min_width=20, highlight=False, markup=False, auto_scroll=True, **kwargs)
         self.border_title = "log"
         self.n_lines = 0
