@@ -44,7 +44,7 @@ from rmconsole import long_lived_imports  # how the `rmconsole` command imports 
 if sys.argv[2] == "cli":  # the `rmconsole tui` path: the CLI module (Typer, the store, report) first
     with long_lived_imports():
         import rmconsole.cli
-    rmconsole.cli.store.get_engine()  # what the `tui` command does before its app starts
+    rmconsole.store.get_engine()  # what the `tui` command does before its app starts
 with long_lived_imports():
     from rmconsole.tui import RMConsoleApp
     from rmconsole.tui.widgets.runs_table import RunsTable

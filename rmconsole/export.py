@@ -141,7 +141,7 @@ def to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str = "
 
 def _log_memory_plot(client: Any, run_id: str, detail: dict[str, Any]) -> None:
     try:
-        from .report import plot_memory
+        from .report.figures import plot_memory
     except ImportError:  # (no matplotlib: the JSON is there)
         return
     with tempfile.TemporaryDirectory() as tmp:

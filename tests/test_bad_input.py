@@ -181,7 +181,7 @@ def _fill(text: str, tmp: Path, home: Path) -> str:
 
 def _main(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["rmconsole", *argv])
-    monkeypatch.setattr(cli, "_debug", False)
+    monkeypatch.setattr(cli.errors, "_debug", False)
     with pytest.raises(SystemExit) as exited:
         cli.main()
     out = capsys.readouterr()

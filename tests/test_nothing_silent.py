@@ -643,7 +643,7 @@ def test_a_bug_is_one_line_and_debug_shows_it(isolated_home, monkeypatch, capsys
     monkeypatch.setattr(sys, "argv", ["rmconsole", "--debug", "runs"])
     with pytest.raises(RuntimeError):
         cli.main()
-    monkeypatch.setattr(cli, "_debug", False)
+    monkeypatch.setattr(cli.errors, "_debug", False)
 
 
 def test_a_replaced_store_is_read_anew(isolated_home, tmp_path) -> None:

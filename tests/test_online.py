@@ -254,7 +254,7 @@ def test_a_bad_method_table_in_a_preset_is_one_line(tmp_path) -> None:
 
 
 def test_the_follow_ups_numbers_ship_as_data() -> None:
-    from rmconsole.report_anytime import follow_up_figure, follow_up_figures
+    from rmconsole.report.anytime import follow_up_figure, follow_up_figures
 
     figures = follow_up_figures()
     assert len(figures) == 28  # 7 methods x CIFAR10, CIFAR100, TinyImageNet, ImageNet (PROTOCOL §9.7)

@@ -1,4 +1,4 @@
-"""report.py on hand-made runs: aggregation (mean, std, count), incomplete cells, every format,
+"""The report package on hand-made runs: aggregation (mean, std, count), incomplete cells, every format,
 and the figures."""
 
 from __future__ import annotations

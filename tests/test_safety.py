@@ -37,7 +37,7 @@ def finished_run(accuracy: float = 80.0) -> int:
 def main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
     """The real CLI entry point in this process: (exit code, stdout, stderr)."""
     monkeypatch.setattr(sys, "argv", ["rmconsole", *argv])
-    monkeypatch.setattr(cli, "_debug", False)
+    monkeypatch.setattr(cli.errors, "_debug", False)
     with pytest.raises(SystemExit) as exited:
         cli.main()
     out = capsys.readouterr()

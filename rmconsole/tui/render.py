@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import metric_registry
+from ..numbers import fmt
 from ..cl.protocols import protocol_of
 from .data import MemoryUpdate, RunRow, StreamTask
 
@@ -20,17 +21,6 @@ STATUS_STYLES = {"finished": "green", "running": "bold cyan", "queued": "yellow"
 CLASS_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
                  "#9c755f", "#bab0ac")
 BLOCKS = " ▁▂▃▄▅▆▇█"
-
-
-def fmt(value: Optional[float], digits: int = 2) -> str:
-    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
-def duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "—"
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def status_text(status: str) -> Text:

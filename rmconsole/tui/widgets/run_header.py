@@ -10,7 +10,8 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ..data import RunRow, RunView
-from ..render import bar, duration, status_text
+from ...numbers import duration
+from ..render import bar, status_text
 from . import css_beside
 
 

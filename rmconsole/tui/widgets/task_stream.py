@@ -9,7 +9,8 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ..data import RunView
-from ..render import fmt, stream_bar, stream_counts
+from ...numbers import fmt
+from ..render import stream_bar, stream_counts
 from . import css_beside
 
 CURRENT_ROW = "on #1d3557"

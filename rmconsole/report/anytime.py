@@ -1,7 +1,7 @@
 """Reports of task-free runs (the follow-up's protocol): the anytime lines of `rmconsole show`
 and the follow-up's figure, accuracy against samples seen (`rmconsole report --plot`).
 
-Pure, like report.py: runs come in as `show --json` / `runs --json` dicts and anytime rows as
+Pure, like the rest of the report package: runs come in as `show --json` / `runs --json` dicts and anytime rows as
 (samples, accuracy) pairs; out come text lines or a PNG.
 """
 
@@ -16,17 +16,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from . import metric_registry
-from .cl import protocols
-from .report import Report, ReportError, _pyplot, _save, col_title, format_value, row_title
-
+from .. import metric_registry
+from ..cl import protocols
+from ..numbers import fmt
+from ..store.filters import format_value
+from .figures import _pyplot, _save
+from .tables import Report, ReportError, col_title, row_title
 
 def is_task_free(run: dict[str, Any]) -> bool:
     return protocols.is_task_free(run.get("config") or {})
-
-
-def _num(value: Any, digits: int = 2) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
 
 
 def anytime_lines(detail: dict[str, Any]) -> list[str]:
@@ -66,9 +64,9 @@ def anytime_lines(detail: dict[str, Any]) -> list[str]:
         share = (100 * evaluation / (train + evaluation)) if train and evaluation is not None else None
         budget = cfg.get("compute_budget")
         skipped = m.get("samples_skipped")
-        lines.append(f"compute: train {_num(train, 1)} s ({_num(m.get('train_samples_per_s'), 1)} samples/s, "
-                     f"{_num(m.get('image_passes'), 0)} image passes), evaluation {_num(evaluation, 1)} s "
-                     f"({_num(m.get('evaluations_per_s'), 1)} evaluations/s, {_num(share, 1)}% of the two)"
+        lines.append(f"compute: train {fmt(train, 1)} s ({fmt(m.get('train_samples_per_s'), 1)} samples/s, "
+                     f"{fmt(m.get('image_passes'), 0)} image passes), evaluation {fmt(evaluation, 1)} s "
+                     f"({fmt(m.get('evaluations_per_s'), 1)} evaluations/s, {fmt(share, 1)}% of the two)"
                      + (f"; compute_budget {budget:g} passes/sample: {skipped} samples skipped" if budget else ""))
     return lines
 

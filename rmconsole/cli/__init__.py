@@ -1,0 +1,57 @@
+"""The `rmconsole` command line: a thin Typer face over config, store and runner.
+
+One module per responsibility; a command module registers its commands on the shared `app`
+(common.py) when it is imported, and this face imports every one of them:
+- common.py: the app, the consoles, the user's errors, count and run-id checks
+- errors.py: `--debug` and `main` (every failure one line on stderr)
+- selection.py: which runs a command means (ids, ranges, last, --where, --runs, filters)
+- printing.py: how a run is printed (`show`, the end of `run`), the sweeps' queue lines
+- run_commands.py: run, stop, resume, join; sweeps.py: driving a sweep from here
+- inspect_commands.py: show, runs
+- manage_commands.py: tag, note, rename, archive, rm, diff
+- report_commands.py: report, export
+- setup_commands.py: presets, new, config-keys, data
+- tui_commands.py: tui (and --serve)
+
+A new command: a module NAME_commands.py here that does `from .common import app` (and the
+consoles and checks it needs) and decorates its functions with `@app.command()` (a group:
+`app.add_typer(sub_app, name=...)`), added to the `from . import (...)` below (and to
+HELP_ORDER, for its place in `rmconsole --help`; one not named there comes last). The names
+below stay importable from `rmconsole.cli` for code written against the single-module CLI.
+"""
+
+from __future__ import annotations
+
+from . import (  # noqa: F401
+    inspect_commands,
+    manage_commands,
+    report_commands,
+    run_commands,
+    setup_commands,
+    tui_commands,
+)
+from .common import MAX_SLOTS, RUN_ID, USER_ERRORS, app, check_count, check_run_id, console, dim, err_console
+from .errors import main
+from .inspect_commands import runs, show
+from .printing import epoch_lines, print_run, print_sweep_queues, sparkline
+from .run_commands import follow
+from .selection import reap_quietly, select_runs
+from .sweeps import follow_sweep, run_sweep
+
+# the order of `rmconsole --help`'s commands (Typer lists them as registered; the modules
+# register them by responsibility, the help reads by what a user does first)
+HELP_ORDER = ("run", "show", "runs", "presets", "tag", "note", "rename", "archive", "rm", "diff", "config-keys",
+              "report", "export", "stop", "resume", "join", "tui")
+
+
+def _command_name(info: object) -> str:
+    name = getattr(info, "name", None)
+    return name or getattr(info, "callback").__name__.replace("_", "-")
+
+
+app.registered_commands.sort(key=lambda info: (HELP_ORDER.index(_command_name(info))
+                                               if _command_name(info) in HELP_ORDER else len(HELP_ORDER)))
+
+__all__ = ["HELP_ORDER", "MAX_SLOTS", "RUN_ID", "USER_ERRORS", "app", "check_count", "check_run_id", "console", "dim",
+           "epoch_lines", "err_console", "follow", "follow_sweep", "main", "print_run", "print_sweep_queues",
+           "reap_quietly", "run_sweep", "runs", "select_runs", "show", "sparkline"]

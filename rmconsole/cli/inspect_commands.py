@@ -1,0 +1,135 @@
+"""Commands that read runs: show and runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .. import metric_registry, runner, store
+from ..cl.metric_catalog import mark_carrier
+from ..config import ConfigError, shorten
+from ..store.filters import where
+from .common import RUN_ID, app, console, dim, err_console
+from .printing import print_run, print_sweep_queues
+from .selection import _run_id, reap_quietly
+
+
+@app.command(context_settings=RUN_ID)
+def show(run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last' (the newest run)."),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON (with every epoch row and memory update).")) -> None:
+    """One run: who it is (name, tags, note), config (overrides first), per-task accuracy, every
+    memory update's histogram, the epochs inside each task (loss, lr, samples/s), metrics."""
+    run_id = _run_id(run)
+    reap_quietly([store.get_run(run_id)])
+    detail = store.run_detail(run_id)
+    if as_json:
+        print(json.dumps(detail, indent=2))
+        return
+    print_run(run_id, detail)
+
+
+STATUS_COLOURS = {"finished": "green", "running": "cyan", "queued": "yellow", "failed": "red", "stopped": "magenta"}
+
+
+@app.command()
+def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
+                                                      help="Run filter terms, all of which must hold: "
+                                                           "method:rm,ewc k:500 tag:baseline override:epochs "
+                                                           "'A_last>85' or words."),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+         status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status."),
+         limit: int = typer.Option(50, "--limit", help="Show the newest N runs (0 = all)."),
+         sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only the runs of this sweep (an id or 'last')."),
+         all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too.")) -> None:
+    """All runs, newest last, and the queue of every sweep shown. A filter term is KEY:V1,V2 (any of
+    them), KEY>N (also >= < <= = !=) or a word; KEY is a run column, tag, override, a metric or a
+    config key. Partial metrics (a run not through all tasks) show as @k/T."""
+    if status is not None and status not in store.STATUSES:
+        raise ConfigError(f"--status {shorten(status)!r}: allowed: {', '.join(store.STATUSES)}")
+    if limit < 0:
+        raise ConfigError(f"--limit {shorten(limit)}: the newest N runs (N >= 1), or 0 for all")
+    run_filter = store.parse_run_filter(filters)
+    if status is not None:
+        run_filter &= where("status", [status])
+    reap_quietly()
+    if sweep_:
+        run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
+    records = store.find_runs(run_filter, archived=True if all_ else None)
+    if limit:
+        records = records[-limit:]
+    if as_json:
+        print(json.dumps([r.to_json() for r in records], indent=2))
+        return
+    if not records:  # a header over nothing says nothing: say what matched none
+        _say_none_match(filters, status, sweep_, all_)
+        return
+    table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold")
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    labels = [len(r.name or r.preset or "—") for r in records]
+    table.add_column("run", min_width=min(max(labels, default=3), 40))  # name, else preset: never cut (to 40)
+    table.add_column("method", no_wrap=True)
+    table.add_column("K", justify="right", no_wrap=True)
+    table.add_column("seed", justify="right", no_wrap=True)
+    wide = console.width >= 120  # narrower: a run's changes go on a second line under its name
+    if wide:
+        table.add_column("changes", overflow="fold", ratio=1)  # the overrides of the preset, then #tags
+    # the catalogue's metric columns; one of task-free runs only (A_auc) when such a run is listed
+    columns = [m for m in metric_registry.columns()
+               if "task" in m.protocols or any(m.name in r.metrics for r in records)]
+    carrier = mark_carrier(columns)  # (the column that writes a partial run's @k/T; the others are dim)
+    for m in columns:
+        table.add_column(m.label, justify="right", no_wrap=True)
+    jobs = store.job_states([r.id for r in records if r.status == "queued"])
+    marked = []
+    for r in records:
+        status_text = r.status if r.status != "running" or r.task is None else f"{r.task + 1}/{r.n_tasks} {r.phase or ''}"
+        if r.id in jobs:  # queued at a scheduler: its job and the scheduler's word
+            executor, job_id, job_state = jobs[r.id]
+            status_text = f"queued: {executor} job {job_id} {job_state or ''}".strip()
+        if r.i_last_note:  # I_last against a joint run that differs beyond its recipe
+            marked.append(r)
+        what = r.overrides_text
+        if r.tags:
+            what = (what + " " if what else "") + " ".join(f"#{t}" for t in r.tags)
+        if r.archived:
+            what = (what + " " if what else "") + "(archived)"
+        style = "dim" if r.partial else ""
+        label = escape(r.name or r.preset or "—")
+        changes = [escape(what)] if wide else []
+        if what and not wide:
+            label += f"\n[dim]{escape(what)}[/]"  # (wraps between words under the name)
+        table.add_row(str(r.id), f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]", label, r.method,
+                      str(r.memory_size), str(r.seed), *changes,
+                      *[dim(r.metric_text(m.name, mark=m is carrier), style if m.final_only and m.across is None
+                             else "") for m in columns])
+    console.print(table)
+    for r in marked:
+        console.print(f"* run {r.id}: I_last {r.i_last_note} (rmconsole show {r.id})", highlight=False)
+    if any(r.partial for r in records):
+        console.print("[dim]@k/T: partial, the metrics after task k of T (not final; no I_last)[/]", highlight=False)
+    print_sweep_queues([r.sweep_id for r in records if r.sweep_id])
+
+
+def _say_none_match(filters: Optional[list[str]], status: Optional[str], sweep_: Optional[str], all_: bool) -> None:
+    """`runs` found nothing: one line on stderr saying so (exit 1 when filters chose nothing, as grep)."""
+    stored = store.count_runs()
+    asked = [*(filters or []), *([f"--status {status}"] if status else []), *([f"--sweep {sweep_}"] if sweep_ else [])]
+    if not asked:
+        err_console.print("no runs in the store yet: start one with `rmconsole run`" if not stored else
+                          f"no runs to show ({stored} archived: `rmconsole runs --all`)", highlight=False)
+        return
+    ranges = [t for t in filters or [] if re.fullmatch(r"id[:=]\d+-\d+", t.strip())]
+    hint = ""
+    if ranges:
+        low, high = re.split(r"[:=]", ranges[0].strip(), maxsplit=1)[1].split("-")
+        hint = f"; a range of ids is two terms: 'id>={low}' 'id<={high}'"
+    err_console.print(f"no runs match {escape(shorten(' '.join(asked), 200))} ({stored} run(s) stored"
+                      f"{'' if all_ else ', archived ones hidden'}; see `rmconsole runs`){hint}", highlight=False,
+                      soft_wrap=True)
+    raise typer.Exit(1)

@@ -1,0 +1,197 @@
+"""How the CLI prints a run (`show`, the end of `run`) and the sweeps' queues (`runs`)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from rich.markup import escape
+from rich.table import Table
+
+from .. import metric_registry, plugins, runner, store
+from .. import report as reports
+from ..numbers import fmt
+from ..report import anytime as anytime_report
+from .common import console, err_console
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """A curve in one line of block characters (resampled to at most `width` points)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return ""
+    if len(values) > width:
+        step = len(values) / width
+        values = [values[int(i * step)] for i in range(width - 1)] + [values[-1]]
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    return "".join(SPARK[min(int((v - low) / span * 7.999), 7)] for v in values)
+
+
+def _metric(detail: dict[str, Any], key: str, letter: str) -> str:
+    m = detail["metrics"]
+    value = m.get(key)
+    if value is None:
+        return "—"
+    if m.get("partial"):
+        return f"{letter}@{m['tasks_done']}/{detail['progress']['n_tasks']} {fmt(value)}"
+    return fmt(value)
+
+
+def _show_metrics(detail: dict[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """What `show` prints of the catalogue: the main line (the RM paper's protocol's metrics,
+    which every run's JSON carries), the other measured ones beside it (dim), and the top-k
+    figures; a task-free run's own (A_auc, the online figures) are its anytime lines."""
+    measured = {k for k, v in detail["metrics"].items() if v is not None}
+    main = [x for x in metric_registry.listed(["task"], (), family="")]
+    own = [x for x in metric_registry.catalogue() if "task-free" in x.default_for and "task" not in x.default_for]
+    extra = [x for x in metric_registry.listed(["task"], measured, family="") if x not in main and x not in own]
+    return main, extra, metric_registry.listed(["task"], measured, family="topk")
+
+
+def _cross_text(detail: dict[str, Any], metric: Any) -> str:
+    """A cross-run metric (I_last) in `show`: its value and the run it was measured against, or why none."""
+    m = detail["metrics"]
+    if metric.name != "I_last":
+        value = m.get(metric.name)
+        return fmt(value) + (f" (vs run {m.get(metric.name + '_against')})" if value is not None else "")
+    differs = m.get("I_last_joint_differs")
+    if m["I_last"] is not None and differs:
+        what = "; ".join(f"{k} {store.show_value(v['run'])} here, {store.show_value(v['joint'])} there"
+                         for k, v in differs.items())
+        return f"{fmt(m['I_last'])}* (* vs joint run {m.get('I_last_joint_run')}, which differs in {what})"
+    if m["I_last"] is not None:
+        return f"{fmt(m['I_last'])} (vs joint run {m.get('I_last_joint_run')})"
+    if detail["method"] == "joint":
+        return "— (a joint run is the upper bound itself)"
+    if m.get("partial"):
+        return "— (partial: not all tasks are done)"
+    return "— (no matching joint run)"
+
+
+def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
+    """Per task and phase: epochs, the loss from first to last epoch with a sparkline, the lr
+    range and the mean samples/s (and the last test accuracy when it was recorded)."""
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for e in epochs:
+        groups.setdefault((e["task"], e["phase"]), []).append(e)
+    lines = []
+    for (task, phase), rows in groups.items():
+        losses = [r["loss"] for r in rows if r["loss"] is not None]
+        rates = [r["samples_per_s"] for r in rows if r["samples_per_s"]]
+        text = f"  T{task + 1} {phase:<7}{len(rows):>4} ep"
+        if len(losses) == 1:
+            text += f"  loss {losses[0]:.3f}"
+        elif losses:
+            text += f"  loss {losses[0]:.3f}→{losses[-1]:.3f}"
+            if len(losses) > 2:
+                text += f" {sparkline(losses, 12)}"
+        lrs = [r["lr"] for r in rows]
+        text += f"  lr {min(lrs):.2g}–{max(lrs):.2g}" if len(set(lrs)) > 1 else f"  lr {lrs[0]:.2g}"
+        if rates:
+            text += f"  {sum(rates) / len(rates):,.0f}/s"
+        tests = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
+        if tests:
+            text += f"  test {tests[-1]:.1f}%"
+        lines.append(text)
+    return lines
+
+
+def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
+    """What `show` promises: who the run is, its config (overrides first), the per-task accuracy,
+    every memory update's histogram, the epochs inside each task, and the metrics."""
+    detail = detail or store.run_detail(run_id)
+    tasks = detail["tasks"]
+    head = f"run [bold]{run_id}[/]"
+    if detail.get("name"):
+        head += f" “{escape(detail['name'])}”"
+    head += f" · {escape(detail['preset'] or '—')} · {detail['status']}"
+    if detail.get("sweep_id"):
+        head += f" · sweep {detail['sweep_id']}"
+    if detail.get("archived"):
+        head += " · [dim]archived[/]"
+    console.print(head, highlight=False)
+    if detail.get("tags"):
+        console.print(f"tags: {escape(', '.join(detail['tags']))}", highlight=False)
+    if detail.get("note"):
+        console.print(f"note: {escape(detail['note'])}", highlight=False)
+    config = detail["config"]
+    overrides = detail.get("overrides") or {}
+    console.print("overrides: " + (escape(" ".join(f"{k}={reports.format_value(v)}" for k, v in overrides.items()))
+                                   or "none (the preset as it is)"), highlight=False)
+    rest = " ".join(f"{k}={reports.format_value(v)}" for k, v in config.items() if k not in overrides)
+    console.print(f"[dim]config: {escape(rest)}[/]", highlight=False)
+    table = Table(title=None, box=None, padding=(0, 1), header_style="bold")
+    table.add_column("task", justify="right")
+    table.add_column("samples", justify="right")
+    table.add_column("major classes")
+    table.add_column("acc %", justify="right")
+    for j in range(len(tasks)):
+        table.add_column(f"T{j + 1}", justify="right", style="dim")
+    table.add_column("time s", justify="right")
+    for t in tasks:
+        majors = ", ".join(t["major_names"] or map(str, t["major_classes"])) if t.get("major_names") is not None \
+            else ", ".join(map(str, t["major_classes"]))
+        row = t["accuracy_row"] or [None] * len(tasks)
+        table.add_row(str(t["task"] + 1), f"{t['n_samples']:,}", majors, fmt(t["accuracy"]),
+                      *[fmt(v, 1) for v in row], fmt(t["seconds"], 1))
+    console.print(table)
+    if detail["memory"]:
+        policies = {(m.get("info") or {}).get("policy") for m in detail["memory"]} - {None}
+        console.print("memory after each update: size/slots per class, then samples per class in class_order"
+                      + (f" ({', '.join(sorted(policies))})" if policies else ""), highlight=False)
+        for m in detail["memory"]:
+            console.print(f"  T{m['task'] + 1} {m['size']}/{m['slots_per_class']}: {' '.join(map(str, m['histogram']))}",
+                          highlight=False)
+    if detail.get("epochs"):
+        console.print("epochs inside each task (mean training loss, learning rate, samples/s):", highlight=False)
+        for line in epoch_lines(detail["epochs"]):
+            console.print(line, highlight=False)
+    m = detail["metrics"]
+    main, extra, topk = _show_metrics(detail)
+    parts = []
+    for metric in main:
+        text = _cross_text(detail, metric) if metric.across is not None else _metric(detail, metric.name, metric.letter)
+        parts.append(f"{metric.name} {text}")
+    console.print("  ".join(parts), highlight=False)
+    if extra:  # measured beyond the protocol's own (e.g. the authors' test-selected figure), a line of their own
+        console.print("[dim]" + "  ".join(f"{metric.label} {_metric(detail, metric.name, metric.letter)}"
+                                          for metric in extra) + "[/]", highlight=False)
+    if m.get("partial"):
+        console.print(f"[yellow]partial:[/] metrics after task {m['tasks_done']} of {detail['progress']['n_tasks']} "
+                      f"(A@k/T is the accuracy after task k, not a final A_last)", highlight=False)
+    if m.get("topk") and topk:
+        shown = "  ".join(f"{t.label.removesuffix(' top-k')} {fmt(m.get(t.name), t.digits)}" for t in topk)
+        console.print(f"top-{m['topk']}: {shown}  (the figures above are top-1)")
+    if detail.get("job_id"):  # the scheduler's word is news only while the run is active
+        active = detail["status"] in store.ACTIVE and detail.get("job_state")
+        console.print(f"{(detail.get('executor') or '').split(':')[0]} job {detail['job_id']}"
+                      + (f": {detail['job_state']}" if active else ""), highlight=False)
+    for extra in anytime_report.anytime_lines(detail):  # task-free runs: A_auc, first appearances, compute
+        console.print(extra, highlight=False)
+    for entry in (detail.get("versions") or {}).get("plugins") or []:  # the plug-in packages that made it
+        console.print(f"plug-in {escape(plugins.provenance_text(entry))}", highlight=False)
+    if detail["error"]:
+        err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
+
+
+def print_sweep_queues(sweep_ids: list[str]) -> None:
+    """One line per sweep: its runs per status and who drives its queue."""
+    for sweep_id in dict.fromkeys(sweep_ids):
+        members = store.list_runs(sweep_id=sweep_id)
+        counts = runner.status_counts(members)
+        done = sum(counts.get(k, 0) for k in ("finished", "failed", "stopped"))
+        pid = runner.driver_pid(sweep_id)
+        held = sorted({f"{(r.executor or '').split(':')[0]} job {r.job_id}" for r in members
+                       if r.job_id and r.status in store.ACTIVE})
+        if held:
+            driver = f"; held by the scheduler: {', '.join(held[:5])}" + (" …" if len(held) > 5 else "")
+        elif pid:
+            driver = f"; queue driven by pid {pid}"
+        elif counts.get("queued"):
+            driver = f"; no queue runner: continue with `python -m rmconsole.runner.queue {sweep_id}`"
+        else:
+            driver = ""
+        console.print(f"sweep {sweep_id} ({members[0].preset}): {done}/{len(members)} done — " +
+                      ", ".join(f"{v} {k}" for k, v in counts.items()) + driver, highlight=False)

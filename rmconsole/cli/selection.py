@@ -1,0 +1,120 @@
+"""Which runs a command means: `3 4 7`, `3-9`, `last`, `--runs`, `--where`, run filters; and the
+quiet reaping of dead runs that a read-only command does first."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from rich.markup import escape
+
+from .. import runner, store
+from ..config import MAX_INT, ConfigError, shorten
+from ..store.filters import where, within
+from .common import check_run_id, err_console
+
+
+def _run_id(text: str) -> int:
+    """A run as typed: its id, or `last` (the newest run)."""
+    text = text.strip()
+    if text == "last":
+        try:
+            return store.newest_run_id()
+        except store.UnknownRun:
+            raise ConfigError("last: there is no run in the store yet") from None
+    if not text.lstrip("-").isdigit() or text.count("-") > 1 or text.startswith("--"):
+        raise ConfigError(f"run {shorten(text)!r}: expected a run id (see `rmconsole runs`) or 'last'")
+    return check_run_id(int(text))
+
+
+def _chosen_runs(items: list[str], where_: Optional[str] = None, option: str = "RUN") -> list[int]:
+    """Run ids from `3 4 7`, `3-9`, `3,4`, `last`, and/or a `--where` run filter; every id must exist."""
+    ids: list[int] = []
+    for item in items:
+        for part in item.split(","):
+            part = part.strip()
+            first, dash, last = part.partition("-")
+            if dash and first.isdigit() and last.isdigit():
+                ids.extend(range(int(first), int(last) + 1))
+            elif part:
+                ids.append(_run_id(part))
+    if where_ is not None:
+        ids.extend(r.id for r in store.find_runs(where_, archived=True))
+    if not ids:
+        raise ConfigError(f"give the runs ({option}: ids like 3 4 7, 3-9 or last" +
+                          (", or --where FILTER)" if where_ is None else "); --where matched none"))
+    known = set(store.run_statuses())
+    missing = [i for i in dict.fromkeys(ids) if i not in known]
+    if missing:
+        raise store.UnknownRun(missing[0])
+    return list(dict.fromkeys(ids))
+
+
+def _listed(option: str, text: Optional[str]) -> Optional[list[str]]:
+    if text is None:
+        return None
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values:
+        raise ConfigError(f"{option} {text!r}: expected one or more comma-separated values")
+    return values
+
+
+def _run_id_ranges(text: str) -> list[tuple[int, int]]:
+    """`3,4,7` or `3-9` (or both) -> [(3, 3), (4, 4), (7, 7)] / [(3, 9)]: ranges stay ranges, so
+    `1-99999999999` costs nothing."""
+    ranges = []
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ConfigError(f"--runs {shorten(text)!r}: expected run ids like 3,4,7 or 3-9")
+        low, high = int(first), int(last) if dash else int(first)
+        if low > high:
+            raise ConfigError(f"--runs {shorten(text)!r}: {low}-{high} is empty (the first id is larger than the last)")
+        if high > MAX_INT:
+            raise ConfigError(f"--runs {shorten(text)!r}: run ids go up to {MAX_INT}")
+        ranges.append((low, high))
+    return ranges
+
+
+def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, dataset: Optional[str] = None,
+                method: Optional[str] = None, status: Optional[str] = None, run_ids: Optional[str] = None,
+                where_: Optional[list[str]] = None, filters: Optional[list[str]] = None,
+                archived: bool = False) -> list[store.RunRecord]:
+    """The stored runs that pass every option and filter term (comma-separated values mean any of them)."""
+    statuses = _listed("--status", status)
+    for value in statuses or []:
+        if value not in store.STATUSES:
+            raise ConfigError(f"--status {shorten(value)!r}: allowed: {', '.join(store.STATUSES)}")
+    run_filter = store.parse_run_filter(filters)
+    listed = {"status": statuses, "preset": _listed("--preset", preset), "dataset": _listed("--dataset", dataset),
+              "method": _listed("--method", method)}
+    for key, values in listed.items():
+        if values is not None:
+            run_filter &= where(key, values)
+    if run_ids is not None:
+        run_filter &= within("id", _run_id_ranges(run_ids))
+    for pair in where_ or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--where {shorten(pair)!r}: expected KEY=VALUE or KEY=V1,V2")
+        run_filter &= where(key.strip(), runner.split_values(raw.strip()))
+    reap_quietly()
+    if sweep_:
+        run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
+    return store.find_runs(run_filter, archived=True if archived or run_ids is not None else None)
+
+
+def reap_quietly(runs: Optional[list[Any]] = None) -> list[int]:
+    """Mark dead runs failed (runner.reap_dead) for a command that only reads: each one it marks
+    is said on stderr; if the store's write lock is busy, the look is skipped with a note
+    (a read never waits on a writer)."""
+    try:
+        dead = runner.reap_dead(runs, busy_s=2.0)
+    except store.StoreLocked as err:
+        err_console.print(f"note: dead runs were not checked this time: {escape(str(err))}", highlight=False,
+                          soft_wrap=True)
+        return []
+    for run_id in dead:
+        run = store.get_run(run_id)
+        err_console.print(f"run {run_id} marked failed: {escape(shorten(run.error or '', 300))}", highlight=False,
+                          soft_wrap=True)
+    return dead
