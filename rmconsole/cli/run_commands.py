@@ -72,11 +72,11 @@ def run(
                                  rendezvous=rendezvous, executor=spec, name=name, tags=list(tags))
     run_id, cfg, proc = launched.run_id, launched.config, launched.process
     if detach:
-        if launched.job_id is not None:
+        if launched.job_id is not None and spec is not None:
             err_console.print(f"run {run_id}: submitted as {spec.name} job {launched.job_id}", highlight=False)
         console.print(run_id)
         return
-    where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None else ""
+    where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None and spec is not None else ""
     console.print(f"run [bold]{run_id}[/] ({escape(name or launched.preset)}): {cfg.method} on {cfg.dataset}, "
                   f"K={cfg.memory_size}, {cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}; "
                   f"log {runner.log_path(run_id)}")
