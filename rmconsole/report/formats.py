@@ -57,7 +57,7 @@ def to_csv(report: Report) -> str:
     writer.writerow(heads)
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
-        for j, col in enumerate(report.cols):
+        for j in range(len(report.cols)):
             cell = report.cell(i, j)
             for metric in report.metrics:
                 with_paper = report.with_paper and _paper(metric)
