@@ -77,7 +77,7 @@ class RunsTable(DataTable):
     selected_ids: var[frozenset[int]] = var(frozenset(), init=False)
     sorted_by: var[tuple[str, bool]] = var(("id", True), init=False)  # (column, descending)
 
-    def __init__(self, **kwargs: "Any") -> None:
+    def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._cells: dict[str, tuple[tuple[object, ...], ...]] = {}
         self._shown: dict[str, tuple[RunRow, bool]] = {}
