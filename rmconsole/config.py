@@ -99,6 +99,10 @@ class RunKeys(BaseModel):
         default="online", description="online: one pass over the stream, then E epochs on the memory; offline: E epochs "
                                       "per task; iblurry / siblurry: the follow-up's task-free stream, trained sample by "
                                       "sample with anytime evaluation (docs/anytime.md)")
+    val_fraction: float = Field(default=0.0, ge=0, lt=0.5,
+                                description="share of EACH class's training samples held out as a validation stream "
+                                            "(never trained on, never in the memory; validation accuracy is measured "
+                                            "where test accuracy is, for selection: `report --select-by`); 0 = none")
     disjoint_classes: int = Field(default=50, ge=0, le=100,
                                   description="i-Blurry / Si-Blurry: N, the percent of classes that are disjoint")
     online_iter: float = Field(default=1.0, gt=0, description="task-free streams: model updates per streamed sample (fractional allowed)")

@@ -30,6 +30,7 @@ class RunSettings(Protocol):
     memory_size: int
     n_tasks: int
     blurry: int
+    val_fraction: float  # share of each class's training samples held out for validation (issue 30)
     stream: Literal["online", "offline", "iblurry", "siblurry"]
     disjoint_classes: int  # i-Blurry / Si-Blurry N (percent of disjoint classes)
     online_iter: float  # task-free streams: updates per streamed sample

@@ -127,6 +127,9 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
     table.add_column("samples", justify="right")
     table.add_column("major classes")
     table.add_column("acc %", justify="right")
+    validated = any(t.get("val_accuracy") is not None for t in tasks)
+    if validated:  # the held-out validation stream's figure beside the test one (val_fraction > 0)
+        table.add_column("val %", justify="right")
     for j in range(len(tasks)):
         table.add_column(f"T{j + 1}", justify="right", style="dim")
     table.add_column("time s", justify="right")
@@ -135,8 +138,13 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None) -> None:
             else ", ".join(map(str, t["major_classes"]))
         row = t["accuracy_row"] or [None] * len(tasks)
         table.add_row(str(t["task"] + 1), f"{t['n_samples']:,}", majors, fmt(t["accuracy"]),
-                      *[fmt(v, 1) for v in row], fmt(t["seconds"], 1))
+                      *([fmt(t.get("val_accuracy"))] if validated else []), *[fmt(v, 1) for v in row],
+                      fmt(t["seconds"], 1))
     console.print(table)
+    held = detail.get("validation")
+    if held:
+        console.print(f"validation: {held['samples']:,} training samples held out ({held['fraction']:g} of each "
+                      f"class; hash {held['hash']}), never trained on; val % = accuracy on them", highlight=False)
     if detail["memory"]:
         policies = {(m.get("info") or {}).get("policy") for m in detail["memory"]} - {None}
         console.print("memory after each update: size/slots per class, then samples per class in class_order"

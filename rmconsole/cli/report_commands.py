@@ -12,6 +12,7 @@ from .. import metric_registry, runner, store
 from .. import report as reports
 from ..config import ConfigError, shorten
 from ..report import anytime as anytime_report
+from ..report import select_by as select_by_validation
 from ..sanitize import clean_block
 from ..store.filters import where
 from .common import app, console, err_console
@@ -48,6 +49,10 @@ def report(
                                                help="Draw the training loss and learning rate of every epoch of the "
                                                     "selected runs (PNG)."),
     all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too."),
+    select_by: Optional[str] = typer.Option(None, "--select-by", metavar="METRIC",
+                                            help="Per row, only the configuration best on this VALIDATION metric "
+                                                 "(val_A_last, val_A_avg, val_A_auc: runs with val_fraction > 0), "
+                                                 "mean over seeds; its test figures are reported."),
 ) -> None:
     """Tables of stored runs: cells are mean ± std over seeds; also the paper's figures as PNG."""
     if fmt not in reports.FORMATS:
@@ -68,6 +73,11 @@ def report(
     if memory_plot is not None and len(runs) != 1:
         raise ConfigError(f"--memory-plot draws one run, but {len(runs)} match: choose it with --runs ID")
     summaries = [r.to_json() for r in runs]
+    chosen = None
+    if select_by is not None:  # per row (and column group), the validation-best configuration's runs
+        chosen = select_by_validation.select(summaries, select_by,
+                                             [*(_listed("--rows", rows) or ["method"]), *(_listed("--cols", cols) or ())])
+        summaries = chosen.runs
     table = reports.build_report(summaries, rows=_listed("--rows", rows), cols=_listed("--cols", cols) or (),
                                  metrics=_listed("--metrics", metrics), only_changed=only_changed, paper=paper)
     if fmt == "table":
@@ -78,6 +88,9 @@ def report(
             sys.stdout.write(text)
         else:
             err_console.print(f"wrote {reports.write_output(out, text.encode(), '--out')}", highlight=False)
+    if chosen is not None:  # what was selected, and among how many (stderr beside a file format's output)
+        for line in chosen.lines(digits):
+            (console if fmt == "table" else err_console).print(clean_block(line), markup=False, highlight=False)
     if plot is not None:
         used = {run_id for cell in table.cells.values() for run_id in cell.used}
         if anytime_report.has_anytime(summaries):  # the follow-up's figure: accuracy against samples seen

@@ -372,7 +372,7 @@ def caption(report: Report) -> str:
                      if used else "no matching figure") + "; Δ = this table's mean minus the paper's")
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")
-    return "; ".join(parts)
+    return "; ".join(dict.fromkeys(parts))  # (metrics that share a note, e.g. the validation ones: said once)
 
 
 def _metric_columns(report: Report) -> list[str]:

@@ -285,12 +285,18 @@ class StoreReporter(Reporter):
         with self.lock:
             self.task_seconds.append(outcome.seconds)
         auc = f", A_auc so far {summary['A_auc']:.2f}" if summary.get("A_auc") is not None else ""
-        print(f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}% "
+        val = f", validation {outcome.val_accuracy:.2f}%" if outcome.val_accuracy is not None else ""
+        print(f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}%{val} "
               f"({outcome.seconds:.1f} s); A_avg so far {summary['A_avg']:.2f}{auc}", flush=True)
 
     def anytime_evaluated(self, point: AnytimePoint) -> None:
         with self.lock:
             self.anytime.append(point)
+
+    def validation_held_out(self, info: dict[str, Any]) -> None:
+        store.update_run(self.run_id, lease=self.lease, validation=info)
+        print(f"validation: {info['samples']} train samples held out ({info['fraction']:g} of each class), "
+              f"hash {info['hash']}", flush=True)
 
     def log(self, message: str) -> None:
         print(message, flush=True)

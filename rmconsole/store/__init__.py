@@ -16,7 +16,7 @@ from .queries import (
     RunParts, UnknownRun, accuracy_curves, anytime_curves, anytime_evals, checkpoint_checksums, count_runs,
     epoch_json, epoch_metrics, find_runs, get_run, job_states, joint_accuracy, joint_run, list_runs, memory_snapshots,
     newest_run_id, run_detail, run_parts, run_record, run_records, run_statuses, run_summary, store_id, sweep_ids,
-    task_results, task_streams,
+    task_results, task_streams, validation_curves, anytime_validation_curves,
 )
 from .records import JOINT_KEYS, RunRecord, show_value, with_intransigence
 from .runs import (
@@ -43,5 +43,5 @@ __all__ = [
     "mark_stopped", "memory_snapshots",
     "parse_run_filter", "reading", "record_memory", "record_start", "record_task", "requeue_run", "run_detail",
     "run_parts", "run_record", "run_records", "run_statuses", "run_summary", "show_value", "shown_url", "summarize_results",
-    "sweep_ids", "task_results", "task_streams", "update_run", "utcnow", "with_intransigence", "write",
+    "sweep_ids", "task_results", "validation_curves", "anytime_validation_curves", "task_streams", "update_run", "utcnow", "with_intransigence", "write",
 ]

@@ -307,6 +307,36 @@ def accuracy_curves(run_ids: Iterable[int]) -> dict[int, list[float]]:
     return curves
 
 
+def validation_curves(run_ids: Iterable[int]) -> dict[int, list[Optional[float]]]:
+    """The VALIDATION accuracy after each task of every given run (val_fraction > 0; None for a
+    task without one, an empty list for a run with no task done): what a search prunes on, read
+    without a single test figure."""
+    run_ids = list(run_ids)
+    curves: dict[int, list[Optional[float]]] = {i: [] for i in run_ids}
+    with reading() as session:
+        rows = session.exec(select(TaskResult.run_id, TaskResult.val_accuracy)
+                            .where(col(TaskResult.run_id).in_(run_ids))
+                            .order_by(col(TaskResult.run_id), col(TaskResult.task))).all()
+    for run_id, accuracy in rows:
+        curves[run_id].append(accuracy)
+    return curves
+
+
+def anytime_validation_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
+    """(samples seen, validation accuracy) of every anytime evaluation that measured one (task-free
+    runs with val_fraction > 0), per given run."""
+    run_ids = list(run_ids)
+    curves: dict[int, list[tuple[int, float]]] = {i: [] for i in run_ids}
+    with reading() as session:
+        rows = session.exec(select(AnytimeEval.run_id, AnytimeEval.samples, AnytimeEval.val_accuracy)
+                            .where(col(AnytimeEval.run_id).in_(run_ids), col(AnytimeEval.val_accuracy).is_not(None))
+                            .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))).all()
+    for run_id, samples, accuracy in rows:
+        if accuracy is not None:  # (the query leaves none; the column is nullable)
+            curves[run_id].append((samples, accuracy))
+    return curves
+
+
 def job_states(ids: Iterable[int]) -> dict[int, tuple[str, str, str | None]]:
     """For the runs among `ids` that a scheduler holds: (executor name, job id, its last state)."""
     ids = list(ids)
@@ -349,6 +379,9 @@ def run_detail(run_id: int) -> dict[str, Any]:
             "best_epoch_accuracy": result.best_epoch_accuracy if result else None,
             "topk_accuracy": result.topk_accuracy if result else None,
             "topk_accuracy_row": result.topk_accuracy_row if result else None,
+            **({"val_accuracy": result.val_accuracy, "val_accuracy_row": result.val_accuracy_row,
+                "val_class_accuracy": result.val_class_accuracy}
+               if result is not None and result.val_accuracy is not None else {}),
             "seconds": result.seconds if result else None,
         })
     detail.update({
@@ -359,10 +392,12 @@ def run_detail(run_id: int) -> dict[str, Any]:
         "class_indexing": CLASS_INDEXING,
         "anytime": [{"task": a.task, "samples": a.samples, "accuracy": a.accuracy, "n_classes": a.n_classes,
                      **({"class_accuracy": a.class_accuracy} if a.class_accuracy is not None else {}),
+                     **({"val_accuracy": a.val_accuracy} if a.val_accuracy is not None else {}),
                      "seconds": a.seconds} for a in anytime],
         "class_order": run.class_order,
         "class_names": run.class_names,
         "pipeline": run.pipeline,
+        "validation": run.validation,
         "versions": run.versions,
         "git_commit": run.git_commit,
         "host": run.host,

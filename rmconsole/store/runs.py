@@ -175,7 +175,10 @@ def record_task(run_id: int, outcome: Any, lease: Optional[Lease] = None,
                                eval_classes=outcome.eval_classes, best_epoch_accuracy=outcome.best_epoch_accuracy,
                                topk=getattr(outcome, "topk", 1) if getattr(outcome, "topk_accuracy", None)
                                is not None else None, topk_accuracy=getattr(outcome, "topk_accuracy", None),
-                               topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None), seconds=outcome.seconds,
+                               topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None),
+                               val_accuracy=getattr(outcome, "val_accuracy", None),
+                               val_accuracy_row=getattr(outcome, "val_accuracy_row", None),
+                               val_class_accuracy=getattr(outcome, "val_class_accuracy", None), seconds=outcome.seconds,
                                checkpoint_sha256=checkpoint_sha256))
         session.flush()
         run = session.get(Run, run_id)
@@ -192,7 +195,8 @@ def task_rows(results: Iterable[TaskResult]) -> list[TaskRow]:
     """The task rows as the metric catalogue reads them (plain data)."""
     return [TaskRow(task=r.task, accuracy=r.accuracy, accuracy_row=list(r.accuracy_row or []),
                     class_accuracy=r.class_accuracy, best_epoch_accuracy=r.best_epoch_accuracy, topk=r.topk,
-                    topk_accuracy=r.topk_accuracy, topk_accuracy_row=r.topk_accuracy_row) for r in results]
+                    topk_accuracy=r.topk_accuracy, topk_accuracy_row=r.topk_accuracy_row,
+                    val_accuracy=r.val_accuracy, val_accuracy_row=r.val_accuracy_row) for r in results]
 
 
 def stored_summary(rows: RunRows) -> dict[str, Any]:
@@ -215,7 +219,7 @@ def run_rows(session: Session, run: Run, online: dict[str, Any] | None = None) -
     """One run's stored rows as plain data for the catalogue: config, task rows, anytime rows and
     the loop's latest online figures (those given, else those of the run's last summary)."""
     assert run.id is not None
-    anytime = [AnytimePoint(a.samples, a.accuracy, a.n_classes) for a in _anytime(session, run.id)]
+    anytime = [AnytimePoint(a.samples, a.accuracy, a.n_classes, a.val_accuracy) for a in _anytime(session, run.id)]
     figures = {**(run.metrics or {}), **{k: v for k, v in (online or {}).items() if v is not None}}
     return RunRows(config=run.config or {}, tasks=task_rows(_results(session, run.id)), anytime=anytime,
                    online=figures, n_tasks=run.n_tasks)
@@ -240,7 +244,8 @@ def record_anytime(run_id: int, points: list[Any], lease: Optional[Lease] = None
         session.flush()
         for p in points:
             session.add(AnytimeEval(run_id=run_id, task=p.task, samples=p.samples, accuracy=p.accuracy,
-                                    n_classes=p.n_classes, class_accuracy=p.class_accuracy, seconds=p.seconds))
+                                    n_classes=p.n_classes, class_accuracy=p.class_accuracy, seconds=p.seconds,
+                                    val_accuracy=getattr(p, "val_accuracy", None)))
         session.flush()
         run = session.get(Run, run_id)
         if run is None:

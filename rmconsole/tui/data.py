@@ -126,6 +126,7 @@ class TaskAccuracy:
     accuracy: float
     accuracy_row: tuple[Optional[float], ...]
     seconds: float
+    val_accuracy: Optional[float] = None  # on the held-out validation stream (val_fraction > 0)
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,8 @@ class RunFeed:
                                                       tuple((int(c), int(p)) for c, p in s.first_appearances or ()))
                                            for s in parts.streams)
         if parts.results is not None:
-            self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds)
+            self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds,
+                                                        r.val_accuracy)
                                            for r in parts.results)
         if parts.memory is not None:
             self._parts["memory"] = tuple(_memory_update(m) for m in parts.memory)

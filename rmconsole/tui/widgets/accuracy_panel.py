@@ -67,5 +67,9 @@ class AccuracyPanel(Vertical):
             anytime.points = tuple((p.samples, p.accuracy) for p in view.anytime)
             anytime.total, anytime.boundaries = total, tuple(ends)
         else:
-            chart.curves, chart.n_tasks = {f"run {view.row.id}": tuple(accs)}, n_tasks
+            curves = {f"run {view.row.id}": tuple(accs)}
+            val = [r.val_accuracy for r in view.results]
+            if val and all(v is not None for v in val):  # validation beside test (val_fraction > 0)
+                curves[f"run {view.row.id} (val)"] = tuple(v for v in val if v is not None)
+            chart.curves, chart.n_tasks = curves, n_tasks
         self.query_one("#matrix", Static).update(accuracy_matrix(view.accuracy_matrix, accs, n_tasks))
