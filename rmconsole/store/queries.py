@@ -7,8 +7,9 @@ joint-run rule, and plain dicts for the JSON outputs. `get_run` / `list_runs` gi
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Optional, Union, cast
@@ -20,7 +21,7 @@ from .db import reading
 from .filters import RunFilter, parse_run_filter
 from .. import metric_registry
 from .records import RunRecord, candidate_filters, iso, stored_metrics, with_intransigence
-from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
+from .tables import ACTIVE, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
 
 
 class UnknownRun(Exception):
@@ -89,6 +90,26 @@ def run_statuses() -> dict[int, str]:
         return dict(session.exec(select(Run.id, Run.status)).all())
 
 
+@dataclass(frozen=True)
+class RunsPoll:
+    """What a poller needs to tell which runs can have changed, without reading every run: the
+    run count, the newest id, and the ids of the queued or running runs (an index lookup)."""
+
+    count: int
+    max_id: int
+    active: frozenset[int]
+
+
+def poll_runs() -> RunsPoll:
+    """One cheap read (two aggregates and the status index) that costs the same for 100 or
+    10,000 runs: with it a poller re-reads only the active runs, the runs that were active last
+    time, and everything only when the count or the newest id moved (a run added or deleted)."""
+    with reading() as session:
+        count, max_id = session.exec(select(func.count(col(Run.id)), func.max(Run.id))).one()
+        active = session.exec(select(Run.id).where(col(Run.status).in_(ACTIVE))).all()
+    return RunsPoll(int(count or 0), int(max_id or 0), frozenset(i for i in active if i is not None))
+
+
 def sweep_ids() -> list[str]:
     """Every sweep id in the store, oldest first (by its first run)."""
     with reading() as session:
@@ -135,6 +156,53 @@ def _record(row: Any, names: set[str]) -> RunRecord:
         config=config, topk=stored.get("topk"),
         name=r["name"], tags=tuple(r["tags"] or ()), note=r["note"], overrides=MappingProxyType(dict(r["overrides"] or {})),
         archived=r["archived_at"] is not None)
+
+
+# What changes while a run is live, plus the JSON columns as their text (compared, not parsed):
+# a poller that knows a run's record re-reads only these (`live_records`).
+_LIVE_COLUMNS = (Run.id, Run.status, Run.task, Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s,
+                 Run.eta_s, Run.error, Run.heartbeat_at, Run.started_at, Run.finished_at, Run.device, Run.host,
+                 Run.pid, Run.log_path, Run.name, Run.note, Run.archived_at, Run.n_tasks,
+                 type_coerce(Run.metrics, String).label("metrics_json"), type_coerce(Run.tags, String).label("tags_json"),
+                 type_coerce(Run.overrides, String).label("overrides_json"))
+_LIVE_FIELDS = ("status", "task", "phase", "phase_done", "phase_total", "samples_per_s", "eta_s", "error",
+                "heartbeat_at", "started_at", "finished_at", "device", "host", "pid", "log_path", "name", "note",
+                "n_tasks")
+
+
+def live_records(known: Mapping[int, RunRecord], texts: dict[int, tuple[Any, ...]],
+                 ids: Iterable[int]) -> list[RunRecord]:
+    """The records of `ids` for a poller that holds their last records (`known`) and the text of
+    their JSON columns at that read (`texts`, updated here): a run whose metrics, tags and
+    overrides are unchanged gets its known record with the live columns replaced, without
+    decoding JSON; the others (and runs not known yet) are read whole. Cross-run metrics are
+    left to the caller (as `run_records(ids, i_last=False)`)."""
+    ids = list(ids)
+    if not ids:
+        return []
+    out: dict[int, RunRecord] = {}
+    whole: list[int] = []
+    with reading() as session:
+        found: Any = session.exec(select(*_LIVE_COLUMNS).where(col(Run.id).in_(ids))).all()  # (rows with _mapping)
+        for row in found:
+            r = row._mapping
+            text = (r["metrics_json"], r["tags_json"], r["overrides_json"])
+            old = known.get(r["id"])
+            if old is None or texts.get(r["id"]) != text:
+                whole.append(r["id"])
+                texts[r["id"]] = text
+                continue
+            live = tuple(r[k] for k in _LIVE_FIELDS) + (r["archived_at"] is not None,)
+            if live == tuple(getattr(old, k) for k in _LIVE_FIELDS) + (old.archived,):
+                out[r["id"]] = old
+                continue
+            fresh = copy.copy(old)  # a frozen record: its copy's live fields set in place before anyone sees it
+            fresh.__dict__.update(zip(_LIVE_FIELDS, live))
+            fresh.__dict__["archived"] = live[-1]
+            out[r["id"]] = fresh
+        if whole:
+            out.update((rec.id, rec) for rec in _records(session, whole))
+    return [out[i] for i in sorted(out)]
 
 
 def _read(session: Session, query: Any) -> list[RunRecord]:

@@ -80,6 +80,11 @@ class LaunchScreen(Screen):
     BINDINGS = [
         Binding("ctrl+s", "start", "Start run", priority=True),
         Binding("escape", "back", "Back"),
+        # Tab moves focus as the App receives it (a priority binding), before the next key is
+        # forwarded: as a plain binding it took effect only after the key had bubbled back up
+        # from the focused Input, so keys typed right after Tab landed in the previous field
+        Binding("tab", "app.focus_next", "Next field", show=False, priority=True),
+        Binding("shift+tab", "app.focus_previous", "Previous field", show=False, priority=True),
     ]
 
     app: Console  # type: ignore[assignment]

@@ -39,7 +39,7 @@ class AccuracyPanel(Vertical):
             yield Static(id="matrix")
 
     def on_resize(self) -> None:
-        self.set_class(self.size.width < 100, "narrow")  # chart above the matrix when side by side is cramped
+        self.set_class(self.size.width < 64, "narrow")  # chart above the matrix when side by side is cramped
 
     def compute_drawn(self) -> tuple[Any, ...]:
         """Results and summary metrics only: a running task's progress leaves the panel alone."""

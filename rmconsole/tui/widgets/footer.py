@@ -15,6 +15,11 @@ class Footer(TextualFooter):
 
     _last_shown: tuple | None = None
 
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        """Compact: at 80 columns every shown key fits, `?` and `q` included."""
+        super().__init__(*args, **kwargs)
+        self.compact = True
+
     def _shown_keys(self, screen: Screen) -> tuple:
         return tuple((binding.key, binding.action, binding.description, enabled, tooltip)
                      for (_, binding, enabled, tooltip) in screen.active_bindings.values() if binding.show)
