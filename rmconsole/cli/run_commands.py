@@ -130,7 +130,7 @@ def stop(run: Optional[str] = typer.Argument(None, metavar="[RUN]", help="Run id
         counts = runner.stop_sweep(sweep_id, grace)
         console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()), highlight=False)
         return
-    run_id = _run_id(run)  # type: ignore[arg-type]
+    run_id = _run_id(run)  # type: ignore[arg-type]  # not None: exactly one of RUN and --sweep (checked above)
     console.print(f"run {run_id} {runner.stop_run(run_id, grace)}")
 
 

@@ -160,7 +160,7 @@ def _record(row: Any, names: set[str]) -> RunRecord:
 
 # What changes while a run is live, plus the JSON columns as their text (compared, not parsed):
 # a poller that knows a run's record re-reads only these (`live_records`).
-_LIVE_COLUMNS = (Run.id, Run.status, Run.task, Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s,
+_LIVE_COLUMNS: tuple[Any, ...] = (Run.id, Run.status, Run.task, Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s,
                  Run.eta_s, Run.error, Run.heartbeat_at, Run.started_at, Run.finished_at, Run.device, Run.host,
                  Run.pid, Run.log_path, Run.name, Run.note, Run.archived_at, Run.n_tasks,
                  type_coerce(Run.metrics, String).label("metrics_json"), type_coerce(Run.tags, String).label("tags_json"),

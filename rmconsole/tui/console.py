@@ -25,6 +25,9 @@ class Console(Protocol):
 
     def pop_screen(self) -> Any: ...  # textual's App.pop_screen: back to the page below
 
+    @property
+    def size(self) -> Any: ...  # textual's App.size (a Size: width, height)
+
     def open_compare(self, run_ids: Iterable[int] | None = None) -> None: ...
 
     def open_launch(self, clone_of: int | None = None) -> None: ...

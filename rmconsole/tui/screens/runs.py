@@ -51,7 +51,7 @@ class RunsScreen(PollingScreen):
         super().__init__()
         self.feed = data.RunsFeed()  # used by one read thread at a time
         self.filter_error: str | None = None  # the `/` filter does not read (shown on the status line)
-        self._counted: tuple | None = None  # type: ignore[type-arg]  # (rows, _counts()) of the last read
+        self._counted: tuple | None = None  # (rows, _counts()) of the last read
 
     def compose(self) -> ComposeResult:
         yield Header()

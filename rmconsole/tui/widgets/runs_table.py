@@ -119,7 +119,7 @@ class RunsTable(DataTable):
         self._widths: dict[str, int] = {}
         self._keep: Optional[int] = None  # the run the cursor was on before the columns were rebuilt
         self._compact = False
-        self._fact_cache: dict[int, tuple] = {}  # type: ignore[type-arg]  # run id -> (row, label length, flags, metrics)
+        self._fact_cache: dict[int, tuple] = {}  # run id -> (row, label length, flags, metrics)
         self._lengths: Counter[int] = Counter()  # label length -> rows with it
         self._flags: Counter[str] = Counter()  # "anytime" / a compact metric -> rows with it
         self._keys: dict[int, str] = {}  # run id -> its row key
@@ -155,7 +155,7 @@ class RunsTable(DataTable):
         width = max((n for n, c in lengths.items() if c > 0), default=8)
         return width, flags["anytime"] > 0, frozenset(k for k in COMPACT_METRICS if flags[k] > 0)
 
-    def _count(self, fact: tuple, sign: int) -> None:  # type: ignore[type-arg]
+    def _count(self, fact: tuple, sign: int) -> None:
         self._lengths[fact[1]] += sign
         for name in (*fact[2], *fact[3]):
             self._flags[name] += sign
