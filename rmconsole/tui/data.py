@@ -185,9 +185,9 @@ class TaskAccuracy:
     accuracy: float
     accuracy_row: tuple[Optional[float], ...]
     seconds: float
-    val_accuracy: Optional[float] = None  # on the held-out validation stream (val_fraction > 0)
     class_accuracy: tuple[Optional[float], ...] = ()  # per class (class-order index) after this task
     eval_classes: tuple[int, ...] = ()  # the classes seen so far (tested)
+    val_accuracy: Optional[float] = None  # on the held-out validation stream (val_fraction > 0)
 
 
 @dataclass(frozen=True)
@@ -299,8 +299,8 @@ class RunFeed:
                                            for s in parts.streams)
         if parts.results is not None:
             self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds,
-                                                        r.val_accuracy, tuple(r.class_accuracy or ()),
-                                                        tuple(r.eval_classes or ()))
+                                                        tuple(r.class_accuracy or ()), tuple(r.eval_classes or ()),
+                                                        r.val_accuracy)
                                            for r in parts.results)
         if parts.memory is not None:
             self._parts["memory"] = tuple(_memory_update(m) for m in parts.memory)
