@@ -64,6 +64,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RMCONSOLE_HOME", str(home))
     monkeypatch.delenv("RMCONSOLE_DB", raising=False)
     monkeypatch.setenv("RMCONSOLE_WARM", "0")  # no warm-start server per test home (tests/test_warm.py turns it on)
+    monkeypatch.setenv("RMCONSOLE_WARM_DIR", str(tmp_path / "warm-servers"))  # never the user's own servers
     monkeypatch.setenv("PYTHONPATH", repo_on_path(os.environ.get("PYTHONPATH", "")))
     monkeypatch.chdir(tmp_path)
     return home

@@ -102,6 +102,7 @@ def _files(tmp: Path) -> None:
     (tmp / "bad.toml").write_text('dataset = "digits"\nmodel = \n')
     (tmp / "extra.toml").write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = 100\ncolour = "blue"\n')
     (tmp / "typed.toml").write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = "big"\n')
+    (tmp / "quoted.toml").write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = "200"\n')
     (tmp / "binary.toml").write_bytes(b'dataset = "\xff\xfe"\n')
     (tmp / "folder.toml").mkdir()
     (tmp / "plots.png").mkdir()

@@ -194,6 +194,8 @@ def test_launch_preview_marks_overrides_and_refuses_bad_values() -> None:
     assert sources["epochs"] == "override" and config["method"] == "rm"
     with pytest.raises(ConfigError, match="seeds"):
         preview("digits-blurry10-online", "", "1,x")
+    config, sources, what = preview("digits-blurry10-online", "epochs=2", "3")  # one seed: one run, not a sweep
+    assert what == "one run" and config["seed"] == 3 and sources["seed"] == "override"
     # the form lists the run's own keys: the common ones, then its method's
     config, sources, _ = preview("digits-blurry10-online", "method=bic bic_temperature=3")
     assert config["bic_temperature"] == 3 and sources["bic_temperature"] == "override" and "rm_variant" not in config

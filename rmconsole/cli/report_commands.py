@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from .. import metric_registry, runner, store
 from .. import report as reports
@@ -120,8 +121,8 @@ def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR
                                               help="Where: a folder (MLflow file store, TensorBoard log dir) or, "
                                                    "for MLflow, a tracking URI.")) -> None:
     """Write runs into an MLflow tracking store or TensorBoard event files: config as params,
-    per-task and per-epoch metrics, memory histograms (`pip install 'rmconsole[mlflow]'` /
-    `'rmconsole[tensorboard]'`). `rmconsole export 3 4 --to mlflow ./mlruns`."""
+    per-task and per-epoch metrics, memory histograms (`pip install 'rmconsole\\[mlflow]'` /
+    `'rmconsole\\[tensorboard]'`). `rmconsole export 3 4 --to mlflow ./mlruns`."""
     from .. import export as exporter
 
     if to not in exporter.TARGETS:
@@ -146,11 +147,14 @@ def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR
     try:
         if to == "mlflow":
             written = exporter.to_mlflow(details, target, experiment)
-            console.print(f"exported {len(written)} run(s) to MLflow at {target} (experiment {experiment!r}); "
-                          f"see them with: mlflow ui --backend-store-uri {target}", highlight=False)
+            console.print(f"exported {len(written)} run(s) to MLflow at {escape(target)} (experiment "
+                          f"{escape(repr(experiment))})", highlight=False, soft_wrap=True)
+            hint = exporter.view_hint("mlflow", target, experiment, exporter.experiment_id_of(target, experiment))
         else:
             folders = exporter.to_tensorboard(details, target)
-            console.print(f"exported {len(folders)} run(s) to {target}; see them with: tensorboard --logdir {target}",
-                          highlight=False)
+            console.print(f"exported {len(folders)} run(s) to {escape(target)}", highlight=False, soft_wrap=True)
+            hint = exporter.view_hint("tensorboard", target)
+        for line in hint:  # (commands to copy: never wrapped)
+            console.print(escape(line), highlight=False, soft_wrap=True)
     except exporter.ExportError as err:
         raise ConfigError(str(err)) from None

@@ -444,6 +444,7 @@ def run_detail(run_id: int) -> dict[str, Any]:
             "accuracy": result.accuracy if result else None,
             "accuracy_row": result.accuracy_row if result else None,
             "class_accuracy": result.class_accuracy if result else None,
+            "eval_classes": result.eval_classes if result else None,
             "best_epoch_accuracy": result.best_epoch_accuracy if result else None,
             "topk_accuracy": result.topk_accuracy if result else None,
             "topk_accuracy_row": result.topk_accuracy_row if result else None,
@@ -486,6 +487,7 @@ CLASS_INDEXING = {
     "composition": "samples per class, indexed by position in class_order",
     "memory.histogram": "samples per class in memory, indexed by position in class_order",
     "class_accuracy": "accuracy per class, indexed by position in class_order",
+    "eval_classes": "the classes tested after the task (seen so far), positions in class_order",
     "class_names": "indexed by dataset label: the name of position c is class_names[class_order[c]]",
 }
 

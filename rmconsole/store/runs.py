@@ -19,12 +19,13 @@ from .transitions import Lease, checked_run, new_token
 
 def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str | None = None,
                 owner_pid: Optional[int] = None, *, name: str | None = None, tags: list[str] | None = None,
-                overrides: list[dict[str, Any]] | None = None) -> list[int]:
+                overrides: list[dict[str, Any]] | None = None, names: list[str | None] | None = None) -> list[int]:
     """Store queued runs (a sweep's grid) in one transaction, so a refused or interrupted
     submission leaves nothing half-written; returns their ids in order. `owner_pid`: the
     process (on this host) that will start the worker: until it has, the run is dead when that
-    process is (a sweep's runs have none: their queue starts them). `name` and `tags` go on
-    every run; `overrides[i]` is run i's keys that differ from the preset."""
+    process is (a sweep's runs have none: their queue starts them). `tags` go on every run, and
+    `name` too unless `names[i]` gives run i its own; `overrides[i]` is run i's keys that differ
+    from the preset."""
     host = socket.gethostname() if owner_pid is not None else None
 
     def add(session: Session) -> list[int]:
@@ -33,7 +34,7 @@ def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str
             run = Run(preset=preset, method=config["method"], dataset=config["dataset"], seed=config["seed"],
                       config=config, sweep_id=sweep_id, n_tasks=config.get("n_tasks", 0), token=new_token(),
                       pid=owner_pid, host=host, heartbeat_at=utcnow() if owner_pid is not None else None,
-                      name=name or None, tags=list(tags) if tags else None,
+                      name=(names[i] if names is not None else name) or None, tags=list(tags) if tags else None,
                       overrides=overrides[i] if overrides is not None else None)
             session.add(run)
             session.flush()

@@ -182,3 +182,9 @@ class AnytimeEval(SQLModel, table=True):
     class_accuracy: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
     seconds: float = 0.0
     val_accuracy: Optional[float] = None  # on the held-out samples of the same classes (val_fraction > 0)
+
+
+def table_names() -> frozenset[str]:
+    """The tables this store owns (created and checked by db.py): another library keeping its
+    own tables in the same database (Optuna's studies, runner/tune.py) must use other names."""
+    return frozenset(SQLModel.metadata.tables)

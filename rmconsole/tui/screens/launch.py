@@ -35,10 +35,9 @@ def split_overrides(text: str) -> list[str]:
 def preview(preset: str, overrides_text: str, seeds: str = "") -> tuple[dict[str, Any], dict[str, str], str]:
     """The config a launch would store (a sweep's first grid point), where each value came from
     (preset, override, default, sweep axis), and a line saying what will start."""
-    from ...runner.sweep import is_sweep, plan_sweep
+    from ...runner.sweep import fold_seed, is_sweep, plan_sweep
 
-    pairs = split_overrides(overrides_text)
-    seeds = seeds.strip() or None
+    pairs, seeds = fold_seed(split_overrides(overrides_text), seeds.strip() or None)  # one seed: one run
     overridden = {p.partition("=")[0].strip() for p in pairs}
     _, table = read_preset(preset)
     if is_sweep(pairs, seeds):
@@ -193,8 +192,10 @@ class LaunchScreen(Screen):
             return
         name = self.query_one("#name", Input).value.strip() or None
         tags = self.query_one("#tags", Input).value.replace(",", " ").split()
-        seeds = self.query_one("#seeds", Input).value.strip() or None
-        pairs = split_overrides(self.query_one("#overrides", Input).value)
+        from ...runner.sweep import fold_seed
+
+        pairs, seeds = fold_seed(split_overrides(self.query_one("#overrides", Input).value),
+                                 self.query_one("#seeds", Input).value.strip() or None)  # one seed: one run, no sweep
         self._starting = True
         self.query_one("#launch-error", Static).update(Text(f"starting {self.what}…", style="cyan"))
         if self.what != "one run":

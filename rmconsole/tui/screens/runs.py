@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Header, Input
 
 from .. import data
 from ..messages import RunsLoaded, StoreProblem
+from ..study import study_line
 from ..widgets.footer import Footer
 from ..widgets.runs_table import SORT_LABELS, SORTABLE, RunsTable
 from ..widgets.status_line import StatusLine
@@ -150,6 +151,9 @@ class RunsScreen(PollingScreen):
             parts.append("@k/T, @: partial")
         if self.query_text.strip():
             parts.append(f"{shown} match “{self.query_text.strip()}”")
+            best = study_line(self.query_text)  # `study:NAME`: the study's best trial so far
+            if best:
+                parts.append(best)
         if self.app.selected:
             parts.append(f"{len(self.app.selected)} selected (c compares)")
         return Text(" · ".join(parts))
