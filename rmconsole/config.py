@@ -49,6 +49,9 @@ from .methods import UnknownMethod, method_names, method_spec, method_specs, rea
 
 DEFAULT_PRESET = "digits-blurry10-online"
 MAX_INT = 2**63 - 1  # the store's integers (SQLite INTEGER, PostgreSQL BIGINT)
+# two keys' allowed values, declared once in cl/catalog.py as tuples
+Measure = Literal[MEASURES]  # type: ignore[valid-type]  # a Literal of a tuple: valid at runtime, pydantic checks it
+MemoryPolicy = Literal[MEMORY_POLICIES]  # type: ignore[valid-type]  # a Literal of a tuple, as Measure
 
 
 def shorten(value: object, limit: int = 80) -> str:
@@ -116,9 +119,9 @@ class RunKeys(BaseModel):
                                         "busy (real-time evaluation, Ghunaim et al. 2023); unset = no limit")
     augment: tuple[str, ...] = Field(default=("cutmix", "autoaug"), description="training augmentation, '+'-joined",
                                      json_schema_extra={"allowed": f"{', '.join(AUGMENTATIONS)}; randaug and autoaug exclude each other"})
-    uncertainty: Literal[MEASURES] = Field(default="randaug", description="RM's uncertainty measure (perturbation used for the votes)")  # type: ignore[valid-type]
+    uncertainty: Measure = Field(default="randaug", description="RM's uncertainty measure (perturbation used for the votes)")
     uncertainty_views: int = Field(default=12, ge=1, description="perturbed views per candidate for the uncertainty votes")
-    memory_policy: Optional[Literal[MEMORY_POLICIES]] = Field(default=None, description="memory update policy (default: the method's own)")  # type: ignore[valid-type]
+    memory_policy: Optional[MemoryPolicy] = Field(default=None, description="memory update policy (default: the method's own)")
     epochs: int = Field(default=256, ge=0, description="memory epochs E (online) or epochs per task (offline)")
     batch_size: int = Field(default=16, ge=2, description="training batch size")
     memory_batch_size: Optional[int] = Field(default=None, ge=2, description="batch size of the memory epochs (default: batch_size; RM: half)")

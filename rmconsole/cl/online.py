@@ -60,7 +60,7 @@ class OnlineProtocol:
 
     def plans(self, n_classes: int) -> list[TaskPlan]:
         return [TaskPlan(t, len(s), self.groups[t], streams.composition(self.train_labels, s, n_classes),
-                         streams.stream_hash(s), [tuple(f) for f in self.first[t]])  # type: ignore[misc]
+                         streams.stream_hash(s), [(c, at) for c, at in self.first[t]])
                 for t, s in enumerate(self.tasks)]
 
 
@@ -129,7 +129,7 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
     clock = Clock()
     start = 0
     if resume is not None:
-        start = restore(resume, cfg, protocol, method, augmenter, device)  # type: ignore[arg-type]
+        start = restore(resume, cfg, protocol, method, augmenter, device)
         clock = Clock.from_state(resume.get("online_clock", {}))
     reporter.log(f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
                  f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}, "
