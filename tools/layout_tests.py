@@ -84,6 +84,7 @@ LAYOUT: dict[str, str] = {
     "test_resume.py": "runner/test_checkpoint_resume.py",
     "test_runner.py": "runner/test_process_facts.py",
     "test_runs_per_gpu.py": "runner",
+    "test_slurm.py": "runner",
     "test_sweep.py": "runner/test_sweep_queue.py",
     "test_warm.py": "runner/test_warm_start.py",
     # faces: CLI, TUI, reports, exports
