@@ -162,17 +162,34 @@ def check(moves: dict[str, str]) -> None:
         names[base] = old
         if (REPO / new).exists():
             sys.exit(f"layout: {new} exists already")
-    # a test file importing another test file needs it in its own folder (pytest puts each test
-    # file's folder on sys.path, and only that)
+
+
+def cross_imports(moves: dict[str, str]) -> list[str]:
+    """Test files that import from a test file going to another folder (`from test_tui import until`
+    in a store test): pytest puts only a test file's own folder on sys.path, so conftest.py gets
+    the layer folders on sys.path for them (SYS_PATH_BLOCK); moving those helpers into support/
+    later removes the need."""
     stem_to_new = {Path(o).stem: n for o, n in moves.items() if Path(o).name.startswith("test_")}
+    found = []
     for old, new in moves.items():
         if not Path(old).name.startswith("test_"):
             continue
         text = (REPO / old).read_text()
-        for imported in re.findall(r"^\s*(?:from|import)\s+(test_\w+)", text, flags=re.M):
+        for imported in re.findall(r"^\s*(?:from|import)\s+(test_\w+)", text, flags=re.MULTILINE):
             if imported in stem_to_new and Path(stem_to_new[imported]).parent != Path(new).parent:
-                sys.exit(f"layout: {old} imports {imported}, which would go to another folder "
-                         f"({stem_to_new[imported]} vs {new}): put them in one folder in LAYOUT")
+                found.append(f"{new} imports {Path(stem_to_new[imported]).stem} ({stem_to_new[imported]})")
+    return found
+
+
+SYS_PATH_BLOCK = """
+
+# Test files import helpers from test files of other layer folders (tools/layout_tests.py lists
+# them); pytest puts only a test file's own folder on sys.path, so every layer folder goes there.
+# Moving those helpers into tests/support/ makes this block unnecessary.
+for _layer in ("cl", "store", "runner", "faces", "faults", "platform"):
+    if str(Path(__file__).parent / _layer) not in sys.path:
+        sys.path.append(str(Path(__file__).parent / _layer))
+"""
 
 
 def rewrite_text(text: str, moves: dict[str, str], python: bool, moved_test: bool) -> str:
@@ -185,13 +202,13 @@ def rewrite_text(text: str, moves: dict[str, str], python: bool, moved_test: boo
             if old_stem != new_stem:
                 text = re.sub(rf"(?<![\w/.-]){old_stem}\.py\b", f"{new_stem}.py", text)  # a bare file name
                 if python:
-                    text = re.sub(rf"^(\s*)from {old_stem} import\b", rf"\1from {new_stem} import", text, flags=re.M)
-                    text = re.sub(rf"^(\s*)import {old_stem}\b", rf"\1import {new_stem}", text, flags=re.M)
+                    text = re.sub(rf"^(\s*)from {old_stem} import\b", rf"\1from {new_stem} import", text, flags=re.MULTILINE)
+                    text = re.sub(rf"^(\s*)import {old_stem}\b", rf"\1import {new_stem}", text, flags=re.MULTILINE)
     if python:
         for helper in HELPERS:
             stem = helper.removesuffix(".py")
-            text = re.sub(rf"^(\s*)from {stem} import\b", rf"\1from support.{stem} import", text, flags=re.M)
-            text = re.sub(rf"^(\s*)import {stem}$", rf"\1from support import {stem}", text, flags=re.M)
+            text = re.sub(rf"^(\s*)from {stem} import\b", rf"\1from support.{stem} import", text, flags=re.MULTILINE)
+            text = re.sub(rf"^(\s*)import {stem}$", rf"\1from support import {stem}", text, flags=re.MULTILINE)
             if moved_test:
                 text = text.replace(f'Path(__file__).with_name("{helper}")',
                                     f'Path(__file__).parents[1] / "support" / "{helper}"')
@@ -224,6 +241,7 @@ def main() -> int:
     if stale:
         print(f"layout: note: in LAYOUT but not in tests/ (ignored): {', '.join(stale)}", file=sys.stderr)
     check(moves)
+    crossing = cross_imports(moves)
     snapshots = {}
     for old, new in moves.items():
         folder = TESTS / "__snapshots__" / Path(old).stem
@@ -231,6 +249,11 @@ def main() -> int:
             snapshots[folder.relative_to(REPO).as_posix()] = f"{Path(new).parent.as_posix()}/__snapshots__/{Path(new).stem}"
     for old, new in {**moves, **snapshots}.items():
         print(f"{old:40s} -> {new}")
+    if crossing:
+        print("\nimports across layer folders (conftest.py puts the layer folders on sys.path for them; "
+              "candidates for tests/support/):")
+        for line in crossing:
+            print(f"    {line}")
     if not args.apply:
         print("\n(dry run: nothing changed; --apply to do it)")
         return 0
@@ -246,6 +269,11 @@ def main() -> int:
     init.write_text('"""Helpers the tests import (`from support import tui_store`, '
                     '`from support.campaign import claim`)."""\n')
     git("add", str(init.relative_to(REPO)))
+    if crossing:
+        conftest = TESTS / "conftest.py"
+        text = conftest.read_text()
+        anchor = text.index("\nREPO = ")  # after the imports and the module's first settings
+        conftest.write_text(text[:anchor] + SYS_PATH_BLOCK.rstrip("\n") + "\n" + text[anchor:])
 
     moved_tests = {new for old, new in moves.items() if old.startswith("tests/test_")}
     changed = []
