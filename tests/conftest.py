@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -139,9 +139,31 @@ def _read_env(path: Path) -> dict[str, str]:
 
 def _shared_root(factory: pytest.TempPathFactory, config: pytest.Config) -> Path:
     """A folder every process of this run sees: under pytest-xdist the controller's base temp
-    folder (each worker's own is inside it), else this session's."""
-    base = factory.getbasetemp()
-    return base.parent if hasattr(config, "workerinput") else base
+    folder, else this session's."""
+    workerinput = getattr(config, "workerinput", None)
+    return Path(workerinput["rmconsole_shared"]) if workerinput else factory.getbasetemp()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # xdist's hook (its WorkerController), in the controller
+    """What each xdist worker is told: the controller's base temp folder (services are recorded
+    there) and a short folder for the workers' own temp folders. xdist's default puts them at
+    <base>/popen-gwN/, ten characters longer than a serial run's: the CLI's messages shorten a path
+    past 80 characters and wrap long lines, and the tests that compare messages with their
+    tmp_path then fail for the path's length alone. /tmp/rmtXXXXXXXX/gwN/ is shorter than a
+    serial run's /tmp/pytest-of-USER/pytest-N/."""
+    config = node.config
+    if not hasattr(config, "_rmconsole_short_tmp"):
+        config._rmconsole_short_tmp = tempfile.mkdtemp(prefix="rmt")
+    node.workerinput["rmconsole_shared"] = str(config._tmp_path_factory.getbasetemp())
+    node.workerinput["rmconsole_short_tmp"] = config._rmconsole_short_tmp
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path plugin reads --basetemp
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput and "rmconsole_short_tmp" in workerinput:
+        config.option.basetemp = os.path.join(workerinput["rmconsole_short_tmp"], workerinput["workerid"])
 
 
 def _start_service(name: str, factory: pytest.TempPathFactory, config: pytest.Config) -> dict[str, str]:
@@ -174,6 +196,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         folder = record.read_text()
         subprocess.run([str(SERVICES), "stop", folder], capture_output=True, timeout=120)
         shutil.rmtree(folder, ignore_errors=True)
+    short = getattr(session.config, "_rmconsole_short_tmp", None)  # the xdist workers' temp folders
+    if short and session.exitstatus == 0:
+        shutil.rmtree(short, ignore_errors=True)
+    elif short:
+        print(f"\nthe xdist workers' temp folders (tmp_path of each test): {short}")
 
 
 @pytest.fixture(scope="session")
