@@ -164,6 +164,10 @@ def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput and "rmconsole_short_tmp" in workerinput:
         config.option.basetemp = os.path.join(workerinput["rmconsole_short_tmp"], workerinput["workerid"])
+    if workerinput is not None:  # xdist's workers get COLUMNS=80 LINES=24, which a serial run does not
+        for name in ("COLUMNS", "LINES"):  # have: the CLI's output (rich) would wrap at 80 columns there
+            if os.environ.get(name) == {"COLUMNS": "80", "LINES": "24"}[name]:
+                del os.environ[name]
 
 
 def _start_service(name: str, factory: pytest.TempPathFactory, config: pytest.Config) -> dict[str, str]:
