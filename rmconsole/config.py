@@ -49,6 +49,9 @@ from .methods import UnknownMethod, method_names, method_spec, method_specs, rea
 
 DEFAULT_PRESET = "digits-blurry10-online"
 MAX_INT = 2**63 - 1  # the store's integers (SQLite INTEGER, PostgreSQL BIGINT)
+# two keys' allowed values, declared once in cl/catalog.py as tuples
+Measure = Literal[MEASURES]  # type: ignore[valid-type]  # a Literal of a tuple: valid at runtime, pydantic checks it
+MemoryPolicy = Literal[MEMORY_POLICIES]  # type: ignore[valid-type]  # a Literal of a tuple, as Measure
 
 
 def shorten(value: object, limit: int = 80) -> str:
@@ -96,8 +99,17 @@ class RunKeys(BaseModel):
         default="online", description="online: one pass over the stream, then E epochs on the memory; offline: E epochs "
                                       "per task; iblurry / siblurry: the follow-up's task-free stream, trained sample by "
                                       "sample with anytime evaluation (docs/anytime.md)")
+    val_fraction: float = Field(default=0.0, ge=0, lt=0.5,
+                                description="share of EACH class's training samples held out as a validation stream "
+                                            "(never trained on, never in the memory; validation accuracy is measured "
+                                            "where test accuracy is, for selection: `report --select-by`); 0 = none")
     disjoint_classes: int = Field(default=50, ge=0, le=100,
                                   description="i-Blurry / Si-Blurry: N, the percent of classes that are disjoint")
+    pool_order: Literal["shuffled", "dataset"] = Field(
+        default="shuffled", description="i-Blurry / Si-Blurry: the order of a task's blurry samples before the pool takes "
+                                        "its first ones; shuffled: a random share (the papers; i-Blurry's published "
+                                        "splits); dataset: storage order, as the Si-Blurry authors' sampler (on a dataset "
+                                        "stored class by class it pools whole classes; docs/anytime.md)")
     online_iter: float = Field(default=1.0, gt=0, description="task-free streams: model updates per streamed sample (fractional allowed)")
     eval_period: int = Field(default=100, ge=1, description="task-free streams: anytime evaluation every this many streamed samples")
     anytime_class_accuracy: bool = Field(default=False, description="task-free streams: also store per-class accuracy with every anytime evaluation")
@@ -107,9 +119,9 @@ class RunKeys(BaseModel):
                                         "busy (real-time evaluation, Ghunaim et al. 2023); unset = no limit")
     augment: tuple[str, ...] = Field(default=("cutmix", "autoaug"), description="training augmentation, '+'-joined",
                                      json_schema_extra={"allowed": f"{', '.join(AUGMENTATIONS)}; randaug and autoaug exclude each other"})
-    uncertainty: Literal[MEASURES] = Field(default="randaug", description="RM's uncertainty measure (perturbation used for the votes)")  # type: ignore[valid-type]
+    uncertainty: Measure = Field(default="randaug", description="RM's uncertainty measure (perturbation used for the votes)")
     uncertainty_views: int = Field(default=12, ge=1, description="perturbed views per candidate for the uncertainty votes")
-    memory_policy: Optional[Literal[MEMORY_POLICIES]] = Field(default=None, description="memory update policy (default: the method's own)")  # type: ignore[valid-type]
+    memory_policy: Optional[MemoryPolicy] = Field(default=None, description="memory update policy (default: the method's own)")
     epochs: int = Field(default=256, ge=0, description="memory epochs E (online) or epochs per task (offline)")
     batch_size: int = Field(default=16, ge=2, description="training batch size")
     memory_batch_size: Optional[int] = Field(default=None, ge=2, description="batch size of the memory epochs (default: batch_size; RM: half)")
@@ -163,6 +175,14 @@ class RunConfig(RunKeys):
                 expected = _number_kind(field.annotation) if field is not None else None
                 if isinstance(value, bool) and expected:
                     raise ValueError(f"{key}={str(value).lower()}: expected {expected}, not a boolean")
+                if expected and isinstance(value, str):  # memory_size = "200" in a preset: a typo, not a number
+                    raise ValueError(f"{key}={shorten(value)!r}: a string for {_kind_key(expected)}; write "
+                                     f"{key}={shorten(value)} without quotes" if _is_number(value) else
+                                     f"{key}={shorten(value)!r}: expected {expected}, not a string")
+                if expected == "an integer" and isinstance(value, float):  # epochs = 1e3 or 2.5
+                    whole = (f"; write {key}={int(value)}" if value.is_integer() and abs(value) <= MAX_INT
+                             else "; allowed: whole numbers")
+                    raise ValueError(f"{key}={value!r}: a float for an integer key{whole}")
                 if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
                     raise ValueError(f"{key}={shorten(value)}: out of range; allowed: at most {MAX_INT}")
         return data
@@ -200,7 +220,7 @@ class RunConfig(RunKeys):
     @classmethod
     def _method(cls, value: str) -> str:
         if value not in method_names():
-            raise ValueError(f"unknown method; allowed: {', '.join(method_names())}")
+            raise ValueError(f"unknown method{did_you_mean(value, method_names())}; allowed: {', '.join(method_names())}")
         return value
 
     @property
@@ -309,6 +329,14 @@ class RunConfig(RunKeys):
 
 
 COMMON_KEYS = tuple(RunConfig.model_fields)  # the keys every run has
+# keys only a task-free run reads (their help says "task-free streams:" / "i-Blurry"; adam and
+# exp_reset are refused on the task streams), and where a run runs rather than what it is
+TASK_FREE_ONLY = ("disjoint_classes", "online_iter", "eval_period", "anytime_class_accuracy", "compute_budget",
+                  "optimizer", "lr_gamma")
+RUNTIME_KEYS = ("device", "threads", "download", *(k for k in RunConfig.model_fields if k not in RunKeys.model_fields))
+# the keys a newcomer changes first: `rmconsole config-keys` (curated), `run --help`
+ESSENTIAL_KEYS = ("dataset", "method", "memory_size", "n_tasks", "blurry", "stream", "epochs", "augment", "seed",
+                  "lr", "batch_size", "device")
 # every key a built-in method's run can have (a plug-in's keys: key_readers / method_keys)
 KEYS = tuple(dict.fromkeys([*COMMON_KEYS, *(k for spec in REGISTRY.values() for k in spec.keys)]))
 
@@ -365,6 +393,46 @@ def _spec_of(method: Any) -> MethodSpec | None:
         raise ConfigError(str(err)) from None
 
 
+def config_view(config: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(key, value as --set writes it, differs from its default) for the keys a run's method
+    reads: the keys every run has (less the task-free-only ones on a task run, and the runtime
+    choices when at their defaults), then the method's own; another method's keys, which a run
+    stored by an earlier version holds (~61 keys), are left out. What `run` and `show` print."""
+    method = config.get("method")
+    defaults = config_defaults(method)
+    spec = _spec_of(method)
+    own = set(spec.keys) if spec is not None else set()
+    task_free = is_task_free(str(config.get("stream", "")))
+    out = []
+    for key, value in config.items():
+        if key not in COMMON_KEYS and key not in own:
+            continue
+        if key in TASK_FREE_ONLY and not task_free:
+            continue
+        default = defaults.get(key)
+        if isinstance(default, tuple):
+            default = list(default)
+        required = key in defaults and RunConfig.model_fields.get(key) is not None and \
+            RunConfig.model_fields[key].is_required()
+        changed = key in defaults and not required and value != default and \
+            not (isinstance(value, (list, tuple)) and list(value) == default)
+        if (key in RUNTIME_KEYS or value is None) and not changed:  # where it ran, or unset: only when set
+            continue
+        out.append((key, show_value(value), changed))
+    return out
+
+
+def essential_keys_help() -> list[str]:
+    """The curated key help: the keys a newcomer changes first, each `key (default): help`."""
+    fields = RunConfig.model_fields
+
+    def default(key: str) -> str:
+        text = _default_text(fields[key])
+        return "the preset's" if text == "required" else f"default {text}"
+
+    return [f"{key} ({default(key)}): {fields[key].description}" for key in ESSENTIAL_KEYS]
+
+
 def show_value(value: Any) -> str:
     """A value as `--set` writes it (`bic_temperature=3`, `augment=cutmix+autoaug`)."""
     if isinstance(value, bool):
@@ -380,12 +448,21 @@ def not_read(key: str, value: Any, methods: list[str]) -> str:
     return f"{shorten(key)}={show_value(value)}: read by {', '.join(readers)}, not by method={', '.join(methods)}"
 
 
+def did_you_mean(name: str, names: list[str] | tuple[str, ...]) -> str:
+    """` (did you mean X?)` / ` (did you mean X or Y?)` with the registered names closest to a
+    typo, or "" when none is close: a typo gets its fix, not the whole list to read."""
+    def score(candidate: str) -> float:
+        return difflib.SequenceMatcher(None, str(name), candidate).ratio()
+
+    close = difflib.get_close_matches(str(name), list(names), n=2, cutoff=0.6)
+    close = [c for c in close if score(c) >= score(close[0]) - 0.03]  # a second only when as close as the first
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
 def unknown_key(key: str) -> str:
     """`unknown config key 'x'`, with the closest known key when one is close."""
     known = list(dict.fromkeys([*KEYS, *method_keys()]))
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    return f"unknown config key {shorten(key)!r}{hint}; `rmconsole config-keys` lists the keys"
+    return f"unknown config key {shorten(key)!r}{did_you_mean(key, known)}; `rmconsole config-keys` lists the keys"
 
 
 def method_keys() -> tuple[str, ...]:
@@ -420,6 +497,42 @@ def _number_kind(annotation: Any) -> str | None:
     if text in ("<class 'float'>", "typing.Optional[float]", "float | None", "Optional[float]"):
         return "a number"
     return None
+
+
+def _kind_key(expected: str) -> str:
+    """'an integer' -> 'an integer key', 'a number' -> 'a number key'."""
+    return f"{expected} key"
+
+
+def _is_number(text: str) -> bool:
+    """Whether a string spells a number (`"200"`, `"0.05"`): then the quotes are the mistake."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def key_number_kind(key: str) -> str | None:
+    """'an integer' / 'a number' when `key` (a common key, or a method's own, declared alike by
+    every method that reads it) holds numbers; None otherwise."""
+    field = RunConfig.model_fields.get(key)
+    if field is not None:
+        return _number_kind(field.annotation)
+    for name in readers_of(key)[:1]:
+        return _number_kind(get_type_hints(method_spec(name).params).get(key))
+    return None
+
+
+def checked_value(key: str, raw: str) -> Any:
+    """A `--set` value parsed (`parse_value`), a float for an integer key refused naming what was
+    typed and how it was read (`epochs=1e3` is not quietly 1000)."""
+    value = parse_value(raw)
+    if isinstance(value, float) and key_number_kind(key) == "an integer":
+        whole = (f"; write {key}={int(value)}" if value.is_integer() and abs(value) <= MAX_INT
+                 else "; allowed: whole numbers")
+        raise ConfigError(f"{key}={shorten(raw)}: a float ({value!r}) for an integer key{whole}")
+    return value
 
 
 def _one_line(err: ValidationError) -> str:
@@ -497,8 +610,8 @@ def read_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
         if not (path.suffix == ".toml" or path.exists()):
             found = preset_path(name_or_path)
             if found is None:
-                raise ConfigError(f"unknown preset {shorten(name_or_path)!r}; available: {', '.join(preset_names())} "
-                                  f"(or give a .toml file)")
+                raise ConfigError(f"unknown preset {shorten(name_or_path)!r}{did_you_mean(name_or_path, preset_names())}; "
+                                  f"`rmconsole presets` lists them (or give a .toml file)")
             path = found
         text = read_text(path)  # a regular file of at most 1 MiB, a BOM dropped (tomlfile.py)
     except TomlFileError as err:
@@ -539,6 +652,11 @@ def parse_value(raw: str) -> Any:
     except TomlFileError as err:
         raise ConfigError(f"{shorten(raw)!r}: {err}") from None
     except tomllib.TOMLDecodeError:
+        for number in (int, float):  # `.05`, `007`: numbers TOML spells otherwise, never a quoted string
+            try:
+                return number(raw)
+            except ValueError:
+                continue
         return raw
 
 
@@ -553,11 +671,22 @@ def split_override(pair: str, expected: str = "KEY=VALUE") -> tuple[str, str]:
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`--set` pairs as a dict; a key given twice is refused naming both values (the last one
+    silently winning hid a slip such as `--set epochs=1 ... --set epochs=2`)."""
     out: dict[str, Any] = {}
+    raws: dict[str, str] = {}
     for pair in pairs:
         key, raw = split_override(pair)
-        out[key] = parse_value(raw)
+        value = checked_value(key, raw)
+        if key in out and out[key] != value:
+            raise ConfigError(twice(key, f"--set {key}={shorten(raws[key])}", f"--set {key}={shorten(raw)}"))
+        out[key], raws[key] = value, raw
     return out
+
+
+def twice(key: str, first: str, second: str) -> str:
+    """The one line for a key given two different values."""
+    return f"{key} is given twice: {first} and {second}; give it once"
 
 
 def method_of(table: dict[str, Any], overrides: dict[str, Any] | None = None) -> Any:
@@ -610,7 +739,12 @@ def load_config(preset: str | None = None, overrides: list[str] | dict[str, Any]
     """(preset name, config) from a preset name/file, `--set` pairs and explicit options."""
     name, table = read_preset(DEFAULT_PRESET if preset is None else preset)
     extra = parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides or {})
-    extra.update({k: v for k, v in explicit.items() if v is not None})
+    for key, value in explicit.items():
+        if value is None:
+            continue
+        if key in extra and extra[key] != value:  # `--set seed=2 --seed 3`: refused, not the last one winning
+            raise ConfigError(twice(key, f"--set {key}={show_value(extra[key])}", f"--{key.replace('_', '-')} {value}"))
+        extra[key] = value
     return name, build_config(table, extra)
 
 

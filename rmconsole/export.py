@@ -1,7 +1,9 @@
 """Export stored runs to where a team already looks: an MLflow tracking store or TensorBoard
 event files. Input: runs as `store.run_detail` gives them (`show --json`); output: the
 tracking store / event files. Optional extras: `pip install 'rmconsole[mlflow]'` or
-`'rmconsole[tensorboard]'`.
+`'rmconsole[tensorboard]'`. `view_hint` is what the CLI prints after an export: commands that work
+with what the extra installs (the skinny MLflow client has no web UI; MLflow 3 reads a file store
+only with MLFLOW_ALLOW_FILE_STORE=true).
 
 What goes where, for each run:
 
@@ -17,8 +19,8 @@ What goes where, for each run:
              train_loss, lr, samples_per_s,   epoch/train_loss, epoch/lr, ...
              test_accuracy per epoch          (step = epochs trained so far)
              (step = epochs trained so far)
-    artifacts: memory/histograms.json (every  memory/after_task_T: the histogram of classes
-               memory update), memory/*.png   in memory (a TensorBoard histogram)
+    artifacts: memory/histograms.json (every  memory/classes: the classes in memory, one
+               memory update), memory/*.png   histogram stepped by task (step = task)
                when matplotlib draws it
 
 A partial run (not through all tasks) is exported with `rmconsole.partial=true` (MLflow tag /
@@ -63,6 +65,33 @@ def _label(detail: dict[str, Any]) -> str:
     return detail.get("name") or f"run {detail['id']}"
 
 
+MEMORY_TAG = "memory/classes"  # TensorBoard: the classes in memory after each task, step = task
+
+
+def run_folder(detail: dict[str, Any]) -> str:
+    """A run's TensorBoard folder: `run-ID`, then its name made safe for a file name (the runs of
+    a sweep, each named by the sweep's template, are told apart in TensorBoard's run list)."""
+    name = "".join(c if c.isalnum() or c in "._+=" else "-" for c in (detail.get("name") or "")).strip("-.")
+    return f"run-{detail['id']}" + (f"-{name[:80]}" if name else "")
+
+
+def view_hint(to: str, where: str, experiment: str = "rmconsole", experiment_id: str | None = None) -> list[str]:
+    """How to look at what was exported, as commands that work with what the extra installs:
+    `rmconsole[mlflow]` is mlflow-skinny, a client without the web UI (its `mlflow ui` fails on a
+    missing flask), and MLflow 3 reads a file store only with MLFLOW_ALLOW_FILE_STORE=true."""
+    if to == "tensorboard":
+        return [f"see them with: tensorboard --logdir {where}"]
+    if "://" in where and not where.startswith("file:"):
+        return [f"see them in that tracking server's UI (experiment {experiment!r})"]
+    uri = where if where.startswith("file:") else Path(where).expanduser().resolve().as_uri()
+    listing = f"--experiment-id {experiment_id}" if experiment_id else "--experiment-id ID (mlflow experiments search)"
+    return [f"list them: MLFLOW_ALLOW_FILE_STORE=true MLFLOW_TRACKING_URI={uri} mlflow runs list {listing}",
+            f"browse them (the web UI needs the full package, not the extra's mlflow-skinny: pip install mlflow): "
+            f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri}",
+            f"read them in Python: MLFLOW_ALLOW_FILE_STORE=true in the environment, then "
+            f"MlflowClient(tracking_uri={uri!r})"]
+
+
 # ---------------------------------------------------------------------- MLflow
 
 
@@ -82,6 +111,12 @@ def _mlflow_client(where: str) -> Any:
     # `mlflow ui --backend-store-uri DIR` and every MLflow client read
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     return MlflowClient(tracking_uri=path.as_uri())
+
+
+def experiment_id_of(where: str, experiment: str = "rmconsole") -> str | None:
+    """The id of `experiment` in the tracking store at `where` (what `mlflow runs list` asks for)."""
+    found = _mlflow_client(where).get_experiment_by_name(experiment)
+    return None if found is None else str(found.experiment_id)
 
 
 def to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str = "rmconsole") -> list[str]:
@@ -119,10 +154,10 @@ def to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str = "
         for name, value in _finals(detail):
             metrics.append(Metric(name, value, 0, last))
         for step, e in _epoch_points(detail):
-            for key, value in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
-                               ("test_accuracy", e.get("test_accuracy"))):
-                if value is not None:
-                    metrics.append(Metric(key, float(value), 0, step))
+            for key, reading in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
+                                 ("test_accuracy", e.get("test_accuracy"))):
+                if reading is not None:
+                    metrics.append(Metric(key, float(reading), 0, step))
         for i in range(0, max(len(params), len(metrics), 1), 900):  # MLflow takes at most 1000 metrics per batch
             client.log_batch(run_id, metrics=metrics[i:i + 900], params=params[i:i + 90] if i == 0 else [],
                              tags=[RunTag("rmconsole.exported", "true")] if i == 0 else [])
@@ -165,8 +200,9 @@ def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
     root = Path(where).expanduser()
     out = []
     for detail in details:
-        folder = root / f"run-{detail['id']}"
-        shutil.rmtree(folder, ignore_errors=True)  # re-export: replace
+        folder = root / run_folder(detail)
+        for old in [root / f"run-{detail['id']}", *root.glob(f"run-{detail['id']}-*")]:
+            shutil.rmtree(old, ignore_errors=True)  # re-export: replace (under its old name too)
         try:
             writer = SummaryWriter(log_dir=str(folder))
         except OSError as err:
@@ -187,18 +223,18 @@ def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
         for name, value in _finals(detail):
             writer.add_scalar(f"final/{name}", value, last)
         for step, e in _epoch_points(detail):
-            for key, value in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
-                               ("test_accuracy", e.get("test_accuracy"))):
-                if value is not None:
-                    writer.add_scalar(f"epoch/{key}", value, step)
+            for key, reading in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
+                                 ("test_accuracy", e.get("test_accuracy"))):
+                if reading is not None:
+                    writer.add_scalar(f"epoch/{key}", reading, step)
         for snap in detail.get("memory") or []:
             hist = snap["histogram"]
             if sum(hist):
                 import numpy as np
 
+                # one histogram stepped by task (TensorBoard's slider and offset view), not a tag per task
                 classes = np.repeat(np.arange(len(hist)), hist)  # one value per sample in memory: its class
-                writer.add_histogram(f"memory/after_task_{snap['task'] + 1}", classes, snap["task"] + 1,
-                                     bins=np.arange(len(hist) + 1) - 0.5)
+                writer.add_histogram(MEMORY_TAG, classes, snap["task"] + 1, bins=np.arange(len(hist) + 1) - 0.5)
         hparams = {k: (v if isinstance(v, (int, float, str, bool)) else format_value(v))
                    for k, v in (detail.get("config") or {}).items() if v is not None}
         finals = {f"hparam/{name}": value for name, value in _finals(detail)}

@@ -20,7 +20,7 @@ import csv
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 # paper metric -> (run metric for top-1, run metric when the paper's figure is top-k)
 RUN_METRIC = {"A_last": ("A_last", "A_last_topk"), "F_last": ("F_last", "F_last_topk"), "I_last": ("I_last", None)}
@@ -113,3 +113,135 @@ def paper_figure(config: Mapping[str, Any], metric: str) -> Optional[PaperFigure
             continue
         return figure
     return None
+
+
+# The protocol the paper's tables fix beyond what each CSV line names: the backbone and the
+# memory epochs per dataset (PROTOCOL.md's table; MNIST follows the paper's text, 256, not the
+# authors' script's 5). A run that differs in any of them is not the paper's experiment.
+PAPER_PROTOCOL: Mapping[str, Mapping[str, Any]] = {
+    "mnist": {"model": "mlp400", "epochs": 256},
+    "cifar10": {"model": "resnet18", "epochs": 256},
+    "cifar100": {"model": "resnet32", "epochs": 256},
+    "imagenet": {"model": "resnet34", "epochs": 100},
+}
+# The keys the paper's table fixes, in the order a difference is named.
+PROTOCOL_KEYS = ("dataset", "model", "memory_size", "n_tasks", "stream", "blurry", "epochs", "augment")
+_SHORT = {"memory_size": "K", "n_tasks": "tasks"}
+
+
+@dataclass(frozen=True)
+class KeyDifference:
+    """One protocol key where a run and the paper's row disagree."""
+
+    key: str
+    run: Any
+    paper: Any
+
+    def text(self) -> str:
+        """`epochs 8≠256`, `augment none≠cutmix+autoaug`, `K 200≠500`."""
+        return f"{_SHORT.get(self.key, self.key)} {_value_text(self.run)}≠{_value_text(self.paper)}"
+
+
+def _value_text(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, (tuple, list)):
+        return "+".join(str(v) for v in value) or "none"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class PaperComparison:
+    """The paper's figure nearest to a run's setting, and the protocol keys that differ. Only
+    when `matches` may a face print a Δ against it; otherwise it prints the paper's value with
+    `differs_text()` beside it, so a number is never compared with what it does not match."""
+
+    figure: PaperFigure
+    differences: tuple[KeyDifference, ...]
+
+    @property
+    def matches(self) -> bool:
+        return not self.differences
+
+    def differs_text(self, limit: int = 0) -> str:
+        """`epochs 8≠256, augment none≠cutmix+autoaug` (the first `limit` when > 0, then `+N`)."""
+        parts = [d.text() for d in self.differences]
+        if limit and len(parts) > limit:
+            parts = parts[:limit] + [f"+{len(parts) - limit}"]
+        return ", ".join(parts)
+
+
+def protocol_differences(config: Mapping[str, Any], figure: PaperFigure) -> tuple[KeyDifference, ...]:
+    """Which of the keys the paper's table fixes (PROTOCOL_KEYS: dataset, model, K, tasks, stream
+    and blurry level, epochs, augmentation) differ between a run's config and the paper's row of
+    `figure`. Empty: the run is the paper's experiment and a Δ means something. A key the run's
+    config lacks differs (a match is never assumed)."""
+    s = figure.setting
+    fixed = {**PAPER_PROTOCOL.get(str(s["dataset"]), {}), **{k: s[k] for k in PROTOCOL_KEYS if k in s}}
+    out = []
+    for key in PROTOCOL_KEYS:
+        if key not in fixed:
+            continue
+        paper_value = fixed[key]
+        run_value = config.get(key)
+        if key == "augment":
+            if paper_value is None:
+                continue  # the paper does not say
+            run_aug = _augment(run_value or ())
+            if run_aug != paper_value:
+                out.append(KeyDifference(key, run_aug, paper_value))
+        elif run_value != paper_value:
+            out.append(KeyDifference(key, run_value, paper_value))
+    return tuple(out)
+
+
+def _same_method_row(figure: PaperFigure, config: Mapping[str, Any]) -> bool:
+    """Whether the figure's row is the run's method as the paper ran it (method, memory policy,
+    uncertainty measure): the row a run's numbers belong beside, whatever the protocol keys."""
+    s = figure.setting
+    if config.get("method") != s["method"]:
+        return False
+    policy = config.get("memory_policy") or PAPER_POLICY.get(str(config.get("method")))
+    if s["memory_policy"] is not None and policy != s["memory_policy"]:
+        return False
+    if s["memory_policy"] is None and config.get("memory_policy") not in (None, PAPER_POLICY.get(s["method"])):
+        return False
+    if s["uncertainty"] is not None and config.get("uncertainty", "randaug") != s["uncertainty"]:
+        return False
+    if s["uncertainty"] is None and s["method"] == "rm" and config.get("uncertainty", "randaug") != "randaug":
+        return False
+    return True
+
+
+def paper_comparison(config: Mapping[str, Any], metric: str) -> Optional[PaperComparison]:
+    """The paper's figure for a run's method, dataset and metric whose protocol is nearest the
+    run's (fewest differing keys, then table order), with the keys that differ: the one rule
+    every face (run page, compare, `show`, `report --paper`) uses to decide between a Δ and a
+    "paper's value, differs in ..." note. None: the paper prints no such figure for this
+    method and dataset (or only a top-k one the run did not measure)."""
+    best: Optional[PaperComparison] = None
+    for figure in figures():
+        top1, topk_metric = RUN_METRIC[figure.metric]
+        wanted = top1 if figure.topk == 1 else topk_metric
+        if wanted != metric or figure.setting["dataset"] != config.get("dataset"):
+            continue
+        if figure.topk > 1 and int(config.get("topk") or 1) != figure.topk:
+            continue
+        if not _same_method_row(figure, config):
+            continue
+        found = PaperComparison(figure, protocol_differences(config, figure))
+        if best is None or len(found.differences) < len(best.differences):
+            best = found
+            if found.matches:
+                break
+    return best
+
+
+def paper_comparisons(config: Mapping[str, Any], metrics: Sequence[str]) -> dict[str, PaperComparison]:
+    """`paper_comparison` for each metric that has one."""
+    out = {}
+    for metric in metrics:
+        found = paper_comparison(config, metric)
+        if found is not None:
+            out[metric] = found
+    return out

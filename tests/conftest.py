@@ -29,6 +29,11 @@ from typing import Any, Iterator
 
 import pytest
 
+# A store operation slower than 2 s prints "waiting for the store..." on stderr; on a loaded 2-core
+# machine that happens by chance and breaks tests that read a command's exact message. Raised for
+# the suite (the processes it starts inherit it); tests of the notice lower it themselves.
+os.environ.setdefault("RMCONSOLE_WAIT_NOTICE_S", "120")
+
 # The tests train on tiny tensors: one torch thread is faster, and on a shared, loaded CPU
 # several threads per process oversubscribe the cores (measured 20x slower at load 13 on 2
 # cores). Set before torch is imported; worker subprocesses inherit it. A user's value wins.
@@ -59,6 +64,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RMCONSOLE_HOME", str(home))
     monkeypatch.delenv("RMCONSOLE_DB", raising=False)
     monkeypatch.setenv("RMCONSOLE_WARM", "0")  # no warm-start server per test home (tests/test_warm.py turns it on)
+    monkeypatch.setenv("RMCONSOLE_WARM_DIR", str(tmp_path / "warm-servers"))  # never the user's own servers
     monkeypatch.setenv("PYTHONPATH", repo_on_path(os.environ.get("PYTHONPATH", "")))
     monkeypatch.chdir(tmp_path)
     return home

@@ -102,6 +102,7 @@ def _files(tmp: Path) -> None:
     (tmp / "bad.toml").write_text('dataset = "digits"\nmodel = \n')
     (tmp / "extra.toml").write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = 100\ncolour = "blue"\n')
     (tmp / "typed.toml").write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = "big"\n')
+    (tmp / "quoted.toml").write_text('dataset = "digits"\nmodel = "mlp400"\nmemory_size = "200"\n')
     (tmp / "binary.toml").write_bytes(b'dataset = "\xff\xfe"\n')
     (tmp / "folder.toml").mkdir()
     (tmp / "plots.png").mkdir()
@@ -216,7 +217,7 @@ def test_bad_input(case, argv, env, exit_code, expected, verdict, demo, isolated
         monkeypatch.setenv("RMCONSOLE_DB", store_url)
     assert _snapshot(isolated_home) == before  # nothing stored, nothing changed
     assert not (tmp_path / "elsewhere.db").exists()
-    assert not [p for p in tmp_path.rglob("*.tmp")]  # no temporary file left behind
+    assert not list(tmp_path.rglob("*.tmp"))  # no temporary file left behind
     assert verdict == "clean"
 
 

@@ -81,3 +81,38 @@ def test_eight_writers_lose_nothing_and_never_see_locked(isolated_home) -> None:
         assert run.metrics["tasks_done"] == STEPS // 5
         assert len(store.task_streams(run.id)) == STEPS // 5
     row.check(None, "")
+
+
+def test_a_write_held_up_by_another_writer_says_what_it_waits_on(isolated_home, monkeypatch) -> None:
+    """Past the notice threshold a blocked write names the lock it waits on, once; the threshold
+    comes from RMCONSOLE_WAIT_NOTICE_S (the suite raises it so a loaded machine's slow answers do
+    not print notices into the messages other tests read)."""
+    import sqlite3
+    import threading
+
+    from sqlalchemy import text
+
+    from rmconsole.store import db
+
+    engine = db.get_engine()
+    if engine.dialect.name != "sqlite":
+        pytest.skip("SQLite's write lock: PostgreSQL locks rows, not the database")
+    told: list[str] = []
+    monkeypatch.setattr(db, "WAIT_NOTICE_S", 0.3)
+    monkeypatch.setattr(db, "on_wait", told.append)
+    blocker = sqlite3.connect(db.sqlite_file(db._url_of(engine)), isolation_level=None,
+                              check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    released = threading.Timer(1.5, blocker.rollback)
+    released.start()
+    try:
+        assert db.write(lambda session: session.execute(text("select 1")).scalar(), engine) == 1
+    finally:
+        released.join()
+        blocker.close()
+    assert len(told) == 1 and told[0].startswith("waiting for the write lock of the store sqlite:///"), told
+    monkeypatch.setenv(db.NOTICE_ENV, "7.5")
+    assert db._notice_after() == 7.5
+    for bad in ("soon", "-1", "inf", ""):
+        monkeypatch.setenv(db.NOTICE_ENV, bad)
+        assert db._notice_after() == 2.0

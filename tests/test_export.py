@@ -51,15 +51,19 @@ def test_export_to_tensorboard_reads_back(tmp_path) -> None:
     assert out.returncode == 0 and "exported 2 run(s)" in out.stdout, out.stderr
     out = rmconsole("export", str(ids["noaug"]), "--to", "tensorboard", str(tmp_path / "tb"))
     assert out.returncode == 0, out.stderr
-    events = EventAccumulator(str(tmp_path / "tb" / f"run-{ids['noaug']}"), size_guidance={"scalars": 0}).Reload()
+    folders = sorted(f.name for f in (tmp_path / "tb").iterdir())
+    assert folders == sorted([f"run-{ids['sweep1']}", f"run-{ids['sweep2']}", f"run-{ids['noaug']}-no-augmentation"])
+    events = EventAccumulator(str(tmp_path / "tb" / f"run-{ids['noaug']}-no-augmentation"),
+                              size_guidance={"scalars": 0, "histograms": 0}).Reload()
     tags = events.Tags()
     assert {"accuracy/after_task", "final/A_last", "epoch/train_loss", "epoch/lr"} <= set(tags["scalars"])
     accuracy = [(e.step, e.value) for e in events.Scalars("accuracy/after_task")]
     assert [s for s, _ in accuracy] == [1, 2, 3, 4, 5] and accuracy[-1][1] == pytest.approx(77.0)
     assert len(events.Scalars("epoch/lr")) == 5 * 17
-    assert "memory/after_task_5" in tags["histograms"]
-    histogram = events.Histograms("memory/after_task_5")[0].histogram_value
-    assert histogram.num == 200  # the memory's 200 samples
+    assert tags["histograms"] == ["memory/classes"]  # one histogram, stepped by task, not a tag per task
+    memory = events.Histograms("memory/classes")
+    assert [h.step for h in memory] == [1, 2, 3, 4, 5]
+    assert memory[-1].histogram_value.num == 200  # the memory's 200 samples
 
 
 def test_export_refuses_bad_input_in_one_line(tmp_path) -> None:
@@ -70,3 +74,19 @@ def test_export_refuses_bad_input_in_one_line(tmp_path) -> None:
     assert out.returncode == 2 and "say where" in out.stderr
     out = rmconsole("export", "99", "--to", "mlflow", str(tmp_path))
     assert out.returncode == 2 and "no run with id 99" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_view_hint_works_with_what_the_extra_installs(tmp_path) -> None:
+    """The skinny MLflow client of `rmconsole[mlflow]` has no web UI: the hint says so, names the
+    file store switch MLflow 3 needs, and gives a command the skinny client does run."""
+    from rmconsole import export
+
+    hint = export.view_hint("mlflow", str(tmp_path / "mlruns"), "rmconsole", "7")
+    uri = (tmp_path / "mlruns").resolve().as_uri()
+    assert hint[0] == (f"list them: MLFLOW_ALLOW_FILE_STORE=true MLFLOW_TRACKING_URI={uri} mlflow runs list "
+                       f"--experiment-id 7")
+    assert "pip install mlflow" in hint[1] and f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri}" in hint[1]
+    assert "MLFLOW_ALLOW_FILE_STORE=true" in hint[2]
+    assert export.view_hint("tensorboard", "tb") == ["see them with: tensorboard --logdir tb"]
+    assert export.run_folder({"id": 4, "name": "study·rm·s1"}) == "run-4-study-rm-s1"
+    assert export.run_folder({"id": 4, "name": None}) == "run-4"

@@ -34,6 +34,18 @@ def test_numbers_match_exactly_not_as_substrings() -> None:
     assert ids("id:1,14", runs) == [1, 14]  # a comma is OR
 
 
+def test_a_number_among_the_words_matches_whole_not_inside_a_sweep_id() -> None:
+    """`runs 12` once also listed every run of a sweep whose id held the digits 12."""
+    import dataclasses
+
+    runs = [record(12), record(112), record(3, seed=12), record(4)]
+    runs += [dataclasses.replace(record(5), sweep_id="20261124-221233-9ae0"),
+             dataclasses.replace(record(6), name="lr 12 try")]
+    assert ids("12", runs) == [12, 3, 6]  # run 12, seed=12, a name's word 12; not run 112 nor the sweep
+    assert ids("9ae0", runs) == [5]  # other words still match inside the text
+    assert ids("221233", runs) == [5]  # a whole number of the sweep id is a word of it
+
+
 def test_comparisons_on_metrics_and_missing_values() -> None:
     runs = [record(1, a_last=90.0, i_last=5.0), record(2, a_last=85.0), record(3, a_last=None, status="running")]
     assert ids("A_last>85", runs) == [1]

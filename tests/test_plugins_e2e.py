@@ -41,9 +41,9 @@ def test_an_edited_editable_plugin_gets_a_new_warm_server(tmp_path: Path) -> Non
     (package / "warmplug" / "impl.py").write_text("def hook():\n    return 2\n")  # edited in its checkout
     edited = fingerprint()
     assert edited != installed
-    socket = venv.python_run("from pathlib import Path; from rmconsole.runner import warm; "
-                             "print(warm.socket_path(Path('/h')))").stdout.strip()
-    assert socket == f"/h/warm/{edited}.sock"  # the key names the server a launch asks for
+    socket = venv.python_run("import os; os.environ['RMCONSOLE_WARM_DIR'] = '/w'; from rmconsole.runner import warm; "
+                             "print(warm.socket_path())").stdout.strip()
+    assert socket == f"/w/{edited}.sock"  # the key names the server a launch asks for
 
 
 def test_presets_shipped_by_a_plugin_package_are_listed_and_found(tmp_path: Path) -> None:

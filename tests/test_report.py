@@ -248,7 +248,7 @@ def test_plots_are_written(tmp_path) -> None:
 
 def _mnist_run(run_id: int, method: str, seed: int, a_last: float, augment: list[str], **extra) -> dict:
     run = make_run(run_id, method, seed, a_last, f_last=1.0, dataset="mnist", memory_size=500, blurry=10,
-                   stream="online", augment=augment, uncertainty="randaug", **extra)
+                   stream="online", augment=augment, uncertainty="randaug", **{"epochs": 256, **extra})
     run["dataset"] = "mnist"
     return run
 
@@ -256,22 +256,37 @@ def _mnist_run(run_id: int, method: str, seed: int, a_last: float, augment: list
 def test_paper_figures_sit_beside_matching_cells_with_the_difference() -> None:
     runs = [_mnist_run(i, "rm", s, a, ["cutmix", "autoaug"]) for i, s, a in ((1, 1, 90.0), (2, 2, 91.0), (3, 3, 92.0))]
     runs += [_mnist_run(4 + s, "rm", s, 89.0 + s, []) for s in (1, 2, 3)]  # RM w/o DA
-    runs += [_mnist_run(8, "ewc", 1, 88.0, ["cutmix"])]  # the paper's EWC ran without augmentation: no match
-    rep = R.build_report(runs, rows=["method", "augment"], metrics=["A_last", "F_last"], paper=True)
-    rm, rm_noda, ewc = rep.cell(0, 0), rep.cell(1, 0), rep.cell(2, 0)
+    runs += [_mnist_run(8, "ewc", 1, 88.0, ["cutmix"])]  # the paper's EWC ran without augmentation
+    runs += [_mnist_run(9 + s, "rm", s, 75.0, ["cutmix", "autoaug"], epochs=8) for s in (1, 2, 3)]  # a short try
+    rep = R.build_report(runs, rows=["method", "augment", "epochs"], metrics=["A_last", "F_last"], paper=True)
+    def row(method: str, augment: list[str], epochs: int) -> int:
+        return rep.row_labels.index({"method": method, "augment": tuple(augment), "epochs": epochs})
+
+    rm, rm_noda = rep.cell(row("rm", ["cutmix", "autoaug"], 256), 0), rep.cell(row("rm", [], 256), 0)
+    ewc, short = rep.cell(row("ewc", ["cutmix"], 256), 0), rep.cell(row("rm", ["cutmix", "autoaug"], 8), 0)
     assert rm.paper["A_last"].mean == 91.80 and rm.paper["A_last"].std == 0.69
     assert rm.paper["A_last"].label == "tab:various-dataset-blurry10-online" and rm.paper["A_last"].row == "RM"
     assert rm_noda.paper["A_last"].mean == 92.65 and rm_noda.paper["F_last"].mean == 0.58
-    assert ewc.paper == {}
     assert R.cell_text(rep, rm, "paper:A_last") == "91.80 ± 0.69"
-    assert R.cell_text(rep, rm, "diff:A_last") == "-0.80"  # 91.00 - 91.80
+    assert R.cell_text(rep, rm, "diff:A_last") == "-0.80"  # 91.00 - 91.80: the paper's protocol
+    # not the paper's protocol: its value, and no Δ but the keys that differ (issue 27: −15.96 beside 8 epochs)
+    assert R.cell_text(rep, short, "paper:A_last") == "91.80 ± 0.69"
+    assert R.cell_text(rep, short, "diff:A_last") == "≠ epochs 8≠256"
+    assert R.cell_text(rep, ewc, "diff:A_last") == "≠ augment cutmix≠none"
+    assert "only where the runs follow the paper's protocol" in R.caption(rep)
     md = R.to_markdown(rep)
     assert "| paper A_last ↑ | Δ A_last ↑ |" in md.splitlines()[0] + " |" or "paper A_last" in md
     assert "-0.80" in md and "91.80 ± 0.69" in md and "tab:various-dataset-blurry10-online" in md
+    assert "≠ epochs 8≠256" in md and "-15.96" not in md
     rows = list(csv.reader(io.StringIO(R.to_csv(rep))))
-    assert "A_last paper mean" in rows[0] and "91.8" in rows[1]
+    first, last = 1 + row("rm", ["cutmix", "autoaug"], 256), 1 + row("rm", ["cutmix", "autoaug"], 8)
+    assert "A_last paper mean" in rows[0] and "91.8" in rows[first]
+    protocol = rows[0].index("A_last paper protocol")
+    assert rows[last][protocol] == "epochs 8≠256" and rows[first][protocol] == "same"
     data = json.loads(R.to_json(rep))
-    assert data["rows"][0]["cells"][0]["paper"]["A_last"]["mean"] == 91.80
+    assert data["rows"][first - 1]["cells"][0]["paper"]["A_last"]["mean"] == 91.80
+    assert data["rows"][last - 1]["cells"][0]["paper"]["A_last"]["protocol_differs"] == ["epochs 8≠256"]
+    assert "$\\neq$" in R.to_latex(rep)
     assert "\\Delta" in R.to_latex(rep)
     no_paper = R.build_report(runs, rows=["method", "augment"], metrics=["A_last"])
     assert "paper" not in R.to_markdown(no_paper).splitlines()[0]

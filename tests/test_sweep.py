@@ -45,7 +45,51 @@ def test_axes_parse_values_and_refuse_bad_lists() -> None:
 def test_is_sweep() -> None:
     assert not sweep.is_sweep(["epochs=3", "augment=cutmix+autoaug", 'augment=["cutmix","autoaug"]'])
     assert sweep.is_sweep(["method=rm,finetune"])
-    assert sweep.is_sweep([], seeds="1")
+    assert not sweep.is_sweep([], seeds="1")  # one seed is one run: it never takes over `--sweep last`
+    assert sweep.is_sweep([], seeds="1,2")
+    assert sweep.fold_seed(["epochs=3"], "4") == (["epochs=3", "seed=4"], None)
+    assert sweep.fold_seed([], "1,2") == ([], "1,2")
+
+
+def test_sweep_runs_are_named_apart_by_what_varies() -> None:
+    """`--set method=rm,finetune,er --seeds 1,2 --name study` once named all six runs "study"."""
+    plan = sweep.plan_sweep(None, ["method=rm,finetune,er", "epochs=1"], "1,2")
+    assert sweep.default_name_template(plan) == "{name}·{method}·s{seed}"
+    assert sweep.run_names(plan, "study") == ["study·rm·s1", "study·finetune·s1", "study·er·s1",
+                                              "study·rm·s2", "study·finetune·s2", "study·er·s2"]
+    assert sweep.run_names(plan, None) == [None] * 6  # no name asked for: unnamed, as before
+    assert sweep.run_names(plan, None, sweep_id="study", named=True)[0] == "study·rm·s1"  # a named sweep names its runs
+    assert sweep.run_names(plan, "x", "{n}-{method}-{lr}")[:2] == ["1-rm-0.05", "2-finetune-0.05"]
+    lrs = sweep.plan_sweep(None, ["lr=0.1,0.05"])
+    assert sweep.run_names(lrs, "x") == ["x·lr=0.1", "x·lr=0.05"]
+    assert sweep.run_names(sweep.plan_sweep(None, ["epochs=1"]), "one") == ["one"]
+    with pytest.raises(ConfigError, match=r"6 runs would share names \('a·er' 2 times\); add a varying field"):
+        sweep.run_names(plan, "a", "{name}·{method}")
+    with pytest.raises(ConfigError, match=r"unknown field \{nme\}; allowed: \{name\}, \{method\}"):
+        sweep.run_names(plan, "a", "{nme}")
+
+
+def test_an_expanding_list_is_announced_with_the_plus_hint() -> None:
+    notice = sweep.expansion_notice(sweep.plan_sweep(None, ["augment=cutmix,autoaug"]))
+    assert notice == ("this expands to 2 runs (augment = 2): augment=cutmix | augment=autoaug — to combine them "
+                      "in one run, join with '+': --set augment=cutmix+autoaug")
+    assert sweep.expansion_notice(sweep.plan_sweep(None, [], "1,2")) is None  # seeds are asked for by name
+    many = sweep.expansion_notice(sweep.plan_sweep(None, ["method=rm,er,gdumb"], "1,2,3"))
+    assert many is not None and many.startswith("this expands to 9 runs (method × seed = 3 × 3): method=rm, seed=1 |")
+    assert many.endswith("… (3 more)") and "join with" not in many
+
+
+def test_a_sweep_name_is_checked(isolated_home) -> None:
+    assert sweep.check_sweep_name("study-1") == "study-1"
+    for bad, says in (("last", "means the newest sweep"), ("a b", "allowed: 1-64 letters"), ("-x", "allowed")):
+        with pytest.raises(ConfigError, match=says):
+            sweep.check_sweep_name(bad)
+    plan = sweep.plan_sweep(None, ["method=rm,er", "epochs=1"])
+    sweep_id, ids = sweep.store_sweep(plan, "study", name=None)
+    assert sweep_id == "study" and [store.get_run(i).name for i in ids] == ["study·rm", "study·er"]
+    assert sweep.resolve_sweep_id("study") == "study" == sweep.resolve_sweep_id("last")
+    with pytest.raises(ConfigError, match="already in the store"):
+        sweep.check_sweep_name("study")
 
 
 def test_grid_is_the_product_seed_major() -> None:

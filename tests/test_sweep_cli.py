@@ -46,9 +46,9 @@ def test_sweep_runs_two_slots_side_by_side(swept) -> None:
     assert sweep_id and runs[1]["sweep_id"] == sweep_id
     assert f"sweep {sweep_id} (digits-blurry10-online): 2 runs (seed = 2), ids 1-2, 2 slot(s) on CPU" in out
     lines = out.splitlines()
-    start1 = next(i for i, l in enumerate(lines) if l.startswith("run 1 started in slot 1/2"))
-    start2 = next(i for i, l in enumerate(lines) if l.startswith("run 2 started in slot 2/2"))
-    first_end = min(i for i, l in enumerate(lines) if l.startswith(("run 1 finished", "run 2 finished")))
+    start1 = next(i for i, line in enumerate(lines) if line.startswith("run 1 started in slot 1/2"))
+    start2 = next(i for i, line in enumerate(lines) if line.startswith("run 2 started in slot 2/2"))
+    first_end = min(i for i, line in enumerate(lines) if line.startswith(("run 1 finished", "run 2 finished")))
     assert start1 < first_end and start2 < first_end  # both were running at once
     assert f"sweep {sweep_id}: 2 finished" in out and "mean ± std" in out
 
@@ -122,19 +122,19 @@ def test_bad_sweep_or_report_input_is_one_line_and_stores_nothing(isolated_home,
 
 @pytest.mark.usefixtures("store_backend")
 def test_detached_queue_runner_outlives_the_cli(isolated_home) -> None:
-    out = rmconsole("run", "--set", "method=finetune", "--seeds", "3", *TINY, "--detach")
+    out = rmconsole("run", "--set", "method=finetune", "--seeds", "3,4", *TINY, "--detach")  # (one seed: one run)
     assert out.returncode == 0, out.stderr
     sweep_id = out.stdout.strip()
     assert "queue runner pid" in out.stderr
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         runs = store.list_runs(sweep_id=sweep_id)
-        if runs and runs[0].status not in store.ACTIVE and Q.driver_pid(sweep_id) is None:
+        if runs and all(r.status not in store.ACTIVE for r in runs) and Q.driver_pid(sweep_id) is None:
             break
         time.sleep(0.5)
-    assert [r.status for r in runs] == ["finished"]
+    assert [r.status for r in runs] == ["finished", "finished"]
     log = Q.log_path(sweep_id).read_text()
-    assert "run 1 started in slot 1/1 on CPU" in log and f"sweep {sweep_id} done: 1 finished" in log
+    assert "run 1 started in slot 1/1 on CPU" in log and f"sweep {sweep_id} done: 2 finished" in log
 
 
 @pytest.mark.usefixtures("store_backend")

@@ -116,10 +116,14 @@ async def test_filter_sort_select_and_compare() -> None:
         assert [cell(app, i, "status") for i in table_ids(app)] == ["failed", "finished", "queued", "running"]
         await pilot.press("r")
         assert [cell(app, i, "status") for i in table_ids(app)][0] == "running"
-        await pilot.press("question_mark")  # ? lists the keys
-        assert app.screen.query("HelpPanel")
+        await pilot.press("question_mark")  # ? lists rmconsole's own keys (Enter opens a run)
+        from rmconsole.tui.screens.keys import KeysScreen
+
+        assert isinstance(app.screen, KeysScreen)
+        assert ("Enter", "open the highlighted run (its stream, memory, accuracy, log)") in app.screen.rows
+        assert not any("Select" == meaning for _, meaning in app.screen.rows)
         await pilot.press("question_mark")
-        assert not app.screen.query("HelpPanel")
+        assert not isinstance(app.screen, KeysScreen)
 
         # Space selects the highlighted run; c compares the selection
         table = app.screen.query_one(RunsTable)

@@ -46,8 +46,9 @@ def test_runs_feed_rereads_only_what_can_change(monkeypatch) -> None:
     rows, changed = feed.read()
     assert changed and len(rows) == 4
     asked: list[set[int]] = []
-    real = data.load_run_rows
-    monkeypatch.setattr(data, "load_run_rows", lambda ids=None: asked.append(set(ids)) or real(ids))
+    real = store.live_records  # (a known run's live columns only; whole rows for the rest)
+    monkeypatch.setattr(data.store, "live_records",
+                        lambda known, texts, ids: asked.append(set(ids)) or real(known, texts, ids))
     rows, changed = feed.read()
     assert not changed and asked[-1] == {ids["running"], ids["queued"]}  # only the active runs are re-read
     store.update_run(ids["running"], phase_done=300)
@@ -193,11 +194,13 @@ def test_launch_preview_marks_overrides_and_refuses_bad_values() -> None:
     assert sources["epochs"] == "override" and config["method"] == "rm"
     with pytest.raises(ConfigError, match="seeds"):
         preview("digits-blurry10-online", "", "1,x")
+    config, sources, what = preview("digits-blurry10-online", "epochs=2", "3")  # one seed: one run, not a sweep
+    assert what == "one run" and config["seed"] == 3 and sources["seed"] == "override"
     # the form lists the run's own keys: the common ones, then its method's
     config, sources, _ = preview("digits-blurry10-online", "method=bic bic_temperature=3")
     assert config["bic_temperature"] == 3 and sources["bic_temperature"] == "override" and "rm_variant" not in config
     assert sources["bic_val_fraction"] == "default"
-    with pytest.raises(ConfigError, match="^bic_temperature=3: read by bic, bic_star, not by method=rm$"):
+    with pytest.raises(ConfigError, match=r"^bic_temperature=3: read by bic, bic_star, not by method=rm$"):
         preview("digits-blurry10-online", "bic_temperature=3")
 
 
@@ -213,7 +216,7 @@ def test_metrics_line_marks_i_last_and_shows_the_paper_and_top_k() -> None:
     """The run page: I_last against a joint run with another augmentation is `16.00*` with the note;
     an MNIST RM run shows the paper's 91.80 with the difference; a top-5 run its top-5 figures."""
     config = {"dataset": "mnist", "method": "rm", "memory_size": 500, "n_tasks": 5, "blurry": 10, "stream": "online",
-              "augment": ["cutmix", "autoaug"], "uncertainty": "randaug"}
+              "augment": ["cutmix", "autoaug"], "uncertainty": "randaug", "model": "mlp400", "epochs": 256}
     row = data.RunRow(id=1, status="finished", preset=None, method="rm", dataset="mnist", memory_size=500, seed=1,
                       n_tasks=5, task=4, phase=None, phase_done=0, phase_total=0, samples_per_s=None, eta_s=None,
                       metrics={"A_last": 80.0, "A_avg": 60.0, "F_last": 1.0, "I_last": 16.0}, tasks_done=5, sweep_id=None,
@@ -227,6 +230,7 @@ def test_metrics_line_marks_i_last_and_shows_the_paper_and_top_k() -> None:
                        n_tasks=10, task=9, phase=None, phase_done=0, phase_total=0, samples_per_s=None, eta_s=None,
                        metrics={"A_last": 30.0, "A_avg": 20.0, "F_last": 1.0, "A_last_topk": 52.0, "A_avg_topk": 40.0,
                                 "F_last_topk": 2.0}, tasks_done=10, sweep_id=None, error=None, topk=5,
-                       config={**config, "dataset": "imagenet", "memory_size": 20000, "n_tasks": 10, "topk": 5})
+                       config={**config, "dataset": "imagenet", "memory_size": 20000, "n_tasks": 10, "topk": 5,
+                               "model": "resnet34", "epochs": 100})
     line = render.metrics_line(top5).plain
     assert "top-5 A_last 52.00" in line and "A_last top-5 50.11 (Δ +1.89)" in line and "paper A_last 50" not in line

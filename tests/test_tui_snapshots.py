@@ -75,6 +75,51 @@ def test_compare_screen(snap_compare, ids) -> None:
     assert snap_compare(frozen_app(), terminal_size=SIZE, run_before=compared)
 
 
+SMALL = (80, 24)  # issue 27: what identifies a run, and each run-page panel readable, at 80×24
+
+
+def test_runs_screen_at_80x24(snap_compare, ids) -> None:
+    async def loaded(pilot) -> None:
+        await settle(pilot, lambda: pilot.app.screen.query_one(RunsTable).row_count == 4)
+
+    assert snap_compare(frozen_app(), terminal_size=SMALL, run_before=loaded)
+
+
+def test_run_screen_of_a_running_rm_run_at_80x24(snap_compare, ids) -> None:
+    async def opened(pilot) -> None:
+        pilot.app.open_run(ids["running"])
+        await settle(pilot, lambda: isinstance(pilot.app.screen, RunScreen) and pilot.app.screen.view is not None
+                     and pilot.app.screen.query_one(LogPanel).n_lines == 6)
+
+    assert snap_compare(frozen_app(), terminal_size=SMALL, run_before=opened)
+
+
+def test_run_screen_of_a_finished_run_at_80x24_accuracy_tab(snap_compare, ids) -> None:
+    async def opened(pilot) -> None:
+        pilot.app.open_run(ids["finished"])
+        await settle(pilot, lambda: isinstance(pilot.app.screen, RunScreen) and pilot.app.screen.view is not None)
+        await pilot.press("3")
+        await pilot.pause(0.3)
+
+    assert snap_compare(frozen_app(), terminal_size=SMALL, run_before=opened)
+
+
+def test_run_screen_of_a_finished_run(snap_compare, ids) -> None:
+    async def opened(pilot) -> None:
+        pilot.app.open_run(ids["finished"])
+        await settle(pilot, lambda: isinstance(pilot.app.screen, RunScreen) and pilot.app.screen.view is not None)
+
+    assert snap_compare(frozen_app(), terminal_size=SIZE, run_before=opened)
+
+
+def test_compare_screen_at_80x24(snap_compare, ids) -> None:
+    async def compared(pilot) -> None:
+        pilot.app.open_compare([ids["finished"], ids["running"], ids["failed"]])
+        await settle(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.view is not None)
+
+    assert snap_compare(frozen_app(), terminal_size=SMALL, run_before=compared)
+
+
 def test_launch_screen_with_overrides(snap_compare, ids) -> None:
     async def typed(pilot) -> None:
         await pilot.press("n")

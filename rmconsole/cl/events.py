@@ -38,6 +38,10 @@ class TaskOutcome:
     topk: int = 1  # the run's `topk`; with k > 1 the top-k figures below are measured too
     topk_accuracy: float | None = None  # percent: the label among the k highest-scored classes
     topk_accuracy_row: list[float | None] | None = None  # acc[task][j] in top-k
+    # the validation stream (val_fraction > 0): the same evaluation on the held-out train samples
+    val_accuracy: float | None = None  # percent, on the held-out samples of eval_classes
+    val_accuracy_row: list[float | None] | None = None  # val acc[task][j]
+    val_class_accuracy: list[float | None] | None = None
 
 
 @dataclass
@@ -70,6 +74,7 @@ class AnytimePoint:
     n_classes: int  # classes exposed so far (labels 0 .. n_classes-1)
     class_accuracy: list[float | None] | None = None  # per exposed class, when the run records it
     seconds: float = 0.0  # this evaluation's wall time
+    val_accuracy: float | None = None  # percent on the held-out samples of those classes (val_fraction > 0)
 
 
 class Reporter:
@@ -94,5 +99,9 @@ class Reporter:
 
     def anytime_evaluated(self, point: AnytimePoint) -> None:
         """A task-free run was evaluated along the stream (every `eval_period` samples)."""
+
+    def validation_held_out(self, info: dict[str, Any]) -> None:
+        """The run holds out a validation share (val_fraction > 0), before `run_started`:
+        {"fraction", "samples", "per_class" (by the run's label), "hash"} (streams.validation_info)."""
 
     def log(self, message: str) -> None: ...

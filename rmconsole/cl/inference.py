@@ -90,15 +90,34 @@ def evaluation(method: Learner, data: Dataset, labels: Tensor, classes: list[int
     """`method.predict` (top-1) on the test samples of `classes`; with topk > 1 the method's class
     scores are ranked once per batch and give both the top-1 and the top-k hits."""
     keep = torch.isin(labels, torch.tensor(classes, device=labels.device)).nonzero().flatten()
+    return _measure(method, data.test, keep, labels[keep].cpu(), data, augmenter, topk, batch_size)
+
+
+@torch.inference_mode()
+def validation(method: Learner, data: Dataset, indices: Tensor, train_labels: Tensor, classes: list[int],
+               augmenter: Augmenter, batch_size: int | None = None) -> Evaluation:
+    """`method.predict` (top-1) on the held-out TRAIN samples `indices` of `classes` (the
+    validation stream, issue 30): measured as the test evaluation is (batched, clean images,
+    the same scope of classes), but a call of its own that never reads the test split, so a
+    search that selects on validation can be shown to touch no test sample."""
+    indices = indices.to(train_labels.device)
+    truth = train_labels[indices]
+    keep = indices[torch.isin(truth, torch.tensor(classes, device=truth.device))]
+    return _measure(method, data.train, keep, train_labels[keep].cpu(), data, augmenter, 1, batch_size)
+
+
+def _measure(method: Learner, images: object, keep: Tensor, truth: Tensor, data: Dataset, augmenter: Augmenter,
+             topk: int, batch_size: int | None) -> Evaluation:
+    """Predictions on `images` (a split) at indices `keep` against `truth`, in batches."""
     batch_size = batch_size or inference_batch(data.image_shape, method.device, 4096)
     accel, dist = method.accel, method.dist
     local = dist.block(keep) if dist else keep
-    truth_local = labels[local].cpu()
+    truth_local = dist.block(truth) if dist else truth  # the same block as `local`
     preds, hits = [], []
     start = 0
     with accel.autocast():
-        for images in iter_batches(data.test, local.split(batch_size)):
-            x = accel.prepare(augmenter.test(images))
+        for batch in iter_batches(images, local.split(batch_size)):
+            x = accel.prepare(augmenter.test(batch))
             if topk > 1:
                 scores = method.class_scores(x)
                 preds.append(scores.argmax(-1).cpu())
@@ -112,7 +131,6 @@ def evaluation(method: Learner, data: Dataset, labels: Tensor, classes: list[int
     if dist:
         pred = dist.gather(pred)
         hit = dist.gather(hit) if topk > 1 else hit
-    truth = labels[keep].cpu()
     out = Evaluation(metrics.accuracy(pred, truth), metrics.per_class_accuracy(pred, truth, data.n_classes), topk)
     if topk > 1:
         out.topk_accuracy = metrics.hit_rate(hit)

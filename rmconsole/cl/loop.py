@@ -16,7 +16,7 @@ from torch import Tensor
 from . import distributed, metrics, streams
 from .data import Dataset
 from .events import Reporter, TaskOutcome, TaskPlan
-from .inference import evaluate, evaluation
+from .inference import evaluate, evaluation, validation
 from .methods import Setup, Task, method_class
 from .online import run_online
 from .protocols import is_task_free
@@ -35,6 +35,7 @@ class Protocol:
     groups: list[list[int]]
     tasks: list[Tensor]
     scope: streams.EvalScope
+    held_out: streams.HeldOut | None = None  # the validation split (val_fraction > 0), else None
 
     def plans(self, n_classes: int) -> list[TaskPlan]:
         return [
@@ -51,9 +52,14 @@ def build_protocol(cfg: RunSettings, data: Dataset) -> Protocol:
     single = method_class(cfg.method_spec).single_task
     n_tasks = 1 if single else cfg.n_tasks
     groups = streams.task_classes(data.n_classes, n_tasks)
-    tasks = streams.make_tasks(train_labels, n_tasks, data.n_classes, cfg.blurry, cfg.seed)
-    return Protocol(order, train_labels, test_labels, groups, tasks,
-                    streams.EvalScope(blurry=cfg.blurry > 0 or single, groups=groups))
+    # the validation share is held out first, by its own generator; the stream is built over
+    # what is left exactly as over the whole set (with nothing held out: the whole set itself)
+    held = streams.hold_out(data.train.labels, cfg.val_fraction, cfg.seed)
+    tasks = streams.make_tasks(train_labels if held.empty else train_labels[held.train], n_tasks, data.n_classes,
+                               cfg.blurry, cfg.seed)
+    return Protocol(order, train_labels, test_labels, groups, held.restrict(tasks),
+                    streams.EvalScope(blurry=cfg.blurry > 0 or single, groups=groups),
+                    None if held.empty else held)
 
 
 def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter: Reporter | None = None,
@@ -86,6 +92,10 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
                  + f"compute on {device}: {method.accel.describe()}"
                  + (", cuda_graphs=True" if method.uses_graphs else ""))
     plans = protocol.plans(data.n_classes)
+    held = protocol.held_out
+    if held is not None:
+        reporter.validation_held_out(streams.validation_info(held, cfg.val_fraction, protocol.train_labels,
+                                                             data.n_classes))
     reporter.run_started(plans, protocol.class_order, data.class_names, augmenter.describe())
     outcomes = []
     for t in range(start, len(protocol.tasks)):
@@ -93,7 +103,7 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
         task = Task(t, protocol.tasks[t], len(protocol.tasks))
         classes = protocol.scope.classes_after(t)
         if cfg.eval_every_epoch:
-            method.epoch_eval = lambda: evaluate(method, data, test_labels, classes, augmenter)[0]
+            method.epoch_eval = lambda: evaluate(method, data, test_labels, classes, augmenter)[0]  # noqa: B023 - called during this task only
         method.before_task(task)
         method.learn_task(task)
         method.after_task(task)
@@ -109,9 +119,17 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
                               method.best_epoch_accuracy, {"memory": dict(method.memory_info)}, result.topk,
                               result.topk_accuracy, None if result.topk_class_accuracy is None else
                               metrics.task_accuracy_row(result.topk_class_accuracy, protocol.groups))
+        if held is not None:  # the validation pass: a call of its own, on held-out train samples only
+            reporter.phase(t, "validation", int(torch.isin(protocol.train_labels[held.validation],
+                                                           torch.tensor(classes)).sum()))
+            val = validation(method, data, held.validation, train_labels, classes, augmenter)
+            outcome.val_accuracy, outcome.val_class_accuracy = val.accuracy, val.class_accuracy
+            outcome.val_accuracy_row = metrics.task_accuracy_row(val.class_accuracy, protocol.groups)
         checkpoint = {"task": t, "method": method.state_dict(), "augmenter": augmenter.state_dict(),
                       "torch_rng": torch.get_rng_state(), "method_name": cfg.method,
                       "stream_hashes": [p.stream_hash for p in plans]}
+        if held is not None:
+            checkpoint["val_hash"] = streams.stream_hash(held.validation)
         if device.type == "cuda":
             checkpoint["cuda_rng"] = torch.cuda.get_rng_state_all()
         if dist:  # every rank's own draws, so a resumed multi-process run continues exactly

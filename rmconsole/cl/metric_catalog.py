@@ -46,6 +46,8 @@ class TaskRow:
     topk: Optional[int] = None  # k of the top-k figures, when measured
     topk_accuracy: Optional[float] = None
     topk_accuracy_row: Optional[Sequence[Optional[float]]] = None
+    val_accuracy: Optional[float] = None  # on the held-out validation samples (val_fraction > 0)
+    val_accuracy_row: Optional[Sequence[Optional[float]]] = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class AnytimePoint:
     samples: int  # streamed samples seen when it was taken
     accuracy: float  # on the test samples of the classes exposed so far
     n_classes: int = 0  # how many classes those were
+    val_accuracy: Optional[float] = None  # on the held-out validation samples of those classes
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,9 @@ class Metric:
     (`report --paper`). note: the sentence a report's caption adds when it is a column; missing:
     why a run may have no value (said when no cell of a report has one). column: a column of
     the runs tables (`rmconsole runs`, the TUI's runs page) when > 0, the higher the sooner it is
-    dropped on a narrow terminal (0: not a column); the first final-only one carries `@k/T`."""
+    dropped on a narrow terminal (0: not a column); the first final-only one carries `@k/T`.
+    split: the data it is measured on: "test", or "validation" (the held-out train samples of a
+    run with val_fraction > 0: what `report --select-by` may select on; selecting on test may not)."""
 
     name: str
     label: str
@@ -282,6 +287,7 @@ class Metric:
     note: str = ""
     missing: str = ""
     column: int = 0
+    split: Literal["test", "validation"] = "test"
 
     @property
     def lower_is_better(self) -> bool:
@@ -334,8 +340,8 @@ def _worst_forgetting(rows: RunRows) -> Optional[float]:
     """F_max: the largest drop of one earlier task, max over j < T-1 of (best acc[k][j] for
     k < T-1) - acc[T-1][j] (F_last is the mean of these drops)."""
     matrix, last = rows.matrix, len(rows.tasks) - 1
-    drops = [max(b) - matrix[last][j] for j in range(last)
-             if (b := [matrix[k][j] for k in range(last) if matrix[k][j] is not None]) and matrix[last][j] is not None]
+    drops = [max(b) - end for j in range(last)
+             if (b := [v for k in range(last) if (v := matrix[k][j]) is not None]) and (end := matrix[last][j]) is not None]
     return max(drops) if drops else None
 
 
@@ -362,6 +368,43 @@ def _topk(compute: Callable[[RunRows], Optional[float]]) -> Callable[[RunRows], 
 
 def _auc(rows: RunRows) -> Optional[float]:
     return MA.area_under_curve(p.accuracy for p in rows.anytime)
+
+
+def has_validation(config: Mapping[str, Any]) -> bool:
+    """Whether a run held out a validation stream (val_fraction > 0; a run stored before the key
+    existed held none). The validation metrics apply only to such runs."""
+    return float(config.get("val_fraction") or 0.0) > 0
+
+
+def _val_rows(rows: RunRows) -> Optional[RunRows]:
+    """The run's validation figures read as task rows (None: no validation stream, or a task
+    done without its validation figure, e.g. resumed from an older rmconsole)."""
+    if not has_validation(rows.config) or not rows.tasks:
+        return None
+    tasks = []
+    for t in rows.tasks:
+        if t.val_accuracy is None:
+            return None
+        tasks.append(TaskRow(t.task, t.val_accuracy, list(t.val_accuracy_row or ())))
+    return RunRows(rows.config, tasks, n_tasks=rows.n_tasks)
+
+
+def _validation(compute: Callable[[RunRows], Optional[float]]) -> Callable[[RunRows], Optional[float]]:
+    def of(rows: RunRows) -> Optional[float]:
+        val = _val_rows(rows)
+        return compute(val) if val is not None else None
+    return of
+
+
+def _val_auc(rows: RunRows) -> Optional[float]:
+    """A_auc on validation: the mean anytime validation accuracy, when every point measured one."""
+    if not has_validation(rows.config) or not rows.anytime or any(p.val_accuracy is None for p in rows.anytime):
+        return None
+    return MA.area_under_curve(p.val_accuracy for p in rows.anytime if p.val_accuracy is not None)
+
+
+VALIDATION_NOTE = ("(val): measured on the held-out validation stream (val_fraction of each class's training "
+                   "samples), never on the test set")
 
 
 def _online(key: str) -> Callable[[RunRows], Optional[float]]:
@@ -409,6 +452,16 @@ METRICS: tuple[Metric, ...] = (
            compute=_topk(_average), family="topk"),
     Metric("F_last_topk", "F_last top-k", "F_last of the top-k accuracies", compute=_topk(_forgetting),
            better="lower", default_for=("task",), when_measured=True, family="topk", paper=True),
+    Metric("val_A_last", "A_last (val)", "A_last on the held-out validation stream (val_fraction > 0): what "
+           "selection reads", compute=_validation(_last), default_for=PROTOCOLS, when_measured=True,
+           split="validation", note=VALIDATION_NOTE, missing="validation metrics need a run with val_fraction > 0"),
+    Metric("val_A_avg", "A_avg (val)", "A_avg on the held-out validation stream (val_fraction > 0)",
+           compute=_validation(_average), default_for=PROTOCOLS, when_measured=True, split="validation",
+           note=VALIDATION_NOTE, missing="validation metrics need a run with val_fraction > 0"),
+    Metric("val_A_auc", "A_auc (val)", "A_auc on the held-out validation stream (task-free, val_fraction > 0)",
+           compute=_val_auc, protocols=("task-free",), final_only=False, default_for=("task-free",),
+           when_measured=True, split="validation", note=VALIDATION_NOTE,
+           missing="validation metrics need a run with val_fraction > 0"),
     _online_figure("train_samples_per_s", "train samples/s", "samples/s", "training throughput (wall-clock)",
                    default=True),
     _online_figure("train_seconds", "train s", "s", "wall-clock seconds spent training", better="lower", default=True),
@@ -460,6 +513,11 @@ def failures() -> list[str]:
     return list(_failures.values())
 
 
+def validation_metrics(metrics: Sequence[Metric] = METRICS) -> list[Metric]:
+    """The metrics measured on the validation stream (what `report --select-by` may select on)."""
+    return [m for m in metrics if m.split == "validation"]
+
+
 def columns(metrics: Sequence[Metric] = METRICS) -> list[Metric]:
     """The runs tables' metric columns, in catalogue order."""
     return [m for m in metrics if m.column > 0]
@@ -499,6 +557,6 @@ def report_default(protocol: Protocol, measured: Iterable[str], metrics: Sequenc
     return [m.name for m in metrics if protocol in m.default_for and (not m.when_measured or m.name in measured)]
 
 
-__all__ = ["AcrossRuns", "AnytimePoint", "BUILTINS", "CrossValue", "JOINT_KEYS", "JOINT_RULE", "JSON_ALWAYS", "METRICS",
+__all__ = ["VALIDATION_NOTE", "has_validation", "validation_metrics", "AcrossRuns", "AnytimePoint", "BUILTINS", "CrossValue", "JOINT_KEYS", "JOINT_RULE", "JSON_ALWAYS", "METRICS",
            "Metric", "RuleContext", "RunLike", "RunRows", "TaskRow", "columns", "cross_run_metrics", "mark_carrier", "failures", "is_upper_bound",
            "joint_differences", "joint_index", "listed", "mean_std", "report_default", "summarize", "upper_bound"]

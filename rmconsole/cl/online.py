@@ -32,7 +32,7 @@ from torch import Tensor
 from . import metrics, metrics_anytime, streams, streams_iblurry
 from .data import Dataset
 from .events import AnytimePoint, Reporter, TaskOutcome, TaskPlan
-from .inference import evaluate
+from .inference import evaluate, validation
 from .learner import Setup, Task
 from .methods import method_class
 from .resume import make_augmenter, restore
@@ -56,24 +56,31 @@ class OnlineProtocol:
     groups: list[list[int]]
     tasks: list[Tensor]
     first: list[list[tuple[int, int]]]
+    held_out: streams.HeldOut | None = None  # the validation split (val_fraction > 0), else None
 
     def plans(self, n_classes: int) -> list[TaskPlan]:
         return [TaskPlan(t, len(s), self.groups[t], streams.composition(self.train_labels, s, n_classes),
-                         streams.stream_hash(s), [tuple(f) for f in self.first[t]])  # type: ignore[misc]
+                         streams.stream_hash(s), [(c, at) for c, at in self.first[t]])
                 for t, s in enumerate(self.tasks)]
 
 
 def build_online_protocol(cfg: RunSettings, data: Dataset) -> OnlineProtocol:
     labels = data.train.labels.cpu()
-    split = streams_iblurry.make_split(cfg.stream, labels, cfg.n_tasks, data.n_classes, cfg.disjoint_classes,
-                                       cfg.blurry, cfg.seed)
+    # the validation share first, by its own generator; the split is made over what is left
+    held = streams.hold_out(labels, cfg.val_fraction, cfg.seed)
+    split = streams_iblurry.make_split(cfg.stream, labels if held.empty else labels[held.train], cfg.n_tasks,
+                                       data.n_classes, cfg.disjoint_classes, cfg.blurry, cfg.seed, cfg.pool_order)
+    if not held.empty:
+        split = streams_iblurry.BlurrySplit(held.restrict(split.tasks), split.disjoint, split.blurry,
+                                            held.restrict(split.pooled))
     order = streams_iblurry.first_appearance_order(labels, split.tasks, data.n_classes)
     train_labels = streams.remap_labels(labels, order)
     test_labels = streams.remap_labels(data.test.labels.cpu(), order)
     position = {c: i for i, c in enumerate(order)}
     groups = [sorted(position[c] for c in split.majors(t)) for t in range(len(split.tasks))]
     first = streams_iblurry.first_appearances(train_labels, split.tasks)
-    return OnlineProtocol(order, train_labels, test_labels, groups, split.tasks, first)
+    return OnlineProtocol(order, train_labels, test_labels, groups, split.tasks, first,
+                          None if held.empty else held)
 
 
 @dataclass
@@ -122,13 +129,17 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
     clock = Clock()
     start = 0
     if resume is not None:
-        start = restore(resume, cfg, protocol, method, augmenter, device)  # type: ignore[arg-type]
+        start = restore(resume, cfg, protocol, method, augmenter, device)
         clock = Clock.from_state(resume.get("online_clock", {}))
     reporter.log(f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
-                 f"{cfg.disjoint_classes}-{cfg.blurry}, online_iter={cfg.online_iter:g}, "
+                 f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}, "
                  f"eval_period={cfg.eval_period}" + (f", compute_budget={cfg.compute_budget:g}"
                                                     if cfg.compute_budget else ""))
     plans = protocol.plans(data.n_classes)
+    held = protocol.held_out
+    if held is not None:
+        reporter.validation_held_out(streams.validation_info(held, cfg.val_fraction, protocol.train_labels,
+                                                             data.n_classes))
     reporter.run_started(plans, protocol.class_order, data.class_names, augmenter.describe())
     labels_cpu = protocol.train_labels
     budget = cfg.compute_budget
@@ -139,6 +150,10 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
         method.online_before_eval()
         trained = time.perf_counter()
         acc, class_acc = evaluate(method, data, test_labels, list(range(clock.exposed)), augmenter)
+        val_acc = None
+        if held is not None:  # the validation pass: a call of its own, on held-out train samples only
+            val_acc = validation(method, data, held.validation, train_labels, list(range(clock.exposed)),
+                                 augmenter).accuracy
         seconds = time.perf_counter() - trained
         clock.train_seconds += trained - began
         clock.eval_seconds += seconds
@@ -146,7 +161,7 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
         clock.anytime_accuracies.append(acc)
         reporter.anytime_evaluated(AnytimePoint(
             task, clock.arrivals, acc, clock.exposed,
-            class_acc[:clock.exposed] if cfg.anytime_class_accuracy else None, round(seconds, 4)))
+            class_acc[:clock.exposed] if cfg.anytime_class_accuracy else None, round(seconds, 4), val_acc))
 
     for t in range(start, len(protocol.tasks)):
         task_started = time.perf_counter()
@@ -183,15 +198,21 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
         evaluated = time.perf_counter()
         classes = list(range(clock.exposed))
         acc, class_acc = evaluate(method, data, test_labels, classes, augmenter)
+        val = None if held is None else validation(method, data, held.validation, train_labels, classes, augmenter)
         clock.eval_seconds += time.perf_counter() - evaluated
         method.memory_report(task)
         clock.wall_seconds += time.perf_counter() - task_started
         extra = {"memory": dict(method.memory_info), "online": online_summary(clock, method)}
         outcome = TaskOutcome(t, acc, metrics.task_accuracy_row(class_acc, protocol.groups), class_acc, classes,
                               time.perf_counter() - task_started, None, extra)
+        if val is not None:
+            outcome.val_accuracy, outcome.val_class_accuracy = val.accuracy, val.class_accuracy
+            outcome.val_accuracy_row = metrics.task_accuracy_row(val.class_accuracy, protocol.groups)
         checkpoint = {"task": t, "method": method.state_dict(), "augmenter": augmenter.state_dict(),
                       "torch_rng": torch.get_rng_state(), "method_name": cfg.method,
                       "stream_hashes": [p.stream_hash for p in plans], "online_clock": clock.state()}
+        if held is not None:
+            checkpoint["val_hash"] = streams.stream_hash(held.validation)
         if device.type == "cuda":
             checkpoint["cuda_rng"] = torch.cuda.get_rng_state_all()
         reporter.task_finished(outcome, checkpoint)

@@ -38,6 +38,9 @@ def restore(resume: dict[str, Any], cfg: RunSettings, protocol: Any, method: Met
     hashes = resume.get("stream_hashes")
     if hashes is not None and hashes != [streams.stream_hash(s) for s in protocol.tasks]:
         raise CheckpointMismatch("checkpoint was written for another task stream (dataset, seed, tasks or blurry differ)")
+    held = getattr(protocol, "held_out", None)
+    if resume.get("val_hash") != (None if held is None else streams.stream_hash(held.validation)):
+        raise CheckpointMismatch("checkpoint was written for another validation split (val_fraction or seed differ)")
     start = int(resume["task"]) + 1
     if start > len(protocol.tasks):
         raise CheckpointMismatch(f"checkpoint is after task {start}, the run has {len(protocol.tasks)} tasks")

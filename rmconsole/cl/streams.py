@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -99,6 +100,68 @@ def blurry_tasks(labels: Tensor, n_tasks: int, n_classes: int, blurry: int, seed
 def make_tasks(labels: Tensor, n_tasks: int, n_classes: int, blurry: int, seed: int) -> list[Tensor]:
     """The stream of every task as train-set indices, in the order they arrive."""
     return blurry_tasks(labels, n_tasks, n_classes, blurry, seed)
+
+
+# The validation stream (issue 30). Held-out samples are drawn per class by a generator of their
+# own, seeded from the run's seed through this salt, so the draws the training stream makes from
+# the run's seed are the same whether a validation share is held out or not: with no share held
+# out the training stream is exactly the one of a run without validation.
+VALIDATION_SALT = 0x5EED_0FF1CE
+
+
+def validation_seed(seed: int) -> int:
+    """The seed of the validation draw: derived from the run's seed, never equal to its stream's."""
+    return (seed * 1_000_003 + VALIDATION_SALT) % (2**63 - 1)
+
+
+def validation_sizes(counts: list[int], fraction: float) -> list[int]:
+    """Held-out samples per class: round(n_c * fraction); with fraction < 0.5 a class always
+    keeps at least one training sample (round(n * f) < n for every n >= 1)."""
+    if not 0 <= fraction < 0.5:
+        raise ValueError(f"val_fraction must be in [0, 0.5), got {fraction}")
+    return [int(round(n * fraction)) for n in counts]
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A run's split of the training set: the indices left for the stream (ascending) and the
+    validation indices (ascending), never trained on and never offered to a memory."""
+
+    train: Tensor
+    validation: Tensor
+
+    @property
+    def empty(self) -> bool:
+        return len(self.validation) == 0
+
+    def restrict(self, tasks: list[Tensor]) -> list[Tensor]:
+        """Tasks built over `labels[self.train]` (positions in `train`) as train-set indices."""
+        return tasks if self.empty else [self.train[t] for t in tasks]
+
+
+def validation_info(held: HeldOut, fraction: float, labels: Tensor, n_classes: int) -> dict[str, Any]:
+    """What a run records of its validation split: the fraction, how many samples (in all and per
+    class of `labels`, the run's remapped ones) and their fingerprint (a resume checks it)."""
+    return {"fraction": fraction, "samples": len(held.validation),
+            "per_class": composition(labels, held.validation, n_classes), "hash": stream_hash(held.validation)}
+
+
+def hold_out(labels: Tensor, fraction: float, seed: int) -> HeldOut:
+    """Hold out `fraction` of EACH class's training samples (labels: the dataset's own or the
+    run's remapped ones; a class is a class either way), drawn by the validation generator.
+    fraction 0: nothing held out, `train` = every index in order."""
+    labels = labels.cpu()
+    n_classes = int(labels.max()) + 1 if len(labels) else 0
+    counts = torch.bincount(labels, minlength=n_classes).tolist()
+    sizes = validation_sizes(counts, fraction)
+    if not any(sizes):
+        return HeldOut(torch.arange(len(labels)), torch.empty(0, dtype=torch.int64))
+    gen = torch.Generator().manual_seed(validation_seed(seed))
+    chosen = [_shuffled((labels == c).nonzero().flatten(), gen)[:k] for c, k in enumerate(sizes)]
+    validation = torch.cat(chosen).sort().values
+    mask = torch.ones(len(labels), dtype=torch.bool)
+    mask[validation] = False
+    return HeldOut(mask.nonzero().flatten(), validation)
 
 
 def composition(labels: Tensor, stream: Tensor, n_classes: int) -> list[int]:

@@ -12,6 +12,8 @@ One module per responsibility; a command module registers its commands on the sh
 - report_commands.py: report, export
 - setup_commands.py: presets, new, config-keys, data
 - tui_commands.py: tui (and --serve)
+- server_commands.py: server list|stop (this user's warm-start servers, runner/warm.py)
+- tune_commands.py: tune (an Optuna search whose trials are runs; runner/tune.py)
 
 A new command: a module NAME_commands.py here that does `from .common import app` (and the
 consoles and checks it needs) and decorates its functions with `@app.command()` (a group:
@@ -27,8 +29,10 @@ from . import (  # noqa: F401
     manage_commands,
     report_commands,
     run_commands,
+    server_commands,
     setup_commands,
     tui_commands,
+    tune_commands,
 )
 from .common import MAX_SLOTS, RUN_ID, USER_ERRORS, app, check_count, check_run_id, console, dim, err_console
 from .errors import main
@@ -41,7 +45,7 @@ from .sweeps import follow_sweep, run_sweep
 # the order of `rmconsole --help`'s commands (Typer lists them as registered; the modules
 # register them by responsibility, the help reads by what a user does first)
 HELP_ORDER = ("run", "show", "runs", "presets", "tag", "note", "rename", "archive", "rm", "diff", "config-keys",
-              "report", "export", "stop", "resume", "join", "tui")
+              "report", "export", "tune", "stop", "resume", "join", "tui", "server")
 
 
 def _command_name(info: object) -> str:

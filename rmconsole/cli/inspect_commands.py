@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import metric_registry, runner, store
-from ..cl.metric_catalog import mark_carrier
 from ..config import ConfigError, shorten
 from ..store.filters import where
 from .common import RUN_ID, app, console, dim, err_console
@@ -33,6 +32,7 @@ def show(run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last' (
     print_run(run_id, detail)
 
 
+STATUS_WIDTH = 11  # `4/5 memory`: a live run's task and phase, cut here so the metrics stay on the line
 STATUS_COLOURS = {"finished": "green", "running": "cyan", "queued": "yellow", "failed": "red", "stopped": "magenta"}
 
 
@@ -68,25 +68,15 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     if not records:  # a header over nothing says nothing: say what matched none
         _say_none_match(filters, status, sweep_, all_)
         return
-    table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold")
-    table.add_column("id", justify="right", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    labels = [len(r.name or r.preset or "—") for r in records]
-    table.add_column("run", min_width=min(max(labels, default=3), 40))  # name, else preset: never cut (to 40)
-    table.add_column("method", no_wrap=True)
-    table.add_column("K", justify="right", no_wrap=True)
-    table.add_column("seed", justify="right", no_wrap=True)
-    wide = console.width >= 120  # narrower: a run's changes go on a second line under its name
-    if wide:
-        table.add_column("changes", overflow="fold", ratio=1)  # the overrides of the preset, then #tags
+    # one line per run at any width: narrower than 120 columns, a run's changes follow its name
+    # in the same cell and are cut (…) before any number is; a live status is cut to its column
+    wide = console.width >= 120
     # the catalogue's metric columns; one of task-free runs only (A_auc) when such a run is listed
     columns = [m for m in metric_registry.columns()
                if "task" in m.protocols or any(m.name in r.metrics for r in records)]
-    carrier = mark_carrier(columns)  # (the column that writes a partial run's @k/T; the others are dim)
-    for m in columns:
-        table.add_column(m.label, justify="right", no_wrap=True)
     jobs = store.job_states([r.id for r in records if r.status == "queued"])
     marked = []
+    rows = []
     for r in records:
         status_text = r.status if r.status != "running" or r.task is None else f"{r.task + 1}/{r.n_tasks} {r.phase or ''}"
         if r.id in jobs:  # queued at a scheduler: its job and the scheduler's word
@@ -100,14 +90,41 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         if r.archived:
             what = (what + " " if what else "") + "(archived)"
         style = "dim" if r.partial else ""
-        label = escape(r.name or r.preset or "—")
-        changes = [escape(what)] if wide else []
-        if what and not wide:
-            label += f"\n[dim]{escape(what)}[/]"  # (wraps between words under the name)
-        table.add_row(str(r.id), f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]", label, r.method,
-                      str(r.memory_size), str(r.seed), *changes,
-                      *[dim(r.metric_text(m.name, mark=m is carrier), style if m.final_only and m.across is None
-                             else "") for m in columns])
+        # every final-only metric of a partial run carries its @k/T (a bare partial F_last read as final)
+        metrics = [(r.metric_text(m.name), style if m.final_only and m.across is None else "") for m in columns]
+        rows.append((r, status_text.strip(), r.name or r.preset or "—", what, metrics))
+    natural = {  # the widths the other columns need: the run's label gets what is left
+        "id": max(2, *(len(str(r.id)) for r, *_ in rows)),
+        "status": min(max(6, *(len(t) for _, t, *_ in rows)), STATUS_WIDTH),
+        "method": max(len("method"), *(len(r.method) for r, *_ in rows)),
+        "K": max(1, *(len(str(r.memory_size)) for r, *_ in rows)), "seed": max(4, *(len(str(r.seed)) for r, *_ in rows)),
+    }
+    metric_widths = [max(len(m.label), *(len(row[4][i][0]) for row in rows)) for i, m in enumerate(columns)]
+    table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold")
+    table.add_column("id", justify="right", no_wrap=True, min_width=natural["id"])
+    table.add_column("status", no_wrap=True, overflow="ellipsis", min_width=natural["status"],
+                     max_width=natural["status"])
+    if wide:
+        labels = [len(label) for _, _, label, _, _ in rows]
+        table.add_column("run", min_width=min(max(labels, default=3), 40))  # name, else preset: never cut (to 40)
+    else:
+        left = console.width - sum(natural.values()) - sum(metric_widths) - (len(natural) + len(columns))
+        table.add_column("run", no_wrap=True, overflow="ellipsis", width=max(left, 8))
+    table.add_column("method", no_wrap=True, min_width=natural["method"])
+    table.add_column("K", justify="right", no_wrap=True, min_width=natural["K"])
+    table.add_column("seed", justify="right", no_wrap=True, min_width=natural["seed"])
+    if wide:
+        table.add_column("changes", overflow="fold", ratio=1)  # the overrides of the preset, then #tags
+    for m, width in zip(columns, metric_widths):
+        table.add_column(m.label, justify="right", no_wrap=True, min_width=width)
+    for r, status_text, label, what, metrics in rows:
+        cell = escape(label)
+        if what and not wide:  # (cut with … at the cell's end, never a second line)
+            # a name, then what it changes; unnamed: what it changes first (what tells it apart), then its preset
+            cell = f"{escape(label)} [dim]{escape(what)}[/]" if r.name else f"{escape(what)} [dim]{escape(label)}[/]"
+        table.add_row(str(r.id), f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]", cell, r.method,
+                      str(r.memory_size), str(r.seed), *([escape(what)] if wide else []),
+                      *[dim(text, style) for text, style in metrics])
     console.print(table)
     for r in marked:
         console.print(f"* run {r.id}: I_last {r.i_last_note} (rmconsole show {r.id})", highlight=False)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from .. import metric_registry, runner, store
 from ..cl.metric_catalog import mark_carrier
-from ..config import ConfigError
+from ..config import ConfigError, shorten
 from .common import app, console, err_console
 from .selection import _chosen_runs, _run_id
 
@@ -64,9 +64,14 @@ def archive(items: Optional[list[str]] = typer.Argument(None, metavar="RUN...", 
             where_: Optional[str] = typer.Option(None, "--where", help="The runs that pass this run filter."),
             undo: bool = typer.Option(False, "--undo", help="Bring archived runs back.")) -> None:
     """Hide runs from `runs`, `report` and the TUI (`--all` / archived:true show them); nothing is deleted."""
+    verb = "restored" if undo else "archived"
+    if where_ is not None and not items and not store.find_runs(where_, archived=True):
+        # nothing to tidy is an answer, not a usage error: a script's `archive --where status:failed` goes on
+        console.print(f"{verb} 0 runs: none matches --where {escape(shorten(where_, 200))} "
+                      f"({store.count_runs()} run(s) stored)", highlight=False)
+        return
     ids = _chosen_runs(list(items or []), where_)
     changed = store.set_archived(ids, not undo)
-    verb = "restored" if undo else "archived"
     console.print(f"{verb} {len(changed)} run(s)" + (f": {', '.join(map(str, changed))}" if changed else "") +
                   (f" ({len(ids) - len(changed)} already {verb})" if len(changed) < len(ids) else ""), highlight=False)
 

@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from .. import metric_registry, runner, store
 from .. import report as reports
 from ..config import ConfigError, shorten
 from ..report import anytime as anytime_report
+from ..report import select_by as select_by_validation
 from ..sanitize import clean_block
 from ..store.filters import where
 from .common import app, console, err_console
@@ -48,6 +50,10 @@ def report(
                                                help="Draw the training loss and learning rate of every epoch of the "
                                                     "selected runs (PNG)."),
     all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too."),
+    select_by: Optional[str] = typer.Option(None, "--select-by", metavar="METRIC",
+                                            help="Per row, only the configuration best on this VALIDATION metric "
+                                                 "(val_A_last, val_A_avg, val_A_auc: runs with val_fraction > 0), "
+                                                 "mean over seeds; its test figures are reported."),
 ) -> None:
     """Tables of stored runs: cells are mean ± std over seeds; also the paper's figures as PNG."""
     if fmt not in reports.FORMATS:
@@ -68,6 +74,11 @@ def report(
     if memory_plot is not None and len(runs) != 1:
         raise ConfigError(f"--memory-plot draws one run, but {len(runs)} match: choose it with --runs ID")
     summaries = [r.to_json() for r in runs]
+    chosen = None
+    if select_by is not None:  # per row (and column group), the validation-best configuration's runs
+        chosen = select_by_validation.select(summaries, select_by,
+                                             [*(_listed("--rows", rows) or ["method"]), *(_listed("--cols", cols) or ())])
+        summaries = chosen.runs
     table = reports.build_report(summaries, rows=_listed("--rows", rows), cols=_listed("--cols", cols) or (),
                                  metrics=_listed("--metrics", metrics), only_changed=only_changed, paper=paper)
     if fmt == "table":
@@ -78,6 +89,9 @@ def report(
             sys.stdout.write(text)
         else:
             err_console.print(f"wrote {reports.write_output(out, text.encode(), '--out')}", highlight=False)
+    if chosen is not None:  # what was selected, and among how many (stderr beside a file format's output)
+        for line in chosen.lines(digits):
+            (console if fmt == "table" else err_console).print(clean_block(line), markup=False, highlight=False)
     if plot is not None:
         used = {run_id for cell in table.cells.values() for run_id in cell.used}
         if anytime_report.has_anytime(summaries):  # the follow-up's figure: accuracy against samples seen
@@ -107,8 +121,8 @@ def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR
                                               help="Where: a folder (MLflow file store, TensorBoard log dir) or, "
                                                    "for MLflow, a tracking URI.")) -> None:
     """Write runs into an MLflow tracking store or TensorBoard event files: config as params,
-    per-task and per-epoch metrics, memory histograms (`pip install 'rmconsole[mlflow]'` /
-    `'rmconsole[tensorboard]'`). `rmconsole export 3 4 --to mlflow ./mlruns`."""
+    per-task and per-epoch metrics, memory histograms (`pip install 'rmconsole\\[mlflow]'` /
+    `'rmconsole\\[tensorboard]'`). `rmconsole export 3 4 --to mlflow ./mlruns`."""
     from .. import export as exporter
 
     if to not in exporter.TARGETS:
@@ -133,11 +147,14 @@ def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR
     try:
         if to == "mlflow":
             written = exporter.to_mlflow(details, target, experiment)
-            console.print(f"exported {len(written)} run(s) to MLflow at {target} (experiment {experiment!r}); "
-                          f"see them with: mlflow ui --backend-store-uri {target}", highlight=False)
+            console.print(f"exported {len(written)} run(s) to MLflow at {escape(target)} (experiment "
+                          f"{escape(repr(experiment))})", highlight=False, soft_wrap=True)
+            hint = exporter.view_hint("mlflow", target, experiment, exporter.experiment_id_of(target, experiment))
         else:
             folders = exporter.to_tensorboard(details, target)
-            console.print(f"exported {len(folders)} run(s) to {target}; see them with: tensorboard --logdir {target}",
-                          highlight=False)
+            console.print(f"exported {len(folders)} run(s) to {escape(target)}", highlight=False, soft_wrap=True)
+            hint = exporter.view_hint("tensorboard", target)
+        for line in hint:  # (commands to copy: never wrapped)
+            console.print(escape(line), highlight=False, soft_wrap=True)
     except exporter.ExportError as err:
         raise ConfigError(str(err)) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Optional
 
 import typer
@@ -51,10 +52,20 @@ def run(
                                     "gpus_per_run=N,cpus_per_run=N,mem_gb=G,account=A,qos=Q,constraint=C."),
     runs_per_gpu: Optional[int] = typer.Option(None, "--runs-per-gpu", help="Runs sharing each GPU, each capped at "
                                                "1/N of its memory (local queue: N slots per GPU; slurm: N runs per job)."),
-    name: Optional[str] = typer.Option(None, "--name", "-n", help="What to call the run (a sweep: each of its runs)."),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="What to call the run (a sweep: the start of "
+                                       "each run's name, see --name-template)."),
     tags: list[str] = typer.Option([], "--tag", "-t", help="A tag for the run (repeatable): filter with tag:T."),
+    sweep_name: Optional[str] = typer.Option(None, "--sweep-name", help="Name the sweep (its id: `runs --sweep NAME`, "
+                                             "`stop --sweep NAME`, `report --sweep NAME`)."),
+    name_template: Optional[str] = typer.Option(None, "--name-template", help="Each sweep run's name: {name}, "
+                                                "{method}, {seed}, {sweep}, {n} or any config key (default: the "
+                                                "name then what varies, e.g. {name}·{method}·s{seed})."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Start a --set list's runs without asking (at a terminal "
+                             "`run` asks first; elsewhere it says how many and starts them)."),
 ) -> None:
-    """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs."""
+    """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs.
+
+    Keys a first run changes: dataset, method, memory_size (K), n_tasks, blurry, stream, epochs, augment ('+'-joined: cutmix+autoaug), seed, lr, batch_size, device (`rmconsole config-keys --essential` says what each means; `config-keys` lists every key and the methods that read it). `--set epochs=8 --set augment=none`; a comma makes a sweep: `--set method=rm,er --seeds 1,2`."""
     check_count("--gpus", gpus, 1, MAX_SLOTS)
     check_count("--parallel", parallel, 1, MAX_SLOTS)
     check_count("--nnodes", nnodes, 1, MAX_SLOTS)
@@ -62,27 +73,53 @@ def run(
     check_count("--master-port", master_port, 1, 65535)
     rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
     spec = runner.parse_executor(executor, slurm, runs_per_gpu)
-    if runner.is_sweep(list(set_), seeds):
+    if seed is not None and seeds is not None:
+        raise ConfigError("give either --seed or --seeds, not both")
+    pairs, seeds = runner.fold_seed(list(set_), seeds)  # `--seeds 3`: one run, not a sweep
+    if runner.is_sweep(pairs, seeds):
         if (gpus or 1) > 1 or rendezvous.multi_node:
             raise ConfigError("--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
                               "(--parallel slots); start multi-GPU runs one at a time")
-        run_sweep(preset, list(set_), seed, seeds, device, detach, parallel, runs_per_gpu, spec, name, list(tags))
+        run_sweep(preset, pairs, seed, seeds, device, detach, parallel, runs_per_gpu, spec, name, list(tags),
+                  sweep_name=sweep_name, name_template=name_template, confirm=lambda plan: _confirm(plan, yes))
         return
-    launched = runner.launch_run(preset, list(set_), seed=seed, device=device, gpus=gpus,  # shared with the TUI
+    for option, value in (("--sweep-name", sweep_name), ("--name-template", name_template)):
+        if value is not None:
+            raise ConfigError(f"{option} is for a sweep, and this starts one run (a sweep: comma-separated "
+                              f"--set values or --seeds 1,2)")
+    launched = runner.launch_run(preset, pairs, seed=seed, device=device, gpus=gpus,  # shared with the TUI
                                  rendezvous=rendezvous, executor=spec, name=name, tags=list(tags))
     run_id, cfg, proc = launched.run_id, launched.config, launched.process
     if detach:
-        if launched.job_id is not None:
+        if launched.job_id is not None and spec is not None:
             err_console.print(f"run {run_id}: submitted as {spec.name} job {launched.job_id}", highlight=False)
         console.print(run_id)
         return
-    where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None else ""
+    where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None and spec is not None else ""
     console.print(f"run [bold]{run_id}[/] ({escape(name or launched.preset)}): {cfg.method} on {cfg.dataset}, "
-                  f"K={cfg.memory_size}, {cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}; "
-                  f"log {runner.log_path(run_id)}")
+                  f"K={cfg.memory_size}, {cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}")
     status = follow(run_id, proc)
-    print_run(run_id)
+    print_run(run_id, brief=True)  # (the progress was shown live: no epoch lines, the memory's latest update)
+    console.print(f"[dim]log {escape(str(runner.log_path(run_id)))}[/]", highlight=False)
     raise typer.Exit(0 if status == "finished" else 1)
+
+
+def at_terminal() -> bool:
+    """Whether a person can answer a question here (stdin and stderr are a terminal)."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def _confirm(plan: Any, yes: bool) -> bool:
+    """A `--set` list that makes several runs (`augment=cutmix,autoaug`, a natural slip for '+')
+    is said before anything is stored: at a terminal `run` asks (unless --yes); elsewhere (a
+    script, a pipe) it says so on stderr and goes on, so scripts keep working."""
+    notice = runner.expansion_notice(plan)
+    if notice is None:
+        return True
+    err_console.print(escape(notice), highlight=False, soft_wrap=True)
+    if yes or not at_terminal():
+        return True
+    return typer.confirm(f"start these {len(plan.configs)} runs?", default=False, err=True)
 
 
 def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
@@ -130,7 +167,7 @@ def stop(run: Optional[str] = typer.Argument(None, metavar="[RUN]", help="Run id
         counts = runner.stop_sweep(sweep_id, grace)
         console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()), highlight=False)
         return
-    run_id = _run_id(run)  # type: ignore[arg-type]
+    run_id = _run_id(run)  # type: ignore[arg-type]  # not None: exactly one of RUN and --sweep (checked above)
     console.print(f"run {run_id} {runner.stop_run(run_id, grace)}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
@@ -29,16 +29,16 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
             long: bool = typer.Option(False, "--long", "-l", help="With each preset's description.")) -> None:
     """The bundled presets and the installed plug-ins' (names as `--preset` takes them; --long adds
     what each one is)."""
-    items = []
+    items: list[dict[str, Any]] = []
     shipped, problems = plugin_presets()
     problems = [*plugins.problems(), *problems]  # (a package whose entry points cannot be read at all)
     for name in preset_names():
         try:
-            _, table = read_preset(name)
+            _, config = read_preset(name)
         except ConfigError as err:  # a plug-in's unreadable preset: said, the others listed
             problems.append(str(err))
             continue
-        items.append({"name": name, "description": preset_description(name), "config": table,
+        items.append({"name": name, "description": preset_description(name), "config": config,
                       **({"package": shipped[name][1]} if name in shipped else {})})
     for problem in problems:
         err_console.print(f"[yellow]{escape(problem)}[/]", highlight=False)
@@ -106,13 +106,20 @@ def new_metric(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME),
 
 @app.command("config-keys")
 def config_keys(markdown: bool = typer.Option(False, "--markdown",
-                                              help="Print docs/configuration.md: the same table in markdown.")) -> None:
+                                              help="Print docs/configuration.md: the same table in markdown."),
+                essential: bool = typer.Option(False, "--essential", "-e",
+                                               help="Only the dozen keys a first run changes, one line each.")) -> None:
     """Every config key: type, default, allowed values, help, and the methods that read it."""
-    from ..config import configuration_page, key_table
+    from ..config import configuration_page, essential_keys_help, key_table
     from ..methods import method_specs
 
     if markdown:  # the page documents rmconsole's own keys: no installed plug-in's
         print(configuration_page(), end="")
+        return
+    if essential:  # the curated help: what a newcomer changes, with its default
+        for line in essential_keys_help():
+            console.print(escape(line), highlight=False)
+        console.print("[dim]every key, and the methods that read it: rmconsole config-keys[/]", highlight=False)
         return
     for problem in method_specs()[1]:  # a plug-in that cannot be used: named, the rest listed
         err_console.print(f"warning: {problem}", highlight=False, soft_wrap=True)

@@ -3,7 +3,7 @@ queue runner, or a scheduler's jobs (the queue itself is runner.queue)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
@@ -16,13 +16,20 @@ from .common import console, err_console
 
 def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seeds: Optional[str],
               device: Optional[str], detach: bool, parallel: Optional[int], runs_per_gpu: Optional[int] = None,
-              spec: Any = None, name: Optional[str] = None, tags: Optional[list[str]] = None) -> None:
+              spec: Any = None, name: Optional[str] = None, tags: Optional[list[str]] = None, *,
+              sweep_name: Optional[str] = None, name_template: Optional[str] = None,
+              confirm: Optional[Callable[[Any], bool]] = None) -> None:
     """Validate every grid point, store the grid as queued runs, then drive the queue here (showing
     progress) or, with --detach, in a queue runner process that outlives this command; with an
-    executor (--executor slurm) submit them and follow the scheduler instead."""
-    launched = runner.launch_sweep(preset, pairs, seeds=seeds, seed=seed, device=device, parallel=parallel,
-                                   detach=detach, runs_per_gpu=runs_per_gpu, executor=spec, name=name,
-                                   tags=tags)
+    executor (--executor slurm) submit them and follow the scheduler instead. `confirm(plan)` is
+    asked before anything is stored (no: nothing is started, exit 1)."""
+    try:
+        launched = runner.launch_sweep(preset, pairs, seeds=seeds, seed=seed, device=device, parallel=parallel,
+                                       detach=detach, runs_per_gpu=runs_per_gpu, executor=spec, name=name,
+                                       tags=tags, sweep_name=sweep_name, name_template=name_template, confirm=confirm)
+    except runner.SweepDeclined as declined:
+        err_console.print(str(declined), highlight=False)
+        raise typer.Exit(1) from None
     sweep_id, ids, plan, slots, gpus = launched.sweep_id, launched.run_ids, launched.plan, launched.parallel, launched.gpus
     if launched.executor is not None:
         jobs = list(dict.fromkeys(launched.job_ids or []))

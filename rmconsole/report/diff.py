@@ -57,5 +57,12 @@ def run_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         delta = f"{vb - va:+.2f}" if va is not None and vb is not None else ""
         tasks.append((f"acc after T{t + 1}", fmt(va), fmt(vb),
                       delta))
+    va_ = {t["task"]: t.get("val_accuracy") for t in a.get("tasks", [])}
+    vb_ = {t["task"]: t.get("val_accuracy") for t in b.get("tasks", [])}
+    if any(v is not None for v in (*va_.values(), *vb_.values())):  # validation beside test (val_fraction > 0)
+        for t in sorted(set(va_) | set(vb_)):
+            va, vb = va_.get(t), vb_.get(t)
+            delta = f"{vb - va:+.2f}" if va is not None and vb is not None else ""
+            tasks.append((f"val after T{t + 1}", fmt(va), fmt(vb), delta))
     return {"a": a["id"], "b": b["id"], "identity": identity, "config": config, "metrics": metrics,
             "tasks": tasks, "notes": notes}

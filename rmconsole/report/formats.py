@@ -33,7 +33,7 @@ def to_markdown(report: Report, digits: int = 2) -> str:
              "|" + "|".join([":--"] * len(report.label_keys) + ["--:"] * (len(heads) - len(report.label_keys))) + "|"]
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
-        for j, col in enumerate(report.cols):
+        for j in range(len(report.cols)):
             values += [cell_text(report, report.cell(i, j), m, digits) for m in _metric_columns(report)]
         lines.append("| " + " | ".join(v.replace("|", "\\|") for v in values) + " |")
     return "\n".join(lines) + f"\n\nTable: {caption(report)}\n"
@@ -53,23 +53,26 @@ def to_csv(report: Report) -> str:
             prefix = f"{col_title(report, col)} {metric}".strip() if report.col_keys else metric
             heads += [f"{prefix} mean", f"{prefix} std", f"{prefix} n", f"{prefix} complete"]
             if report.with_paper and _paper(metric):
-                heads += [f"{prefix} paper mean", f"{prefix} paper std", f"{prefix} paper source"]
+                heads += [f"{prefix} paper mean", f"{prefix} paper std", f"{prefix} paper source",
+                          f"{prefix} paper protocol"]
     writer.writerow(heads)
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
-        for j, col in enumerate(report.cols):
+        for j in range(len(report.cols)):
             cell = report.cell(i, j)
             for metric in report.metrics:
                 with_paper = report.with_paper and _paper(metric)
                 if cell is None:
-                    values += ["", "", "0", "false"] + (["", "", ""] if with_paper else [])
+                    values += ["", "", "0", "false"] + (["", "", "", ""] if with_paper else [])
                     continue
                 stat = cell.stats[metric]
                 values += [_csv_value(stat.mean), _csv_value(stat.std), str(stat.n), str(cell.complete).lower()]
                 if with_paper:
                     figure = cell.paper.get(metric)
-                    values += ["", "", ""] if figure is None else \
-                        [_csv_value(figure.mean), _csv_value(figure.std), figure.source]
+                    differs = cell.paper_differs.get(metric)
+                    values += ["", "", "", ""] if figure is None else \
+                        [_csv_value(figure.mean), _csv_value(figure.std), figure.source,
+                         "same" if differs is None else differs.differs_text()]
         writer.writerow(values)
     return out.getvalue()
 
@@ -96,7 +99,10 @@ def to_dict(report: Report) -> dict[str, Any]:
                                 "values": [{"run": r, "seed": seed, "value": v} for r, seed, v in s.values]}
                             for m, s in cell.stats.items()},
                 "i_last_joint_differs": {k: sorted(v) for k, v in cell.i_last_differs.items()},
-                "paper": {m: {"mean": f.mean, "std": f.std, "topk": f.topk, "source": f.source, "note": f.note}
+                "paper": {m: {"mean": f.mean, "std": f.std, "topk": f.topk, "source": f.source, "note": f.note,
+                              "protocol_matches": m not in cell.paper_differs,
+                              "protocol_differs": [d.text() for d in cell.paper_differs[m].differences]
+                              if m in cell.paper_differs else []}
                           for m, f in cell.paper.items()},
             })
         rows.append({"row": {k: _jsonable(labels[k]) for k in report.label_keys}, "cells": cells})
@@ -114,7 +120,8 @@ def to_json(report: Report) -> str:
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "—": "--"}
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "—": "--",
+                  "≠": r"$\neq$"}
 
 
 def latex_escape(text: str) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .. import metric_registry
@@ -122,6 +123,9 @@ class Cell:
     # I_last of a run measured against a joint run that differs beyond its recipe (key -> values)
     i_last_differs: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
     paper: dict[str, "papers.PaperFigure"] = field(default_factory=dict)  # with --paper: metric -> figure
+    # with --paper: metric -> the protocol keys the cell's runs differ in from the figure's row
+    # (empty: the paper's experiment, and only then a Δ is shown)
+    paper_differs: dict[str, "papers.PaperComparison"] = field(default_factory=dict)
     topk: Optional[int] = None  # k of the cell's top-k metrics
 
 
@@ -258,9 +262,11 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
         if paper and used:
             config = used[0].get("config") or {}
             for metric in metrics:
-                figure = papers.paper_figure(config, metric) if _paper(metric) else None
-                if figure is not None:
-                    cell.paper[metric] = figure
+                found = papers.paper_comparison(config, metric) if _paper(metric) else None
+                if found is not None:  # the nearest row of the run's method; a Δ only when the protocol is its
+                    cell.paper[metric] = found.figure
+                    if not found.matches:
+                        cell.paper_differs[metric] = found
         cells[(row_ids.index(row), col_ids.index(col))] = cell
 
     constants = {}
@@ -317,8 +323,11 @@ def cell_text(report: Report, cell: Optional[Cell], metric: str, digits: int = 2
             return ""
         if part == "paper":
             return figure.text(digits)
+        differs = cell.paper_differs.get(base)
+        if differs is not None:  # not the paper's protocol: no Δ, the keys that differ instead
+            return f"≠ {differs.differs_text(limit=2)}"
         mean = cell.stats[base].mean
-        return "" if mean is None else f"{mean - figure.mean:+.{digits}f}"
+        return "" if mean is None else f"{mean - figure.mean:+.{digits}f}" + ("" if cell.complete else mark)
     stat = cell.stats[metric]
     if stat.mean is None:
         text = "—"
@@ -368,10 +377,12 @@ def caption(report: Report) -> str:
     if report.with_paper:
         used = sorted({(f.tex_order, f.label) for c in report.cells.values() for f in c.paper.values()})
         parts.append("paper: Bang et al., CVPR 2021, " + (", ".join(f"table {o} ({label})" for o, label in used)
-                     if used else "no matching figure") + "; Δ = this table's mean minus the paper's")
+                     if used else "no matching figure") + "; Δ = this table's mean minus the paper's, only where "
+                     "the runs follow the paper's protocol (dataset, model, K, tasks, stream, blurry, epochs, "
+                     "augment); elsewhere ≠ names the keys that differ (run≠paper)")
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")
-    return "; ".join(parts)
+    return "; ".join(dict.fromkeys(parts))  # (metrics that share a note, e.g. the validation ones: said once)
 
 
 def _metric_columns(report: Report) -> list[str]:
@@ -385,7 +396,7 @@ def _metric_columns(report: Report) -> list[str]:
     return out
 
 
-def _header(report: Report) -> list[tuple[Optional[tuple], str]]:
+def _header(report: Report) -> list[tuple[tuple, str]]:
     """(column group, metric) per value column, in table order."""
     return [(col, metric) for col in report.cols for metric in _metric_columns(report)]
 
@@ -403,4 +414,4 @@ def select(runs: Iterable[dict[str, Any]], where: dict[str, list[str]]) -> list[
     the run filter grammar's rule: values read as on the command line, compared as tables
     write them (`augment=none` matches [])."""
     terms = [filter_where(key, values) for key, values in where.items()]
-    return [r for r in runs if all(t.matches(lambda key, r=r: key_value(r, key)) for t in terms)]
+    return [r for r in runs if all(t.matches(partial(key_value, r)) for t in terms)]

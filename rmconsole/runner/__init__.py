@@ -37,8 +37,9 @@ _FACE = {
     "launch": ("launch_run", "Launched", "resume_run", "Resumed", "stop_run", "reap_dead", "follow_run",
                "record_exit", "StartedWorkers", "log_path", "StartFailed", "describe_os_error", "shorten", "KEEP",
                "delete_run", "check_identity"),
-    "queue": ("launch_sweep", "LaunchedSweep", "stop_sweep", "SweepQueue", "ScheduledSweep", "DriverLock", "driver_pid"),
-    "sweep": ("is_sweep", "status_counts", "resolve_sweep_id", "split_values"),
+    "queue": ("launch_sweep", "LaunchedSweep", "stop_sweep", "SweepQueue", "ScheduledSweep", "DriverLock", "driver_pid",
+              "SweepDeclined"),
+    "sweep": ("is_sweep", "status_counts", "resolve_sweep_id", "split_values", "fold_seed", "expansion_notice"),
     "multigpu": ("Rendezvous", "join_run"),
     "processes": ("pid_alive",),
     "executors": ("parse_executor", "ExecutorSpec", "EXECUTORS"),
@@ -63,5 +64,6 @@ if TYPE_CHECKING:  # the same names, for readers and type checkers
                          shorten, stop_run)
     from .multigpu import Rendezvous, join_run
     from .processes import pid_alive
-    from .queue import DriverLock, LaunchedSweep, ScheduledSweep, SweepQueue, driver_pid, launch_sweep, stop_sweep
-    from .sweep import is_sweep, resolve_sweep_id, split_values, status_counts
+    from .queue import (DriverLock, LaunchedSweep, ScheduledSweep, SweepDeclined, SweepQueue, driver_pid, launch_sweep,
+                        stop_sweep)
+    from .sweep import expansion_notice, fold_seed, is_sweep, resolve_sweep_id, split_values, status_counts

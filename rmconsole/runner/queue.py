@@ -40,7 +40,7 @@ from . import launch
 from .driver import driver_pid, lock_path  # noqa: F401  (driver_pid: part of the face)
 from .executors import SCHEDULER_POLL_S
 from .processes import GPU_SHARE_ENV, StopSignal, pid_alive, python_m
-from .sweep import SweepPlan, plan_sweep, status_counts, store_sweep
+from .sweep import SweepPlan, check_sweep_name, plan_sweep, run_names, status_counts, store_sweep
 
 Starter = Callable[[int, Optional[dict]], Any]
 
@@ -101,7 +101,7 @@ class DriverLock:
     def acquire(self) -> None:
         path = lock_path(self.sweep_id)
         private.mkdir(path.parent)
-        handle = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, private.FILE_MODE), "a+")
+        handle = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, private.FILE_MODE), "a+")  # noqa: SIM115 - held: the lock lives as long as it is open
         for _ in range(20):  # a reader probing with a shared lock holds it for microseconds
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -267,7 +267,7 @@ class ScheduledSweep:
                 self.seen[run.id] = said
                 metrics = run.metrics or {}
                 shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""
-                where = f" ({run.executor.split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
+                where = f" ({(run.executor or '').split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
                 self.log(f"run {run.id} {run.status}{shown}{where}" + (f" — {run.error}" if run.error else ""))
         return any(r.status in store.ACTIVE for r in runs)
 
@@ -313,6 +313,10 @@ def start_queue_runner(sweep_id: str, parallel: int, gpus: list[str] | None = No
                                 start_new_session=True, env=launch.worker_env(), umask=private.UMASK)
 
 
+class SweepDeclined(ConfigError):
+    """The user answered no to the expansion question: nothing was stored."""
+
+
 @dataclass
 class LaunchedSweep:
     """A sweep that `launch_sweep` validated and stored."""
@@ -336,22 +340,32 @@ class LaunchedSweep:
 def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str] = None, seed: Optional[int] = None,
                  device: Optional[str] = None, parallel: Optional[int] = None, detach: bool = False,
                  runs_per_gpu: Optional[int] = None, executor: Any = None, name: Optional[str] = None,
-                 tags: Optional[list[str]] = None) -> LaunchedSweep:
+                 tags: Optional[list[str]] = None, sweep_name: Optional[str] = None,
+                 name_template: Optional[str] = None,
+                 confirm: Optional[Callable[[SweepPlan], bool]] = None) -> LaunchedSweep:
     """Validate every grid point and refuse what cannot run here (a missing dataset or GPU,
     gpus > 1) before anything is stored; store the grid as queued runs; with `detach` start a
     queue runner that outlives this process (else the caller drives a `SweepQueue`). With an
     `executor` spec the runs are submitted to its scheduler instead (one job array; the caller
-    follows an `executors.ScheduledSweep`, or nobody with `detach`)."""
+    follows an `executors.ScheduledSweep`, or nobody with `detach`). `sweep_name` is the sweep's
+    id (checked: `check_sweep_name`); each run is named by `name_template` (`run_names`).
+    `confirm(plan)`, asked once the grid is valid and before anything is stored, may refuse the
+    sweep (SweepDeclined)."""
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: must be at least 1")
     if runs_per_gpu is not None and runs_per_gpu < 1:
         raise ConfigError(f"--runs-per-gpu {runs_per_gpu}: must be at least 1")
     tags = launch.check_identity(name, tags)
+    if sweep_name is not None:
+        check_sweep_name(sweep_name)
     plan = plan_sweep(preset, pairs, seeds, seed=seed, device=device)
+    run_names(plan, name, name_template, sweep_name or "", sweep_name is not None)  # a bad template: refused now
     if any(getattr(cfg, "gpus", 1) > 1 for cfg in plan.configs):
         raise ConfigError("gpus: a sweep runs one GPU per run (--parallel slots); start multi-GPU runs one at a time")
     for cfg in plan.configs:  # a missing dataset or GPU refuses the sweep before anything is stored
         launch.check_runnable(cfg, scheduled=executor is not None)
+    if confirm is not None and not confirm(plan):
+        raise SweepDeclined(f"nothing started: the {len(plan.configs)} runs were not confirmed")
     if executor is not None:
         from .executors import check_scheduler, submit_runs
 
@@ -359,13 +373,13 @@ def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str
             raise ConfigError(f"--parallel applies to the local queue: with --executor {executor.name} "
                               f"the scheduler runs the jobs (pack runs with --runs-per-gpu)")
         check_scheduler(executor)
-        sweep_id, ids = store_sweep(plan, name=name, tags=tags)
+        sweep_id, ids = store_sweep(plan, sweep_name, name=name, tags=tags, name_template=name_template)
         job_ids = submit_runs(executor, ids)
         return LaunchedSweep(sweep_id, ids, plan, len(set(job_ids)), [], None, executor.runs_per_gpu, executor, job_ids)
     gpus = visible_gpus()
     per_gpu = runs_per_gpu or 1
     slots = parallel or default_parallel(gpus, per_gpu)
-    sweep_id, ids = store_sweep(plan, name=name, tags=tags)
+    sweep_id, ids = store_sweep(plan, sweep_name, name=name, tags=tags, name_template=name_template)
     runner = start_queue_runner(sweep_id, slots, gpus, per_gpu) if detach else None
     return LaunchedSweep(sweep_id, ids, plan, slots, gpus, runner, per_gpu)
 

@@ -16,6 +16,7 @@ Commas split values only outside brackets and quotes, so a TOML list such as
 from __future__ import annotations
 
 import itertools
+import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,8 +24,8 @@ from typing import Any, Optional
 
 from .. import store
 from ..config import (
-    COMMON_KEYS, DEFAULT_PRESET, ConfigError, RunConfig, load_config, method_of, not_read, parse_value, read_preset,
-    split_override,
+    COMMON_KEYS, DEFAULT_PRESET, ConfigError, RunConfig, checked_value, load_config, method_of, not_read, read_preset,
+    show_value, split_override, twice,
 )
 from ..methods import UnknownMethod, method_spec, readers_of
 from ..plugins import PluginError
@@ -32,7 +33,9 @@ from ..plugins import PluginError
 
 def split_values(raw: str) -> list[str]:
     """`"rm,finetune"` -> ["rm", "finetune"]; commas inside [] {} or quotes do not split."""
-    parts, depth, quote, current = [], 0, "", []
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, ""
     for ch in raw:
         if quote:
             quote = "" if ch == quote else quote
@@ -67,22 +70,122 @@ def parse_seeds(text: str) -> list[int]:
 def sweep_axes(pairs: list[str]) -> dict[str, list[Any]]:
     """The `--set` pairs as key -> list of values (a single value is a one-point axis)."""
     axes: dict[str, list[Any]] = {}
+    raws: dict[str, str] = {}
     for pair in pairs:
         key, raw = split_override(pair, "KEY=VALUE or KEY=V1,V2,...")
         parts = split_values(raw)
         if len(parts) > 1 and any(not p for p in parts):
             raise ConfigError(f"--set {pair!r}: empty value in a comma-separated list")
-        values = [parse_value(p) for p in parts]
+        values = [checked_value(key, p) for p in parts]
         for i, value in enumerate(values):
             if value in values[:i]:
                 raise ConfigError(f"--set {pair!r}: value {parts[i]!r} is given twice")
-        axes[key] = values  # a repeated key: the later one wins, as for a single run
+        if key in axes and axes[key] != values:  # a repeated key is refused, as for a single run
+            raise ConfigError(twice(key, f"--set {key}={raws[key]}", f"--set {key}={raw}"))
+        axes[key], raws[key] = values, raw
     return axes
 
 
 def is_sweep(pairs: list[str], seeds: Optional[str] = None) -> bool:
-    """True when the command asks for more than one point (or names its seeds as a list)."""
-    return seeds is not None or any(len(split_values(p.partition("=")[2].strip())) > 1 for p in pairs)
+    """True when the command asks for more than one point. One seed (`--seeds 3`, the TUI's
+    seeds field holding one) is one run, not a sweep: it must not take over `--sweep last`."""
+    many_seeds = seeds is not None and len([s for s in seeds.split(",") if s.strip()]) != 1
+    return many_seeds or any(len(split_values(p.partition("=")[2].strip())) > 1 for p in pairs)
+
+
+def fold_seed(pairs: list[str], seeds: Optional[str]) -> tuple[list[str], Optional[str]]:
+    """(pairs, seeds) with a single seed folded into the pairs as `seed=N` (one run, not a
+    sweep); anything else unchanged. A bad seed is refused as `--seeds` refuses it."""
+    if seeds is None or is_sweep([], seeds):
+        return pairs, seeds
+    (seed,) = parse_seeds(seeds)
+    return [*pairs, f"seed={seed}"], None
+
+
+LISTED = 6  # grid points named in full by the expansion notice
+
+
+def expansion_notice(plan: "SweepPlan") -> Optional[str]:
+    """`this expands to 2 runs: augment=cutmix | augment=autoaug`, when a `--set` list made more
+    than one run (seeds alone are asked for by name: no notice), with a hint when the list looks
+    like a slip for '+' (`augment=cutmix,autoaug` is two runs; `cutmix+autoaug` is one)."""
+    lists = {k: v for k, v in plan.axes.items() if len(v) > 1 and k != "seed"}
+    if not lists or len(plan.configs) < 2:
+        return None
+    varying = {k: v for k, v in plan.axes.items() if len(v) > 1}
+    points = [", ".join(f"{k}={show_value(getattr(cfg, k))}" for k in varying) for cfg in plan.configs]
+    shown = " | ".join(points[:LISTED]) + (f" | … ({len(points) - LISTED} more)" if len(points) > LISTED else "")
+    line = f"this expands to {len(plan.configs)} runs ({plan.shape()}): {shown}"
+    joined = [k for k in lists if k in PLUS_JOINED]
+    if joined:
+        key = joined[0]
+        line += (f" — to combine them in one run, join with '+': --set {key}="
+                 f"{'+'.join(show_value(v) for v in lists[key])}")
+    return line
+
+
+PLUS_JOINED = ("augment",)  # keys whose value is a '+'-joined list: a comma there is likely a slip
+
+
+NAME_FIELDS = ("name", "method", "seed", "sweep", "n")
+
+
+def default_name_template(plan: "SweepPlan") -> str:
+    """`{name}·{method}·s{seed}` for a method × seed sweep: the name, then each varying axis
+    (the method bare, the seed as sN, any other key as key=value), so no two runs share a name."""
+    parts = ["{name}"]
+    for key, values in plan.axes.items():
+        if len(values) < 2:
+            continue
+        parts.append("{method}" if key == "method" else "s{seed}" if key == "seed" else f"{key}={{{key}}}")
+    return "·".join(parts)
+
+
+def run_names(plan: "SweepPlan", name: Optional[str], template: Optional[str] = None,
+              sweep_id: str = "", named: bool = False) -> list[Optional[str]]:
+    """Each run's name: `name` alone for a one-run plan; for several, `template` (default:
+    `default_name_template`) filled per run with {name} (the name, else a named sweep's name),
+    {method}, {seed}, {sweep}, {n} (1..N) or any config key. Without a name, a named sweep
+    (`named`: its id is the user's name) or a template the runs stay unnamed, as before. Names
+    that would repeat are refused in one line."""
+    count = len(plan.configs)
+    base = name or (sweep_id if named else None)
+    if template is None and (base is None or count < 2):
+        return [name] * count
+    template = template or default_name_template(plan)
+    base = base or plan.preset
+    names: list[Optional[str]] = []
+    for i, cfg in enumerate(plan.configs, 1):
+        values = {**{k: show_value(v) for k, v in cfg.to_dict().items()}, "name": base, "sweep": sweep_id, "n": str(i)}
+        try:
+            names.append(template.format_map(values))
+        except KeyError as err:
+            raise ConfigError(f"--name-template {template!r}: unknown field {{{err.args[0]}}}; allowed: "
+                              f"{', '.join('{' + f + '}' for f in NAME_FIELDS)} or a config key") from None
+        except (ValueError, IndexError, AttributeError) as err:
+            raise ConfigError(f"--name-template {template!r}: {err} (fields are written {{method}})") from None
+    repeated = sorted({n for n in names if n is not None and names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"--name-template {template!r}: {count} runs would share names ({repeated[0]!r} "
+                          f"{names.count(repeated[0])} times); add a varying field such as {{seed}} or {{method}}")
+    return names
+
+
+SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_sweep_name(name: str) -> str:
+    """A sweep's name (`--sweep-name study`) becomes its id: letters, digits, '.', '_' and '-',
+    not 'last', not a sweep id already in the store (then `--sweep study` is unambiguous)."""
+    if not SWEEP_NAME.fullmatch(name):
+        raise ConfigError(f"--sweep-name {name!r}: allowed: 1-64 letters, digits, '.', '_' or '-', starting with a "
+                          f"letter or digit")
+    if name == "last":
+        raise ConfigError("--sweep-name 'last': that word means the newest sweep; choose another name")
+    if name in sweep_ids():
+        raise ConfigError(f"--sweep-name {name!r}: a sweep of that name is already in the store; choose another "
+                          f"(`rmconsole runs --sweep {name}` lists it)")
+    return name
 
 
 def expand_grid(axes: dict[str, list[Any]], seeds: list[int] | None = None) -> list[dict[str, Any]]:
@@ -132,7 +235,7 @@ def plan_sweep(preset: Optional[str], pairs: list[str], seeds: Optional[str] = N
         axes["seed"] = seed_list
     points = expand_grid({k: v for k, v in axes.items() if k != "seed"}, axes.get("seed"))
     kept = _for_their_methods(points, axes, table)
-    configs, seen = [], {}
+    configs, seen = [], dict[str, int]()
     for i, (point, own) in enumerate(zip(points, kept), 1):
         explicit = {"seed": seed, "device": device}
         try:
@@ -183,20 +286,23 @@ def new_sweep_id() -> str:
 
 
 def store_sweep(plan: SweepPlan, sweep_id: str | None = None, name: str | None = None,
-                tags: list[str] | None = None) -> tuple[str, list[int]]:
+                tags: list[str] | None = None, name_template: str | None = None) -> tuple[str, list[int]]:
     """Store every grid point as a queued run sharing one sweep id, all in one transaction
-    (each with its overrides of the preset; `name` and `tags` on every one)."""
+    (each with its overrides of the preset, its name from `run_names`, `tags` on every one)."""
     from ..config import overrides_of
 
+    named = sweep_id is not None  # the caller's sweep id is a user's name (`--sweep-name`)
     sweep_id = sweep_id or new_sweep_id()
     configs = [cfg.to_dict() for cfg in plan.configs]
     preset = plan.source or plan.preset
-    return sweep_id, store.create_runs(configs, plan.preset, sweep_id, name=name, tags=tags,
+    names = run_names(plan, name, name_template, sweep_id, named)
+    return sweep_id, store.create_runs(configs, plan.preset, sweep_id, names=names, tags=tags,
                                        overrides=[overrides_of(preset, c) for c in configs])
 
 
 def resolve_sweep_id(name: str) -> str:
-    """`last` is the newest sweep; anything else must be a stored sweep id."""
+    """`last` is the newest sweep; anything else must be a stored sweep id (a named sweep's
+    id is its name)."""
     sweeps = sweep_ids()
     if name == "last":
         if not sweeps:

@@ -5,15 +5,21 @@ second after `rmconsole run`.
 Importing torch, torchvision (and the torch._dynamo that any optimiser step pulls in) costs
 3-4 s on a small machine, every run. `python -m rmconsole.runner.warm_server SOCKET` pays it once: it
 imports the worker's modules, never touches a tensor, a device or the store, and waits on a
-Unix socket under RMCONSOLE_HOME/warm. For each request (a run id, the worker's environment,
-its log and cwd) it forks a child that becomes exactly what `launch.start_worker` starts cold:
+Unix socket. For each request (a run id, its store home, the worker's environment, its log and
+cwd) it forks a child that becomes exactly what `launch.start_worker` starts cold:
 
     supervisor (new session, process group leader, argv shown as `... supervise RUN -- ... worker RUN`)
       └─ worker (forked again: argv `... worker RUN`, dies with the supervisor, runs `worker.main`)
 
 so stopping, reaping and dead-run detection treat both the same (`processes.is_run_process`
 reads the argv). The supervisor records the worker's end as `supervise.record_end` does, and
-writes its exit status to warm/exit-PID for the launcher that polls it.
+writes its exit status to HOME/warm/exit-PID for the launcher that polls it.
+
+One server per user and installed version, whatever the number of store homes: the server
+holds no store (each request carries its home and environment), so its socket lives in the
+user's own folder (`servers_folder()`: RMCONSOLE_WARM_DIR, else $XDG_RUNTIME_DIR/rmconsole/warm,
+else ~/.cache/rmconsole/warm; 0700), not in each home. One server per home once meant a ~700 MB
+process per home for 15 idle minutes (5 homes: 5 servers, 3.5 GB; a test script's homes: 21).
 
 Which server: the socket's name is a fingerprint of the interpreter, the rmconsole sources
 (their paths, sizes and mtimes: an edited checkout gets a fresh server, never stale code), the
@@ -22,7 +28,11 @@ files, so a plug-in installed, upgraded or edited in its editable checkout gets 
 too; the server's cached list of plug-ins is never out of date either) and
 the environment that import-time code reads (thread counts, PYTHONPATH, library paths); the
 worker's own environment (RMCONSOLE_*, CUDA_VISIBLE_DEVICES) is sent with each request, and
-CUDA is first initialised in the forked worker. A server exits after RMCONSOLE_WARM_IDLE_S
+CUDA is first initialised in the forked worker. Starting the server of a new fingerprint stops
+the servers of the same installation and import environment whose code is older (their code
+is gone: nobody asks them again). Each server describes itself in FINGERPRINT.json beside its
+socket (pid, version, installation, runs and homes served, last request): `rmconsole server
+list` reads it, `rmconsole server stop` stops them. A server exits after RMCONSOLE_WARM_IDLE_S
 (default 900) seconds without a request, or when its socket is gone. RMCONSOLE_WARM=0 turns
 warm starts off: every run then starts cold, as before. The first run that finds no server
 starts one (for the runs after it) and starts cold itself.
@@ -38,6 +48,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import plugins, private
@@ -59,6 +70,20 @@ def enabled(env: dict[str, str] | None = None) -> bool:
         and importlib.util.find_spec("setproctitle") is not None
 
 
+def installation() -> str:
+    """This installation: the interpreter and where the rmconsole package is (a checkout, a venv)."""
+    return f"{sys.executable}|{Path(__file__).resolve().parents[1]}"
+
+
+def import_environment() -> str:
+    """The digest of the import-time environment (thread counts, paths): two of these never share
+    a server, and a newer server of one never stops another's."""
+    h = hashlib.sha1()
+    for key in IMPORT_ENV:
+        h.update(f"{key}={os.environ.get(key, '')};".encode())
+    return h.hexdigest()[:16]
+
+
 def fingerprint() -> str:
     """Interpreter, sources (rmconsole's and every installed plug-in's: an edited editable
     plug-in is new code) and import-time environment: a server is only used by clients that
@@ -74,16 +99,34 @@ def fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+def servers_folder() -> Path:
+    """Where this user's warm servers listen (one folder whatever the store home)."""
+    explicit = os.environ.get("RMCONSOLE_WARM_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime and Path(runtime).is_dir() else Path.home() / ".cache"
+    return base / "rmconsole" / "warm"
+
+
 def folder(home: Path) -> Path:
+    """A home's warm folder: the exit files of the runs forked for it."""
     return home / "warm"
 
 
-def socket_path(home: Path, key: str | None = None) -> Path:
-    return folder(home) / f"{key or fingerprint()}.sock"
+def socket_path(key: str | None = None) -> Path:
+    return servers_folder() / f"{key or fingerprint()}.sock"
 
 
 def exit_file(home: Path, pid: int) -> Path:
     return folder(home) / f"exit-{pid}"
+
+
+def _private_folder(path: Path) -> bool:
+    """Create this user's servers folder 0700; False when it is not ours (no warm start then)."""
+    private.mkdir(path)
+    st = path.stat()
+    return st.st_uid == os.getuid() and not path.is_symlink()
 
 
 # ---------------------------------------------------------------------------- the launcher's side
@@ -112,11 +155,11 @@ class WarmProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
+        while (code := self.poll()) is None:
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
             time.sleep(0.05)
-        return self.returncode  # type: ignore[return-value]
+        return code
 
     def send_signal(self, signum: int) -> None:
         try:
@@ -132,18 +175,20 @@ class WarmProcess:
 
 
 def request(home: Path, run_id: int, env: dict[str, str], log: Path) -> WarmProcess | None:
-    """Ask this home's warm server to fork run `run_id`'s supervisor and worker; None when there
-    is no usable server (then a server is started for the runs after this one)."""
-    path = socket_path(home)
+    """Ask this user's warm server (of this installed version) to fork run `run_id`'s supervisor
+    and worker for store `home`; None when there is no usable server (then a server is started
+    for the runs after this one)."""
+    path = socket_path()
     try:
+        private.mkdir(folder(home))  # where the supervisor leaves its exit status
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(CONNECT_TIMEOUT_S)
             conn.connect(str(path))
-            conn.sendall(json.dumps({"run_id": run_id, "env": env, "log": str(log), "cwd": os.getcwd()}).encode()
-                         + b"\n")
+            conn.sendall(json.dumps({"run_id": run_id, "home": str(home), "env": env, "log": str(log),
+                                     "cwd": os.getcwd()}).encode() + b"\n")
             reply = json.loads(_read_line(conn) or "{}")
     except (OSError, ValueError):
-        start_server(home, env)
+        start_server(env)
         return None
     pid = reply.get("pid")
     return WarmProcess(int(pid), home) if isinstance(pid, int) else None
@@ -159,34 +204,111 @@ def _read_line(conn: socket.socket) -> str:
     return data.decode()
 
 
-def start_server(home: Path, env: dict[str, str]) -> None:
-    """Start this home's warm server in its own session (it outlives the caller), unless one is
-    starting already (its lock file is fresh)."""
-    path = socket_path(home)
+def start_server(env: dict[str, str]) -> None:
+    """Start this installed version's warm server in its own session (it outlives the caller),
+    unless one is starting already (its lock file is fresh); the servers it makes stale (this
+    installation's older code under the same import environment) are stopped."""
+    path = socket_path()
     lock = path.with_suffix(".starting")
     try:
-        private.mkdir(folder(home))
+        if not _private_folder(path.parent):
+            return
         if lock.exists() and time.time() - lock.stat().st_mtime < 60:
             return
         lock.write_text(str(os.getpid()))
-        log = home / "logs" / "warm.log"
-        private.mkdir(log.parent)
-        with private.open_append(log) as out:
+        stop_servers([s for s in servers() if s.stale])
+        with private.open_append(path.with_suffix(".log")) as out:
             subprocess.Popen(python_m("warm_server", str(path)), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True, env=env, close_fds=True, umask=private.UMASK)
+                             start_new_session=True, env={**env, "RMCONSOLE_WARM_INSTALL": installation(),
+                                                          "RMCONSOLE_WARM_IMPORT_ENV": import_environment()},
+                             close_fds=True, umask=private.UMASK)
     except OSError:
         pass  # no warm server: runs start cold, as they always could
 
 
-def stop_servers(home: Path) -> int:
-    """Stop every warm server of this home (their sockets removed: each exits at its next look)."""
-    n = 0
-    for sock in folder(home).glob("*.sock"):
+# ---------------------------------------------------------------------------- listing, stopping
+
+
+@dataclass(frozen=True)
+class Server:
+    """One warm server of this user, as its status file and /proc describe it."""
+
+    fingerprint: str
+    pid: int | None
+    alive: bool
+    version: str
+    installation: str
+    started: float | None
+    last_request: float | None
+    idle_exit_s: float
+    runs: int
+    homes: tuple[str, ...]
+    rss_kb: int | None
+    current: bool  # the one this installation would use now
+    stale: bool  # this installation's older code under the same import environment
+
+    @property
+    def idle_s(self) -> float | None:
+        since = self.last_request or self.started
+        return None if since is None else max(0.0, time.time() - since)
+
+    @property
+    def exits_in_s(self) -> float | None:
+        idle = self.idle_s
+        return None if idle is None else max(0.0, self.idle_exit_s - idle)
+
+
+def rss_kb(pid: int) -> int | None:
+    """A process's resident memory in kB (/proc), None when it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def servers() -> list[Server]:
+    """This user's warm servers (every installed version), the one this installation uses
+    marked `current`; a server whose process is gone is cleaned away, not listed."""
+    root = servers_folder()
+    current, install, env_digest = fingerprint(), installation(), import_environment()
+    out = []
+    for sock in sorted(root.glob("*.sock")) if root.is_dir() else []:  # (a starting server has none yet)
+        key = sock.stem
         try:
-            pid = int(sock.with_suffix(".pid").read_text())
-            os.kill(pid, signal.SIGTERM)
-            n += 1
+            info = json.loads(sock.with_suffix(".json").read_text())
         except (OSError, ValueError):
-            pass
-        sock.unlink(missing_ok=True)
-    return n
+            info = {}
+        try:
+            pid: int | None = int(sock.with_suffix(".pid").read_text().strip())
+        except (OSError, ValueError):
+            pid = info.get("pid") if isinstance(info.get("pid"), int) else None
+        alive = pid is not None and pid_alive(pid)
+        if not alive:
+            for suffix in (".sock", ".pid", ".json"):
+                sock.with_suffix(suffix).unlink(missing_ok=True)
+            continue
+        same_install = info.get("installation") == install and info.get("import_env") == env_digest
+        out.append(Server(key, pid, alive, str(info.get("version", "?")), str(info.get("installation", "?")),
+                          info.get("started"), info.get("last_request"), float(info.get("idle_exit_s", IDLE_S)),
+                          int(info.get("runs", 0)), tuple(info.get("homes", ())), rss_kb(pid) if pid else None,
+                          key == current, same_install and key != current))
+    return out
+
+
+def stop_servers(which: list[Server] | None = None) -> list[Server]:
+    """Stop warm servers (all of this user's by default): SIGTERM, and their sockets removed so
+    that one that misses the signal exits at its next look. Runs they forked go on: a forked
+    supervisor is its own session, not the server's child for signals."""
+    stopped = []
+    for server in servers() if which is None else which:
+        if server.pid is not None:
+            try:
+                os.kill(server.pid, signal.SIGTERM)
+            except OSError:
+                pass
+        socket_path(server.fingerprint).unlink(missing_ok=True)
+        stopped.append(server)
+    return stopped

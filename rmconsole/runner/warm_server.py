@@ -84,7 +84,7 @@ def _become_run(run_id: int, request_: dict[str, Any], listener: socket.socket) 
             continue
     returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     supervise.record_end(run_id, returncode, stop.requested)
-    home = Path(request_["env"].get("RMCONSOLE_HOME", "."))
+    home = Path(request_.get("home") or request_["env"].get("RMCONSOLE_HOME", "."))
     code = 128 - returncode if returncode < 0 else returncode
     try:
         exit_file(home, os.getpid()).write_text(str(returncode))  # (negative: the signal, as Popen says)
@@ -113,6 +113,17 @@ def _threads_from_env() -> None:
         torch.set_num_threads(int(value))
 
 
+def _write_status(path: Path, status: dict[str, Any]) -> None:
+    """FINGERPRINT.json beside the socket: what `rmconsole server list` shows (written whole,
+    then renamed, so a reader never sees half of it)."""
+    tmp = path.with_suffix(".json.tmp")
+    try:
+        tmp.write_text(json.dumps(status))
+        os.replace(tmp, path.with_suffix(".json"))
+    except OSError:
+        pass
+
+
 def serve(path: Path, idle_s: float = IDLE_S) -> int:
     """Import the worker's modules, then fork a supervisor + worker for each request."""
     import setproctitle
@@ -134,6 +145,14 @@ def serve(path: Path, idle_s: float = IDLE_S) -> int:
     listener.settimeout(5.0)
     path.with_suffix(".pid").write_text(str(os.getpid()))
     path.with_suffix(".starting").unlink(missing_ok=True)
+    from .. import __version__
+
+    homes: list[str] = []
+    status: dict[str, Any] = {"pid": os.getpid(), "version": __version__, "started": time.time(), "last_request": None,
+                              "idle_exit_s": idle_s, "runs": 0, "homes": homes,
+                              "installation": os.environ.get("RMCONSOLE_WARM_INSTALL", ""),
+                              "import_env": os.environ.get("RMCONSOLE_WARM_IMPORT_ENV", "")}
+    _write_status(path, status)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # our children (supervisors) are reaped by the kernel
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"warm server {os.getpid()} on {path}: ready", flush=True)
@@ -161,14 +180,21 @@ def serve(path: Path, idle_s: float = IDLE_S) -> int:
                     conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
                 except OSError:
                     pass
-                print(f"run {run_id}: supervisor {pid}", flush=True)
+                home = str(request_.get("home") or "")
+                print(f"run {run_id} of {home or 'a home'}: supervisor {pid}", flush=True)
             last = time.monotonic()
+            if home and home not in homes:
+                homes.append(home)
+                del homes[:-20]  # the latest homes served, bounded
+            status.update(last_request=time.time(), runs=status["runs"] + 1)
+            _write_status(path, status)
     finally:
         listener.close()
         if path.exists() and path.with_suffix(".pid").exists() and \
                 path.with_suffix(".pid").read_text().strip() == str(os.getpid()):
             path.unlink(missing_ok=True)
             path.with_suffix(".pid").unlink(missing_ok=True)
+            path.with_suffix(".json").unlink(missing_ok=True)
     print(f"warm server {os.getpid()}: idle for {idle_s:g} s or socket gone, exiting", flush=True)
     return 0
 

@@ -285,12 +285,18 @@ class StoreReporter(Reporter):
         with self.lock:
             self.task_seconds.append(outcome.seconds)
         auc = f", A_auc so far {summary['A_auc']:.2f}" if summary.get("A_auc") is not None else ""
-        print(f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}% "
+        val = f", validation {outcome.val_accuracy:.2f}%" if outcome.val_accuracy is not None else ""
+        print(f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}%{val} "
               f"({outcome.seconds:.1f} s); A_avg so far {summary['A_avg']:.2f}{auc}", flush=True)
 
     def anytime_evaluated(self, point: AnytimePoint) -> None:
         with self.lock:
             self.anytime.append(point)
+
+    def validation_held_out(self, info: dict[str, Any]) -> None:
+        store.update_run(self.run_id, lease=self.lease, validation=info)
+        print(f"validation: {info['samples']} train samples held out ({info['fraction']:g} of each class), "
+              f"hash {info['hash']}", flush=True)
 
     def log(self, message: str) -> None:
         print(message, flush=True)
@@ -337,7 +343,7 @@ def train(run_id: int) -> str:
               + (" (CUDA allocator capped)" if device.type == "cuda" else "")
               + f": inference forward passes of up to {inference_batch((3, 32, 32), device)} CIFAR-sized images",
               flush=True)
-    fields = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
+    fields: dict[str, Any] = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
                   git_commit=git_commit(), started_at=store.utcnow(), heartbeat_at=store.utcnow(), error=None,
                   finished_at=None)
     if supervisor_pid() is None:  # under a supervisor, the pid is the supervisor's group
@@ -446,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     if args is None:
         return 2
     run_id = args.run_id
-    sys.stdout, sys.stderr = _Tolerant(sys.stdout), _Tolerant(sys.stderr)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = _Tolerant(sys.stdout), _Tolerant(sys.stderr)
     if os.environ.get("LOCAL_RANK") is None:
         die_with_supervisor()  # (a torchrun rank dies with torchrun)
     StopSignal(then=_on_sigterm)

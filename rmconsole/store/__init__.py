@@ -15,8 +15,8 @@ from .filters import FilterError, RunFilter, parse_run_filter
 from .queries import (
     RunParts, UnknownRun, accuracy_curves, anytime_curves, anytime_evals, checkpoint_checksums, count_runs,
     epoch_json, epoch_metrics, find_runs, get_run, job_states, joint_accuracy, joint_run, list_runs, memory_snapshots,
-    newest_run_id, run_detail, run_parts, run_record, run_records, run_statuses, run_summary, store_id, sweep_ids,
-    task_results, task_streams,
+    newest_run_id, live_records, poll_runs, RunsPoll, run_detail, run_parts, run_record, run_records, run_statuses, run_summary, store_id, sweep_ids,
+    task_results, task_streams, validation_curves, anytime_validation_curves,
 )
 from .records import JOINT_KEYS, RunRecord, show_value, with_intransigence
 from .runs import (
@@ -24,7 +24,8 @@ from .runs import (
     record_task, set_archived, set_name, set_note, summarize_results, tag_runs, update_run,
 )
 from .tables import (
-    ACTIVE, STATUSES, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream, utcnow,
+    ACTIVE, STATUSES, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream, table_names,
+    utcnow,
 )
 from .transitions import (
     Lease, LeaseLost, Transition, claim_run, delete_run, ensure_token, fail_stopped_run, finish_run, heartbeat,
@@ -42,6 +43,7 @@ __all__ = [
     "job_states", "joint_accuracy", "joint_run", "list_runs", "mark_failed", "mark_finished",
     "mark_stopped", "memory_snapshots",
     "parse_run_filter", "reading", "record_memory", "record_start", "record_task", "requeue_run", "run_detail",
-    "run_parts", "run_record", "run_records", "run_statuses", "run_summary", "show_value", "shown_url", "summarize_results",
-    "sweep_ids", "task_results", "task_streams", "update_run", "utcnow", "with_intransigence", "write",
+    "run_parts", "live_records", "poll_runs", "RunsPoll", "run_record", "run_records", "run_statuses", "run_summary",
+    "show_value", "shown_url", "summarize_results", "sweep_ids", "table_names", "task_results", "validation_curves",
+    "anytime_validation_curves", "task_streams", "update_run", "utcnow", "with_intransigence", "write",
 ]

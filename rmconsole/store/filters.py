@@ -5,7 +5,8 @@
 Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free text:
 
 - KEY is a run column (id, status, preset, method, dataset, seed, sweep, name, note,
-  archived), a run's `tag` (any of its tags) or `override` (a key it overrides: `override:epochs`,
+  archived), a run's `tag` (any of its tags), `study` (the `rmconsole tune` study whose trial it
+  is: `study:NAME`, its tag study:NAME) or `override` (a key it overrides: `override:epochs`,
   or with its value: `override:epochs=64`), a filterable metric of the catalogue
   (rmconsole/metric_registry.py: the built-ins and installed plug-ins), tasks_done, partial, or
   any config key (`k` is memory_size); case does not matter. An unknown key is an error that
@@ -17,7 +18,8 @@ Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free tex
 - `>`, `>=`, `<`, `<=` compare numbers; a run without the value (a metric not measured yet)
   never passes.
 - free text (no operator) must occur in the run's id, status, preset, method, dataset, K, seed,
-  sweep, name, tags, note or overrides.
+  sweep, name, tags, note or overrides; a number matches as a whole word (`12` is run 12 or
+  seed=12, never the digits inside sweep id 20261124-221233-9ae0 or run 112).
 - archived runs are left out unless the filter names `archived` (`archived:true` shows only them).
 
 Pure: parsing and matching only; `queries.find_runs` applies a filter to the stored runs.
@@ -31,7 +33,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, cast
 
 from .. import metric_registry
 from .records import RunRecord, _config_defaults, config_value, format_value  # noqa: F401  (re-exported)
@@ -40,7 +42,8 @@ RUN_KEYS = {  # name -> the RunRecord attribute it reads
     "id": "id", "status": "status", "preset": "preset", "method": "method", "dataset": "dataset",
     "seed": "seed", "sweep": "sweep_id", "name": "name", "note": "note", "archived": "archived",
 }
-SET_KEYS = ("tag", "override")  # a run has several: the term matches when any member does
+SET_KEYS = ("tag", "override", "study")  # a run has several: the term matches when any member does
+STUDY_TAG = "study:"  # `rmconsole tune` tags a trial's run study:NAME; the filter `study:NAME` reads it
 PROGRESS_KEYS = ("tasks_done", "partial")  # how far a run's metrics go (RunRecord attributes)
 ALIASES = {"k": "memory_size", "sweep_id": "sweep", "tags": "tag", "overrides": "override"}
 EQUALITY = ("=", "!=")
@@ -76,6 +79,8 @@ def record_value(record: RunRecord, key: str) -> Any:
         return getattr(record, RUN_KEYS[key])
     if key == "tag":
         return frozenset(record.tags)
+    if key == "study":
+        return frozenset(tag[len(STUDY_TAG):] for tag in record.tags if tag.startswith(STUDY_TAG))
     if key == "override":
         return frozenset([*record.overrides, *(f"{k}={format_value(v)}" for k, v in record.overrides.items())])
     if key in PROGRESS_KEYS:
@@ -157,6 +162,8 @@ class Term:
 
     def matches(self, value_of: Callable[[str], Any], search_text: str = "") -> bool:
         if self.key is None:
+            if self.text.isdigit():  # `runs 12`: the number 12 (run 12, seed=12), not digits of a sweep id
+                return re.search(rf"(?<![0-9a-z]){self.text}(?![0-9a-z])", search_text) is not None
             return self.text in search_text
         actual = value_of(self.key)
         if self.op == "in":
@@ -164,7 +171,7 @@ class Term:
             return number is not None and any(low <= number <= high for low, high in self.ranges)
         if self.op in ORDERING:
             number = _number(actual)
-            return number is not None and ORDERING[self.op](number, self.wanted[0].number)
+            return number is not None and ORDERING[self.op](number, cast(float, self.wanted[0].number))
         hit = any(w.equals(actual) for w in self.wanted)
         return hit if self.op == "=" else not hit
 

@@ -7,11 +7,12 @@ joint-run rule, and plain dicts for the JSON outputs. `get_run` / `list_runs` gi
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Union, cast
 
 from sqlalchemy import String, func, type_coerce
 from sqlmodel import Session, col, select
@@ -20,7 +21,7 @@ from .db import reading
 from .filters import RunFilter, parse_run_filter
 from .. import metric_registry
 from .records import RunRecord, candidate_filters, iso, stored_metrics, with_intransigence
-from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
+from .tables import ACTIVE, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
 
 
 class UnknownRun(Exception):
@@ -56,7 +57,7 @@ def checkpoint_checksums(run_id: int) -> dict[str, int]:
     with reading() as session:
         rows = session.exec(select(TaskResult.checkpoint_sha256, TaskResult.task).where(
             TaskResult.run_id == run_id, col(TaskResult.checkpoint_sha256).is_not(None))).all()
-    return {sha: task for sha, task in rows}
+    return {sha: task for sha, task in rows if sha is not None}  # (none is: the query excludes them)
 
 
 def list_runs(status: str | Iterable[str] | None = None, preset: str | None = None, method: str | None = None,
@@ -89,12 +90,32 @@ def run_statuses() -> dict[int, str]:
         return dict(session.exec(select(Run.id, Run.status)).all())
 
 
+@dataclass(frozen=True)
+class RunsPoll:
+    """What a poller needs to tell which runs can have changed, without reading every run: the
+    run count, the newest id, and the ids of the queued or running runs (an index lookup)."""
+
+    count: int
+    max_id: int
+    active: frozenset[int]
+
+
+def poll_runs() -> RunsPoll:
+    """One cheap read (two aggregates and the status index) that costs the same for 100 or
+    10,000 runs: with it a poller re-reads only the active runs, the runs that were active last
+    time, and everything only when the count or the newest id moved (a run added or deleted)."""
+    with reading() as session:
+        count, max_id = session.exec(select(func.count(col(Run.id)), func.max(Run.id))).one()
+        active = session.exec(select(Run.id).where(col(Run.status).in_(ACTIVE))).all()
+    return RunsPoll(int(count or 0), int(max_id or 0), frozenset(i for i in active if i is not None))
+
+
 def sweep_ids() -> list[str]:
     """Every sweep id in the store, oldest first (by its first run)."""
     with reading() as session:
         rows = session.exec(select(Run.sweep_id, func.min(Run.id)).where(col(Run.sweep_id).is_not(None))
                             .group_by(Run.sweep_id).order_by(func.min(Run.id))).all()
-    return [sweep_id for sweep_id, _ in rows]
+    return [sweep_id for sweep_id, _ in rows if sweep_id is not None]  # (none is: the query excludes them)
 
 
 # ---------------------------------------------------------------------- run records
@@ -102,7 +123,7 @@ def sweep_ids() -> list[str]:
 
 # The record's columns. The config is read as its JSON text and parsed once per distinct text
 # (a run's config never changes), so re-reading a live run costs no JSON parsing.
-_RECORD_COLUMNS = (Run.id, Run.status, Run.preset, Run.method, Run.dataset, Run.seed,
+_RECORD_COLUMNS: tuple[Any, ...] = (Run.id, Run.status, Run.preset, Run.method, Run.dataset, Run.seed,
                    type_coerce(Run.config, String).label("config_json"), Run.sweep_id, Run.n_tasks, Run.task,
                    Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s, Run.eta_s, Run.metrics, Run.error,
                    Run.created_at, Run.heartbeat_at, Run.started_at, Run.finished_at, Run.device, Run.host, Run.pid,
@@ -135,6 +156,53 @@ def _record(row: Any, names: set[str]) -> RunRecord:
         config=config, topk=stored.get("topk"),
         name=r["name"], tags=tuple(r["tags"] or ()), note=r["note"], overrides=MappingProxyType(dict(r["overrides"] or {})),
         archived=r["archived_at"] is not None)
+
+
+# What changes while a run is live, plus the JSON columns as their text (compared, not parsed):
+# a poller that knows a run's record re-reads only these (`live_records`).
+_LIVE_COLUMNS: tuple[Any, ...] = (Run.id, Run.status, Run.task, Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s,
+                 Run.eta_s, Run.error, Run.heartbeat_at, Run.started_at, Run.finished_at, Run.device, Run.host,
+                 Run.pid, Run.log_path, Run.name, Run.note, Run.archived_at, Run.n_tasks,
+                 type_coerce(Run.metrics, String).label("metrics_json"), type_coerce(Run.tags, String).label("tags_json"),
+                 type_coerce(Run.overrides, String).label("overrides_json"))
+_LIVE_FIELDS = ("status", "task", "phase", "phase_done", "phase_total", "samples_per_s", "eta_s", "error",
+                "heartbeat_at", "started_at", "finished_at", "device", "host", "pid", "log_path", "name", "note",
+                "n_tasks")
+
+
+def live_records(known: Mapping[int, RunRecord], texts: dict[int, tuple[Any, ...]],
+                 ids: Iterable[int]) -> list[RunRecord]:
+    """The records of `ids` for a poller that holds their last records (`known`) and the text of
+    their JSON columns at that read (`texts`, updated here): a run whose metrics, tags and
+    overrides are unchanged gets its known record with the live columns replaced, without
+    decoding JSON; the others (and runs not known yet) are read whole. Cross-run metrics are
+    left to the caller (as `run_records(ids, i_last=False)`)."""
+    ids = list(ids)
+    if not ids:
+        return []
+    out: dict[int, RunRecord] = {}
+    whole: list[int] = []
+    with reading() as session:
+        found: Any = session.exec(select(*_LIVE_COLUMNS).where(col(Run.id).in_(ids))).all()  # (rows with _mapping)
+        for row in found:
+            r = row._mapping
+            text = (r["metrics_json"], r["tags_json"], r["overrides_json"])
+            old = known.get(r["id"])
+            if old is None or texts.get(r["id"]) != text:
+                whole.append(r["id"])
+                texts[r["id"]] = text
+                continue
+            live = tuple(r[k] for k in _LIVE_FIELDS) + (r["archived_at"] is not None,)
+            if live == tuple(getattr(old, k) for k in _LIVE_FIELDS) + (old.archived,):
+                out[r["id"]] = old
+                continue
+            fresh = copy.copy(old)  # a frozen record: its copy's live fields set in place before anyone sees it
+            fresh.__dict__.update(zip(_LIVE_FIELDS, live))
+            fresh.__dict__["archived"] = live[-1]
+            out[r["id"]] = fresh
+        if whole:
+            out.update((rec.id, rec) for rec in _records(session, whole))
+    return [out[i] for i in sorted(out)]
 
 
 def _read(session: Session, query: Any) -> list[RunRecord]:
@@ -205,7 +273,7 @@ def newest_run_id() -> int:
 
 def joint_run(run: Union[Run, RunRecord, int]) -> Optional[RunRecord]:
     """The finished joint run that is `run`'s upper bound (the catalogue's joint-run rule), or None."""
-    record = run_record(run if isinstance(run, int) else int(run.id))  # type: ignore[arg-type]
+    record = run_record(run if isinstance(run, int) else int(run.id))
     if record.i_last_joint_run is None:
         return None
     return run_record(record.i_last_joint_run)
@@ -219,7 +287,7 @@ def joint_accuracy(run: Union[Run, RunRecord, int]) -> Optional[float]:
 
 def run_summary(run: Union[Run, RunRecord, int], session: Any = None) -> dict[str, Any]:
     """`runs --json` shape of one run (RunRecord.to_json); `session` is accepted for old callers."""
-    return run_record(run if isinstance(run, int) else int(run.id)).to_json()  # type: ignore[arg-type]
+    return run_record(run if isinstance(run, int) else int(run.id)).to_json()
 
 
 # ---------------------------------------------------------------------- one run's parts
@@ -307,6 +375,36 @@ def accuracy_curves(run_ids: Iterable[int]) -> dict[int, list[float]]:
     return curves
 
 
+def validation_curves(run_ids: Iterable[int]) -> dict[int, list[Optional[float]]]:
+    """The VALIDATION accuracy after each task of every given run (val_fraction > 0; None for a
+    task without one, an empty list for a run with no task done): what a search prunes on, read
+    without a single test figure."""
+    run_ids = list(run_ids)
+    curves: dict[int, list[Optional[float]]] = {i: [] for i in run_ids}
+    with reading() as session:
+        rows = session.exec(select(TaskResult.run_id, TaskResult.val_accuracy)
+                            .where(col(TaskResult.run_id).in_(run_ids))
+                            .order_by(col(TaskResult.run_id), col(TaskResult.task))).all()
+    for run_id, accuracy in rows:
+        curves[run_id].append(accuracy)
+    return curves
+
+
+def anytime_validation_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
+    """(samples seen, validation accuracy) of every anytime evaluation that measured one (task-free
+    runs with val_fraction > 0), per given run."""
+    run_ids = list(run_ids)
+    curves: dict[int, list[tuple[int, float]]] = {i: [] for i in run_ids}
+    with reading() as session:
+        rows = session.exec(select(AnytimeEval.run_id, AnytimeEval.samples, AnytimeEval.val_accuracy)
+                            .where(col(AnytimeEval.run_id).in_(run_ids), col(AnytimeEval.val_accuracy).is_not(None))
+                            .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))).all()
+    for run_id, samples, accuracy in rows:
+        if accuracy is not None:  # (the query leaves none; the column is nullable)
+            curves[run_id].append((samples, accuracy))
+    return curves
+
+
 def job_states(ids: Iterable[int]) -> dict[int, tuple[str, str, str | None]]:
     """For the runs among `ids` that a scheduler holds: (executor name, job id, its last state)."""
     ids = list(ids)
@@ -315,7 +413,7 @@ def job_states(ids: Iterable[int]) -> dict[int, tuple[str, str, str | None]]:
     with reading() as session:
         rows = session.exec(select(Run.id, Run.executor, Run.job_id, Run.job_state)
                             .where(col(Run.id).in_(ids), col(Run.job_id).is_not(None))).all()
-    return {r[0]: ((r[1] or "").split(":")[0], r[2], r[3]) for r in rows}
+    return {r[0]: ((r[1] or "").split(":")[0], r[2] or "", r[3]) for r in rows}  # (job_id: never None here)
 
 
 def run_detail(run_id: int) -> dict[str, Any]:
@@ -346,9 +444,13 @@ def run_detail(run_id: int) -> dict[str, Any]:
             "accuracy": result.accuracy if result else None,
             "accuracy_row": result.accuracy_row if result else None,
             "class_accuracy": result.class_accuracy if result else None,
+            "eval_classes": result.eval_classes if result else None,
             "best_epoch_accuracy": result.best_epoch_accuracy if result else None,
             "topk_accuracy": result.topk_accuracy if result else None,
             "topk_accuracy_row": result.topk_accuracy_row if result else None,
+            **({"val_accuracy": result.val_accuracy, "val_accuracy_row": result.val_accuracy_row,
+                "val_class_accuracy": result.val_class_accuracy}
+               if result is not None and result.val_accuracy is not None else {}),
             "seconds": result.seconds if result else None,
         })
     detail.update({
@@ -359,10 +461,12 @@ def run_detail(run_id: int) -> dict[str, Any]:
         "class_indexing": CLASS_INDEXING,
         "anytime": [{"task": a.task, "samples": a.samples, "accuracy": a.accuracy, "n_classes": a.n_classes,
                      **({"class_accuracy": a.class_accuracy} if a.class_accuracy is not None else {}),
+                     **({"val_accuracy": a.val_accuracy} if a.val_accuracy is not None else {}),
                      "seconds": a.seconds} for a in anytime],
         "class_order": run.class_order,
         "class_names": run.class_names,
         "pipeline": run.pipeline,
+        "validation": run.validation,
         "versions": run.versions,
         "git_commit": run.git_commit,
         "host": run.host,
@@ -383,6 +487,7 @@ CLASS_INDEXING = {
     "composition": "samples per class, indexed by position in class_order",
     "memory.histogram": "samples per class in memory, indexed by position in class_order",
     "class_accuracy": "accuracy per class, indexed by position in class_order",
+    "eval_classes": "the classes tested after the task (seen so far), positions in class_order",
     "class_names": "indexed by dataset label: the name of position c is class_names[class_order[c]]",
 }
 
@@ -433,13 +538,15 @@ def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
                 # a running run only adds epoch rows: read the new ones (a resume that deleted some
                 # shows as fewer new rows than the count grew by, and is read whole)
                 epochs = list(session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
-                                                                     EpochMetric.id > old[1])
+                                                                     col(EpochMetric.id) > old[1])
                                            .order_by(col(EpochMetric.id))).all())
                 appended = len(epochs) == now["epochs"][0] - old[0]
             if not appended:
                 epochs = _epochs(session, run_id)
         return RunParts(
-            record=record, class_order=facts[0], class_names=facts[1], pipeline=tuple(facts[2] or ()), marks=now,
+            # (sqlmodel types the JSON columns read as Sequence; they are the stored lists)
+            record=record, class_order=cast("list[int] | None", facts[0]),
+            class_names=cast("list[str] | None", facts[1]), pipeline=tuple(facts[2] or ()), marks=now,
             streams=_streams(session, run_id) if stale["streams"] else None,
             results=_results(session, run_id) if stale["results"] else None,
             memory=_snapshots(session, run_id) if stale["memory"] else None,

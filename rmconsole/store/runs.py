@@ -19,12 +19,13 @@ from .transitions import Lease, checked_run, new_token
 
 def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str | None = None,
                 owner_pid: Optional[int] = None, *, name: str | None = None, tags: list[str] | None = None,
-                overrides: list[dict[str, Any]] | None = None) -> list[int]:
+                overrides: list[dict[str, Any]] | None = None, names: list[str | None] | None = None) -> list[int]:
     """Store queued runs (a sweep's grid) in one transaction, so a refused or interrupted
     submission leaves nothing half-written; returns their ids in order. `owner_pid`: the
     process (on this host) that will start the worker: until it has, the run is dead when that
-    process is (a sweep's runs have none: their queue starts them). `name` and `tags` go on
-    every run; `overrides[i]` is run i's keys that differ from the preset."""
+    process is (a sweep's runs have none: their queue starts them). `tags` go on every run, and
+    `name` too unless `names[i]` gives run i its own; `overrides[i]` is run i's keys that differ
+    from the preset."""
     host = socket.gethostname() if owner_pid is not None else None
 
     def add(session: Session) -> list[int]:
@@ -33,7 +34,7 @@ def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str
             run = Run(preset=preset, method=config["method"], dataset=config["dataset"], seed=config["seed"],
                       config=config, sweep_id=sweep_id, n_tasks=config.get("n_tasks", 0), token=new_token(),
                       pid=owner_pid, host=host, heartbeat_at=utcnow() if owner_pid is not None else None,
-                      name=name or None, tags=list(tags) if tags else None,
+                      name=(names[i] if names is not None else name) or None, tags=list(tags) if tags else None,
                       overrides=overrides[i] if overrides is not None else None)
             session.add(run)
             session.flush()
@@ -99,7 +100,7 @@ def set_archived(run_ids: list[int], archived: bool = True) -> list[int]:
     def change(run: Run) -> None:
         if (run.archived_at is not None) != archived:
             run.archived_at = utcnow() if archived else None
-            changed.append(run.id)  # type: ignore[arg-type]
+            changed.append(run.id)
 
     _each(run_ids, change)
     return changed
@@ -175,7 +176,10 @@ def record_task(run_id: int, outcome: Any, lease: Optional[Lease] = None,
                                eval_classes=outcome.eval_classes, best_epoch_accuracy=outcome.best_epoch_accuracy,
                                topk=getattr(outcome, "topk", 1) if getattr(outcome, "topk_accuracy", None)
                                is not None else None, topk_accuracy=getattr(outcome, "topk_accuracy", None),
-                               topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None), seconds=outcome.seconds,
+                               topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None),
+                               val_accuracy=getattr(outcome, "val_accuracy", None),
+                               val_accuracy_row=getattr(outcome, "val_accuracy_row", None),
+                               val_class_accuracy=getattr(outcome, "val_class_accuracy", None), seconds=outcome.seconds,
                                checkpoint_sha256=checkpoint_sha256))
         session.flush()
         run = session.get(Run, run_id)
@@ -192,7 +196,8 @@ def task_rows(results: Iterable[TaskResult]) -> list[TaskRow]:
     """The task rows as the metric catalogue reads them (plain data)."""
     return [TaskRow(task=r.task, accuracy=r.accuracy, accuracy_row=list(r.accuracy_row or []),
                     class_accuracy=r.class_accuracy, best_epoch_accuracy=r.best_epoch_accuracy, topk=r.topk,
-                    topk_accuracy=r.topk_accuracy, topk_accuracy_row=r.topk_accuracy_row) for r in results]
+                    topk_accuracy=r.topk_accuracy, topk_accuracy_row=r.topk_accuracy_row,
+                    val_accuracy=r.val_accuracy, val_accuracy_row=r.val_accuracy_row) for r in results]
 
 
 def stored_summary(rows: RunRows) -> dict[str, Any]:
@@ -215,7 +220,7 @@ def run_rows(session: Session, run: Run, online: dict[str, Any] | None = None) -
     """One run's stored rows as plain data for the catalogue: config, task rows, anytime rows and
     the loop's latest online figures (those given, else those of the run's last summary)."""
     assert run.id is not None
-    anytime = [AnytimePoint(a.samples, a.accuracy, a.n_classes) for a in _anytime(session, run.id)]
+    anytime = [AnytimePoint(a.samples, a.accuracy, a.n_classes, a.val_accuracy) for a in _anytime(session, run.id)]
     figures = {**(run.metrics or {}), **{k: v for k, v in (online or {}).items() if v is not None}}
     return RunRows(config=run.config or {}, tasks=task_rows(_results(session, run.id)), anytime=anytime,
                    online=figures, n_tasks=run.n_tasks)
@@ -240,7 +245,8 @@ def record_anytime(run_id: int, points: list[Any], lease: Optional[Lease] = None
         session.flush()
         for p in points:
             session.add(AnytimeEval(run_id=run_id, task=p.task, samples=p.samples, accuracy=p.accuracy,
-                                    n_classes=p.n_classes, class_accuracy=p.class_accuracy, seconds=p.seconds))
+                                    n_classes=p.n_classes, class_accuracy=p.class_accuracy, seconds=p.seconds,
+                                    val_accuracy=getattr(p, "val_accuracy", None)))
         session.flush()
         run = session.get(Run, run_id)
         if run is None:
@@ -273,15 +279,15 @@ def delete_results_from(run_id: int, first_task: int, lease: Optional[Lease] = N
         for row in session.exec(select(TaskResult).where(TaskResult.run_id == run_id,
                                                          TaskResult.task >= first_task)).all():
             session.delete(row)
-        for row in session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id,
+        for snapshot in session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id,
                                                              MemorySnapshot.task >= first_task)).all():
-            session.delete(row)
-        for row in session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
+            session.delete(snapshot)
+        for epoch in session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
                                                           EpochMetric.task >= first_task)).all():
-            session.delete(row)
-        for row in session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id,
+            session.delete(epoch)
+        for point in session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id,
                                                           AnytimeEval.task >= first_task)).all():
-            session.delete(row)
+            session.delete(point)
         session.flush()
         run = session.get(Run, run_id)
         if run is not None:  # the summary must not keep metrics of the dropped tasks

@@ -34,7 +34,9 @@ class Run(SQLModel, table=True):
 
     __table_args__ = (Index("ix_run_status_created", "status", "created_at"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    # None only until the row is inserted, and the code reads only stored rows' ids: typed as such
+    # (the DDL is the same, a primary key is NOT NULL either way)
+    id: int = Field(default=None, primary_key=True)
     status: str = Field(default="queued", index=True)
     preset: Optional[str] = Field(default=None, index=True)
     method: str = Field(index=True)
@@ -82,6 +84,9 @@ class Run(SQLModel, table=True):
     note: Optional[str] = None
     overrides: Optional[dict[str, Any]] = Field(default=None, sa_column=Column(JSON))  # keys that differ from the preset
     archived_at: Optional[datetime] = None  # archived: hidden from runs, report and the TUI unless asked
+    # the validation split the run held out (val_fraction > 0): fraction, samples, per_class, hash
+    # (cl/streams.validation_info); None: none held out, or a store written before validation
+    validation: Optional[dict[str, Any]] = Field(default=None, sa_column=Column(JSON))
 
 
 class TaskStream(SQLModel, table=True):
@@ -119,6 +124,11 @@ class TaskResult(SQLModel, table=True):
     topk: Optional[int] = None
     topk_accuracy: Optional[float] = None
     topk_accuracy_row: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
+    # validation (the run's val_fraction > 0): the same evaluation on the held-out train samples;
+    # nullable columns (runs without validation and older stores read as "not measured")
+    val_accuracy: Optional[float] = None
+    val_accuracy_row: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
+    val_class_accuracy: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
     seconds: float
     # sha256 of the checkpoint written after this task (verified before a resume loads it)
     checkpoint_sha256: Optional[str] = None
@@ -171,3 +181,10 @@ class AnytimeEval(SQLModel, table=True):
     n_classes: int  # classes exposed so far
     class_accuracy: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
     seconds: float = 0.0
+    val_accuracy: Optional[float] = None  # on the held-out samples of the same classes (val_fraction > 0)
+
+
+def table_names() -> frozenset[str]:
+    """The tables this store owns (created and checked by db.py): another library keeping its
+    own tables in the same database (Optuna's studies, runner/tune.py) must use other names."""
+    return frozenset(SQLModel.metadata.tables)

@@ -172,11 +172,13 @@ class RMConsoleApp(App[None]):
                                        "and `rmconsole resume` can continue it.", confirm="Stop run"), answered)
 
     def action_toggle_help(self) -> None:
-        """`?` shows (and hides) the keys of the focused widget and the page."""
-        if self.screen.query("HelpPanel"):
-            self.action_hide_help_panel()
+        """`?` shows (and hides) rmconsole's keys for the page underneath."""
+        from .screens.keys import KeysScreen
+
+        if isinstance(self.screen, KeysScreen):
+            self.screen.dismiss(None)
         else:
-            self.action_show_help_panel()
+            self.push_screen(KeysScreen(self.screen))
 
     # ------------------------------------------------------------------ state
 

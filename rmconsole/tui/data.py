@@ -8,6 +8,7 @@ snapshots (so a screen can tell "nothing changed" by equality and skip a repaint
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -39,35 +40,93 @@ def load_run_rows(ids: Iterable[int] | None = None) -> list[RunRow]:
 
 
 class RunsFeed:
-    """The runs page's reader. A run only changes while it is queued or running, or when its
-    status changes (finish, fail, stop, resume), so each read takes every (id, status) pair —
-    a cheap index scan — and re-reads whole rows only for new runs, active runs and runs
-    whose status changed; deleted runs drop out. Used from one worker thread at a time."""
+    """The runs page's reader; a refresh costs what changed, not the size of the store.
+
+    A run only changes while it is queued or running, or when its status changes (finish,
+    fail, stop, resume). Each read asks the store for the run count, the newest id and the
+    active ids (`store.poll_runs`, an index lookup), and re-reads whole rows only for the runs
+    active now or at the last read. A moved count or newest id (a run added or deleted), and
+    every FULL_EVERY-th read (tags, names or notes edited from a shell), take the full path:
+    every (id, status) pair, re-reading new runs and runs whose status changed. I_last is
+    recomputed for the re-read rows only, against the joint runs kept from earlier reads, and
+    for every row when the set of joint runs changed. Used from one worker thread at a time."""
+
+    FULL_EVERY = 30
 
     def __init__(self) -> None:
         self.rows: dict[int, RunRow] = {}
+        self._poll: Optional[store.RunsPoll] = None
+        self._reads = 0
+        self._order: list[RunRow] = []
+        self._bounds: list[RunRow] = []  # the finished joint runs (what I_last is measured against)
+        self._raw: dict[int, RunRow] = {}  # the records as read (before I_last), for store.live_records
+        self._texts: dict[int, tuple[object, ...]] = {}  # their JSON columns' text at that read
+        self._active: set[int] = set()  # the runs queued or running at the last read
 
-    def read(self) -> tuple[list[RunRow], bool]:
-        """(all rows by id, whether anything changed since the last read)."""
+    def _stale(self) -> tuple[list[int], list[int]]:
+        """(ids to re-read, ids gone) since the last read."""
+        poll = store.poll_runs()
+        last, self._poll = self._poll, poll
+        self._reads += 1
+        was_active = self._active
+        if (last is not None and (poll.count, poll.max_id) == (last.count, last.max_id) == (len(self.rows), max(self.rows, default=0))
+                and self._reads % self.FULL_EVERY):
+            return sorted(poll.active | was_active), []
         statuses = store.run_statuses()
         stale = [i for i, status in statuses.items()
                  if i not in self.rows or self.rows[i].status != status or status in store.ACTIVE]
-        gone = [i for i in self.rows if i not in statuses]
-        fresh = load_run_rows(stale) if stale else []
+        return stale, [i for i in self.rows if i not in statuses]
+
+    def read(self) -> tuple[list[RunRow], bool]:
+        """(all rows by id, whether anything changed since the last read)."""
+        stale, gone = self._stale()
+        fresh = store.live_records(self._raw, self._texts, stale) if stale else []
+        self._active = {r.id for r in fresh if r.status in store.ACTIVE}  # (every active run is in `stale`)
+        self._raw.update((r.id, r) for r in fresh)
+        for i in gone:
+            self._raw.pop(i, None)
         merged = dict(self.rows)
         for i in gone:
-            del merged[i]
+            merged.pop(i, None)
         merged.update((r.id, r) for r in fresh)
-        rows = with_intransigence(merged[i] for i in sorted(merged))
-        changed = bool(gone) or len(rows) != len(self.rows) \
-            or any(self.rows.get(r.id) is not r and self.rows.get(r.id) != r for r in rows)
-        self.rows = {r.id: r for r in rows}
-        return rows, changed
+        touched: Iterable[int] = [r.id for r in fresh]
+        if fresh or gone:
+            bounds_before = [r for r in self._bounds]
+            if gone or any(r.is_upper_bound or (r.id in self.rows and self.rows[r.id].is_upper_bound) for r in fresh):
+                self._bounds = [merged[i] for i in sorted(merged) if merged[i].is_upper_bound]
+            if self._bounds != bounds_before or not self.rows:  # a joint run came, went or changed
+                merged = {r.id: r for r in with_intransigence((merged[i] for i in sorted(merged)), self._bounds)}
+                touched = merged
+            elif self._bounds:
+                merged.update((r.id, r) for r in with_intransigence(fresh, self._bounds))
+            # (no joint run: no row has an I_last, and a fresh read has none to clear)
+        changed = bool(gone) or any(self.rows.get(i) is not merged[i] and self.rows.get(i) != merged[i]
+                                    for i in touched)
+        rows_by_id = merged
+        if changed or not self._order:
+            self._order = [rows_by_id[i] for i in sorted(rows_by_id)]
+        self.rows = rows_by_id
+        return list(self._order), changed
+
+
+def typed_words(query: str) -> list[str]:
+    """The words of a filter typed into `/`, read as a shell would: the README's example
+    `method:er,rm 'A_last>88'` (quoted for the shell) works typed literally. A quote left open
+    while typing is dropped rather than refused."""
+    try:
+        return shlex.split(query)
+    except ValueError:  # an unbalanced quote (still being typed)
+        return query.replace("'", " ").replace('"', " ").split()
+
+
+def parse_typed(query: str) -> store.RunFilter:
+    """The `/` filter: the store's run filter grammar (store/filters.py) over `typed_words`."""
+    return store.parse_run_filter(typed_words(query))
 
 
 def matches(row: RunRow, query: str) -> bool:
     """The `/` filter: the store's run filter grammar (store/filters.py); FilterError if unreadable."""
-    return store.parse_run_filter(query).accepts(row)
+    return parse_typed(query).accepts(row)
 
 
 SORT_KEYS = {
@@ -94,7 +153,7 @@ def arrange(rows: list[RunRow], query: str, sort: str, descending: bool, archive
     """Filter then sort: the rows the table shows, in order (FilterError for a filter that cannot
     be read: the screen shows its one line). Archived runs are left out unless `archived` or the
     filter names them; sorted by a final metric, partial runs come after every complete one."""
-    run_filter = store.parse_run_filter(query)
+    run_filter = parse_typed(query)
     shown = run_filter.select(rows)
     if not archived and not run_filter.names("archived"):
         shown = [r for r in shown if not r.archived]
@@ -126,6 +185,9 @@ class TaskAccuracy:
     accuracy: float
     accuracy_row: tuple[Optional[float], ...]
     seconds: float
+    class_accuracy: tuple[Optional[float], ...] = ()  # per class (class-order index) after this task
+    eval_classes: tuple[int, ...] = ()  # the classes seen so far (tested)
+    val_accuracy: Optional[float] = None  # on the held-out validation stream (val_fraction > 0)
 
 
 @dataclass(frozen=True)
@@ -236,7 +298,9 @@ class RunFeed:
                                                       tuple((int(c), int(p)) for c, p in s.first_appearances or ()))
                                            for s in parts.streams)
         if parts.results is not None:
-            self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds)
+            self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds,
+                                                        tuple(r.class_accuracy or ()), tuple(r.eval_classes or ()),
+                                                        r.val_accuracy)
                                            for r in parts.results)
         if parts.memory is not None:
             self._parts["memory"] = tuple(_memory_update(m) for m in parts.memory)

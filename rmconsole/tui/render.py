@@ -13,6 +13,7 @@ from rich.text import Text
 from .. import metric_registry
 from ..numbers import fmt
 from ..cl.protocols import protocol_of
+from ..recency import ClassAccuracyByAge
 from .data import MemoryUpdate, RunRow, StreamTask
 
 STATUS_STYLES = {"finished": "green", "running": "bold cyan", "queued": "yellow", "failed": "bold red",
@@ -195,6 +196,36 @@ def memory_summary(update: MemoryUpdate, index: int, total: int, follow: bool) -
     return text
 
 
+def class_accuracy_text(split: ClassAccuracyByAge, width: int) -> Text:
+    """Each class's accuracy after the task beside its memory slots, old classes apart from the
+    ones that task introduced (rmconsole.recency), in three lines: `acc after T3: old 62.5% (4
+    cls) · new 95.8% (2) · new−old +33.3`, then `old 5:98(33) 6:97(33) …` and `new 0:95(33) …`
+    (class:accuracy%(slots)), cut with `+N` where the panel has no room. A large positive gap
+    is recency bias: the model favours the classes it saw last."""
+    text = Text()
+    text.append(f"after T{split.task + 1} ", style="bold")
+    text.append("class:acc%(slots) ", style="grey50")
+    text.append(f"old {fmt(split.old_mean, 1)}% ({len(split.old)}) · new {fmt(split.new_mean, 1)}% "
+                f"({len(split.new)})", style="grey70")
+    if split.gap is not None:
+        text.append(f" · new−old {split.gap:+.1f}", style="bold yellow" if split.gap > 10 else "grey70")
+    for name, lines in (("old", split.old), ("new", split.new)):
+        text.append(f"\n{name} ", style="bold")
+        if not lines:
+            text.append("—", style="grey50")
+        used = 4
+        for i, c in enumerate(lines):
+            item = f"{c.label}:{fmt(c.accuracy, 0)}" + (f"({c.slots})" if c.slots is not None else "")
+            more = len(lines) - i
+            if i and used + len(item) + 1 > width - (len(f"+{more}") + 1 if more > 1 else 0):
+                text.append(f"+{more}", style="grey50")
+                break
+            text.append(item, style=class_colour(c.index))
+            text.append(" ")
+            used += len(item) + 1
+    return text
+
+
 def _hist_mean_std(hist: Sequence[int]) -> tuple[float, float]:
     n = sum(hist)
     if not n:
@@ -291,36 +322,49 @@ def accuracy_matrix(matrix: Sequence[Sequence[Optional[float]]], accuracies: Seq
 
 def metrics_line(row: RunRow) -> Text:
     """The run's metrics (those the catalogue lists for its protocol, and any other it measured;
-    a task-free run's A_auc first); a cross-run metric (I_last) marked `*` (with the note below)
-    when the run it was measured against differs beyond its rule; the top-k figures when the run
-    measured them; and the paper's figure with the difference for each metric the paper prints
-    for this setting (rmconsole.paper)."""
+    a task-free run's A_auc first); a partial run's final-only figures with their `@k/T` mark
+    (never bare: a number after task 3 of 5 is not the run's result); a cross-run metric
+    (I_last) marked `*` (with the note below) when the run it was measured against differs
+    beyond its rule; the top-k figures when the run measured them; and the paper's figure for
+    each metric the paper prints for this method and dataset (rmconsole.paper.paper_comparison):
+    with a Δ only when the run is the paper's protocol and complete, else with the keys that
+    differ (or the partial mark) named instead."""
     from .. import paper
 
     text = Text()
     protocols = [protocol_of(row.config)]
     for m in metric_registry.listed(protocols, row.metrics, family=""):
         text.append(f"{m.name} ", style="grey62")
-        text.append(row.metric_text(m.name, mark=False), style="bold" if "task" in m.protocols else "bold cyan")
+        marked = row.partial and m.final_only and row.value(m.name) is not None
+        text.append(row.metric_text(m.name, mark=True),
+                    style="grey50" if marked else "bold" if "task" in m.protocols else "bold cyan")
         text.append("   ")
         if m.across is not None and row.value(m.name) is None and row.tasks_done:
             text.append(f"({m.name}: {m.across.nothing})", style="grey50")
+    if row.partial:
+        text.append(f"(@{row.progress_mark}: after task {row.tasks_done} of {row.n_tasks}, not final)", style="grey50")
     if row.topk:
         figures = metric_registry.listed(protocols, row.metrics, family="topk")
         text.append(f"\ntop-{row.topk} ", style="grey62")
-        text.append("  ".join(f"{m.label.removesuffix(' top-k')} {row.metric_text(m.name, mark=False)}" for m in figures),
+        text.append("  ".join(f"{m.label.removesuffix(' top-k')} {row.metric_text(m.name, mark=True)}" for m in figures),
                     style="bold")
-    figures = [(m, row.value(m.name), paper.paper_figure(row.config, m.name))
-               for m in metric_registry.catalogue() if m.paper]
-    shown = [(m, value, f) for m, value, f in figures if f is not None]
+    found = [(m, row.value(m.name), paper.paper_comparison(row.config, m.name))
+             for m in metric_registry.catalogue() if m.paper]
+    shown = [(m, value, c) for m, value, c in found if c is not None]
     if shown:
         text.append("\npaper ", style="grey62")
-        for m, value, figure in shown:
+        for m, value, comparison in shown:
+            figure = comparison.figure
             text.append(f"{m.label.replace(' top-k', f' top-{figure.topk}')} {figure.mean:.2f}", style="bold")
-            if value is not None:
+            if value is not None and comparison.matches and not row.partial:
                 text.append(f" (Δ {value - figure.mean:+.2f})", style="grey62")
             text.append("   ")
-        text.append(f"table {shown[0][2].tex_order} ({shown[0][2].label})", style="grey50")
+        first = shown[0][2]
+        text.append(f"table {first.figure.tex_order} ({first.figure.label})", style="grey50")
+        if not first.matches:
+            text.append(f"\nno Δ: not the paper's protocol ({first.differs_text()})", style="yellow")
+        elif row.partial:
+            text.append(f"\nno Δ: partial (@{row.progress_mark})", style="yellow")
     if row.i_last_note:
         text.append(f"\n* I_last {row.i_last_note}", style="grey50")
     return text

@@ -35,10 +35,9 @@ def split_overrides(text: str) -> list[str]:
 def preview(preset: str, overrides_text: str, seeds: str = "") -> tuple[dict[str, Any], dict[str, str], str]:
     """The config a launch would store (a sweep's first grid point), where each value came from
     (preset, override, default, sweep axis), and a line saying what will start."""
-    from ...runner.sweep import is_sweep, plan_sweep
+    from ...runner.sweep import fold_seed, is_sweep, plan_sweep
 
-    pairs = split_overrides(overrides_text)
-    seeds = seeds.strip() or None
+    pairs, seeds = fold_seed(split_overrides(overrides_text), seeds.strip() or None)  # one seed: one run
     overridden = {p.partition("=")[0].strip() for p in pairs}
     _, table = read_preset(preset)
     if is_sweep(pairs, seeds):
@@ -80,6 +79,11 @@ class LaunchScreen(Screen):
     BINDINGS = [
         Binding("ctrl+s", "start", "Start run", priority=True),
         Binding("escape", "back", "Back"),
+        # Tab moves focus as the App receives it (a priority binding), before the next key is
+        # forwarded: as a plain binding it took effect only after the key had bubbled back up
+        # from the focused Input, so keys typed right after Tab landed in the previous field
+        Binding("tab", "app.focus_next", "Next field", show=False, priority=True),
+        Binding("shift+tab", "app.focus_previous", "Previous field", show=False, priority=True),
     ]
 
     app: Console  # type: ignore[assignment]
@@ -188,8 +192,10 @@ class LaunchScreen(Screen):
             return
         name = self.query_one("#name", Input).value.strip() or None
         tags = self.query_one("#tags", Input).value.replace(",", " ").split()
-        seeds = self.query_one("#seeds", Input).value.strip() or None
-        pairs = split_overrides(self.query_one("#overrides", Input).value)
+        from ...runner.sweep import fold_seed
+
+        pairs, seeds = fold_seed(split_overrides(self.query_one("#overrides", Input).value),
+                                 self.query_one("#seeds", Input).value.strip() or None)  # one seed: one run, no sweep
         self._starting = True
         self.query_one("#launch-error", Static).update(Text(f"starting {self.what}…", style="cyan"))
         if self.what != "one run":

@@ -6,11 +6,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
 from textual.reactive import var
-from textual.widgets import Header
+from textual.widget import Widget
+from textual.widgets import Header, Tab, Tabs
 
 from .. import data
 from ..messages import RunLoaded, RunVanished, StoreProblem
@@ -24,17 +26,29 @@ from ..widgets.task_stream import TaskStreamPanel
 from .polling import PollingScreen
 
 
+# the panels, in tab order: (widget id, tab label); keys 1-5 pick one on a small terminal
+PANELS = (("stream", "1 stream"), ("memory", "2 memory"), ("accuracy", "3 accuracy"), ("epochs", "4 loss & lr"),
+          ("log", "5 log"))
+NARROW_WIDTH, NARROW_HEIGHT = 100, 32  # below either, the panels collapse into tabs (one shown at a time)
+
+
 class RunScreen(PollingScreen):
+    """Wide (120×40 and up): stream and memory, the accuracy panel across the page (chart and
+    matrix side by side), loss and log. Smaller (80×24): a tab row and one panel at a time, each
+    at the full width, so the memory histogram, the accuracy chart and the loss chart are each
+    readable; 1-5 (or a click on a tab) switch."""
+
     CSS_PATH = "run.tcss"
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("x", "stop", "Stop"),
         Binding("R", "resume", "Resume"),
         Binding("l", "clone", "Clone"),
-        Binding("left_square_bracket", "memory_step(-1)", "Earlier memory"),
-        Binding("right_square_bracket", "memory_step(1)", "Later memory"),
-        Binding("m", "maximize", "Maximize panel"),
+        Binding("left_square_bracket", "memory_step(-1)", "Earlier memory", show=False),
+        Binding("right_square_bracket", "memory_step(1)", "Later memory", show=False),
+        Binding("m", "maximize", "Maximize"),
         Binding("space", "toggle_select", "Select", show=False),
+        *(Binding(str(i + 1), f"show_panel('{panel}')", label, show=False) for i, (panel, label) in enumerate(PANELS)),
     ]
 
     # the latest read; the header and the panels are bound to them and redraw what changed
@@ -50,6 +64,7 @@ class RunScreen(PollingScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield RunHeader(id="run-header").data_bind(RunScreen.view, RunScreen.now)
+        yield Tabs(*(Tab(label, id=f"tab-{panel}") for panel, label in PANELS), active="tab-memory", id="panel-tabs")
         with Grid(id="panels"):
             yield TaskStreamPanel(id="stream", classes="panel").data_bind(RunScreen.view)
             yield MemoryPanel(id="memory", classes="panel").data_bind(RunScreen.view)
@@ -60,7 +75,33 @@ class RunScreen(PollingScreen):
 
     def on_mount(self) -> None:
         self.sub_title = f"run {self.run_id}"
+        self.query_one("#memory").add_class("shown")
         self.query_one(MemoryPanel).focus()
+        self._fit(self.app.size.width, self.app.size.height)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.width, event.size.height)
+
+    def _fit(self, width: int, height: int) -> None:
+        self.set_class(width < NARROW_WIDTH or height < NARROW_HEIGHT, "narrow")
+
+    @property
+    def narrow(self) -> bool:
+        """The panels are tabs (one shown at a time)."""
+        return self.has_class("narrow")
+
+    def action_show_panel(self, panel: str) -> None:
+        """Show (on a small terminal) and focus one panel."""
+        self.query_one("#panel-tabs", Tabs).active = f"tab-{panel}"
+
+    @on(Tabs.TabActivated, "#panel-tabs")
+    def _tab_chosen(self, event: Tabs.TabActivated) -> None:
+        panel = str(event.tab.id).removeprefix("tab-")
+        for name, _ in PANELS:
+            self.query_one(f"#{name}").set_class(name == panel, "shown")
+        target = self.query_one(f"#{panel}", Widget)
+        if target.can_focus:
+            target.focus()
 
     # ------------------------------------------------------------------ reading (thread)
 
@@ -113,7 +154,7 @@ class RunScreen(PollingScreen):
             return
         focused = self.focused
         while focused is not None and "panel" not in focused.classes:
-            focused = focused.parent  # type: ignore[assignment]
+            focused = focused.parent  # type: ignore[assignment]  # a DOMNode; up to the App, no "panel" above the screen
         if focused is not None:
             self.maximize(focused)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -11,8 +13,9 @@ from textual.widgets import DataTable, Header, Input
 
 from .. import data
 from ..messages import RunsLoaded, StoreProblem
+from ..study import study_line
 from ..widgets.footer import Footer
-from ..widgets.runs_table import SORTABLE, RunsTable
+from ..widgets.runs_table import SORT_LABELS, SORTABLE, RunsTable
 from ..widgets.status_line import StatusLine
 from .polling import PollingScreen
 
@@ -28,8 +31,8 @@ class RunsScreen(PollingScreen):
         Binding("c", "compare", "Compare"),
         Binding("n", "launch", "Launch"),
         Binding("x", "stop", "Stop"),
-        Binding("R", "resume", "Resume"),
-        Binding("l", "clone", "Clone"),
+        Binding("R", "resume", "Resume", show=False),
+        Binding("l", "clone", "Clone", show=False),
         Binding("X", "stop_sweep", "Stop sweep", show=False),
         Binding("a", "toggle_archived", "Archived", show=False),
         Binding("s", "cycle_sort", "Sort"),
@@ -49,6 +52,7 @@ class RunsScreen(PollingScreen):
         super().__init__()
         self.feed = data.RunsFeed()  # used by one read thread at a time
         self.filter_error: str | None = None  # the `/` filter does not read (shown on the status line)
+        self._counted: tuple | None = None  # (rows, _counts()) of the last read
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -62,7 +66,7 @@ class RunsScreen(PollingScreen):
         table = self.query_one(RunsTable)
         table.border_title = "runs"
         table.focus()
-        self.watch(self.app, "selected", self.show_rows, init=False)  # type: ignore[arg-type]
+        self.watch(self.app, "selected", self.show_rows, init=False)  # type: ignore[arg-type]  # the App (a DOMNode) typed as its Console face
 
     def on_screen_resume(self) -> None:
         self.show_rows()
@@ -112,13 +116,21 @@ class RunsScreen(PollingScreen):
             shown, self.filter_error = [], str(err)
         table = self.query_one(RunsTable)
         table.runs, table.selected_ids, table.sorted_by = tuple(shown), frozenset(self.app.selected), self.order
-        table.border_subtitle = f"sort: {column} {'▼' if descending else '▲'}"
+        table.border_subtitle = f"sort: {SORT_LABELS.get(column, column)} {'▼' if descending else '▲'}"
         self.show_status(len(shown))
 
     def show_status(self, n_shown: int | None = None) -> None:
         line = self.query_one(StatusLine)
         line.problem = bool(self.problem or self.filter_error)
         line.text = self.status_text(n_shown)
+
+    def _counts(self) -> tuple[Counter[str], int, bool]:
+        """(runs per status, archived runs, whether any run is partial), once per read."""
+        if self._counted is None or self._counted[0] is not self.rows:
+            rows = self.rows
+            self._counted = (rows, Counter(r.status for r in rows), sum(r.archived for r in rows),
+                             any(r.partial for r in rows))
+        return self._counted[1], self._counted[2], self._counted[3]
 
     def status_text(self, n_shown: int | None = None) -> Text:
         if self.problem:
@@ -130,18 +142,18 @@ class RunsScreen(PollingScreen):
         if not self.rows:
             return Text.assemble("No runs yet. Press ", ("n", "bold"), " to launch one (or run ",
                                  ("rmconsole run --detach", "bold"), " in a shell).")
-        counts: dict[str, int] = {}
-        for r in self.rows:
-            counts[r.status] = counts.get(r.status, 0) + 1
+        counts, archived, partial = self._counts()
         shown = len(self.query_one(RunsTable).rows) if n_shown is None else n_shown
         parts = [f"{len(self.rows)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
-        archived = sum(r.archived for r in self.rows)
         if archived:
             parts.append(f"{archived} archived" + (" shown (a)" if self.show_archived else " (a)"))
-        if any(r.partial for r in self.rows):
-            parts.append("@k/T partial")
+        if partial:
+            parts.append("@k/T, @: partial")
         if self.query_text.strip():
             parts.append(f"{shown} match “{self.query_text.strip()}”")
+            best = study_line(self.query_text)  # `study:NAME`: the study's best trial so far
+            if best:
+                parts.append(best)
         if self.app.selected:
             parts.append(f"{len(self.app.selected)} selected (c compares)")
         return Text(" · ".join(parts))
@@ -212,7 +224,7 @@ class RunsScreen(PollingScreen):
     def action_compare(self) -> None:
         if not self.app.selected and self._cursor_run() is not None:
             self.notify("Tip: Space selects several runs; comparing the highlighted one.")
-            self.app.open_compare([self._cursor_run()])  # type: ignore[list-item]
+            self.app.open_compare([self._cursor_run()])  # type: ignore[list-item]  # not None: checked just above
             return
         self.app.open_compare()
 

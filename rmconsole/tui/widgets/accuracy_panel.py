@@ -27,7 +27,7 @@ class AccuracyPanel(Vertical):
     view: var[Optional[RunView]] = var(None)  # bound to the run page's view
     drawn: reactive[tuple[Any, ...]] = reactive(())  # computed: the part of `view` this panel draws
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "accuracy"
 
@@ -39,7 +39,7 @@ class AccuracyPanel(Vertical):
             yield Static(id="matrix")
 
     def on_resize(self) -> None:
-        self.set_class(self.size.width < 100, "narrow")  # chart above the matrix when side by side is cramped
+        self.set_class(self.size.width < 64, "narrow")  # chart above the matrix when side by side is cramped
 
     def compute_drawn(self) -> tuple[Any, ...]:
         """Results and summary metrics only: a running task's progress leaves the panel alone."""
@@ -67,5 +67,9 @@ class AccuracyPanel(Vertical):
             anytime.points = tuple((p.samples, p.accuracy) for p in view.anytime)
             anytime.total, anytime.boundaries = total, tuple(ends)
         else:
-            chart.curves, chart.n_tasks = {f"run {view.row.id}": tuple(accs)}, n_tasks
+            curves = {f"run {view.row.id}": tuple(accs)}
+            val = [r.val_accuracy for r in view.results]
+            if val and all(v is not None for v in val):  # validation beside test (val_fraction > 0)
+                curves[f"run {view.row.id} (val)"] = tuple(v for v in val if v is not None)
+            chart.curves, chart.n_tasks = curves, n_tasks
         self.query_one("#matrix", Static).update(accuracy_matrix(view.accuracy_matrix, accs, n_tasks))

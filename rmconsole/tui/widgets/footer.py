@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.screen import Screen
 from textual.widgets import Footer as TextualFooter
 
@@ -14,6 +16,11 @@ class Footer(TextualFooter):
     their enabled state differ from the last update it passed on."""
 
     _last_shown: tuple | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Compact: at 80 columns every shown key fits, `?` and `q` included."""
+        super().__init__(*args, **kwargs)
+        self.compact = True
 
     def _shown_keys(self, screen: Screen) -> tuple:
         return tuple((binding.key, binding.action, binding.description, enabled, tooltip)

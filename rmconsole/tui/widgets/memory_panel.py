@@ -3,7 +3,7 @@ count, with ←/→ to step back through earlier updates, and RM's uncertainty s
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from rich.text import Text
 from textual.binding import Binding
@@ -11,7 +11,8 @@ from textual.reactive import reactive, var
 from textual.widget import Widget
 
 from ..data import MemoryUpdate, RunView
-from ..render import memory_chart, memory_summary, uncertainty_chart
+from ...recency import ClassAccuracyByAge, class_accuracy_by_age
+from ..render import class_accuracy_text, memory_chart, memory_summary, uncertainty_chart
 from . import css_beside
 
 
@@ -31,9 +32,10 @@ class MemoryPanel(Widget):
     view: var[Optional[RunView]] = var(None)  # bound to the run page's view; progress alone draws nothing
     updates: reactive[tuple[MemoryUpdate, ...]] = reactive(())  # computed from `view`
     labels: reactive[tuple[str, ...]] = reactive(())  # computed from `view`
+    results: reactive[tuple] = reactive(())  # computed from `view`: the task results (per-class accuracy)
     pinned: reactive[Optional[int]] = reactive(None)  # index of the shown update; None = latest
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "memory"
 
@@ -42,6 +44,12 @@ class MemoryPanel(Widget):
 
     def compute_labels(self) -> tuple[str, ...]:
         return self.view.class_labels if self.view is not None else ()
+
+    def compute_results(self) -> tuple:
+        return self.view.results if self.view is not None else ()
+
+    def watch_results(self) -> None:
+        self.refresh()
 
     def watch_updates(self) -> None:
         self.refresh()
@@ -72,6 +80,16 @@ class MemoryPanel(Widget):
         self.border_subtitle = "← → step · End latest" if self.pinned is None else "pinned · End = latest"
         self.refresh()
 
+    def _class_accuracy(self, update: MemoryUpdate) -> Optional[ClassAccuracyByAge]:
+        """Per-class accuracy after the latest task up to this update's, beside the slots of the
+        memory after that same task (a running run's newest update may be a task ahead)."""
+        results = [r for r in self.results if r.task <= update.task]
+        if not results:
+            return None
+        task = results[-1].task
+        same = next((u for u in reversed(self.updates) if u.task == task), update)
+        return class_accuracy_by_age(results, same.histogram, self.labels)
+
     def render(self) -> Text:
         index = self.index
         if index is None:
@@ -82,13 +100,19 @@ class MemoryPanel(Widget):
         has_uncertainty = bool(update.candidates_uncertainty) or update.policy == "uncertainty"
         summary = memory_summary(update, index, len(self.updates), self.pinned is None)
         summary_lines = sum(max(1, -(-len(line) // max(width, 1))) for line in summary.plain.split("\n"))
-        spread = uncertainty_chart(update, width) if has_uncertainty else Text()
+        spread = uncertainty_chart(update, width, 3 if height >= 18 else 2) if has_uncertainty else Text()
         spread_lines = spread.plain.count("\n") + 1 if has_uncertainty else 0
-        chart_height = max(3, height - summary_lines - spread_lines - 1)  # - the class labels
+        split = self._class_accuracy(update)
+        accuracy = class_accuracy_text(split, width) if split else Text()
+        accuracy_lines = sum(max(1, -(-len(line) // max(width, 1))) for line in accuracy.plain.split("\n")) if split else 0
+        chart_height = max(3, height - summary_lines - spread_lines - accuracy_lines - 1)  # - the class labels
         text = Text()
         text.append_text(summary)
         text.append("\n")
         text.append_text(memory_chart(update, self.labels, width, chart_height))
+        if split:
+            text.append("\n")
+            text.append_text(accuracy)
         if has_uncertainty:
             text.append("\n")
             text.append_text(spread)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional
 
 from rich.text import Text
@@ -27,17 +28,35 @@ METRICS = tuple(metric_registry.columns())
 CARRIER = mark_carrier(METRICS)
 COLUMNS: tuple[tuple[str, str, int, str, int], ...] = RUN_COLUMNS + tuple(
     (m.name, m.label, 10 if m is CARRIER else max(6, len(m.label)), "right", m.column) for m in METRICS)
+RUN_KEYS = frozenset(c[0] for c in RUN_COLUMNS)
 TASK_FREE_ONLY = frozenset(m.name for m in METRICS if "task" not in m.protocols)  # shown when such a run is listed
 MAX_RUN_WIDTH = 40  # a longer run name is cut with an ellipsis (a preset name never is: they are shorter)
 
+# Below COMPACT_WIDTH (an 80-column terminal) the identifying columns fold into fewer, so that
+# what tells runs apart still shows: selection in the id, a live run's progress in its status,
+# the overrides and tags after the run's name, method · K · seed in one column, and A/F/I_last
+# with one decimal (a partial one keeps its `@k/T` or is grey). F_last and I_last are left out
+# only while no listed run has one.
+COMPACT_WIDTH = 100
+COMPACT_COLUMNS: tuple[tuple[str, str, int, str, int], ...] = (
+    ("id", "id", 5, "right", 1), ("status", "status", 9, "left", 1), ("preset", "run · changes", 13, "left", 1),
+    ("method", "method·K·seed", 15, "left", 1),
+)
+COMPACT_METRICS = ("A_last", "F_last", "I_last")
+# what `s` and the sort mark call each sort key: the column's header
+SORT_LABELS = {"preset": "run"}
 
-def layout(width: int, run_width: int = 22, anytime: bool = False) -> dict[str, int]:
+
+def layout(width: int, run_width: int = 22, anytime: bool = False,
+           present: frozenset[str] = frozenset(COMPACT_METRICS)) -> dict[str, int]:
     """The columns that fit `width` cells, by priority, with their widths. The run column (name,
     else preset) is as wide as its longest label (up to MAX_RUN_WIDTH), so a preset name a user
     types is never cut; the least important columns are dropped until the rest fit (each costs
     its width + 2 of padding); what is left over widens the run column. `anytime`: a task-free
     run is listed, so the A_auc column is wanted (a store of the RM paper's runs never shows it)."""
     run_width = max(6, min(run_width, MAX_RUN_WIDTH))
+    if width < COMPACT_WIDTH:
+        return compact_layout(width, anytime, present)
     kept = [c for c in COLUMNS if anytime or c[0] not in TASK_FREE_ONLY]
 
     def need(cols: list[tuple[str, str, int, str, int]]) -> int:
@@ -51,6 +70,21 @@ def layout(width: int, run_width: int = 22, anytime: bool = False) -> dict[str, 
     spare = max(width - need(kept), 0)
     grow = "changes" if "changes" in widths else "preset"  # what is left over goes to the overrides and tags
     widths[grow] += min(spare, 40 - widths[grow]) if widths[grow] < 40 else 0
+    return widths
+
+
+def compact_layout(width: int, anytime: bool = False, present: frozenset[str] = frozenset(COMPACT_METRICS)) -> dict[str, int]:
+    """The folded columns of a narrow terminal (COMPACT_COLUMNS and A/F/I_last, A_auc too for a
+    task-free run), `present`: the metrics some listed run has (the others are left out); the
+    run column takes what is left (at least 8)."""
+    widths = {key: w for key, _, w, _, _ in COMPACT_COLUMNS}
+    metrics = [m for m in METRICS if m.name in COMPACT_METRICS and (m.name == "A_last" or m.name in present)]
+    if anytime:
+        metrics += [m for m in METRICS if m.name in TASK_FREE_ONLY]
+    for m in metrics:
+        widths[m.name] = 9 if m is CARRIER else max(5, len(m.label))
+    used = sum(w + 2 for w in widths.values()) + 2 + 2  # + the scrollbar and the border
+    widths["preset"] = max(8, widths["preset"] + width - used + 2)  # (the scrollbar's 2 cells only with many runs)
     return widths
 
 
@@ -77,13 +111,20 @@ class RunsTable(DataTable):
     selected_ids: var[frozenset[int]] = var(frozenset(), init=False)
     sorted_by: var[tuple[str, bool]] = var(("id", True), init=False)  # (column, descending)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._cells: dict[str, tuple[tuple[object, ...], ...]] = {}
         self._shown: dict[str, tuple[RunRow, bool]] = {}
         self._sync_pending = False
         self._widths: dict[str, int] = {}
         self._keep: Optional[int] = None  # the run the cursor was on before the columns were rebuilt
+        self._compact = False
+        self._fact_cache: dict[int, tuple] = {}  # run id -> (row, label length, flags, metrics)
+        self._lengths: Counter[int] = Counter()  # label length -> rows with it
+        self._flags: Counter[str] = Counter()  # "anytime" / a compact metric -> rows with it
+        self._keys: dict[int, str] = {}  # run id -> its row key
+        self._order: list[str] = []  # the row keys in the order last applied
+        self._dirty: dict[str, tuple[RunRow, bool]] = {}  # changed rows off screen, drawn when scrolled to
 
     def on_mount(self) -> None:
         self._layout(self.size.width or 120)
@@ -91,27 +132,70 @@ class RunsTable(DataTable):
     def on_resize(self) -> None:
         self._relayout()
 
+    def _facts(self) -> tuple[int, bool, frozenset[str]]:
+        """What the columns depend on: the longest run label, whether a task-free run (A_auc) is
+        listed, and which optional compact metrics some run has. Counted incrementally per run
+        row object (`_fact_cache`), so a refresh looks only at the rows that changed."""
+        cache, lengths, flags = self._fact_cache, self._lengths, self._flags
+        runs = self.runs
+        for r in runs:
+            f = cache.get(r.id)
+            if f is not None and f[0] is r:
+                continue
+            if f is not None:
+                self._count(f, -1)
+            f = (r, len(r.label), ("anytime",) if any(name in r.metrics for name in TASK_FREE_ONLY) else ()) 
+            f = f + (tuple(name for name in COMPACT_METRICS if r.value(name) is not None),)
+            cache[r.id] = f
+            self._count(f, 1)
+        if len(cache) != len(runs):  # rows left (a filter, a deleted run)
+            keep = {r.id for r in runs}
+            for i in [i for i in cache if i not in keep]:
+                self._count(cache.pop(i), -1)
+        width = max((n for n, c in lengths.items() if c > 0), default=8)
+        return width, flags["anytime"] > 0, frozenset(k for k in COMPACT_METRICS if flags[k] > 0)
+
+    def _count(self, fact: tuple, sign: int) -> None:
+        self._lengths[fact[1]] += sign
+        for name in (*fact[2], *fact[3]):
+            self._flags[name] += sign
+
+    def _wanted_layout(self, width: int) -> dict[str, int]:
+        run_width, anytime, present = self._facts()
+        return layout(width, run_width, anytime, present)
+
     def _anytime(self) -> bool:
         """A run with a task-free-only metric (A_auc) is listed."""
-        return any(name in r.metrics for r in self.runs for name in TASK_FREE_ONLY)
+        return self._facts()[1]
 
-    def _run_width(self) -> int:
-        return max((len(r.label) for r in self.runs), default=8)
+    @property
+    def compact(self) -> bool:
+        """The folded columns of a narrow terminal are shown."""
+        return self._compact
+
+    def _columns(self) -> tuple[tuple[str, str, int, str, int], ...]:
+        """The column definitions of the current mode, in order."""
+        if self._compact:
+            return COMPACT_COLUMNS + tuple(c for c in COLUMNS if c[0] in self._widths and c[0] not in RUN_KEYS)
+        return COLUMNS
 
     def _relayout(self) -> None:
-        if self.size.width and layout(self.size.width, self._run_width(), self._anytime()) != self._widths:
+        if self.size.width and self._wanted_layout(self.size.width) != self._widths:
             self._layout(self.size.width)
 
     def _layout(self, width: int) -> None:
         """(Re)build the columns for this width: everything is drawn again from `runs`."""
-        self._widths = layout(width, self._run_width(), self._anytime())
+        self._widths = self._wanted_layout(width)
+        self._compact = width < COMPACT_WIDTH
         keep = self.cursor_run_id
         self.clear(columns=True)
         self._cells.clear()
         self._shown.clear()
-        for key, label, _, justify, _ in COLUMNS:
+        self._dirty.clear()
+        self._order = []
+        for key, label, _, justify, _ in self._columns():
             if key in self._widths:
-                self.add_column(Text(label, justify=justify), width=self._widths[key], key=key)  # type: ignore[arg-type]
+                self.add_column(Text(label, justify=justify), width=self._widths[key], key=key)  # type: ignore[arg-type]  # COLUMNS' justify: "left"/"right"
         self.watch_sorted_by()
         self._keep = keep
         self._sync()
@@ -147,7 +231,12 @@ class RunsTable(DataTable):
             "progress": progress_text(row),
             "speed": Text(speed, justify="right"),
         }
+        if self._compact:
+            cells.update(self._compact_cells(row, selected, label, changes))
+        digits = 1 if self._compact else None
         for m in METRICS:  # the @k/T column bold, a task-free one cyan, the others grey when partial
+            if m.name not in self._widths:
+                continue
             has = row.value(m.name) is not None
             if m is CARRIER:
                 style = partial or ("bold" if has else "grey50")
@@ -155,11 +244,35 @@ class RunsTable(DataTable):
                 style = "bold cyan" if has else "grey50"
             else:
                 style = partial if m.final_only and m.across is None else ""
-            cells[m.name] = Text(row.metric_text(m.name, mark=m is CARRIER), justify="right", style=style)
-        return tuple(cells[key] for key, *_ in COLUMNS if key in self._widths)
+            value = row.metric_text(m.name, mark=m is CARRIER, digits=digits)
+            if has and row.partial and m.final_only and m is not CARRIER:
+                value = "@" + value  # partial: never bare (the @k/T column says after which task)
+            cells[m.name] = Text(value, justify="right", style=style)
+        return tuple(cells[key] for key, *_ in self._columns() if key in self._widths)
+
+    @staticmethod
+    def _compact_cells(row: RunRow, selected: bool, label: Text, changes: Text) -> dict[str, object]:
+        """The folded cells: `●12`, a live run's `3/5 40%` as its status, the run's name then its
+        overrides and tags, `rm·500·s2`."""
+        ident = Text(f"{row.id}", justify="right")
+        if selected:
+            ident = Text.assemble(("●", "bold yellow"), f"{row.id}", justify="right")
+        if row.active and row.task is not None:
+            status = Text(f"{row.task + 1}/{row.n_tasks}", style="bold cyan")
+            if row.phase_fraction is not None:
+                status.append(f" {row.phase_fraction:3.0%}", style="cyan")
+        else:
+            status = status_text(row.status)
+        run = label.copy()
+        if changes.plain:
+            run.append(" ")
+            run.append_text(changes)
+        k = row.memory_size if row.memory_size is not None else "—"
+        return {"id": ident, "status": status, "preset": run,
+                "method": Text(f"{row.method}·{k}·s{row.seed}", overflow="ellipsis", no_wrap=True)}
 
     def watch_runs(self) -> None:
-        if self.is_mounted and self.size.width and layout(self.size.width, self._run_width(), self._anytime()) != self._widths:
+        if self.is_mounted and self.size.width and self._wanted_layout(self.size.width) != self._widths:
             self._layout(self.size.width)  # (a longer run label arrived: it syncs too)
             return
         self._sync()
@@ -176,50 +289,84 @@ class RunsTable(DataTable):
         self._sync_pending = False
         keep = self.cursor_run_id if self._keep is None else self._keep
         self._keep = None
-        wanted = {str(r.id): r for r in self.runs}
+        keys = self._keys
+        wanted = {keys.get(r.id) or keys.setdefault(r.id, str(r.id)): r for r in self.runs}
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
             del self._cells[key], self._shown[key]
-        column_keys = [c[0] for c in COLUMNS if c[0] in self._widths]
+            self._dirty.pop(key, None)
         added, limit = 0, ADD_BATCH if self._cells else FIRST_BATCH
         pending = False
+        top, bottom = self._visible_rows()
         for key, row in wanted.items():
-            state = (row, row.id in self.selected_ids)
-            if self._shown.get(key) == state:
-                continue  # the same run, drawn the same: nothing to build
+            selected = row.id in self.selected_ids
+            shown = self._shown.get(key)
+            if shown is not None and shown[0] is row and shown[1] == selected:
+                continue  # the same run, drawn the same: nothing to build (identity: no field compare)
+            waiting = self._dirty.get(key)
+            if waiting is not None and waiting[0] is row and waiting[1] == selected:
+                continue  # already waiting to be drawn when scrolled into view
             old = self._cells.get(key)
-            if old is None and added >= limit:
-                pending = True
-                continue
-            self._shown[key] = state
-            cells = self.row_cells(*state)
-            signature = tuple(_signature(c) for c in cells)
             if old is None:
-                self.add_row(*cells, key=key)
+                if added >= limit:
+                    pending = True
+                    continue
                 added += 1
-            elif old != signature:
-                for column, cell, new, was in zip(column_keys, cells, signature, old):
-                    if new != was:
-                        self.update_cell(key, column, cell)
-            self._cells[key] = signature
-        order = [k for k in wanted if k in self._cells]
-        if [row.key.value for row in self.ordered_rows] != order:
+            elif not top <= (self._row_locations.get(key) or 0) < bottom:
+                self._dirty[key] = (row, selected)  # off screen: drawn when scrolled into view
+                continue
+            self._draw(key, (row, selected), old)
+        order = [k for k in wanted if k in self._cells] if pending or len(self._cells) != len(wanted) else list(wanted)
+        if order != self._order:
+            self._order = order
             rank = {k: i for i, k in enumerate(order)}
-            self.sort("id", key=lambda cell: rank[cell.plain])
+            self.sort("id", key=lambda cell: rank[cell.plain.lstrip("●")])  # (compact: ● marks a selected id)
         if keep is not None and str(keep) in self._cells:
             self.move_cursor(row=self.get_row_index(str(keep)), scroll=False)
         if pending and not self._sync_pending:
             self._sync_pending = True
             self.call_after_refresh(self._sync)  # a big store: the rest after this frame
 
+    def _visible_rows(self) -> tuple[int, int]:
+        """The row indices on screen, with a screenful of margin either side."""
+        height = max(self.size.height, 1)
+        top = int(self.scroll_y)
+        return top - height, top + 2 * height
+
+    def _draw(self, key: str, state: tuple[RunRow, bool], old: Optional[tuple[tuple[object, ...], ...]]) -> None:
+        """Add the row, or update the cells of it that changed."""
+        self._dirty.pop(key, None)
+        self._shown[key] = state
+        cells = self.row_cells(*state)
+        signature = tuple(_signature(c) for c in cells)
+        if old is None:
+            self.add_row(*cells, key=key)
+        elif old != signature:
+            column_keys = [c[0] for c in self._columns() if c[0] in self._widths]
+            for column, cell, new, was in zip(column_keys, cells, signature, old):
+                if new != was:
+                    self.update_cell(key, column, cell)
+        self._cells[key] = signature
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        """Rows that changed while off screen are drawn as they scroll into view."""
+        super().watch_scroll_y(old, new)
+        if self._dirty:
+            top, bottom = self._visible_rows()
+            for key in [k for k in self._dirty if top <= (self._row_locations.get(k) if self._row_locations.get(k) is not None else -1) < bottom]:
+                if key in self._cells:
+                    self._draw(key, self._dirty[key], self._cells[key])
+
     def watch_sorted_by(self) -> None:
         """Show the sort column and direction in the header."""
         column, descending = self.sorted_by
-        for key, label, _, justify, _ in COLUMNS:
+        if self._compact:  # a folded column shows the mark of any of the sorts it holds
+            column = {"selected": "id", "K": "method", "seed": "method"}.get(column, column)
+        for key, label, _, justify, _ in self._columns():
             if key not in self._widths:
                 continue
-            text = Text(label, justify=justify)  # type: ignore[arg-type]
+            text = Text(label, justify=justify)  # type: ignore[arg-type]  # COLUMNS' justify: "left"/"right"
             if key == column:
                 text.append(" ▼" if descending else " ▲", style="bold")
-            self.columns[key].label = text  # type: ignore[index]
+            self.columns[key].label = text  # type: ignore[index]  # a ColumnKey hashes and compares as its str
         self.refresh()
