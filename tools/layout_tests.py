@@ -67,6 +67,8 @@ LAYOUT: dict[str, str] = {
     "test_streams.py": "cl",
     "test_streams_iblurry.py": "cl",
     "test_uncertainty.py": "cl",
+    "test_deviations.py": "cl/test_followup_deviations.py",
+    "test_validation.py": "cl/test_validation_stream.py",
     # store: every SQL statement, both backends
     "test_concurrency.py": "store/test_concurrent_writers.py",
     "test_filters.py": "store/test_run_filters.py",
@@ -87,10 +89,13 @@ LAYOUT: dict[str, str] = {
     "test_slurm.py": "runner",
     "test_sweep.py": "runner/test_sweep_queue.py",
     "test_warm.py": "runner/test_warm_start.py",
+    "test_tune.py": "runner",
     # faces: CLI, TUI, reports, exports
     "test_cli.py": "faces",
     "test_cli_identity.py": "faces",
     "test_export.py": "faces",
+    "test_faces.py": "faces/test_cli_in_process.py",
+    "test_paper_match.py": "faces",
     "test_numbers.py": "faces",
     "test_report.py": "faces",
     "test_serve.py": "faces/test_tui_serve.py",
@@ -99,6 +104,7 @@ LAYOUT: dict[str, str] = {
     "test_tui_anytime.py": "faces",
     "test_tui_data.py": "faces",
     "test_tui_identity.py": "faces",
+    "test_tui_issue27.py": "faces/test_tui_run_page.py",
     "test_tui_snapshots.py": "faces/test_tui_screens.py",
     # faults: bad input, killed processes, silent failures, safety (the troubleshooting page's tables)
     "test_bad_input.py": "faults",
