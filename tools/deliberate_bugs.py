@@ -66,7 +66,7 @@ def main() -> int:
             path.write_text(text.replace(old, new))
             env = {**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"}
             env.setdefault("RMCONSOLE_TEST_DATA", str(REPO.parent / "shared" / "data"))
-            out = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], cwd=copy,
+            out = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *TESTS], cwd=copy,
                                  env=env, capture_output=True, text=True)
             failed = [line.split(" ")[1] for line in out.stdout.splitlines() if line.startswith("FAILED ")]
             verdict = f"caught by {len(failed)} test(s): {', '.join(f.split('::')[-1] for f in failed)}" if failed \
