@@ -1,0 +1,135 @@
+"""Pins of the methods' science (cl/methods/*, cl/methods/quadratic.py) at values where a wrong
+rule shows: momentum != 0, EWC++'s alpha != 0.5 (issue 29; tools/mutation.py). Pure, on tiny
+tensors: no training."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from rmconsole.cl.methods.ewc_params import EWCParams
+from rmconsole.cl.methods.ewcpp import EWCpp
+from rmconsole.cl.methods.ewcpp_params import EWCppParams
+from rmconsole.cl.methods.quadratic import QuadraticPenalty, Regularised
+
+
+def regularised(momentum: float, lr: float = 0.1, scale: float = 2.0, proximal: bool = True) -> Any:
+    """A bare Regularised (EWC's and Rwalk's mixin) over one 4-vector parameter, its penalty
+    active with weights w and centres c."""
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5, 3.0]))
+    r: Any = Regularised.__new__(Regularised)
+    r.params = EWCParams()
+    r.default_reg_weight = 100.0
+    r.quadratic = QuadraticPenalty([p], proximal=proximal)
+    r.quadratic.weights[0].copy_(torch.tensor([0.5, 1.0, 2.0, 0.0]))
+    r.quadratic.centres[0].copy_(torch.tensor([0.0, 1.0, -1.0, 5.0]))
+    r.quadratic.scale = scale
+    r.quadratic.active = True
+    r.optimizer = torch.optim.SGD([p], lr=lr, momentum=momentum)
+    r.p = p
+    return r
+
+
+def test_proximal_ewc_step_uses_lr_over_one_minus_momentum() -> None:
+    """(issue 29 c) The proximal step's size is t = lr / (1 - momentum): with lr 0.1 and momentum
+    0.9, t = 1, theta <- (theta + 2 t s w c) / (1 + 2 t s w), exactly."""
+    r = regularised(momentum=0.9)
+    theta = r.p.detach().clone()
+    w, c, s = r.quadratic.weights[0], r.quadratic.centres[0], 2.0
+    r.penalty_step()
+    t = 0.1 / (1 - 0.9)
+    expected = (theta + 2 * t * s * w * c) / (1 + 2 * t * s * w)
+    assert torch.allclose(r.p.detach(), expected, atol=1e-6)
+    wrong = (theta + 2 * 0.1 * s * w * c) / (1 + 2 * 0.1 * s * w)  # t = lr, momentum ignored
+    assert not torch.allclose(r.p.detach(), wrong, atol=1e-3)
+    assert r.p[3].item() == 3.0  # w = 0: untouched
+
+
+def test_proximal_step_without_momentum_and_when_off() -> None:
+    r = regularised(momentum=0.0, lr=0.25, scale=1.0)
+    theta = r.p.detach().clone()
+    w, c = r.quadratic.weights[0], r.quadratic.centres[0]
+    r.penalty_step()
+    assert torch.allclose(r.p.detach(), (theta + 0.5 * w * c) / (1 + 0.5 * w), atol=1e-6)
+    g = regularised(momentum=0.9, proximal=False)  # the gradient way: penalty_step leaves theta alone
+    before = g.p.detach().clone()
+    g.penalty_step()
+    assert torch.equal(g.p.detach(), before)
+    inactive = regularised(momentum=0.9)
+    inactive.quadratic.active = False
+    inactive.penalty_step()
+    assert torch.equal(inactive.p.detach(), before)
+
+
+def test_quadratic_penalty_gradient_value_and_observer() -> None:
+    """The gradient way adds 2 s w (theta - c) to the loss's gradient (after the observer saw the
+    loss's own); value() is s (sum w (theta - c)^2 + constant)."""
+    r = regularised(momentum=0.0, scale=3.0, proximal=False)
+    q, p = r.quadratic, r.p
+    seen: list[torch.Tensor] = []
+    q.observer = lambda i, grad: seen.append(grad.clone())
+    (p * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
+    w, c = q.weights[0], q.centres[0]
+    assert torch.allclose(seen[0], torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert torch.allclose(p.grad, torch.tensor([1.0, 2.0, 3.0, 4.0]) + 2 * 3.0 * w * (p.detach() - c))
+    q.constant = 0.5
+    expected = 3.0 * (float((w * (p.detach() - c) ** 2).sum()) + 0.5)
+    assert float(q.value()) == pytest.approx(expected, rel=1e-6)
+    r.consolidated = 1
+    assert r.penalty_value() == pytest.approx(expected, rel=1e-6)
+    r.consolidated = 0
+    assert r.penalty_value() == 0.0
+    assert r.reg_weight == 100.0
+    r.params = EWCParams(reg_weight=7.0)
+    assert r.reg_weight == 7.0
+    q.remove()
+    p.grad = None
+    (p * 1.0).sum().backward()
+    assert torch.equal(p.grad, torch.ones(4))  # the hooks are gone
+
+
+def bare_ewcpp(alpha: float) -> Any:
+    m: Any = EWCpp.__new__(EWCpp)
+    m.params = EWCppParams(ewcpp_alpha=alpha, ewcpp_weight=10.0)
+    p = torch.nn.Parameter(torch.zeros(3))
+    m.penalised = [p]
+    m.fisher = [torch.zeros(3)]
+    m.started = [False]
+    m.anchor = None
+    m.importance = None
+    m.device = torch.device("cpu")
+    return m, p
+
+
+def test_ewcpp_running_average_weights_the_newest_gradient_by_alpha() -> None:
+    """(issue 29 d) F <- (1 - alpha) F + alpha g^2 with alpha = 0.2: the newest squared gradient
+    weighs 0.2 and the running average 0.8 (the other orientation is invisible at alpha 0.5)."""
+    m, p = bare_ewcpp(0.2)
+    g1, g2, g3 = torch.tensor([1.0, 2.0, 0.0]), torch.tensor([3.0, 0.0, 1.0]), torch.tensor([0.0, 1.0, 2.0])
+    p.grad = g1.clone()
+    m.after_step()
+    assert torch.allclose(m.fisher[0], g1 ** 2)  # the first gradient sets F
+    p.grad = g2.clone()
+    m.after_step()
+    f2 = 0.8 * g1 ** 2 + 0.2 * g2 ** 2
+    assert torch.allclose(m.fisher[0], f2)
+    assert not torch.allclose(m.fisher[0], 0.2 * g1 ** 2 + 0.8 * g2 ** 2)
+    p.grad = torch.tensor([float("nan"), 0.0, 0.0])  # a non-finite gradient leaves F alone
+    m.after_step()
+    assert torch.allclose(m.fisher[0], f2)
+    p.grad = g3.clone()
+    m.after_step()
+    assert torch.allclose(m.fisher[0], 0.8 * f2 + 0.2 * g3 ** 2)
+
+
+def test_ewcpp_penalty_is_weight_times_fisher_weighted_squared_distance() -> None:
+    m, p = bare_ewcpp(0.2)
+    assert float(m.penalty()) == 0.0
+    m.anchor = [torch.tensor([1.0, 0.0, -1.0])]
+    m.importance = [torch.tensor([2.0, 3.0, 0.5])]
+    with torch.no_grad():
+        p.copy_(torch.tensor([2.0, 2.0, 1.0]))
+    # 10 * (2 * 1 + 3 * 4 + 0.5 * 4) = 160
+    assert float(m.penalty()) == pytest.approx(160.0)
