@@ -73,6 +73,115 @@ def test_anytime_evaluation_scores_the_test_samples_of_the_seen_classes_only(mon
         assert outcome.accuracy == pytest.approx(100.0 * int((test == 0).sum()) / int((test < seen).sum()))
 
 
+class Counting(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.advanced: list[int] = []
+
+    def advance(self, n: int) -> None:  # type: ignore[override]
+        self.advanced.append(n)
+
+
+def counting_method(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, Any]]) -> None:
+    """ER that trains nothing, predicts label 0, spends 3 image passes per sample it observes and
+    records every hook the driver calls."""
+    base = method_class("er")
+
+    class Hooks(base):  # type: ignore[misc,valid-type]
+        def online_new_class(self, label: int) -> None:
+            calls.append(("new_class", label))
+            super().online_new_class(label)
+
+        def online_observe(self, index: int, label: int) -> None:
+            calls.append(("observe", index))
+            self.cost += 3.0
+
+        def online_before_eval(self) -> None:
+            calls.append(("before_eval", None))
+
+        def online_task_start(self, task: Any) -> None:
+            calls.append(("task_start", task.index))
+
+        def online_task_end(self, task: Any) -> None:
+            calls.append(("task_end", task.index))
+
+        def predict(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(len(x), dtype=torch.long, device=x.device)
+
+    monkeypatch.setattr(online, "method_class", lambda spec: Hooks)
+
+
+@pytest.mark.parametrize("budget", [None, 1.0])
+def test_driver_calls_every_hook_counts_the_clock_and_checkpoints(monkeypatch: pytest.MonkeyPatch,
+                                                                  budget: float | None) -> None:
+    """The driver's bookkeeping, against a rule written out here: the compute budget (a sample is
+    skipped while passes spent > budget x arrivals: equality trains), the exposed classes (the
+    stream's, skipped samples included), the hooks, the clock and the checkpoint."""
+    import time
+
+    calls: list[tuple[str, Any]] = []
+    counting_method(monkeypatch, calls)
+    data = skewed_data()
+    cfg = config(method="er", eval_period=7, n_tasks=5, compute_budget=budget)
+    rec = Counting()
+    torch.manual_seed(123)
+    began = time.perf_counter()
+    outcomes = online.run_online(cfg, data, torch.device("cpu"), rec)
+    elapsed = time.perf_counter() - began
+    proto = online.build_online_protocol(cfg, data)
+    stream = torch.cat(proto.tasks).tolist()
+    labels = proto.train_labels[torch.cat(proto.tasks)].tolist()
+    # the rule, written out
+    cost, observed, skipped, new, exposed = 0.0, [], 0, [], 0
+    seen: set[int] = set()
+    for k, (i, y) in enumerate(zip(stream, labels), start=1):
+        exposed = max(exposed, y + 1)
+        if budget is not None and cost > budget * k:
+            skipped += 1
+            continue
+        if y not in seen:
+            seen.add(y)
+            new.append(y)
+        observed.append(i)
+        cost += 3.0
+    assert (skipped > 0) == (budget is not None)
+    assert [c[1] for c in calls if c[0] == "observe"] == observed
+    assert [c[1] for c in calls if c[0] == "new_class"] == new
+    assert [c[1] for c in calls if c[0] == "task_start"] == [0, 1, 2, 3, 4]
+    assert [c[1] for c in calls if c[0] == "task_end"] == [0, 1, 2, 3, 4]
+    assert sum(1 for c in calls if c[0] == "before_eval") == len(stream) // 7 == len(rec.points)
+    assert [p.samples for p in rec.points] == list(range(7, len(stream) + 1, 7))
+    assert all(p.seconds == round(p.seconds, 4) and p.seconds >= 0 for p in rec.points)
+    assert sum(rec.advanced) == len(stream) and len(rec.advanced) <= len(stream) // 64 + 5
+    assert len(outcomes) == 5 and rec.outcomes == outcomes and len(rec.memories) == 5
+    assert outcomes[-1].eval_classes == list(range(exposed))
+    last = outcomes[-1].extra["online"]
+    assert set(outcomes[-1].extra) == {"memory", "online"}
+    assert last["samples_seen"] == len(stream) and last["samples_skipped"] == skipped
+    assert last["samples_trained"] == len(observed) and last["image_passes"] == cost
+    assert last["evaluations"] == len(rec.points)
+    assert last["A_auc"] == pytest.approx(sum(p.accuracy for p in rec.points) / len(rec.points))
+    assert 0 < last["train_seconds"] and 0 < last["eval_seconds"]
+    assert last["train_seconds"] + last["eval_seconds"] <= last["wall_seconds"] + 2e-3 <= elapsed + 2e-3
+    assert all(0 <= o.seconds <= elapsed for o in outcomes)
+    assert sum(o.seconds for o in outcomes) >= last["wall_seconds"] - 2e-3
+    # the checkpoint after each task: what resume reads
+    for t, point in enumerate(rec.checkpoints):
+        assert set(point) == {"task", "method", "augmenter", "torch_rng", "method_name", "stream_hashes",
+                              "online_clock"}
+        assert point["task"] == t and point["method_name"] == "er"
+        assert point["stream_hashes"] == [p.stream_hash for p in rec.plans]
+    assert rec.checkpoints[-1]["online_clock"]["arrivals"] == len(stream)
+    assert rec.checkpoints[-1]["online_clock"]["skipped"] == skipped
+    assert [len(p.first_appearances) for p in rec.plans] == [len(f) for f in proto.first]
+    # the run seeds torch itself: the model it builds does not depend on the caller's RNG
+    torch.manual_seed(999)
+    again = Counting()
+    online.run_online(cfg, data, torch.device("cpu"), again)
+    ours, theirs = rec.checkpoints[0]["method"]["model"], again.checkpoints[0]["method"]["model"]
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
 def test_a_auc_is_the_unweighted_mean_over_points_with_different_class_counts() -> None:
     """(issue 29 b) A_auc is the mean of the anytime accuracies, each point counting once, however
     many classes it covered (the follow-up's rule), in the catalogue the store asks and in the
@@ -105,6 +214,9 @@ def test_online_summary_reports_the_clock() -> None:
                  "eval_seconds": 0.5, "wall_seconds": 3.25, "train_samples_per_s": 20.0, "evaluations": 4,
                  "evaluations_per_s": 8.0, "A_auc": 60.0, "optimiser_steps": 7, "image_passes": 21.0}
     idle = online.online_summary(online.Clock(), _Counters())
+    brief = online.online_summary(online.Clock(observed=3, train_seconds=0.5, evaluations=1, eval_seconds=0.8),
+                                  _Counters())
+    assert brief["train_samples_per_s"] == 6.0 and brief["evaluations_per_s"] == 1.25
     assert idle["train_samples_per_s"] is None and idle["evaluations_per_s"] is None and idle["A_auc"] is None
 
 
@@ -116,12 +228,13 @@ def test_clock_state_round_trips_and_ignores_unknown_keys() -> None:
 
 
 def test_class_forgetting_is_the_follow_ups_class_wise_rule() -> None:
-    # class 0: best before the end 80 (not the later 60), ends at 50 -> 30; class 1: best 40,
-    # ends None (not evaluated) -> counted as 0 -> 40; class 2: never above 0 before -> skipped;
-    # class 3: only seen at the end -> skipped
-    rows = [[60.0, 40.0, 0.0], [80.0, None, 0.0], [50.0, None, 0.0, 90.0]]
+    # class 0: never above 0 before the end -> skipped; class 1: best before the end 80 (not the
+    # earlier 60), ends at 50 -> 30; class 2: best 40, ends None (not evaluated) -> counted as
+    # 0 -> 40; class 3: only seen at the end -> skipped
+    rows = [[0.0, 60.0, 40.0], [0.0, 80.0, None], [0.0, 50.0, None, 90.0]]
     assert MA.class_forgetting(rows) == pytest.approx((30.0 + 40.0) / 2)
     assert MA.class_forgetting(rows[:1]) is None
     assert MA.class_forgetting([[0.0], [0.0]]) is None
+    assert MA.class_forgetting([[80.0, 10.0], [50.0, 30.0]]) == pytest.approx((30.0 - 20.0) / 2)
     # a rise counts as negative forgetting (no clamp at 0)
     assert MA.class_forgetting([[20.0], [10.0], [50.0]]) == pytest.approx(-30.0)
