@@ -133,3 +133,98 @@ def test_ewcpp_penalty_is_weight_times_fisher_weighted_squared_distance() -> Non
         p.copy_(torch.tensor([2.0, 2.0, 1.0]))
     # 10 * (2 * 1 + 3 * 4 + 0.5 * 4) = 160
     assert float(m.penalty()) == pytest.approx(160.0)
+
+
+def test_proximal_step_of_an_optimiser_without_momentum_key_uses_lr() -> None:
+    """Adam's groups have no "momentum": t = lr."""
+    r = regularised(momentum=0.0, lr=0.25, scale=1.0)
+    r.optimizer = torch.optim.Adam([r.p], lr=0.25)
+    theta = r.p.detach().clone()
+    w, c = r.quadratic.weights[0], r.quadratic.centres[0]
+    r.penalty_step()
+    assert torch.allclose(r.p.detach(), (theta + 0.5 * w * c) / (1 + 0.5 * w), atol=1e-6)
+
+
+def test_a_fresh_penalty_is_inactive_unscaled_and_its_centres_are_detached() -> None:
+    p = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    q = QuadraticPenalty([p])
+    assert q.scale == 0.0 and q.constant == 0.0 and q.active is False
+    assert not q.centres[0].requires_grad and torch.equal(q.centres[0], p.detach())
+    q.weights[0].fill_(1.0)
+    q.centres[0].zero_()
+    q.scale = 2.0  # scaled but not active: the gradient is the loss's alone
+    (p * 1.0).sum().backward()
+    assert torch.equal(p.grad, torch.ones(2))
+    assert float(q.value()) == pytest.approx(2.0 * (1.0 + 4.0))  # no constant unless set
+    prox = QuadraticPenalty([p], proximal=True)
+    prox.weights[0].fill_(1.0)
+    prox.scale, prox.active = 2.0, True
+    p.grad = None
+    (p * 1.0).sum().backward()  # proximal: the hook leaves the gradient to the step
+    assert torch.equal(p.grad, torch.ones(2))
+
+
+def test_ewcpp_skips_parameters_without_a_gradient_and_goes_on() -> None:
+    m, p = bare_ewcpp(0.2)
+    q = torch.nn.Parameter(torch.zeros(2))
+    m.penalised = [p, q]
+    m.fisher = [torch.zeros(3), torch.zeros(2)]
+    m.started = [False, False]
+    q.grad = torch.tensor([2.0, 3.0])  # p has no gradient: skipped, q still updated
+    m.after_step()
+    assert torch.equal(m.fisher[0], torch.zeros(3)) and m.started == [False, True]
+    assert torch.allclose(m.fisher[1], torch.tensor([4.0, 9.0]))
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def test_ewcpp_snapshot_anchors_detached_copies_and_pulls_back_with_the_fisher() -> None:
+    """At a boundary theta* and F are copied (later steps change neither); the penalty's gradient
+    is 2 weight F (theta - theta*)."""
+    m, p = bare_ewcpp(0.2)
+    log = _Log()
+    m.setup = type("S", (), {"reporter": log})()
+    with torch.no_grad():
+        p.copy_(torch.tensor([1.0, 2.0, 3.0]))
+    m.fisher[0].copy_(torch.tensor([0.5, 1.0, 2.0]))
+    from rmconsole.cl.learner import Task
+
+    m.online_task_end(Task(0, torch.zeros(0, dtype=torch.long), 5))
+    assert log.lines and "snapshot" in log.lines[0]
+    m.fisher[0].add_(10.0)
+    with torch.no_grad():
+        p.add_(torch.tensor([1.0, -1.0, 0.5]))
+    assert torch.equal(m.anchor[0], torch.tensor([1.0, 2.0, 3.0]))
+    assert torch.equal(m.importance[0], torch.tensor([0.5, 1.0, 2.0]))
+    assert not m.anchor[0].requires_grad
+    m.penalty().backward()
+    assert torch.allclose(p.grad, 2 * 10.0 * torch.tensor([0.5, 1.0, 2.0]) * torch.tensor([1.0, -1.0, 0.5]))
+
+
+def test_ewcpp_checkpoint_round_trip() -> None:
+    from online_helpers import built
+
+    m, _, _ = built("ewcpp", ewcpp_alpha=0.2)
+    for f in m.fisher:
+        f.uniform_()
+    m.started = [i % 2 == 0 for i in range(len(m.started))]
+    fresh, _, _ = built("ewcpp", ewcpp_alpha=0.2)
+    fresh.load_state_dict(m.state_dict())  # before a boundary: no anchor, no importance
+    assert all(torch.equal(a, b) for a, b in zip(fresh.fisher, m.fisher))
+    assert fresh.started == m.started and fresh.anchor is None and fresh.importance is None
+    m.anchor = [p.detach().clone() + 1 for p in m.penalised]
+    m.importance = [f.clone() * 2 for f in m.fisher]
+    state = m.state_dict()
+    assert set(state["ewcpp"]) == {"fisher", "started", "anchor", "importance"}
+    again, _, _ = built("ewcpp", ewcpp_alpha=0.2)
+    again.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(again.anchor, m.anchor))
+    assert all(torch.equal(a, b) for a, b in zip(again.importance, m.importance))
+    assert all(torch.equal(a, b) for a, b in zip(again.fisher, m.fisher))
+    assert all(torch.equal(a, b) for a, b in zip(again.model.state_dict().values(), m.model.state_dict().values()))
