@@ -238,3 +238,76 @@ def test_class_forgetting_is_the_follow_ups_class_wise_rule() -> None:
     assert MA.class_forgetting([[80.0, 10.0], [50.0, 30.0]]) == pytest.approx((30.0 - 20.0) / 2)
     # a rise counts as negative forgetting (no clamp at 0)
     assert MA.class_forgetting([[20.0], [10.0], [50.0]]) == pytest.approx(-30.0)
+
+
+# ------------------------------------------------------------------ the run summaries (catalogue)
+
+
+def test_run_summaries_pin_every_built_in_rule() -> None:
+    """The catalogue's per-run rules at values where a wrong one shows (3 tasks, drops that differ,
+    top-k with one k, a count that stays an int)."""
+    tasks = [C.TaskRow(0, 90.0, [90.0, None, None], best_epoch_accuracy=91.0, topk=5, topk_accuracy=99.0,
+                       topk_accuracy_row=[99.0, None, None]),
+             C.TaskRow(1, 70.0, [60.0, 80.0, None], best_epoch_accuracy=72.0, topk=5, topk_accuracy=95.0,
+                       topk_accuracy_row=[90.0, 97.0, None]),
+             C.TaskRow(2, 50.0, [40.0, 70.0, 40.0], best_epoch_accuracy=55.0, topk=5, topk_accuracy=90.0,
+                       topk_accuracy_row=[85.0, 96.0, 89.0])]
+    s = C.summarize(C.RunRows(tasks=tasks))
+    assert s["A_last"] == 50.0 and s["A_avg"] == pytest.approx(70.0)
+    assert s["F_last"] == pytest.approx(((90.0 - 40.0) + (80.0 - 70.0)) / 2)  # best before the last, per task
+    assert s["F_max"] == pytest.approx(50.0)  # the worst drop, not the mildest
+    assert s["A_last_best_epoch"] == 55.0
+    assert s["A_last_topk"] == 90.0 and s["A_avg_topk"] == pytest.approx((99.0 + 95.0 + 90.0) / 3)
+    assert s["F_last_topk"] == pytest.approx(((99.0 - 85.0) + (97.0 - 96.0)) / 2)
+    assert "A_auc" not in s and "I_last" not in s  # another protocol's; a cross-run rule
+    rows = C.RunRows(tasks=tasks)
+    assert rows.topk == 5 and C.RunRows(tasks=tasks[:1]).topk == 5 and C.RunRows().topk is None
+    mixed = [tasks[0], C.TaskRow(1, 70.0, [60.0, 80.0, None], topk=3, topk_accuracy=95.0)]
+    assert C.RunRows(tasks=mixed).topk is None
+    partial = [tasks[0], C.TaskRow(1, 70.0, [60.0, 80.0, None], best_epoch_accuracy=None)]
+    s = C.summarize(C.RunRows(tasks=partial))
+    assert s["A_last_topk"] is None and s["A_last_best_epoch"] is None
+    assert C.summarize(C.RunRows(tasks=[C.TaskRow(0, 90.0, [90.0])]))["F_max"] is None
+    # the worst drop skips a task not evaluated at the end
+    gap = [C.TaskRow(0, 90.0, [90.0, None]), C.TaskRow(1, 70.0, [None, 80.0]), C.TaskRow(2, 60.0, [None, 70.0, 50.0])]
+    assert C.summarize(C.RunRows(tasks=gap))["F_max"] == pytest.approx(10.0)
+    # task-free: class-wise F_last, the loop's figures as given, the count of points an int
+    free = C.RunRows(config={"stream": "iblurry"}, tasks=[C.TaskRow(0, 90.0, class_accuracy=None),
+                                                           C.TaskRow(1, 80.0, class_accuracy=[80.0, None]),
+                                                           C.TaskRow(2, 60.0, class_accuracy=[None, 30.0])],
+                     anytime=[C.AnytimePoint(5, 40.0, 1), C.AnytimePoint(10, 50.0, 2)],
+                     online={"train_seconds": 3, "samples_seen": None})
+    s = C.summarize(free)
+    assert s["F_last"] == pytest.approx(80.0)  # class 0: 80 -> not evaluated (0)
+    assert s["train_seconds"] == 3.0 and isinstance(s["train_seconds"], float) and s["samples_seen"] is None
+    assert s["anytime_evals"] == 2 and type(s["anytime_evals"]) is int
+    assert s["A_auc"] == pytest.approx(45.0)
+
+
+def test_metric_rows_text_letter_direction_and_seed_statistics() -> None:
+    a_last, f_last = C.BUILTINS["A_last"], C.BUILTINS["F_last"]
+    assert a_last.letter == "A" and not a_last.lower_is_better and f_last.lower_is_better
+    assert a_last.text(86.0) == "86.00" and a_last.text(None) == "—" and a_last.text(float("nan")) == "—"
+    assert a_last.text(3.14159, 1) == "3.1"
+    assert a_last.applies_to("task") and not C.BUILTINS["A_auc"].applies_to("task")
+    nan = C.Metric("x", "x", "x", compute=lambda rows: float("nan"))
+    assert nan.value(C.RunRows()) is None
+    assert C.Metric("x", "x", "x", compute=lambda rows: True).value(C.RunRows()) == 1.0
+    assert C.Metric("x", "x", "x", compute=lambda rows: 3).value(C.RunRows()) == 3
+    assert C.Metric("x", "x", "x").value(C.RunRows()) is None
+    assert C.mean_std([]) == (None, None) and C.mean_std([4.0]) == (4.0, None)
+    mean, std = C.mean_std([1.0, 2.0, 6.0])
+    assert mean == pytest.approx(3.0) and std == pytest.approx((((4.0 + 1.0 + 9.0) / 2)) ** 0.5)
+
+
+def test_summarize_keeps_going_past_a_failing_plugin_metric() -> None:
+    def broken(rows: C.RunRows) -> float:
+        raise ValueError("x" * 400)
+
+    metrics = (C.Metric("broken", "b", "b", compute=broken), C.BUILTINS["I_last"],
+               C.Metric("task_only", "t", "t", compute=lambda rows: 1.0, protocols=("task",)),
+               C.Metric("later", "l", "l", compute=lambda rows: 2.5))
+    s = C.summarize(C.RunRows(config={"stream": "iblurry"}), metrics)
+    assert s == {"broken": None, "later": 2.5}
+    line = next(f for f in C.failures() if "'broken'" in f)
+    assert len(line) == 300 and line.startswith("metric 'broken' failed on a run's rows: ValueError: xxx")
