@@ -4,6 +4,7 @@ anytime points that cover different numbers of classes (issue 29; tools/mutation
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -98,6 +99,7 @@ def counting_method(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, Any]
 
         def online_before_eval(self) -> None:
             calls.append(("before_eval", None))
+            time.sleep(0.002)  # training time the driver must count as training
 
         def online_task_start(self, task: Any) -> None:
             calls.append(("task_start", task.index))
@@ -106,6 +108,7 @@ def counting_method(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, Any]
             calls.append(("task_end", task.index))
 
         def predict(self, x: torch.Tensor) -> torch.Tensor:
+            time.sleep(0.002)  # every evaluation takes measurable time
             return torch.zeros(len(x), dtype=torch.long, device=x.device)
 
     monkeypatch.setattr(online, "method_class", lambda spec: Hooks)
@@ -117,11 +120,9 @@ def test_driver_calls_every_hook_counts_the_clock_and_checkpoints(monkeypatch: p
     """The driver's bookkeeping, against a rule written out here: the compute budget (a sample is
     skipped while passes spent > budget x arrivals: equality trains), the exposed classes (the
     stream's, skipped samples included), the hooks, the clock and the checkpoint."""
-    import time
-
     calls: list[tuple[str, Any]] = []
     counting_method(monkeypatch, calls)
-    data = skewed_data()
+    data = skewed_data(train_per_class=40)  # 80 samples a task: progress is reported every 64
     cfg = config(method="er", eval_period=7, n_tasks=5, compute_budget=budget)
     rec = Counting()
     torch.manual_seed(123)
@@ -162,6 +163,9 @@ def test_driver_calls_every_hook_counts_the_clock_and_checkpoints(monkeypatch: p
     assert last["evaluations"] == len(rec.points)
     assert last["A_auc"] == pytest.approx(sum(p.accuracy for p in rec.points) / len(rec.points))
     assert 0 < last["train_seconds"] and 0 < last["eval_seconds"]
+    assert last["train_seconds"] >= 0.002 * len(rec.points) - 2e-3  # online_before_eval is training
+    # the anytime points' evaluation time plus the task ends' (5 x at least 2 ms)
+    assert last["eval_seconds"] >= sum(p.seconds for p in rec.points) + 0.01 - 1e-4 * len(rec.points) - 2e-3
     assert last["train_seconds"] + last["eval_seconds"] <= last["wall_seconds"] + 2e-3 <= elapsed + 2e-3
     assert all(0 <= o.seconds <= elapsed for o in outcomes)
     assert sum(o.seconds for o in outcomes) >= last["wall_seconds"] - 2e-3
@@ -207,12 +211,12 @@ class _Counters:
 
 
 def test_online_summary_reports_the_clock() -> None:
-    clock = online.Clock(arrivals=50, observed=40, skipped=10, exposed=3, train_seconds=2.0, eval_seconds=0.5,
-                         wall_seconds=3.25, evaluations=4, anytime_accuracies=[50.0, 70.0])
+    clock = online.Clock(arrivals=50, observed=40, skipped=10, exposed=3, train_seconds=2.00049, eval_seconds=0.50049,
+                         wall_seconds=3.25049, evaluations=4, anytime_accuracies=[50.0, 70.0])
     s = online.online_summary(clock, _Counters())
     assert s == {"samples_seen": 50, "samples_trained": 40, "samples_skipped": 10, "train_seconds": 2.0,
                  "eval_seconds": 0.5, "wall_seconds": 3.25, "train_samples_per_s": 20.0, "evaluations": 4,
-                 "evaluations_per_s": 8.0, "A_auc": 60.0, "optimiser_steps": 7, "image_passes": 21.0}
+                 "evaluations_per_s": 7.99, "A_auc": 60.0, "optimiser_steps": 7, "image_passes": 21.0}
     idle = online.online_summary(online.Clock(), _Counters())
     brief = online.online_summary(online.Clock(observed=3, train_seconds=0.5, evaluations=1, eval_seconds=0.8),
                                   _Counters())

@@ -35,6 +35,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import time
 import tomllib
@@ -341,7 +342,6 @@ def install(m: Mutant) -> int:
     for c in _codes(_mutated_code(m)):
         new_codes[_key(c, seen)] = c
     filename = module.__file__
-    old_keys: dict[int, tuple[str, int, int]] = {}
     seen = {}
     original = compile(ast.parse(Path(filename or "").read_text()), filename or "", "exec")
     by_shape = {}
@@ -349,18 +349,26 @@ def install(m: Mutant) -> int:
         by_shape[(c.co_qualname, c.co_firstlineno, c.co_code, c.co_consts.__len__())] = _key(c, seen)
     prefix = m.function
     swapped = 0
-    for obj in gc.get_objects():
-        if isinstance(obj, types.FunctionType) and obj.__code__.co_filename == filename:
-            q = obj.__code__.co_qualname
-            if q != prefix and not q.startswith(prefix + ".<locals>."):
-                continue
-            c = obj.__code__
-            key = by_shape.get((c.co_qualname, c.co_firstlineno, c.co_code, len(c.co_consts)))
-            if key is None or key not in new_codes:
-                continue
-            obj.__code__ = new_codes[key]
-            swapped += 1
+    for obj in _LIVE.get(filename or "", []):
+        q = obj.__code__.co_qualname
+        if q != prefix and not q.startswith(prefix + ".<locals>."):
+            continue
+        c = obj.__code__
+        key = by_shape.get((c.co_qualname, c.co_firstlineno, c.co_code, len(c.co_consts)))
+        if key is None or key not in new_codes:
+            continue
+        obj.__code__ = new_codes[key]
+        swapped += 1
     return swapped
+
+
+_LIVE: dict[str, list[types.FunctionType]] = {}  # file -> its live function objects (taken before gc.freeze)
+
+
+def _collect_live(module: str) -> None:
+    filename = importlib.import_module(module).__file__ or ""
+    _LIVE[filename] = [o for o in gc.get_objects()
+                       if isinstance(o, types.FunctionType) and o.__code__.co_filename == filename]
 
 
 def run_tests(tests: list[str], timeout: float, mutant: Mutant | None) -> tuple[str, float]:
@@ -376,7 +384,8 @@ def run_tests(tests: list[str], timeout: float, mutant: Mutant | None) -> tuple[
             if mutant is not None and install(mutant) == 0:
                 os._exit(4)
             import pytest
-            code = int(pytest.main([*tests, "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not gpu"]))
+            code = int(pytest.main([*tests, "-x", "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
+                                    "-m", "not slow and not gpu"]))
         except BaseException:  # noqa: BLE001 - a mutant that breaks the import machinery is killed
             code = 1
         os._exit(code)
@@ -429,6 +438,9 @@ def run_module(spec: str, args: argparse.Namespace) -> None:
         mutants = sorted(random.Random(spec).sample(mutants, args.max_per_module), key=lambda m: m.site)
         sampled = True
     _preload(tests)
+    _collect_live(spec.partition(":")[0])
+    gc.collect()
+    gc.freeze()  # the children's collections (pytest runs several) then skip the parent's heap
     status, seconds = run_tests(tests, 3600, None)
     if status != "survived":
         print(f"{short(spec)}: the unmutated tests do not pass ({status}): {' '.join(tests)}", file=sys.stderr)
@@ -494,6 +506,7 @@ def main() -> int:
     parser.add_argument("--max-per-module", type=int, default=0, help="sample at most this many mutants per module")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--report-only", action="store_true", help="print the score of the last runs")
+    parser.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true", help="print killed mutants too")
     args = parser.parse_args()
     os.chdir(REPO)
@@ -519,11 +532,18 @@ def main() -> int:
                     print(f"  {m.name}  {m.description}")
         return 0
     if not args.report_only:
-        import torch
+        if len(specs) > 1:  # one fresh process per module: each warms up on its own tests
+            for spec in specs:
+                extra = [f"--timeout={args.timeout}", f"--max-per-module={args.max_per_module}"]
+                subprocess.run([sys.executable, __file__, "--module", short(spec), "--no-report", *extra,
+                                *(["-v"] if args.verbose else [])], check=False)
+        else:
+            import torch
 
-        torch.set_num_threads(1)
-        for spec in specs:
-            run_module(spec, args)
+            torch.set_num_threads(1)
+            run_module(specs[0], args)
+    if args.no_report:
+        return 0
     return report(specs if args.module else list(MODULES))
 
 
