@@ -196,7 +196,7 @@ def test_ewcpp_snapshot_anchors_detached_copies_and_pulls_back_with_the_fisher()
     from rmconsole.cl.learner import Task
 
     m.online_task_end(Task(0, torch.zeros(0, dtype=torch.long), 5))
-    assert log.lines and "snapshot" in log.lines[0]
+    assert log.lines and "snapshot" in log.lines[0] and "mean F 1.17;" in log.lines[0]  # (0.5 + 1 + 2) / 3
     m.fisher[0].add_(10.0)
     with torch.no_grad():
         p.add_(torch.tensor([1.0, -1.0, 0.5]))
