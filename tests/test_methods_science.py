@@ -228,3 +228,54 @@ def test_ewcpp_checkpoint_round_trip() -> None:
     assert all(torch.equal(a, b) for a, b in zip(again.importance, m.importance))
     assert all(torch.equal(a, b) for a, b in zip(again.fisher, m.fisher))
     assert all(torch.equal(a, b) for a, b in zip(again.model.state_dict().values(), m.model.state_dict().values()))
+
+
+# ------------------------------------------------------------------ MIR's iterations
+
+
+def _mir(**over: Any) -> Any:
+    from online_helpers import built
+
+    m, proto, _ = built("mir", **over)
+    stream = torch.cat(proto.tasks)
+    for label in m.labels_of(stream[:40]).unique().tolist():
+        m.online_new_class(int(label))
+    return m, stream
+
+
+def test_mir_trains_on_the_stream_alone_while_the_memory_is_empty() -> None:
+    """Every iteration is a step, on the stream batch alone, until the memory holds samples."""
+    m, stream = _mir(mir_candidates=10)
+    steps, cost = m.online_steps, m.cost
+    m.online_train(stream[:4], 3)
+    assert m.online_steps == steps + 3 and m.cost == cost + 3 * 3 * 4
+
+
+def test_mir_retrieves_nothing_when_the_stream_fills_the_batch() -> None:
+    """batch_size stream samples leave no room: no retrieval (no scoring cost), a plain step."""
+    m, stream = _mir(mir_candidates=10)
+    for i in stream[:30].tolist():
+        m.online_store(i, int(m.labels_of(torch.tensor([i]))[0]))
+    assert len(m.memory) > 0
+    steps, cost = m.online_steps, m.cost
+    m.online_train(stream[30:30 + m.cfg.batch_size], 2)
+    assert m.online_steps == steps + 2 and m.cost == cost + 2 * 3 * m.cfg.batch_size
+
+
+def test_mir_steps_in_train_mode_after_an_evaluation() -> None:
+    """After an anytime evaluation left the model in eval mode, a step whose retrieval is a no-op
+    (no more candidates than slots) still trains in train mode (batch-norm statistics move)."""
+    m, stream = _mir(mir_candidates=4)
+    for i in stream[:30].tolist():
+        m.online_store(i, int(m.labels_of(torch.tensor([i]))[0]))
+    modes: list[bool] = []
+    original = m.step_on
+
+    def spy(x: torch.Tensor, y: torch.Tensor, n_stream: Any = None, lr: Any = None) -> None:
+        modes.append(m.model.training)
+        original(x, y, n_stream, lr)
+
+    m.step_on = spy
+    m.model.eval()
+    m.online_train(stream[30:34], 1)
+    assert modes == [True]

@@ -60,6 +60,20 @@ def _taskfree(name: str, *tests: str) -> list[str]:
             f"{ONLINE_METHODS}test_every_task_free_method_runs_the_protocol_to_its_end[{name}]"]
 
 
+def _taskwise(*names: str) -> list[str]:
+    """A method of the RM paper's protocol: its tests in test_baselines.py (names), its short digits
+    run and its resume (method names)."""
+    out = []
+    for n in names:
+        if n.startswith("test_"):
+            out.append(BASELINES + n)
+        else:
+            out.append(f"{BASELINES}test_short_digits_run_of_every_method[{n}]")
+            if n in ("ewc", "rwalk", "icarl", "gdumb", "bic"):
+                out.append(f"{BASELINES}test_resuming_from_a_task_checkpoint_continues_the_same_run[{n}]")
+    return out
+
+
 MODULES: dict[str, list[str]] = {
     "rmconsole.cl.streams": ["tests/test_streams.py", *SCIENCE],
     "rmconsole.cl.memory": ["tests/test_memory.py", *SCIENCE],
@@ -97,13 +111,18 @@ MODULES: dict[str, list[str]] = {
                                           "test_bic_refits_the_current_tasks_bias_layer_before_every_evaluation"),
     "rmconsole.cl.methods.taskfree": ["tests/test_online_science.py", "tests/test_online.py"],
     "rmconsole.cl.methods.er": ["tests/test_online.py"],
-    "rmconsole.cl.methods.base": ["tests/test_methods_science.py", "tests/test_baselines.py"],
-    "rmconsole.cl.methods.ewc": ["tests/test_methods_science.py", "tests/test_baselines.py"],
-    "rmconsole.cl.methods.rwalk": ["tests/test_methods_science.py", "tests/test_baselines.py"],
-    "rmconsole.cl.methods.icarl": ["tests/test_baselines.py"],
-    "rmconsole.cl.methods.incremental": ["tests/test_baselines.py"],
-    "rmconsole.cl.methods.joint": ["tests/test_baselines.py"],
-    "rmconsole.cl.methods.finetune": ["tests/test_baselines.py"],
+    "rmconsole.cl.methods.base": ["tests/test_methods_science.py", *_taskwise("finetune", "ewc", "icarl", "bic")],
+    "rmconsole.cl.methods.ewc": ["tests/test_methods_science.py", *_taskwise(
+        "ewc", "test_ewc_consolidation_is_the_sum_of_per_task_penalties", "test_ewc_penalty_is_nonzero_after_the_first_task",
+        "test_regularised_methods_run_to_the_end_on_digits_with_their_defaults[ewc]")],
+    "rmconsole.cl.methods.rwalk": ["tests/test_methods_science.py", *_taskwise(
+        "rwalk", "test_rwalk_scores_accumulate_and_change", "test_rwalk_score_is_the_loss_decrease_over_the_kl_distance",
+        "test_regularised_methods_run_to_the_end_on_digits_with_their_defaults[rwalk]")],
+    "rmconsole.cl.methods.icarl": _taskwise("icarl", "test_icarl_classifies_by_nearest_mean_of_exemplars",
+                                            "test_icarl_distills_old_classes_and_labels_new_ones"),
+    "rmconsole.cl.methods.incremental": _taskwise("bic", "test_new_class_rules", "test_bic_star_has_no_distillation"),
+    "rmconsole.cl.methods.joint": _taskwise("joint", "test_joint_sees_every_class_at_once"),
+    "rmconsole.cl.methods.finetune": _taskwise("finetune"),
     "rmconsole.cl.methods.spec": ["tests/test_method_params.py", "tests/test_method_interface.py"],
     "rmconsole.cl.methods": ["tests/test_method_params.py", "tests/test_method_interface.py"],
 }
