@@ -214,11 +214,11 @@ class _Counters:
 
 
 def test_online_summary_reports_the_clock() -> None:
-    clock = online.Clock(arrivals=50, observed=40, skipped=10, exposed=3, train_seconds=2.00049, eval_seconds=0.50049,
+    clock = online.Clock(arrivals=53, observed=43, skipped=10, exposed=3, train_seconds=2.00049, eval_seconds=0.50049,
                          wall_seconds=3.25049, evaluations=4, anytime_accuracies=[50.0, 70.0])
     s = online.online_summary(clock, _Counters())
-    assert s == {"samples_seen": 50, "samples_trained": 40, "samples_skipped": 10, "train_seconds": 2.0,
-                 "eval_seconds": 0.5, "wall_seconds": 3.25, "train_samples_per_s": 20.0, "evaluations": 4,
+    assert s == {"samples_seen": 53, "samples_trained": 43, "samples_skipped": 10, "train_seconds": 2.0,
+                 "eval_seconds": 0.5, "wall_seconds": 3.25, "train_samples_per_s": 21.5, "evaluations": 4,
                  "evaluations_per_s": 7.99, "A_auc": 60.0, "optimiser_steps": 7, "image_passes": 21.0}
     idle = online.online_summary(online.Clock(), _Counters())
     brief = online.online_summary(online.Clock(observed=3, train_seconds=0.5, evaluations=1, eval_seconds=0.8),
