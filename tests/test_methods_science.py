@@ -279,3 +279,24 @@ def test_mir_steps_in_train_mode_after_an_evaluation() -> None:
     m.model.eval()
     m.online_train(stream[30:34], 1)
     assert modes == [True]
+
+
+def test_mir_look_ahead_in_train_mode_scores_in_eval_mode_and_leaves_train_mode() -> None:
+    """The virtual step's gradient is taken in train mode (even right after an evaluation), the
+    candidates are scored in eval mode (batch-norm statistics untouched), and training resumes
+    in train mode; its cost: 3 passes per stream image, 2 per candidate."""
+    m, stream = _mir(mir_candidates=10)
+    for i in stream[:30].tolist():
+        m.online_store(i, int(m.labels_of(torch.tensor([i]))[0]))
+    modes: list[bool] = []
+    handle = m.model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    x_s = m.setup.augmenter.train(m.images_of(stream[30:34]))
+    y_s = m.labels_of(stream[30:34])
+    stats = {n: b.clone() for n, b in m.model.named_buffers()}
+    m.model.eval()
+    cost = m.cost
+    chosen = m.retrieve(x_s, y_s, m.memory.indices[:10].clone(), 4)
+    handle.remove()
+    assert modes == [True, False, False] and m.model.training
+    assert len(chosen) == 4 and m.cost == cost + 3 * 4 + 2 * 10
+    assert all(torch.equal(stats[n], b) for n, b in m.model.named_buffers())
