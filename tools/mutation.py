@@ -453,7 +453,13 @@ def run_module(spec: str, args: argparse.Namespace) -> None:
     mutants = mutants_of(spec)
     total = len(mutants)
     sampled = False
-    if args.max_per_module and total > args.max_per_module:
+    previous: dict = {}
+    if args.mutant:  # rerun these (e.g. after a new test), keeping the other results of the last run
+        path = RESULTS / f"{short(spec)}.json"
+        previous = json.loads(path.read_text()) if path.exists() else {}
+        mutants = [m for m in mutants if m.name in set(args.mutant)]
+        sampled = previous.get("sampled", False)
+    elif args.max_per_module and total > args.max_per_module:
         mutants = sorted(random.Random(spec).sample(mutants, args.max_per_module), key=lambda m: m.site)
         sampled = True
     _preload(tests)
@@ -467,7 +473,7 @@ def run_module(spec: str, args: argparse.Namespace) -> None:
     timeout = args.timeout or 3 * seconds + 20
     print(f"{short(spec)}: {len(mutants)} mutants{f' (sampled from {total})' if sampled else ''}, tests "
           f"{' '.join(Path(t).name for t in tests)} ({seconds:.1f} s unmutated, timeout {timeout:.0f} s)", flush=True)
-    results = {}
+    results = dict(previous.get("results", {}))
     for i, m in enumerate(mutants):
         st, s = run_tests(tests, timeout, m)
         results[m.name] = {"status": st, "description": m.description, "seconds": round(s, 2)}
@@ -525,6 +531,8 @@ def main() -> int:
     parser.add_argument("--max-per-module", type=int, default=0, help="sample at most this many mutants per module")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--report-only", action="store_true", help="print the score of the last runs")
+    parser.add_argument("--mutant", action="append", default=[],
+                        help="rerun only this mutant (module:function#k; with one --module), keeping the rest")
     parser.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true", help="print killed mutants too")
     args = parser.parse_args()
