@@ -300,3 +300,46 @@ def test_mir_look_ahead_in_train_mode_scores_in_eval_mode_and_leaves_train_mode(
     assert modes == [True, False, False] and m.model.training
     assert len(chosen) == 4 and m.cost == cost + 3 * 4 + 2 * 10
     assert all(torch.equal(stats[n], b) for n, b in m.model.named_buffers())
+    few = m.memory.indices[:4].clone()  # no more candidates than slots: all of them, unscored
+    assert torch.equal(m.retrieve(x_s, y_s, few, 4), few) and m.cost == cost + 3 * 4 + 2 * 10
+
+
+# ------------------------------------------------------------------ SCR
+
+
+def test_supervised_contrastive_loss_against_a_loop_with_uneven_positives() -> None:
+    """Khosla et al.'s L_out by hand: anchors with 2, 1 and 0 positives (the last is left out)."""
+    from rmconsole.cl.methods.scr import supervised_contrastive_loss
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.nn.functional.normalize(torch.randn(6, 3, generator=g), dim=1)
+    y = torch.tensor([0, 0, 0, 1, 1, 2])
+    t = 0.3
+    per_anchor = []
+    for i in range(6):
+        others = [j for j in range(6) if j != i]
+        positives = [j for j in others if y[j] == y[i]]
+        if not positives:
+            continue
+        denom = torch.logsumexp(torch.stack([z[i] @ z[j] / t for j in others]), 0)
+        per_anchor.append(-sum(float(z[i] @ z[p] / t - denom) for p in positives) / len(positives))
+    expected = sum(per_anchor) / len(per_anchor)
+    assert float(supervised_contrastive_loss(z, y, t)) == pytest.approx(expected, rel=1e-5)
+    assert float(supervised_contrastive_loss(z[:3], torch.tensor([0, 1, 2]), t)) == 0.0  # no positives at all
+
+
+def test_scr_predicts_in_eval_mode_from_cached_means_and_checkpoints_its_projection() -> None:
+    from online_helpers import built, feed
+
+    m, proto, _ = built("scr")
+    feed(m, proto, 80)
+    x = m.setup.augmenter.test(m.images_of(torch.cat(proto.tasks)[80:100]))
+    first = m.predict(x)
+    m.model.train()  # the class means are cached: predict itself must switch to eval mode
+    assert torch.equal(m.predict(x), first)
+    with torch.no_grad():
+        for p in m.projection.parameters():
+            p.add_(0.5)
+    again, _, _ = built("scr")
+    again.load_state_dict(m.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(again.projection.parameters(), m.projection.parameters()))
