@@ -248,6 +248,8 @@ def test_class_forgetting_is_the_follow_ups_class_wise_rule() -> None:
     assert MA.class_forgetting(rows[:1]) is None
     assert MA.class_forgetting([[0.0], [0.0]]) is None
     assert MA.class_forgetting([[80.0, 10.0], [50.0, 30.0]]) == pytest.approx((30.0 - 20.0) / 2)
+    # the best counts even after a 0 (class 0), and a best of 0.5 is above 0 (class 1)
+    assert MA.class_forgetting([[0.0, 0.5], [70.0, 0.0], [20.0, 0.0]]) == pytest.approx((50.0 + 0.5) / 2)
     # a rise counts as negative forgetting (no clamp at 0)
     assert MA.class_forgetting([[20.0], [10.0], [50.0]]) == pytest.approx(-30.0)
 
