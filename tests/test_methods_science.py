@@ -343,3 +343,20 @@ def test_scr_predicts_in_eval_mode_from_cached_means_and_checkpoints_its_project
     again, _, _ = built("scr")
     again.load_state_dict(m.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(again.projection.parameters(), m.projection.parameters()))
+
+
+def test_scr_with_one_class_in_memory_predicts_it_and_with_none_predicts_label_0() -> None:
+    from online_helpers import built
+
+    m, proto, _ = built("scr")
+    stream = torch.cat(proto.tasks)
+    x = m.setup.augmenter.test(m.images_of(stream[:6]))
+    empty = m.predict(x)
+    assert empty.dtype == torch.long and empty.tolist() == [0] * 6
+    labels = m.labels_of(stream)
+    ones = stream[labels == 1][:5]
+    m.online_new_class(0)
+    m.online_new_class(1)
+    for i in ones.tolist():
+        m.online_store(i, 1)
+    assert m.predict(x).tolist() == [1] * 6
