@@ -360,3 +360,17 @@ def test_scr_with_one_class_in_memory_predicts_it_and_with_none_predicts_label_0
     for i in ones.tolist():
         m.online_store(i, 1)
     assert m.predict(x).tolist() == [1] * 6
+
+
+# ------------------------------------------------------------------ CLIB's per-sample driver
+
+
+def test_clib_stores_every_sample_and_counts_its_iterations_and_ticks() -> None:
+    """Each observed sample enters the memory (until it is full), then online_iter steps run; the
+    adaptive LR ticks once per imp_update_period steps."""
+    from online_helpers import built, feed
+
+    m, proto, _ = built("clib", online_iter=1.0, imp_update_period=2, lr_period=1000)
+    feed(m, proto, 30)
+    assert len(m.memory) == 30 and m.online_memory.seen == 30
+    assert m.update_counter == 30 and m.ticks == 15
