@@ -374,3 +374,4 @@ def test_clib_stores_every_sample_and_counts_its_iterations_and_ticks() -> None:
     feed(m, proto, 30)
     assert len(m.memory) == 30 and m.online_memory.seen == 30
     assert m.update_counter == 30 and m.ticks == 15
+    assert m.online_steps == 30 - 1  # a step needs two samples in memory: the first sample alone takes none
