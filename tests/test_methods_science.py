@@ -375,3 +375,22 @@ def test_clib_stores_every_sample_and_counts_its_iterations_and_ticks() -> None:
     assert len(m.memory) == 30 and m.online_memory.seen == 30
     assert m.update_counter == 30 and m.ticks == 15
     assert m.online_steps == 30 - 1  # a step needs two samples in memory: the first sample alone takes none
+
+
+def test_mir_retrieves_from_a_memory_of_one_into_a_batch_with_one_free_slot() -> None:
+    """The edges of 'retrieve at all': one sample in memory is retrieved; one free slot is filled."""
+    m, stream = _mir(mir_candidates=10)
+    sizes: list[int] = []
+    original = m.step_on
+
+    def spy(x: torch.Tensor, y: torch.Tensor, n_stream: Any = None, lr: Any = None) -> None:
+        sizes.append(len(x))
+        original(x, y, n_stream, lr)
+
+    m.step_on = spy
+    first = int(stream[0])
+    m.online_store(first, int(m.labels_of(torch.tensor([first]))[0]))
+    assert len(m.memory) == 1
+    m.online_train(stream[30:34], 1)
+    m.online_train(stream[30:30 + m.cfg.batch_size - 1], 1)
+    assert sizes == [5, m.cfg.batch_size]
