@@ -278,6 +278,7 @@ def test_run_summaries_pin_every_built_in_rule() -> None:
     assert rows.topk == 5 and C.RunRows(tasks=tasks[:1]).topk == 5 and C.RunRows().topk is None
     mixed = [tasks[0], C.TaskRow(1, 70.0, [60.0, 80.0, None], topk=3, topk_accuracy=95.0)]
     assert C.RunRows(tasks=mixed).topk is None
+    assert C.RunRows(tasks=[tasks[0], C.TaskRow(1, 70.0, [60.0, 80.0, None], topk=5)]).topk is None  # one not measured
     partial = [tasks[0], C.TaskRow(1, 70.0, [60.0, 80.0, None], best_epoch_accuracy=None)]
     s = C.summarize(C.RunRows(tasks=partial))
     assert s["A_last_topk"] is None and s["A_last_best_epoch"] is None
