@@ -394,3 +394,23 @@ def test_mir_retrieves_from_a_memory_of_one_into_a_batch_with_one_free_slot() ->
     m.online_train(stream[30:34], 1)
     m.online_train(stream[30:30 + m.cfg.batch_size - 1], 1)
     assert sizes == [5, m.cfg.batch_size]
+
+
+CLIB_STATE = ("importance", "loss", "drawn", "replaced_since_update", "replaced_since_switch", "update_counter",
+              "ticks", "prev_loss", "lr_is_high", "high_lr", "low_lr", "high_records", "low_records", "current_lr")
+
+
+def test_clib_checkpoint_carries_every_piece_of_its_state() -> None:
+    from online_helpers import built, feed
+
+    m, proto, _ = built("clib", online_iter=1.0, imp_update_period=2, lr_period=1000)
+    feed(m, proto, 30)
+    m.ticks, m.lr_is_high, m.high_records, m.low_records = 7, not m.lr_is_high, [0.5], [0.25]
+    m.high_lr, m.low_lr, m.current_lr, m.prev_loss = 0.3, 0.1, 0.3, torch.ones(3, dtype=torch.float64)
+    state = m.state_dict()
+    assert set(state["clib"]) == set(CLIB_STATE)
+    again, _, _ = built("clib", online_iter=1.0, imp_update_period=2, lr_period=1000)
+    again.load_state_dict(state)
+    for key in CLIB_STATE:
+        a, b = getattr(again, key), getattr(m, key)
+        assert (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b), key
