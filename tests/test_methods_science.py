@@ -414,3 +414,27 @@ def test_clib_checkpoint_carries_every_piece_of_its_state() -> None:
     for key in CLIB_STATE:
         a, b = getattr(again, key), getattr(m, key)
         assert (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b), key
+
+
+# ------------------------------------------------------------------ ER-ACE
+
+
+def test_er_ace_loss_with_a_stream_only_batch_and_the_steps_stream_count() -> None:
+    from rmconsole.cl.methods.er_ace import asymmetric_cross_entropy
+
+    logits = torch.tensor([[2.0, 0.5, -1.0, 0.0], [0.1, 1.0, 0.3, 0.0], [0.0, 0.2, 1.5, 0.7]])
+    y = torch.tensor([0, 1, 2])
+    seen = torch.tensor([True, True, True, False])
+    # every row is stream: one CE over the classes present (0, 1, 2), no memory term
+    alone = asymmetric_cross_entropy(logits, y, 3, seen)
+    assert float(alone) == pytest.approx(float(torch.nn.functional.cross_entropy(logits[:, :3], y)), rel=1e-6)
+    from online_helpers import built
+
+    m, _, _ = built("er_ace")
+    m.seen[:3] = True
+    x = torch.randn(3, 1, 8, 8)
+    m.stream_count = 2  # the step's split: 2 stream rows, 1 memory row
+    with torch.no_grad():
+        out = m.model(x)
+        expected = asymmetric_cross_entropy(out, y, 2, m.seen)
+        assert float(m.step_loss(x, y)) == pytest.approx(float(expected), rel=1e-5)
