@@ -1,5 +1,5 @@
 """Exact pins of the science core (cl/streams, memory, uncertainty, metrics, schedule) against
-independent reference computations: what `tools/mutation.py` (mutmut) needs so that a changed
+independent reference computations: what `tools/mutation.py` needs so that a changed
 operator, constant or argument in these modules makes a test fail. Fast: pure tensor code.
 """
 
