@@ -26,9 +26,9 @@ import torch
 def throughput(repeats: int = 5) -> list[dict]:
     from rmconsole.cl.data import load_run_dataset
     from rmconsole.cl.inference import evaluate
+    from rmconsole.cl.methods import Setup, method_class
     from rmconsole.cl.online import build_online_protocol
     from rmconsole.cl.resume import make_augmenter
-    from rmconsole.cl.methods import Setup, method_class
     from rmconsole.config import load_config
 
     _, cfg = load_config("mnist-iblurry50-10", {"threads": 1})
@@ -54,9 +54,9 @@ def throughput(repeats: int = 5) -> list[dict]:
 
 
 def share(tasks: int, eval_period: int) -> dict:
+    from rmconsole.cl import online
     from rmconsole.cl.data import load_run_dataset
     from rmconsole.cl.events import Reporter
-    from rmconsole.cl import online
     from rmconsole.config import load_config
 
     _, cfg = load_config("mnist-iblurry50-10", {"threads": 1, "eval_period": eval_period})

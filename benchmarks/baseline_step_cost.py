@@ -22,8 +22,10 @@ from rmconsole.config import build_config
 
 def synthetic_mnist(n_train: int = 20000, n_test: int = 1000) -> Dataset:
     gen = torch.Generator().manual_seed(0)
-    make = lambda n: TensorImages(torch.randint(0, 256, (n, 1, 28, 28), generator=gen, dtype=torch.uint8),  # noqa: E731
-                                  torch.randint(0, 10, (n,), generator=gen))
+    def make(n: int) -> TensorImages:
+        return TensorImages(torch.randint(0, 256, (n, 1, 28, 28), generator=gen, dtype=torch.uint8),
+                            torch.randint(0, 10, (n,), generator=gen))
+
     return Dataset("mnist", make(n_train), make(n_test), [str(i) for i in range(10)], (0.1307,), (0.3081,))
 
 

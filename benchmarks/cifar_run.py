@@ -23,9 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from common import accel_settings, add_accel_options, TimingReporter, machine
-
 import torch
+from common import TimingReporter, accel_settings, add_accel_options, machine
 
 from rmconsole.cl.data import Dataset, TensorImages
 from rmconsole.cl.loop import run_protocol

@@ -13,10 +13,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from rmconsole.cl.events import Reporter  # noqa: E402
-
+from rmconsole.cl.events import Reporter
 
 ACCEL_KEYS = ("amp", "compile", "channels_last", "cuda_graphs")
 
@@ -44,7 +43,7 @@ def machine() -> str:
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = ", load average %.1f %.1f %.1f" % os.getloadavg() if hasattr(os, "getloadavg") else ""
+    load = ", load average {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()) if hasattr(os, "getloadavg") else ""
     gpu = "no GPU"
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)

@@ -40,13 +40,12 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
-
-from common import machine, sync
 
 import torch
 import torch.nn.functional as nnf
+from common import machine, sync
 
 from rmconsole.cl.accel import inference_batch
 from rmconsole.cl.augment import normalize
@@ -177,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.data == "synthetic":
         data = synthetic_like(data)
-    overrides = list(args.overrides) + ["threads=%d" % args.threads, f"device={device.type}"]
+    overrides = list(args.overrides) + [f"threads={args.threads:d}", f"device={device.type}"]
     cfg, protocol, setup, rm = make_method(args.preset, overrides, data, device)
     _, _, _, noda = make_method(args.preset, overrides + ["augment=none"], data, device)
 
@@ -289,7 +288,7 @@ def step_matmul_seconds(layers: list[tuple[int, int]], batch: int, device: torch
         h, g = torch.randn(batch, n_in, device=device), torch.randn(batch, n_out, device=device)
         w, b = torch.randn(n_out, n_in, device=device), torch.randn(n_out, device=device)
         wt = w.t()
-        calls = [lambda: torch.addmm(b, h, wt), lambda: torch.mm(g.t(), h)] + ([lambda: torch.mm(g, w)] if i else [])
+        calls = [lambda: torch.addmm(b, h, wt), lambda: torch.mm(g.t(), h)] + ([lambda: torch.mm(g, w)] if i else [])  # noqa: B023 - timed in this iteration
         seconds += sum(_best_seconds(device, c, 200) for c in calls)
         flop += 2.0 * batch * n_in * n_out * len(calls)
     return seconds, flop
@@ -325,7 +324,7 @@ def roofline(cfg, protocol, image_shape, memory_batch: int, views: int, chunk: i
         h, w, b = torch.randn(chunk, n_in, device=device), torch.randn(n_out, n_in, device=device), torch.randn(
             n_out, device=device)
         wt = w.t()
-        fwd_s += _best_seconds(device, lambda: torch.addmm(b, h, wt), 5, rounds=5) / chunk
+        fwd_s += _best_seconds(device, lambda: torch.addmm(b, h, wt), 5, rounds=5) / chunk  # noqa: B023 - timed here
         fwd_flop += 2.0 * n_in * n_out
     n_params = sum(p.numel() for p in model.parameters())
     tasks = [len(t) for t in protocol.tasks]

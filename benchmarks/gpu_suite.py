@@ -95,7 +95,7 @@ def environment() -> dict:
 
 def part_tests(s: Suite, args: argparse.Namespace) -> dict:
     xml = s.out / "gpu-tests.xml"
-    code, sec = s.run("tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-v",
+    code, sec = s.run("tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-n", "0", "-v",
                                 "-rs", "tests/test_gpu.py", f"--junitxml={xml}", "-s"], args.tests_limit)
     cases = []
     if xml.exists():

@@ -20,12 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-from common import accel_settings, add_accel_options, TimingReporter, machine, memory_unit, peak_gib, reset_peak, sync
-
 import torch
+from common import TimingReporter, accel_settings, add_accel_options, machine, memory_unit, peak_gib, reset_peak, sync
 
-from rmconsole.cl.datasets import DatasetMissing
 from rmconsole.cl.data import load_dataset
+from rmconsole.cl.datasets import DatasetMissing
 from rmconsole.cl.loop import build_protocol, make_augmenter
 from rmconsole.cl.methods import Setup, Task, method_class
 from rmconsole.config import ConfigError, build_config

@@ -16,15 +16,14 @@ import sys
 import time
 from pathlib import Path
 
-from common import accel_settings, add_accel_options, machine, sync
-
 import torch
+from cifar_run import synthetic_cifar
+from common import accel_settings, add_accel_options, machine, sync
 from torch.profiler import ProfilerActivity, profile
 
-from cifar_run import synthetic_cifar
+from rmconsole.cl.events import Reporter
 from rmconsole.cl.loop import build_protocol, make_augmenter
 from rmconsole.cl.methods import Setup, Task, method_class
-from rmconsole.cl.events import Reporter
 from rmconsole.config import build_config
 
 

@@ -70,7 +70,7 @@ def main() -> int:
             for repo in repos:
                 wall, tasks, a_last = one_run(repo, homes[repo], run_args)
                 figures[repo].append((wall, tasks))
-                print(f"  {i + 1:>2} {str(repo):<30} wall {wall:6.2f} s  tasks {tasks:6.2f} s  rest {wall - tasks:5.2f} s"
+                print(f"  {i + 1:>2} {repo!s:<30} wall {wall:6.2f} s  tasks {tasks:6.2f} s  rest {wall - tasks:5.2f} s"
                       f"  A_last {a_last}", flush=True)
     finally:
         for home in homes.values():
@@ -79,7 +79,7 @@ def main() -> int:
     for repo, rows in figures.items():
         walls, tasks = [w for w, _ in rows], [t for _, t in rows]
         rest = [w - t for w, t in rows]
-        print(f"{str(repo):<30} wall median {statistics.median(walls):5.2f} s  min {min(walls):5.2f} s  "
+        print(f"{repo!s:<30} wall median {statistics.median(walls):5.2f} s  min {min(walls):5.2f} s  "
               f"max {max(walls):5.2f} s; tasks median {statistics.median(tasks):5.2f} s; "
               f"rest median {statistics.median(rest):4.2f} s (n={len(rows)})")
     print(f"load after {load()}")

@@ -23,9 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from common import TimingReporter, machine
-
 import torch
+from common import TimingReporter, machine
 
 from rmconsole.cl.data import load_run_dataset
 from rmconsole.cl.loop import run_protocol

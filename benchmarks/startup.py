@@ -117,7 +117,7 @@ def measure(dataset: str, mode: str, repeat: int, repo: Path) -> tuple[list[floa
             one_start(home, repo, dataset, warm=mode == "warm")
             if mode == "warm":
                 wait_for_server(home, repo)
-        for i in range(repeat):
+        for _ in range(repeat):
             if mode == "cold-nocache":
                 shutil.rmtree(home, ignore_errors=True)
             wall, cpu = one_start(home, repo, dataset, warm=mode == "warm")

@@ -25,17 +25,17 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from rmconsole.cl.data import Dataset, TensorImages, load_dataset  # noqa: E402
-from rmconsole.cl.loop import build_protocol, evaluate, make_augmenter  # noqa: E402
-from rmconsole.cl.methods import Setup, Task, method_class  # noqa: E402
-from rmconsole.config import build_config  # noqa: E402
+from rmconsole.cl.data import Dataset, TensorImages, load_dataset
+from rmconsole.cl.loop import build_protocol, evaluate, make_augmenter
+from rmconsole.cl.methods import Setup, Task, method_class
+from rmconsole.config import build_config
 
 
 def synthetic(name: str, shape: tuple[int, int, int], n_train: int, n_test: int, seed: int = 0) -> Dataset:
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench("cuda: CIFAR-shaped 3x32x32 ResNet18 (synthetic)", cifar, "resnet18", "cifar10", device, args)
 
     print(f"\n{'workload':<48} {'phase':<14} {'count':>8} {'seconds':>8} {'samples/s':>11}  {'peak memory':>16}")
-    for label, phase, count, unit, seconds, rate, extra, peak in rows:
+    for label, phase, count, _unit, seconds, rate, extra, peak in rows:
         mem = f"{peak:,.0f} MiB " + ("RSS" if label.startswith("cpu") else "GPU")
         print(f"{label:<48} {phase:<14} {count:>8,} {seconds:>8.2f} {rate:>11,.0f}  {mem:>16}  {extra}")
     return 0

@@ -213,7 +213,7 @@ def main() -> None:
         print(f"store: {counts['runs']:,} runs, {counts['task_results'] + counts['memory_snapshots']:,} metric rows "
               f"({counts['task_results']:,} task results + {counts['memory_snapshots']:,} memory snapshots; "
               f"{counts['task_streams']:,} stream rows; {counts['epochs']:,} epoch rows), "
-              f"built in {time.perf_counter() - t:.1f} s, load {open('/proc/loadavg').read().split()[0]}, "
+              f"built in {time.perf_counter() - t:.1f} s, load {Path('/proc/loadavg').read_text().split()[0]}, "
               f"{(Path(home) / 'rmconsole.db').stat().st_size / 1e6:.0f} MB")
 
         # as an installed package runs: with its bytecode cached (a sandbox's PYTHONDONTWRITEBYTECODE
@@ -245,7 +245,7 @@ def main() -> None:
         run_total = statistics.median(timings["run read"]) + statistics.median(timings["run apply+frame"])
         cpu_total = statistics.median(cpu["runs read"]) + statistics.median(cpu["runs apply+frame"])
         print(f"one runs-page refresh (read + apply + frame): wall {total * 1000:.1f} ms, CPU {cpu_total * 1000:.1f} ms"
-              f"   target < 100 ms (load {open('/proc/loadavg').read().split()[0]})")
+              f"   target < 100 ms (load {Path('/proc/loadavg').read_text().split()[0]})")
         print(f"one run-page refresh ({args.tasks} tasks; read + apply + frame): {run_total * 1000:.1f} ms")
 
 

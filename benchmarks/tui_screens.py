@@ -50,6 +50,7 @@ async def settle(pilot, condition, timeout: float = 20.0) -> None:  # type: igno
 
 async def capture(out: Path) -> None:
     import identity_store
+
     from rmconsole import store
     from rmconsole.tui import RMConsoleApp
     from rmconsole.tui.screens.compare import CompareScreen
@@ -63,7 +64,7 @@ async def capture(out: Path) -> None:
     for size in ((80, 24), (100, 30)):
         app = RMConsoleApp(refresh_s=0.2, reap_every_s=None)
         async with app.run_test(size=size) as pilot:
-            await settle(pilot, lambda: app.screen.query_one(RunsTable).row_count == visible)
+            await settle(pilot, lambda: app.screen.query_one(RunsTable).row_count == visible)  # noqa: B023 - awaited here
             (out / f"runs-{size[0]}x{size[1]}.txt").write_text(screen_text(app))
 
     app = RMConsoleApp(refresh_s=0.2, reap_every_s=None)

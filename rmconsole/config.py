@@ -49,6 +49,9 @@ from .methods import UnknownMethod, method_names, method_spec, method_specs, rea
 
 DEFAULT_PRESET = "digits-blurry10-online"
 MAX_INT = 2**63 - 1  # the store's integers (SQLite INTEGER, PostgreSQL BIGINT)
+# two keys' allowed values, declared once in cl/catalog.py as tuples
+Measure = Literal[MEASURES]  # type: ignore[valid-type]  # a Literal of a tuple: valid at runtime, pydantic checks it
+MemoryPolicy = Literal[MEMORY_POLICIES]  # type: ignore[valid-type]  # a Literal of a tuple, as Measure
 
 
 def shorten(value: object, limit: int = 80) -> str:
@@ -106,6 +109,11 @@ class RunKeys(BaseModel):
                                             "only (needs val_fraction > 0; what `rmconsole tune` trials use)")
     disjoint_classes: int = Field(default=50, ge=0, le=100,
                                   description="i-Blurry / Si-Blurry: N, the percent of classes that are disjoint")
+    pool_order: Literal["shuffled", "dataset"] = Field(
+        default="shuffled", description="i-Blurry / Si-Blurry: the order of a task's blurry samples before the pool takes "
+                                        "its first ones; shuffled: a random share (the papers; i-Blurry's published "
+                                        "splits); dataset: storage order, as the Si-Blurry authors' sampler (on a dataset "
+                                        "stored class by class it pools whole classes; docs/anytime.md)")
     online_iter: float = Field(default=1.0, gt=0, description="task-free streams: model updates per streamed sample (fractional allowed)")
     eval_period: int = Field(default=100, ge=1, description="task-free streams: anytime evaluation every this many streamed samples")
     anytime_class_accuracy: bool = Field(default=False, description="task-free streams: also store per-class accuracy with every anytime evaluation")
@@ -115,9 +123,9 @@ class RunKeys(BaseModel):
                                         "busy (real-time evaluation, Ghunaim et al. 2023); unset = no limit")
     augment: tuple[str, ...] = Field(default=("cutmix", "autoaug"), description="training augmentation, '+'-joined",
                                      json_schema_extra={"allowed": f"{', '.join(AUGMENTATIONS)}; randaug and autoaug exclude each other"})
-    uncertainty: Literal[MEASURES] = Field(default="randaug", description="RM's uncertainty measure (perturbation used for the votes)")  # type: ignore[valid-type]
+    uncertainty: Measure = Field(default="randaug", description="RM's uncertainty measure (perturbation used for the votes)")
     uncertainty_views: int = Field(default=12, ge=1, description="perturbed views per candidate for the uncertainty votes")
-    memory_policy: Optional[Literal[MEMORY_POLICIES]] = Field(default=None, description="memory update policy (default: the method's own)")  # type: ignore[valid-type]
+    memory_policy: Optional[MemoryPolicy] = Field(default=None, description="memory update policy (default: the method's own)")
     epochs: int = Field(default=256, ge=0, description="memory epochs E (online) or epochs per task (offline)")
     batch_size: int = Field(default=16, ge=2, description="training batch size")
     memory_batch_size: Optional[int] = Field(default=None, ge=2, description="batch size of the memory epochs (default: batch_size; RM: half)")

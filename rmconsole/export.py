@@ -154,10 +154,10 @@ def to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str = "
         for name, value in _finals(detail):
             metrics.append(Metric(name, value, 0, last))
         for step, e in _epoch_points(detail):
-            for key, value in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
-                               ("test_accuracy", e.get("test_accuracy"))):
-                if value is not None:
-                    metrics.append(Metric(key, float(value), 0, step))
+            for key, reading in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
+                                 ("test_accuracy", e.get("test_accuracy"))):
+                if reading is not None:
+                    metrics.append(Metric(key, float(reading), 0, step))
         for i in range(0, max(len(params), len(metrics), 1), 900):  # MLflow takes at most 1000 metrics per batch
             client.log_batch(run_id, metrics=metrics[i:i + 900], params=params[i:i + 90] if i == 0 else [],
                              tags=[RunTag("rmconsole.exported", "true")] if i == 0 else [])
@@ -223,10 +223,10 @@ def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
         for name, value in _finals(detail):
             writer.add_scalar(f"final/{name}", value, last)
         for step, e in _epoch_points(detail):
-            for key, value in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
-                               ("test_accuracy", e.get("test_accuracy"))):
-                if value is not None:
-                    writer.add_scalar(f"epoch/{key}", value, step)
+            for key, reading in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
+                                 ("test_accuracy", e.get("test_accuracy"))):
+                if reading is not None:
+                    writer.add_scalar(f"epoch/{key}", reading, step)
         for snap in detail.get("memory") or []:
             hist = snap["histogram"]
             if sum(hist):

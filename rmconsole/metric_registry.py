@@ -11,7 +11,7 @@ Plain Python: no torch, no store.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from . import plugins
 from .cl import metric_catalog as catalog
@@ -68,12 +68,12 @@ def problems() -> list[str]:
     return [*_problems.values(), *catalog.failures()]
 
 
-def summarize(rows: RunRows) -> dict[str, Optional[float]]:
+def summarize(rows: RunRows) -> dict[str, float | None]:
     """Every per-run metric that applies to the run (plug-ins included), by name."""
     return catalog.summarize(rows, catalogue())
 
 
-def listed(protocols: Iterable[Protocol], measured: Iterable[str] = (), family: Optional[str] = None) -> list[Metric]:
+def listed(protocols: Iterable[Protocol], measured: Iterable[str] = (), family: str | None = None) -> list[Metric]:
     """What a face lists for runs of these protocols (cl/metric_catalog.listed, plug-ins included)."""
     return catalog.listed(protocols, measured, catalogue(), family)
 

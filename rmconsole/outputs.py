@@ -17,8 +17,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
 
 STORE_SUFFIXES = ("", "-wal", "-shm", "-journal")  # SQLite's file and its companions
 PROTECTED_FOLDERS = ("checkpoints", "logs", "warm")  # under RMCONSOLE_HOME: rmconsole's own files
@@ -33,7 +33,7 @@ def _shown(path: Path | str) -> str:
     return text if len(text) <= 120 else f"{text[:59]}…{text[-59:]}"
 
 
-def _identity(path: Path) -> Optional[tuple[int, int]]:
+def _identity(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
     except OSError:

@@ -16,7 +16,8 @@ consoles are SafeConsoles, so no command can print a raw control character.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console
 from rich.segment import Segment
@@ -28,8 +29,8 @@ BIDI = (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C) 
 def _table(keep: str) -> dict[int, str]:
     table = {code: chr(0x2400 + code) for code in range(0x20)}  # ␀ … ␟
     table[0x7F] = "\u2421"  # ␡
-    table.update({code: REPLACEMENT for code in range(0x80, 0xA0)})  # C1 controls (0x9b is a CSI)
-    table.update({code: REPLACEMENT for code in BIDI})
+    table.update(dict.fromkeys(range(128, 160), REPLACEMENT))  # C1 controls (0x9b is a CSI)
+    table.update(dict.fromkeys(BIDI, REPLACEMENT))
     for char in keep:
         table.pop(ord(char))
     return table

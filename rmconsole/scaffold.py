@@ -18,12 +18,13 @@ import dataclasses
 import importlib.util
 import keyword
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import plugins
-from .config import ConfigError, DEFAULT_PRESET, preset_dir, shorten
+from .config import DEFAULT_PRESET, ConfigError, preset_dir, shorten
 
 KINDS = ("method", "dataset", "metric")
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 COOKIE = "rmconsole_tui_token"

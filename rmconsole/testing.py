@@ -54,9 +54,10 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .cl.events import AnytimePoint, Reporter, TaskOutcome
 
@@ -271,7 +272,7 @@ def _short(path: str) -> str:
     return path if rel.startswith(".." + os.sep + "..") else rel
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _files() -> dict[str, Any]:
     """The files whose frames the test-split guard tells apart."""
     import torch
@@ -349,8 +350,9 @@ class _Watch:
             self.over.setdefault(key, f"{size} {when}")
 
     def memory_now(self, hook: str) -> None:
+        memory: Any = getattr(self.method, "memory", None)
         try:
-            size = len(getattr(self.method, "memory", None))  # type: ignore[arg-type]
+            size = len(memory)
         except TypeError:
             return  # no memory to count
         self.memory_size(size, f"after {hook} ({self.context()})", hook)
@@ -418,7 +420,7 @@ class _GuardedSplit:
         self._watch.test_taken(len(idx), "took test images", sys._getframe(1))
         return self._inner.take(idx)
 
-    def to(self, device: Any) -> "_GuardedSplit":
+    def to(self, device: Any) -> _GuardedSplit:
         return _GuardedSplit(self._inner.to(device), self._watch)
 
     def __getattr__(self, name: str) -> Any:
@@ -492,15 +494,15 @@ def _instrumented(watch: _Watch, protocol: str) -> Iterator[None]:
                                                      "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
         return made[cls]
 
-    loop.method_class = online.method_class = watched_class  # type: ignore[assignment]
+    loop.method_class = online.method_class = watched_class
     try:
         yield
     finally:
-        loop.method_class, online.method_class = original_loop, original_online  # type: ignore[assignment]
+        loop.method_class, online.method_class = original_loop, original_online
 
 
 @functools.lru_cache(maxsize=1)
-def _digits() -> "Dataset":
+def _digits() -> Dataset:
     from .cl.data import load_dataset
 
     return load_dataset("digits")
@@ -604,13 +606,13 @@ def _compare(a: _Recorder, b: _Recorder, after_task: int = -1) -> str | None:
     points = [p for p in a.points if p.task > after_task]
     if len(points) != len(b.points):
         return f"{len(points)} anytime evaluations vs {len(b.points)}"
-    for mine, theirs in zip(points, b.points):
-        found = _difference(mine, theirs, f"the anytime evaluation at streamed sample {mine.samples}:")
+    for point, other in zip(points, b.points):
+        found = _difference(point, other, f"the anytime evaluation at streamed sample {point.samples}:")
         if found:
             return found
     memories = [m for m in a.memories if m[0] > after_task]
-    for mine, theirs in zip(memories, b.memories):
-        found = _difference(mine[1:], theirs[1:], f"the memory snapshot after task {mine[0]} (histogram, slots, info):")
+    for memory, others in zip(memories, b.memories):
+        found = _difference(memory[1:], others[1:], f"the memory snapshot after task {memory[0]} (histogram, slots, info):")
         if found:
             return found
     if len(memories) != len(b.memories):
@@ -658,7 +660,7 @@ def _check_protocol(method: str, protocol: str, settings: Mapping[str, Any], rul
         runs += 1
         try:
             return _run(cfg, watch, protocol, resume)
-        except Exception as err:  # noqa: BLE001 - the method's own failure: reported as such, its traceback chained
+        except Exception as err:
             detail = " ".join(str(err).split())[:300]
             raise ConformanceError(method, violations + _watched(watch, protocol, rules) + [Violation(
                 RUNS, protocol, f"the {what} failed {watch.failed or watch.place()}: {type(err).__name__}: {detail}",

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import stat
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 MAX_BYTES = 1 << 20  # a preset is a few hundred bytes; 1 MiB is generous
 MAX_DEPTH = 64  # nested arrays or inline tables; a config is flat

@@ -18,8 +18,9 @@ import argparse
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ALWAYS_SKIPPED = ("torch", "torchvision", "torchaudio", "triton")
 MANYLINUX = ("manylinux_2_28", "manylinux_2_27", "manylinux_2_17", "manylinux2014", "manylinux1")

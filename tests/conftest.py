@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -128,7 +128,7 @@ def train_in_process(run_id: int, fail_after_task: int | None = None,
 
 
 SERVICES = REPO / ".ci" / "services"
-_started: dict[str, dict[str, str]] = {}  # services this session started: their env lines
+_started: dict[str, dict[str, str]] = {}  # services this process has read: their env lines
 _database_numbers = itertools.count(1)
 
 
@@ -143,34 +143,85 @@ def _read_env(path: Path) -> dict[str, str]:
     return env
 
 
-def _start_service(name: str, tmp_root: list[str]) -> dict[str, str]:
-    """Start `name` (postgres, slurm) with .ci/services once per session; its exported variables."""
+def _shared_root(factory: pytest.TempPathFactory, config: pytest.Config) -> Path:
+    """A folder every process of this run sees: under pytest-xdist the controller's base temp
+    folder, else this session's."""
+    workerinput = getattr(config, "workerinput", None)
+    return Path(workerinput["rmconsole_shared"]) if workerinput else factory.getbasetemp()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # xdist's hook (its WorkerController), in the controller
+    """What each xdist worker is told: the controller's base temp folder (services are recorded
+    there) and a short folder for the workers' own temp folders. xdist's default puts them at
+    <base>/popen-gwN/, ten characters longer than a serial run's: the CLI's messages shorten a path
+    past 80 characters and wrap long lines, and the tests that compare messages with their
+    tmp_path then fail for the path's length alone. /tmp/rmtXXXXXXXX/gwN/ is shorter than a
+    serial run's /tmp/pytest-of-USER/pytest-N/."""
+    config = node.config
+    if not hasattr(config, "_rmconsole_short_tmp"):
+        config._rmconsole_short_tmp = tempfile.mkdtemp(prefix="rmt")
+    node.workerinput["rmconsole_shared"] = str(config._tmp_path_factory.getbasetemp())
+    node.workerinput["rmconsole_short_tmp"] = config._rmconsole_short_tmp
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path plugin reads --basetemp
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput and "rmconsole_short_tmp" in workerinput:
+        config.option.basetemp = os.path.join(workerinput["rmconsole_short_tmp"], workerinput["workerid"])
+    if workerinput is not None:  # xdist's workers get COLUMNS=80 LINES=24, which a serial run does not
+        for name in ("COLUMNS", "LINES"):  # have: the CLI's output (rich) would wrap at 80 columns there
+            if os.environ.get(name) == {"COLUMNS": "80", "LINES": "24"}[name]:
+                del os.environ[name]
+
+
+def _start_service(name: str, factory: pytest.TempPathFactory, config: pytest.Config) -> dict[str, str]:
+    """Start `name` (postgres, slurm) with .ci/services once per test run, whatever the number of
+    xdist workers (the first to ask starts it under a file lock; the others read its env file);
+    its exported variables. The controller stops them all at the end (pytest_sessionfinish)."""
     if name not in _started:
-        folder = tempfile.mkdtemp(prefix=f"rmconsole-test-{name}-")  # not under pytest's 0700 tmp: the
-        tmp_root.append(folder)                                       # server's own user must reach it
-        subprocess.run([str(SERVICES), "start", folder, name], capture_output=True, text=True, timeout=300)
-        _started[name] = _read_env(Path(folder) / "env") if (Path(folder) / "env").exists() else {}
+        from filelock import FileLock
+
+        root = _shared_root(factory, config) / "services"
+        root.mkdir(exist_ok=True)
+        with FileLock(str(root / f"{name}.lock")):
+            record = root / f"{name}.folder"
+            if not record.exists():
+                folder = tempfile.mkdtemp(prefix=f"rmconsole-test-{name}-")  # not under pytest's 0700 tmp:
+                record.write_text(folder)                                     # the server's user must reach it
+                subprocess.run([str(SERVICES), "start", folder, name], capture_output=True, text=True, timeout=300)
+            env_file = Path(record.read_text()) / "env"
+            _started[name] = _read_env(env_file) if env_file.exists() else {}
     return _started[name]
 
 
-@pytest.fixture(scope="session")
-def service_folders() -> Iterator[list[str]]:
-    folders: list[str] = []
-    yield folders
-    for folder in folders:
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the services this run started (in the controller, after every xdist worker is done)."""
+    factory = getattr(session.config, "_tmp_path_factory", None)  # pytest's own, made at configure
+    if hasattr(session.config, "workerinput") or factory is None:
+        return
+    root = factory.getbasetemp() / "services"
+    for record in sorted(root.glob("*.folder")) if root.is_dir() else ():
+        folder = record.read_text()
         subprocess.run([str(SERVICES), "stop", folder], capture_output=True, timeout=120)
         shutil.rmtree(folder, ignore_errors=True)
+    short = getattr(session.config, "_rmconsole_short_tmp", None)  # the xdist workers' temp folders
+    if short and session.exitstatus == 0:
+        shutil.rmtree(short, ignore_errors=True)
+    elif short:
+        print(f"\nthe xdist workers' temp folders (tmp_path of each test): {short}")
 
 
 @pytest.fixture(scope="session")
-def postgres_server(service_folders: list[str]) -> str:
+def postgres_server(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> str:
     """The URL of a PostgreSQL server's maintenance database (a user that may create databases)."""
     url = os.environ.get("RMCONSOLE_TEST_PG")
     if not url:
         reason = os.environ.get("RMCONSOLE_TEST_PG_SKIP")
         if reason:
             pytest.skip(f"PostgreSQL: {reason}")
-        env = _start_service("postgres", service_folders)
+        env = _start_service("postgres", tmp_path_factory, pytestconfig)
         url = env.get("RMCONSOLE_TEST_PG")
         if not url:
             pytest.skip(f"PostgreSQL: {env.get('RMCONSOLE_TEST_PG_SKIP', 'no server could be started')}")
@@ -222,7 +273,7 @@ def store_backend(request: pytest.FixtureRequest, isolated_home: Path,
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(service_folders: list[str]) -> str:
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> str:
     """A Slurm partition to submit to (SLURM_CONF set when the cluster is this session's own)."""
     partition = os.environ.get("RMCONSOLE_TEST_SLURM")
     if partition:
@@ -230,7 +281,7 @@ def slurm_cluster(service_folders: list[str]) -> str:
     reason = os.environ.get("RMCONSOLE_TEST_SLURM_SKIP")
     if reason:
         pytest.skip(f"Slurm: {reason}")
-    env = _start_service("slurm", service_folders)
+    env = _start_service("slurm", tmp_path_factory, pytestconfig)
     if not env.get("RMCONSOLE_TEST_SLURM"):
         pytest.skip(f"Slurm: {env.get('RMCONSOLE_TEST_SLURM_SKIP', 'no cluster could be started')}")
     os.environ["SLURM_CONF"] = env["SLURM_CONF"]  # for this session and the processes it starts
@@ -249,15 +300,26 @@ def wait_for(predicate, timeout: float, poll: float = 0.02, what: str = "conditi
 
 
 def worker_process(run_id: int) -> int | None:
-    """The pid of run `run_id`'s worker on this machine (not its supervisor), found by its argv."""
+    """The pid of run `run_id`'s worker on this machine (not its supervisor), found by its argv and
+    this test's RMCONSOLE_HOME."""
     from rmconsole.runner.processes import process_argv
 
+    home = f"RMCONSOLE_HOME={os.environ.get('RMCONSOLE_HOME', '')}".encode()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             argv = process_argv(int(entry)) or []
-            if argv[1:3] == ["-m", "rmconsole.runner.worker"] and argv[-1] == str(run_id):
+            if argv[1:3] == ["-m", "rmconsole.runner.worker"] and argv[-1] == str(run_id) and _has_env(entry, home):
                 return int(entry)
     return None
+
+
+def _has_env(pid: str, assignment: bytes) -> bool:
+    """Whether process `pid`'s environment holds `assignment` (NAME=value): tests running side by
+    side (pytest-xdist) each have runs numbered from 1, told apart by their RMCONSOLE_HOME."""
+    try:
+        return assignment in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
 
 
 def rmconsole(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -286,11 +348,21 @@ PG_SLOW_ONLY = ("tests/test_faults.py::", "tests/test_sweep_cli.py::", "tests/te
                 "tests/test_cli.py::test_default_run_end_to_end")
 
 
+# Modules whose tests share an expensive module-scoped fixture or one service they stop and start:
+# under pytest-xdist (`--dist loadgroup`, pyproject's addopts) each runs whole on one worker, so the
+# fixture is built once (a venv of the examples, a swept store, a PostgreSQL cluster of its own,
+# the Slurm cluster's queue).
+ONE_WORKER = ("test_examples.py", "test_sweep_cli.py", "test_safety.py", "test_slurm.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if params.get("store_backend") == "postgresql" and item.nodeid.startswith(PG_SLOW_ONLY):
             item.add_marker(pytest.mark.slow)
+        if item.path.name in ONE_WORKER:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -217,7 +217,7 @@ def test_bad_input(case, argv, env, exit_code, expected, verdict, demo, isolated
         monkeypatch.setenv("RMCONSOLE_DB", store_url)
     assert _snapshot(isolated_home) == before  # nothing stored, nothing changed
     assert not (tmp_path / "elsewhere.db").exists()
-    assert not [p for p in tmp_path.rglob("*.tmp")]  # no temporary file left behind
+    assert not list(tmp_path.rglob("*.tmp"))  # no temporary file left behind
     assert verdict == "clean"
 
 

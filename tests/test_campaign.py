@@ -4,20 +4,34 @@ row, every verdict is clean or explained, and the campaign has at least 120 case
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import inspect
 import re
-from pathlib import Path
+from types import ModuleType
 
 from campaign import FAULTS, code, table, verdict_ok
+from conftest import REPO
 
-TESTS = Path(__file__).parent
+TESTS = REPO / "tests"  # the test files, in whatever subfolder each lives
+
+
+def _test_module(file_name: str) -> ModuleType:
+    """The test module of that file name, wherever it lives under tests/ (the page names files
+    by their name only)."""
+    found = sorted(TESTS.rglob(file_name))
+    assert len(found) == 1, f"{file_name}: {len(found)} files of that name under tests/"
+    spec = importlib.util.spec_from_file_location(f"_campaign_{found[0].stem}", found[0])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_every_fault_row_is_claimed_by_the_test_it_names() -> None:
+    modules = {}
     for case, row in FAULTS.items():
-        module_name, _, function = code(row["test"]).partition("::")
-        module = importlib.import_module(module_name.removesuffix(".py"))
+        file_name, _, function = code(row["test"]).partition("::")
+        module = modules.get(file_name) or modules.setdefault(file_name, _test_module(file_name))
         test = getattr(module, function, None)
         assert test is not None, f"{case!r}: no test {code(row['test'])}"
         assert f'"{case}"' in inspect.getsource(test), f"{code(row['test'])} does not claim {case!r}"
@@ -27,7 +41,7 @@ def test_every_fault_row_is_claimed_by_the_test_it_names() -> None:
 
 def test_every_claim_in_the_tests_names_a_row() -> None:
     claimed = set()
-    for path in TESTS.glob("test_*.py"):
+    for path in TESTS.rglob("test_*.py"):
         for case in re.findall(r'claim\(\s*"([^"]+)"', path.read_text()):
             assert case in FAULTS, f"{path.name} claims {case!r}, which is not a row of the Faults table"
             claimed.add(case)

@@ -94,7 +94,7 @@ def test_two_methods_declaring_one_key_differently_are_refused(monkeypatch: pyte
         new_classes: Literal["all"] = param("all", "another meaning of new_classes")
 
     clash = MethodSpec("clash", "rmconsole.cl.methods.finetune:Finetune", Clashing)
-    with pytest.raises(config.ConfigError, match="new_classes.*declared unlike method 'icarl'"):
+    with pytest.raises(config.ConfigError, match=r"new_classes.*declared unlike method 'icarl'"):
         config.config_model(clash)
 
 

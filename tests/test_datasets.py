@@ -202,8 +202,10 @@ def test_the_cli_lists_what_is_registered(tmp_path: Path) -> None:
         sys.argv = ["rmconsole"] + sys.argv[1:]
         cli.main()
     """)
-    run = lambda *args: subprocess.run([sys.executable, "-c", env_code, *args], capture_output=True, text=True,  # noqa: E731
-                                       cwd=tmp_path, env={**__import__("os").environ, "COLUMNS": "200"})
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", env_code, *args], capture_output=True, text=True,
+                              cwd=tmp_path, env={**__import__("os").environ, "COLUMNS": "200"})
+
     helped = run("data", "get", "--help")
     assert "mnist | fashion_mnist | cifar10 | cifar100" in helped.stdout, helped.stdout + helped.stderr
     listed = run("data", "list")

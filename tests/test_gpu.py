@@ -126,7 +126,7 @@ def test_sync_batch_norm_on_one_nccl_rank_equals_plain_batch_norm(tmp_path: Path
         synced.load_state_dict(plain.state_dict())
         assert any(isinstance(m, torch.nn.SyncBatchNorm) for m in synced.modules())
         assert list(synced.state_dict()) == list(plain.state_dict())
-        for step in range(3):
+        for _ in range(3):
             x = torch.randn(16, 3, 32, 32, device=CUDA)
             outs = []
             for model in (plain, synced):

@@ -159,7 +159,7 @@ def test_a_plugin_method_validates_its_own_params_in_one_line_and_trains_on_digi
     with pytest.raises(ConfigError) as err:
         load_config(None, {"method": "fake", "fake_batch_size": 1})
     assert str(err.value) == "fake_batch_size=1: Input should be greater than or equal to 2"
-    with pytest.raises(ConfigError, match="^fake_batch_size=4: read by fake, not by method=rm$"):
+    with pytest.raises(ConfigError, match=r"^fake_batch_size=4: read by fake, not by method=rm$"):
         load_config(None, {"fake_batch_size": 4})
     rows = {row.key: row for row in key_table()}
     assert rows["fake_batch_size"].methods == "fake" and "fake" in rows["method"].allowed

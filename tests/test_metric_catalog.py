@@ -161,7 +161,7 @@ def installed(monkeypatch):
 def test_a_plugin_metric_is_listed_loaded_and_summarized_and_a_broken_one_is_one_line(installed) -> None:
     assert metric_registry.metric_names()[-2:] == ["A_latest", "broken"]
     assert metric_registry.metric("A_latest") is PLUGIN
-    with pytest.raises(plugins.PluginError, match="broken-metric.*no_such_module") as err:
+    with pytest.raises(plugins.PluginError, match=r"broken-metric.*no_such_module") as err:
         metric_registry.metric("broken")
     assert "\n" not in str(err.value)
     names = [m.name for m in metric_registry.catalogue()]
@@ -186,7 +186,7 @@ def test_a_plugin_metric_filters_and_reports_like_a_built_in(installed) -> None:
 
     runs = [record(1, 75.0), record(2, 85.0)]
     assert [r.id for r in parse_run_filter("a_latest>80").select(runs)] == [2]
-    with pytest.raises(FilterError, match="known keys: .*A_latest"):
+    with pytest.raises(FilterError, match=r"known keys: .*A_latest"):
         parse_run_filter("A_lateest>1")
     rep = R.build_report([r.to_json() for r in runs], metrics=["A_latest"])
     assert R.cell_text(rep, rep.cell(0, 0), "A_latest") == "80.00 ± 7.07"
@@ -247,7 +247,7 @@ def test_a_filter_on_a_broken_plugin_metric_says_why_in_one_line(installed) -> N
     from rmconsole.store import parse_run_filter
     from rmconsole.store.filters import FilterError
 
-    with pytest.raises(FilterError, match="metric plug-in 'broken' .*broken-metric.*failed to load") as err:
+    with pytest.raises(FilterError, match=r"metric plug-in 'broken' .*broken-metric.*failed to load") as err:
         parse_run_filter("broken>1")
     assert "\n" not in str(err.value)
     assert parse_run_filter("A_last>1")  # every other metric keeps working

@@ -1,5 +1,5 @@
 """Exact pins of the science core (cl/streams, memory, uncertainty, metrics, schedule) against
-independent reference computations: what `tools/mutation.py` (mutmut) needs so that a changed
+independent reference computations: what `tools/mutation.py` needs so that a changed
 operator, constant or argument in these modules makes a test fail. Fast: pure tensor code.
 """
 
@@ -68,7 +68,7 @@ def test_vr_invert_and_solarize_thresholds() -> None:
     for t in (128, 64, 32):
         view = U._vr_view(f"solarize{t}", images, _gen(0)).flatten()
         assert view[t - 1] == t - 1 and view[t] == 255 - t and view[255] == 0
-    with pytest.raises(ValueError, match="^blur$"):
+    with pytest.raises(ValueError, match=r"^blur$"):
         U._vr_view("blur", images, _gen(0))
 
 

@@ -71,7 +71,8 @@ def test_decode_resize_and_labels(tree: Path) -> None:
     for i in range(0, 40):  # the same image PIL + torchvision's resize give (PNG: lossless, so exact)
         path = data.train.paths[i]
         expected = _pil_expected(path, 8)
-        is_png = open(path, "rb").read(4) == b"\x89PNG"
+        with open(path, "rb") as f:
+            is_png = f.read(4) == b"\x89PNG"
         diff = (batch[i].int() - expected.int()).abs().max().item()
         assert diff == 0 if is_png else diff <= 2, (path, diff)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
-RUN_SCREEN_SNAPSHOT = REPO / "tests" / "__snapshots__" / "test_tui_snapshots" / "test_run_screen_of_a_running_rm_run.svg"
+RUN_SCREEN_SNAPSHOT = REPO / "tests/__snapshots__/test_tui_snapshots/test_run_screen_of_a_running_rm_run.svg"
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -53,7 +53,7 @@ def _run(**overrides):
 def test_each_uncertainty_measure_runs(measure: str) -> None:
     _, rec = _run(uncertainty=measure)
     assert "note" in rec.memories[0][3]  # task 0: class-balanced random, no scoring
-    for task, hist, slots, info in rec.memories[1:]:
+    for _task, hist, _slots, info in rec.memories[1:]:
         assert sum(hist) == K and info["measure"] == measure
         assert sum(info["candidates_uncertainty"]) > sum(info["chosen_uncertainty"]) == K
     assert rec.memories[-1][1] == [K // 10] * 10  # every class has >= k_c candidates by the last task

@@ -59,7 +59,7 @@ def test_concurrent_writers_lose_nothing() -> None:
             for i in range(25):
                 store.update_run(run_id, phase_done=i)
                 store.record_memory(run_id, i, [i], 1, {})
-        except Exception as err:  # pragma: no cover - the assertion below reports it
+        except Exception as err:  # noqa: BLE001  # pragma: no cover - the assertion below reports it
             errors.append(err)
 
     threads = [threading.Thread(target=hammer, args=(i,)) for i in ids]

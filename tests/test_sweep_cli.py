@@ -46,9 +46,9 @@ def test_sweep_runs_two_slots_side_by_side(swept) -> None:
     assert sweep_id and runs[1]["sweep_id"] == sweep_id
     assert f"sweep {sweep_id} (digits-blurry10-online): 2 runs (seed = 2), ids 1-2, 2 slot(s) on CPU" in out
     lines = out.splitlines()
-    start1 = next(i for i, l in enumerate(lines) if l.startswith("run 1 started in slot 1/2"))
-    start2 = next(i for i, l in enumerate(lines) if l.startswith("run 2 started in slot 2/2"))
-    first_end = min(i for i, l in enumerate(lines) if l.startswith(("run 1 finished", "run 2 finished")))
+    start1 = next(i for i, line in enumerate(lines) if line.startswith("run 1 started in slot 1/2"))
+    start2 = next(i for i, line in enumerate(lines) if line.startswith("run 2 started in slot 2/2"))
+    first_end = min(i for i, line in enumerate(lines) if line.startswith(("run 1 finished", "run 2 finished")))
     assert start1 < first_end and start2 < first_end  # both were running at once
     assert f"sweep {sweep_id}: 2 finished" in out and "mean ± std" in out
 

@@ -200,7 +200,7 @@ def test_launch_preview_marks_overrides_and_refuses_bad_values() -> None:
     config, sources, _ = preview("digits-blurry10-online", "method=bic bic_temperature=3")
     assert config["bic_temperature"] == 3 and sources["bic_temperature"] == "override" and "rm_variant" not in config
     assert sources["bic_val_fraction"] == "default"
-    with pytest.raises(ConfigError, match="^bic_temperature=3: read by bic, bic_star, not by method=rm$"):
+    with pytest.raises(ConfigError, match=r"^bic_temperature=3: read by bic, bic_star, not by method=rm$"):
         preview("digits-blurry10-online", "bic_temperature=3")
 
 

@@ -252,9 +252,7 @@ def test_task_free_anytime_validation_stored() -> None:
     from rmconsole import store
     from rmconsole.cl.events import AnytimePoint
 
-    run_id = _stored_run({"val_fraction": 0.1, **{k: v for k, v in
-                                                  {"stream": "iblurry", "schedule": "exp_reset",
-                                                   "optimizer": "adam"}.items()}},
+    run_id = _stored_run({"val_fraction": 0.1, "stream": "iblurry", "schedule": "exp_reset", "optimizer": "adam"},
                          [50.0, 70.0], [55.0, 75.0])
     store.record_anytime(run_id, [AnytimePoint(0, 100, 40.0, 2, None, 0.1, 42.0),
                                   AnytimePoint(1, 200, 60.0, 2, None, 0.1, 64.0)])

@@ -5,6 +5,7 @@ checkout never runs stale code (a new fingerprint, a new server)."""
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 
 import pytest

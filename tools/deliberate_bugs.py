@@ -1,7 +1,7 @@
-"""Put each of issue 13's five deliberate bugs into a copy of the package and show that the test
+"""Put each of issue 13's five deliberate bugs (and issue 29's four) into a copy of the package and show that the test
 suite's science tests catch it (each must make at least one test fail).
 
-    python tools/deliberate_bugs.py            # all five; exit 1 if one is not caught
+    python tools/deliberate_bugs.py            # all nine; exit 1 if one is not caught
 
 Each bug is a textual patch of one module; the copy lives in a temporary directory, so the
 checkout is never touched. Runs only the test files that pin the science (about a minute each
@@ -19,7 +19,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_science_pins.py", "tests/test_memory.py", "tests/test_metrics_schedule.py",
-         "tests/test_uncertainty.py", "tests/test_streams.py"]
+         "tests/test_uncertainty.py", "tests/test_streams.py", "tests/test_online_science.py",
+         "tests/test_methods_science.py"]
 
 BUGS = {
     "the clean image votes as view 0": ("rmconsole/cl/uncertainty.py", (
@@ -46,6 +47,20 @@ BUGS = {
         "        per_sample = [sum(result.class_accuracy[c] * counts[c] for c in g) / sum(counts[c] for c in g)\n"
         "                      for g in protocol.groups]\n"
         "        outcome = TaskOutcome(t, result.accuracy, per_sample,\n")),
+    # issue 29: each caught by a named test (test_online_science.py, test_methods_science.py)
+    "anytime evaluation scores every class, unseen ones included": ("rmconsole/cl/online.py", (
+        "acc, class_acc = evaluate(method, data, test_labels, list(range(clock.exposed)), augmenter)",
+        "acc, class_acc = evaluate(method, data, test_labels, list(range(data.n_classes)), augmenter)")),
+    "A_auc weighted by the classes each point covers": ("rmconsole/cl/metric_catalog.py", (
+        "    return MA.area_under_curve(p.accuracy for p in rows.anytime)",
+        "    return sum(p.accuracy * p.n_classes for p in rows.anytime) / sum(p.n_classes for p in rows.anytime) "
+        "if rows.anytime else None")),
+    "proximal step size lr, momentum ignored": ("rmconsole/cl/methods/quadratic.py", (
+        'self.quadratic.proximal_step(lr / (1.0 - float(group.get("momentum", 0.0))))',
+        "self.quadratic.proximal_step(lr)")),
+    "EWC++ running average the other way round": ("rmconsole/cl/methods/ewcpp.py", (
+        "f.mul_(1 - alpha).add_(p.grad.pow(2), alpha=alpha)",
+        "f.mul_(alpha).add_(p.grad.pow(2), alpha=1 - alpha)")),
 }
 
 
@@ -66,7 +81,7 @@ def main() -> int:
             path.write_text(text.replace(old, new))
             env = {**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"}
             env.setdefault("RMCONSOLE_TEST_DATA", str(REPO.parent / "shared" / "data"))
-            out = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], cwd=copy,
+            out = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *TESTS], cwd=copy,
                                  env=env, capture_output=True, text=True)
             failed = [line.split(" ")[1] for line in out.stdout.splitlines() if line.startswith("FAILED ")]
             verdict = f"caught by {len(failed)} test(s): {', '.join(f.split('::')[-1] for f in failed)}" if failed \

@@ -49,7 +49,8 @@ def cells(raw: str) -> list[tuple[float, float | None, bool]]:
 
 
 def main(path: str) -> None:
-    tex = open(path, encoding="utf-8").read()
+    with open(path, encoding="utf-8") as f:
+        tex = f.read()
     writer = csv.DictWriter(sys.stdout, FIELDS, lineterminator="\n")
     writer.writeheader()
 

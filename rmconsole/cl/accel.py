@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ContextManager
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +23,7 @@ from .settings import RunSettings
 # about 330 ImageNet ones (x the model's activations: what an 80 GB GPU or a laptop can hold)
 INFERENCE_PIXELS = 16384 * 3 * 32 * 32
 TRAIN_CHUNK_PIXELS = 8192 * 3 * 32 * 32  # images augmented in one batched call during training
+M = TypeVar("M", bound=nn.Module)  # a model, given back as the same object
 
 # The share of its device's memory this process may use: 1 alone on a GPU, 1/N when N runs share
 # it (`--runs-per-gpu N`). The inference budget above was set for a whole 80 GB GPU (measured: RM's
@@ -71,7 +73,7 @@ class Accel:
     compile: bool = False
 
     @classmethod
-    def from_config(cls, cfg: RunSettings, device: torch.device) -> "Accel":
+    def from_config(cls, cfg: RunSettings, device: torch.device) -> Accel:
         cuda = device.type == "cuda"
         conv = cfg.model != "mlp400"
         amp = cfg.amp
@@ -92,7 +94,7 @@ class Accel:
         return (f"amp={'bf16' if self.amp_dtype is not None else 'off'}, channels_last={self.channels_last}, "
                 f"compile={self.compile}")
 
-    def autocast(self, graph_safe: bool = False) -> ContextManager[Any]:
+    def autocast(self, graph_safe: bool = False) -> AbstractContextManager[Any]:
         """Mixed precision around forward passes (loss and backward stay float32 where it matters).
         `graph_safe`: no cast cache, as a CUDA graph capture needs."""
         if self.amp_dtype is None:
@@ -105,7 +107,7 @@ class Accel:
             return x.contiguous(memory_format=torch.channels_last)
         return x
 
-    def prepare_model(self, model: nn.Module) -> nn.Module:
+    def prepare_model(self, model: M) -> M:
         """channels_last weights; the feature extractor compiled in place (state_dict keys, the
         `features`/`fc` split and checkpoints stay as they are)."""
         if self.channels_last:

@@ -28,8 +28,10 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import cast
 
 import torch
 import torch.nn.functional as nnf
@@ -409,7 +411,7 @@ def apply_ops(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
     return out.index_select(0, params[:, 1].long())
 
 
-def apply_slots(images: Tensor, slots) -> Tensor:
+def apply_slots(images: Tensor, slots: Iterable[tuple[Tensor, Tensor]]) -> Tensor:
     """The op slots of a RandAugment/AutoAugment draw, one after the other."""
     for op_ids, mags in slots:
         images = apply_ops(images, op_ids, mags)
@@ -462,7 +464,7 @@ def randaugment(images: Tensor, gen: torch.Generator, num_ops: int = 2, magnitud
     return apply_slots(images, randaugment_draw(n, h, w, gen, num_ops, magnitude, num_bins))
 
 
-def _policy_tables(policy) -> tuple[Tensor, Tensor, Tensor]:
+def _policy_tables(policy: Sequence[Sequence[tuple[str, float, int | None]]]) -> tuple[Tensor, Tensor, Tensor]:
     ops = torch.tensor([[OP_ID[op] for op, _, _ in sub] for sub in policy])
     prob = torch.tensor([[p for _, p, _ in sub] for sub in policy])
     bins = torch.tensor([[b or 0 for _, _, b in sub] for sub in policy])
@@ -505,7 +507,7 @@ def crop_flip_draw(n: int, padding: int, gen: torch.Generator, flip: bool = True
 def crop_flip_apply(images: Tensor, padding: int, offsets: Tensor | None, flips: Tensor | None) -> Tensor:
     """Zero-padded crops at `offsets` then horizontal flips where `flips`: one gather."""
     n, c, h, w = images.shape
-    if offsets is None and flips is None or n == 0:
+    if (offsets is None and flips is None) or n == 0:
         return images.contiguous()
     p = max(padding, 0) if offsets is not None else 0
     params = torch.zeros(n, 3, dtype=torch.int64)
@@ -563,12 +565,12 @@ class TrainDraw:
     slots: tuple[tuple[Tensor, Tensor], ...]
 
     @staticmethod
-    def cat(draws: list["TrainDraw"]) -> "TrainDraw":
+    def cat(draws: list[TrainDraw]) -> TrainDraw:
         if len(draws) == 1:
             return draws[0]
 
         def join(parts: list[Tensor | None]) -> Tensor | None:
-            return None if parts[0] is None else torch.cat(parts)  # type: ignore[arg-type]
+            return None if parts[0] is None else torch.cat(cast("list[Tensor]", parts))  # all None, or all tensors
 
         slots = tuple((torch.cat([d.slots[s][0] for d in draws]), torch.cat([d.slots[s][1] for d in draws]))
                       for s in range(len(draws[0].slots)))

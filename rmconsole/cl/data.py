@@ -10,13 +10,20 @@ datasets live in memory as one tensor; ImageNet-size folders stream from disk th
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from .datasets import (  # noqa: F401  (re-exported for callers of cl.data)
-    DatasetCorrupt, DatasetMissing, DatasetSpec, LoadOptions, UnknownDataset, check_available, data_root, lookup,
+    DatasetCorrupt,
+    DatasetMissing,
+    DatasetSpec,
+    LoadOptions,
+    UnknownDataset,
+    check_available,
+    data_root,
+    lookup,
     verify_dataset,
 )
 from .images import Dataset, FolderImages, ImageSource, TensorImages  # noqa: F401  (re-exported)

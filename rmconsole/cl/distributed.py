@@ -25,8 +25,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -266,7 +267,7 @@ class _SyncedNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, mean: Tensor, invstd: Tensor,
-                count: float, d: "Dist") -> Tensor:
+                count: float, d: Dist) -> Tensor:
         shape = [1, -1] + [1] * (x.dim() - 2)
         xhat = (x - mean.view(shape)) * invstd.view(shape)
         ctx.save_for_backward(xhat, weight, invstd)
@@ -292,13 +293,15 @@ class SyncedBatchNorm(nn.modules.batchnorm._BatchNorm):
         if input.dim() < 2:
             raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
 
-    dist: "Dist | None" = None  # set by sync_batch_norm
+    dist: Dist | None = None  # set by sync_batch_norm
 
     def forward(self, x: Tensor) -> Tensor:
         d = self.dist
         if not self.training or d is None or not self.affine or not self.track_running_stats:
             return super().forward(x)
         dims = [0, *range(2, x.dim())]
+        # track_running_stats (checked above): the three buffers exist
+        assert self.num_batches_tracked is not None and self.running_mean is not None and self.running_var is not None
         with torch.no_grad():
             local_count = torch.tensor([x.numel() / x.shape[1]], dtype=torch.float64, device=x.device)
             first = d.all_sum(torch.cat([x.sum(dims).double(), local_count]))
@@ -315,11 +318,14 @@ class SyncedBatchNorm(nn.modules.batchnorm._BatchNorm):
         return _SyncedNorm.apply(x, self.weight, self.bias, mean.to(x.dtype), invstd, count, d)
 
 
-def sync_batch_norm(model: nn.Module, d: Dist) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)
+
+
+def sync_batch_norm(model: M, d: Dist) -> M:
     """`model` with every batch-norm layer synchronised over the ranks (same parameters and
     buffers, so state dicts are unchanged): torch's SyncBatchNorm on CUDA, SyncedBatchNorm else."""
     if any(p.is_cuda for p in model.parameters()):
-        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        return cast(M, nn.SyncBatchNorm.convert_sync_batchnorm(model))  # `model` itself, unless it is a batch norm
     for name, child in list(model.named_children()):
         if isinstance(child, nn.modules.batchnorm._BatchNorm) and not isinstance(child, SyncedBatchNorm):
             synced = SyncedBatchNorm(child.num_features, child.eps, child.momentum, child.affine,

@@ -20,7 +20,8 @@ with their own loss or per-step hooks (EWC, Rwalk, iCaRL, BiC) and multi-process
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import torch
 import torch.nn.functional as nnf
@@ -41,7 +42,7 @@ class GraphedStep:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, seen: Tensor, batch: int,
                  image_shape: tuple[int, ...], channels_last: bool,
-                 autocast: Callable[[], object], log: Callable[[str], None] = print) -> None:
+                 autocast: Callable[[], AbstractContextManager[object]], log: Callable[[str], None] = print) -> None:
         device = seen.device
         self.model, self.optimizer, self.seen, self.autocast, self.log = model, optimizer, seen, autocast, log
         self.failed = False  # the capture failed: this shape trains eagerly
@@ -123,7 +124,7 @@ class GraphedStep:
         self.optimizer.zero_grad(set_to_none=True)
         self._step()
 
-    def _capture(self) -> "torch.cuda.CUDAGraph":
+    def _capture(self) -> torch.cuda.CUDAGraph:
         self.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

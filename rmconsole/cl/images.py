@@ -14,9 +14,15 @@ from .pipeline import StreamingFolder
 
 
 class ImageSource(Protocol):
-    """What the training loop needs of a split: its labels and images by index."""
+    """What the training loop needs of a split: its labels, its image shape and images by index."""
 
-    labels: Tensor
+    @property
+    def labels(self) -> Tensor: ...
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of every image."""
+        ...
 
     def __len__(self) -> int: ...
 
@@ -24,7 +30,7 @@ class ImageSource(Protocol):
         """uint8 images (len(idx), C, H, W) on the source's device."""
         ...
 
-    def to(self, device: torch.device | str) -> "ImageSource": ...
+    def to(self, device: torch.device | str) -> ImageSource: ...
 
 
 @dataclass
@@ -46,12 +52,13 @@ class TensorImages:
     def take(self, idx: Tensor) -> Tensor:
         return self.images[idx.to(self.images.device)]
 
-    def to(self, device: torch.device | str) -> "TensorImages":
+    def to(self, device: torch.device | str) -> TensorImages:
         return TensorImages(self.images.to(device), self.labels.to(device))
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+        c, h, w = self.images.shape[1:]  # (N, C, H, W): __post_init__ checked
+        return (c, h, w)
 
 
 FolderImages = StreamingFolder  # the spine's name for a split kept on disk as image files
@@ -75,8 +82,8 @@ class Dataset:
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
-        return self.train.shape  # type: ignore[attr-defined]
+        return self.train.shape
 
-    def to(self, device: torch.device | str) -> "Dataset":
+    def to(self, device: torch.device | str) -> Dataset:
         return Dataset(self.name, self.train.to(device), self.test.to(device), self.class_names,
                        self.mean, self.std, self.crop_padding)

@@ -5,8 +5,9 @@ hooks (train.py, inference.py), which therefore never import the methods.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor

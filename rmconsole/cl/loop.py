@@ -105,7 +105,7 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
         task = Task(t, protocol.tasks[t], len(protocol.tasks))
         classes = protocol.scope.classes_after(t)
         if cfg.eval_every_epoch and cfg.evaluate_test:  # config.py refuses the pair; never a test read
-            method.epoch_eval = lambda: evaluate(method, data, test_labels, classes, augmenter)[0]
+            method.epoch_eval = lambda: evaluate(method, data, test_labels, classes, augmenter)[0]  # noqa: B023 - called during this task only
         method.before_task(task)
         method.learn_task(task)
         method.after_task(task)

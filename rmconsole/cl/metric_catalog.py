@@ -354,8 +354,8 @@ def _worst_forgetting(rows: RunRows) -> Optional[float]:
     """F_max: the largest drop of one earlier task, max over j < T-1 of (best acc[k][j] for
     k < T-1) - acc[T-1][j] (F_last is the mean of these drops)."""
     matrix, last = rows.matrix, len(rows.tasks) - 1
-    drops = [max(b) - matrix[last][j] for j in range(last)
-             if (b := [matrix[k][j] for k in range(last) if matrix[k][j] is not None]) and matrix[last][j] is not None]
+    drops = [max(b) - end for j in range(last)
+             if (b := [v for k in range(last) if (v := matrix[k][j]) is not None]) and (end := matrix[last][j]) is not None]
     return max(drops) if drops else None
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-def per_class_accuracy(predictions: "Tensor", labels: "Tensor", n_classes: int) -> list[float | None]:
+def per_class_accuracy(predictions: Tensor, labels: Tensor, n_classes: int) -> list[float | None]:
     """Percent correct per class; None for a class absent from `labels`."""
     import torch
 
@@ -23,17 +23,17 @@ def per_class_accuracy(predictions: "Tensor", labels: "Tensor", n_classes: int) 
     return [100.0 * c / t if t else None for c, t in zip(correct.tolist(), total.tolist())]
 
 
-def topk_hits(ranked: "Tensor", labels: "Tensor") -> "Tensor":
+def topk_hits(ranked: Tensor, labels: Tensor) -> Tensor:
     """Per sample: is the label among the ranked classes ((N, k) class indices, best first)?"""
     return (ranked == labels.view(-1, 1)).any(1)
 
 
-def hit_rate(hits: "Tensor") -> float:
+def hit_rate(hits: Tensor) -> float:
     """Percent of True in a boolean tensor (the top-k accuracy from `topk_hits`)."""
     return 100.0 * hits.float().mean().item() if len(hits) else float("nan")
 
 
-def per_class_hit_rate(hits: "Tensor", labels: "Tensor", n_classes: int) -> list[float | None]:
+def per_class_hit_rate(hits: Tensor, labels: Tensor, n_classes: int) -> list[float | None]:
     """Percent of hits per class; None for a class absent from `labels` (top-k per class)."""
     import torch
 
@@ -42,7 +42,7 @@ def per_class_hit_rate(hits: "Tensor", labels: "Tensor", n_classes: int) -> list
     return [100.0 * h / t if t else None for h, t in zip(hit.tolist(), total.tolist())]
 
 
-def accuracy(predictions: "Tensor", labels: "Tensor") -> float:
+def accuracy(predictions: Tensor, labels: Tensor) -> float:
     return 100.0 * (predictions == labels).float().mean().item() if len(labels) else float("nan")
 
 
@@ -50,7 +50,7 @@ def task_accuracy_row(class_acc: list[float | None], groups: list[list[int]]) ->
     """acc[k][:] from the per-class accuracies after task k: one value per task's classes."""
     row = []
     for classes in groups:
-        vals = [class_acc[c] for c in classes if class_acc[c] is not None]
+        vals = [v for c in classes if (v := class_acc[c]) is not None]
         row.append(sum(vals) / len(vals) if vals else None)
     return row
 
@@ -62,9 +62,9 @@ def forgetting(matrix: list[list[float | None]]) -> float | None:
     last = len(matrix) - 1
     drops = []
     for j in range(last):
-        before = [matrix[k][j] for k in range(last) if matrix[k][j] is not None]
-        if before and matrix[last][j] is not None:
-            drops.append(max(before) - matrix[last][j])
+        before = [v for k in range(last) if (v := matrix[k][j]) is not None]
+        if before and (end := matrix[last][j]) is not None:
+            drops.append(max(before) - end)
     return sum(drops) / len(drops) if drops else None
 
 

@@ -11,16 +11,16 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 
-def area_under_curve(accuracies: Iterable[float]) -> Optional[float]:
+def area_under_curve(accuracies: Iterable[float]) -> float | None:
     """A_auc: the mean of the anytime accuracies (None without any)."""
     values = list(accuracies)
     return sum(values) / len(values) if values else None
 
 
-def class_forgetting(class_accuracy: list[list[Optional[float]]]) -> Optional[float]:
+def class_forgetting(class_accuracy: list[list[float | None]]) -> float | None:
     """F_last as the follow-up computes it, from the per-class accuracies at each task end
     (None for a class not evaluated at that end)."""
     if len(class_accuracy) < 2:
@@ -28,9 +28,9 @@ def class_forgetting(class_accuracy: list[list[Optional[float]]]) -> Optional[fl
     last = class_accuracy[-1]
     gaps = []
     for c in range(len(last)):
-        before = [row[c] for row in class_accuracy[:-1] if c < len(row) and row[c] is not None]
+        before = [v for row in class_accuracy[:-1] if c < len(row) and (v := row[c]) is not None]
         if not before or max(before) <= 0:
             continue
-        final = last[c] if last[c] is not None else 0.0
+        final = end if (end := last[c]) is not None else 0.0
         gaps.append(max(before) - final)
     return sum(gaps) / len(gaps) if gaps else None

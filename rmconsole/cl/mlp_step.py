@@ -21,6 +21,8 @@ one (`Learner.plain_step`) on a single-process run without autocast.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 from torch.nn.modules import module as nn_module
@@ -46,16 +48,27 @@ class _Block:
     lookup costs more than some of the step's kernels). The tensors are the modules' own:
     optimisers and load_state_dict update them in place."""
 
-    __slots__ = ("weight", "weight_t", "bias", "bn_weight", "bn_bias", "running_mean", "running_var", "batches",
-                 "momentum", "eps")
+    __slots__ = (
+        "batches",
+        "bias",
+        "bn_bias",
+        "bn_weight",
+        "eps",
+        "momentum",
+        "running_mean",
+        "running_var",
+        "weight",
+        "weight_t",
+    )
 
     def __init__(self, lin: nn.Linear, bn: nn.BatchNorm1d) -> None:
         self.weight, self.bias = lin.weight, lin.bias
         with torch.no_grad():  # a view of the weight: it sees every in-place update of it
             self.weight_t = lin.weight.t()
         self.bn_weight, self.bn_bias = bn.weight, bn.bias
-        self.running_mean, self.running_var, self.batches = bn.running_mean, bn.running_var, bn.num_batches_tracked
-        self.momentum, self.eps = bn.momentum, bn.eps
+        self.running_mean, self.running_var = bn.running_mean, bn.running_var
+        # MLPStep.of admits only norms tracking running stats with a fixed momentum: neither is None
+        self.batches, self.momentum, self.eps = cast(Tensor, bn.num_batches_tracked), cast(float, bn.momentum), bn.eps
 
 
 class MLPStep:
@@ -80,7 +93,7 @@ class MLPStep:
         return cached[2]
 
     @classmethod
-    def of(cls, model: nn.Module, optimizer: torch.optim.Optimizer) -> "MLPStep | None":
+    def of(cls, model: nn.Module, optimizer: torch.optim.Optimizer) -> MLPStep | None:
         if type(model) is not Backbone or type(model.features) is not nn.Sequential or type(model.fc) is not nn.Linear:
             return None
         mods = list(model.features)
@@ -140,6 +153,7 @@ class MLPStep:
             g = aten.nll_loss_backward(one if weight is None else one * weight, log_p, target, None, MEAN, -100, total)
             g = aten._log_softmax_backward_data(g, log_p, 1, logits.dtype)
             grad = g if grad is None else grad + g
+        assert grad is not None  # terms holds one or two targets
         if unseen is not None:
             grad = grad.masked_fill(unseen, 0)
         self.fc_weight.grad = torch.mm(grad.t(), h)

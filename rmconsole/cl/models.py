@@ -106,7 +106,7 @@ def build_model(name: str, in_shape: tuple[int, int, int], n_classes: int, weigh
     registered by `rmconsole.models`), checked against the contract the methods rely on, with
     pretrained weights from a local file when `weights` (the run's model_weights) or the spec names one."""
     spec = lookup(name)
-    model = spec.builder()(tuple(in_shape), n_classes)
+    model = spec.builder()(cast("tuple[int, int, int]", tuple(in_shape)), n_classes)
     check_contract(name, model, n_classes)
     path = weights or spec.weights
     if path:
@@ -118,16 +118,17 @@ def check_contract(name: str, model: object, n_classes: int) -> None:
     """features (a module), feature_dim (its width) and fc (Linear feature_dim -> n_classes): one
     line naming the model and what is wrong when a builder breaks it."""
     problem = None
+    fc = getattr(model, "fc", None)
     if not isinstance(model, nn.Module):
         problem = f"it built a {type(model).__name__}, not a torch.nn.Module"
     elif not isinstance(getattr(model, "features", None), nn.Module):
         problem = "it has no `features` module"
-    elif not isinstance(getattr(model, "fc", None), nn.Linear):
+    elif not isinstance(fc, nn.Linear):
         problem = "its `fc` is not a torch.nn.Linear head"
-    elif getattr(model, "feature_dim", None) != model.fc.in_features:
-        problem = f"its feature_dim {getattr(model, 'feature_dim', None)!r} is not fc's in_features {model.fc.in_features}"
-    elif model.fc.out_features != n_classes:
-        problem = f"its fc has {model.fc.out_features} outputs, not the run's {n_classes} classes"
+    elif getattr(model, "feature_dim", None) != fc.in_features:
+        problem = f"its feature_dim {getattr(model, 'feature_dim', None)!r} is not fc's in_features {fc.in_features}"
+    elif fc.out_features != n_classes:
+        problem = f"its fc has {fc.out_features} outputs, not the run's {n_classes} classes"
     if problem:
         raise TypeError(f"model {name!r} breaks the backbone contract (features, feature_dim, fc: see "
                         f"rmconsole/cl/modelspec.py): {problem}")
@@ -154,13 +155,12 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
     return state
 
 
-def load_weights(model: nn.Module, path: str | Path, name: str) -> None:
+def load_weights(model: Backbone, path: str | Path, name: str) -> None:
     """Pretrained weights into a fresh model: a state dict of the whole model (`features.*`; `fc.*`
     only when its shape is the run's head) or of its features alone. Every feature parameter must be
     there with its shape (WeightsError, one line, otherwise)."""
     state = read_weights(path)
-    features: nn.Module = model.features  # type: ignore[assignment]
-    fc: nn.Linear = model.fc  # type: ignore[assignment]
+    features, fc = model.features, model.fc
     whole = any(k.startswith("features.") for k in state)
     feats = {k.removeprefix("features."): v for k, v in state.items() if k.startswith("features.")} if whole else \
         dict(state)

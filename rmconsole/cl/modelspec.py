@@ -22,8 +22,9 @@ downloaded. Plug-in packages add specs through the `rmconsole.models` entry-poin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .datasets import resolve
 from .targets import register_in

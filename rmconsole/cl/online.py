@@ -60,7 +60,7 @@ class OnlineProtocol:
 
     def plans(self, n_classes: int) -> list[TaskPlan]:
         return [TaskPlan(t, len(s), self.groups[t], streams.composition(self.train_labels, s, n_classes),
-                         streams.stream_hash(s), [tuple(f) for f in self.first[t]])  # type: ignore[misc]
+                         streams.stream_hash(s), [(c, at) for c, at in self.first[t]])
                 for t, s in enumerate(self.tasks)]
 
 
@@ -69,9 +69,10 @@ def build_online_protocol(cfg: RunSettings, data: Dataset) -> OnlineProtocol:
     # the validation share first, by its own generator; the split is made over what is left
     held = streams.hold_out(labels, cfg.val_fraction, cfg.seed)
     split = streams_iblurry.make_split(cfg.stream, labels if held.empty else labels[held.train], cfg.n_tasks,
-                                       data.n_classes, cfg.disjoint_classes, cfg.blurry, cfg.seed)
+                                       data.n_classes, cfg.disjoint_classes, cfg.blurry, cfg.seed, cfg.pool_order)
     if not held.empty:
-        split = streams_iblurry.BlurrySplit(held.restrict(split.tasks), split.disjoint, split.blurry)
+        split = streams_iblurry.BlurrySplit(held.restrict(split.tasks), split.disjoint, split.blurry,
+                                            held.restrict(split.pooled))
     order = streams_iblurry.first_appearance_order(labels, split.tasks, data.n_classes)
     train_labels = streams.remap_labels(labels, order)
     test_labels = (streams.remap_labels(data.test.labels.cpu(), order) if cfg.evaluate_test
@@ -129,10 +130,10 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
     clock = Clock()
     start = 0
     if resume is not None:
-        start = restore(resume, cfg, protocol, method, augmenter, device)  # type: ignore[arg-type]
+        start = restore(resume, cfg, protocol, method, augmenter, device)
         clock = Clock.from_state(resume.get("online_clock", {}))
     reporter.log(f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
-                 f"{cfg.disjoint_classes}-{cfg.blurry}, online_iter={cfg.online_iter:g}, "
+                 f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}, "
                  f"eval_period={cfg.eval_period}" + (f", compute_budget={cfg.compute_budget:g}"
                                                     if cfg.compute_budget else ""))
     plans = protocol.plans(data.n_classes)

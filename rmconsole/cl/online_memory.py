@@ -20,8 +20,8 @@ per-sample decisions cost microseconds and replay exactly on resume.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import Tensor

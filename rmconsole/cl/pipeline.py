@@ -24,9 +24,10 @@ import queue
 import sys
 import threading
 import warnings
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -41,7 +42,6 @@ MEMORY_BUDGET_BYTES = 4 * 2**30
 def decode_resized(data: Tensor | str, size: int) -> Tensor:
     """uint8 (3, size, size): RGB, shorter side resized to `size` (antialiased), centre crop."""
     from torchvision.io import ImageReadMode, decode_image, read_file
-    from torchvision.transforms.v2 import functional as F
 
     raw = read_file(data) if isinstance(data, str) else data
     img = decode_image(raw, mode=ImageReadMode.RGB)
@@ -154,7 +154,7 @@ class StreamingFolder:
     def decodes_on_gpu(self) -> bool:
         return self.device.type == "cuda" and self.gpu_decode is not False
 
-    def to(self, device: torch.device | str) -> "StreamingFolder":  # (the copy starts without a cache)
+    def to(self, device: torch.device | str) -> StreamingFolder:  # (the copy starts without a cache)
         return StreamingFolder(self.paths, self.labels.to(device), self.size, torch.device(device), self.workers,
                                self.gpu_decode, self.prefetch)
 
@@ -338,7 +338,7 @@ def _threaded(take: Callable[[Tensor], Tensor], plan: list[Tensor], depth: int) 
                 thread.join(0.05)
 
 
-def iter_batches(source: Any, plan: Iterable[Tensor]) -> Iterator[Tensor]:
+def iter_batches(source: Any, plan: Iterable[Tensor]) -> Generator[Tensor, None, None]:
     """uint8 images of each index batch in `plan`: prefetched when the source can, else `take`."""
     if hasattr(source, "batches"):
         yield from source.batches(plan)

@@ -11,7 +11,8 @@ summaries, the reports, the TUI) asks `protocol_of` here. Plain Python.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 Protocol = Literal["task", "task-free"]
 PROTOCOLS: tuple[Protocol, ...] = ("task", "task-free")

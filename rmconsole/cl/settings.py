@@ -34,6 +34,7 @@ class RunSettings(Protocol):
     val_fraction: float  # share of each class's training samples held out for validation (issue 30)
     stream: Literal["online", "offline", "iblurry", "siblurry"]
     disjoint_classes: int  # i-Blurry / Si-Blurry N (percent of disjoint classes)
+    pool_order: Literal["shuffled", "dataset"]  # i-Blurry / Si-Blurry: order of a task's blurry samples before pooling
     online_iter: float  # task-free streams: updates per streamed sample
     eval_period: int  # task-free streams: samples between anytime evaluations
     anytime_class_accuracy: bool

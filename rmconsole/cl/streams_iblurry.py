@@ -11,14 +11,24 @@ and which reproduces the shape of i-Blurry's published split files): one `torch.
 seeded with the run's seed makes, in this order, the class permutation, (Si-Blurry: the random
 cut points), the pool shuffle and one shuffle per task, as theirs does. Their quirks are kept
 and named: the class counts are floored to multiples of T, `len(pool) % T` pooled samples are
-left out of the stream (at most T-1), and the pool takes the first M% of each task's blurry
-indices -- but of the indices in a seeded random order (a second generator), not in dataset
-order as their sampler does. On torchvision's CIFAR and MNIST, stored with classes interleaved,
-the two agree in distribution; on a dataset stored class by class (an ImageFolder tree, such as
-Tiny-ImageNet) the dataset order would pool whole classes and leave others untouched, while
-i-Blurry's published Tiny-ImageNet files keep 443-475 of each major's 500 samples: the random
-order is what reproduces them. A class's own share is still not exactly 100-M percent when a
-task has several blurry classes (CIFAR100's majors: 448-474 of 500 in the published files).
+left out of the stream (at most T-1), and the pool takes the first M% (i-Blurry) or the first
+k_i (Si-Blurry) of each task's blurry indices. In which order those indices stand is the run's
+`pool_order` (POOL_ORDERS):
+
+- "shuffled" (the default): a seeded random order (a second generator, so the sampler's own
+  draws stay the authors' sequence). The pool is then a random M% of the task's blurry samples,
+  as both papers describe it, and it reproduces i-Blurry's published Tiny-ImageNet files
+  (443-475 of each major's 500 samples kept).
+- "dataset": dataset order, as the Si-Blurry authors' sampler does (their online_sampler.py
+  lists indices by a loop over the dataset). On torchvision's CIFAR and MNIST, stored with
+  classes interleaved, the two agree in distribution (only the draw differs); on a dataset
+  stored class by class (an ImageFolder tree: Si-Blurry's Tiny-ImageNet and ImageNet-R) it pools
+  whole classes -- the first of a task's blurry classes in storage order leave their task
+  entirely and the others stay whole. This is what their published Si-Blurry numbers on those
+  datasets ran with; docs/anytime.md measures both.
+
+A class's own share is not exactly 100-M percent even when shuffled, when a task has several
+blurry classes (CIFAR100's majors: 448-474 of 500 in the published files).
 
 Si-Blurry ("stochastic" mode, which the authors' scripts always run): disjoint and blurry
 classes are each cut into T groups at T-1 sorted random cut points (a task may get no class),
@@ -31,7 +41,7 @@ Pure functions of (labels, settings, seed); labels here are the dataset's own la
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -39,6 +49,7 @@ from torch import Tensor
 from .protocols import TASK_FREE_STREAMS
 
 KINDS = TASK_FREE_STREAMS  # the streams protocols.py declares task-free
+POOL_ORDERS = ("shuffled", "dataset")  # how a task's blurry indices stand before the pool takes its first ones
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,7 @@ class BlurrySplit:
     tasks: list[Tensor]
     disjoint: list[list[int]]
     blurry: list[list[int]]
+    pooled: list[Tensor] = field(default_factory=list)  # per task, the indices it gave to the pool
 
     def majors(self, task: int) -> list[int]:
         """The classes a task owns: its disjoint classes, then its blurry major classes."""
@@ -64,7 +76,9 @@ def class_counts(n_classes: int, n_tasks: int, disjoint_pct: int) -> tuple[int, 
     return disjoint, blurry
 
 
-def _check(n_tasks: int, disjoint_pct: int, blurry_pct: int) -> None:
+def _check(n_tasks: int, disjoint_pct: int, blurry_pct: int, pool_order: str = "shuffled") -> None:
+    if pool_order not in POOL_ORDERS:
+        raise ValueError(f"pool_order must be one of {', '.join(POOL_ORDERS)}, got {pool_order!r}")
     if n_tasks < 1:
         raise ValueError(f"n_tasks must be at least 1, got {n_tasks}")
     if not 0 <= disjoint_pct <= 100:
@@ -87,6 +101,17 @@ def _shuffle(idx: Tensor, gen: torch.Generator) -> Tensor:
     return idx[torch.randperm(len(idx), generator=gen)]
 
 
+def _pool_candidates(labels: Tensor, blurry: list[list[int]], n_classes: int, seed: int,
+                     pool_order: str) -> list[Tensor]:
+    """Per task, its blurry indices in the order the pool takes its first ones from
+    (`pool_order`: "shuffled" by the second generator, or "dataset" order as stored)."""
+    by_task = _indices_by_task(labels, blurry, n_classes)
+    if pool_order == "dataset":
+        return by_task
+    order_gen = pool_order_generator(seed)
+    return [_shuffle(b, order_gen) for b in by_task]
+
+
 def pool_order_generator(seed: int) -> torch.Generator:
     """The generator that orders each task's blurry indices before the first M% are pooled
     (apart from the sampler's own, so its draws stay the authors' sequence)."""
@@ -94,9 +119,9 @@ def pool_order_generator(seed: int) -> torch.Generator:
 
 
 def iblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: int, blurry_pct: int,
-                  seed: int) -> BlurrySplit:
+                  seed: int, pool_order: str = "shuffled") -> BlurrySplit:
     """i-Blurry-N-M: equal groups of disjoint and blurry classes per task, an even pool."""
-    _check(n_tasks, disjoint_pct, blurry_pct)
+    _check(n_tasks, disjoint_pct, blurry_pct, pool_order)
     labels = labels.cpu().long()
     gen = torch.Generator().manual_seed(seed)
     n_disjoint, n_blurry = class_counts(n_classes, n_tasks, disjoint_pct)
@@ -104,8 +129,7 @@ def iblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: in
     disjoint = order[:n_disjoint].reshape(n_tasks, -1).tolist()
     blurry = order[n_disjoint:n_disjoint + n_blurry].reshape(n_tasks, -1).tolist()
     disjoint_idx = _indices_by_task(labels, disjoint, n_classes)
-    order_gen = pool_order_generator(seed)
-    blurry_idx = [_shuffle(b, order_gen) for b in _indices_by_task(labels, blurry, n_classes)]
+    blurry_idx = _pool_candidates(labels, blurry, n_classes, seed, pool_order)
     pooled = []
     for t in range(n_tasks):
         n_out = len(blurry_idx[t]) * blurry_pct // 100
@@ -118,7 +142,7 @@ def iblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: in
     for t in range(n_tasks):
         mine = torch.cat([disjoint_idx[t], blurry_idx[t], pool[t * share:(t + 1) * share]])
         tasks.append(_shuffle(mine, gen))
-    return BlurrySplit(tasks, disjoint, blurry)
+    return BlurrySplit(tasks, disjoint, blurry, pooled)
 
 
 def _random_cuts(n: int, n_tasks: int, gen: torch.Generator) -> list[int]:
@@ -128,9 +152,9 @@ def _random_cuts(n: int, n_tasks: int, gen: torch.Generator) -> list[int]:
 
 
 def siblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: int, blurry_pct: int,
-                   seed: int) -> BlurrySplit:
+                   seed: int, pool_order: str = "shuffled") -> BlurrySplit:
     """Si-Blurry: random class groups per task, a pool of random per-task amounts."""
-    _check(n_tasks, disjoint_pct, blurry_pct)
+    _check(n_tasks, disjoint_pct, blurry_pct, pool_order)
     labels = labels.cpu().long()
     gen = torch.Generator().manual_seed(seed)
     n_disjoint, n_blurry = class_counts(n_classes, n_tasks, disjoint_pct)
@@ -144,16 +168,15 @@ def siblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: i
         cut = _random_cuts(n_blurry, n_tasks, gen)
         blurry = [order[n_disjoint + cut[t]:n_disjoint + cut[t + 1]] for t in range(n_tasks)]
     disjoint_idx = _indices_by_task(labels, disjoint, n_classes)
-    order_gen = pool_order_generator(seed)
-    blurry_idx = [_shuffle(b, order_gen) for b in _indices_by_task(labels, blurry, n_classes)]
+    blurry_idx = _pool_candidates(labels, blurry, n_classes, seed, pool_order)
     n_pool = sum(len(b) for b in blurry_idx) * blurry_pct // 100
     amounts = [0] * n_tasks
+    pooled: list[Tensor] = [torch.empty(0, dtype=torch.long) for _ in range(n_tasks)]
     if n_pool > 0:
         cut = _random_cuts(n_pool, n_tasks, gen)
         amounts = [cut[t + 1] - cut[t] for t in range(n_tasks)]
-        pooled = []
         for t in range(n_tasks):
-            pooled.append(blurry_idx[t][:amounts[t]])
+            pooled[t] = blurry_idx[t][:amounts[t]]
             blurry_idx[t] = blurry_idx[t][amounts[t]:]
         pool = _shuffle(torch.cat(pooled), gen)
         start = 0
@@ -161,15 +184,15 @@ def siblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: i
             blurry_idx[t] = torch.cat([blurry_idx[t], pool[start:start + amounts[t]]])
             start += amounts[t]
     tasks = [_shuffle(torch.cat([disjoint_idx[t], blurry_idx[t]]), gen) for t in range(n_tasks)]
-    return BlurrySplit(tasks, disjoint, blurry)
+    return BlurrySplit(tasks, disjoint, blurry, pooled)
 
 
 def make_split(kind: str, labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: int, blurry_pct: int,
-               seed: int) -> BlurrySplit:
+               seed: int, pool_order: str = "shuffled") -> BlurrySplit:
     if kind == "iblurry":
-        return iblurry_split(labels, n_tasks, n_classes, disjoint_pct, blurry_pct, seed)
+        return iblurry_split(labels, n_tasks, n_classes, disjoint_pct, blurry_pct, seed, pool_order)
     if kind == "siblurry":
-        return siblurry_split(labels, n_tasks, n_classes, disjoint_pct, blurry_pct, seed)
+        return siblurry_split(labels, n_tasks, n_classes, disjoint_pct, blurry_pct, seed, pool_order)
     raise ValueError(f"unknown follow-up stream {kind!r}; allowed: {', '.join(KINDS)}")
 
 

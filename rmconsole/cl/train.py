@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -33,6 +34,7 @@ from torch.optim import optimizer as optim_hooks
 
 from .accel import train_chunk
 from .augment import Augmenter, TrainDraw
+from .distributed import Dist
 from .events import EpochStats
 from .graphs import GraphedStep, launch_bound, set_lr
 from .learner import Learner, Task
@@ -184,7 +186,7 @@ def _epoch_loss(losses: list[Tensor], sizes: list[int], graphed: Iterable[Graphe
     parts += [g.loss_sum.float() for g in graphed]
     if not parts:
         return math.nan
-    return float(sum(p.to(parts[0].device) for p in parts).item())
+    return float(cast(Tensor, sum(p.to(parts[0].device) for p in parts)).item())
 
 
 class Stepper:
@@ -271,7 +273,7 @@ def _fused_sgd_step(optimizer: torch.optim.Optimizer, params: list[Tensor]) -> b
         return False
     group = optimizer.param_groups[0]
     with torch.no_grad():
-        torch._fused_sgd_(params, grads, buffers, weight_decay=group["weight_decay"], momentum=group["momentum"],
+        torch._fused_sgd_(params, cast("list[Tensor]", grads), cast("list[Tensor]", buffers), weight_decay=group["weight_decay"], momentum=group["momentum"],
                           lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"],
                           maximize=False, is_first_step=False, grad_scale=None, found_inf=None)
     return True
@@ -312,7 +314,7 @@ class _Chunk:
 
 
 def _epoch_chunks(epochs: int, batches_of: Callable[[int], list[Tensor]], chunk_images: int,
-                  dist) -> Iterator[_Chunk]:
+                  dist: Dist | None) -> Iterator[_Chunk]:
     """The chunks of every epoch in order; an epoch's batches are asked for when its first
     chunk is (an epoch without batches is one empty chunk: its learning rate, evaluation...)."""
     for epoch in range(epochs):

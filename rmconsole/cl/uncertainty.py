@@ -6,14 +6,13 @@ All views of a chunk of candidates are built and scored in one batched forward p
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from . import augment as A
 from .catalog import MEASURES
-
 
 # The authors' fixed "vr" perturbation list, one view each (sizes for 32x32 images; scaled to
 # the image). As in their code (torchvision's RandomHorizontalFlip / RandomVerticalFlip /

@@ -47,7 +47,7 @@ def _show_metrics(detail: dict[str, Any]) -> tuple[list[Any], list[Any], list[An
     which every run's JSON carries), the other measured ones beside it (dim), and the top-k
     figures; a task-free run's own (A_auc, the online figures) are its anytime lines."""
     measured = {k for k, v in detail["metrics"].items() if v is not None}
-    main = [x for x in metric_registry.listed(["task"], (), family="")]
+    main = list(metric_registry.listed(["task"], (), family=""))
     own = [x for x in metric_registry.catalogue() if "task-free" in x.default_for and "task" not in x.default_for]
     extra = [x for x in metric_registry.listed(["task"], measured, family="") if x not in main and x not in own]
     return main, extra, metric_registry.listed(["task"], measured, family="topk")
@@ -236,7 +236,7 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None, brief: bool 
     if detail["memory"] and not brief:
         policies = {(m.get("info") or {}).get("policy") for m in detail["memory"]} - {None}
         console.print("memory after each update: size/slots per class, then samples per class in class_order"
-                      + (f" ({', '.join(sorted(policies))})" if policies else ""), highlight=False)
+                      + (f" ({', '.join(sorted(map(str, policies)))})" if policies else ""), highlight=False)
         for m in detail["memory"]:
             console.print(f"  T{m['task'] + 1} {m['size']}/{m['slots_per_class']}: {' '.join(map(str, m['histogram']))}",
                           highlight=False)
@@ -268,8 +268,8 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None, brief: bool 
         active = detail["status"] in store.ACTIVE and detail.get("job_state")
         console.print(f"{(detail.get('executor') or '').split(':')[0]} job {detail['job_id']}"
                       + (f": {detail['job_state']}" if active else ""), highlight=False)
-    for extra in anytime_report.anytime_lines(detail):  # task-free runs: A_auc, first appearances, compute
-        console.print(extra, highlight=False)
+    for line in anytime_report.anytime_lines(detail):  # task-free runs: A_auc, first appearances, compute
+        console.print(line, highlight=False)
     for entry in (detail.get("versions") or {}).get("plugins") or []:  # the plug-in packages that made it
         console.print(f"plug-in {escape(plugins.provenance_text(entry))}", highlight=False)
     if detail["error"]:

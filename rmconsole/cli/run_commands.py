@@ -91,11 +91,11 @@ def run(
                                  rendezvous=rendezvous, executor=spec, name=name, tags=list(tags))
     run_id, cfg, proc = launched.run_id, launched.config, launched.process
     if detach:
-        if launched.job_id is not None:
+        if launched.job_id is not None and spec is not None:
             err_console.print(f"run {run_id}: submitted as {spec.name} job {launched.job_id}", highlight=False)
         console.print(run_id)
         return
-    where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None else ""
+    where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None and spec is not None else ""
     console.print(f"run [bold]{run_id}[/] ({escape(name or launched.preset)}): {cfg.method} on {cfg.dataset}, "
                   f"K={cfg.memory_size}, {cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}")
     status = follow(run_id, proc)
@@ -170,7 +170,7 @@ def stop(run: Optional[str] = typer.Argument(None, metavar="[RUN]", help="Run id
         counts = runner.stop_sweep(sweep_id, grace)
         console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()), highlight=False)
         return
-    run_id = _run_id(run)  # type: ignore[arg-type]
+    run_id = _run_id(run)  # type: ignore[arg-type]  # not None: exactly one of RUN and --sweep (checked above)
     console.print(f"run {run_id} {runner.stop_run(run_id, grace)}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
@@ -29,16 +29,16 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
             long: bool = typer.Option(False, "--long", "-l", help="With each preset's description.")) -> None:
     """The bundled presets and the installed plug-ins' (names as `--preset` takes them; --long adds
     what each one is)."""
-    items = []
+    items: list[dict[str, Any]] = []
     shipped, problems = plugin_presets()
     problems = [*plugins.problems(), *problems]  # (a package whose entry points cannot be read at all)
     for name in preset_names():
         try:
-            _, table = read_preset(name)
+            _, config = read_preset(name)
         except ConfigError as err:  # a plug-in's unreadable preset: said, the others listed
             problems.append(str(err))
             continue
-        items.append({"name": name, "description": preset_description(name), "config": table,
+        items.append({"name": name, "description": preset_description(name), "config": config,
                       **({"package": shipped[name][1]} if name in shipped else {})})
     for problem in problems:
         err_console.print(f"[yellow]{escape(problem)}[/]", highlight=False)

@@ -76,7 +76,7 @@ def tune(
                 err_console.print(f"stopping study {asked.name}'s running trials…")
                 driver.stop()
                 err_console.print(f"continue with: rmconsole tune --study {asked.name}")
-                raise typer.Exit(1)
+                raise typer.Exit(1) from None
     except QueueBusy as err:
         raise tuning.TuneError(str(err).replace(f"sweep {tuning.lock_id(asked.name)}", f"study {asked.name}")) from None
     console.print(f"study {asked.name}: " + ", ".join(f"{v} {k}" for k, v in counts.items()), highlight=False)

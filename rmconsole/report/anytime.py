@@ -10,10 +10,11 @@ from __future__ import annotations
 import csv
 import math
 import textwrap
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from .. import metric_registry
 from ..cl import protocols
@@ -21,7 +22,6 @@ from ..numbers import fmt
 from ..store.filters import format_value
 from .figures import _pyplot, _save
 from .tables import Report, ReportError, col_title, row_title
-
 
 def is_task_free(run: dict[str, Any]) -> bool:
     return protocols.is_task_free(run.get("config") or {})
@@ -86,7 +86,7 @@ def follow_up_figures() -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def follow_up_figure(config: dict[str, Any], metric: str = "A_auc") -> Optional[dict[str, Any]]:
+def follow_up_figure(config: dict[str, Any], metric: str = "A_auc") -> dict[str, Any] | None:
     """The follow-up's published figure for a run's setting (dataset, method, K, tasks, N, M,
     augmentation; for RM its port), or None. A run on our smaller images or other K has none."""
     for fig in follow_up_figures():

@@ -115,7 +115,8 @@ def plot_accuracy(report: Report, details: dict[int, dict[str, Any]], path: Path
 def epoch_series(detail: dict[str, Any]) -> dict[str, Any]:
     """A run's epoch rows laid end to end: x = epochs trained so far in the run, with the
     loss, lr and test accuracy of each, and where each task starts (`show --json`'s epochs)."""
-    xs, loss, lr, test, starts = [], [], [], [], {}
+    xs, loss, lr, test = [], [], [], []
+    starts: dict[int, int] = {}
     for i, e in enumerate(detail.get("epochs") or []):
         starts.setdefault(e["task"], i)
         xs.append(i)

@@ -33,7 +33,7 @@ def to_markdown(report: Report, digits: int = 2) -> str:
              "|" + "|".join([":--"] * len(report.label_keys) + ["--:"] * (len(heads) - len(report.label_keys))) + "|"]
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
-        for j, col in enumerate(report.cols):
+        for j in range(len(report.cols)):
             values += [cell_text(report, report.cell(i, j), m, digits) for m in _metric_columns(report)]
         lines.append("| " + " | ".join(v.replace("|", "\\|") for v in values) + " |")
     return "\n".join(lines) + f"\n\nTable: {caption(report)}\n"
@@ -58,7 +58,7 @@ def to_csv(report: Report) -> str:
     writer.writerow(heads)
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
-        for j, col in enumerate(report.cols):
+        for j in range(len(report.cols)):
             cell = report.cell(i, j)
             for metric in report.metrics:
                 with_paper = report.with_paper and _paper(metric)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .. import metric_registry
@@ -395,7 +396,7 @@ def _metric_columns(report: Report) -> list[str]:
     return out
 
 
-def _header(report: Report) -> list[tuple[Optional[tuple], str]]:
+def _header(report: Report) -> list[tuple[tuple, str]]:
     """(column group, metric) per value column, in table order."""
     return [(col, metric) for col in report.cols for metric in _metric_columns(report)]
 
@@ -413,4 +414,4 @@ def select(runs: Iterable[dict[str, Any]], where: dict[str, list[str]]) -> list[
     the run filter grammar's rule: values read as on the command line, compared as tables
     write them (`augment=none` matches [])."""
     terms = [filter_where(key, values) for key, values in where.items()]
-    return [r for r in runs if all(t.matches(lambda key, r=r: key_value(r, key)) for t in terms)]
+    return [r for r in runs if all(t.matches(partial(key_value, r)) for t in terms)]

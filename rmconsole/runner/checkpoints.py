@@ -20,6 +20,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from .. import private, store
@@ -27,7 +28,7 @@ from .. import private, store
 FORMAT = 1
 
 
-def _torch():  # type: ignore[no-untyped-def]
+def _torch() -> ModuleType:
     """torch, imported when a checkpoint is written or read (a resume or a delete that only
     checks paths does not pay for it)."""
     import torch
@@ -43,7 +44,7 @@ def checkpoint_path(run_id: int) -> Path:
     return store.home() / "checkpoints" / f"run-{run_id}.pt"
 
 
-def sha256_of(data: bytes) -> str:
+def sha256_of(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -139,7 +140,7 @@ def verified_bytes(run_id: int, path: Path | None = None) -> tuple[bytes, int | 
     if digest not in recorded:
         raise CheckpointError(f"checkpoint {path} does not match the checksum recorded in the store (sha256 "
                               f"{digest[:12]}…, recorded for task {max(recorded.values()) + 1}: "
-                              f"{max(recorded, key=recorded.get)[:12]}…): it was changed or damaged after it was "
+                              f"{max(recorded, key=lambda d: recorded[d])[:12]}…): it was changed or damaged after it was "
                               f"written; restore it from a backup, or delete it to restart run {run_id} from its "
                               f"first task")
     return data, recorded[digest]

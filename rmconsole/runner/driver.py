@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import fcntl
 from pathlib import Path
-from typing import Optional
 
 from .. import store
 
@@ -15,7 +14,7 @@ def lock_path(sweep_id: str) -> Path:
     return store.home() / "sweeps" / f"{sweep_id}.lock"
 
 
-def driver_pid(sweep_id: str) -> Optional[int]:
+def driver_pid(sweep_id: str) -> int | None:
     """The pid of the live process driving this sweep, or None when nobody drives it."""
     path = lock_path(sweep_id)
     if not path.exists():

@@ -37,14 +37,15 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import Any, ClassVar
 
 from .. import private, store
 from ..config import ConfigError
-from .processes import GPU_SHARE_ENV, process_argv, pid_alive, python_m
+from .processes import GPU_SHARE_ENV, pid_alive, process_argv, python_m
 
 SCHEDULER_POLL_S = 2.0  # how often a follower asks the scheduler (squeue is a controller RPC)
 UNKNOWN_GRACE_S = 60.0  # a job the scheduler does not list yet (just submitted) is not dead yet
@@ -106,7 +107,7 @@ class ExecutorSpec:
         return self.name + (":" + ",".join(parts) if parts else "")
 
     @classmethod
-    def from_text(cls, text: str) -> "ExecutorSpec":
+    def from_text(cls, text: str) -> ExecutorSpec:
         name, _, rest = text.partition(":")
         pairs = [p for p in rest.split(",") if p]
         runs_per_gpu = 1
@@ -429,6 +430,13 @@ def executor_for(spec: ExecutorSpec) -> Executor:
     return EXECUTORS[spec.name](spec)
 
 
+def _job_of(run: store.Run) -> str:
+    """How the scheduler holding `run` names its job (a scheduled run: executor and job id set)."""
+    spec = spec_of(run)
+    assert spec is not None and run.job_id is not None, f"run {run.id} is not held by a scheduler"
+    return executor_for(spec).describe(run.job_id)
+
+
 def log_path(run_id: int) -> Path:
     return store.home().resolve() / "logs" / f"run-{run_id}.log"
 
@@ -460,8 +468,8 @@ class RunJob:
         if here != self.store_seen:
             raise RuntimeError(f"this job sees the store {here}, but its runs were submitted to {self.store_seen}: "
                                f"let the scheduler export RMCONSOLE_DB to the job (sbatch's default --export=ALL)")
-        job_id = os.environ.get("SLURM_ARRAY_JOB_ID") and (
-            f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}") or \
+        job_id = (os.environ.get("SLURM_ARRAY_JOB_ID") and (
+            f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}")) or \
             os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID") or "?"
         if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0:
             self._continue_after_requeue(job_id)
@@ -506,9 +514,8 @@ class RunJob:
         """Slurm started this job again (preemption, a requeue): the runs it stopped continue."""
         for run_id in self.run_ids:
             run = store.get_run(run_id)
-            if run.job_id == job_id and run.status in ("stopped", "failed"):
-                if store.requeue_run(run_id):
-                    print(f"run {run_id}: its job was requeued; continuing from its last task checkpoint", flush=True)
+            if run.job_id == job_id and run.status in ("stopped", "failed") and store.requeue_run(run_id):
+                print(f"run {run_id}: its job was requeued; continuing from its last task checkpoint", flush=True)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit's hook at the time limit (or a simulated preemption): stop the workers (each
@@ -600,10 +607,10 @@ def scheduled_verdicts(runs: list[store.Run], stale_after_s: float) -> list[Verd
     by_spec: dict[str, list[store.Run]] = {}
     for run in runs:
         if run.status in store.ACTIVE and is_scheduled(run):
-            by_spec.setdefault(run.executor, []).append(run)  # type: ignore[arg-type]
+            by_spec.setdefault(run.executor or "", []).append(run)  # (is_scheduled: it names one)
     for text, group in by_spec.items():
         executor = executor_for(ExecutorSpec.from_text(text))
-        states = _asked(text, executor, sorted({r.job_id for r in group}))  # type: ignore[misc]
+        states = _asked(text, executor, sorted({r.job_id or "" for r in group}))  # (each has one: is_scheduled)
         for run in group:
             assert run.id is not None and run.job_id is not None
             job = executor.describe(run.job_id)
@@ -674,7 +681,7 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
         assert run.id is not None and run.job_id is not None and run.executor is not None
         sharing = [r for r in store.list_runs(status=store.ACTIVE) if r.job_id == run.job_id and r.id not in ids]
         if sharing:
-            store.mark_stopped(run.id, f"stopped by request; its worker in {executor_for(spec_of(run)).describe(run.job_id)} "  # type: ignore[arg-type]
+            store.mark_stopped(run.id, f"stopped by request; its worker in {_job_of(run)} "
                                        f"(shared with runs {', '.join(str(r.id) for r in sharing)}) exits at its next heartbeat")
         else:
             cancel.setdefault(run.executor, []).append(run.job_id)
@@ -683,17 +690,17 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
     _ASKED.clear()
     for run in runs:  # a run whose worker has not claimed it yet ends here (a claim after this fails)
         if run.job_id in {j for ids in cancel.values() for j in ids}:
-            job = executor_for(spec_of(run)).describe(run.job_id)  # type: ignore[arg-type]
-            store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)",  # type: ignore[arg-type]
+            job = _job_of(run)
+            store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)",
                                only_from=("queued",))
     deadline = time.monotonic() + grace_s + 5  # the worker's SIGTERM handler, or Slurm's KillWait
     pending = [r for r in runs if r.id is not None]
     while pending and time.monotonic() < deadline:
-        pending = [r for r in pending if store.get_run(r.id).status in store.ACTIVE]  # type: ignore[arg-type]
+        pending = [r for r in pending if store.get_run(r.id).status in store.ACTIVE]
         if pending:
             time.sleep(0.2)
     for run in pending:
-        job = executor_for(spec_of(run)).describe(run.job_id)  # type: ignore[arg-type]
-        was = store.get_run(run.id).status  # type: ignore[arg-type]
-        store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)" if was == "queued"  # type: ignore[arg-type]
+        job = _job_of(run)
+        was = store.get_run(run.id).status
+        store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)" if was == "queued"
                            else f"stopped by request ({job} cancelled)")

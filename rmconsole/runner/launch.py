@@ -28,14 +28,15 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from .. import private, store
-from ..store.db import password_by_file
 from ..cl.datasets import data_root
+from ..store.db import password_by_file
 from .multigpu import worker_command
 from .processes import exit_reason, is_run_process, pid_alive, process_argv, python_m
 
@@ -171,9 +172,9 @@ def worker_state(run: store.Run) -> str:
     supervisor or worker), "gone", or "other" (alive, but not recognisably ours: a pid reused by
     another program, or a worker started in-process by some other launcher). Only "ours" is
     ever signalled; "other" is judged by its heartbeat, like a run on another host."""
-    if not pid_alive(run.pid):
+    if run.pid is None or not pid_alive(run.pid):
         return "gone"
-    argv = process_argv(run.pid)  # type: ignore[arg-type]
+    argv = process_argv(run.pid)
     if argv is not None and run.id is not None and is_run_process(argv, run.id):
         return "ours"
     return "other"
@@ -248,7 +249,10 @@ class StartedWorkers:
         self._processes: dict[int, subprocess.Popen] = {}
         self._lock = threading.Lock()
 
-    def add(self, run_id: int, process: subprocess.Popen) -> None:
+    def add(self, run_id: int, process: subprocess.Popen | None) -> None:
+        """Follow `process`; None (a run a scheduler holds: no process here) is not followed."""
+        if process is None:
+            return
         with self._lock:
             self._processes[run_id] = process
 
@@ -330,7 +334,7 @@ def _heartbeat_age(run: store.Run, now: datetime) -> float | None:
 
 def _kill_group(run: store.Run) -> None:
     try:
-        os.killpg(run.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        os.killpg(run.pid, signal.SIGKILL)  # type: ignore[arg-type]  # no pid: the TypeError below
     except (ProcessLookupError, PermissionError, TypeError):
         pass
 
@@ -433,7 +437,7 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
         return stopped("stopped before it started" if run.status == "queued"
                        else "stopped by request (its worker was already gone)")
     try:
-        os.killpg(run.pid, signal.SIGTERM)  # type: ignore[arg-type]
+        os.killpg(run.pid, signal.SIGTERM)  # type: ignore[arg-type]  # no pid: the TypeError below
     except (ProcessLookupError, PermissionError, TypeError):
         pass
     deadline = time.monotonic() + grace_s
@@ -513,7 +517,7 @@ def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None 
     tags = check_identity(name, tags)
     preset_name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
     config = cfg.to_dict()
-    identity = {"name": name, "tags": tags, "overrides": overrides_of(preset, config)}
+    identity: dict[str, Any] = {"name": name, "tags": tags, "overrides": overrides_of(preset, config)}
     if executor is not None:
         from .executors import check_scheduler, submit_runs
 
@@ -577,10 +581,9 @@ def resume_run(run_id: int, rendezvous: Any = None, executor: Any = KEEP) -> Res
     checkpoint, an unwritable RMCONSOLE_HOME) is one line before the run is touched, so its
     recorded error stays. A queued run that nobody will start (a sweep's, with no queue runner)
     is started here too."""
-    from .executors import check_scheduler, spec_of, submit_runs
-
     from ..config import build_config
     from .checkpoints import check_checkpoint, load_checkpoint
+    from .executors import check_scheduler, spec_of, submit_runs
 
     reap_dead([store.get_run(run_id)])
     run = store.get_run(run_id)

@@ -40,7 +40,7 @@ class Rendezvous:
     rdzv_id: str | None = None
     extra: list[str] = field(default_factory=list)
 
-    def check(self, joining: bool = False) -> "Rendezvous":
+    def check(self, joining: bool = False) -> Rendezvous:
         """Refuse combinations torchrun would fail on later, with one line."""
         if self.nnodes < 1:
             raise ConfigError(f"--nnodes {self.nnodes}: must be at least 1")

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 PACKAGE = __name__.rpartition(".")[0]  # "rmconsole.runner"
 EXIT_SUPERSEDED = 3  # a worker that found its run owned or ended by someone else: it wrote nothing
@@ -131,7 +131,7 @@ def entry_args(argv: list[str] | None, usage: str, command: str = "none") -> Ent
     argv = sys.argv[1:] if argv is None else argv
     has_command = len(argv) >= 3 and argv[1] == "--"
     ok = bool(argv) and argv[0].isdigit() and (
-        len(argv) == 1 and command != "required" or has_command and command != "none")
+        (len(argv) == 1 and command != "required") or (has_command and command != "none"))
     if not ok:
         print(f"usage: {usage}", file=sys.stderr)
         return None

@@ -101,7 +101,7 @@ class DriverLock:
     def acquire(self) -> None:
         path = lock_path(self.sweep_id)
         private.mkdir(path.parent)
-        handle = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, private.FILE_MODE), "a+")
+        handle = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, private.FILE_MODE), "a+")  # noqa: SIM115 - held: the lock lives as long as it is open
         for _ in range(20):  # a reader probing with a shared lock holds it for microseconds
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -267,7 +267,7 @@ class ScheduledSweep:
                 self.seen[run.id] = said
                 metrics = run.metrics or {}
                 shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""
-                where = f" ({run.executor.split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
+                where = f" ({(run.executor or '').split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
                 self.log(f"run {run.id} {run.status}{shown}{where}" + (f" — {run.error}" if run.error else ""))
         return any(r.status in store.ACTIVE for r in runs)
 

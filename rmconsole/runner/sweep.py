@@ -33,7 +33,9 @@ from ..plugins import PluginError
 
 def split_values(raw: str) -> list[str]:
     """`"rm,finetune"` -> ["rm", "finetune"]; commas inside [] {} or quotes do not split."""
-    parts, depth, quote, current = [], 0, "", []
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, ""
     for ch in raw:
         if quote:
             quote = "" if ch == quote else quote
@@ -233,7 +235,7 @@ def plan_sweep(preset: Optional[str], pairs: list[str], seeds: Optional[str] = N
         axes["seed"] = seed_list
     points = expand_grid({k: v for k, v in axes.items() if k != "seed"}, axes.get("seed"))
     kept = _for_their_methods(points, axes, table)
-    configs, seen = [], {}
+    configs, seen = [], dict[str, int]()
     for i, (point, own) in enumerate(zip(points, kept), 1):
         explicit = {"seed": seed, "device": device}
         try:

@@ -480,7 +480,7 @@ def prepare(name: str, *, preset: Optional[str] = None, pairs: Optional[list[str
             stored.trials = int(given.get("trials", stored.trials))
         asked = dict(stored.to_json())
         for key in ("preset", "set", "params", "metric", "sampler", "pruner", "seed"):
-            if key in given and key != "trials":
+            if key in given:
                 value = given[key] if key != "params" else [p.spec for p in parse_params(given[key])]
                 if value != asked[key]:
                     raise TuneError(f"--study {name} exists with {key} {_shown(asked[key])}, not {_shown(value)}: "

@@ -155,11 +155,11 @@ class WarmProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
+        while (code := self.poll()) is None:
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
             time.sleep(0.05)
-        return self.returncode  # type: ignore[return-value]
+        return code
 
     def send_signal(self, signum: int) -> None:
         try:

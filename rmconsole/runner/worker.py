@@ -347,7 +347,7 @@ def train(run_id: int) -> str:
               + (" (CUDA allocator capped)" if device.type == "cuda" else "")
               + f": inference forward passes of up to {inference_batch((3, 32, 32), device)} CIFAR-sized images",
               flush=True)
-    fields = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
+    fields: dict[str, Any] = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
                   git_commit=git_commit(), started_at=store.utcnow(), heartbeat_at=store.utcnow(), error=None,
                   finished_at=None)
     if supervisor_pid() is None:  # under a supervisor, the pid is the supervisor's group
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     if args is None:
         return 2
     run_id = args.run_id
-    sys.stdout, sys.stderr = _Tolerant(sys.stdout), _Tolerant(sys.stderr)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = _Tolerant(sys.stdout), _Tolerant(sys.stderr)
     if os.environ.get("LOCAL_RANK") is None:
         die_with_supervisor()  # (a torchrun rank dies with torchrun)
     StopSignal(then=_on_sigterm)

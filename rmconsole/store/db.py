@@ -37,23 +37,31 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, TypeVar
-
-T = TypeVar("T")
+from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
-from sqlalchemy import event, inspect, select
+from sqlalchemy import Select, event, inspect, select
 from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.exc import (ArgumentError, DBAPIError, IntegrityError, InvalidatePoolError, OperationalError,
-                            SQLAlchemyError)
-from sqlmodel import Session, SQLModel, create_engine
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    InvalidatePoolError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.orm import ORMExecuteState
+from sqlmodel import Session, SQLModel, col, create_engine
 
 from .. import private
 from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from .tables import StoreIdentity
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_S = 30.0
 NOTICE_ENV = "RMCONSOLE_WAIT_NOTICE_S"  # overrides WAIT_NOTICE_S (a test suite on a loaded machine raises it)
@@ -193,7 +201,7 @@ def database_url() -> str:
     return database_url_object().render_as_string(hide_password=False)
 
 
-def sqlite_file(url: URL) -> Optional[Path]:
+def sqlite_file(url: URL) -> Path | None:
     """The file of a SQLite URL (None for other databases), absolute."""
     if url.get_backend_name() != "sqlite" or _memory_database(url):
         return None
@@ -205,7 +213,7 @@ def sqlite_file(url: URL) -> Optional[Path]:
     return Path(database).expanduser().resolve()
 
 
-def database_path() -> Optional[Path]:
+def database_path() -> Path | None:
     """The SQLite file of this process's store, or None when the store is not SQLite."""
     return sqlite_file(database_url_object())
 
@@ -337,7 +345,7 @@ def _describe_pid(pid: int) -> str:
     return f"pid {pid} ({shown})"
 
 
-def holders_text(path: Optional[Path]) -> str:
+def holders_text(path: Path | None) -> str:
     """"held by pid N (its command)" for a SQLite store's write lock, or "" when unknown."""
     pids = lock_holders(path) if path is not None else []
     return ("held by " + ", ".join(_describe_pid(p) for p in pids[:3])) if pids else ""
@@ -356,7 +364,7 @@ on_wait: Callable[[str], None] = _print_wait  # the TUI replaces it to show the 
 @dataclass
 class _Wait:
     what: str
-    path: Optional[Path]
+    path: Path | None
     started: float
     told: bool = False
 
@@ -368,10 +376,10 @@ class _Watch:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.waits: dict[int, _Wait] = {}
-        self.thread: Optional[threading.Thread] = None
+        self.thread: threading.Thread | None = None
         self.next = 0
 
-    def start(self, what: str, path: Optional[Path]) -> int:
+    def start(self, what: str, path: Path | None) -> int:
         with self.lock:
             self.next += 1
             self.waits[self.next] = _Wait(what, path, time.monotonic())
@@ -411,7 +419,7 @@ _WATCH = _Watch()
 
 
 @contextmanager
-def _watched(what: str, path: Optional[Path]) -> Iterator[None]:
+def _watched(what: str, path: Path | None) -> Iterator[None]:
     key = _WATCH.start(what, path)
     try:
         yield
@@ -422,7 +430,7 @@ def _watched(what: str, path: Optional[Path]) -> Iterator[None]:
 # ---------------------------------------------------------------------- errors, one line each
 
 
-def _free_bytes(path: Optional[Path]) -> Optional[int]:
+def _free_bytes(path: Path | None) -> int | None:
     if path is None:
         return None
     try:
@@ -454,7 +462,7 @@ def damaged_message(path: Path, error: str) -> str:
             f"place (or restore a backup); runs still training on it stop when it is replaced")
 
 
-def store_error(err: BaseException, url: Optional[URL] = None, doing: str = "use") -> StoreError:
+def store_error(err: BaseException, url: URL | None = None, doing: str = "use") -> StoreError:
     """Any database error as one line that says what is wrong and what to do."""
     if isinstance(err, StoreError):
         return err
@@ -493,7 +501,7 @@ def _unreachable(err: BaseException) -> bool:
     return any(word in low for word in UNREACHABLE_WORDS)
 
 
-_outage_hold: dict[str, Optional[float]] = {"s": None}
+_outage_hold: dict[str, float | None] = {"s": None}
 
 
 def hold_through_outages(seconds: float) -> None:
@@ -517,7 +525,7 @@ def outage_grace_s() -> float:
     return OUTAGE_GRACE_S if os.environ.get(LEASE_ENV) else 0.0
 
 
-_outage: dict[str, Optional[float]] = {"since": None}  # this process's current outage (shared by threads)
+_outage: dict[str, float | None] = {"since": None}  # this process's current outage (shared by threads)
 _outage_lock = threading.Lock()
 
 
@@ -540,6 +548,7 @@ def _within_grace(attempt: Callable[[], T]) -> T:
                           f"results and retrying for up to {grace:g} s (the grace period for a database outage, "
                           f"{GRACE_ENV})", file=sys.stderr, flush=True)
                 since = _outage["since"]
+            assert since is not None  # set above when it was not
             if now - since >= grace:
                 raise StoreUnreachable(f"the database {err.where} stayed unreachable for {now - since:.0f} s, longer "
                                        f"than the grace period ({grace:g} s, {GRACE_ENV}): {err.reason}",
@@ -557,7 +566,7 @@ def _within_grace(attempt: Callable[[], T]) -> T:
 # ---------------------------------------------------------------------- the engine
 
 
-def _file_id(path: Path) -> Optional[tuple[int, int]]:
+def _file_id(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -567,7 +576,7 @@ def _file_id(path: Path) -> Optional[tuple[int, int]]:
 
 def _sqlite_events(engine: Engine, path: Path) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
         record.info["file_id"] = _file_id(path)
         dbapi_conn.isolation_level = None  # let the "begin" hook below issue BEGIN itself
         cur = dbapi_conn.cursor()
@@ -578,7 +587,7 @@ def _sqlite_events(engine: Engine, path: Path) -> None:
         cur.close()
 
     @event.listens_for(engine, "checkout")
-    def _on_checkout(dbapi_conn, record, proxy) -> None:  # type: ignore[no-untyped-def]
+    def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         now = _file_id(path)
         if now is None:
             raise StoreGone(f"the store {path} is gone (removed while this process used it)")
@@ -586,7 +595,7 @@ def _sqlite_events(engine: Engine, path: Path) -> None:
             raise InvalidatePoolError(f"the store file {path} was replaced")
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn) -> None:  # type: ignore[no-untyped-def]
+    def _on_begin(conn: Connection) -> None:
         options = conn.get_execution_options()
         busy = options.get("sqlite_busy_s", BUSY_TIMEOUT_S)  # per transaction: a pooled connection keeps it
         conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(busy * 1000)}")
@@ -684,7 +693,7 @@ def _schema_complete(engine: Engine) -> bool:
             if any(not columns[column.name]["nullable"] for column in table.columns
                    if (table.name, column.name) in RELAXED):
                 return False
-        return conn.execute(select(StoreIdentity.store_id)).first() is not None
+        return conn.execute(select(col(StoreIdentity.store_id))).first() is not None
 
 
 def _create_schema(engine: Engine, url: URL) -> None:
@@ -727,7 +736,7 @@ def _create_schema(engine: Engine, url: URL) -> None:
 def _add_identity(conn: Connection) -> None:
     """The store's identity row, written once when the store is created (or first opened by an
     rmconsole that knows identities): a random id that a recreated store never shares."""
-    table = StoreIdentity.__table__  # type: ignore[attr-defined]
+    table = StoreIdentity.__table__  # type: ignore[attr-defined]  # set on table=True classes; sqlmodel does not declare it
     if conn.execute(select(table.c.store_id)).first() is None:
         conn.execute(table.insert().values(id=1, store_id=uuid.uuid4().hex))
 
@@ -832,14 +841,15 @@ def _retryable(err: OperationalError) -> bool:
 
 
 @event.listens_for(Session, "do_orm_execute")
-def _lock_rows_read_for_writing(state) -> None:  # type: ignore[no-untyped-def]
+def _lock_rows_read_for_writing(state: ORMExecuteState) -> None:
     """In a write session on PostgreSQL, a read of whole rows (session.get, select(Table)) locks
     them until the transaction ends: what SQLite's one write lock gives, at row level."""
     if not (state.session.info.get("lock_rows") and state.is_select and not state.is_relationship_load):
         return
-    described = state.statement.column_descriptions
+    statement = cast("Select[Any]", state.statement)  # is_select: a Select
+    described = statement.column_descriptions
     if described and all(d.get("entity") is not None and d.get("expr") is d.get("entity") for d in described):
-        state.statement = state.statement.with_for_update()
+        state.statement = statement.with_for_update()
 
 
 def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int = 12,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, cast
 
 from .. import metric_registry
 from .records import RunRecord, _config_defaults, config_value, format_value  # noqa: F401  (re-exported)
@@ -171,7 +171,7 @@ class Term:
             return number is not None and any(low <= number <= high for low, high in self.ranges)
         if self.op in ORDERING:
             number = _number(actual)
-            return number is not None and ORDERING[self.op](number, self.wanted[0].number)
+            return number is not None and ORDERING[self.op](number, cast(float, self.wanted[0].number))
         hit = any(w.equals(actual) for w in self.wanted)
         return hit if self.op == "=" else not hit
 

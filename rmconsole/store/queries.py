@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Union, cast
 
 from sqlalchemy import String, func, type_coerce
 from sqlmodel import Session, col, select
@@ -57,7 +57,7 @@ def checkpoint_checksums(run_id: int) -> dict[str, int]:
     with reading() as session:
         rows = session.exec(select(TaskResult.checkpoint_sha256, TaskResult.task).where(
             TaskResult.run_id == run_id, col(TaskResult.checkpoint_sha256).is_not(None))).all()
-    return {sha: task for sha, task in rows}
+    return {sha: task for sha, task in rows if sha is not None}  # (none is: the query excludes them)
 
 
 def list_runs(status: str | Iterable[str] | None = None, preset: str | None = None, method: str | None = None,
@@ -115,7 +115,7 @@ def sweep_ids() -> list[str]:
     with reading() as session:
         rows = session.exec(select(Run.sweep_id, func.min(Run.id)).where(col(Run.sweep_id).is_not(None))
                             .group_by(Run.sweep_id).order_by(func.min(Run.id))).all()
-    return [sweep_id for sweep_id, _ in rows]
+    return [sweep_id for sweep_id, _ in rows if sweep_id is not None]  # (none is: the query excludes them)
 
 
 # ---------------------------------------------------------------------- run records
@@ -123,7 +123,7 @@ def sweep_ids() -> list[str]:
 
 # The record's columns. The config is read as its JSON text and parsed once per distinct text
 # (a run's config never changes), so re-reading a live run costs no JSON parsing.
-_RECORD_COLUMNS = (Run.id, Run.status, Run.preset, Run.method, Run.dataset, Run.seed,
+_RECORD_COLUMNS: tuple[Any, ...] = (Run.id, Run.status, Run.preset, Run.method, Run.dataset, Run.seed,
                    type_coerce(Run.config, String).label("config_json"), Run.sweep_id, Run.n_tasks, Run.task,
                    Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s, Run.eta_s, Run.metrics, Run.error,
                    Run.created_at, Run.heartbeat_at, Run.started_at, Run.finished_at, Run.device, Run.host, Run.pid,
@@ -160,7 +160,7 @@ def _record(row: Any, names: set[str]) -> RunRecord:
 
 # What changes while a run is live, plus the JSON columns as their text (compared, not parsed):
 # a poller that knows a run's record re-reads only these (`live_records`).
-_LIVE_COLUMNS = (Run.id, Run.status, Run.task, Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s,
+_LIVE_COLUMNS: tuple[Any, ...] = (Run.id, Run.status, Run.task, Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s,
                  Run.eta_s, Run.error, Run.heartbeat_at, Run.started_at, Run.finished_at, Run.device, Run.host,
                  Run.pid, Run.log_path, Run.name, Run.note, Run.archived_at, Run.n_tasks,
                  type_coerce(Run.metrics, String).label("metrics_json"), type_coerce(Run.tags, String).label("tags_json"),
@@ -273,7 +273,7 @@ def newest_run_id() -> int:
 
 def joint_run(run: Union[Run, RunRecord, int]) -> Optional[RunRecord]:
     """The finished joint run that is `run`'s upper bound (the catalogue's joint-run rule), or None."""
-    record = run_record(run if isinstance(run, int) else int(run.id))  # type: ignore[arg-type]
+    record = run_record(run if isinstance(run, int) else int(run.id))
     if record.i_last_joint_run is None:
         return None
     return run_record(record.i_last_joint_run)
@@ -287,7 +287,7 @@ def joint_accuracy(run: Union[Run, RunRecord, int]) -> Optional[float]:
 
 def run_summary(run: Union[Run, RunRecord, int], session: Any = None) -> dict[str, Any]:
     """`runs --json` shape of one run (RunRecord.to_json); `session` is accepted for old callers."""
-    return run_record(run if isinstance(run, int) else int(run.id)).to_json()  # type: ignore[arg-type]
+    return run_record(run if isinstance(run, int) else int(run.id)).to_json()
 
 
 # ---------------------------------------------------------------------- one run's parts
@@ -413,7 +413,7 @@ def job_states(ids: Iterable[int]) -> dict[int, tuple[str, str, str | None]]:
     with reading() as session:
         rows = session.exec(select(Run.id, Run.executor, Run.job_id, Run.job_state)
                             .where(col(Run.id).in_(ids), col(Run.job_id).is_not(None))).all()
-    return {r[0]: ((r[1] or "").split(":")[0], r[2], r[3]) for r in rows}
+    return {r[0]: ((r[1] or "").split(":")[0], r[2] or "", r[3]) for r in rows}  # (job_id: never None here)
 
 
 def run_detail(run_id: int) -> dict[str, Any]:
@@ -538,13 +538,15 @@ def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
                 # a running run only adds epoch rows: read the new ones (a resume that deleted some
                 # shows as fewer new rows than the count grew by, and is read whole)
                 epochs = list(session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
-                                                                     EpochMetric.id > old[1])
+                                                                     col(EpochMetric.id) > old[1])
                                            .order_by(col(EpochMetric.id))).all())
                 appended = len(epochs) == now["epochs"][0] - old[0]
             if not appended:
                 epochs = _epochs(session, run_id)
         return RunParts(
-            record=record, class_order=facts[0], class_names=facts[1], pipeline=tuple(facts[2] or ()), marks=now,
+            # (sqlmodel types the JSON columns read as Sequence; they are the stored lists)
+            record=record, class_order=cast("list[int] | None", facts[0]),
+            class_names=cast("list[str] | None", facts[1]), pipeline=tuple(facts[2] or ()), marks=now,
             streams=_streams(session, run_id) if stale["streams"] else None,
             results=_results(session, run_id) if stale["results"] else None,
             memory=_snapshots(session, run_id) if stale["memory"] else None,

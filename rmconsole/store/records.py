@@ -10,11 +10,12 @@ and print `to_json()`, the `runs --json` shape.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
 
 from .. import metric_registry
 from ..cl.metric_catalog import JOINT_KEYS, JSON_ALWAYS, CrossValue, RuleContext, is_upper_bound
@@ -23,7 +24,7 @@ from .tables import ACTIVE
 BUDGET_KEYS = JOINT_KEYS  # the spine's name for the joint rule's matching keys, kept for existing callers
 
 
-def finite(value: Any) -> Optional[float]:
+def finite(value: Any) -> float | None:
     """A stored metric as a number, or None when it is missing or NaN (nothing to show or compare)."""
     if value is None:
         return None
@@ -60,37 +61,37 @@ class RunRecord:
 
     id: int
     status: str
-    preset: Optional[str]
+    preset: str | None
     method: str
     dataset: str
-    memory_size: Optional[int]  # K: a column of every runs table, so read out of the config once
+    memory_size: int | None  # K: a column of every runs table, so read out of the config once
     seed: int
     n_tasks: int
-    task: Optional[int]
-    phase: Optional[str]
+    task: int | None
+    phase: str | None
     phase_done: int
     phase_total: int
-    samples_per_s: Optional[float]
-    eta_s: Optional[float]
+    samples_per_s: float | None
+    eta_s: float | None
     tasks_done: int
-    sweep_id: Optional[str]
-    error: Optional[str]
+    sweep_id: str | None
+    error: str | None
     metrics: Mapping[str, float] = field(default_factory=dict, hash=False)
     cross: Mapping[str, CrossValue] = field(default_factory=dict, hash=False)  # metric -> its value's provenance
-    created_at: Optional[datetime] = None
-    heartbeat_at: Optional[datetime] = None
-    started_at: Optional[datetime] = None
-    finished_at: Optional[datetime] = None
-    device: Optional[str] = None
-    host: Optional[str] = None
-    pid: Optional[int] = None
-    log_path: Optional[str] = None
-    topk: Optional[int] = None  # k of the top-k metrics (the run's `topk` when > 1)
+    created_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    device: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    log_path: str | None = None
+    topk: int | None = None  # k of the top-k metrics (the run's `topk` when > 1)
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)
     # what the user calls it
-    name: Optional[str] = None
+    name: str | None = None
     tags: tuple[str, ...] = ()
-    note: Optional[str] = None
+    note: str | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict, repr=False, hash=False)  # keys unlike the preset's
     archived: bool = False
 
@@ -98,7 +99,7 @@ class RunRecord:
     def active(self) -> bool:
         return self.status in ACTIVE
 
-    def value(self, name: str) -> Optional[float]:
+    def value(self, name: str) -> float | None:
         """The run's value of metric `name` (None: not measured)."""
         return self.metrics.get(name)
 
@@ -114,7 +115,7 @@ class RunRecord:
         """`3/5`: the tasks the metrics cover, for partial metrics."""
         return f"{self.tasks_done}/{self.n_tasks}"
 
-    def metric_text(self, name: str, letter: bool = False, digits: Optional[int] = None, mark: bool = True) -> str:
+    def metric_text(self, name: str, letter: bool = False, digits: int | None = None, mark: bool = True) -> str:
         """Metric `name` as every face writes it: `86.00`, or for a partial run a final-only
         metric as `@3/5 88.06` (`A@3/5 88.06` with `letter`; no mark with `mark=False`, for a
         column beside one that carries it), `—` when not measured; a cross-run metric with its
@@ -141,14 +142,14 @@ class RunRecord:
         return self.name or self.preset or "—"
 
     @property
-    def phase_fraction(self) -> Optional[float]:
+    def phase_fraction(self) -> float | None:
         if not self.phase_total:
             return None
         return min(self.phase_done / self.phase_total, 1.0)
 
     # I_last's provenance, as the faces' notes write it
     @property
-    def i_last_joint_run(self) -> Optional[int]:
+    def i_last_joint_run(self) -> int | None:
         """The joint run I_last was measured against."""
         found = self.cross.get("I_last")
         return found.against if found is not None else None
@@ -166,7 +167,7 @@ class RunRecord:
         return is_upper_bound(self)
 
     @property
-    def i_last_note(self) -> Optional[str]:
+    def i_last_note(self) -> str | None:
         """What the `*` beside I_last means, or None when the joint run differs only in its recipe."""
         if not self.i_last_differs or self.i_last_joint_run is None:
             return None
@@ -232,7 +233,7 @@ class RunRecord:
         }
 
 
-def stored_metrics(stored: Optional[Mapping[str, Any]], names: Optional[set[str]] = None) -> dict[str, float]:
+def stored_metrics(stored: Mapping[str, Any] | None, names: set[str] | None = None) -> dict[str, float]:
     """The metrics of a stored `run.metrics` (any version) by catalogue name: every key that
     names a metric (`names`: the catalogue's, plug-ins included) and holds a number (NaN and None
     left out); the run facts beside them (tasks_done, topk, I_last's provenance) are not metrics."""

@@ -100,7 +100,7 @@ def set_archived(run_ids: list[int], archived: bool = True) -> list[int]:
     def change(run: Run) -> None:
         if (run.archived_at is not None) != archived:
             run.archived_at = utcnow() if archived else None
-            changed.append(run.id)  # type: ignore[arg-type]
+            changed.append(run.id)
 
     _each(run_ids, change)
     return changed
@@ -279,15 +279,15 @@ def delete_results_from(run_id: int, first_task: int, lease: Optional[Lease] = N
         for row in session.exec(select(TaskResult).where(TaskResult.run_id == run_id,
                                                          TaskResult.task >= first_task)).all():
             session.delete(row)
-        for row in session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id,
+        for snapshot in session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id,
                                                              MemorySnapshot.task >= first_task)).all():
-            session.delete(row)
-        for row in session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
+            session.delete(snapshot)
+        for epoch in session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
                                                           EpochMetric.task >= first_task)).all():
-            session.delete(row)
-        for row in session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id,
+            session.delete(epoch)
+        for point in session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id,
                                                           AnytimeEval.task >= first_task)).all():
-            session.delete(row)
+            session.delete(point)
         session.flush()
         run = session.get(Run, run_id)
         if run is not None:  # the summary must not keep metrics of the dropped tasks

@@ -34,7 +34,9 @@ class Run(SQLModel, table=True):
 
     __table_args__ = (Index("ix_run_status_created", "status", "created_at"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    # None only until the row is inserted, and the code reads only stored rows' ids: typed as such
+    # (the DDL is the same, a primary key is NOT NULL either way)
+    id: int = Field(default=None, primary_key=True)
     status: str = Field(default="queued", index=True)
     preset: Optional[str] = Field(default=None, index=True)
     method: str = Field(index=True)

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any
 
-from sqlmodel import Session, delete
+from sqlmodel import Session, col, delete
 
 from .db import LEASE_ENV, write
 from .queries import UnknownRun
@@ -45,8 +46,8 @@ class Lease:
     older rmconsole has no token; a command acting on the store it just read needs no store id)."""
 
     run_id: int
-    token: Optional[str]
-    store_id: Optional[str] = None
+    token: str | None
+    store_id: str | None = None
 
     def env(self) -> dict[str, str]:
         """How a run's processes inherit the lease."""
@@ -56,12 +57,12 @@ class Lease:
         return env
 
     @classmethod
-    def from_env(cls, run_id: int, environ: Optional[dict[str, str]] = None) -> Optional["Lease"]:
+    def from_env(cls, run_id: int, environ: Mapping[str, str] | None = None) -> Lease | None:
         """The lease a run's process was started with, or None (started by hand: it reads its own)."""
-        environ = os.environ if environ is None else environ  # type: ignore[assignment]
-        if LEASE_ENV not in environ:
+        env = os.environ if environ is None else environ
+        if LEASE_ENV not in env:
             return None
-        return cls(run_id, environ.get(LEASE_ENV) or None, environ.get(STORE_ID_ENV) or None)
+        return cls(run_id, env.get(LEASE_ENV) or None, env.get(STORE_ID_ENV) or None)
 
 
 class LeaseLost(Exception):
@@ -73,7 +74,7 @@ class LeaseLost(Exception):
         self.store_changed = store_changed
 
 
-def checked_run(session: Session, run_id: int, lease: Optional[Lease]) -> Run:
+def checked_run(session: Session, run_id: int, lease: Lease | None) -> Run:
     """The run row, after checking `lease` against the store's identity and the run's token
     (in the caller's transaction); UnknownRun when there is no such run and no lease."""
     if lease is not None and lease.store_id is not None:
@@ -104,7 +105,7 @@ class Transition:
         return self.applied
 
 
-def _transition(run_id: int, status: str, only_from: Iterable[str], lease: Optional[Lease] = None,
+def _transition(run_id: int, status: str, only_from: Iterable[str], lease: Lease | None = None,
                 **fields: Any) -> Transition:
     """`run_id` -> `status` with `fields`, only if it is in `only_from` (and `lease` holds), in
     one write transaction."""
@@ -123,7 +124,7 @@ def _transition(run_id: int, status: str, only_from: Iterable[str], lease: Optio
     return write(apply)
 
 
-def claim_run(run_id: int, lease: Optional[Lease] = None, **facts: Any) -> Transition:
+def claim_run(run_id: int, lease: Lease | None = None, **facts: Any) -> Transition:
     """queued -> running, with the worker's facts (host, device, versions, start time...; a
     `status` among them is ignored: the claim sets it). Only a queued run is started, so a
     stopped or already running run never gets a second worker."""
@@ -131,51 +132,51 @@ def claim_run(run_id: int, lease: Optional[Lease] = None, **facts: Any) -> Trans
     return _transition(run_id, "running", ("queued",), lease, **facts)
 
 
-def finish_run(run_id: int, status: str, *, only_from: Iterable[str] = ACTIVE, lease: Optional[Lease] = None,
+def finish_run(run_id: int, status: str, *, only_from: Iterable[str] = ACTIVE, lease: Lease | None = None,
                **fields: Any) -> Transition:
     """End a run in `status` if it is still in `only_from` (default: queued or running), stamping
     finished_at; the named transitions below are this with their statuses spelled out."""
     return _transition(run_id, status, only_from, lease, finished_at=fields.pop("finished_at", utcnow()), **fields)
 
 
-def mark_finished(run_id: int, lease: Optional[Lease] = None, **progress: Any) -> Transition:
+def mark_finished(run_id: int, lease: Lease | None = None, **progress: Any) -> Transition:
     """running -> finished (the worker, after its last task)."""
     return finish_run(run_id, "finished", only_from=("running",), lease=lease, **progress)
 
 
 def mark_failed(run_id: int, error: str, *, only_from: Iterable[str] = ACTIVE,
-                lease: Optional[Lease] = None) -> Transition:
+                lease: Lease | None = None) -> Transition:
     """queued/running -> failed with the reason (a crash, a dead worker, a launcher that gave up)."""
     return finish_run(run_id, "failed", only_from=only_from, lease=lease, error=error)
 
 
 def mark_stopped(run_id: int, error: str, *, only_from: Iterable[str] = ACTIVE,
-                 lease: Optional[Lease] = None) -> Transition:
+                 lease: Lease | None = None) -> Transition:
     """queued/running -> stopped: a stop was asked for (SIGTERM, `rmconsole stop`, a sweep stop)."""
     return finish_run(run_id, "stopped", only_from=only_from, lease=lease, error=error)
 
 
-def fail_stopped_run(run_id: int, error: str, lease: Optional[Lease] = None) -> Transition:
+def fail_stopped_run(run_id: int, error: str, lease: Lease | None = None) -> Transition:
     """stopped -> failed, keeping its end time: a stop nobody asked for was a failure (torchrun
     stops the other ranks when one fails, and rank 0 records that as a stop)."""
     return _transition(run_id, "failed", ("stopped",), lease, error=error)
 
 
-def requeue_run(run_id: int, only_from: Iterable[str] = ENDED_UNFINISHED, owner_pid: Optional[int] = None,
-                owner_host: Optional[str] = None) -> Transition:
+def requeue_run(run_id: int, only_from: Iterable[str] = ENDED_UNFINISHED, owner_pid: int | None = None,
+                owner_host: str | None = None) -> Transition:
     """failed/stopped -> queued for a resume (two resumes cannot both win), with a new token, so
     every process of an earlier attempt is fenced off; the old heartbeat and error are cleared
     so nothing mistakes the dead worker for the new one. `owner_pid`: the process that will start
     the worker (until it does, the run is dead if that process is)."""
-    owner = {"host": owner_host} if owner_host is not None else {}
+    owner: dict[str, Any] = {"host": owner_host} if owner_host is not None else {}
     return finish_run(run_id, "queued", only_from=only_from, finished_at=None, error=None, pid=owner_pid,
                       heartbeat_at=utcnow() if owner_pid is not None else None, token=new_token(), **owner)
 
 
-def ensure_token(run_id: int) -> Optional[str]:
+def ensure_token(run_id: int) -> str | None:
     """The run's token, given one first if it has none (a run stored by an older rmconsole)."""
 
-    def apply(session: Session) -> Optional[str]:
+    def apply(session: Session) -> str | None:
         run = checked_run(session, run_id, None)
         if run.token is None:
             run.token = new_token()
@@ -185,7 +186,7 @@ def ensure_token(run_id: int) -> Optional[str]:
     return write(apply)
 
 
-def heartbeat(run_id: int, lease: Optional[Lease] = None, **progress: Any) -> str:
+def heartbeat(run_id: int, lease: Lease | None = None, **progress: Any) -> str:
     """Write a running worker's progress and return the run's status. The progress is written
     only while the run is `running`; any other status means someone else ended the run (a
     stop from another host, dead-run detection) and the worker must exit without writing."""
@@ -214,7 +215,7 @@ def delete_run(run_id: int) -> Transition:
         if run.status in ACTIVE:
             return Transition(False, run.status)
         for table in (EpochMetric, MemorySnapshot, TaskResult, TaskStream):
-            session.exec(delete(table).where(table.run_id == run_id))  # type: ignore[call-overload]
+            session.exec(delete(table).where(col(table.run_id) == run_id))
         session.delete(run)
         return Transition(True, "deleted")
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Any, Callable
+
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from .console import Console
@@ -31,9 +33,9 @@ class RunCommands(Provider):
     """`open run 12 …`, `stop run 12 …`, `resume run 12 …`, `select run 12 …` for every run of
     the latest read, found by id, name, tag, note, method, override..."""
 
-    def _commands(self) -> list[tuple[str, str, object, str]]:
-        app: Console = self.app  # type: ignore[assignment]
-        commands = []
+    def _commands(self) -> list[tuple[str, str, Callable[[], Any], str]]:
+        app: Console = self.app  # type: ignore[assignment]  # the App, through its face towards its pages
+        commands: list[tuple[str, str, Callable[[], Any], str]] = []
         for row in reversed(app.rows):
             what = describe(row)
             note = f" · note: {row.note}" if row.note else ""
@@ -51,7 +53,7 @@ class RunCommands(Provider):
 
     async def discover(self) -> Hits:
         for title, help_text, callback, _ in self._commands()[:30]:
-            yield DiscoveryHit(title, callback, help=help_text)  # type: ignore[arg-type]
+            yield DiscoveryHit(title, callback, help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
@@ -60,4 +62,4 @@ class RunCommands(Provider):
             if score <= 0 and note and query.lower() in note.lower():
                 score = 0.5  # found by its note (not in the title: shown in the help line)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), callback, help=help_text)  # type: ignore[arg-type]
+                yield Hit(score, matcher.highlight(title), callback, help=help_text)

@@ -6,8 +6,9 @@ App can import its pages without an import cycle (app -> screens, never screens 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
 
 from .data import RunRow
 
@@ -21,6 +22,11 @@ class Console(Protocol):
     rows: list[RunRow]  # the latest read of all runs (command palette, stop confirmation)
 
     def open_run(self, run_id: int) -> None: ...
+
+    def pop_screen(self) -> Any: ...  # textual's App.pop_screen: back to the page below
+
+    @property
+    def size(self) -> Any: ...  # textual's App.size (a Size: width, height)
 
     def open_compare(self, run_ids: Iterable[int] | None = None) -> None: ...
 

@@ -11,12 +11,12 @@ Plain Python, no torch: rmconsole computes it from a run's stored rows when it s
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from rmconsole.cl.metric_catalog import Metric
 
 
-def accuracy_on_newest_task(rows: Any) -> Optional[float]:
+def accuracy_on_newest_task(rows: Any) -> float | None:
     """acc[k][k] for the last task k done (`rows.matrix`: acc[k][j], the accuracy on task j's
     classes after task k); None before the first task, or when that task's classes were not
     evaluated."""

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from rmconsole_a_new.metric import METRIC, accuracy_on_newest_task
 
 from rmconsole.cl.metric_catalog import RunRows, TaskRow
-from rmconsole_a_new.metric import METRIC, accuracy_on_newest_task
 
 TASK = {"stream": "online", "method": "lwf"}
 

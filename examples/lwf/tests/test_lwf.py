@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as nnf
+from rmconsole_lwf.method import LwF, distillation
 
 from rmconsole.cl.data import load_digits
 from rmconsole.cl.loop import build_protocol, make_augmenter, run_protocol
@@ -14,7 +15,6 @@ from rmconsole.cl.methods import Setup, Task
 from rmconsole.cl.metrics import forgetting
 from rmconsole.config import load_config
 from rmconsole.testing import CheckpointKeeper
-from rmconsole_lwf.method import LwF, distillation
 
 CPU = torch.device("cpu")
 SHORT = {"method": "lwf", "augment": "none", "epochs": 3, "stream": "offline", "blurry": 0}

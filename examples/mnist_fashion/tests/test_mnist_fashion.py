@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from rmconsole_mnist_fashion.data import MEAN, STD, MissingPart, load_parts
 
 ROOT = Path(os.environ.get("RMCONSOLE_DATA", "data")).expanduser()

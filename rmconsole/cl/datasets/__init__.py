@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import tomllib
 
 from ..targets import failure, import_target, register_in
 
@@ -180,7 +182,7 @@ class DatasetSpec:
             return (f"get it with `rmconsole data get {self.name}` (needs internet), or point RMCONSOLE_DATA at a "
                     f"folder that has it")
         if self.folder is not None and Path(self.folder).expanduser().is_absolute():
-            return f"put an ImageFolder tree there (train/ and val/, one folder per class)"
+            return "put an ImageFolder tree there (train/ and val/, one folder per class)"
         if self.folder is not None:
             return "point RMCONSOLE_DATA at the folder that holds it"
         return "point RMCONSOLE_DATA at a folder that has it"
@@ -348,6 +350,20 @@ def replace(spec: DatasetSpec, **changes: Any) -> DatasetSpec:
     return dataclasses.replace(spec, **changes)
 
 
-__all__ = ["DatasetCorrupt", "DatasetMissing", "DatasetSpec", "FOLDER_PREFIX", "LoadOptions", "ORDERS_FILE",
-           "UnknownDataset", "builtins", "check_available", "data_root", "folder_spec", "lookup", "register",
-           "resolve", "verify_dataset"]
+__all__ = [
+    "FOLDER_PREFIX",
+    "ORDERS_FILE",
+    "DatasetCorrupt",
+    "DatasetMissing",
+    "DatasetSpec",
+    "LoadOptions",
+    "UnknownDataset",
+    "builtins",
+    "check_available",
+    "data_root",
+    "folder_spec",
+    "lookup",
+    "register",
+    "resolve",
+    "verify_dataset",
+]

@@ -13,9 +13,9 @@ if TYPE_CHECKING:
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 PAPER_ORDERS = {  # seed -> the paper's class order (supplement Table 8), by original label
-    1: tuple(CLASSES.index(c) for c in "truck automobile frog airplane cat bird dog horse deer ship".split()),
-    2: tuple(CLASSES.index(c) for c in "airplane dog ship cat horse truck bird frog automobile deer".split()),
-    3: tuple(CLASSES.index(c) for c in "ship airplane dog truck automobile frog horse cat bird deer".split()),
+    1: tuple(CLASSES.index(c) for c in ["truck", "automobile", "frog", "airplane", "cat", "bird", "dog", "horse", "deer", "ship"]),
+    2: tuple(CLASSES.index(c) for c in ["airplane", "dog", "ship", "cat", "horse", "truck", "bird", "frog", "automobile", "deer"]),
+    3: tuple(CLASSES.index(c) for c in ["ship", "airplane", "dog", "truck", "automobile", "frog", "horse", "cat", "bird", "deer"]),
 }
 
 SPEC = DatasetSpec(
@@ -35,7 +35,7 @@ SPEC = DatasetSpec(
 )
 
 
-def load(spec: DatasetSpec, root: Path, options: LoadOptions) -> "Dataset":
+def load(spec: DatasetSpec, root: Path, options: LoadOptions) -> Dataset:
     from .torchvision_sets import load_torchvision
 
     return load_torchvision(spec, root, options, "CIFAR10", "cifar-10-batches-py")

@@ -24,7 +24,7 @@ SPEC = DatasetSpec(
 )
 
 
-def load_digits() -> "Dataset":
+def load_digits() -> Dataset:
     """A fixed stratified 80/20 split (random_state 0) makes the test set the same on every
     machine, so digits runs are comparable across seeds and installs."""
     import torch
@@ -47,7 +47,7 @@ def load_digits() -> "Dataset":
                    (round(pixels.mean().item(), 4),), (round(pixels.std().item(), 4),), crop_padding=SPEC.crop_padding)
 
 
-def load(spec: DatasetSpec, root: Path, options: LoadOptions) -> "Dataset":
+def load(spec: DatasetSpec, root: Path, options: LoadOptions) -> Dataset:
     return load_digits()
 
 

@@ -38,7 +38,7 @@ def verify_tree(spec: DatasetSpec, root: Path) -> None:
                              f"{base / 'train'}; {fix}")
 
 
-def _image_folder(split_dir: Path, classes: list[str] | None = None) -> tuple[list[str], "Tensor", list[str]]:
+def _image_folder(split_dir: Path, classes: list[str] | None = None) -> tuple[list[str], Tensor, list[str]]:
     """(paths, labels, class names) of an ImageFolder tree, classes sorted like torchvision's."""
     import torch
     from torchvision.datasets import ImageFolder
@@ -51,7 +51,7 @@ def _image_folder(split_dir: Path, classes: list[str] | None = None) -> tuple[li
     return paths, labels, folder.classes
 
 
-def load_tree(spec: DatasetSpec, root: Path, options: LoadOptions) -> "Dataset":
+def load_tree(spec: DatasetSpec, root: Path, options: LoadOptions) -> Dataset:
     """An ImageFolder dataset: streamed from disk (`pipeline.StreamingFolder`) or, when it fits
     (`data_pipeline`), decoded once by the same pipeline into in-memory tensors. Its classes are
     its tree's class folders, whatever the spec's nominal count."""

@@ -34,7 +34,7 @@ SPEC = DatasetSpec(
 )
 
 
-def load(spec: DatasetSpec, root: Path, options: LoadOptions) -> "Dataset":
+def load(spec: DatasetSpec, root: Path, options: LoadOptions) -> Dataset:
     from .torchvision_sets import load_torchvision
 
     return load_torchvision(spec, root, options, "MNIST", "MNIST")

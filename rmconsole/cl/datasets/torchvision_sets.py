@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
-def _split(cls: Any, root: Path, train: bool, download: bool) -> "TensorImages":
+def _split(cls: Any, root: Path, train: bool, download: bool) -> TensorImages:
     import torch
 
     from ..images import TensorImages
@@ -32,7 +32,7 @@ def _split(cls: Any, root: Path, train: bool, download: bool) -> "TensorImages":
     return TensorImages(images.contiguous().to(torch.uint8), torch.as_tensor(ds.targets, dtype=torch.int64))
 
 
-def load_torchvision(spec: DatasetSpec, root: Path, options: LoadOptions, class_name: str, folder: str) -> "Dataset":
+def load_torchvision(spec: DatasetSpec, root: Path, options: LoadOptions, class_name: str, folder: str) -> Dataset:
     """torchvision.datasets.<class_name> under root/<folder> as in-memory uint8 tensors (labels
     checked against its classes: a label out of range would fail late and obscurely)."""
     from torchvision import datasets

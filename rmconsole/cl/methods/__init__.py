@@ -29,7 +29,7 @@ from .scr_params import SCRParams
 from .spec import MethodSpec
 
 if TYPE_CHECKING:
-    from .base import Method, Setup, Task  # noqa: F401
+    from .base import Method, Setup, Task
 
 BOTH = ("task", "task-free")
 _HERE = __name__  # built-ins name their classes by absolute module path, as a plug-in does

@@ -64,7 +64,8 @@ module beside the method, e.g. ewc_params.py, and named by its `MethodSpec`).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, ClassVar, Generic, TypeVar, cast, get_args, get_origin
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, TypeVar, cast, get_args, get_origin
 
 import torch
 import torch.nn.functional as nnf

@@ -48,8 +48,8 @@ from torch import Tensor
 
 from .. import memory as M
 from .base import Method, Task
-from .incremental import NewOldClasses, frozen_copy
 from .bic_params import BiCParams
+from .incremental import NewOldClasses, frozen_copy
 from .taskfree import TaskFree
 
 BETA_L2 = 0.1  # BiC's reference code penalises beta (its "gamma") by 0.1 * beta^2 / 2
@@ -387,7 +387,7 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
             self.held_out_share, self.held_out_full = int(online["share"]), bool(online["full"])
             self.task_index = int(online["task_index"])
             self.task_classes = [list(c) for c in online["task_classes"]]
-            self.task_layers = [tuple(p) for p in online["task_layers"]]  # type: ignore[misc]
+            self.task_layers = [tuple(p) for p in online["task_layers"]]
             self.anytime_fits = list(online["anytime_fits"])
             if online["teacher_classes"] is not None:
                 self.teacher = frozen_copy(self.model)

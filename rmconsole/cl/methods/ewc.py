@@ -73,7 +73,7 @@ class EWC(Regularised[EWCParams], Method[EWCParams]):
         """Fold F (theta - anchor)^2 into A (theta - c)^2 + constant, exactly:
         A(x-c)^2 + F(x-b)^2 = (A+F)(x - (Ac+Fb)/(A+F))^2 + AF/(A+F) (c-b)^2."""
         q = self.quadratic
-        for i, (a, c, f, b) in enumerate(zip(q.weights, q.centres, fisher, anchor)):
+        for a, c, f, b in zip(q.weights, q.centres, fisher, anchor):
             total = a + f
             safe = torch.where(total > 0, total, torch.ones_like(total))
             q.constant += float((a.double() * f.double() / safe.double() * (c.double() - b.double()).pow(2)).sum())

@@ -90,6 +90,7 @@ class ICaRL(NewOldClasses[ICaRLParams], Method[ICaRLParams]):
             return super().class_scores(x)
         if self.class_means is None:
             self.compute_class_means()
+        assert self.class_means is not None  # compute_class_means sets it
         self.model.eval()
         feats = nnf.normalize(self.model.features(x).float(), dim=1)
         dist = torch.cdist(feats, self.class_means)

@@ -20,6 +20,8 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import Tensor, nn
 
+from ..learner import Setup
+from ..models import Backbone
 from .icarl_params import NEW_CLASS_RULES, ICaRLParams
 
 
@@ -57,10 +59,13 @@ class NewOldClasses(Generic[NP]):
 
     previous_model: nn.Module | None = None
     params: NP  # iCaRL's params, or BiC's (which extend them)
+    seen: Tensor  # the Method's (this mixin comes first in iCaRL's and BiC's bases)
+    setup: Setup
+    model: Backbone
 
     def before_task(self, task: Any) -> None:
         seen_before = self.seen.clone()
-        super().before_task(task)  # type: ignore[misc]  (the Method after this mixin)
+        super().before_task(task)  # type: ignore[misc]  # the Method after this mixin in the MRO has it
         self.new_classes, self.old_classes = split_new_old(seen_before, self.seen,
                                                            self.setup.groups[task.index], self.params.new_classes)
         self.previous_model = frozen_copy(self.model) if bool(self.old_classes.any()) else None

@@ -3,13 +3,21 @@
 
 What differs from ER: the memory half of a batch is not drawn at random. Each iteration
 
-1. takes the gradient g of the loss on the (augmented) stream batch (on copies of the batch-norm
-   statistics: the look-ahead does not move them; the follow-up's code lets it),
+1. takes the gradient g of the loss on the (augmented) stream batch,
 2. makes a virtual SGD step theta' = theta - lr g (lr: the step's learning rate),
-3. scores min(`mir_candidates`, |memory|) random memory samples (clean images, the model in
-   eval mode so batch-norm statistics stay as they are) by how much their loss would rise,
-   CE(theta') - CE(theta), and
+3. scores min(`mir_candidates`, |memory|) random memory samples (clean images) by how much
+   their loss would rise, CE(theta') - CE(theta), and
 4. trains on the stream batch plus the batch/2 candidates with the largest rise.
+
+Batch norm in steps 1 and 3 is `mir_score_mode`'s (mir_params.py):
+- "eval" (default; MIR's paper and code): the look-ahead runs on copies of the running
+  statistics and the candidates are scored in eval mode, so neither moves the model's
+  statistics and a candidate's score does not depend on the others drawn with it;
+- "train" (the follow-up's code, whose mir.py never leaves train mode): the look-ahead's stream
+  forward updates the running statistics, and both scoring forwards use the candidates' batch
+  statistics, the one at theta updating the running statistics again (the one at theta' runs on
+  a copy, as theirs runs on a deep copy of the model). Each step then moves the statistics
+  three times instead of once.
 
 The memory is the reservoir. Cost: one extra forward/backward on the stream batch and two
 forwards of the candidates per iteration.
@@ -49,18 +57,22 @@ class MIR(TaskFree, Method[MIRParams]):
         """The k candidates (train indices) whose loss rises most under a virtual SGD step on (x_s, y_s)."""
         if len(candidates) <= k:
             return candidates
+        train_mode = self.params.mir_score_mode == "train"
         self.model.train()
         names, params = zip(*[(n, p) for n, p in self.model.named_parameters() if p.requires_grad])
-        buffers = {n: b.clone() for n, b in self.model.named_buffers()}  # the look-ahead leaves batch-norm statistics alone
+        live = dict(self.model.named_buffers())
+        # eval: the look-ahead runs on copies of the batch-norm statistics; train: on the model's own (they move)
+        buffers = live if train_mode else {n: b.clone() for n, b in live.items()}
         logits = functional_call(self.model, {**dict(zip(names, params)), **buffers}, (x_s,))
         loss = nnf.cross_entropy(self.mask_unseen(logits), y_s)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         lr = self.step_lr()
         virtual = {n: (p - lr * g if g is not None else p).detach() for n, p, g in zip(names, params, grads)}
-        virtual.update({n: b for n, b in self.model.named_buffers()})
+        # train: theta' is scored on a copy of the statistics (theirs: a deep copy of the model)
+        virtual.update({n: b.clone() for n, b in live.items()} if train_mode else live)
         x_c = self.accel.prepare(self.setup.augmenter.test(self.images_of(candidates)))
         y_c = self.labels_of(candidates)
-        self.model.eval()
+        self.model.train(train_mode)
         with torch.no_grad():
             before = nnf.cross_entropy(self.mask_unseen(self.model(x_c)), y_c, reduction="none")
             after = nnf.cross_entropy(self.mask_unseen(functional_call(self.model, virtual, (x_c,))), y_c,

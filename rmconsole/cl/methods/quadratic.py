@@ -22,11 +22,13 @@ Two ways to apply it (`penalty_step`):
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar, cast
 
 import torch
 from torch import Tensor
 
+from ..models import Backbone
 from .ewc_params import EWCParams
 
 RP = TypeVar("RP", bound=EWCParams)
@@ -40,10 +42,10 @@ class Regularised(Generic[RP]):
     default_reg_weight: float
     graphable_step = False  # the penalty's gradient hooks must run eagerly, step by step
     params: RP  # EWC's params, or Rwalk's (which extend them)
-    model: torch.nn.Module
+    model: Backbone
     quadratic: QuadraticPenalty
     consolidated: int
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | None
 
     @property
     def reg_weight(self) -> float:
@@ -57,6 +59,7 @@ class Regularised(Generic[RP]):
         applied that way. Its step t = lr / (1 - momentum) of the optimiser's (one) group."""
         if not self.quadratic.proximal:
             return
+        assert self.optimizer is not None  # after a step: the task's optimiser exists
         group = self.optimizer.param_groups[0]
         lr = float(group["lr"])
         self.quadratic.proximal_step(lr / (1.0 - float(group.get("momentum", 0.0))))
@@ -81,14 +84,15 @@ class QuadraticPenalty:
 
     def _hook(self, i: int) -> Callable[[Tensor], None]:
         def add_penalty_gradient(p: Tensor) -> None:
+            grad = cast(Tensor, p.grad)  # a post-accumulate-grad hook: the gradient is there
             with torch.no_grad():
                 if self.observer is not None:
-                    self.observer(i, p.grad)
+                    self.observer(i, grad)
                 if self.active and self.scale and not self.proximal:
                     buf = self._buffers[i]
                     torch.sub(p, self.centres[i], out=buf)
                     buf.mul_(self.weights[i])
-                    p.grad.add_(buf, alpha=2.0 * self.scale)
+                    grad.add_(buf, alpha=2.0 * self.scale)
 
         return add_penalty_gradient
 

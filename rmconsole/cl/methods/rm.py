@@ -62,11 +62,11 @@ class RainbowMemory(TaskFree, Method[RMParams]):
         return self.params.rm_variant == "iblurry"
 
     @property
-    def head_rule(self) -> str:  # type: ignore[override]
+    def head_rule(self) -> str:  # type: ignore[override]  # TaskFree's ClassVar, per run here (rm_variant)
         return "rebuild" if self.port else "extend"
 
     @property
-    def full_capacity(self) -> bool:  # type: ignore[override]
+    def full_capacity(self) -> bool:  # type: ignore[override]  # TaskFree's ClassVar, per run here (rm_variant)
         return not self.port  # the paper's memory holds K; the port keeps K - batch/2 (the follow-up's ER)
 
     def online_start(self) -> None:

@@ -8,9 +8,15 @@ What differs from ER:
 - predictions come from the nearest class mean (NCM): the mean L2-normalised feature of each
   class's memory samples (clean images), nearest by cosine; a class with no memory sample
   cannot be predicted.
-Batches and the reservoir memory are the follow-up's ER's. The run's augmentations make the two
-views (SCR's own recipe uses resized crops, flips, colour jitter and greyscale); CutMix is not
-applied (the contrastive loss pairs views by label).
+Batches and the reservoir memory are the follow-up's ER's. The two views are `scr_views`'s
+(scr_params.py):
+- "pipeline" (default): two independent draws of the run's augmentation, the pipeline every
+  other method of the run trains with (so a sweep compares losses, not augmentations);
+- "recipe": SCR's own code -- the un-augmented image and one view of SCR's recipe
+  (RandomResizedCrop scale 0.2-1, horizontal flip, colour jitter 0.4/0.4/0.4/0.1 at p 0.8,
+  greyscale at p 0.2), batched with per-sample draws (cl/augment_scr.py) from a generator of
+  its own, so the run's pipeline draws nothing for these steps.
+CutMix is not applied either way (the contrastive loss pairs views by label).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
 
+from ..augment_scr import recipe_view
 from .base import Method
 from .scr_params import SCRParams
 from .taskfree import TaskFree
@@ -52,6 +59,8 @@ class SCR(TaskFree, Method[SCRParams]):
         self.projection = nn.Sequential(nn.Linear(d, d), nn.ReLU(inplace=True),
                                         nn.Linear(d, self.params.scr_projection)).to(self.device)
         self._means: tuple[Any, Tensor, Tensor] | None = None  # (key, classes, normalised means)
+        # "recipe": SCR's own augmentation draws from a generator of its own (the pipeline's stays untouched)
+        self.recipe_gen = torch.Generator().manual_seed(7_919 * (self.cfg.seed + 1))
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         optimizer = super().make_optimizer()
@@ -59,13 +68,37 @@ class SCR(TaskFree, Method[SCRParams]):
             optimizer.add_param_group({"params": list(self.projection.parameters())})
         return optimizer
 
+    def online_start(self) -> None:
+        super().online_start()
+        if self.params.scr_views == "recipe":  # the run's recorded pipeline is not what SCR trains on: say so
+            self.report.log("scr_views=recipe: SCR's two views are the clean image and SCR's own recipe "
+                            "(random_resized_crop(scale=0.2-1), horizontal_flip(p=0.5), "
+                            "color_jitter(0.4, 0.4, 0.4, 0.1, p=0.8), grayscale(p=0.2), normalize), "
+                            "not the run's pipeline")
+
     def online_train(self, stream: Tensor, iterations: int) -> None:
         n_memory = self.cfg.batch_size - len(stream)
+        if self.params.scr_views == "recipe":
+            self.train_recipe_views(stream, n_memory, iterations)
+            return
         batches = []
         for _ in range(iterations):
             batch = torch.cat([stream, self.memory_draw(n_memory)])
             batches.append(torch.cat([batch, batch]))  # two views: each image is augmented on its own
         self.train_batches(batches)
+
+    def train_recipe_views(self, stream: Tensor, n_memory: int, iterations: int) -> None:
+        """SCR's own views: per step, the clean batch and one view of SCR's recipe of it."""
+        aug = self.setup.augmenter
+        for _ in range(iterations):
+            batch = torch.cat([stream, self.memory_draw(n_memory)])
+            if len(batch) < 2:  # batch norm needs two (train_batches' rule)
+                continue
+            images = self.images_of(batch)
+            x = torch.cat([aug.test(images), recipe_view(images, self.recipe_gen, aug.mean, aug.std)])
+            y = self.labels_of(batch)
+            self.model.train()
+            self.step_on(self.accel.prepare(x), torch.cat([y, y]))
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         z = nnf.normalize(self.projection(self.model.features(x)), dim=1)
@@ -95,8 +128,11 @@ class SCR(TaskFree, Method[SCRParams]):
         return classes[(feats @ means.T).argmax(1)]
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "projection": self.projection.state_dict()}
+        return {**super().state_dict(), "projection": self.projection.state_dict(),
+                "recipe_gen": self.recipe_gen.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.projection.load_state_dict(state["projection"])
+        if "recipe_gen" in state:  # checkpoints written before scr_views had none
+            self.recipe_gen.set_state(state["recipe_gen"])
         super().load_state_dict(state)

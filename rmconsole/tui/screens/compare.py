@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,6 +18,7 @@ from ..render import progress_text, status_text
 from ..widgets.accuracy_chart import LINE_COLOURS, AccuracyChart
 from ..widgets.footer import Footer
 from .polling import PollingScreen
+
 
 def _greyed(name: str) -> bool:
     """A partial run's value of this metric is grey: a per-run metric that is final only (a
@@ -44,7 +43,7 @@ class CompareScreen(PollingScreen):
         Binding("enter", "open", "Open run"),
     ]
 
-    view: var[Optional[data.CompareView]] = var(None, init=False)  # the latest read; a change redraws
+    view: var[data.CompareView | None] = var(None, init=False)  # the latest read; a change redraws
 
     def __init__(self, run_ids: list[int]) -> None:
         super().__init__()
@@ -74,7 +73,7 @@ class CompareScreen(PollingScreen):
     def on_compare_loaded(self, message: CompareLoaded) -> None:
         self.view = message.view
 
-    def watch_view(self, view: Optional[data.CompareView]) -> None:
+    def watch_view(self, view: data.CompareView | None) -> None:
         if view is None:
             return
         table = self.query_one("#metrics", DataTable)
@@ -127,7 +126,7 @@ class CompareScreen(PollingScreen):
             notes.append("grey @k/T: partial metrics (after task k of T), not final", style="grey62")
             from rich.console import Group
 
-            return Group(table, notes)  # type: ignore[return-value]
+            return Group(table, notes)  # type: ignore[return-value]  # a renderable like the others (rich.console imported lazily)
         return table
 
     def action_back(self) -> None:

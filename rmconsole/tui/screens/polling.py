@@ -22,7 +22,7 @@ class PollingScreen(Screen):
     """Subclasses implement `read()` (runs in a worker thread) and handle the message it
     returns. Polling starts on mount and reads at once when the page comes back on top."""
 
-    app: Console  # type: ignore[assignment]
+    app: Console  # type: ignore[assignment]  # Screen.app seen through the App's face (tui/console.py)
 
     def __init__(self) -> None:
         super().__init__()

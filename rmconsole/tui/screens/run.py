@@ -154,7 +154,7 @@ class RunScreen(PollingScreen):
             return
         focused = self.focused
         while focused is not None and "panel" not in focused.classes:
-            focused = focused.parent  # type: ignore[assignment]
+            focused = focused.parent  # type: ignore[assignment]  # a DOMNode; up to the App, no "panel" above the screen
         if focused is not None:
             self.maximize(focused)
 

@@ -52,7 +52,7 @@ class RunsScreen(PollingScreen):
         super().__init__()
         self.feed = data.RunsFeed()  # used by one read thread at a time
         self.filter_error: str | None = None  # the `/` filter does not read (shown on the status line)
-        self._counted: tuple | None = None  # type: ignore[type-arg]  # (rows, _counts()) of the last read
+        self._counted: tuple | None = None  # (rows, _counts()) of the last read
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -66,7 +66,7 @@ class RunsScreen(PollingScreen):
         table = self.query_one(RunsTable)
         table.border_title = "runs"
         table.focus()
-        self.watch(self.app, "selected", self.show_rows, init=False)  # type: ignore[arg-type]
+        self.watch(self.app, "selected", self.show_rows, init=False)  # type: ignore[arg-type]  # the App (a DOMNode) typed as its Console face
 
     def on_screen_resume(self) -> None:
         self.show_rows()
@@ -224,7 +224,7 @@ class RunsScreen(PollingScreen):
     def action_compare(self) -> None:
         if not self.app.selected and self._cursor_run() is not None:
             self.notify("Tip: Space selects several runs; comparing the highlighted one.")
-            self.app.open_compare([self._cursor_run()])  # type: ignore[list-item]
+            self.app.open_compare([self._cursor_run()])  # type: ignore[list-item]  # not None: checked just above
             return
         self.app.open_compare()
 

@@ -31,7 +31,7 @@ class AccuracyChart(PlotextPlot):
         plt.xlim(1, n)
         plt.ylim(0, 100)
         every = max(1, -(-n * 4 // max(self.size.width - 10, 8)))  # a label per task while they fit, else every k-th
-        ticks = list(range(1, n + 1, every))
+        ticks: list[float] = list(range(1, n + 1, every))
         plt.xticks(ticks, [f"T{t}" for t in ticks])
         # ticks that get a row each (colliding labels are resolved by plotext in hash order)
         plt.yticks([0, 25, 50, 75, 100] if self.size.height >= 13 else [0, 50, 100])

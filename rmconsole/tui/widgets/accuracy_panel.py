@@ -27,7 +27,7 @@ class AccuracyPanel(Vertical):
     view: var[Optional[RunView]] = var(None)  # bound to the run page's view
     drawn: reactive[tuple[Any, ...]] = reactive(())  # computed: the part of `view` this panel draws
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "accuracy"
 

@@ -4,7 +4,7 @@ end; the newest task's epochs are what moves)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 from textual.app import RenderResult
 from textual.reactive import var
@@ -52,14 +52,14 @@ class EpochsPanel(PlotextPlot):
     DEFAULT_CSS = css_beside(__file__)
     can_focus = True
 
-    view: var[Optional[RunView]] = var(None)  # bound to the run page's view
+    view: var[RunView | None] = var(None)  # bound to the run page's view
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "loss & lr per epoch"
         self.points: tuple[EpochPoint, ...] = ()
 
-    def watch_view(self, view: Optional[RunView]) -> None:
+    def watch_view(self, view: RunView | None) -> None:
         """Redraw only when epochs arrived (a progress tick alone leaves the chart alone)."""
         points = view.epochs if view is not None else ()
         if points is self.points or points == self.points:
@@ -95,5 +95,5 @@ class EpochsPanel(PlotextPlot):
         if len(starts) <= 12:
             plt.xticks(list(starts.values()), [f"T{t + 1}" for t in starts])
         plt.xlim(1, max(len(self.points), 2))
-        plt.ylabel("log10 loss", yside="left")
-        plt.ylabel("lr", yside="right")
+        plt.ylabel("log10 loss", yside="left")  # type: ignore[call-arg]  # the stub says xside; plotext's is yside
+        plt.ylabel("lr", yside="right")  # type: ignore[call-arg]  # the stub says xside; plotext takes yside

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.screen import Screen
 from textual.widgets import Footer as TextualFooter
 
@@ -15,7 +17,7 @@ class Footer(TextualFooter):
 
     _last_shown: tuple | None = None
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Compact: at 80 columns every shown key fits, `?` and `q` included."""
         super().__init__(*args, **kwargs)
         self.compact = True

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
+from textual import events
 from textual.widgets import RichLog
 
 from . import css_beside
@@ -26,7 +29,7 @@ class LogPanel(RichLog):
 
     DEFAULT_CSS = css_beside(__file__)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_lines=2000, wrap=True, min_width=20, highlight=False, markup=False, auto_scroll=True, **kwargs)
         self.border_title = "log"
         self.n_lines = 0
@@ -39,7 +42,7 @@ class LogPanel(RichLog):
         self.kept = (self.kept + lines)[-2000:]
         self.n_lines += len(lines)
 
-    def on_resize(self) -> None:
+    def on_resize(self, event: events.Resize | None = None) -> None:
         width = self.scrollable_content_region.width
         if width != self._wrapped_at and self.kept:
             self._wrapped_at = width

@@ -3,7 +3,7 @@ count, with ←/→ to step back through earlier updates, and RM's uncertainty s
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from rich.text import Text
 from textual.binding import Binding
@@ -35,7 +35,7 @@ class MemoryPanel(Widget):
     results: reactive[tuple] = reactive(())  # computed from `view`: the task results (per-class accuracy)
     pinned: reactive[Optional[int]] = reactive(None)  # index of the shown update; None = latest
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "memory"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Any, Optional
 
 from rich.text import Text
 from textual.reactive import reactive
@@ -83,7 +83,7 @@ class RunHeader(Static):
     notice: reactive[Optional[tuple[str, str]]] = reactive(None)
     line_count: reactive[int] = reactive(0)  # computed: the header's height
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__("reading the run…", **kwargs)
 
     def compute_line_count(self) -> int:

@@ -111,7 +111,7 @@ class RunsTable(DataTable):
     selected_ids: var[frozenset[int]] = var(frozenset(), init=False)
     sorted_by: var[tuple[str, bool]] = var(("id", True), init=False)  # (column, descending)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._cells: dict[str, tuple[tuple[object, ...], ...]] = {}
         self._shown: dict[str, tuple[RunRow, bool]] = {}
@@ -119,7 +119,7 @@ class RunsTable(DataTable):
         self._widths: dict[str, int] = {}
         self._keep: Optional[int] = None  # the run the cursor was on before the columns were rebuilt
         self._compact = False
-        self._fact_cache: dict[int, tuple] = {}  # type: ignore[type-arg]  # run id -> (row, label length, flags, metrics)
+        self._fact_cache: dict[int, tuple] = {}  # run id -> (row, label length, flags, metrics)
         self._lengths: Counter[int] = Counter()  # label length -> rows with it
         self._flags: Counter[str] = Counter()  # "anytime" / a compact metric -> rows with it
         self._keys: dict[int, str] = {}  # run id -> its row key
@@ -155,7 +155,7 @@ class RunsTable(DataTable):
         width = max((n for n, c in lengths.items() if c > 0), default=8)
         return width, flags["anytime"] > 0, frozenset(k for k in COMPACT_METRICS if flags[k] > 0)
 
-    def _count(self, fact: tuple, sign: int) -> None:  # type: ignore[type-arg]
+    def _count(self, fact: tuple, sign: int) -> None:
         self._lengths[fact[1]] += sign
         for name in (*fact[2], *fact[3]):
             self._flags[name] += sign
@@ -195,7 +195,7 @@ class RunsTable(DataTable):
         self._order = []
         for key, label, _, justify, _ in self._columns():
             if key in self._widths:
-                self.add_column(Text(label, justify=justify), width=self._widths[key], key=key)  # type: ignore[arg-type]
+                self.add_column(Text(label, justify=justify), width=self._widths[key], key=key)  # type: ignore[arg-type]  # COLUMNS' justify: "left"/"right"
         self.watch_sorted_by()
         self._keep = keep
         self._sync()
@@ -365,8 +365,8 @@ class RunsTable(DataTable):
         for key, label, _, justify, _ in self._columns():
             if key not in self._widths:
                 continue
-            text = Text(label, justify=justify)  # type: ignore[arg-type]
+            text = Text(label, justify=justify)  # type: ignore[arg-type]  # COLUMNS' justify: "left"/"right"
             if key == column:
                 text.append(" ▼" if descending else " ▲", style="bold")
-            self.columns[key].label = text  # type: ignore[index]
+            self.columns[key].label = text  # type: ignore[index]  # a ColumnKey hashes and compares as its str
         self.refresh()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from rich.text import Text
 from textual.reactive import reactive
@@ -27,7 +27,7 @@ class TaskStreamPanel(Widget):
 
     view: reactive[Optional[RunView]] = reactive(None)
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.border_title = "task stream"
 
