@@ -103,6 +103,10 @@ class RunKeys(BaseModel):
                                 description="share of EACH class's training samples held out as a validation stream "
                                             "(never trained on, never in the memory; validation accuracy is measured "
                                             "where test accuracy is, for selection: `report --select-by`); 0 = none")
+    evaluate_test: bool = Field(default=True,
+                                description="measure accuracy on the TEST split after every task (and at the anytime "
+                                            "points); false: the run never reads a test image and measures validation "
+                                            "only (needs val_fraction > 0; what `rmconsole tune` trials use)")
     disjoint_classes: int = Field(default=50, ge=0, le=100,
                                   description="i-Blurry / Si-Blurry: N, the percent of classes that are disjoint")
     pool_order: Literal["shuffled", "dataset"] = Field(
@@ -280,6 +284,8 @@ class RunConfig(RunKeys):
         if self.gpus > 1 and self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"gpus={self.gpus}: each process takes its own GPU, so device must be auto, cuda "
                              f"or cpu, not {self.device!r} (choose GPUs with CUDA_VISIBLE_DEVICES)")
+        if not self.evaluate_test:
+            self._validation_only_checks()
         if is_task_free(self.stream):
             self._task_free_checks()
         else:
@@ -297,6 +303,16 @@ class RunConfig(RunKeys):
             raise ValueError(f"class_order=paper: {has}, not {self.dataset} seed {self.seed} (a folder dataset's "
                              f"own: its {ORDERS_FILE}; or use class_order=seed)")
         return self
+
+    def _validation_only_checks(self) -> None:
+        """evaluate_test=false measures the validation stream only: without one the run would
+        measure nothing, and the best-over-epochs figure is itself a test evaluation."""
+        if not self.val_fraction > 0:
+            raise ValueError("evaluate_test=false: with val_fraction=0 the run would measure nothing; "
+                             "set val_fraction > 0 (e.g. 0.1) or evaluate_test=true")
+        if self.eval_every_epoch:
+            raise ValueError("evaluate_test=false: eval_every_epoch=true evaluates on the test set after "
+                             "every epoch; set eval_every_epoch=false")
 
     def _task_free_checks(self) -> None:
         """What a task-free (i-Blurry / Si-Blurry) run needs: a method that has the online hooks,

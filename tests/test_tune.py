@@ -177,6 +177,10 @@ def test_the_selection_reads_no_test_figure(monkeypatch: pytest.MonkeyPatch) -> 
         study.enqueue_trial({"lr": lr})
     counts = tuning.StudyDriver(spec, study).run()
     assert counts == {"complete": 1, "pruned": 1}
+    monkeypatch.undo()  # the trials' workers read no test sample either: none was evaluated on test
+    for run in store.find_runs("study:blind"):
+        assert store.get_run(run.id).config["evaluate_test"] is False
+        assert all(r.accuracy is None and r.val_accuracy is not None for r in store.task_results(run.id))
 
 
 @needs_validation

@@ -28,9 +28,9 @@ class TaskOutcome:
     """The evaluation after a task: the honest (last-epoch) numbers, and optional extras."""
 
     task: int
-    accuracy: float  # percent on the task's evaluation set
-    accuracy_row: list[float | None]  # acc[task][j] for every task j
-    class_accuracy: list[float | None]
+    accuracy: float | None  # percent on the task's evaluation set (None: evaluate_test=false, not measured)
+    accuracy_row: list[float | None] | None  # acc[task][j] for every task j (None: not measured)
+    class_accuracy: list[float | None] | None
     eval_classes: list[int]
     seconds: float
     best_epoch_accuracy: float | None = None  # the authors' best-over-epochs figure (test-set selection!)
@@ -70,7 +70,7 @@ class AnytimePoint:
 
     task: int
     samples: int  # streamed samples so far (the stream's clock; skipped ones included)
-    accuracy: float  # percent
+    accuracy: float | None  # percent (None: evaluate_test=false, the test split is never read)
     n_classes: int  # classes exposed so far (labels 0 .. n_classes-1)
     class_accuracy: list[float | None] | None = None  # per exposed class, when the run records it
     seconds: float = 0.0  # this evaluation's wall time

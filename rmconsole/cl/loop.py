@@ -48,7 +48,9 @@ class Protocol:
 def build_protocol(cfg: RunSettings, data: Dataset) -> Protocol:
     order = streams.class_order(data.name, data.n_classes, cfg.seed, cfg.class_order)
     train_labels = streams.remap_labels(data.train.labels.cpu(), order)
-    test_labels = streams.remap_labels(data.test.labels.cpu(), order)
+    # evaluate_test=false: the test split is not touched at all, not even its labels
+    test_labels = (streams.remap_labels(data.test.labels.cpu(), order) if cfg.evaluate_test
+                   else torch.empty(0, dtype=torch.long))
     single = method_class(cfg.method_spec).single_task
     n_tasks = 1 if single else cfg.n_tasks
     groups = streams.task_classes(data.n_classes, n_tasks)
@@ -102,7 +104,7 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
         started = time.perf_counter()
         task = Task(t, protocol.tasks[t], len(protocol.tasks))
         classes = protocol.scope.classes_after(t)
-        if cfg.eval_every_epoch:
+        if cfg.eval_every_epoch and cfg.evaluate_test:  # config.py refuses the pair; never a test read
             method.epoch_eval = lambda: evaluate(method, data, test_labels, classes, augmenter)[0]  # noqa: B023 - called during this task only
         method.before_task(task)
         method.learn_task(task)
@@ -112,13 +114,17 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
             dist.sync_module(method.model)
             dist.agree(f"model after task {t + 1}", torch.tensor(
                 list(bytes.fromhex(distributed.module_hash(method.model))), dtype=torch.uint8))
-        reporter.phase(t, "evaluation", int(torch.isin(test_labels, torch.tensor(classes, device=device)).sum()))
-        result = evaluation(method, data, test_labels, classes, augmenter, topk=cfg.topk)
-        outcome = TaskOutcome(t, result.accuracy, metrics.task_accuracy_row(result.class_accuracy, protocol.groups),
-                              result.class_accuracy, classes, time.perf_counter() - started,
-                              method.best_epoch_accuracy, {"memory": dict(method.memory_info)}, result.topk,
-                              result.topk_accuracy, None if result.topk_class_accuracy is None else
-                              metrics.task_accuracy_row(result.topk_class_accuracy, protocol.groups))
+        if cfg.evaluate_test:
+            reporter.phase(t, "evaluation", int(torch.isin(test_labels, torch.tensor(classes, device=device)).sum()))
+            result = evaluation(method, data, test_labels, classes, augmenter, topk=cfg.topk)
+            outcome = TaskOutcome(t, result.accuracy, metrics.task_accuracy_row(result.class_accuracy, protocol.groups),
+                                  result.class_accuracy, classes, time.perf_counter() - started,
+                                  method.best_epoch_accuracy, {"memory": dict(method.memory_info)}, result.topk,
+                                  result.topk_accuracy, None if result.topk_class_accuracy is None else
+                                  metrics.task_accuracy_row(result.topk_class_accuracy, protocol.groups))
+        else:  # evaluate_test=false (a tuning trial): the test split is never read; validation only
+            outcome = TaskOutcome(t, None, None, None, classes, time.perf_counter() - started, None,
+                                  {"memory": dict(method.memory_info)}, cfg.topk)
         if held is not None:  # the validation pass: a call of its own, on held-out train samples only
             reporter.phase(t, "validation", int(torch.isin(protocol.train_labels[held.validation],
                                                            torch.tensor(classes)).sum()))

@@ -39,8 +39,8 @@ class TaskRow:
     """What a run stored after one task (the store's TaskResult, as plain data)."""
 
     task: int
-    accuracy: float
-    accuracy_row: Sequence[Optional[float]] = ()  # acc[k][j]: on task j's classes after this task k
+    accuracy: Optional[float]  # None: the run did not evaluate on the test set (evaluate_test=false)
+    accuracy_row: Optional[Sequence[Optional[float]]] = ()  # acc[k][j]: on task j's classes after this task k
     class_accuracy: Optional[Sequence[Optional[float]]] = None  # per class (None: class not evaluated)
     best_epoch_accuracy: Optional[float] = None  # the authors' best-over-epochs figure, when recorded
     topk: Optional[int] = None  # k of the top-k figures, when measured
@@ -55,7 +55,7 @@ class AnytimePoint:
     """One anytime evaluation of a task-free run (PROTOCOL §9.3)."""
 
     samples: int  # streamed samples seen when it was taken
-    accuracy: float  # on the test samples of the classes exposed so far
+    accuracy: Optional[float]  # on the test samples (None: evaluate_test=false) of the classes exposed so far
     n_classes: int = 0  # how many classes those were
     val_accuracy: Optional[float] = None  # on the held-out validation samples of those classes
 
@@ -78,13 +78,19 @@ class RunRows:
 
     @property
     def accuracies(self) -> list[float]:
-        """The accuracy after each task done."""
-        return [t.accuracy for t in self.tasks]
+        """The accuracy after each task done (read only where `tested`: test metrics are guarded)."""
+        return [t.accuracy for t in self.tasks if t.accuracy is not None]
 
     @property
     def matrix(self) -> list[list[Optional[float]]]:
         """acc[k][j] (cl/metrics.py)."""
-        return [list(t.accuracy_row) for t in self.tasks]
+        return [list(t.accuracy_row or ()) for t in self.tasks]
+
+    @property
+    def tested(self) -> bool:
+        """Whether every task done has its test figures: a run with evaluate_test=false (a tuning
+        trial) has none, and its test metrics are absent, never 0."""
+        return all(t.accuracy is not None for t in self.tasks) and all(p.accuracy is not None for p in self.anytime)
 
     @property
     def topk(self) -> Optional[int]:
@@ -320,6 +326,14 @@ class Metric:
 # ---------------------------------------------------------------------- computations of the built-ins
 
 
+def _on_test(compute: Callable[[RunRows], Optional[float]]) -> Callable[[RunRows], Optional[float]]:
+    """A test-split metric: absent (None) for a run that never evaluated on the test set."""
+    def of(rows: RunRows) -> Optional[float]:
+        return compute(rows) if rows.tested else None
+    of.__doc__ = compute.__doc__
+    return of
+
+
 def _last(rows: RunRows) -> Optional[float]:
     return rows.accuracies[-1] if rows.tasks else None
 
@@ -367,7 +381,7 @@ def _topk(compute: Callable[[RunRows], Optional[float]]) -> Callable[[RunRows], 
 
 
 def _auc(rows: RunRows) -> Optional[float]:
-    return MA.area_under_curve(p.accuracy for p in rows.anytime)
+    return MA.area_under_curve(p.accuracy for p in rows.anytime if p.accuracy is not None)  # all: _on_test
 
 
 def has_validation(config: Mapping[str, Any]) -> bool:
@@ -430,18 +444,18 @@ TASK_FREE_NOTE = ("task-free runs: A_auc = mean anytime accuracy on the classes 
 
 METRICS: tuple[Metric, ...] = (
     Metric("A_auc", "A_auc", "mean anytime accuracy over the stream, on the classes seen so far (the follow-up's)",
-           compute=_auc, protocols=("task-free",), final_only=False, default_for=("task-free",), note=TASK_FREE_NOTE,
+           compute=_on_test(_auc), protocols=("task-free",), final_only=False, default_for=("task-free",), note=TASK_FREE_NOTE,
            column=8),
-    Metric("A_last", "A_last", "accuracy on every class seen after the last task", compute=_last, sortable=True,
+    Metric("A_last", "A_last", "accuracy on every class seen after the last task", compute=_on_test(_last), sortable=True,
            default_for=PROTOCOLS, paper=True, column=1),
-    Metric("A_avg", "A_avg", "mean of the accuracies after each task", compute=_average, default_for=PROTOCOLS),
+    Metric("A_avg", "A_avg", "mean of the accuracies after each task", compute=_on_test(_average), default_for=PROTOCOLS),
     Metric("F_last", "F_last", "forgetting after the last task: per task (RM), class-wise (task-free)",
-           compute=_forgetting, better="lower", sortable=True, default_for=PROTOCOLS, paper=True, column=5),
+           compute=_on_test(_forgetting), better="lower", sortable=True, default_for=PROTOCOLS, paper=True, column=5),
     Metric("I_last", "I_last", "intransigence: the matching joint run's A_last minus this run's",
            across=JOINT_RULE, better="lower", default_for=("task",), paper=True, column=8,
            missing="I_last needs a finished joint run with the same dataset, model, seed and budget"),
     Metric("F_max", "F_max", "the worst forgetting of one task: its best accuracy before the last task minus after",
-           compute=_worst_forgetting, better="lower", protocols=("task",), sortable=True),
+           compute=_on_test(_worst_forgetting), better="lower", protocols=("task",), sortable=True),
     Metric("A_last_best_epoch", "A_last best-over-epochs (test-set selected)",
            "the last task's best accuracy over its epochs (the authors' figure, selected on the test set)",
            compute=_best_epoch, default_for=("task",), when_measured=True,

@@ -75,7 +75,8 @@ def build_online_protocol(cfg: RunSettings, data: Dataset) -> OnlineProtocol:
                                             held.restrict(split.pooled))
     order = streams_iblurry.first_appearance_order(labels, split.tasks, data.n_classes)
     train_labels = streams.remap_labels(labels, order)
-    test_labels = streams.remap_labels(data.test.labels.cpu(), order)
+    test_labels = (streams.remap_labels(data.test.labels.cpu(), order) if cfg.evaluate_test
+                   else torch.empty(0, dtype=torch.long))  # evaluate_test=false: the test split untouched
     position = {c: i for i, c in enumerate(order)}
     groups = [sorted(position[c] for c in split.majors(t)) for t in range(len(split.tasks))]
     first = streams_iblurry.first_appearances(train_labels, split.tasks)
@@ -149,7 +150,11 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
         began = time.perf_counter()
         method.online_before_eval()
         trained = time.perf_counter()
-        acc, class_acc = evaluate(method, data, test_labels, list(range(clock.exposed)), augmenter)
+        acc: float | None = None
+        class_acc: list[float | None] | None = None
+        if cfg.evaluate_test:  # false: a tuning trial, which never reads the test split
+            acc, class_acc = evaluate(method, data, test_labels, list(range(clock.exposed)), augmenter)
+            clock.anytime_accuracies.append(acc)
         val_acc = None
         if held is not None:  # the validation pass: a call of its own, on held-out train samples only
             val_acc = validation(method, data, held.validation, train_labels, list(range(clock.exposed)),
@@ -158,10 +163,10 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
         clock.train_seconds += trained - began
         clock.eval_seconds += seconds
         clock.evaluations += 1
-        clock.anytime_accuracies.append(acc)
         reporter.anytime_evaluated(AnytimePoint(
             task, clock.arrivals, acc, clock.exposed,
-            class_acc[:clock.exposed] if cfg.anytime_class_accuracy else None, round(seconds, 4), val_acc))
+            class_acc[:clock.exposed] if cfg.anytime_class_accuracy and class_acc is not None else None,
+            round(seconds, 4), val_acc))
 
     for t in range(start, len(protocol.tasks)):
         task_started = time.perf_counter()
@@ -194,16 +199,20 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
         reporter.advance(since_advance)
         method.online_task_end(task)
         clock.train_seconds += time.perf_counter() - began
-        reporter.phase(t, "evaluation", int((test_labels < clock.exposed).sum()))
         evaluated = time.perf_counter()
         classes = list(range(clock.exposed))
-        acc, class_acc = evaluate(method, data, test_labels, classes, augmenter)
+        task_acc: float | None = None
+        task_class_acc: list[float | None] | None = None
+        if cfg.evaluate_test:  # false: validation only, the test split never read
+            reporter.phase(t, "evaluation", int((test_labels < clock.exposed).sum()))
+            task_acc, task_class_acc = evaluate(method, data, test_labels, classes, augmenter)
         val = None if held is None else validation(method, data, held.validation, train_labels, classes, augmenter)
         clock.eval_seconds += time.perf_counter() - evaluated
         method.memory_report(task)
         clock.wall_seconds += time.perf_counter() - task_started
         extra = {"memory": dict(method.memory_info), "online": online_summary(clock, method)}
-        outcome = TaskOutcome(t, acc, metrics.task_accuracy_row(class_acc, protocol.groups), class_acc, classes,
+        outcome = TaskOutcome(t, task_acc, None if task_class_acc is None else
+                              metrics.task_accuracy_row(task_class_acc, protocol.groups), task_class_acc, classes,
                               time.perf_counter() - task_started, None, extra)
         if val is not None:
             outcome.val_accuracy, outcome.val_class_accuracy = val.accuracy, val.class_accuracy

@@ -30,6 +30,7 @@ class RunSettings(Protocol):
     memory_size: int
     n_tasks: int
     blurry: int
+    evaluate_test: bool  # false: no test-set evaluation at all (validation only; tune's trials)
     val_fraction: float  # share of each class's training samples held out for validation (issue 30)
     stream: Literal["online", "offline", "iblurry", "siblurry"]
     disjoint_classes: int  # i-Blurry / Si-Blurry N (percent of disjoint classes)

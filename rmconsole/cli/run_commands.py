@@ -142,7 +142,10 @@ def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
                                     eta=duration(run.eta_s))
                 results = store.task_results(run_id) if (run.metrics or {}).get("tasks_done", 0) > reported else []
                 for result in results[reported:]:
-                    progress.console.print(f"task {result.task + 1}/{run.n_tasks}: accuracy {result.accuracy:.2f}% "
+                    tested = ("no test evaluation (evaluate_test=false)" if result.accuracy is None
+                              else f"accuracy {result.accuracy:.2f}%")
+                    val = f", validation {result.val_accuracy:.2f}%" if result.val_accuracy is not None else ""
+                    progress.console.print(f"task {result.task + 1}/{run.n_tasks}: {tested}{val} "
                                            f"({result.seconds:.1f} s)")
                 reported = max(reported, len(results))
         return run.status

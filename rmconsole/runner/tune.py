@@ -252,6 +252,11 @@ def check_metric(name: str) -> tuple[str, Literal["minimize", "maximize"]]:
     return name, "minimize" if metric(name).lower_is_better else "maximize"
 
 
+# what every trial's run gets beside the study's own keys: no test-set evaluation at all, so a
+# study reads no test sample, in its driver or in its trials' workers (issue 30)
+TRIAL_PAIRS = ("evaluate_test=false",)
+
+
 def check_spec(spec: StudySpec) -> dict[str, Any]:
     """Validate a study before anything is stored: the name, sampler, pruner, metric, the base
     config, and every bound and choice of every parameter as a config value. Returns the
@@ -267,6 +272,10 @@ def check_spec(spec: StudySpec) -> dict[str, Any]:
         raise TuneError("give the search space: --param KEY=log:LO..HI (or float/int/intlog/choice), repeatable, "
                         "or a study file's [params] table")
     check_metric(spec.metric)
+    for pair in [*spec.pairs, *(p.spec for p in spec.params)]:
+        if pair.partition("=")[0].strip() == "evaluate_test":
+            raise TuneError(f"{shorten(pair)}: a study's trials never evaluate on the test set (evaluate_test=false "
+                            f"is set for them); report the selected configuration on test with ordinary runs")
     _, base = load_config(spec.preset, list(spec.pairs))
     val_fraction = getattr(base, "val_fraction", None)
     if val_fraction is not None and not val_fraction > 0:
@@ -293,7 +302,7 @@ def check_spec(spec: StudySpec) -> dict[str, Any]:
 def _config_with(spec: StudySpec, values: dict[str, Any]) -> Any:
     from .sweep import sweep_axes
 
-    extra = {k: v[0] for k, v in sweep_axes(list(spec.pairs)).items()}
+    extra = {k: v[0] for k, v in sweep_axes([*spec.pairs, *TRIAL_PAIRS]).items()}
     extra.update(values)
     return load_config(spec.preset, extra)[1]
 
@@ -622,7 +631,7 @@ class StudyDriver:
 
         trial = self.study.ask(self.distributions)
         values = {key: self.params[key].as_config(value) for key, value in trial.params.items()}
-        pairs = list(self.spec.pairs) + [f"{k}={_toml_value(v)}" for k, v in values.items()]
+        pairs = list(self.spec.pairs) + [f"{k}={_toml_value(v)}" for k, v in values.items()] + list(TRIAL_PAIRS)
         try:
             launched = launch.launch_run(self.spec.preset, pairs, executor=self.executor,
                                          name=trial_name(self.spec.name, trial.number),

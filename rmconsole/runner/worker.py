@@ -286,6 +286,10 @@ class StoreReporter(Reporter):
             self.task_seconds.append(outcome.seconds)
         auc = f", A_auc so far {summary['A_auc']:.2f}" if summary.get("A_auc") is not None else ""
         val = f", validation {outcome.val_accuracy:.2f}%" if outcome.val_accuracy is not None else ""
+        if outcome.accuracy is None:  # evaluate_test=false: validation only
+            print(f"task {outcome.task + 1}/{self.n_tasks}: no test evaluation (evaluate_test=false){val} "
+                  f"({outcome.seconds:.1f} s)", flush=True)
+            return
         print(f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}%{val} "
               f"({outcome.seconds:.1f} s); A_avg so far {summary['A_avg']:.2f}{auc}", flush=True)
 

@@ -687,8 +687,11 @@ def _schema_complete(engine: Engine) -> bool:
         for table in SQLModel.metadata.sorted_tables:
             if table.name not in present:
                 return False
-            columns = {c["name"] for c in inspector.get_columns(table.name)}
+            columns = {c["name"]: c for c in inspector.get_columns(table.name)}
             if any(column.name not in columns for column in table.columns):
+                return False
+            if any(not columns[column.name]["nullable"] for column in table.columns
+                   if (table.name, column.name) in RELAXED):
                 return False
         return conn.execute(select(col(StoreIdentity.store_id))).first() is not None
 
@@ -713,6 +716,7 @@ def _create_schema(engine: Engine, url: URL) -> None:
                     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
                 SQLModel.metadata.create_all(conn)
                 _add_missing_columns(conn)
+                _relax_not_null(conn)
                 _add_identity(conn)
             return
         except OperationalError as err:
@@ -751,6 +755,39 @@ def _add_missing_columns(conn: Connection) -> None:
             if column.name not in present:
                 ddl = CreateColumn(column).compile(dialect=conn.dialect)
                 conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
+
+
+# columns once NOT NULL that may now be empty: a run with evaluate_test=false stores no test
+# accuracy (issue 30: a tuning trial never reads the test split)
+RELAXED = frozenset({("taskresult", "accuracy"), ("anytimeeval", "accuracy")})
+
+
+def _relax_not_null(conn: Connection) -> None:
+    """A store written before `RELAXED` lets those columns be NULL. PostgreSQL drops the
+    constraint in place; SQLite cannot, so the table is rebuilt as SQLite's documentation
+    prescribes (the old one renamed, the new one created with its indexes, the rows copied,
+    the old one dropped), inside the schema transaction. Nothing references these tables."""
+    from sqlalchemy import text
+
+    inspector = inspect(conn)
+    for table in SQLModel.metadata.sorted_tables:
+        strict = [c["name"] for c in inspector.get_columns(table.name)
+                  if (table.name, c["name"]) in RELAXED and not c["nullable"]]
+        if not strict:
+            continue
+        if conn.dialect.name != "sqlite":
+            for name in strict:
+                conn.execute(text(f"ALTER TABLE {table.name} ALTER COLUMN {name} DROP NOT NULL"))
+            continue
+        columns = ", ".join(c["name"] for c in inspector.get_columns(table.name))
+        for index in inspector.get_indexes(table.name):
+            if index.get("name"):
+                conn.execute(text(f"DROP INDEX {index['name']}"))
+        old = f"_{table.name}_before_relax"
+        conn.execute(text(f"ALTER TABLE {table.name} RENAME TO {old}"))
+        table.create(conn)
+        conn.execute(text(f"INSERT INTO {table.name} ({columns}) SELECT {columns} FROM {old}"))
+        conn.execute(text(f"DROP TABLE {old}"))
 
 
 @contextmanager

@@ -113,9 +113,11 @@ class TaskResult(SQLModel, table=True):
     id: Optional[int] = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id", index=True)
     task: int
-    accuracy: float
-    accuracy_row: list[Optional[float]] = Field(sa_column=Column(JSON, nullable=False))
-    class_accuracy: list[Optional[float]] = Field(sa_column=Column(JSON, nullable=False))
+    # the TEST figures; None / JSON null: the run did not evaluate on the test set
+    # (evaluate_test=false; the column was NOT NULL before, relaxed by db._relax_not_null)
+    accuracy: Optional[float] = None
+    accuracy_row: Optional[list[Optional[float]]] = Field(sa_column=Column(JSON, nullable=False))
+    class_accuracy: Optional[list[Optional[float]]] = Field(sa_column=Column(JSON, nullable=False))
     eval_classes: list[int] = Field(sa_column=Column(JSON, nullable=False))
     best_epoch_accuracy: Optional[float] = None
     # top-k (the run's `topk` > 1): `accuracy` and `accuracy_row` stay top-1 for every run, so the
@@ -177,7 +179,7 @@ class AnytimeEval(SQLModel, table=True):
     run_id: int = Field(foreign_key="run.id", index=True)
     task: int
     samples: int  # streamed samples so far
-    accuracy: float
+    accuracy: Optional[float] = None  # None: evaluate_test=false (nullable since; db._relax_not_null)
     n_classes: int  # classes exposed so far
     class_accuracy: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
     seconds: float = 0.0

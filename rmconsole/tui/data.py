@@ -182,8 +182,8 @@ class StreamTask:
 @dataclass(frozen=True)
 class TaskAccuracy:
     task: int
-    accuracy: float
-    accuracy_row: tuple[Optional[float], ...]
+    accuracy: Optional[float]  # None: the run did not evaluate on the test set (evaluate_test=false)
+    accuracy_row: tuple[Optional[float], ...]  # () when not measured
     seconds: float
     class_accuracy: tuple[Optional[float], ...] = ()  # per class (class-order index) after this task
     eval_classes: tuple[int, ...] = ()  # the classes seen so far (tested)
@@ -230,7 +230,7 @@ class AnytimePoint:
 
     task: int
     samples: int
-    accuracy: float
+    accuracy: Optional[float]  # None: evaluate_test=false
     n_classes: int
 
 
@@ -298,7 +298,7 @@ class RunFeed:
                                                       tuple((int(c), int(p)) for c, p in s.first_appearances or ()))
                                            for s in parts.streams)
         if parts.results is not None:
-            self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row), r.seconds,
+            self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row or ()), r.seconds,
                                                         tuple(r.class_accuracy or ()), tuple(r.eval_classes or ()),
                                                         r.val_accuracy)
                                            for r in parts.results)

@@ -288,7 +288,7 @@ def heat(value: Optional[float]) -> str:
     return f"rgb({r},{g},90)"
 
 
-def accuracy_matrix(matrix: Sequence[Sequence[Optional[float]]], accuracies: Sequence[float], n_tasks: int,
+def accuracy_matrix(matrix: Sequence[Sequence[Optional[float]]], accuracies: Sequence[Optional[float]], n_tasks: int,
                     max_rows: int = 12) -> Table | Text:
     """acc[k][j]: accuracy on task j's classes after task k, with the overall accuracy per row.
     Up to 10 tasks as numbers; beyond, a heat map of one coloured block per cell. Only the

@@ -64,10 +64,14 @@ class AccuracyPanel(Vertical):
             for s in view.streams:
                 total += s.n_samples
                 ends.append(total)
-            anytime.points = tuple((p.samples, p.accuracy) for p in view.anytime)
+            # evaluate_test=false: no test point (val_A_auc is in the metrics line), nothing drawn as 0
+            anytime.points = tuple((p.samples, p.accuracy) for p in view.anytime if p.accuracy is not None)
             anytime.total, anytime.boundaries = total, tuple(ends)
         else:
-            curves = {f"run {view.row.id}": tuple(accs)}
+            curves: dict[str, tuple[float, ...]] = {}
+            tested = [a for a in accs if a is not None]
+            if len(tested) == len(accs):  # evaluate_test=false: no test curve, validation only
+                curves[f"run {view.row.id}"] = tuple(tested)
             val = [r.val_accuracy for r in view.results]
             if val and all(v is not None for v in val):  # validation beside test (val_fraction > 0)
                 curves[f"run {view.row.id} (val)"] = tuple(v for v in val if v is not None)
