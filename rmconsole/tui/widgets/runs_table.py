@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Optional
 
 from rich.text import Text
 from textual.reactive import var
 from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
 
 from ... import metric_registry
 from ...cl.metric_catalog import mark_carrier
@@ -298,22 +300,26 @@ class RunsTable(DataTable):
         added, limit = 0, ADD_BATCH if self._cells else FIRST_BATCH
         pending = False
         top, bottom = self._visible_rows()
+        # (locals: this loop visits every listed run, 10,000 on a big store; a reactive's
+        # descriptor or an attribute lookup per run costs more than the loop itself)
+        selected_ids, shown_rows, dirty, drawn, locations = (self.selected_ids, self._shown, self._dirty,
+                                                              self._cells, self._row_locations)
         for key, row in wanted.items():
-            selected = row.id in self.selected_ids
-            shown = self._shown.get(key)
+            selected = row.id in selected_ids
+            shown = shown_rows.get(key)
             if shown is not None and shown[0] is row and shown[1] == selected:
                 continue  # the same run, drawn the same: nothing to build (identity: no field compare)
-            waiting = self._dirty.get(key)
+            waiting = dirty.get(key)
             if waiting is not None and waiting[0] is row and waiting[1] == selected:
                 continue  # already waiting to be drawn when scrolled into view
-            old = self._cells.get(key)
+            old = drawn.get(key)
             if old is None:
                 if added >= limit:
                     pending = True
                     continue
                 added += 1
-            elif not top <= (self._row_locations.get(key) or 0) < bottom:
-                self._dirty[key] = (row, selected)  # off screen: drawn when scrolled into view
+            elif not top <= (locations.get(key) or 0) < bottom:
+                dirty[key] = (row, selected)  # off screen: drawn when scrolled into view
                 continue
             self._draw(key, (row, selected), old)
         order = [k for k in wanted if k in self._cells] if pending or len(self._cells) != len(wanted) else list(wanted)
@@ -347,6 +353,13 @@ class RunsTable(DataTable):
                 if new != was:
                     self.update_cell(key, column, cell)
         self._cells[key] = signature
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        """DataTable measures every cell of every new row here (Rich's measure of each Text, most
+        of the cost of adding 10,000 rows); it only serves auto-width columns and auto-height rows,
+        and every column here has a width set (`_layout`) and every row is one line high with no
+        label. So the new rows are not measured: only the scrollable size is recomputed."""
+        super()._update_dimensions(())
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         """Rows that changed while off screen are drawn as they scroll into view."""
