@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Optional
+from typing import Optional, cast
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
 from rich.text import Text
 from textual.reactive import var
 from textual.widgets import DataTable
@@ -90,7 +92,9 @@ def compact_layout(width: int, anytime: bool = False, present: frozenset[str] = 
     return widths
 
 
-FIRST_BATCH, ADD_BATCH = 60, 300  # new rows per repaint: a big store's first screenful appears at once
+# new rows per repaint: a big store's first screenful appears at once, the rest in a few frames
+# (a new row costs little: its cells are built only when it is first drawn, _LazyRow)
+FIRST_BATCH, ADD_BATCH = 60, 2500
 
 SORTABLE = {c[0]: c[0] for c in COLUMNS if c[0] in sort_columns()}  # a click on its header sorts by it
 
@@ -100,6 +104,55 @@ def _signature(cell: object) -> tuple[object, ...]:
     if isinstance(cell, Text):
         return (cell.plain, str(cell.style), tuple(cell.spans))
     return (cell,)
+
+
+class _LazyRow:
+    """A row added before it was ever drawn: its cells are built the first time one of them is
+    rendered or read (DataTable renders only the rows on screen), so adding 10,000 rows costs a
+    small object per cell rather than 18 Rich Texts and their signatures per row."""
+
+    __slots__ = ("table", "state", "cells")
+
+    def __init__(self, table: "RunsTable", state: tuple[RunRow, bool]) -> None:
+        self.table, self.state = table, state
+        self.cells: Optional[tuple[object, ...]] = None
+
+    def cell(self, index: int) -> object:
+        if self.cells is None:
+            self.cells = self.table.row_cells(*self.state)
+        return self.cells[index]
+
+
+class _LazyCell:
+    """One cell of a _LazyRow: renders (and reads, e.g. `.plain`) as the Text it stands for;
+    `run_key` is its row's key (what the table's order is sorted by, without building the row)."""
+
+    __slots__ = ("row", "index", "run_key")
+
+    def __init__(self, row: _LazyRow, index: int, run_key: str) -> None:
+        self.row, self.index, self.run_key = row, index, run_key
+
+    def __rich__(self) -> object:  # (what Rich renders: the Text, built on first use)
+        return self.row.cell(self.index)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield cast(Text, self.row.cell(self.index))
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, cast(Text, self.row.cell(self.index)))
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__"):  # (Rich probes for __rich__ and the like: not the Text's)
+            raise AttributeError(name)
+        return getattr(self.row.cell(self.index), name)
+
+
+LAZY: tuple[tuple[object, ...], ...] = ()  # the signature of a row added lazily (never compared equal)
+
+
+def _run_key(cell: object) -> str:
+    """The run key of an id cell: `12`, `●12` (compact, selected) or a lazy cell's."""
+    return cell.run_key if isinstance(cell, _LazyCell) else cast(Text, cell).plain.lstrip("●")
 
 
 class RunsTable(DataTable):
@@ -326,7 +379,7 @@ class RunsTable(DataTable):
         if order != self._order:
             self._order = order
             rank = {k: i for i, k in enumerate(order)}
-            self.sort("id", key=lambda cell: rank[cell.plain.lstrip("●")])  # (compact: ● marks a selected id)
+            self.sort("id", key=lambda cell: rank[_run_key(cell)])
         if keep is not None and str(keep) in self._cells:
             self.move_cursor(row=self.get_row_index(str(keep)), scroll=False)
         if pending and not self._sync_pending:
@@ -343,13 +396,16 @@ class RunsTable(DataTable):
         """Add the row, or update the cells of it that changed."""
         self._dirty.pop(key, None)
         self._shown[key] = state
+        if old is None:  # a new row: its cells are built when it is first drawn
+            lazy = _LazyRow(self, state)
+            self.add_row(*(_LazyCell(lazy, i, key) for i in range(len(self.columns))), key=key)
+            self._cells[key] = LAZY
+            return
         cells = self.row_cells(*state)
         signature = tuple(_signature(c) for c in cells)
-        if old is None:
-            self.add_row(*cells, key=key)
-        elif old != signature:
+        if old != signature:
             column_keys = [c[0] for c in self._columns() if c[0] in self._widths]
-            for column, cell, new, was in zip(column_keys, cells, signature, old):
+            for column, cell, new, was in zip(column_keys, cells, signature, old or (None,) * len(cells)):
                 if new != was:
                     self.update_cell(key, column, cell)
         self._cells[key] = signature
