@@ -132,10 +132,10 @@ class LaunchScreen(Screen):
             with Horizontal(id="identity"):
                 yield Input(self.initial["name"], placeholder="name (optional)", id="name")
                 yield Input(self.initial["tags"], placeholder="tags: base k500", id="tags")
-            yield Label("Sweep name and run names (a sweep only)")
+            yield Label("Sweep name and run-name template (a sweep only)")
             with Horizontal(id="sweep-identity"):
-                yield Input(placeholder="sweep name (optional: its id)", id="sweep-name")
-                yield Input(placeholder="run names: {name}·{method}·s{seed}", id="name-template")
+                yield Input(placeholder="sweep name (its id)", id="sweep-name")
+                yield Input(placeholder="{name}·{method}·s{seed}", id="name-template")
             yield Static(id="launch-error")
             with Horizontal(id="launch-buttons"):
                 yield Button("Start run (ctrl+s)", variant="success", id="start")
