@@ -135,7 +135,7 @@ class LaunchScreen(Screen):
             yield Label("Sweep name and run-name template (a sweep only)")
             with Horizontal(id="sweep-identity"):
                 yield Input(placeholder="sweep name (its id)", id="sweep-name")
-                yield Input(placeholder="{name}·{method}·s{seed}", id="name-template")
+                yield Input(placeholder="e.g. {method}-s{seed}", id="name-template")
             yield Static(id="launch-error")
             with Horizontal(id="launch-buttons"):
                 yield Button("Start run (ctrl+s)", variant="success", id="start")
