@@ -185,7 +185,8 @@ def live_records(known: Mapping[int, RunRecord], texts: dict[int, tuple[Any, ...
     new_record = object.__new__
     fields = _LIVE_FIELDS + ("archived",)
     with reading() as session:
-        found: Any = session.exec(select(*_LIVE_COLUMNS).where(col(Run.id).in_(ids))).all()  # (rows: tuples)
+        # (Core, not the ORM session: no ORM row loading for 1,000 live runs a tick; rows are tuples)
+        found: Any = session.connection().execute(select(*_LIVE_COLUMNS).where(col(Run.id).in_(ids))).all()
         for row in found:  # (by position, _LIVE_COLUMNS' order: a per-row mapping costs more than the rest)
             run_id = row[0]
             text = tuple(row[20:23])

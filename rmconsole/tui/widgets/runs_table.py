@@ -174,6 +174,7 @@ class RunsTable(DataTable):
         self._widths: dict[str, int] = {}
         self._keep: Optional[int] = None  # the run the cursor was on before the columns were rebuilt
         self._compact = False
+        self._fact_objects: dict[int, RunRow] = {}  # id(row) -> row, the rows _facts last counted
         self._fact_cache: dict[int, tuple] = {}  # type: ignore[type-arg]  # run id -> (row, label length, flags, metrics)
         self._lengths: Counter[int] = Counter()  # label length -> rows with it
         self._flags: Counter[str] = Counter()  # "anytime" / a compact metric -> rows with it
@@ -193,7 +194,12 @@ class RunsTable(DataTable):
         row object (`_fact_cache`), so a refresh looks only at the rows that changed."""
         cache, lengths, flags = self._fact_cache, self._lengths, self._flags
         runs = self.runs
-        for r in runs:
+        # the row objects not seen at the last call, found by set arithmetic on their identities
+        # (C speed over 10,000 rows; the loop below then visits only the rows that changed)
+        objects = dict(zip(map(id, runs), runs))
+        fresh = [objects[i] for i in objects.keys() - self._fact_objects.keys()]
+        self._fact_objects = objects
+        for r in fresh:
             f = cache.get(r.id)
             if f is not None and f[0] is r:
                 continue
