@@ -102,9 +102,21 @@ async def test_clone_a_run_into_the_launch_screen() -> None:
         screen.query_one("#seeds").value = "1,2,3"
         await pilot.pause()
         assert screen.what.startswith("a sweep of 6 runs")
+        assert "no augmentation·rm·s1, no augmentation·er·s1, …" in screen.what  # the default run-name template
+        # the sweep name and run-name template of `rmconsole run --sweep-name --name-template`
+        screen.query_one("#sweep-name").value = "last"
+        await pilot.pause()
+        assert not screen.valid and "sweep name 'last'" in str(screen.query_one("#launch-error").render())
+        screen.query_one("#sweep-name").value = "aug-study"
+        screen.query_one("#name-template").value = "{name}-{bogus}"
+        await pilot.pause()
+        assert not screen.valid and "unknown field {bogus}" in str(screen.query_one("#launch-error").render())
+        screen.query_one("#name-template").value = "{method}-{seed}"
+        await pilot.pause()
+        assert screen.valid and "named rm-1, er-1, …" in screen.what
         await pilot.press("ctrl+s")
         assert launched == [("digits-blurry10-online", ["augment=none", "epochs=64", "method=rm,er"], "1,2,3",
-                             "no augmentation", ["ablation"])]
+                             "no augmentation", ["ablation"], "aug-study", "{method}-{seed}")]
 
 
 @pytest.mark.asyncio

@@ -222,10 +222,12 @@ class RMConsoleApp(App[None]):
 
     @work(thread=True, group="launch", exit_on_error=False)
     def launch_sweep(self, preset: str, overrides: list[str], seeds: str | None, name: str | None,
-                     tags: list[str]) -> None:
-        """Store a grid of runs and start its queue runner exactly as `rmconsole run --seeds ... --detach`."""
+                     tags: list[str], sweep_name: str | None = None, name_template: str | None = None) -> None:
+        """Store a grid of runs and start its queue runner exactly as `rmconsole run --seeds ... --detach
+        [--sweep-name S] [--name-template T]`."""
         try:
-            launched = runner.launch_sweep(preset, overrides, seeds=seeds, detach=True, name=name, tags=tags)
+            launched = runner.launch_sweep(preset, overrides, seeds=seeds, detach=True, name=name, tags=tags,
+                                           sweep_name=sweep_name, name_template=name_template)
         except Exception as err:  # noqa: BLE001 - every refusal is one line for the launch screen
             self.post_message(LaunchFailed(str(err).splitlines()[0] if str(err) else type(err).__name__))
             return

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shlex
+from itertools import compress
+from operator import attrgetter, not_
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -130,7 +132,7 @@ def matches(row: RunRow, query: str) -> bool:
 
 
 SORT_KEYS = {
-    "id": lambda r: r.id,
+    "id": attrgetter("id"),  # (the default sort, over every run each refresh: no Python frame per run)
     "status": lambda r: (r.status, r.id),
     "preset": lambda r: (r.label.lower(), r.id),
     "method": lambda r: (r.method, r.id),
@@ -156,7 +158,7 @@ def arrange(rows: list[RunRow], query: str, sort: str, descending: bool, archive
     run_filter = parse_typed(query)
     shown = run_filter.select(rows)
     if not archived and not run_filter.names("archived"):
-        shown = [r for r in shown if not r.archived]
+        shown = list(compress(shown, map(not_, map(attrgetter("archived"), shown))))  # (C speed: 10,000 rows)
     value = sort_key(sort)
     ordered = sorted(shown, key=value, reverse=descending)
     if sort not in SORT_KEYS and metric_registry.metric(sort).final_only:  # final, partial, then no value

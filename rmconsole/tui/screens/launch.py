@@ -32,10 +32,14 @@ def split_overrides(text: str) -> list[str]:
         raise ConfigError(f"overrides {text!r}: {err}") from None
 
 
-def preview(preset: str, overrides_text: str, seeds: str = "") -> tuple[dict[str, Any], dict[str, str], str]:
+def preview(preset: str, overrides_text: str, seeds: str = "", name: str = "", sweep_name: str = "",
+            name_template: str = "") -> tuple[dict[str, Any], dict[str, str], str]:
     """The config a launch would store (a sweep's first grid point), where each value came from
-    (preset, override, default, sweep axis), and a line saying what will start."""
-    from ...runner.sweep import fold_seed, is_sweep, plan_sweep
+    (preset, override, default, sweep axis), and a line saying what will start. For a sweep, the
+    sweep name's form and the run-name template are checked as `rmconsole run --sweep-name
+    --name-template` check them (ConfigError, one line) and the first runs' names are shown; that
+    no sweep of that name is stored yet is checked at launch (it reads the store)."""
+    from ...runner.sweep import SWEEP_NAME, fold_seed, is_sweep, plan_sweep, run_names
 
     pairs, seeds = fold_seed(split_overrides(overrides_text), seeds.strip() or None)  # one seed: one run
     overridden = {p.partition("=")[0].strip() for p in pairs}
@@ -47,8 +51,15 @@ def preview(preset: str, overrides_text: str, seeds: str = "") -> tuple[dict[str
         config = plan.configs[0].to_dict()
         sources = {k: "sweep axis" if k in axes else "override" if k in overridden else
                    "preset" if k in from_preset else "default" for k in config}
-        what = f"a sweep of {len(plan.configs)} runs ({plan.shape()}); the table shows its first run"
-        return config, sources, what
+        what = f"a sweep of {len(plan.configs)} runs ({plan.shape()})"
+        if sweep_name and (not SWEEP_NAME.fullmatch(sweep_name) or sweep_name == "last"):
+            raise ConfigError(f"sweep name {sweep_name!r}: allowed: 1-64 letters, digits, '.', '_' or '-', starting "
+                              f"with a letter or digit, not 'last'")
+        names = run_names(plan, name or None, name_template or None, sweep_name, bool(sweep_name))
+        if any(names):
+            more = ", …" if len(names) > 2 else ""
+            what += f" named {', '.join(str(n) for n in names[:2])}{more}"
+        return config, sources, what + "; the table shows its first run"
     _, cfg = load_config(preset, pairs)
     from_preset = for_method(table, {"method": cfg.method})
     config = cfg.to_dict()  # the keys every run has, then the method's own
@@ -121,6 +132,10 @@ class LaunchScreen(Screen):
             with Horizontal(id="identity"):
                 yield Input(self.initial["name"], placeholder="name (optional)", id="name")
                 yield Input(self.initial["tags"], placeholder="tags: base k500", id="tags")
+            yield Label("Sweep name and run-name template (a sweep only)")
+            with Horizontal(id="sweep-identity"):
+                yield Input(placeholder="sweep name (its id)", id="sweep-name")
+                yield Input(placeholder="e.g. {method}-s{seed}", id="name-template")
             yield Static(id="launch-error")
             with Horizontal(id="launch-buttons"):
                 yield Button("Start run (ctrl+s)", variant="success", id="start")
@@ -145,7 +160,7 @@ class LaunchScreen(Screen):
         self.preset = str(event.value)
         self.update_preview()
 
-    @on(Input.Changed, "#overrides, #seeds")
+    @on(Input.Changed, "#overrides, #seeds, #name, #sweep-name, #name-template")
     def _overrides_changed(self) -> None:
         self.update_preview()
 
@@ -159,7 +174,7 @@ class LaunchScreen(Screen):
         table = self.query_one("#config-preview", DataTable)
         try:
             config, sources, what = preview(self.preset, self.query_one("#overrides", Input).value,
-                                            self.query_one("#seeds", Input).value)
+                                            self.query_one("#seeds", Input).value, *self._sweep_identity())
         except ConfigError as err:
             self.valid = False
             self.show_error(str(err))
@@ -177,6 +192,12 @@ class LaunchScreen(Screen):
             style = {"override": "bold yellow", "sweep axis": "bold magenta", "preset": ""}.get(source, "grey50")
             table.add_row(Text(key, style=style), Text(format_value(config[key]), style=style),
                           Text(source, style=style), key=key)
+
+    def _sweep_identity(self) -> tuple[str, str, str]:
+        """(run name, sweep name, run-name template) as typed, stripped."""
+        name, sweep_name, template = (self.query_one(f"#{key}", Input).value.strip()
+                                      for key in ("name", "sweep-name", "name-template"))
+        return name, sweep_name, template
 
     def show_error(self, text: str | None) -> None:
         box = self.query_one("#launch-error", Static)
@@ -199,7 +220,8 @@ class LaunchScreen(Screen):
         self._starting = True
         self.query_one("#launch-error", Static).update(Text(f"starting {self.what}…", style="cyan"))
         if self.what != "one run":
-            self.app.launch_sweep(self.preset, pairs, seeds, name, tags)
+            _, sweep_name, template = self._sweep_identity()
+            self.app.launch_sweep(self.preset, pairs, seeds, name, tags, sweep_name or None, template or None)
         else:
             self.app.launch_run(self.preset, pairs, name, tags)
 

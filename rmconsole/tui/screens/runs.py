@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 
 from rich.text import Text
 from textual import on
@@ -128,8 +129,8 @@ class RunsScreen(PollingScreen):
         """(runs per status, archived runs, whether any run is partial), once per read."""
         if self._counted is None or self._counted[0] is not self.rows:
             rows = self.rows
-            self._counted = (rows, Counter(r.status for r in rows), sum(r.archived for r in rows),
-                             any(r.partial for r in rows))
+            self._counted = (rows, Counter(map(attrgetter("status"), rows)), sum(map(attrgetter("archived"), rows)),
+                             any(map(attrgetter("partial"), rows)))  # (attrgetter: no Python frame per run)
         return self._counted[1], self._counted[2], self._counted[3]
 
     def status_text(self, n_shown: int | None = None) -> Text:
