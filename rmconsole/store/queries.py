@@ -363,7 +363,8 @@ def anytime_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]
                             .where(col(AnytimeEval.run_id).in_(run_ids))
                             .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))).all()
     for run_id, samples, accuracy in rows:
-        curves[run_id].append((samples, accuracy))
+        if accuracy is not None:  # None: a run with evaluate_test=false scores no test sample
+            curves[run_id].append((samples, accuracy))
     return curves
 
 
@@ -375,7 +376,8 @@ def accuracy_curves(run_ids: Iterable[int]) -> dict[int, list[float]]:
         rows = session.exec(select(TaskResult.run_id, TaskResult.accuracy).where(col(TaskResult.run_id).in_(run_ids))
                             .order_by(col(TaskResult.run_id), col(TaskResult.task))).all()
     for run_id, accuracy in rows:
-        curves[run_id].append(accuracy)
+        if accuracy is not None:  # None: a run with evaluate_test=false has no test curve
+            curves[run_id].append(accuracy)
     return curves
 
 
@@ -390,7 +392,8 @@ def validation_curves(run_ids: Iterable[int]) -> dict[int, list[Optional[float]]
                             .where(col(TaskResult.run_id).in_(run_ids))
                             .order_by(col(TaskResult.run_id), col(TaskResult.task))).all()
     for run_id, accuracy in rows:
-        curves[run_id].append(accuracy)
+        if accuracy is not None:  # None: a run with evaluate_test=false has no test curve
+            curves[run_id].append(accuracy)
     return curves
 
 

@@ -93,7 +93,7 @@ class RunsFeed:
         merged.update((r.id, r) for r in fresh)
         touched: Iterable[int] = [r.id for r in fresh]
         if fresh or gone:
-            bounds_before = [r for r in self._bounds]
+            bounds_before = list(self._bounds)
             if gone or any(r.is_upper_bound or (r.id in self.rows and self.rows[r.id].is_upper_bound) for r in fresh):
                 self._bounds = [merged[i] for i in sorted(merged) if merged[i].is_upper_bound]
             if self._bounds != bounds_before or not self.rows:  # a joint run came, went or changed

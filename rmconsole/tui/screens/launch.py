@@ -41,11 +41,11 @@ def preview(preset: str, overrides_text: str, seeds: str = "", name: str = "", s
     no sweep of that name is stored yet is checked at launch (it reads the store)."""
     from ...runner.sweep import SWEEP_NAME, fold_seed, is_sweep, plan_sweep, run_names
 
-    pairs, seeds = fold_seed(split_overrides(overrides_text), seeds.strip() or None)  # one seed: one run
+    pairs, seed_list = fold_seed(split_overrides(overrides_text), seeds.strip() or None)  # one seed: one run
     overridden = {p.partition("=")[0].strip() for p in pairs}
     _, table = read_preset(preset)
-    if is_sweep(pairs, seeds):
-        plan = plan_sweep(preset, pairs, seeds)
+    if is_sweep(pairs, seed_list):
+        plan = plan_sweep(preset, pairs, seed_list)
         axes = {k for k, v in plan.axes.items() if len(v) > 1}
         from_preset = for_method(table, {"method": plan.configs[0].method})
         config = plan.configs[0].to_dict()
