@@ -116,7 +116,8 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.methods.gdumb": [*_taskfree("gdumb", "test_gdumb_balanced_memory_and_a_fresh_model_per_evaluation",
                                               "test_balanced_rule_counts_the_incoming_sample"),
                                    *_taskwise("gdumb", "test_gdumb_trains_a_fresh_model_on_a_balanced_memory",
-                                              "test_greedy_balanced_sampler_balances_an_imbalanced_stream")],
+                                              "test_greedy_balanced_sampler_balances_an_imbalanced_stream"),
+                                   *_survivors("gdumb")],
     "rmconsole.cl.methods.rm": _taskfree("rm", "test_rm_port_rebuilds_the_head_trains_stream_only_and_balances_memory",
                                          "test_rm_paper_variant_keeps_the_head_and_rebuilds_memory_by_uncertainty")
     + _survivors("rm"),
