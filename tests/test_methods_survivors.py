@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from online_helpers import built, feed
+from online_helpers import Recorder, built, config, feed, tiny_data
 
 
 def _task(index: int, stream: torch.Tensor, n_tasks: int = 5):  # type: ignore[no-untyped-def]
@@ -53,10 +53,12 @@ def test_rm_port_fills_its_balanced_memory_with_the_labels_it_saw() -> None:
 
 def test_rm_paper_variant_trains_on_the_stream_and_remembers_it() -> None:
     m, proto, _ = built("rm", optimizer="sgd", lr=0.05, schedule="constant", epochs=1)
-    before = [p.detach().clone() for p in m.model.parameters()]
+    trained = []
+    online_train = m.online_train
+    m.online_train = lambda idx, iterations: (trained.extend(idx.tolist()), online_train(idx, iterations))
     stream = feed(m, proto, 16)
     assert m.task_stream == stream
-    assert any(not torch.equal(a, b) for a, b in zip(before, m.model.parameters()))  # it trained meanwhile
+    assert trained == stream  # it trained on the stream meanwhile (in ER's batches)
 
 
 @pytest.mark.parametrize("variant", ["iblurry", "paper"])
@@ -144,3 +146,172 @@ def test_gdumb_checkpoint_round_trips_its_task_free_state() -> None:
     again.fresh_models = 5
     again.load_state_dict(fresh)
     assert again.fresh_models == 0  # an older checkpoint: none counted
+
+
+# ------------------------------------------------------------------------------ BiC
+
+
+class _Logs(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def log(self, message: str) -> None:  # type: ignore[override]
+        self.lines.append(message)
+
+
+def _bic_unstarted(**over):  # type: ignore[no-untyped-def]
+    """A BiC as its constructor leaves it (online_start not called)."""
+    from rmconsole.cl.loop import make_augmenter
+    from rmconsole.cl.methods import Setup, method_class
+    from rmconsole.cl.online import build_online_protocol
+
+    cfg = config(method="bic", **over)
+    data = tiny_data()
+    cpu = torch.device("cpu")
+    torch.manual_seed(cfg.seed)
+    proto = build_online_protocol(cfg, data)
+    setup = Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, cpu, make_augmenter(cfg, data, cpu))
+    return method_class("bic")(setup), proto
+
+
+def test_bic_constructor_holds_out_its_share_of_the_memory() -> None:
+    m, _ = _bic_unstarted(memory_size=100, bic_val_fraction=0.2)
+    assert m.val_capacity == 20 and m.memory.capacity == 80
+    assert m.new_classes.dtype == torch.bool and m.old_classes.dtype == torch.bool
+    state = m.state_dict()  # before online_start: the task protocol's state
+    assert "bic_online" not in state and state["bic"]["bias_history"] == []
+    m.bias_history = [{"task": 0, "note": "x"}]
+    other, _ = _bic_unstarted(memory_size=100, bic_val_fraction=0.2)
+    other.load_state_dict(m.state_dict())
+    assert other.bias_history == [{"task": 0, "note": "x"}]
+
+
+def test_bic_after_task_records_the_new_classes() -> None:
+    m, _ = _bic_unstarted()
+    m.setup.reporter = _Logs()
+    m.new_classes[[2, 5]] = True
+    m.after_task(_task(0, torch.arange(4)))
+    assert m.bias_history == [{"task": 0, "classes": [2, 5], "note": "not fitted: no old classes or no new classes"}]
+
+
+def _sgd_bias_fit(m, logits, labels, epochs, gen):  # type: ignore[no-untyped-def]
+    """BiC's stage 2 by hand: SGD (momentum 0.9) on one (alpha, beta) of the new classes."""
+    pair = torch.tensor([1.0, 0.0], requires_grad=True)
+    opt = torch.optim.SGD([pair], lr=m.cfg.lr, momentum=0.9)
+    new = m.new_classes
+
+    def corrected(rows):  # type: ignore[no-untyped-def]
+        out = torch.where(new, logits[rows] * pair[0] + pair[1], logits[rows] * m.alpha + m.beta)
+        return out.masked_fill(~m.seen, torch.finfo(out.dtype).min)
+
+    every = torch.arange(len(labels))
+    with torch.no_grad():
+        before = float(torch.nn.functional.cross_entropy(corrected(every), labels))
+    for _ in range(epochs):
+        for rows in torch.randperm(len(labels), generator=gen).split(m.cfg.batch_size):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(corrected(rows), labels[rows]) + 0.1 * pair[1] ** 2 / 2
+            loss.backward()
+            opt.step()
+    return float(pair[0]), float(pair[1]), before
+
+
+def test_bic_fit_bias_is_sgd_on_the_held_out_logits_with_the_beta_penalty() -> None:
+    m, _ = _bic_unstarted(bic_bias_epochs=3, lr=0.5, batch_size=8)
+    m.setup.reporter = _Logs()
+    m.val_indices = torch.arange(20)
+    m.val_labels = m.labels_of(m.val_indices).cpu()
+    m.seen[:] = True
+    m.new_classes[5:] = True
+    m.model.eval()
+    with torch.no_grad():
+        logits = m.model(m.setup.augmenter.test(m.images_of(m.val_indices)))
+    gen = torch.Generator()
+    gen.set_state(m.gen.get_state())
+    alpha, beta, before = _sgd_bias_fit(m, logits, m.val_labels, 3, gen)
+    fit = m.fit_bias(_task(1, torch.arange(4)))
+    assert fit["alpha"] == pytest.approx(round(alpha, 4), abs=2e-4) and fit["beta"] == pytest.approx(round(beta, 4), abs=2e-4)
+    assert fit["val_loss_before"] == pytest.approx(round(before, 4), abs=2e-4) and "val_loss_after" in fit
+    assert abs(beta) > 1e-3  # the fit moved beta: the penalty term mattered
+    assert torch.allclose(m.alpha[5:], torch.tensor(alpha)) and torch.allclose(m.alpha[:5], torch.ones(5))
+
+
+def _bic_ready_to_fit(passes: int = 3):  # type: ignore[no-untyped-def]
+    m, proto, _ = built("bic", bic_anytime_passes=passes)
+    m.setup.reporter = _Logs()
+    m.seen[:4] = True
+    m.task_index = 1
+    m.task_classes = [[0, 1], [2, 3]]
+    m.task_layers = [(1.0, 0.0), (1.0, 0.0)]
+    labels = proto.train_labels
+    m.held_out = {y: (labels == y).nonzero().flatten()[:30].tolist() for y in range(4)}  # 120 samples: 2 batches
+    m.held_out_full = True
+    return m
+
+
+def test_bic_task_layer_is_adam_on_its_new_classes_and_recorded_to_four_places() -> None:
+    m = _bic_ready_to_fit()
+    indices = m.held_out_indices()
+    m.model.eval()
+    with torch.no_grad():
+        logits = m.model(m.setup.augmenter.test(m.images_of(indices)))
+    labels = m.labels_of(indices)
+    gen = torch.Generator()
+    gen.set_state(m.gen.get_state())
+    order = torch.randperm(len(indices), generator=gen)
+    pair = torch.tensor([1.0, 0.0], requires_grad=True)
+    opt = torch.optim.Adam([pair], lr=1e-3)
+    classes = torch.zeros(10, dtype=torch.bool)
+    classes[[2, 3]] = True
+    for _ in range(3):
+        for rows in order.split(100):
+            out = torch.where(classes, logits[rows] * pair[0] + pair[1], logits[rows])
+            loss = torch.nn.functional.cross_entropy(out.masked_fill(~m.seen, torch.finfo(out.dtype).min), labels[rows])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    alpha, beta = float(pair[0]), float(pair[1])
+    m.fit_task_layer()
+    assert m.anytime_fits == [{"task": 1, "alpha": round(m.task_layers[1][0], 4), "beta": round(m.task_layers[1][1], 4),
+                               "held_out": 120}]
+    assert m.task_layers[1] == (pytest.approx(alpha, abs=1e-6), pytest.approx(beta, abs=1e-6))
+    assert m.alpha[2].item() == pytest.approx(alpha, abs=1e-6) and m.alpha[0].item() == 1.0
+
+
+def test_bic_task_end_log_names_the_fitted_layer_or_why_not() -> None:
+    m = _bic_ready_to_fit()
+    m.online_task_end(_task(1, torch.arange(4)))
+    fitted = m.anytime_fits[-1]
+    assert f"alpha {fitted['alpha']}, beta {fitted['beta']}" in m.report.lines[-1]
+    m.anytime_fits.append({"task": 0, "alpha": 9.0, "beta": 9.0, "held_out": 1})  # an older task's fit last
+    m.held_out_full = False
+    m.online_task_end(_task(1, torch.arange(4)))
+    assert "not fitted (validation set not full)" in m.report.lines[-1]
+    m.task_index, m.anytime_fits = 0, []
+    m.online_task_end(_task(0, torch.arange(4)))
+    assert "not fitted (task 1)" in m.report.lines[-1]
+
+
+def test_bic_full_validation_set_takes_no_more_samples() -> None:
+    m, proto, _ = built("bic")
+    m.held_out_full = True
+    assert m.hold_out_sample(3, 0) is False and m.held_out == {}
+
+
+def test_bic_task_free_memory_report_adds_the_validation_set_and_layers() -> None:
+    m = _bic_ready_to_fit()
+    m.memory_report(_task(1, torch.arange(4)))
+    info = m.report.memories[-1][3]
+    assert info["validation_per_class"][:5] == [30, 30, 30, 30, 0] and info["bias_layers"] == [(1.0, 0.0), (1.0, 0.0)]
+
+
+def test_bic_checkpoint_restores_the_current_layer() -> None:
+    m = _bic_ready_to_fit()
+    m.task_layers[1] = (2.0, 0.5)
+    state = m.state_dict()
+    other, _, _ = built("bic")
+    other.load_state_dict(state)
+    assert other.alpha[2].item() == 2.0 and other.beta[3].item() == 0.5 and other.alpha[0].item() == 1.0
+    unstarted, _ = _bic_unstarted()
+    assert "bic" in unstarted.state_dict()  # task-free, but no held-out set yet: the plain state

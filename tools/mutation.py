@@ -124,7 +124,8 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.methods.bic": _taskfree("bic", "test_bic_holds_out_a_shrinking_share_per_class_and_never_trains_on_it",
                                           "test_bic_distils_from_a_snapshot_taken_at_each_new_class",
                                           "test_bic_refits_the_current_tasks_bias_layer_before_every_evaluation")
-    + _taskwise("bic", "test_bic_holds_out_validation_and_trains_and_uses_the_bias", "test_bic_star_has_no_distillation"),
+    + _taskwise("bic", "test_bic_holds_out_validation_and_trains_and_uses_the_bias", "test_bic_star_has_no_distillation")
+    + _survivors("bic"),
     "rmconsole.cl.methods.taskfree": ["tests/test_online_science.py", "tests/test_online.py"],
     "rmconsole.cl.methods.er": ["tests/test_online.py"],
     "rmconsole.cl.methods.base": ["tests/test_methods_science.py", *_taskwise("finetune", "ewc", "icarl", "bic")],
