@@ -315,3 +315,87 @@ def test_bic_checkpoint_restores_the_current_layer() -> None:
     assert other.alpha[2].item() == 2.0 and other.beta[3].item() == 0.5 and other.alpha[0].item() == 1.0
     unstarted, _ = _bic_unstarted()
     assert "bic" in unstarted.state_dict()  # task-free, but no held-out set yet: the plain state
+
+
+# ------------------------------------------------------------------------------ CLIB
+
+
+def _clib(**over):  # type: ignore[no-untyped-def]
+    return built("clib", **over)[0]
+
+
+def test_clib_starts_with_no_importance_and_no_loss() -> None:
+    m = _clib()
+    assert m.loss.shape == (0,) and m.importance.shape == (0,) and m.loss.dtype == torch.float64
+
+
+def test_clib_new_sample_takes_the_mean_importance_of_its_class_without_itself() -> None:
+    m = _clib()
+    m.store(0, 0)
+    m.store(1, 0)
+    m.importance = torch.tensor([1.0, 3.0], dtype=torch.float64)
+    m.store(2, 0)
+    assert m.importance.tolist() == [1.0, 3.0, 2.0]
+
+
+def test_clib_iteration_records_its_draws_and_updates_importance_every_period() -> None:
+    m = _clib(imp_update_period=3)
+    for i in range(12):
+        m.store(i, i % 2)
+    batches, updates = [], []
+    m.train_batches = lambda b, stream_counts=None, lr=None: batches.extend(x.tolist() for x in b)
+    m.update_importance = lambda: updates.append((m.update_counter, list(m.drawn)))
+    for _ in range(6):
+        m.iteration()
+    assert [c for c, _ in updates] == [3, 6]
+    drawn = updates[0][1]
+    assert [int(m.memory.indices[s]) for s in drawn] == [i for b in batches[:3] for i in b]
+
+
+def _lr_ready(**over):  # type: ignore[no-untyped-def]
+    m = _clib(imp_update_period=1, lr_period=1, lr_length=2, lr=0.1, lr_step=0.5, **over)
+    m.loss = torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64)
+    return m
+
+
+def _tick(m, loss=None):  # type: ignore[no-untyped-def]
+    m.update_counter += 1
+    if loss is not None:
+        m.loss = torch.tensor(loss, dtype=torch.float64)
+    m.adapt_lr()
+
+
+def test_clib_lr_switches_every_period_and_records_only_after_the_warmup() -> None:
+    m = _lr_ready()
+    rates = []
+    for _ in range(20):
+        _tick(m)
+        rates.append(m.current_lr)
+    assert rates[:4] == [0.05, 0.1, 0.05, 0.1]  # it alternates low / high from the first switch
+    assert m.high_records == [] and m.low_records == []  # 20 warm-up ticks record nothing
+    _tick(m, [2.0, 1.0, 0.0])  # tick 21, the high rate's turn: the loss fell by 1 where no slot was replaced
+    assert m.high_records == [1.0] and m.low_records == []
+
+
+def test_clib_lr_ignores_slots_replaced_since_the_switch_even_a_new_one() -> None:
+    m = _lr_ready()
+    m.ticks = 30
+    m.prev_loss = torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64)
+    m.replaced_since_switch = [1, 3]  # slot 3 joined after the last loss: beyond len(loss)
+    _tick(m, [2.0, 0.0, 0.0])
+    assert m.high_records == [1.0]  # slots 0 and 2 fell by 1; slot 1 (replaced) is left out
+
+
+def test_clib_lr_moves_only_on_a_significant_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rmconsole.cl.methods.clib as clib
+
+    m = _lr_ready()
+    m.high_records, m.low_records = [1.0, 1.0], [1.0, 1.0]
+    m.ticks = 40  # even: the next tick records for the high rate... and the switch makes it low
+    monkeypatch.setattr(clib, "welch_greater", lambda a, b: 1 - clib.SIGNIFICANCE)  # at the bound: not significant
+    m.prev_loss = None
+    _tick(m)
+    assert (m.high_lr, m.low_lr) == (0.1, 0.05) and len(m.high_records) == 2
+    monkeypatch.setattr(clib, "welch_greater", lambda a, b: 0.99)  # high does better: both go up
+    _tick(m)
+    assert (m.high_lr, m.low_lr) == (pytest.approx(0.2), 0.1) and m.high_records == [] == m.low_records

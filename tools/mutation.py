@@ -112,7 +112,8 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.methods.clib": _taskfree("clib", "test_clib_evicts_the_least_important_sample_of_the_largest_class",
                                            "test_clib_importance_update_is_the_follow_ups_formula",
                                            "test_clib_adaptive_lr_moves_towards_the_better_rate",
-                                           "test_clib_trains_on_memory_only"),
+                                           "test_clib_trains_on_memory_only")
+    + _survivors("clib"),
     "rmconsole.cl.methods.gdumb": [*_taskfree("gdumb", "test_gdumb_balanced_memory_and_a_fresh_model_per_evaluation",
                                               "test_balanced_rule_counts_the_incoming_sample"),
                                    *_taskwise("gdumb", "test_gdumb_trains_a_fresh_model_on_a_balanced_memory",
