@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from online_helpers import Recorder, built, config, feed, tiny_data
 
 
@@ -27,7 +26,7 @@ def test_rm_memory_batch_is_half_the_batch_rounded_down_unless_set() -> None:
 
 
 def test_rm_stream_batches_are_half_stream_half_cycled_memory() -> None:
-    m, proto, _ = built("rm", batch_size=9)
+    m, _, _ = built("rm", batch_size=9)
     stream = torch.arange(20, 40)
     plain = m.stream_batches(_task(0, stream))  # empty memory: whole batches of stream
     assert [len(b) for b in plain] == [9, 9, 2] and sorted(torch.cat(plain).tolist()) == list(range(20, 40))
@@ -294,9 +293,12 @@ def test_bic_task_end_log_names_the_fitted_layer_or_why_not() -> None:
 
 
 def test_bic_full_validation_set_takes_no_more_samples() -> None:
-    m, proto, _ = built("bic")
+    m, _, _ = built("bic")
     m.held_out_full = True
     assert m.hold_out_sample(3, 0) is False and m.held_out == {}
+    m.held_out_full = False
+    m.held_out = {0: list(range(m.held_out_share))}  # class 0 holds its share already
+    assert m.hold_out_sample(99, 0) is False and 99 not in m.held_out[0]
 
 
 def test_bic_task_free_memory_report_adds_the_validation_set_and_layers() -> None:
@@ -387,7 +389,7 @@ def test_clib_lr_ignores_slots_replaced_since_the_switch_even_a_new_one() -> Non
 
 
 def test_clib_lr_moves_only_on_a_significant_test(monkeypatch: pytest.MonkeyPatch) -> None:
-    import rmconsole.cl.methods.clib as clib
+    from rmconsole.cl.methods import clib
 
     m = _lr_ready()
     m.high_records, m.low_records = [1.0, 1.0], [1.0, 1.0]
@@ -399,3 +401,4 @@ def test_clib_lr_moves_only_on_a_significant_test(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(clib, "welch_greater", lambda a, b: 0.99)  # high does better: both go up
     _tick(m)
     assert (m.high_lr, m.low_lr) == (pytest.approx(0.2), 0.1) and m.high_records == [] == m.low_records
+    assert m.current_lr == (m.high_lr if m.lr_is_high else m.low_lr)  # the rate in use follows the move
