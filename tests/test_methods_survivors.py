@@ -398,7 +398,13 @@ def test_clib_lr_moves_only_on_a_significant_test(monkeypatch: pytest.MonkeyPatc
     m.prev_loss = None
     _tick(m)
     assert (m.high_lr, m.low_lr) == (0.1, 0.05) and len(m.high_records) == 2
+    state = (m.high_lr, m.low_lr, m.lr_is_high, m.ticks, m.prev_loss, list(m.high_records), list(m.low_records))
     monkeypatch.setattr(clib, "welch_greater", lambda a, b: 0.99)  # high does better: both go up
     _tick(m)
     assert (m.high_lr, m.low_lr) == (pytest.approx(0.2), 0.1) and m.high_records == [] == m.low_records
-    assert m.current_lr == (m.high_lr if m.lr_is_high else m.low_lr)  # the rate in use follows the move
+    assert m.current_lr == (m.high_lr if m.lr_is_high else m.low_lr)
+    m.high_lr, m.low_lr, m.lr_is_high, m.ticks, m.prev_loss, m.high_records, m.low_records = state
+    monkeypatch.setattr(clib, "welch_greater", lambda a, b: 0.01)  # low does better: both go down
+    _tick(m)
+    assert (m.high_lr, m.low_lr) == (0.05, 0.025) and not m.lr_is_high
+    assert m.current_lr == 0.025  # the rate in use follows the move (the switch had set the old high)
