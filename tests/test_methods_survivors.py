@@ -213,7 +213,7 @@ def _sgd_bias_fit(m, logits, labels, epochs, gen):  # type: ignore[no-untyped-de
             loss = torch.nn.functional.cross_entropy(corrected(rows), labels[rows]) + 0.1 * pair[1] ** 2 / 2
             loss.backward()
             opt.step()
-    return float(pair[0]), float(pair[1]), before
+    return float(pair[0].detach()), float(pair[1].detach()), before
 
 
 def test_bic_fit_bias_is_sgd_on_the_held_out_logits_with_the_beta_penalty() -> None:
@@ -270,7 +270,7 @@ def test_bic_task_layer_is_adam_on_its_new_classes_and_recorded_to_four_places()
             opt.zero_grad()
             loss.backward()
             opt.step()
-    alpha, beta = float(pair[0]), float(pair[1])
+    alpha, beta = float(pair[0].detach()), float(pair[1].detach())
     m.fit_task_layer()
     assert m.anytime_fits == [{"task": 1, "alpha": round(m.task_layers[1][0], 4), "beta": round(m.task_layers[1][1], 4),
                                "held_out": 120}]
