@@ -60,6 +60,17 @@ def _taskfree(name: str, *tests: str) -> list[str]:
             f"{ONLINE_METHODS}test_every_task_free_method_runs_the_protocol_to_its_end[{name}]"]
 
 
+def _survivors(method: str) -> list[str]:
+    """The pins of tests/test_methods_survivors.py named test_<method>_..., written against the
+    mutants the method's own tests let survive (one node id each, so a module runs only its own)."""
+    path = REPO / "tests" / "test_methods_survivors.py"
+    if not path.exists():
+        return []
+    tree = ast.parse(path.read_text())
+    return [f"tests/test_methods_survivors.py::{f.name}" for f in tree.body
+            if isinstance(f, ast.FunctionDef) and f.name.startswith(f"test_{method}_")]
+
+
 def _taskwise(*names: str) -> list[str]:
     """A method of the RM paper's protocol: its tests in test_baselines.py (names), its short digits
     run and its resume (method names)."""
@@ -101,17 +112,21 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.methods.clib": _taskfree("clib", "test_clib_evicts_the_least_important_sample_of_the_largest_class",
                                            "test_clib_importance_update_is_the_follow_ups_formula",
                                            "test_clib_adaptive_lr_moves_towards_the_better_rate",
-                                           "test_clib_trains_on_memory_only"),
+                                           "test_clib_trains_on_memory_only")
+    + _survivors("clib"),
     "rmconsole.cl.methods.gdumb": [*_taskfree("gdumb", "test_gdumb_balanced_memory_and_a_fresh_model_per_evaluation",
                                               "test_balanced_rule_counts_the_incoming_sample"),
                                    *_taskwise("gdumb", "test_gdumb_trains_a_fresh_model_on_a_balanced_memory",
-                                              "test_greedy_balanced_sampler_balances_an_imbalanced_stream")],
+                                              "test_greedy_balanced_sampler_balances_an_imbalanced_stream"),
+                                   *_survivors("gdumb")],
     "rmconsole.cl.methods.rm": _taskfree("rm", "test_rm_port_rebuilds_the_head_trains_stream_only_and_balances_memory",
-                                         "test_rm_paper_variant_keeps_the_head_and_rebuilds_memory_by_uncertainty"),
+                                         "test_rm_paper_variant_keeps_the_head_and_rebuilds_memory_by_uncertainty")
+    + _survivors("rm"),
     "rmconsole.cl.methods.bic": _taskfree("bic", "test_bic_holds_out_a_shrinking_share_per_class_and_never_trains_on_it",
                                           "test_bic_distils_from_a_snapshot_taken_at_each_new_class",
                                           "test_bic_refits_the_current_tasks_bias_layer_before_every_evaluation")
-    + _taskwise("bic", "test_bic_holds_out_validation_and_trains_and_uses_the_bias", "test_bic_star_has_no_distillation"),
+    + _taskwise("bic", "test_bic_holds_out_validation_and_trains_and_uses_the_bias", "test_bic_star_has_no_distillation")
+    + _survivors("bic"),
     "rmconsole.cl.methods.taskfree": ["tests/test_online_science.py", "tests/test_online.py"],
     "rmconsole.cl.methods.er": ["tests/test_online.py"],
     "rmconsole.cl.methods.base": ["tests/test_methods_science.py", *_taskwise("finetune", "ewc", "icarl", "bic")],
