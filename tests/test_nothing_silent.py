@@ -355,7 +355,8 @@ def test_defect_06_a_blocked_write_says_what_it_waits_on(isolated_home) -> None:
     finished_run()
     holder = _hold_write_lock(isolated_home / "rmconsole.db")
     command = subprocess.Popen([sys.executable, "-m", "rmconsole", "run", "--detach", "--set", "epochs=1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "RMCONSOLE_WAIT_NOTICE_S": "2"})  # the suite raises it
     try:
         started = time.monotonic()
         ready, _, _ = select.select([command.stderr], [], [], 25)  # imports, then 2 s of waiting

@@ -79,8 +79,8 @@ def test_presets_shipped_by_a_plugin_package_are_listed_and_found(tmp_path: Path
     """)
     assert found.returncode == 0, found.stderr
     assert found.stdout.split() == ["two-tasks", "2", "200"]  # the built-in's name means the built-in
-    unknown = venv.rmconsole("run", "--preset", "nope")
-    assert unknown.returncode == 2 and "two-tasks" in unknown.stderr and len(unknown.stderr.strip().splitlines()) == 1
+    unknown = venv.rmconsole("run", "--preset", "two-task")  # a slip: the plug-in's preset is suggested
+    assert unknown.returncode == 2 and "did you mean two-tasks?" in unknown.stderr and len(unknown.stderr.strip().splitlines()) == 1
 
 
 def _one_line_naming(text: str, *names: str) -> bool:

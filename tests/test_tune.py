@@ -28,8 +28,10 @@ def cli(*args: str) -> Any:
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
-def spec_of(name: str, trials: int, params: list[str], sampler: str = "random", **kw: Any) -> tuning.StudySpec:
-    spec, new = tuning.prepare(name, pairs=list(FAST), params=params, metric="val_A_last", trials=trials,
+def spec_of(name: str, trials: int, params: list[str], sampler: str = "random", tasks: int = 2,
+            **kw: Any) -> tuning.StudySpec:
+    pairs = [p if not p.startswith("n_tasks=") else f"n_tasks={tasks}" for p in FAST]
+    spec, new = tuning.prepare(name, pairs=pairs, params=params, metric="val_A_last", trials=trials,
                                sampler=sampler, **kw)
     assert new
     return spec
@@ -143,7 +145,8 @@ def test_a_small_study_finishes_and_its_trials_are_runs() -> None:
 
 @needs_validation
 def test_a_hopeless_trial_is_pruned_after_its_first_task() -> None:
-    spec = spec_of("prune", 2, ["lr=choice:0.05,1e-7"], pruner="median")
+    spec = spec_of("prune", 2, ["lr=choice:0.05,1e-7"], pruner="median", tasks=5)  # 4 tasks of slack: a
+    # loaded machine's driver still sees task 1 before the run is through
     study = tuning.open_study(spec, create=True)
     study.enqueue_trial({"lr": 0.05})
     study.enqueue_trial({"lr": 1e-7})  # learns nothing: below the median after task 1
@@ -152,7 +155,7 @@ def test_a_hopeless_trial_is_pruned_after_its_first_task() -> None:
     pruned = next(t for t in tuning.summarize("prune").trials if t.state == "pruned")
     run = store.get_run(pruned.run_id)
     assert run.status == "stopped" and "pruned" in run.tags
-    assert len(store.task_results(pruned.run_id)) == 1  # stopped after its first task of two
+    assert 1 <= len(store.task_results(pruned.run_id)) < 5  # stopped before its last task
 
 
 @needs_validation
@@ -171,7 +174,7 @@ def test_the_selection_reads_no_test_figure(monkeypatch: pytest.MonkeyPatch) -> 
     real_value = records.RunRecord.value
     monkeypatch.setattr(records.RunRecord, "value", lambda self, name: real_value(self, name)
                         if name.startswith("val_") else poisoned())
-    spec = spec_of("blind", 2, ["lr=choice:0.05,1e-7"], pruner="median")
+    spec = spec_of("blind", 2, ["lr=choice:0.05,1e-7"], pruner="median", tasks=5)
     study = tuning.open_study(spec, create=True)
     for lr in (0.05, 1e-7):  # one completes, one is pruned: both paths read what they select on
         study.enqueue_trial({"lr": lr})
@@ -184,12 +187,13 @@ def test_the_selection_reads_no_test_figure(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @needs_validation
+@pytest.mark.slow
 def test_a_killed_driver_continues_its_study() -> None:
     """SIGKILL the driver (and its trial's worker) mid-trial; `tune --study NAME` again resumes
     that trial's run from its checkpoint and finishes the study."""
     args = [sys.executable, "-m", "rmconsole", "tune", "--study", "k", "--param", "lr=log:1e-3..1e-1",
             "--metric", "val_A_last", "--trials", "3", "--sampler", "random", "--pruner", "none",
-            *[arg for pair in ["epochs=3", "n_tasks=2", "val_fraction=0.2", 'augment="none"'] for arg in ("--set", pair)]]
+            *[arg for pair in ["epochs=3", "n_tasks=4", "val_fraction=0.2", 'augment="none"'] for arg in ("--set", pair)]]
     driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     victim = None
@@ -199,15 +203,16 @@ def test_a_killed_driver_continues_its_study() -> None:
             runs = store.find_runs("study:k")
         except store.StoreError:
             continue
-        victim = next((r for r in runs if r.name == "k·t1" and r.tasks_done >= 1 and r.status == "running"), None)
+        victim = next((r for r in runs if r.name == "k·t1" and 1 <= r.tasks_done < 4 and r.status == "running"), None)
     assert victim is not None, "trial 1 never got past its first task"
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=30)
     pid = store.get_run(victim.id).pid
     os.killpg(pid, signal.SIGKILL)  # its worker dies too: the run is left 'running' with nobody behind it
+    done = store.get_run(victim.id).tasks_done
     again = subprocess.run(args[:5] + ["k"], capture_output=True, text=True, timeout=400, check=False)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert f"run {victim.id} resumed at task 2" in again.stdout
+    assert f"run {victim.id} resumed at task {done + 1}" in again.stdout
     runs = store.find_runs("study:k")
     assert len(runs) == 3 and {r.status for r in runs} == {"finished"}
     assert [t.state for t in tuning.summarize("k").trials] == ["complete"] * 3
