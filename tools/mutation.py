@@ -86,7 +86,7 @@ def _taskwise(*names: str) -> list[str]:
 
 
 MODULES: dict[str, list[str]] = {
-    "rmconsole.cl.streams": ["tests/test_streams.py", *SCIENCE],
+    "rmconsole.cl.streams": ["tests/test_streams.py", "tests/cl/test_stream_holdout.py", *SCIENCE],
     "rmconsole.cl.memory": ["tests/test_memory.py", *SCIENCE],
     "rmconsole.cl.uncertainty": ["tests/test_uncertainty.py", *SCIENCE],
     "rmconsole.cl.metrics": ["tests/test_metrics_schedule.py", *SCIENCE],
