@@ -120,11 +120,23 @@ def test_supervisor_killed_takes_the_worker_and_the_next_look_finds_it(isolated_
     row.check(None, shown["error"])
 
 
+def _stop_in_process(run_id: int) -> subprocess.CompletedProcess:
+    """`rmconsole stop RUN` through the Typer app in this process: on a loaded machine a fresh
+    interpreter's start-up could outlast the run's remaining tasks."""
+    from typer.testing import CliRunner
+
+    from rmconsole.cli import app
+
+    result = CliRunner().invoke(app, ["stop", str(run_id)])
+    return subprocess.CompletedProcess(["rmconsole", "stop", str(run_id)], result.exit_code,
+                                       result.stdout, result.stderr)
+
+
 def _stop_mid_run() -> tuple[int, subprocess.CompletedProcess]:
     run_id = start_detached()
     wait_for(lambda: len(store.task_results(run_id)) >= 1 and store.get_run(run_id).phase == "memory", 300,
              what="a finished task")
-    out = rmconsole("stop", str(run_id))
+    out = _stop_in_process(run_id)  # no interpreter start-up between "a task is done" and the stop
     assert out.returncode == 0 and f"run {run_id} stopped" in out.stdout, out.stdout + out.stderr
     run = store.get_run(run_id)
     kept = len(store.task_results(run_id))
