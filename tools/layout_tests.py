@@ -69,6 +69,7 @@ LAYOUT: dict[str, str] = {
     "test_uncertainty.py": "cl",
     "test_deviations.py": "cl/test_followup_deviations.py",
     "test_validation.py": "cl/test_validation_stream.py",
+    "test_evaluate_test.py": "cl/test_runs_without_test_evaluation.py",
     "test_methods_science.py": "cl/test_method_update_rules.py",
     "test_online_science.py": "cl/test_taskfree_driver_and_anytime.py",
     "test_methods_survivors.py": "cl/test_method_state_and_schedules.py",
