@@ -76,11 +76,17 @@ def share(tasks: int, eval_period: int) -> dict:
     finally:
         online.build_online_protocol = build
     o = outcomes[-1].extra["online"]
-    return {"samples": o["samples_seen"], "evaluations": o["evaluations"], "train_seconds": o["train_seconds"],
-            "eval_seconds": o["eval_seconds"], "wall_seconds": round(wall, 1),
-            "eval_share": o["eval_seconds"] / (o["train_seconds"] + o["eval_seconds"]),
-            "evaluations_per_s": o["evaluations_per_s"], "train_samples_per_s": o["train_samples_per_s"],
-            "A_auc": o["A_auc"]}
+    return {
+        "samples": o["samples_seen"],
+        "evaluations": o["evaluations"],
+        "train_seconds": o["train_seconds"],
+        "eval_seconds": o["eval_seconds"],
+        "wall_seconds": round(wall, 1),
+        "eval_share": o["eval_seconds"] / (o["train_seconds"] + o["eval_seconds"]),
+        "evaluations_per_s": o["evaluations_per_s"],
+        "train_samples_per_s": o["train_samples_per_s"],
+        "A_auc": o["A_auc"],
+    }
 
 
 def main() -> None:
@@ -94,13 +100,17 @@ def main() -> None:
     rows = throughput()
     print("classes  test images  s/evaluation  evaluations/s  images/s")
     for r in rows:
-        print(f"{r['classes']:>7} {r['test_images']:>12} {r['seconds']:>13.4f} {r['evaluations_per_s']:>14.1f} "
-              f"{r['images_per_s']:>9.0f}")
+        print(
+            f"{r['classes']:>7} {r['test_images']:>12} {r['seconds']:>13.4f} {r['evaluations_per_s']:>14.1f} "
+            f"{r['images_per_s']:>9.0f}"
+        )
     s = share(args.tasks, args.eval_period)
-    print(f"ER, MNIST i-Blurry-50-10, first {args.tasks} task(s), eval_period {args.eval_period}: {s['samples']} samples, "
-          f"{s['evaluations']} evaluations; train {s['train_seconds']:.1f} s ({s['train_samples_per_s']} samples/s), "
-          f"evaluation {s['eval_seconds']:.1f} s ({s['evaluations_per_s']} evaluations/s) = "
-          f"{100 * s['eval_share']:.1f}% of the two; wall {s['wall_seconds']} s; A_auc {s['A_auc']:.2f}")
+    print(
+        f"ER, MNIST i-Blurry-50-10, first {args.tasks} task(s), eval_period {args.eval_period}: {s['samples']} samples, "
+        f"{s['evaluations']} evaluations; train {s['train_seconds']:.1f} s ({s['train_samples_per_s']} samples/s), "
+        f"evaluation {s['eval_seconds']:.1f} s ({s['evaluations_per_s']} evaluations/s) = "
+        f"{100 * s['eval_share']:.1f}% of the two; wall {s['wall_seconds']} s; A_auc {s['A_auc']:.2f}"
+    )
     print(f"load after: {os.getloadavg()[0]:.1f}")
     if args.png:
         import matplotlib
@@ -111,13 +121,21 @@ def main() -> None:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         ax.plot([r["test_images"] for r in rows], [r["evaluations_per_s"] for r in rows], marker="o")
         for r in rows:
-            ax.annotate(f"{r['classes']} cls", (r["test_images"], r["evaluations_per_s"]), fontsize=7,
-                        textcoords="offset points", xytext=(3, 3))
+            ax.annotate(
+                f"{r['classes']} cls",
+                (r["test_images"], r["evaluations_per_s"]),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(3, 3),
+            )
         ax.set_xlabel("test images evaluated (classes seen so far)")
         ax.set_ylabel("evaluations / s")
-        ax.set_title(f"anytime evaluation, MLP400 on MNIST, 1 CPU thread (load {os.getloadavg()[0]:.0f} on 2 cores)\n"
-                     f"ER run: evaluation = {100 * s['eval_share']:.0f}% of train+eval time at eval_period "
-                     f"{args.eval_period}", fontsize=9)
+        ax.set_title(
+            f"anytime evaluation, MLP400 on MNIST, 1 CPU thread (load {os.getloadavg()[0]:.0f} on 2 cores)\n"
+            f"ER run: evaluation = {100 * s['eval_share']:.0f}% of train+eval time at eval_period "
+            f"{args.eval_period}",
+            fontsize=9,
+        )
         ax.grid(alpha=0.3)
         fig.tight_layout()
         args.png.parent.mkdir(parents=True, exist_ok=True)

@@ -22,16 +22,28 @@ from rmconsole.config import build_config
 
 def synthetic_mnist(n_train: int = 20000, n_test: int = 1000) -> Dataset:
     gen = torch.Generator().manual_seed(0)
+
     def make(n: int) -> TensorImages:
-        return TensorImages(torch.randint(0, 256, (n, 1, 28, 28), generator=gen, dtype=torch.uint8),
-                            torch.randint(0, 10, (n,), generator=gen))
+        return TensorImages(
+            torch.randint(0, 256, (n, 1, 28, 28), generator=gen, dtype=torch.uint8),
+            torch.randint(0, 10, (n,), generator=gen),
+        )
 
     return Dataset("mnist", make(n_train), make(n_test), [str(i) for i in range(10)], (0.1307,), (0.3081,))
 
 
 def step_cost(name: str, data: Dataset, steps: int) -> float:
-    cfg = build_config({"dataset": "mnist", "model": "mlp400", "method": name, "memory_size": 500,
-                        "augment": "none", "epochs": 1, "bic_bias_epochs": 1})
+    cfg = build_config(
+        {
+            "dataset": "mnist",
+            "model": "mlp400",
+            "method": name,
+            "memory_size": 500,
+            "augment": "none",
+            "epochs": 1,
+            "bic_bias_epochs": 1,
+        }
+    )
     proto = build_protocol(cfg, data)
     cpu = torch.device("cpu")
     setup = Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, cpu, make_augmenter(cfg, data, cpu))

@@ -28,6 +28,7 @@ def add_accel_options(parser: Any) -> None:
 
 def accel_settings(args: Any) -> dict[str, Any]:
     """The fast-path keys of parsed options as config values ("true"/"false" -> booleans)."""
+
     def toml(value: str) -> object:
         return {"true": True, "false": False}.get(value, value)
 
@@ -48,8 +49,10 @@ def machine() -> str:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         gpu = f"{torch.cuda.device_count()} x {props.name} ({props.total_memory / 2**30:.0f} GiB)"
-    return (f"machine: {cpu}, {cores} cores{load}; {gpu}; torch {torch.__version__}, "
-            f"{torch.get_num_threads()} torch threads; python {platform.python_version()}")
+    return (
+        f"machine: {cpu}, {cores} cores{load}; {gpu}; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} torch threads; python {platform.python_version()}"
+    )
 
 
 def peak_rss_mib() -> float:
@@ -119,8 +122,12 @@ class TimingReporter(Reporter):
     def task_finished(self, outcome: Any, checkpoint: Any) -> None:
         self._close()
         done = [p for p in self.phases if p.task == outcome.task]
-        print(f"  task {outcome.task + 1}: {sum(p.seconds for p in done):.1f} s (" +
-              ", ".join(f"{p.name} {p.seconds:.1f} s" for p in done) + ")", flush=True)
+        print(
+            f"  task {outcome.task + 1}: {sum(p.seconds for p in done):.1f} s ("
+            + ", ".join(f"{p.name} {p.seconds:.1f} s" for p in done)
+            + ")",
+            flush=True,
+        )
 
     def log(self, message: str) -> None:
         print(f"  {message}", flush=True)
@@ -131,8 +138,12 @@ class TimingReporter(Reporter):
         for name in dict.fromkeys(p.name for p in self.phases):
             group = [p for p in self.phases if p.name == name]
             n, s = sum(p.samples for p in group), sum(p.seconds for p in group)
-            out[name] = {"samples": n, "seconds": s, "per_s": n / s if s else None,
-                         "peak_gib": max(p.peak for p in group)}
+            out[name] = {
+                "samples": n,
+                "seconds": s,
+                "per_s": n / s if s else None,
+                "peak_gib": max(p.peak for p in group),
+            }
             if name == "memory update" and s:
                 out[name]["views_per_s"] = n * views / s
         return out

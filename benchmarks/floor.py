@@ -67,8 +67,15 @@ def synthetic_like(data: Dataset, seed: int = 0) -> Dataset:
         images = torch.randint(0, 256, (n, *data.image_shape), dtype=torch.uint8, generator=gen)
         return TensorImages(images, torch.randint(data.n_classes, (n,), generator=gen))
 
-    return Dataset(data.name, split(data.train), split(data.test), list(data.class_names), data.mean, data.std,
-                   crop_padding=data.crop_padding)
+    return Dataset(
+        data.name,
+        split(data.train),
+        split(data.test),
+        list(data.class_names),
+        data.mean,
+        data.std,
+        crop_padding=data.crop_padding,
+    )
 
 
 class Floor:
@@ -78,8 +85,14 @@ class Floor:
         self.device = device
         torch.manual_seed(0)
         self.model = build_model(cfg.model, data.image_shape, data.n_classes).to(device)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=0.9, nesterov=True,
-                                         weight_decay=cfg.weight_decay, fused=device.type in ("cuda", "cpu"))
+        self.optimizer = torch.optim.SGD(
+            self.model.parameters(),
+            lr=cfg.lr,
+            momentum=0.9,
+            nesterov=True,
+            weight_decay=cfg.weight_decay,
+            fused=device.type in ("cuda", "cpu"),
+        )
         self.mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
         self.std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
 
@@ -96,7 +109,7 @@ class Floor:
             for start in range(0, n - 1, batch):
                 if n - start < 2:
                     break
-                loss = nnf.cross_entropy(self.model(xs[start:start + batch]), ys[start:start + batch])
+                loss = nnf.cross_entropy(self.model(xs[start : start + batch]), ys[start : start + batch])
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self.optimizer.step()
@@ -109,7 +122,7 @@ class Floor:
         n = len(views) // n_views
         best = []
         for start in range(0, n, per):
-            part = views.view(n_views, n, *views.shape[1:])[:, start:start + per].flatten(0, 1)
+            part = views.view(n_views, n, *views.shape[1:])[:, start : start + per].flatten(0, 1)
             top = self.model(part).argmax(-1).view(n_views, -1)
             counts = torch.zeros(top.shape[1], self.model.fc.out_features, dtype=torch.long, device=self.device)
             counts.scatter_add_(1, top.t(), torch.ones_like(top.t()))
@@ -119,7 +132,9 @@ class Floor:
     @torch.inference_mode()
     def accuracy(self, x: torch.Tensor, y: torch.Tensor, batch: int) -> float:
         self.model.eval()
-        right = sum(int((self.model(x[s:s + batch]).argmax(-1) == y[s:s + batch]).sum()) for s in range(0, len(x), batch))
+        right = sum(
+            int((self.model(x[s : s + batch]).argmax(-1) == y[s : s + batch]).sum()) for s in range(0, len(x), batch)
+        )
         return 100.0 * right / max(1, len(x))
 
 
@@ -128,8 +143,16 @@ def make_method(preset: str, overrides: list[str], data: Dataset, device: torch.
     torch.manual_seed(cfg.seed)
     protocol = build_protocol(cfg, data)
     on_device = data.to(device)
-    setup = Setup(cfg, on_device, protocol.train_labels.to(device), protocol.test_labels.to(device), protocol.groups,
-                  device, make_augmenter(cfg, on_device, device), Reporter())
+    setup = Setup(
+        cfg,
+        on_device,
+        protocol.train_labels.to(device),
+        protocol.test_labels.to(device),
+        protocol.groups,
+        device,
+        make_augmenter(cfg, on_device, device),
+        Reporter(),
+    )
     method = method_class(cfg.method)(setup)
     return cfg, protocol, setup, method
 
@@ -149,10 +172,20 @@ def best_of(device: torch.device, work: Callable[[], object], repeats: int) -> t
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="mnist-blurry10-online")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override, as `rmconsole run --set` (repeatable)")
-    parser.add_argument("--data", choices=["real", "synthetic"], default="real",
-                        help="the preset's dataset (RMCONSOLE_DATA), or random pixels of its shape")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override, as `rmconsole run --set` (repeatable)",
+    )
+    parser.add_argument(
+        "--data",
+        choices=["real", "synthetic"],
+        default="real",
+        help="the preset's dataset (RMCONSOLE_DATA), or random pixels of its shape",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: one core)")
     parser.add_argument("--stream-steps", type=int, default=400, help="S")
@@ -160,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=2000, help="N")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--roofline", action="store_true",
-                        help="also print the run's arithmetic floor on this core (MLP backbones)")
+    parser.add_argument(
+        "--roofline", action="store_true", help="also print the run's arithmetic floor on this core (MLP backbones)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -181,21 +215,23 @@ def main(argv: list[str] | None = None) -> int:
     _, _, _, noda = make_method(args.preset, overrides + ["augment=none"], data, device)
 
     # RM at task 2: a full memory (the first K samples of task 1's stream), task 2's stream
-    memory = protocol.tasks[0][:cfg.memory_size]
+    memory = protocol.tasks[0][: cfg.memory_size]
     stream = protocol.tasks[1]
     task = Task(1, stream, len(protocol.tasks))
     for method in (rm, noda):
         method.memory.replace(memory, protocol.train_labels[memory])
         method.before_task(task)
-    stream_batches = rm.stream_batches(task)[:args.stream_steps]
-    candidates = torch.cat([memory, stream])[:args.candidates]
+    stream_batches = rm.stream_batches(task)[: args.stream_steps]
+    candidates = torch.cat([memory, stream])[: args.candidates]
     classes = sorted(set(protocol.train_labels[torch.cat([memory, stream])].tolist()))
     views = cfg.uncertainty_views if cfg.uncertainty != "none" else 1
     chunk = inference_batch(data.image_shape, device)
 
     floor = Floor(cfg, data, device)
     train_images, test_images = data.train.take, data.test.take
-    xs_stream, ys_stream = floor.tensors(train_images(torch.cat(stream_batches)), protocol.train_labels[torch.cat(stream_batches)])
+    xs_stream, ys_stream = floor.tensors(
+        train_images(torch.cat(stream_batches)), protocol.train_labels[torch.cat(stream_batches)]
+    )
     xs_mem, ys_mem = floor.tensors(train_images(memory), protocol.train_labels[memory])
     xs_cand, _ = floor.tensors(train_images(candidates), protocol.train_labels[candidates])
     xs_views = xs_cand.repeat(views, 1, 1, 1)
@@ -205,34 +241,62 @@ def main(argv: list[str] | None = None) -> int:
     memory_steps = args.epochs * len(rm.shuffled_batches(rm.memory.indices, mem_batch))
 
     def memory_epochs(method) -> Callable[[], None]:
-        return lambda: method.fit(args.epochs, lambda e: method.shuffled_batches(method.memory.indices, mem_batch),
-                                  "memory", task)
+        return lambda: method.fit(
+            args.epochs, lambda e: method.shuffled_batches(method.memory.indices, mem_batch), "memory", task
+        )
 
     phases = [
-        ("stream pass", f"{len(stream_batches)} steps of {cfg.batch_size}", len(torch.cat(stream_batches)),
-         lambda: floor.train(xs_stream, ys_stream, cfg.batch_size, 1),
-         lambda: rm.fit(1, lambda e: stream_batches, "stream", task)),
-        ("memory epochs", f"{memory_steps} steps of {mem_batch}", args.epochs * len(memory),
-         lambda: floor.train(xs_mem, ys_mem, mem_batch, args.epochs), memory_epochs(rm)),
-        ("memory, w/o DA", f"{memory_steps} steps of {mem_batch}", args.epochs * len(memory),
-         lambda: floor.train(xs_mem, ys_mem, mem_batch, args.epochs), memory_epochs(noda)),
-        ("uncertainty", f"{len(candidates)} x {views} views", len(candidates),
-         lambda: floor.votes(xs_views, views, chunk), lambda: rm.uncertainty_of(candidates)),
-        ("evaluation", f"{len(keep)} test images", len(keep),
-         lambda: floor.accuracy(xs_test, ys_test, inference_batch(data.image_shape, device, 4096)),
-         lambda: evaluate(rm, setup.data, setup.test_labels, classes, setup.augmenter)),
+        (
+            "stream pass",
+            f"{len(stream_batches)} steps of {cfg.batch_size}",
+            len(torch.cat(stream_batches)),
+            lambda: floor.train(xs_stream, ys_stream, cfg.batch_size, 1),
+            lambda: rm.fit(1, lambda e: stream_batches, "stream", task),
+        ),
+        (
+            "memory epochs",
+            f"{memory_steps} steps of {mem_batch}",
+            args.epochs * len(memory),
+            lambda: floor.train(xs_mem, ys_mem, mem_batch, args.epochs),
+            memory_epochs(rm),
+        ),
+        (
+            "memory, w/o DA",
+            f"{memory_steps} steps of {mem_batch}",
+            args.epochs * len(memory),
+            lambda: floor.train(xs_mem, ys_mem, mem_batch, args.epochs),
+            memory_epochs(noda),
+        ),
+        (
+            "uncertainty",
+            f"{len(candidates)} x {views} views",
+            len(candidates),
+            lambda: floor.votes(xs_views, views, chunk),
+            lambda: rm.uncertainty_of(candidates),
+        ),
+        (
+            "evaluation",
+            f"{len(keep)} test images",
+            len(keep),
+            lambda: floor.accuracy(xs_test, ys_test, inference_batch(data.image_shape, device, 4096)),
+            lambda: evaluate(rm, setup.data, setup.test_labels, classes, setup.augmenter),
+        ),
     ]
     print(machine())
-    print(f"preset {args.preset} ({args.data} data), model {cfg.model}, augment {'+'.join(cfg.augment) or 'none'}, "
-          f"uncertainty {cfg.uncertainty} x {views}, device {device}")
+    print(
+        f"preset {args.preset} ({args.data} data), model {cfg.model}, augment {'+'.join(cfg.augment) or 'none'}, "
+        f"uncertainty {cfg.uncertainty} x {views}, device {device}"
+    )
     # warm-up: lazy initialisation (allocator, kernels, maps) is not what a long run pays per step
     floor.train(xs_mem[:64], ys_mem[:64], mem_batch, 1)
     rm.fit(1, lambda e: rm.shuffled_batches(rm.memory.indices, mem_batch)[:8], "memory", task)
     noda.fit(1, lambda e: noda.shuffled_batches(noda.memory.indices, mem_batch)[:8], "memory", task)
     rm.uncertainty_of(candidates[:64])
 
-    print(f"\n{'phase':<16} {'work':<22} {'floor s':>8} {'engine s':>9} {'ratio':>6}   {'wall: floor':>11} "
-          f"{'engine':>7} {'ratio':>6}   {'engine /s':>10}")
+    print(
+        f"\n{'phase':<16} {'work':<22} {'floor s':>8} {'engine s':>9} {'ratio':>6}   {'wall: floor':>11} "
+        f"{'engine':>7} {'ratio':>6}   {'engine /s':>10}"
+    )
     rows = []
     for name, work, count, bare, engine in phases:
         fw = fc = ew = ec = float("inf")
@@ -242,21 +306,48 @@ def main(argv: list[str] | None = None) -> int:
             w, c = best_of(device, engine, 1)
             ew, ec = min(ew, w), min(ec, c)
         cpu_ratio, wall_ratio = ec / fc, ew / fw
-        rows.append({"phase": name, "work": work, "items": count, "floor_cpu_s": fc, "engine_cpu_s": ec,
-                     "ratio_cpu": cpu_ratio, "floor_wall_s": fw, "engine_wall_s": ew, "ratio_wall": wall_ratio,
-                     "engine_items_per_cpu_s": count / ec})
-        print(f"{name:<16} {work:<22} {fc:>8.2f} {ec:>9.2f} {cpu_ratio:>5.2f}x   {fw:>11.2f} {ew:>7.2f} "
-              f"{wall_ratio:>5.2f}x   {count / ec:>10,.0f}", flush=True)
+        rows.append(
+            {
+                "phase": name,
+                "work": work,
+                "items": count,
+                "floor_cpu_s": fc,
+                "engine_cpu_s": ec,
+                "ratio_cpu": cpu_ratio,
+                "floor_wall_s": fw,
+                "engine_wall_s": ew,
+                "ratio_wall": wall_ratio,
+                "engine_items_per_cpu_s": count / ec,
+            }
+        )
+        print(
+            f"{name:<16} {work:<22} {fc:>8.2f} {ec:>9.2f} {cpu_ratio:>5.2f}x   {fw:>11.2f} {ew:>7.2f} "
+            f"{wall_ratio:>5.2f}x   {count / ec:>10,.0f}",
+            flush=True,
+        )
     load = os.getloadavg()
-    print(f"\nseconds are the best of {args.repeats}; 'floor s'/'engine s' are CPU seconds of this process, "
-          f"'wall' the wall clock; load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    print(
+        f"\nseconds are the best of {args.repeats}; 'floor s'/'engine s' are CPU seconds of this process, "
+        f"'wall' the wall clock; load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+    )
     roof = None
     if args.roofline:
         roof = roofline(cfg, protocol, data.image_shape, rm.memory_batch_size, views, chunk, device)
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine(), "preset": args.preset, "data": args.data,
-                                         "device": str(device), "load": load, "phases": rows, "roofline": roof},
-                                        indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "preset": args.preset,
+                    "data": args.data,
+                    "device": str(device),
+                    "load": load,
+                    "phases": rows,
+                    "roofline": roof,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 
@@ -301,8 +392,20 @@ def sgd_update_seconds(model: torch.nn.Module, lr: float, weight_decay: float, d
     buffers = [torch.zeros_like(p) for p in params]
 
     def update() -> None:
-        torch._fused_sgd_(params, grads, buffers, weight_decay=weight_decay, momentum=0.9, lr=lr, dampening=0.0,
-                          nesterov=True, maximize=False, is_first_step=False, grad_scale=None, found_inf=None)
+        torch._fused_sgd_(
+            params,
+            grads,
+            buffers,
+            weight_decay=weight_decay,
+            momentum=0.9,
+            lr=lr,
+            dampening=0.0,
+            nesterov=True,
+            maximize=False,
+            is_first_step=False,
+            grad_scale=None,
+            found_inf=None,
+        )
 
     return _best_seconds(device, update, 200)
 
@@ -311,8 +414,11 @@ def roofline(cfg, protocol, image_shape, memory_batch: int, views: int, chunk: i
     """The run's arithmetic floor on this core (see the module docstring); prints and returns it."""
     model = build_model(cfg.model, image_shape, protocol.train_labels.max().item() + 1)
     layers = _linear_shapes(model)
-    if type(model.features) is not torch.nn.Sequential or not layers or any(
-            isinstance(m, torch.nn.Conv2d) for m in model.modules()):
+    if (
+        type(model.features) is not torch.nn.Sequential
+        or not layers
+        or any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    ):
         print(f"\nroofline: MLP backbones only, not {cfg.model}")
         return None
     mem_s, mem_flop = step_matmul_seconds(layers, memory_batch, device)
@@ -321,15 +427,18 @@ def roofline(cfg, protocol, image_shape, memory_batch: int, views: int, chunk: i
     # inference: every layer's forward at the scoring batch
     fwd_s = fwd_flop = 0.0
     for n_in, n_out in layers:
-        h, w, b = torch.randn(chunk, n_in, device=device), torch.randn(n_out, n_in, device=device), torch.randn(
-            n_out, device=device)
+        h, w, b = (
+            torch.randn(chunk, n_in, device=device),
+            torch.randn(n_out, n_in, device=device),
+            torch.randn(n_out, device=device),
+        )
         wt = w.t()
         fwd_s += _best_seconds(device, lambda: torch.addmm(b, h, wt), 5, rounds=5) / chunk  # noqa: B023 - timed here
         fwd_flop += 2.0 * n_in * n_out
     n_params = sum(p.numel() for p in model.parameters())
     tasks = [len(t) for t in protocol.tasks]
     k = cfg.memory_size
-    memory_steps = sum(cfg.epochs * math.ceil(min(k, sum(tasks[:i + 1])) / memory_batch) for i in range(len(tasks)))
+    memory_steps = sum(cfg.epochs * math.ceil(min(k, sum(tasks[: i + 1])) / memory_batch) for i in range(len(tasks)))
     stream_steps = sum(math.ceil(n / cfg.batch_size) for n in tasks)
     candidates = sum(min(k, sum(tasks[:i])) + n for i, n in enumerate(tasks))  # memory + the task's stream
     per_candidate = views * fwd_s
@@ -340,18 +449,31 @@ def roofline(cfg, protocol, image_shape, memory_batch: int, views: int, chunk: i
     }
     total = sum(parts.values())
     print(f"\nroofline ({cfg.model}: {n_params:,} parameters; this core, one thread):")
-    print(f"  batch-{memory_batch} step: matrix products {mem_s * 1e3:.3f} ms ({mem_flop / mem_s / 1e9:.1f} GFLOP/s) "
-          f"+ fused SGD update {sgd_s * 1e3:.3f} ms ({n_params * 4 * 5 / sgd_s / 1e9:.1f} GB/s over w, g, buf) "
-          f"= {(mem_s + sgd_s) * 1e3:.3f} ms")
-    print(f"  inference forward at batch {chunk}: {fwd_flop / fwd_s / 1e9:.1f} GFLOP/s; {views} views per candidate: "
-          f"at most {1 / per_candidate:,.0f} candidates/s (issue 16's target: 10,000)")
-    print(f"  the run ({cfg.epochs} memory epochs, {len(tasks)} tasks, K = {k}): memory epochs >= "
-          f"{parts['memory epochs']:.1f} s ({memory_steps:,} steps), stream pass >= {parts['stream pass']:.1f} s, "
-          f"uncertainty >= {parts['uncertainty']:.1f} s ({candidates:,} candidates): >= {total:.1f} s before batch norm, "
-          f"loss, augmentation and start-up (issue 16's target: 60 s end to end)")
-    return {"step_matmul_s": mem_s, "step_matmul_gflops": mem_flop / mem_s / 1e9, "sgd_update_s": sgd_s,
-            "inference_gflops": fwd_flop / fwd_s / 1e9, "max_candidates_per_s": 1 / per_candidate,
-            "memory_steps": memory_steps, "floor_s": parts, "floor_total_s": total}
+    print(
+        f"  batch-{memory_batch} step: matrix products {mem_s * 1e3:.3f} ms ({mem_flop / mem_s / 1e9:.1f} GFLOP/s) "
+        f"+ fused SGD update {sgd_s * 1e3:.3f} ms ({n_params * 4 * 5 / sgd_s / 1e9:.1f} GB/s over w, g, buf) "
+        f"= {(mem_s + sgd_s) * 1e3:.3f} ms"
+    )
+    print(
+        f"  inference forward at batch {chunk}: {fwd_flop / fwd_s / 1e9:.1f} GFLOP/s; {views} views per candidate: "
+        f"at most {1 / per_candidate:,.0f} candidates/s (issue 16's target: 10,000)"
+    )
+    print(
+        f"  the run ({cfg.epochs} memory epochs, {len(tasks)} tasks, K = {k}): memory epochs >= "
+        f"{parts['memory epochs']:.1f} s ({memory_steps:,} steps), stream pass >= {parts['stream pass']:.1f} s, "
+        f"uncertainty >= {parts['uncertainty']:.1f} s ({candidates:,} candidates): >= {total:.1f} s before batch norm, "
+        f"loss, augmentation and start-up (issue 16's target: 60 s end to end)"
+    )
+    return {
+        "step_matmul_s": mem_s,
+        "step_matmul_gflops": mem_flop / mem_s / 1e9,
+        "sgd_update_s": sgd_s,
+        "inference_gflops": fwd_flop / fwd_s / 1e9,
+        "max_candidates_per_s": 1 / per_candidate,
+        "memory_steps": memory_steps,
+        "floor_s": parts,
+        "floor_total_s": total,
+    }
 
 
 if __name__ == "__main__":

@@ -43,8 +43,15 @@ class Suite:
         self.log.flush()
         print(f"== {name}", flush=True)
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         lines = []
         killed = threading.Event()
 
@@ -78,16 +85,29 @@ class Suite:
 def environment() -> dict:
     import torch
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-           "cudnn": torch.backends.cudnn.version(), "commit": os.environ.get("RMCONSOLE_COMMIT"),
-           "cpu_cores": len(os.sched_getaffinity(0))}
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "commit": os.environ.get("RMCONSOLE_COMMIT"),
+        "cpu_cores": len(os.sched_getaffinity(0)),
+    }
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
-        env.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1), gpus=torch.cuda.device_count(),
-                   multiprocessors=p.multi_processor_count)
+        env.update(
+            gpu=p.name,
+            gpu_memory_gib=round(p.total_memory / 2**30, 1),
+            gpus=torch.cuda.device_count(),
+            multiprocessors=p.multi_processor_count,
+        )
     try:
-        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                       capture_output=True, text=True, timeout=30).stdout.strip()
+        env["driver"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         env["driver"] = None
     return env
@@ -95,8 +115,26 @@ def environment() -> dict:
 
 def part_tests(s: Suite, args: argparse.Namespace) -> dict:
     xml = s.out / "gpu-tests.xml"
-    code, sec = s.run("tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-n", "0", "-v",
-                                "-rs", "tests/test_gpu.py", f"--junitxml={xml}", "-s"], args.tests_limit)
+    code, sec = s.run(
+        "tests",
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "0",
+            "-v",
+            "-rs",
+            "tests/runner/test_gpu.py",
+            f"--junitxml={xml}",
+            "-s",
+        ],
+        args.tests_limit,
+    )
     cases = []
     if xml.exists():
         for case in ET.parse(xml).getroot().iter("testcase"):
@@ -109,8 +147,9 @@ def part_tests(s: Suite, args: argparse.Namespace) -> dict:
                     break
             else:
                 detail = ""
-            cases.append({"test": case.get("name"), "outcome": outcome, "seconds": float(case.get("time", 0)),
-                          "detail": detail})
+            cases.append(
+                {"test": case.get("name"), "outcome": outcome, "seconds": float(case.get("time", 0)), "detail": detail}
+            )
         xml.unlink()
     return {"exit": code, "seconds": sec, "cases": cases}
 
@@ -127,8 +166,12 @@ def _json_runs(s: Suite, label: str, variants: dict[str, list[str]], limit: floa
 
 def part_profile(s: Suite, args: argparse.Namespace) -> dict:
     script = [sys.executable, str(HERE / "profile_memory_epochs.py"), "--epochs", str(args.profile_epochs)]
-    return _json_runs(s, "profile", {"graphs": [*script, "--cuda-graphs", "true"],
-                                     "eager": [*script, "--cuda-graphs", "false"]}, args.part_limit)
+    return _json_runs(
+        s,
+        "profile",
+        {"graphs": [*script, "--cuda-graphs", "true"], "eager": [*script, "--cuda-graphs", "false"]},
+        args.part_limit,
+    )
 
 
 def part_cifar(s: Suite, args: argparse.Namespace) -> dict:
@@ -141,10 +184,22 @@ def part_cifar(s: Suite, args: argparse.Namespace) -> dict:
 
 
 def part_imagenet(s: Suite, args: argparse.Namespace) -> dict:
-    script = [sys.executable, str(HERE / "imagenet_throughput.py"), "--synthetic", str(args.imagenet_images),
-              "--root", str(args.scratch), "--train", str(args.imagenet_images)]
-    return _json_runs(s, "imagenet", {"nvjpeg": [*script, "--gpu-decode", "true"],
-                                      "cpu_decode": [*script, "--gpu-decode", "false"]}, args.part_limit)
+    script = [
+        sys.executable,
+        str(HERE / "imagenet_throughput.py"),
+        "--synthetic",
+        str(args.imagenet_images),
+        "--root",
+        str(args.scratch),
+        "--train",
+        str(args.imagenet_images),
+    ]
+    return _json_runs(
+        s,
+        "imagenet",
+        {"nvjpeg": [*script, "--gpu-decode", "true"], "cpu_decode": [*script, "--gpu-decode", "false"]},
+        args.part_limit,
+    )
 
 
 def part_slots(s: Suite, args: argparse.Namespace) -> dict:
@@ -155,13 +210,20 @@ def part_slots(s: Suite, args: argparse.Namespace) -> dict:
     rows = {}
     for n in args.slots:
         outs = [s.out / f"slot-{n}-{i}.json" for i in range(n)]
-        argv = " & ".join(f"{sys.executable} {HERE / 'cifar_run.py'} --epochs {args.slots_epochs} "
-                          f"--seed {i + 1} --memory-share {1 / n!r} --json {o}" for i, o in enumerate(outs)) + " & wait"
+        argv = (
+            " & ".join(
+                f"{sys.executable} {HERE / 'cifar_run.py'} --epochs {args.slots_epochs} "
+                f"--seed {i + 1} --memory-share {1 / n!r} --json {o}"
+                for i, o in enumerate(outs)
+            )
+            + " & wait"
+        )
         code, sec = s.run(f"slots {n}", ["bash", "-c", argv], args.part_limit)
         runs = [_pop_json(o) for o in outs]
         done = [r for r in runs if r]
         row = {"exit": code, "wall_s": sec, "finished": len(done)}
         if done:
+
             def full_run_s(r: dict) -> float:
                 phases = r["phases"]
                 mem = phases.get("memory", {}).get("seconds", 0.0)
@@ -188,53 +250,84 @@ def _pop_json(path: Path) -> dict:
 
 def summary(r: dict) -> str:
     env = r.get("environment", {})
-    lines = ["# GPU suite", "",
-             f"{env.get('gpu')} ({env.get('gpu_memory_gib')} GiB, driver {env.get('driver')}), "
-             f"{env.get('cpu_cores')} CPU cores; torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN "
-             f"{env.get('cudnn')}, Python {env.get('python')}; commit {env.get('commit')}; {r.get('started')}", ""]
+    lines = [
+        "# GPU suite",
+        "",
+        f"{env.get('gpu')} ({env.get('gpu_memory_gib')} GiB, driver {env.get('driver')}), "
+        f"{env.get('cpu_cores')} CPU cores; torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN "
+        f"{env.get('cudnn')}, Python {env.get('python')}; commit {env.get('commit')}; {r.get('started')}",
+        "",
+    ]
     parts = r["parts"]
     if "tests" in parts:
         t = parts["tests"]
         lines += ["## Tests marked gpu", "", "| test | outcome | seconds |", "|---|---|---|"]
-        lines += [f"| {c['test']} | {c['outcome']}{(': ' + c['detail']) if c['detail'] else ''} | {c['seconds']:.1f} |"
-                  for c in t["cases"]]
+        lines += [
+            f"| {c['test']} | {c['outcome']}{(': ' + c['detail']) if c['detail'] else ''} | {c['seconds']:.1f} |"
+            for c in t["cases"]
+        ]
         lines.append("")
     if parts.get("cifar", {}).get("phases"):
         c = parts["cifar"]
         w = c["workload"]
-        lines += [f"## (a) CIFAR10-shaped RM run end to end: {c['wall_s']:.0f} s",
-                  "", f"{w['data']} 3x32x32, {w['train']:,} train / {w['test']:,} test, {w['model']}, K={w['memory_size']}, "
-                  f"{w['epochs']} memory epochs, {w['views']} views, batch {w['batch_size']}"
-                  + (f"; A_last {c['a_last']:.2f}" if c.get("a_last") is not None else ""), "",
-                  "| phase | samples | seconds | samples/s | peak GiB |", "|---|---|---|---|---|"]
+        lines += [
+            f"## (a) CIFAR10-shaped RM run end to end: {c['wall_s']:.0f} s",
+            "",
+            f"{w['data']} 3x32x32, {w['train']:,} train / {w['test']:,} test, {w['model']}, K={w['memory_size']}, "
+            f"{w['epochs']} memory epochs, {w['views']} views, batch {w['batch_size']}"
+            + (f"; A_last {c['a_last']:.2f}" if c.get("a_last") is not None else ""),
+            "",
+            "| phase | samples | seconds | samples/s | peak GiB |",
+            "|---|---|---|---|---|",
+        ]
         for name, p in c["phases"].items():
             extra = f" ({p['views_per_s']:,.0f} views/s)" if "views_per_s" in p else ""
-            lines.append(f"| {name} | {p['samples']:,} | {p['seconds']:.1f} | {p['per_s']:,.0f}{extra} | {p['peak_gib']:.2f} |")
+            lines.append(
+                f"| {name} | {p['samples']:,} | {p['seconds']:.1f} | {p['per_s']:,.0f}{extra} | {p['peak_gib']:.2f} |"
+            )
         lines.append("")
     if "profile" in parts:
-        lines += ["## Memory epochs (K=500, batch 8, ResNet18, CutMix+AutoAugment), torch.profiler", "",
-                  "| steps | samples/s | ms/step | GPU busy with kernels | launches/step | accel |", "|---|---|---|---|---|---|"]
+        lines += [
+            "## Memory epochs (K=500, batch 8, ResNet18, CutMix+AutoAugment), torch.profiler",
+            "",
+            "| steps | samples/s | ms/step | GPU busy with kernels | launches/step | accel |",
+            "|---|---|---|---|---|---|",
+        ]
         for how, p in parts["profile"].items():
             if p.get("samples_per_s"):
-                lines.append(f"| {how} | {p['samples_per_s']:,.0f} | {p['ms_per_step']:.2f} | {(p['gpu_busy'] or 0):.0%} | "
-                             f"{p['launches_per_step']:.1f} | {p['accel']} |")
+                lines.append(
+                    f"| {how} | {p['samples_per_s']:,.0f} | {p['ms_per_step']:.2f} | {(p['gpu_busy'] or 0):.0%} | "
+                    f"{p['launches_per_step']:.1f} | {p['accel']} |"
+                )
         lines.append("")
     if "imagenet" in parts:
-        lines += ["## (b) ImageNet-shaped streaming (synthetic JPEGs, ResNet34 at 224)", "",
-                  "| decode | phase | images | images/s | peak GiB |", "|---|---|---|---|---|"]
+        lines += [
+            "## (b) ImageNet-shaped streaming (synthetic JPEGs, ResNet34 at 224)",
+            "",
+            "| decode | phase | images | images/s | peak GiB |",
+            "|---|---|---|---|---|",
+        ]
         for decode, row in parts["imagenet"].items():
             for name, p in row.get("phases", {}).items():
-                lines.append(f"| {decode} | {name} | {p['images']:,} | {p['images_per_s']:,.0f} | {p['peak_gib']:.2f} |")
+                lines.append(
+                    f"| {decode} | {name} | {p['images']:,} | {p['images_per_s']:,.0f} | {p['peak_gib']:.2f} |"
+                )
         lines.append("")
     if "slots" in parts:
-        lines += ["## (c) Runs per GPU (each with 1/N of its memory)", "",
-                  "| runs at once | finished | wall s | runs/hour (short) | projected full-run s | "
-                  "projected full runs/hour | peak reserved GiB per run |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "## (c) Runs per GPU (each with 1/N of its memory)",
+            "",
+            "| runs at once | finished | wall s | runs/hour (short) | projected full-run s | "
+            "projected full runs/hour | peak reserved GiB per run |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for n, row in parts["slots"].items():
             peak = row.get("peak_reserved_gib")
-            lines.append(f"| {n} | {row['finished']} | {row['wall_s']:.0f} | {row.get('runs_per_hour', 0):.1f} | "
-                         f"{row.get('projected_full_run_s', 0):.0f} | {row.get('projected_full_runs_per_hour', 0):.1f} | "
-                         f"{'—' if peak is None else f'{peak:.1f}'} |")
+            lines.append(
+                f"| {n} | {row['finished']} | {row['wall_s']:.0f} | {row.get('runs_per_hour', 0):.1f} | "
+                f"{row.get('projected_full_run_s', 0):.0f} | {row.get('projected_full_runs_per_hour', 0):.1f} | "
+                f"{'—' if peak is None else f'{peak:.1f}'} |"
+            )
         lines.append("")
     return "\n".join(lines) + "\n"
 

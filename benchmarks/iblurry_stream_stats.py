@@ -36,9 +36,18 @@ def published(repo: Path, dataset: str, seed: int, n_tasks: int = 5) -> list[dic
     """The follow-up's split files for a seed, summarised as `iblurry_statistics` does."""
     tasks, seen, out = [], set(), []
     for t in range(n_tasks):
-        blob = subprocess.run(["git", "--git-dir", str(repo), "show",
-                               f"HEAD:collections/{dataset}/{dataset}_split{n_tasks}_n50_m10_rand{seed}_task{t}.json"],
-                              capture_output=True, text=True, check=True).stdout
+        blob = subprocess.run(
+            [
+                "git",
+                "--git-dir",
+                str(repo),
+                "show",
+                f"HEAD:collections/{dataset}/{dataset}_split{n_tasks}_n50_m10_rand{seed}_task{t}.json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         tasks.append([r["klass"] for r in json.loads(blob)])
     counts_all = [{c: ks.count(c) for c in set(ks)} for ks in tasks]
     for t, ks in enumerate(tasks):
@@ -50,22 +59,36 @@ def published(repo: Path, dataset: str, seed: int, n_tasks: int = 5) -> list[dic
         disjoint = sorted((counts[c] for c in only_here), reverse=True)
         others = sorted((counts[c] for c in counts if c not in only_here), reverse=True)
         majors = [n for n in others if n > 0.5 * others[0]]  # a blurry class's own task holds most of it
-        minors = others[len(majors):]
-        out.append({"task": t, "size": len(ks), "classes": len(counts), "new": len(new),
-                    "first_new_position": min(positions.values()) if positions else None,
-                    "disjoint": sorted(disjoint, reverse=True), "majors": majors, "minors": minors})
+        minors = others[len(majors) :]
+        out.append(
+            {
+                "task": t,
+                "size": len(ks),
+                "classes": len(counts),
+                "new": len(new),
+                "first_new_position": min(positions.values()) if positions else None,
+                "disjoint": sorted(disjoint, reverse=True),
+                "majors": majors,
+                "minors": minors,
+            }
+        )
     return out
 
 
 def line(name: str, stats: list[dict]) -> str:
     parts = []
     for t in stats:
-        minors = (f"{min(t['minors'])}-{max(t['minors'])} ({len(t['minors'])} cls, {sum(t['minors'])})"
-                  if t["minors"] else "-")
-        parts.append(f"T{t['task'] + 1}: {t['size']} | {t['classes']} cls, {t['new']} new @{t['first_new_position']} | "
-                     f"D {t['disjoint'][:3]}{'…' if len(t['disjoint']) > 3 else ''} | "
-                     f"maj {min(t['majors']) if t['majors'] else '-'}-{max(t['majors']) if t['majors'] else '-'} "
-                     f"({len(t['majors'])}) | min {minors}")
+        minors = (
+            f"{min(t['minors'])}-{max(t['minors'])} ({len(t['minors'])} cls, {sum(t['minors'])})"
+            if t["minors"]
+            else "-"
+        )
+        parts.append(
+            f"T{t['task'] + 1}: {t['size']} | {t['classes']} cls, {t['new']} new @{t['first_new_position']} | "
+            f"D {t['disjoint'][:3]}{'…' if len(t['disjoint']) > 3 else ''} | "
+            f"maj {min(t['majors']) if t['majors'] else '-'}-{max(t['majors']) if t['majors'] else '-'} "
+            f"({len(t['majors'])}) | min {minors}"
+        )
     return f"{name}\n  " + "\n  ".join(parts)
 
 
@@ -94,8 +117,12 @@ def main() -> None:
             stats = S.iblurry_statistics(tl, S.iblurry_split(tl, 5, 200, 50, 10, seed), 200)
             print(line(f"rmconsole tiny_imagenet subset (100/class) i-Blurry-50-10 seed {seed}", stats))
         if args.ib_repo.exists():
-            print(line("follow-up's tinyimagenet_split5_n50_m10_rand1 (500/class)",
-                       published(args.ib_repo, "tinyimagenet", 1)))
+            print(
+                line(
+                    "follow-up's tinyimagenet_split5_n50_m10_rand1 (500/class)",
+                    published(args.ib_repo, "tinyimagenet", 1),
+                )
+            )
 
 
 if __name__ == "__main__":

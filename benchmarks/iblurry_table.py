@@ -81,7 +81,7 @@ def main() -> None:
     ids = store.create_runs(configs, name, sweep_id)
     print(f"sweep {sweep_id}: runs {ids[0]}-{ids[-1]} ({len(ids)})", flush=True)
     # interleave the shares so each job gets a mix of slow and fast methods
-    shares = [ids[j::args.jobs] for j in range(args.jobs)]
+    shares = [ids[j :: args.jobs] for j in range(args.jobs)]
     home = os.environ.get("RMCONSOLE_HOME")
     started = time.perf_counter()
     if args.jobs == 1:

@@ -97,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--views", type=int, default=12)
     parser.add_argument("--workers", type=int, default=None, help="DataLoader decode workers (default: per core)")
     parser.add_argument("--gpu-decode", default="auto", choices=["auto", "true", "false"])
-    parser.add_argument("--synthetic", type=int, default=0,
-                        help="write N synthetic ImageNet-sized JPEGs (1000 classes) under --root and read those")
+    parser.add_argument(
+        "--synthetic",
+        type=int,
+        default=0,
+        help="write N synthetic ImageNet-sized JPEGs (1000 classes) under --root and read those",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     add_accel_options(parser)
     args = parser.parse_args(argv)
@@ -109,42 +113,73 @@ def main(argv: list[str] | None = None) -> int:
         args.root = synthetic_tree(args.root or Path("/tmp/rmconsole-synthetic"), args.synthetic, 1000)
         args.dataset = "imagenet"
     try:
-        cfg = build_config({
-            "dataset": args.dataset, "model": "resnet34", "method": "rm", "memory_size": 2000 if args.dataset ==
-            "tiny_imagenet" else 20000, "n_tasks": 10, "epochs": 1, "batch_size": args.batch, "image_size": args.size,
-            "augment": ["cutmix", "autoaug"], "uncertainty": "randaug", "uncertainty_views": args.views,
-            "device": args.device, "data_pipeline": "stream", "loader_workers": args.workers,
-            "gpu_decode": {"true": True, "false": False}.get(args.gpu_decode, "auto"), **accel_settings(args),
-        })
-        data = load_dataset(cfg.dataset, args.root or default_root(), image_size=cfg.image_size, pipeline="stream",
-                            loader_workers=cfg.loader_workers,
-                            gpu_decode=None if cfg.gpu_decode == "auto" else cfg.gpu_decode)
+        cfg = build_config(
+            {
+                "dataset": args.dataset,
+                "model": "resnet34",
+                "method": "rm",
+                "memory_size": 2000 if args.dataset == "tiny_imagenet" else 20000,
+                "n_tasks": 10,
+                "epochs": 1,
+                "batch_size": args.batch,
+                "image_size": args.size,
+                "augment": ["cutmix", "autoaug"],
+                "uncertainty": "randaug",
+                "uncertainty_views": args.views,
+                "device": args.device,
+                "data_pipeline": "stream",
+                "loader_workers": args.workers,
+                "gpu_decode": {"true": True, "false": False}.get(args.gpu_decode, "auto"),
+                **accel_settings(args),
+            }
+        )
+        data = load_dataset(
+            cfg.dataset,
+            args.root or default_root(),
+            image_size=cfg.image_size,
+            pipeline="stream",
+            loader_workers=cfg.loader_workers,
+            gpu_decode=None if cfg.gpu_decode == "auto" else cfg.gpu_decode,
+        )
     except (ConfigError, DatasetMissing) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if cfg.device == "auto" else cfg.device))
+    device = torch.device(
+        "cuda"
+        if cfg.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if cfg.device == "auto" else cfg.device)
+    )
     print(machine())
     torch.manual_seed(1)
     protocol = build_protocol(cfg, data)
     data = data.to(device)
     augmenter = make_augmenter(cfg, data, device)
     reporter = TimingReporter(device)
-    setup = Setup(cfg, data, protocol.train_labels.to(device), protocol.test_labels.to(device), protocol.groups,
-                  device, augmenter, reporter)
+    setup = Setup(
+        cfg,
+        data,
+        protocol.train_labels.to(device),
+        protocol.test_labels.to(device),
+        protocol.groups,
+        device,
+        augmenter,
+        reporter,
+    )
     rm = method_class("rm")(setup)
     source = data.train
-    print(f"workload: {args.dataset} tree {len(source):,} images resized to {args.size}x{args.size}, ResNet34, "
-          f"batch {args.batch}, {cfg.uncertainty_views} randaug views; {rm.accel.describe()}; "
-          f"decode: {'nvJPEG on the GPU' if source.decodes_on_gpu else 'CPU'}, "
-          f"{source.workers if source.workers is not None else 'default'} DataLoader workers; device {device}")
+    print(
+        f"workload: {args.dataset} tree {len(source):,} images resized to {args.size}x{args.size}, ResNet34, "
+        f"batch {args.batch}, {cfg.uncertainty_views} randaug views; {rm.accel.describe()}; "
+        f"decode: {'nvJPEG on the GPU' if source.decodes_on_gpu else 'CPU'}, "
+        f"{source.workers if source.workers is not None else 'default'} DataLoader workers; device {device}"
+    )
 
     gen = torch.Generator().manual_seed(0)
     order = torch.randperm(len(source), generator=gen)
     n_train = min(args.train, len(source))
     decode_idx = order[: min(args.decode or n_train, len(source))]
     train_idx = order[:n_train]
-    candidates = order[-min(args.candidates, len(source)):]
+    candidates = order[-min(args.candidates, len(source)) :]
     task = Task(0, train_idx, 10)
     rm.before_task(task)
     rows = []
@@ -158,22 +193,47 @@ def main(argv: list[str] | None = None) -> int:
     seconds, peak = timed(device, lambda: rm.fit(1, lambda e: list(train_idx.split(args.batch)), "train", task))
     rows.append(("train (fit)", n_train, seconds, peak, ""))
     seconds, peak = timed(device, lambda: rm.uncertainty_of(candidates))
-    rows.append(("uncertainty", len(candidates), seconds, peak,
-                 f"{len(candidates) * cfg.uncertainty_views / seconds:,.0f} views/s"))
+    rows.append(
+        (
+            "uncertainty",
+            len(candidates),
+            seconds,
+            peak,
+            f"{len(candidates) * cfg.uncertainty_views / seconds:,.0f} views/s",
+        )
+    )
 
     print(f"\n{'phase':<16} {'images':>8} {'seconds':>8} {'images/s':>10}  {'peak memory':>16}")
     for name, n, s, peak, extra in rows:
         print(f"{name:<16} {n:>8,} {s:>8.2f} {n / s:>10,.1f}  {peak:>8.2f} {memory_unit(device):<7}  {extra}")
     if args.json:
-        files = sorted((args.root or default_root()).glob(f"{'imagenet' if args.dataset == 'imagenet' else 'tiny-imagenet-200'}/train/*/*"))[:200]
-        args.json.write_text(json.dumps({
-            "workload": {"dataset": args.dataset, "synthetic": args.synthetic, "size": args.size, "batch": args.batch,
-                         "views": cfg.uncertainty_views, "decode": "nvjpeg" if source.decodes_on_gpu else "cpu",
-                         "workers": source.workers, "accel": rm.accel.describe(),
-                         "mean_file_kb": sum(f.stat().st_size for f in files) / max(1, len(files)) / 1024},
-            "phases": {name: {"images": n, "seconds": sec, "images_per_s": n / sec, "peak_gib": peak}
-                       for name, n, sec, peak, _ in rows},
-        }, indent=1))
+        files = sorted(
+            (args.root or default_root()).glob(
+                f"{'imagenet' if args.dataset == 'imagenet' else 'tiny-imagenet-200'}/train/*/*"
+            )
+        )[:200]
+        args.json.write_text(
+            json.dumps(
+                {
+                    "workload": {
+                        "dataset": args.dataset,
+                        "synthetic": args.synthetic,
+                        "size": args.size,
+                        "batch": args.batch,
+                        "views": cfg.uncertainty_views,
+                        "decode": "nvjpeg" if source.decodes_on_gpu else "cpu",
+                        "workers": source.workers,
+                        "accel": rm.accel.describe(),
+                        "mean_file_kb": sum(f.stat().st_size for f in files) / max(1, len(files)) / 1024,
+                    },
+                    "phases": {
+                        name: {"images": n, "seconds": sec, "images_per_s": n / sec, "peak_gib": peak}
+                        for name, n, sec, peak, _ in rows
+                    },
+                },
+                indent=1,
+            )
+        )
     source.close()
     return 0
 

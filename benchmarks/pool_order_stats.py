@@ -38,8 +38,10 @@ def summary(labels: torch.Tensor, split: S.BlurrySplit) -> str:
         total = torch.bincount(labels, minlength=int(labels.max()) + 1)
         losing = sum(1 for c in split.blurry[t] if int(own[c]) < int(total[c]))
         minors = len(set(labels[split.tasks[t]].unique().tolist()) - set(split.majors(t)))
-        parts.append(f"T{t + 1}: {len(chunk):>4} pooled from {len(labels[chunk].unique()) if len(chunk) else 0:>3} cls"
-                     f" ({losing}/{len(split.blurry[t])} blurry cls lose samples), {minors:>3} minor cls")
+        parts.append(
+            f"T{t + 1}: {len(chunk):>4} pooled from {len(labels[chunk].unique()) if len(chunk) else 0:>3} cls"
+            f" ({losing}/{len(split.blurry[t])} blurry cls lose samples), {minors:>3} minor cls"
+        )
     return "\n    ".join(parts)
 
 
@@ -52,7 +54,9 @@ def main() -> None:
     for name in args.datasets:
         labels = labels_of(name, root)
         n_classes = int(labels.max()) + 1
-        print(f"{name}: {len(labels)} samples, {n_classes} classes, {runs_of(labels)} runs of one class in storage order")
+        print(
+            f"{name}: {len(labels)} samples, {n_classes} classes, {runs_of(labels)} runs of one class in storage order"
+        )
         for kind in ("iblurry", "siblurry"):
             for seed in args.seeds:
                 for order in S.POOL_ORDERS:

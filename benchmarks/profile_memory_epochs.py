@@ -37,16 +37,33 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    cfg = build_config({"dataset": "cifar10", "model": args.model, "method": "rm", "memory_size": args.memory,
-                        "epochs": args.epochs, "augment": ["cutmix", "autoaug"], "batch_size": 16,
-                        **accel_settings(args)})
+    cfg = build_config(
+        {
+            "dataset": "cifar10",
+            "model": args.model,
+            "method": "rm",
+            "memory_size": args.memory,
+            "epochs": args.epochs,
+            "augment": ["cutmix", "autoaug"],
+            "batch_size": 16,
+            **accel_settings(args),
+        }
+    )
     data = synthetic_cifar(5000, 100)
     protocol = build_protocol(cfg, data)
     data = data.to(device)
-    setup = Setup(cfg, data, protocol.train_labels.to(device), protocol.test_labels.to(device), protocol.groups,
-                  device, make_augmenter(cfg, data, device), Reporter())
+    setup = Setup(
+        cfg,
+        data,
+        protocol.train_labels.to(device),
+        protocol.test_labels.to(device),
+        protocol.groups,
+        device,
+        make_augmenter(cfg, data, device),
+        Reporter(),
+    )
     rm = method_class("rm")(setup)
-    memory = torch.randperm(len(data.train), generator=torch.Generator().manual_seed(0))[:args.memory]
+    memory = torch.randperm(len(data.train), generator=torch.Generator().manual_seed(0))[: args.memory]
     rm.memory.replace(memory, protocol.train_labels[memory])
     task = Task(0, memory, 5)
     rm.before_task(task)
@@ -68,29 +85,50 @@ def main(argv: list[str] | None = None) -> int:
         sync(device)
         profiled = time.perf_counter() - start
     events = prof.key_averages()
-    kernel_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA") if device.type == "cuda" else 0
-    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
-                                                        "cudaGraphLaunch"))
+    kernel_us = (
+        sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA") if device.type == "cuda" else 0
+    )
+    launches = sum(
+        e.count
+        for e in events
+        if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch")
+    )
     print(machine())
-    print(f"workload: {args.epochs} memory epochs, K={args.memory}, batch {rm.memory_batch_size}, {args.model}, "
-          f"cutmix+autoaug; {rm.accel.describe()}, cuda_graphs={rm.uses_graphs}; device {device}")
+    print(
+        f"workload: {args.epochs} memory epochs, K={args.memory}, batch {rm.memory_batch_size}, {args.model}, "
+        f"cutmix+autoaug; {rm.accel.describe()}, cuda_graphs={rm.uses_graphs}; device {device}"
+    )
     samples = args.epochs * args.memory
-    print(f"memory epochs: {samples / plain:,.0f} samples/s, {plain / steps * 1e3:.2f} ms/step "
-          f"(profiled: {profiled / steps * 1e3:.2f} ms/step)")
+    print(
+        f"memory epochs: {samples / plain:,.0f} samples/s, {plain / steps * 1e3:.2f} ms/step "
+        f"(profiled: {profiled / steps * 1e3:.2f} ms/step)"
+    )
     if device.type == "cuda":
-        print(f"GPU busy with kernels: {kernel_us / 1e6 / profiled:.0%} of wall; {launches / steps:.0f} kernel launches per step")
+        print(
+            f"GPU busy with kernels: {kernel_us / 1e6 / profiled:.0%} of wall; {launches / steps:.0f} kernel launches per step"
+        )
     sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     print(events.table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=48))
     if device.type == "cuda":
         print(events.table(sort_by=sort, row_limit=12, max_name_column_width=48))
     if args.json:
-        args.json.write_text(json.dumps({
-            "samples_per_s": samples / plain, "ms_per_step": plain / steps * 1e3, "steps": steps,
-            "gpu_busy": kernel_us / 1e6 / profiled if device.type == "cuda" else None,
-            "launches_per_step": launches / steps, "accel": f"{rm.accel.describe()}, cuda_graphs={rm.uses_graphs}",
-            "top_host_ops": [(e.key, e.self_cpu_time_total / steps) for e in
-                             sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]],
-        }, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "samples_per_s": samples / plain,
+                    "ms_per_step": plain / steps * 1e3,
+                    "steps": steps,
+                    "gpu_busy": kernel_us / 1e6 / profiled if device.type == "cuda" else None,
+                    "launches_per_step": launches / steps,
+                    "accel": f"{rm.accel.describe()}, cuda_graphs={rm.uses_graphs}",
+                    "top_host_ops": [
+                        (e.key, e.self_cpu_time_total / steps)
+                        for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]
+                    ],
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

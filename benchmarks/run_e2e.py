@@ -36,13 +36,20 @@ def one_run(repo: Path, home: Path, args: list[str]) -> tuple[float, float, str]
     env = dict(os.environ, RMCONSOLE_HOME=str(home), RMCONSOLE_DATA=str(DATA), PYTHONPATH=str(repo))
     env.pop("RMCONSOLE_DB", None)
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "rmconsole", "run", *args], env=env, cwd=repo,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "rmconsole", "run", *args], env=env, cwd=repo, capture_output=True, text=True
+    )
     wall = time.perf_counter() - started
     if out.returncode != 0:
         raise SystemExit(f"rmconsole run failed ({repo}): {(out.stderr or out.stdout).strip()[-500:]}")
-    shown = subprocess.run([sys.executable, "-m", "rmconsole", "show", "last", "--json"], env=env, cwd=repo,
-                           capture_output=True, text=True, check=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "rmconsole", "show", "last", "--json"],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     run = json.loads(shown.stdout)
     tasks = sum(float(t["seconds"]) for t in run["tasks"])
     a_last = (run.get("metrics") or {}).get("A_last")
@@ -54,7 +61,9 @@ def main() -> int:
     parser.add_argument("--preset", help="preset name or TOML file (default: the digits demo)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--repo", type=Path, action="append", help="a checkout whose code runs (repeatable; default: this one)")
+    parser.add_argument(
+        "--repo", type=Path, action="append", help="a checkout whose code runs (repeatable; default: this one)"
+    )
     args = parser.parse_args()
     repos = [r.resolve() for r in (args.repo or [REPO])]
     run_args = (["--preset", args.preset] if args.preset else []) + [a for kv in args.overrides for a in ("--set", kv)]
@@ -70,8 +79,11 @@ def main() -> int:
             for repo in repos:
                 wall, tasks, a_last = one_run(repo, homes[repo], run_args)
                 figures[repo].append((wall, tasks))
-                print(f"  {i + 1:>2} {repo!s:<30} wall {wall:6.2f} s  tasks {tasks:6.2f} s  rest {wall - tasks:5.2f} s"
-                      f"  A_last {a_last}", flush=True)
+                print(
+                    f"  {i + 1:>2} {repo!s:<30} wall {wall:6.2f} s  tasks {tasks:6.2f} s  rest {wall - tasks:5.2f} s"
+                    f"  A_last {a_last}",
+                    flush=True,
+                )
     finally:
         for home in homes.values():
             stop_servers(home)
@@ -79,9 +91,11 @@ def main() -> int:
     for repo, rows in figures.items():
         walls, tasks = [w for w, _ in rows], [t for _, t in rows]
         rest = [w - t for w, t in rows]
-        print(f"{repo!s:<30} wall median {statistics.median(walls):5.2f} s  min {min(walls):5.2f} s  "
-              f"max {max(walls):5.2f} s; tasks median {statistics.median(tasks):5.2f} s; "
-              f"rest median {statistics.median(rest):4.2f} s (n={len(rows)})")
+        print(
+            f"{repo!s:<30} wall median {statistics.median(walls):5.2f} s  min {min(walls):5.2f} s  "
+            f"max {max(walls):5.2f} s; tasks median {statistics.median(tasks):5.2f} s; "
+            f"rest median {statistics.median(rest):4.2f} s (n={len(rows)})"
+        )
     print(f"load after {load()}")
     return 0
 

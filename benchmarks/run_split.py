@@ -30,17 +30,21 @@ from rmconsole.cl.data import load_run_dataset
 from rmconsole.cl.loop import run_protocol
 from rmconsole.config import ConfigError, load_config
 
-STARTUP = ("import time; t = time.process_time(); w = time.perf_counter(); import torch; "
-           "from rmconsole.config import load_config; from rmconsole.cl.loop import run_protocol; "
-           "from rmconsole.cl.data import load_run_dataset; _, cfg = load_config({preset!r}, {overrides!r}); "
-           "load_run_dataset(cfg); print(time.process_time() - t, time.perf_counter() - w)")
+STARTUP = (
+    "import time; t = time.process_time(); w = time.perf_counter(); import torch; "
+    "from rmconsole.config import load_config; from rmconsole.cl.loop import run_protocol; "
+    "from rmconsole.cl.data import load_run_dataset; _, cfg = load_config({preset!r}, {overrides!r}); "
+    "load_run_dataset(cfg); print(time.process_time() - t, time.perf_counter() - w)"
+)
 
 
 def startup_seconds(preset: str, overrides: list[str]) -> tuple[float, float]:
     """(CPU, wall) seconds a fresh interpreter takes to import and load the run's dataset."""
     code = STARTUP.format(preset=preset, overrides=overrides)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                       os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     cpu, wall = (float(v) for v in out.split()[-2:])
     return cpu, wall
@@ -71,23 +75,42 @@ def main(argv: list[str] | None = None) -> int:
     split = {}
     for name in dict.fromkeys(p.name for p in reporter.phases):
         group = [p for p in reporter.phases if p.name == name]
-        split[name] = {"samples": sum(p.samples for p in group), "seconds": sum(p.seconds for p in group),
-                       "cpu_seconds": sum(p.cpu_seconds for p in group)}
+        split[name] = {
+            "samples": sum(p.samples for p in group),
+            "seconds": sum(p.seconds for p in group),
+            "cpu_seconds": sum(p.cpu_seconds for p in group),
+        }
     load = os.getloadavg()
-    print(f"{args.preset} {' '.join(overrides)}: A_last {outcomes[-1].accuracy:.2f}, "
-          f"best-epoch {outcomes[-1].best_epoch_accuracy if outcomes[-1].best_epoch_accuracy is not None else '-'}")
+    print(
+        f"{args.preset} {' '.join(overrides)}: A_last {outcomes[-1].accuracy:.2f}, "
+        f"best-epoch {outcomes[-1].best_epoch_accuracy if outcomes[-1].best_epoch_accuracy is not None else '-'}"
+    )
     print(f"{'phase':<15} {'samples':>10} {'CPU s':>8} {'wall s':>8}")
     print(f"{'startup':<15} {'':>10} {start_cpu:>8.1f} {start_wall:>8.1f}")
     for name, row in split.items():
         print(f"{name:<15} {row['samples']:>10,} {row['cpu_seconds']:>8.1f} {row['seconds']:>8.1f}")
-    print(f"{'end to end':<15} {'':>10} {start_cpu + cpu:>8.1f} {start_wall + wall:>8.1f}   "
-          f"(load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
+    print(
+        f"{'end to end':<15} {'':>10} {start_cpu + cpu:>8.1f} {start_wall + wall:>8.1f}   "
+        f"(load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})"
+    )
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine(), "preset": args.preset, "overrides": overrides,
-                                         "a_last": outcomes[-1].accuracy, "accuracies": [o.accuracy for o in outcomes],
-                                         "startup": {"cpu_seconds": start_cpu, "seconds": start_wall},
-                                         "phases": split, "cpu_seconds": start_cpu + cpu, "seconds": start_wall + wall,
-                                         "load": load}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "preset": args.preset,
+                    "overrides": overrides,
+                    "a_last": outcomes[-1].accuracy,
+                    "accuracies": [o.accuracy for o in outcomes],
+                    "startup": {"cpu_seconds": start_cpu, "seconds": start_wall},
+                    "phases": split,
+                    "cpu_seconds": start_cpu + cpu,
+                    "seconds": start_wall + wall,
+                    "load": load,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

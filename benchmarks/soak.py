@@ -61,8 +61,9 @@ class Figures:
 
 
 def rmconsole(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rmconsole", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "rmconsole", *args], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def children(pid: int) -> list[int]:
@@ -104,10 +105,15 @@ class OwnPostgres:
 
         repo = Path(__file__).resolve().parents[1]
         self.folder = Path(tempfile.mkdtemp(prefix="rmconsole-soak-pg-"))
-        subprocess.run([str(repo / ".ci" / "services"), "start", str(self.folder), "postgres"], capture_output=True,
-                       timeout=300)
+        subprocess.run(
+            [str(repo / ".ci" / "services"), "start", str(self.folder), "postgres"], capture_output=True, timeout=300
+        )
         env = (self.folder / "env").read_text() if (self.folder / "env").exists() else ""
-        urls = [line.split("=", 1)[1].strip("'") for line in env.splitlines() if line.startswith("export RMCONSOLE_TEST_PG=")]
+        urls = [
+            line.split("=", 1)[1].strip("'")
+            for line in env.splitlines()
+            if line.startswith("export RMCONSOLE_TEST_PG=")
+        ]
         if not urls:
             raise SystemExit(f"soak: no PostgreSQL server could be started: {env.strip()}")
         self.url = urls[0]
@@ -117,8 +123,17 @@ class OwnPostgres:
         self.repo = repo
 
     def pg_ctl(self, *args: str) -> None:
-        command = [f"{self.bin}/pg_ctl", "-D", str(self.data), "-l", str(self.folder / "pg" / "server.log"), "-w",
-                   "-t", "120", *args]
+        command = [
+            f"{self.bin}/pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.folder / "pg" / "server.log"),
+            "-w",
+            "-t",
+            "120",
+            *args,
+        ]
         if os.getuid() == 0 and self.owner != "root":
             command = ["runuser", "-u", self.owner, "--", *command]
         env = {k: v for k, v in os.environ.items() if not k.startswith("RMCONSOLE")}  # not one of the soak's processes
@@ -130,7 +145,9 @@ class OwnPostgres:
         self.pg_ctl("restart", "-m", "fast")  # (a stopped server is started with its last options)
 
     def close(self) -> None:
-        subprocess.run([str(self.repo / ".ci" / "services"), "stop", str(self.folder)], capture_output=True, timeout=120)
+        subprocess.run(
+            [str(self.repo / ".ci" / "services"), "stop", str(self.folder)], capture_output=True, timeout=120
+        )
 
 
 def main() -> int:
@@ -183,11 +200,15 @@ def main() -> int:
     sweep_id = out.stdout.strip()
     ids = [r.id for r in store.list_runs(sweep_id=sweep_id)]
     figures = Figures(driver_starts=1)
-    victims = {run_id: Victim(run_id, rng.choice(["worker", "supervisor", "driver"]), rng.randrange(5))
-               for run_id in rng.sample(ids, round(args.kill_fraction * len(ids)))}
-    print(f"soak: sweep {sweep_id}, {len(ids)} runs, {args.parallel} slots, epochs={args.epochs}, home {home}; "
-          f"{len(victims)} victims: " + ", ".join(f"{v.run_id}:{v.kind}@task{v.task + 1}" for v in victims.values()),
-          flush=True)
+    victims = {
+        run_id: Victim(run_id, rng.choice(["worker", "supervisor", "driver"]), rng.randrange(5))
+        for run_id in rng.sample(ids, round(args.kill_fraction * len(ids)))
+    }
+    print(
+        f"soak: sweep {sweep_id}, {len(ids)} runs, {args.parallel} slots, epochs={args.epochs}, home {home}; "
+        f"{len(victims)} victims: " + ", ".join(f"{v.run_id}:{v.kind}@task{v.task + 1}" for v in victims.values()),
+        flush=True,
+    )
     last_report = 0.0
     while True:
         runs = store.list_runs(sweep_id=sweep_id)
@@ -214,11 +235,25 @@ def main() -> int:
             break
         if driver_pid(sweep_id) is None:
             time.sleep(rng.uniform(0, 1.0))  # the driver is gone: start it again; it queues failed runs again
-            if driver_pid(sweep_id) is None and not all(r.status == "finished" for r in store.list_runs(sweep_id=sweep_id)):
+            if driver_pid(sweep_id) is None and not all(
+                r.status == "finished" for r in store.list_runs(sweep_id=sweep_id)
+            ):
                 with open(home / "logs" / f"sweep-{sweep_id}.log", "ab") as log:
-                    driver = subprocess.Popen([sys.executable, "-m", "rmconsole.runner.queue", sweep_id, "--retry",
-                                               "--parallel", str(args.parallel)], env=env, start_new_session=True,
-                                              stdout=log, stderr=subprocess.STDOUT)
+                    driver = subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "rmconsole.runner.queue",
+                            sweep_id,
+                            "--retry",
+                            "--parallel",
+                            str(args.parallel),
+                        ],
+                        env=env,
+                        start_new_session=True,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
                 figures.driver_starts += 1
                 deadline = time.monotonic() + 120  # until it holds the lock (or has ended)
                 while driver.poll() is None and driver_pid(sweep_id) is None and time.monotonic() < deadline:
@@ -247,8 +282,11 @@ def main() -> int:
     interrupted = [v.run_id for v in victims.values() if v.kind in ("worker", "supervisor") and v.done]
     resumed = [run_id for run_id in interrupted if "resuming after task" in logs[run_id]]
     restarted = [run_id for run_id in interrupted if run_id not in resumed and logs[run_id].count("stream: ") > 1]
-    print(f"soak: {len(runs)} runs in {wall:.0f} s ({3600 * len(runs) / wall:.0f} runs/hour); checking the "
-          f"{len(victims)} killed runs against their uninterrupted twins…", flush=True)
+    print(
+        f"soak: {len(runs)} runs in {wall:.0f} s ({3600 * len(runs) / wall:.0f} runs/hour); checking the "
+        f"{len(victims)} killed runs against their uninterrupted twins…",
+        flush=True,
+    )
 
     import torch
 
@@ -266,36 +304,71 @@ def main() -> int:
         theirs = [(o.task, o.accuracy, o.accuracy_row, o.class_accuracy) for o in twin]
         (identical if mine == theirs else different).append(run_id)
     result = {
-        "runs": len(runs), "parallel": args.parallel, "epochs": args.epochs, "wall_s": round(wall, 1),
-        "runs_per_hour": round(3600 * len(runs) / wall, 1), "victims": len(victims), "kills": figures.kills,
+        "runs": len(runs),
+        "parallel": args.parallel,
+        "epochs": args.epochs,
+        "wall_s": round(wall, 1),
+        "runs_per_hour": round(3600 * len(runs) / wall, 1),
+        "victims": len(victims),
+        "kills": figures.kills,
         "kill_points": {v.run_id: f"{v.kind} in {v.at}" for v in victims.values()},
-        "driver_starts": figures.driver_starts, "max_running": figures.max_running,
-        "interrupted_runs": len(interrupted), "resumed_from_checkpoint": len(resumed),
+        "driver_starts": figures.driver_starts,
+        "max_running": figures.max_running,
+        "interrupted_runs": len(interrupted),
+        "resumed_from_checkpoint": len(resumed),
         "started_over_no_checkpoint_yet": len(restarted),
-        "lost": lost, "stuck": stuck, "processes_left": left,
-        "twins_identical": len(identical), "twins_different": different,
-        "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
+        "lost": lost,
+        "stuck": stuck,
+        "processes_left": left,
+        "twins_identical": len(identical),
+        "twins_different": different,
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
         "home": str(home),
     }
     if server is not None:
         import re
 
-        held = [float(x) for run in runs for x in re.findall(
-            r"answers again after ([0-9.]+) s", (home / "logs" / f"run-{run.id}.log").read_text(errors="replace"))]
-        past_grace = [run.id for run in runs if "longer than the grace period" in
-                      (home / "logs" / f"run-{run.id}.log").read_text(errors="replace")]
-        result.update({"store": "postgresql", "restarts": len(outages), "outages_s": outages,
-                       "outages_held_by_workers": len(held), "longest_held_s": max(held, default=0.0),
-                       "failed_past_grace": past_grace})
+        held = [
+            float(x)
+            for run in runs
+            for x in re.findall(
+                r"answers again after ([0-9.]+) s", (home / "logs" / f"run-{run.id}.log").read_text(errors="replace")
+            )
+        ]
+        past_grace = [
+            run.id
+            for run in runs
+            if "longer than the grace period" in (home / "logs" / f"run-{run.id}.log").read_text(errors="replace")
+        ]
+        result.update(
+            {
+                "store": "postgresql",
+                "restarts": len(outages),
+                "outages_s": outages,
+                "outages_held_by_workers": len(held),
+                "longest_held_s": max(held, default=0.0),
+                "failed_past_grace": past_grace,
+            }
+        )
         server.close()
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
-    ok = (not lost and not stuck and not left and not different and len(identical) == len(victims)
-          and len(resumed) + len(restarted) == len(interrupted) and not result.get("failed_past_grace"))
-    print("soak: " + ("PASS" if ok else "FAIL") + f": {len(runs) - len(lost)}/{len(runs)} finished, {len(lost)} lost, "
-          f"{len(stuck)} stuck, {len(left)} processes left, {len(identical)}/{len(victims)} killed runs identical "
-          f"to their twins")
+    ok = (
+        not lost
+        and not stuck
+        and not left
+        and not different
+        and len(identical) == len(victims)
+        and len(resumed) + len(restarted) == len(interrupted)
+        and not result.get("failed_past_grace")
+    )
+    print(
+        "soak: " + ("PASS" if ok else "FAIL") + f": {len(runs) - len(lost)}/{len(runs)} finished, {len(lost)} lost, "
+        f"{len(stuck)} stuck, {len(left)} processes left, {len(identical)}/{len(victims)} killed runs identical "
+        f"to their twins"
+    )
     return 0 if ok else 1
 
 

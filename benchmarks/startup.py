@@ -43,8 +43,13 @@ def load() -> str:
 
 def env_for(home: Path, repo: Path, warm: bool) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(RMCONSOLE_HOME=str(home), RMCONSOLE_DATA=str(DATA), OMP_NUM_THREADS="1", PYTHONPATH=str(repo),
-               RMCONSOLE_WARM="1" if warm else "0")
+    env.update(
+        RMCONSOLE_HOME=str(home),
+        RMCONSOLE_DATA=str(DATA),
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(repo),
+        RMCONSOLE_WARM="1" if warm else "0",
+    )
     env.pop("RMCONSOLE_DB", None)
     return env
 
@@ -61,9 +66,25 @@ def one_start(home: Path, repo: Path, dataset: str, warm: bool, timeout: float =
     logs = home / "logs"
     before = {p.name for p in logs.glob("run-*.log")} if logs.exists() else set()
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "rmconsole", "run", "--detach", "--preset", PRESETS[dataset],
-                          "--set", "epochs=1", "--set", "threads=1"], env=env, capture_output=True, text=True,
-                         timeout=timeout)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmconsole",
+            "run",
+            "--detach",
+            "--preset",
+            PRESETS[dataset],
+            "--set",
+            "epochs=1",
+            "--set",
+            "threads=1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if out.returncode != 0:
         raise SystemExit(f"rmconsole run failed: {out.stderr.strip()}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -82,8 +103,9 @@ def one_start(home: Path, repo: Path, dataset: str, warm: bool, timeout: float =
     else:
         raise SystemExit(f"run {run_id} did not start training within {timeout:g} s (log {log})")
     assert log.name not in before
-    subprocess.run([sys.executable, "-m", "rmconsole", "stop", run_id, "--grace", "5"], env=env, capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "rmconsole", "stop", run_id, "--grace", "5"], env=env, capture_output=True, timeout=120
+    )
     import re
 
     found = re.search(r"first training phase after ([0-9.]+) s of CPU", log.read_text(errors="replace"))
@@ -144,9 +166,11 @@ def main() -> None:
         for mode in args.modes.split(","):
             samples, cpus = measure(dataset, mode, args.repeat, args.repo)
             cpu = f"; CPU on the path median {statistics.median(cpus):5.2f} s" if cpus else ""
-            print(f"{dataset:<7} {mode:<13} wall median {statistics.median(samples):5.2f} s  min {min(samples):5.2f} s  "
-                  f"max {max(samples):5.2f} s{cpu}  (n={len(samples)}, target {targets[dataset]:g} s; load {load()})",
-                  flush=True)
+            print(
+                f"{dataset:<7} {mode:<13} wall median {statistics.median(samples):5.2f} s  min {min(samples):5.2f} s  "
+                f"max {max(samples):5.2f} s{cpu}  (n={len(samples)}, target {targets[dataset]:g} s; load {load()})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,15 @@ def synthetic(name: str, shape: tuple[int, int, int], n_train: int, n_test: int,
         return TensorImages(images, torch.arange(n) % 10)
 
     channels = shape[0]
-    return Dataset(name, split(n_train), split(n_test), [str(i) for i in range(10)],
-                   (0.5,) * channels, (0.25,) * channels, crop_padding=4)
+    return Dataset(
+        name,
+        split(n_train),
+        split(n_test),
+        [str(i) for i in range(10)],
+        (0.5,) * channels,
+        (0.25,) * channels,
+        crop_padding=4,
+    )
 
 
 def peak_rss_mib() -> float:
@@ -68,18 +75,31 @@ def timed(device: torch.device, work: Callable[[], object]) -> tuple[float, floa
     return seconds, peak
 
 
-def bench(label: str, data: Dataset, model: str, dataset: str, device: torch.device, args: argparse.Namespace) -> list[tuple]:
-    cfg = build_config({
-        "dataset": dataset, "model": model, "method": "rm", "memory_size": args.memory, "epochs": args.epochs,
-        "augment": args.augment, "uncertainty": args.measure, "uncertainty_views": args.views,
-        "batch_size": 16, "lr": 0.05, "seed": 1,
-    })
+def bench(
+    label: str, data: Dataset, model: str, dataset: str, device: torch.device, args: argparse.Namespace
+) -> list[tuple]:
+    cfg = build_config(
+        {
+            "dataset": dataset,
+            "model": model,
+            "method": "rm",
+            "memory_size": args.memory,
+            "epochs": args.epochs,
+            "augment": args.augment,
+            "uncertainty": args.measure,
+            "uncertainty_views": args.views,
+            "batch_size": 16,
+            "lr": 0.05,
+            "seed": 1,
+        }
+    )
     torch.manual_seed(1)
     protocol = build_protocol(cfg, data)
     data = data.to(device)
     augmenter = make_augmenter(cfg, data, device)
-    setup = Setup(cfg, data, protocol.train_labels.to(device), protocol.test_labels.to(device), protocol.groups,
-                  device, augmenter)
+    setup = Setup(
+        cfg, data, protocol.train_labels.to(device), protocol.test_labels.to(device), protocol.groups, device, augmenter
+    )
     rm = method_class("rm")(setup)
     stream = protocol.tasks[1][: args.stream]
     task = Task(1, stream, len(protocol.tasks))
@@ -100,9 +120,14 @@ def bench(label: str, data: Dataset, model: str, dataset: str, device: torch.dev
     rows = []
     for phase, count, work, unit in (
         ("stream pass", n_stream, lambda: rm.fit(1, lambda e: rm.stream_batches(task), "stream", task), "samples"),
-        ("memory epochs", n_memory,
-         lambda: rm.fit(args.epochs, lambda e: rm.shuffled_batches(rm.memory.indices, rm.memory_batch_size),
-                        "memory", task), "samples"),
+        (
+            "memory epochs",
+            n_memory,
+            lambda: rm.fit(
+                args.epochs, lambda e: rm.shuffled_batches(rm.memory.indices, rm.memory_batch_size), "memory", task
+            ),
+            "samples",
+        ),
         ("uncertainty", len(candidates), lambda: rm.uncertainty_of(candidates), "candidates"),
         ("evaluation", len(data.test), lambda: evaluate(rm, data, setup.test_labels, classes, augmenter), "samples"),
     ):
@@ -116,8 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="auto", help="auto (CPU, plus the GPU when there is one), cpu, cuda")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--data", choices=["synthetic", "mnist"], default="synthetic",
-                        help="MNIST-shaped workload: random pixels, or real MNIST from RMCONSOLE_DATA")
+    parser.add_argument(
+        "--data",
+        choices=["synthetic", "mnist"],
+        default="synthetic",
+        help="MNIST-shaped workload: random pixels, or real MNIST from RMCONSOLE_DATA",
+    )
     parser.add_argument("--stream", type=int, default=4000, help="stream samples in the pass")
     parser.add_argument("--memory", type=int, default=500, help="K")
     parser.add_argument("--epochs", type=int, default=4, help="memory epochs timed")
@@ -144,13 +173,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         mnist = synthetic("mnist", (1, 28, 28), 20000, 10000)
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, {os.cpu_count()} cores"
-          f"{', GPU ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else ', no GPU'}; "
-          f"augment={args.augment}, uncertainty={args.measure} x {args.views} views")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, {os.cpu_count()} cores"
+        f"{', GPU ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else ', no GPU'}; "
+        f"augment={args.augment}, uncertainty={args.measure} x {args.views} views"
+    )
     rows = []
     for device in devices:
-        rows += bench(f"{device.type}: {'MNIST' if args.data == 'mnist' else 'MNIST-shaped'} 1x28x28 MLP400",
-                      mnist, "mlp400", "mnist", device, args)
+        rows += bench(
+            f"{device.type}: {'MNIST' if args.data == 'mnist' else 'MNIST-shaped'} 1x28x28 MLP400",
+            mnist,
+            "mlp400",
+            "mnist",
+            device,
+            args,
+        )
         if device.type == "cuda":
             cifar = synthetic("cifar10", (3, 32, 32), 20000, 10000)
             rows += bench("cuda: CIFAR-shaped 3x32x32 ResNet18 (synthetic)", cifar, "resnet18", "cifar10", device, args)

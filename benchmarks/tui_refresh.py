@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,39 +90,95 @@ def build_store(n_runs: int, n_tasks: int, n_epochs: int = 0) -> dict[str, int]:
 
     _, cfg = load_config("cifar100-blurry10-online", {"n_tasks": n_tasks, "memory_size": 500})
     config = cfg.to_dict()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     n_classes = 100
     engine = store.get_engine()
     runs, streams, results, snapshots, epochs = [], [], [], [], []
     for i in range(1, n_runs + 1):
         running = i % 10 == 0  # a tenth are training their last task
         done = n_tasks
-        runs.append(dict(id=i, status="running" if running else "finished", preset="cifar100-blurry10-online",
-                         method="rm", dataset="cifar100", seed=i % 5 + 1, config={**config, "seed": i % 5 + 1},
-                         created_at=now, n_tasks=n_tasks, task=n_tasks - 1,
-                         phase="memory" if running else "done", phase_done=100, phase_total=1000,
-                         samples_per_s=1500.0 if running else None, heartbeat_at=now, host="bench",
-                         metrics={"A_last": 40.0 + i % 30, "A_avg": 50.0, "F_last": 10.0, "tasks_done": done},
-                         name=f"ablation {i}" if i % 3 == 0 else None, tags=["sweep", f"k{500 + i % 3}"],
-                         overrides={"epochs": 2 ** (i % 9), "memory_size": 500}, archived_at=now if i % 50 == 7 else None))
+        runs.append(
+            dict(
+                id=i,
+                status="running" if running else "finished",
+                preset="cifar100-blurry10-online",
+                method="rm",
+                dataset="cifar100",
+                seed=i % 5 + 1,
+                config={**config, "seed": i % 5 + 1},
+                created_at=now,
+                n_tasks=n_tasks,
+                task=n_tasks - 1,
+                phase="memory" if running else "done",
+                phase_done=100,
+                phase_total=1000,
+                samples_per_s=1500.0 if running else None,
+                heartbeat_at=now,
+                host="bench",
+                metrics={"A_last": 40.0 + i % 30, "A_avg": 50.0, "F_last": 10.0, "tasks_done": done},
+                name=f"ablation {i}" if i % 3 == 0 else None,
+                tags=["sweep", f"k{500 + i % 3}"],
+                overrides={"epochs": 2 ** (i % 9), "memory_size": 500},
+                archived_at=now if i % 50 == 7 else None,
+            )
+        )
         for t in range(n_tasks):
             composition = [5] * n_classes
             composition[2 * t % n_classes] = 450
-            streams.append(dict(run_id=i, task=t, n_samples=sum(composition), major_classes=[2 * t, 2 * t + 1],
-                                composition=composition, stream_hash=f"{i}-{t}"))
+            streams.append(
+                dict(
+                    run_id=i,
+                    task=t,
+                    n_samples=sum(composition),
+                    major_classes=[2 * t, 2 * t + 1],
+                    composition=composition,
+                    stream_hash=f"{i}-{t}",
+                )
+            )
             if t < done:
                 row = [60.0 - j * 0.1 for j in range(t + 1)] + [0.0] * (n_tasks - t - 1)
-                results.append(dict(run_id=i, task=t, accuracy=50.0, accuracy_row=row,
-                                    class_accuracy=[50.0] * n_classes, eval_classes=list(range(2 * (t + 1))),
-                                    seconds=10.0, finished_at=now))
+                results.append(
+                    dict(
+                        run_id=i,
+                        task=t,
+                        accuracy=50.0,
+                        accuracy_row=row,
+                        class_accuracy=[50.0] * n_classes,
+                        eval_classes=list(range(2 * (t + 1))),
+                        seconds=10.0,
+                        finished_at=now,
+                    )
+                )
                 for e in range(n_epochs + 1 if n_epochs else 0):
-                    epochs.append(dict(run_id=i, task=t, phase="stream" if e == 0 else "memory", epoch=max(e - 1, 0),
-                                       epochs=1 if e == 0 else n_epochs, loss=2.0 / (e + 1), lr=0.05, samples=500,
-                                       seconds=0.1, samples_per_s=5000.0))
-                snapshots.append(dict(run_id=i, task=t, histogram=[5] * n_classes, slots_per_class=5,
-                                      info={"policy": "uncertainty", "views": 12,
-                                            "candidates_uncertainty": [30] * 13, "chosen_uncertainty": [10] * 13},
-                                      created_at=now))
+                    epochs.append(
+                        dict(
+                            run_id=i,
+                            task=t,
+                            phase="stream" if e == 0 else "memory",
+                            epoch=max(e - 1, 0),
+                            epochs=1 if e == 0 else n_epochs,
+                            loss=2.0 / (e + 1),
+                            lr=0.05,
+                            samples=500,
+                            seconds=0.1,
+                            samples_per_s=5000.0,
+                        )
+                    )
+                snapshots.append(
+                    dict(
+                        run_id=i,
+                        task=t,
+                        histogram=[5] * n_classes,
+                        slots_per_class=5,
+                        info={
+                            "policy": "uncertainty",
+                            "views": 12,
+                            "candidates_uncertainty": [30] * 13,
+                            "chosen_uncertainty": [10] * 13,
+                        },
+                        created_at=now,
+                    )
+                )
     with engine.begin() as conn:
         conn.execute(insert(Run), runs)
         conn.execute(insert(TaskStream), streams)
@@ -130,8 +186,13 @@ def build_store(n_runs: int, n_tasks: int, n_epochs: int = 0) -> dict[str, int]:
         conn.execute(insert(MemorySnapshot), snapshots)
         if epochs:
             conn.execute(insert(EpochMetric), epochs)
-    return {"runs": len(runs), "task_results": len(results), "memory_snapshots": len(snapshots),
-            "task_streams": len(streams), "epochs": len(epochs)}
+    return {
+        "runs": len(runs),
+        "task_results": len(results),
+        "memory_snapshots": len(snapshots),
+        "task_streams": len(streams),
+        "epochs": len(epochs),
+    }
 
 
 def visible(n_runs: int) -> int:
@@ -151,8 +212,13 @@ async def measure_refresh(n_runs: int, repeat: int) -> tuple[dict[str, list[floa
     from rmconsole.tui.screens.runs import RunsScreen
     from rmconsole.tui.widgets.runs_table import RunsTable
 
-    timings: dict[str, list[float]] = {"runs read": [], "runs apply": [], "runs apply+frame": [],
-                                       "run read": [], "run apply+frame": []}
+    timings: dict[str, list[float]] = {
+        "runs read": [],
+        "runs apply": [],
+        "runs apply+frame": [],
+        "run read": [],
+        "run apply+frame": [],
+    }
     cpu: dict[str, list[float]] = {k: [] for k in timings}  # the same sections in this process's CPU time
     app = RMConsoleApp(refresh_s=3600, reap_every_s=None)  # refreshes driven by hand below
     async with app.run_test(size=(120, 40)) as pilot:
@@ -184,8 +250,22 @@ async def measure_refresh(n_runs: int, repeat: int) -> tuple[dict[str, list[floa
         run_screen = app.screen
         for k in range(repeat):
             store.update_run(run_id, phase_done=200 + k)
-            store.record_epochs(run_id, [dict(task=0, phase="memory", epoch=k, epochs=256, loss=0.5, lr=0.05,
-                                              samples=500, seconds=0.1, samples_per_s=5000.0)])  # a live epoch
+            store.record_epochs(
+                run_id,
+                [
+                    dict(
+                        task=0,
+                        phase="memory",
+                        epoch=k,
+                        epochs=256,
+                        loss=0.5,
+                        lr=0.05,
+                        samples=500,
+                        seconds=0.1,
+                        samples_per_s=5000.0,
+                    )
+                ],
+            )  # a live epoch
             t, c = time.perf_counter(), time.process_time()
             view = run_screen.feed.read()  # what the run page's worker thread does each tick
             timings["run read"].append(time.perf_counter() - t)
@@ -204,18 +284,22 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=50)
     parser.add_argument("--epochs", type=int, default=0, help="memory epochs per task with an epoch row each")
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--starts", type=int, default=7, help="fresh processes timed for the start-up (best and median)")
+    parser.add_argument(
+        "--starts", type=int, default=7, help="fresh processes timed for the start-up (best and median)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rmconsole-bench-") as home:
         os.environ["RMCONSOLE_HOME"] = home
         os.environ.pop("RMCONSOLE_DB", None)
         t = time.perf_counter()
         counts = build_store(args.runs, args.tasks, args.epochs)
-        print(f"store: {counts['runs']:,} runs, {counts['task_results'] + counts['memory_snapshots']:,} metric rows "
-              f"({counts['task_results']:,} task results + {counts['memory_snapshots']:,} memory snapshots; "
-              f"{counts['task_streams']:,} stream rows; {counts['epochs']:,} epoch rows), "
-              f"built in {time.perf_counter() - t:.1f} s, load {Path('/proc/loadavg').read_text().split()[0]}, "
-              f"{(Path(home) / 'rmconsole.db').stat().st_size / 1e6:.0f} MB")
+        print(
+            f"store: {counts['runs']:,} runs, {counts['task_results'] + counts['memory_snapshots']:,} metric rows "
+            f"({counts['task_results']:,} task results + {counts['memory_snapshots']:,} memory snapshots; "
+            f"{counts['task_streams']:,} stream rows; {counts['epochs']:,} epoch rows), "
+            f"built in {time.perf_counter() - t:.1f} s, load {Path('/proc/loadavg').read_text().split()[0]}, "
+            f"{(Path(home) / 'rmconsole.db').stat().st_size / 1e6:.0f} MB"
+        )
 
         # as an installed package runs: with its bytecode cached (a sandbox's PYTHONDONTWRITEBYTECODE
         # would recompile rmconsole's modules on every start, ~0.1 s); the first start writes the cache
@@ -224,20 +308,26 @@ def main() -> None:
             starts = []
             for _ in range(args.starts):
                 t = time.perf_counter()
-                out = subprocess.run([sys.executable, "-c", STARTUP_CHILD, str(visible(args.runs)), path],
-                                     capture_output=True, text=True,
-                                     env={**child_env, "PYTHONPATH": str(REPO)}, check=True)
+                out = subprocess.run(
+                    [sys.executable, "-c", STARTUP_CHILD, str(visible(args.runs)), path],
+                    capture_output=True,
+                    text=True,
+                    env={**child_env, "PYTHONPATH": str(REPO)},
+                    check=True,
+                )
                 wall = time.perf_counter() - t
                 starts.append({**json.loads(out.stdout.strip().splitlines()[-1]), "wall_s": wall})
             best = min(starts, key=lambda s: s["import_s"] + s["first_s"])
             median = statistics.median(s["import_s"] + s["first_s"] for s in starts)
             what = "rmconsole.tui" if path == "tui" else "rmconsole.cli + rmconsole.tui (the `rmconsole tui` path)"
-            print(f"start-up via {what} (best of {args.starts}; median import + first screen {median:.2f} s): "
-                  f"import {best['import_s']:.2f} s; first screenful of runs {best['first_s']:.2f} s after the app starts (import + first screen "
-                  f"{best['import_s'] + best['first_s']:.2f} s, target < 1 s); all {args.runs:,} rows in the table "
-                  f"{best['all_s']:.2f} s (CPU {best['all_cpu']:.2f} s); process wall incl. interpreter start and exit {best['wall_s']:.2f} s; "
-                  f"CPU: import {best['import_cpu']:.2f} s + first screen {best['first_cpu']:.2f} s = "
-                  f"{best['import_cpu'] + best['first_cpu']:.2f} s (what an idle core takes, whatever the load)")
+            print(
+                f"start-up via {what} (best of {args.starts}; median import + first screen {median:.2f} s): "
+                f"import {best['import_s']:.2f} s; first screenful of runs {best['first_s']:.2f} s after the app starts (import + first screen "
+                f"{best['import_s'] + best['first_s']:.2f} s, target < 1 s); all {args.runs:,} rows in the table "
+                f"{best['all_s']:.2f} s (CPU {best['all_cpu']:.2f} s); process wall incl. interpreter start and exit {best['wall_s']:.2f} s; "
+                f"CPU: import {best['import_cpu']:.2f} s + first screen {best['first_cpu']:.2f} s = "
+                f"{best['import_cpu'] + best['first_cpu']:.2f} s (what an idle core takes, whatever the load)"
+            )
 
         timings, cpu = asyncio.run(measure_refresh(args.runs, args.repeat))
         for name, samples in timings.items():
@@ -245,8 +335,10 @@ def main() -> None:
         total = statistics.median(timings["runs read"]) + statistics.median(timings["runs apply+frame"])
         run_total = statistics.median(timings["run read"]) + statistics.median(timings["run apply+frame"])
         cpu_total = statistics.median(cpu["runs read"]) + statistics.median(cpu["runs apply+frame"])
-        print(f"one runs-page refresh (read + apply + frame): wall {total * 1000:.1f} ms, CPU {cpu_total * 1000:.1f} ms"
-              f"   target < 100 ms (load {Path('/proc/loadavg').read_text().split()[0]})")
+        print(
+            f"one runs-page refresh (read + apply + frame): wall {total * 1000:.1f} ms, CPU {cpu_total * 1000:.1f} ms"
+            f"   target < 100 ms (load {Path('/proc/loadavg').read_text().split()[0]})"
+        )
         print(f"one run-page refresh ({args.tasks} tasks; read + apply + frame): {run_total * 1000:.1f} ms")
 
 

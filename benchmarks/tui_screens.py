@@ -2,7 +2,7 @@
 
     python benchmarks/tui_screens.py [--out docs/screens]
 
-Builds a throwaway store with tests/identity_store.py (named, tagged, overridden, partial,
+Builds a throwaway store with tests/support/identity_store.py (named, tagged, overridden, partial,
 archived and swept runs, with per-epoch rows), drives the real app headless with Pilot and
 writes what the terminal shows, as plain text:
 
@@ -32,8 +32,16 @@ def screen_text(app) -> str:  # type: ignore[no-untyped-def]
     from rich.console import Console
 
     width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True, color_system="truecolor",
-                      record=True, legacy_windows=False, safe_box=False)
+    console = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        color_system="truecolor",
+        record=True,
+        legacy_windows=False,
+        safe_box=False,
+    )
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
 

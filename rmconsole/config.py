@@ -31,21 +31,27 @@ import difflib
 import functools
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from . import datasets as dataset_registry, models as model_registry, plugins
+from . import datasets as dataset_registry
+from . import models as model_registry
+from . import plugins
 from .cl.catalog import AUGMENTATIONS, MEASURES, MEMORY_POLICIES, parse_augment
-from .cl.datasets import ORDERS_FILE, DatasetMissing, UnknownDataset, builtins as builtin_datasets
+from .cl.datasets import ORDERS_FILE, DatasetMissing, UnknownDataset
+from .cl.datasets import builtins as builtin_datasets
 from .cl.methods import REGISTRY, MethodSpec
-from .cl.modelspec import BUILTINS as BUILTIN_MODELS, UnknownModel
+from .cl.modelspec import BUILTINS as BUILTIN_MODELS
+from .cl.modelspec import UnknownModel
 from .cl.protocols import is_task_free
-from .tomlfile import TomlFileError, loads as toml_loads, read_text
 from .methods import UnknownMethod, method_names, method_spec, method_specs, readers_of
+from .tomlfile import TomlFileError, read_text
+from .tomlfile import loads as toml_loads
 
 DEFAULT_PRESET = "digits-blurry10-online"
 MAX_INT = 2**63 - 1  # the store's integers (SQLite INTEGER, PostgreSQL BIGINT)
@@ -57,15 +63,18 @@ MemoryPolicy = Literal[MEMORY_POLICIES]  # type: ignore[valid-type]  # a Literal
 def shorten(value: object, limit: int = 80) -> str:
     """An echoed value kept short: a long one keeps its start and end, so no error is a 100 KB line."""
     text = str(value)
-    return text if len(text) <= limit else f"{text[:limit // 2 - 1]}…{text[-(limit // 2 - 1):]} ({len(text)} characters)"
+    return (
+        text if len(text) <= limit else f"{text[: limit // 2 - 1]}…{text[-(limit // 2 - 1) :]} ({len(text)} characters)"
+    )
 
 
 class ConfigError(Exception):
     """A user error in a preset or override: the message is one line for the terminal."""
 
 
-def _registered(value: str, kind: str, check: Callable[[str], Any], unknown: type[Exception],
-                listing: Callable[[], str]) -> str:
+def _registered(
+    value: str, kind: str, check: Callable[[str], Any], unknown: type[Exception], listing: Callable[[], str]
+) -> str:
     """`value` when `check` (a registry's lookup) knows it; else the validators' one line for an
     unregistered model or dataset, with what is registered (`listing`, asked only then)."""
     try:
@@ -80,76 +89,140 @@ class RunKeys(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # lr=inf is refused, not trained
 
-    dataset: str = Field(description="the dataset (digits is bundled; the others under RMCONSOLE_DATA; "
-                                     "`rmconsole data list`)",
-                         json_schema_extra={"allowed": f"{', '.join(builtin_datasets())}, an installed plug-in's, "
-                                                       f"or folder:PATH (an ImageFolder tree)"})
-    model: str = Field(description="the backbone",
-                       json_schema_extra={"allowed": f"{', '.join(BUILTIN_MODELS)}, or an installed plug-in's"})
-    model_weights: Optional[str] = Field(
-        default=None, description="a local file of pretrained weights for the backbone (a state dict, read with "
-                                  "torch.load weights_only; its features, and its head when the shapes match); "
-                                  "unset: random initialisation")
-    method: str = Field(default="rm", description="the continual-learning method (built in, or an installed plug-in's)",
-                        json_schema_extra={"allowed": ", ".join(REGISTRY)})
+    dataset: str = Field(
+        description="the dataset (digits is bundled; the others under RMCONSOLE_DATA; `rmconsole data list`)",
+        json_schema_extra={
+            "allowed": f"{', '.join(builtin_datasets())}, an installed plug-in's, or folder:PATH (an ImageFolder tree)"
+        },
+    )
+    model: str = Field(
+        description="the backbone",
+        json_schema_extra={"allowed": f"{', '.join(BUILTIN_MODELS)}, or an installed plug-in's"},
+    )
+    model_weights: str | None = Field(
+        default=None,
+        description="a local file of pretrained weights for the backbone (a state dict, read with "
+        "torch.load weights_only; its features, and its head when the shapes match); "
+        "unset: random initialisation",
+    )
+    method: str = Field(
+        default="rm",
+        description="the continual-learning method (built in, or an installed plug-in's)",
+        json_schema_extra={"allowed": ", ".join(REGISTRY)},
+    )
     memory_size: int = Field(gt=0, description="episodic memory slots K (at least one per class)")
     n_tasks: int = Field(default=5, ge=1, description="tasks the classes are split into (evenly)")
-    blurry: int = Field(default=10, ge=0, le=100, description="M of BlurryM (i-Blurry-N-M: M, the blurry share); 0 = disjoint")
+    blurry: int = Field(
+        default=10, ge=0, le=100, description="M of BlurryM (i-Blurry-N-M: M, the blurry share); 0 = disjoint"
+    )
     stream: Literal["online", "offline", "iblurry", "siblurry"] = Field(
-        default="online", description="online: one pass over the stream, then E epochs on the memory; offline: E epochs "
-                                      "per task; iblurry / siblurry: the follow-up's task-free stream, trained sample by "
-                                      "sample with anytime evaluation (docs/anytime.md)")
-    val_fraction: float = Field(default=0.0, ge=0, lt=0.5,
-                                description="share of EACH class's training samples held out as a validation stream "
-                                            "(never trained on, never in the memory; validation accuracy is measured "
-                                            "where test accuracy is, for selection: `report --select-by`); 0 = none")
-    evaluate_test: bool = Field(default=True,
-                                description="measure accuracy on the TEST split after every task (and at the anytime "
-                                            "points); false: the run never reads a test image and measures validation "
-                                            "only (needs val_fraction > 0; what `rmconsole tune` trials use)")
-    disjoint_classes: int = Field(default=50, ge=0, le=100,
-                                  description="i-Blurry / Si-Blurry: N, the percent of classes that are disjoint")
+        default="online",
+        description="online: one pass over the stream, then E epochs on the memory; offline: E epochs "
+        "per task; iblurry / siblurry: the follow-up's task-free stream, trained sample by "
+        "sample with anytime evaluation (docs/anytime.md)",
+    )
+    val_fraction: float = Field(
+        default=0.0,
+        ge=0,
+        lt=0.5,
+        description="share of EACH class's training samples held out as a validation stream "
+        "(never trained on, never in the memory; validation accuracy is measured "
+        "where test accuracy is, for selection: `report --select-by`); 0 = none",
+    )
+    evaluate_test: bool = Field(
+        default=True,
+        description="measure accuracy on the TEST split after every task (and at the anytime "
+        "points); false: the run never reads a test image and measures validation "
+        "only (needs val_fraction > 0; what `rmconsole tune` trials use)",
+    )
+    disjoint_classes: int = Field(
+        default=50, ge=0, le=100, description="i-Blurry / Si-Blurry: N, the percent of classes that are disjoint"
+    )
     pool_order: Literal["shuffled", "dataset"] = Field(
-        default="shuffled", description="i-Blurry / Si-Blurry: the order of a task's blurry samples before the pool takes "
-                                        "its first ones; shuffled: a random share (the papers; i-Blurry's published "
-                                        "splits); dataset: storage order, as the Si-Blurry authors' sampler (on a dataset "
-                                        "stored class by class it pools whole classes; docs/anytime.md)")
-    online_iter: float = Field(default=1.0, gt=0, description="task-free streams: model updates per streamed sample (fractional allowed)")
-    eval_period: int = Field(default=100, ge=1, description="task-free streams: anytime evaluation every this many streamed samples")
-    anytime_class_accuracy: bool = Field(default=False, description="task-free streams: also store per-class accuracy with every anytime evaluation")
-    compute_budget: Optional[float] = Field(
-        default=None, gt=0, description="task-free streams: training cost allowed per streamed sample, in image passes "
-                                        "(forward 1 + backward 2); a slower method skips the samples that arrive while it is "
-                                        "busy (real-time evaluation, Ghunaim et al. 2023); unset = no limit")
-    augment: tuple[str, ...] = Field(default=("cutmix", "autoaug"), description="training augmentation, '+'-joined",
-                                     json_schema_extra={"allowed": f"{', '.join(AUGMENTATIONS)}; randaug and autoaug exclude each other"})
-    uncertainty: Measure = Field(default="randaug", description="RM's uncertainty measure (perturbation used for the votes)")
-    uncertainty_views: int = Field(default=12, ge=1, description="perturbed views per candidate for the uncertainty votes")
-    memory_policy: Optional[MemoryPolicy] = Field(default=None, description="memory update policy (default: the method's own)")
+        default="shuffled",
+        description="i-Blurry / Si-Blurry: the order of a task's blurry samples before the pool takes "
+        "its first ones; shuffled: a random share (the papers; i-Blurry's published "
+        "splits); dataset: storage order, as the Si-Blurry authors' sampler (on a dataset "
+        "stored class by class it pools whole classes; docs/anytime.md)",
+    )
+    online_iter: float = Field(
+        default=1.0, gt=0, description="task-free streams: model updates per streamed sample (fractional allowed)"
+    )
+    eval_period: int = Field(
+        default=100, ge=1, description="task-free streams: anytime evaluation every this many streamed samples"
+    )
+    anytime_class_accuracy: bool = Field(
+        default=False, description="task-free streams: also store per-class accuracy with every anytime evaluation"
+    )
+    compute_budget: float | None = Field(
+        default=None,
+        gt=0,
+        description="task-free streams: training cost allowed per streamed sample, in image passes "
+        "(forward 1 + backward 2); a slower method skips the samples that arrive while it is "
+        "busy (real-time evaluation, Ghunaim et al. 2023); unset = no limit",
+    )
+    augment: tuple[str, ...] = Field(
+        default=("cutmix", "autoaug"),
+        description="training augmentation, '+'-joined",
+        json_schema_extra={"allowed": f"{', '.join(AUGMENTATIONS)}; randaug and autoaug exclude each other"},
+    )
+    uncertainty: Measure = Field(
+        default="randaug", description="RM's uncertainty measure (perturbation used for the votes)"
+    )
+    uncertainty_views: int = Field(
+        default=12, ge=1, description="perturbed views per candidate for the uncertainty votes"
+    )
+    memory_policy: MemoryPolicy | None = Field(
+        default=None, description="memory update policy (default: the method's own)"
+    )
     epochs: int = Field(default=256, ge=0, description="memory epochs E (online) or epochs per task (offline)")
     batch_size: int = Field(default=16, ge=2, description="training batch size")
-    memory_batch_size: Optional[int] = Field(default=None, ge=2, description="batch size of the memory epochs (default: batch_size; RM: half)")
+    memory_batch_size: int | None = Field(
+        default=None, ge=2, description="batch size of the memory epochs (default: batch_size; RM: half)"
+    )
     lr: float = Field(default=0.05, gt=0, description="learning rate")
     optimizer: Literal["sgd", "adam"] = Field(
-        default="sgd", description="sgd: Nesterov momentum 0.9; adam: the follow-up's Adam (task-free streams only)")
+        default="sgd", description="sgd: Nesterov momentum 0.9; adam: the follow-up's Adam (task-free streams only)"
+    )
     schedule: Literal["cosine", "step", "constant", "exp_reset"] = Field(
-        default="cosine", description="learning-rate schedule of each training call; exp_reset (task-free): x lr_gamma "
-                                      "per step, back to lr when a new class arrives")
-    lr_gamma: float = Field(default=0.9999, gt=0, le=1, description="exp_reset: learning-rate factor per optimiser step")
+        default="cosine",
+        description="learning-rate schedule of each training call; exp_reset (task-free): x lr_gamma "
+        "per step, back to lr when a new class arrives",
+    )
+    lr_gamma: float = Field(
+        default=0.9999, gt=0, le=1, description="exp_reset: learning-rate factor per optimiser step"
+    )
     weight_decay: float = Field(default=1e-4, ge=0, description="SGD weight decay")
-    seed: int = Field(default=1, ge=0, le=MAX_INT, description="random seed: class order, stream, initialisation, draws")
-    device: str = Field(default="auto", description="where to train", json_schema_extra={"allowed": "auto, cpu, cuda, cuda:N"})
+    seed: int = Field(
+        default=1, ge=0, le=MAX_INT, description="random seed: class order, stream, initialisation, draws"
+    )
+    device: str = Field(
+        default="auto", description="where to train", json_schema_extra={"allowed": "auto, cpu, cuda, cuda:N"}
+    )
     class_order: Literal["seed", "paper"] = Field(
-        default="seed", description="class order from the seed, or the dataset's own (the paper's: cifar10 / mnist "
-                                    "seeds 1-3; a folder dataset's: its class_orders.toml)")
-    topk: int = Field(default=1, ge=1, description="also measure top-k accuracy with every evaluation when k > 1 "
-                      "(top-1 is always stored; the ImageNet presets use 5, as the authors' code reports)")
-    eval_every_epoch: bool = Field(default=False, description="also record the best accuracy over epochs (test-set selected, reported apart)")
+        default="seed",
+        description="class order from the seed, or the dataset's own (the paper's: cifar10 / mnist "
+        "seeds 1-3; a folder dataset's: its class_orders.toml)",
+    )
+    topk: int = Field(
+        default=1,
+        ge=1,
+        description="also measure top-k accuracy with every evaluation when k > 1 "
+        "(top-1 is always stored; the ImageNet presets use 5, as the authors' code reports)",
+    )
+    eval_every_epoch: bool = Field(
+        default=False, description="also record the best accuracy over epochs (test-set selected, reported apart)"
+    )
     reset_head: bool = Field(default=False, description="re-create the classifier head at every task (authors' code)")
-    train_head: bool = Field(default=True, description="false: the classifier head is left out of the optimiser (the authors' iCaRL, to reproduce their figure)")
-    image_size: Optional[int] = Field(default=None, ge=8, description="image side for folder datasets (default: tiny_imagenet 64, imagenet 224)")
+    train_head: bool = Field(
+        default=True,
+        description="false: the classifier head is left out of the optimiser (the authors' iCaRL, to reproduce their figure)",
+    )
+    image_size: int | None = Field(
+        default=None, ge=8, description="image side for folder datasets (default: tiny_imagenet 64, imagenet 224)"
+    )
     download: bool = Field(default=False, description="download a torchvision dataset that is missing")
-    threads: Optional[int] = Field(default=None, ge=1, le=4096, description="CPU threads for torch")
+    threads: int | None = Field(default=None, ge=1, le=4096, description="CPU threads for torch")
 
 
 class RunConfig(RunKeys):
@@ -159,15 +232,31 @@ class RunConfig(RunKeys):
 
     # ImageNet scale: input pipeline, GPU fast path, multi-GPU (runtime choices, like device)
     data_pipeline: Literal["auto", "memory", "stream"] = Field(
-        default="auto", description="ImageFolder datasets: decoded once into memory, or streamed from disk; auto by size")
-    loader_workers: Optional[int] = Field(default=None, ge=0, le=1024, description="DataLoader decode processes per rank (0: a thread)")
-    gpu_decode: Union[bool, Literal["auto"]] = Field(default="auto", description="decode JPEGs with nvJPEG on a CUDA device")
-    amp: Literal["auto", "bf16", "off"] = Field(default="auto", description="autocast dtype; auto = bf16 on CUDA, off on CPU")
-    channels_last: Union[bool, Literal["auto"]] = Field(default="auto", description="channels_last convolutions; auto = on CUDA")
-    compile: Union[bool, Literal["auto"]] = Field(default="auto", description="torch.compile the backbone; auto = off (measured slower on an H100)")
-    cuda_graphs: Union[bool, Literal["auto"]] = Field(
-        default="auto", description="replay plain training steps as CUDA graphs; auto = on for single-process CUDA runs")
-    gpus: int = Field(default=1, ge=1, le=1024, description="processes per node under torchrun (one GPU each; CPU processes on device=cpu)")
+        default="auto",
+        description="ImageFolder datasets: decoded once into memory, or streamed from disk; auto by size",
+    )
+    loader_workers: int | None = Field(
+        default=None, ge=0, le=1024, description="DataLoader decode processes per rank (0: a thread)"
+    )
+    gpu_decode: bool | Literal["auto"] = Field(default="auto", description="decode JPEGs with nvJPEG on a CUDA device")
+    amp: Literal["auto", "bf16", "off"] = Field(
+        default="auto", description="autocast dtype; auto = bf16 on CUDA, off on CPU"
+    )
+    channels_last: bool | Literal["auto"] = Field(
+        default="auto", description="channels_last convolutions; auto = on CUDA"
+    )
+    compile: bool | Literal["auto"] = Field(
+        default="auto", description="torch.compile the backbone; auto = off (measured slower on an H100)"
+    )
+    cuda_graphs: bool | Literal["auto"] = Field(
+        default="auto", description="replay plain training steps as CUDA graphs; auto = on for single-process CUDA runs"
+    )
+    gpus: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="processes per node under torchrun (one GPU each; CPU processes on device=cpu)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -180,27 +269,35 @@ class RunConfig(RunKeys):
                 if isinstance(value, bool) and expected:
                     raise ValueError(f"{key}={str(value).lower()}: expected {expected}, not a boolean")
                 if expected and isinstance(value, str):  # memory_size = "200" in a preset: a typo, not a number
-                    raise ValueError(f"{key}={shorten(value)!r}: a string for {_kind_key(expected)}; write "
-                                     f"{key}={shorten(value)} without quotes" if _is_number(value) else
-                                     f"{key}={shorten(value)!r}: expected {expected}, not a string")
+                    raise ValueError(
+                        f"{key}={shorten(value)!r}: a string for {_kind_key(expected)}; write "
+                        f"{key}={shorten(value)} without quotes"
+                        if _is_number(value)
+                        else f"{key}={shorten(value)!r}: expected {expected}, not a string"
+                    )
                 if expected == "an integer" and isinstance(value, float):  # epochs = 1e3 or 2.5
-                    whole = (f"; write {key}={int(value)}" if value.is_integer() and abs(value) <= MAX_INT
-                             else "; allowed: whole numbers")
+                    whole = (
+                        f"; write {key}={int(value)}"
+                        if value.is_integer() and abs(value) <= MAX_INT
+                        else "; allowed: whole numbers"
+                    )
                     raise ValueError(f"{key}={value!r}: a float for an integer key{whole}")
                 if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
                     raise ValueError(f"{key}={shorten(value)}: out of range; allowed: at most {MAX_INT}")
         return data
 
     @model_validator(mode="after")
-    def _store_integers(self) -> "RunConfig":
+    def _store_integers(self) -> RunConfig:
         """Every integer fits the store's integer columns (a seed of 20 digits is refused here, not
         by an OverflowError when the run is stored)."""
         for key, value in self.model_dump().items():
             if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
                 raise ValueError(f"{key}={shorten(value)}: out of range; allowed: at most {MAX_INT}")
             if isinstance(value, float) and value != 0 and abs(value) < sys.float_info.min:  # lr=1e-320 trained
-                raise ValueError(f"{key}={value!r}: a subnormal number (below {sys.float_info.min:.4g}), which "
-                                 f"floats hold only approximately; use 0 or a value of at least {sys.float_info.min:.4g}")
+                raise ValueError(
+                    f"{key}={value!r}: a subnormal number (below {sys.float_info.min:.4g}), which "
+                    f"floats hold only approximately; use 0 or a value of at least {sys.float_info.min:.4g}"
+                )
         return self
 
     @field_validator("augment", mode="before")
@@ -208,9 +305,13 @@ class RunConfig(RunKeys):
     def _augment(cls, value: Any) -> tuple[str, ...]:
         if not isinstance(value, (str, list, tuple)):
             raise ValueError("must be a list or a '+'-joined string")
-        if isinstance(value, str) and (not value.strip() or any(not p.strip() for p in value.replace(",", "+").split("+"))):
-            raise ValueError("an empty augmentation name; allowed: none, cutmix, randaug, autoaug (join with '+'; "
-                             "augment=none for no augmentation)")
+        if isinstance(value, str) and (
+            not value.strip() or any(not p.strip() for p in value.replace(",", "+").split("+"))
+        ):
+            raise ValueError(
+                "an empty augmentation name; allowed: none, cutmix, randaug, autoaug (join with '+'; "
+                "augment=none for no augmentation)"
+            )
         return parse_augment(value)
 
     @field_validator("gpu_decode", "channels_last", "compile", "cuda_graphs", mode="before")
@@ -224,7 +325,9 @@ class RunConfig(RunKeys):
     @classmethod
     def _method(cls, value: str) -> str:
         if value not in method_names():
-            raise ValueError(f"unknown method{did_you_mean(value, method_names())}; allowed: {', '.join(method_names())}")
+            raise ValueError(
+                f"unknown method{did_you_mean(value, method_names())}; allowed: {', '.join(method_names())}"
+            )
         return value
 
     @property
@@ -240,7 +343,7 @@ class RunConfig(RunKeys):
 
     @field_validator("model_weights")
     @classmethod
-    def _model_weights(cls, value: Optional[str]) -> Optional[str]:
+    def _model_weights(cls, value: str | None) -> str | None:
         """A file that is there, stored as an absolute path (whether it holds this model's weights is
         checked when it is built; whether it loads, before a run is stored: launch.check_runnable)."""
         if value is None:
@@ -271,59 +374,80 @@ class RunConfig(RunKeys):
         raise ValueError("allowed: auto, cpu, cuda, cuda:N")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "RunConfig":
+    def _consistent(self) -> RunConfig:
         n_classes = self.dataset_classes()
         if n_classes % self.n_tasks:
-            raise ValueError(f"n_tasks={self.n_tasks}: {self.dataset} has {n_classes} classes, "
-                             f"which must split evenly into tasks")
+            raise ValueError(
+                f"n_tasks={self.n_tasks}: {self.dataset} has {n_classes} classes, which must split evenly into tasks"
+            )
         if self.memory_size < n_classes:
-            raise ValueError(f"memory_size={self.memory_size}: smaller than the {n_classes} classes of "
-                             f"{self.dataset}, so some class would get no slot")
+            raise ValueError(
+                f"memory_size={self.memory_size}: smaller than the {n_classes} classes of "
+                f"{self.dataset}, so some class would get no slot"
+            )
         if self.topk > n_classes:
             raise ValueError(f"topk={self.topk}: larger than the {n_classes} classes of {self.dataset}")
         if self.gpus > 1 and self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"gpus={self.gpus}: each process takes its own GPU, so device must be auto, cuda "
-                             f"or cpu, not {self.device!r} (choose GPUs with CUDA_VISIBLE_DEVICES)")
+            raise ValueError(
+                f"gpus={self.gpus}: each process takes its own GPU, so device must be auto, cuda "
+                f"or cpu, not {self.device!r} (choose GPUs with CUDA_VISIBLE_DEVICES)"
+            )
         if not self.evaluate_test:
             self._validation_only_checks()
         if is_task_free(self.stream):
             self._task_free_checks()
         else:
             if not self.method_spec.runs_under("task"):
-                raise ValueError(f"method={self.method}: runs on the task-free streams only (stream=iblurry or "
-                                 f"siblurry), not stream={self.stream}")
+                raise ValueError(
+                    f"method={self.method}: runs on the task-free streams only (stream=iblurry or "
+                    f"siblurry), not stream={self.stream}"
+                )
             if self.optimizer != "sgd" or self.schedule == "exp_reset":
                 what = f"optimizer={self.optimizer}" if self.optimizer != "sgd" else f"schedule={self.schedule}"
-                raise ValueError(f"{what}: only for the task-free streams (stream=iblurry or siblurry); the RM "
-                                 f"paper's protocol trains with SGD and a per-epoch schedule")
+                raise ValueError(
+                    f"{what}: only for the task-free streams (stream=iblurry or siblurry); the RM "
+                    f"paper's protocol trains with SGD and a per-epoch schedule"
+                )
         if self.class_order == "paper" and self.seed not in (orders := dataset_registry.orders(self.dataset)):
             paper = sorted(n for n, spec in builtin_datasets().items() if spec.class_orders)
-            has = (f"{self.dataset} has orders for seeds {', '.join(map(str, sorted(orders)))} only" if orders
-                   else f"the paper has orders for {', '.join(paper)} seeds 1-3 only")
-            raise ValueError(f"class_order=paper: {has}, not {self.dataset} seed {self.seed} (a folder dataset's "
-                             f"own: its {ORDERS_FILE}; or use class_order=seed)")
+            has = (
+                f"{self.dataset} has orders for seeds {', '.join(map(str, sorted(orders)))} only"
+                if orders
+                else f"the paper has orders for {', '.join(paper)} seeds 1-3 only"
+            )
+            raise ValueError(
+                f"class_order=paper: {has}, not {self.dataset} seed {self.seed} (a folder dataset's "
+                f"own: its {ORDERS_FILE}; or use class_order=seed)"
+            )
         return self
 
     def _validation_only_checks(self) -> None:
         """evaluate_test=false measures the validation stream only: without one the run would
         measure nothing, and the best-over-epochs figure is itself a test evaluation."""
         if not self.val_fraction > 0:
-            raise ValueError("evaluate_test=false: with val_fraction=0 the run would measure nothing; "
-                             "set val_fraction > 0 (e.g. 0.1) or evaluate_test=true")
+            raise ValueError(
+                "evaluate_test=false: with val_fraction=0 the run would measure nothing; "
+                "set val_fraction > 0 (e.g. 0.1) or evaluate_test=true"
+            )
         if self.eval_every_epoch:
-            raise ValueError("evaluate_test=false: eval_every_epoch=true evaluates on the test set after "
-                             "every epoch; set eval_every_epoch=false")
+            raise ValueError(
+                "evaluate_test=false: eval_every_epoch=true evaluates on the test set after "
+                "every epoch; set eval_every_epoch=false"
+            )
 
     def _task_free_checks(self) -> None:
         """What a task-free (i-Blurry / Si-Blurry) run needs: a method that has the online hooks,
         a per-step schedule, one process, and the stream's own class order."""
         if not self.method_spec.runs_under("task-free"):
             able = sorted(spec.name for spec in method_specs()[0] if spec.runs_under("task-free"))
-            raise ValueError(f"method={self.method}: has no task-free version; with stream={self.stream} use one of "
-                             f"{', '.join(able)}")
+            raise ValueError(
+                f"method={self.method}: has no task-free version; with stream={self.stream} use one of "
+                f"{', '.join(able)}"
+            )
         if self.schedule not in ("constant", "exp_reset"):
-            raise ValueError(f"schedule={self.schedule}: task-free streams update per sample; allowed: constant, "
-                             f"exp_reset")
+            raise ValueError(
+                f"schedule={self.schedule}: task-free streams update per sample; allowed: constant, exp_reset"
+            )
         if self.class_order != "seed":
             raise ValueError(f"class_order={self.class_order}: task-free streams label classes by first appearance")
         if self.gpus > 1:
@@ -332,7 +456,7 @@ class RunConfig(RunKeys):
             raise ValueError(f"n_tasks={self.n_tasks}: more tasks than the {self.dataset_classes()} classes")
 
     @model_validator(mode="after")
-    def _method_checks(self) -> "RunConfig":
+    def _method_checks(self) -> RunConfig:
         """What only the run's method needs across keys (its params class's `check`)."""
         self.method_spec.params.from_settings(self).check(self, self.dataset_classes())
         return self
@@ -347,12 +471,31 @@ class RunConfig(RunKeys):
 COMMON_KEYS = tuple(RunConfig.model_fields)  # the keys every run has
 # keys only a task-free run reads (their help says "task-free streams:" / "i-Blurry"; adam and
 # exp_reset are refused on the task streams), and where a run runs rather than what it is
-TASK_FREE_ONLY = ("disjoint_classes", "online_iter", "eval_period", "anytime_class_accuracy", "compute_budget",
-                  "optimizer", "lr_gamma")
+TASK_FREE_ONLY = (
+    "disjoint_classes",
+    "online_iter",
+    "eval_period",
+    "anytime_class_accuracy",
+    "compute_budget",
+    "optimizer",
+    "lr_gamma",
+)
 RUNTIME_KEYS = ("device", "threads", "download", *(k for k in RunConfig.model_fields if k not in RunKeys.model_fields))
 # the keys a newcomer changes first: `rmconsole config-keys` (curated), `run --help`
-ESSENTIAL_KEYS = ("dataset", "method", "memory_size", "n_tasks", "blurry", "stream", "epochs", "augment", "seed",
-                  "lr", "batch_size", "device")
+ESSENTIAL_KEYS = (
+    "dataset",
+    "method",
+    "memory_size",
+    "n_tasks",
+    "blurry",
+    "stream",
+    "epochs",
+    "augment",
+    "seed",
+    "lr",
+    "batch_size",
+    "device",
+)
 # every key a built-in method's run can have (a plug-in's keys: key_readers / method_keys)
 KEYS = tuple(dict.fromkeys([*COMMON_KEYS, *(k for spec in REGISTRY.values() for k in spec.keys)]))
 
@@ -372,14 +515,18 @@ def config_model(spec: MethodSpec) -> type[RunConfig]:
     fields: dict[str, Any] = {}
     for key in spec.keys:
         if key in COMMON_KEYS:
-            raise ConfigError(f"method {spec.name!r}: its parameter {key!r} has the name of a key every run has; "
-                              f"rename it in {spec.params.__name__}")
+            raise ConfigError(
+                f"method {spec.name!r}: its parameter {key!r} has the name of a key every run has; "
+                f"rename it in {spec.params.__name__}"
+            )
         fields[key] = _param_field(spec.params, key)
     for other in (REGISTRY[n] for n in _sharing_builtins(spec)):
         for key in set(spec.keys) & set(other.keys):
             if _declaration(spec.params, key) != _declaration(other.params, key):
-                raise ConfigError(f"method {spec.name!r}: its parameter {key!r} is declared unlike method "
-                                  f"{other.name!r}'s; rename it or declare it alike")
+                raise ConfigError(
+                    f"method {spec.name!r}: its parameter {key!r} is declared unlike method "
+                    f"{other.name!r}'s; rename it or declare it alike"
+                )
     if not fields:
         return RunConfig
     return create_model(f"RunConfig_{spec.name}", __base__=RunConfig, **fields)
@@ -392,8 +539,12 @@ def _sharing_builtins(spec: MethodSpec) -> list[str]:
 
 def _declaration(params: type[Any], key: str) -> tuple[Any, ...]:
     f = next(f for f in dataclasses.fields(params) if f.name == key)
-    return (get_type_hints(params)[key], f.default, f.metadata.get("help"),
-            tuple(sorted(f.metadata.get("bounds", {}).items())))
+    return (
+        get_type_hints(params)[key],
+        f.default,
+        f.metadata.get("help"),
+        tuple(sorted(f.metadata.get("bounds", {}).items())),
+    )
 
 
 def _spec_of(method: Any) -> MethodSpec | None:
@@ -428,10 +579,17 @@ def config_view(config: dict[str, Any]) -> list[tuple[str, str, bool]]:
         default = defaults.get(key)
         if isinstance(default, tuple):
             default = list(default)
-        required = key in defaults and RunConfig.model_fields.get(key) is not None and \
-            RunConfig.model_fields[key].is_required()
-        changed = key in defaults and not required and value != default and \
-            not (isinstance(value, (list, tuple)) and list(value) == default)
+        required = (
+            key in defaults
+            and RunConfig.model_fields.get(key) is not None
+            and RunConfig.model_fields[key].is_required()
+        )
+        changed = (
+            key in defaults
+            and not required
+            and value != default
+            and not (isinstance(value, (list, tuple)) and list(value) == default)
+        )
         if (key in RUNTIME_KEYS or value is None) and not changed:  # where it ran, or unset: only when set
             continue
         out.append((key, show_value(value), changed))
@@ -467,6 +625,7 @@ def not_read(key: str, value: Any, methods: list[str]) -> str:
 def did_you_mean(name: str, names: list[str] | tuple[str, ...]) -> str:
     """` (did you mean X?)` / ` (did you mean X or Y?)` with the registered names closest to a
     typo, or "" when none is close: a typo gets its fix, not the whole list to read."""
+
     def score(candidate: str) -> float:
         return difflib.SequenceMatcher(None, str(name), candidate).ratio()
 
@@ -545,8 +704,11 @@ def checked_value(key: str, raw: str) -> Any:
     typed and how it was read (`epochs=1e3` is not quietly 1000)."""
     value = parse_value(raw)
     if isinstance(value, float) and key_number_kind(key) == "an integer":
-        whole = (f"; write {key}={int(value)}" if value.is_integer() and abs(value) <= MAX_INT
-                 else "; allowed: whole numbers")
+        whole = (
+            f"; write {key}={int(value)}"
+            if value.is_integer() and abs(value) <= MAX_INT
+            else "; allowed: whole numbers"
+        )
         raise ConfigError(f"{key}={shorten(raw)}: a float ({value!r}) for an integer key{whole}")
     return value
 
@@ -596,8 +758,9 @@ def plugin_presets() -> tuple[dict[str, tuple[Path, str]], list[str]]:
     out: dict[str, tuple[Path, str]] = {}
     for name, (path, entry) in sorted(found.items()):
         if name in builtin:
-            problems.append(f"preset {name!r} of package {entry.package} has a built-in preset's name: not used; "
-                            f"rename its file")
+            problems.append(
+                f"preset {name!r} of package {entry.package} has a built-in preset's name: not used; rename its file"
+            )
         else:
             out[name] = (path, entry.package)
     return out, problems
@@ -620,14 +783,18 @@ def preset_path(name: str) -> Path | None:
 def read_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
     """(preset name, its table) for a preset name (bundled or a plug-in's) or a TOML file path."""
     if not name_or_path.strip():
-        raise ConfigError(f"--preset {name_or_path!r}: give a preset name ({', '.join(preset_names())}) or a .toml file")
+        raise ConfigError(
+            f"--preset {name_or_path!r}: give a preset name ({', '.join(preset_names())}) or a .toml file"
+        )
     try:
         path = Path(name_or_path)
         if not (path.suffix == ".toml" or path.exists()):
             found = preset_path(name_or_path)
             if found is None:
-                raise ConfigError(f"unknown preset {shorten(name_or_path)!r}{did_you_mean(name_or_path, preset_names())}; "
-                                  f"`rmconsole presets` lists them (or give a .toml file)")
+                raise ConfigError(
+                    f"unknown preset {shorten(name_or_path)!r}{did_you_mean(name_or_path, preset_names())}; "
+                    f"`rmconsole presets` lists them (or give a .toml file)"
+                )
             path = found
         text = read_text(path)  # a regular file of at most 1 MiB, a BOM dropped (tomlfile.py)
     except TomlFileError as err:
@@ -730,8 +897,11 @@ def for_method(table: dict[str, Any], overrides: dict[str, Any] | None = None) -
     method = method_of(table, overrides)
     spec = _spec_of(method)
     own = set(spec.keys) if spec is not None else None
-    common = {k: v for k, v in table.items()
-              if k != "methods" and (own is None or k in COMMON_KEYS or k in own or not readers_of(k))}
+    common = {
+        k: v
+        for k, v in table.items()
+        if k != "methods" and (own is None or k in COMMON_KEYS or k in own or not readers_of(k))
+    }
     return {**common, **(sections.get(method, {}) if isinstance(method, str) else {}), **overrides}
 
 
@@ -750,8 +920,9 @@ def build_config(table: dict[str, Any], overrides: dict[str, Any] | None = None)
         raise ConfigError(str(err)) from None
 
 
-def load_config(preset: str | None = None, overrides: list[str] | dict[str, Any] | None = None,
-                **explicit: Any) -> tuple[str, RunConfig]:
+def load_config(
+    preset: str | None = None, overrides: list[str] | dict[str, Any] | None = None, **explicit: Any
+) -> tuple[str, RunConfig]:
     """(preset name, config) from a preset name/file, `--set` pairs and explicit options."""
     name, table = read_preset(DEFAULT_PRESET if preset is None else preset)
     extra = parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides or {})
@@ -828,8 +999,9 @@ def key_table(plugins_too: bool = True) -> list[KeyRow]:
     rows = []
     for key, field in RunConfig.model_fields.items():
         allowed = ", ".join(s.name for s in specs) if key == "method" else _allowed_text(field)
-        rows.append(KeyRow(key, _type_text(field.annotation), _default_text(field), allowed, field.description or "",
-                           "all"))
+        rows.append(
+            KeyRow(key, _type_text(field.annotation), _default_text(field), allowed, field.description or "", "all")
+        )
     models: dict[str, type[RunConfig]] = {}
     readers: dict[str, list[str]] = {}
     for spec in specs:
@@ -841,8 +1013,16 @@ def key_table(plugins_too: bool = True) -> list[KeyRow]:
             readers.setdefault(key, []).append(spec.name)
     for key, names in readers.items():
         field = models[names[0]].model_fields[key]
-        rows.append(KeyRow(key, _type_text(field.annotation), _default_text(field), _allowed_text(field),
-                           field.description or "", ", ".join(names)))
+        rows.append(
+            KeyRow(
+                key,
+                _type_text(field.annotation),
+                _default_text(field),
+                _allowed_text(field),
+                field.description or "",
+                ", ".join(names),
+            )
+        )
     return rows
 
 
@@ -857,7 +1037,9 @@ def keys_markdown() -> str:
     """The keys table as a markdown table."""
     lines = ["| key | type | default | allowed | help | methods |", "|---|---|---|---|---|---|"]
     for row in key_table(plugins_too=False):
-        lines.append(f"| `{row.key}` | {row.type} | {_code(row.default)} | {row.allowed} | {row.help} | {row.methods} |")
+        lines.append(
+            f"| `{row.key}` | {row.type} | {_code(row.default)} | {row.allowed} | {row.help} | {row.methods} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -875,8 +1057,8 @@ def configuration_page() -> str:
         "e.g. `rmconsole/cl/methods/bic_params.py`, or by an installed plug-in): a run's config holds "
         "the keys every run has plus its method's own. `--set` of another method's key is refused, "
         "naming the methods that read it; in a sweep it applies to the runs whose method reads it; a "
-        "preset's top-level keys that the run's method does not read are dropped for that run.\n\n"
-        + keys_markdown())
+        "preset's top-level keys that the run's method does not read are dropped for that run.\n\n" + keys_markdown()
+    )
 
 
 def _type_text(annotation: Any) -> str:

@@ -35,8 +35,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from . import metric_registry
 from .store.records import format_value
@@ -53,8 +54,11 @@ def _finals(detail: dict[str, Any]) -> list[tuple[str, float]]:
     partial run as `partial_NAME`."""
     m = detail.get("metrics") or {}
     partial = bool(m.get("partial"))
-    return [(f"partial_{x.name}" if partial and x.final_only else x.name, float(m[x.name]))
-            for x in metric_registry.catalogue() if isinstance(m.get(x.name), (int, float))]
+    return [
+        (f"partial_{x.name}" if partial and x.final_only else x.name, float(m[x.name]))
+        for x in metric_registry.catalogue()
+        if isinstance(m.get(x.name), (int, float))
+    ]
 
 
 def _epoch_points(detail: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
@@ -85,11 +89,13 @@ def view_hint(to: str, where: str, experiment: str = "rmconsole", experiment_id:
         return [f"see them in that tracking server's UI (experiment {experiment!r})"]
     uri = where if where.startswith("file:") else Path(where).expanduser().resolve().as_uri()
     listing = f"--experiment-id {experiment_id}" if experiment_id else "--experiment-id ID (mlflow experiments search)"
-    return [f"list them: MLFLOW_ALLOW_FILE_STORE=true MLFLOW_TRACKING_URI={uri} mlflow runs list {listing}",
-            f"browse them (the web UI needs the full package, not the extra's mlflow-skinny: pip install mlflow): "
-            f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri}",
-            f"read them in Python: MLFLOW_ALLOW_FILE_STORE=true in the environment, then "
-            f"MlflowClient(tracking_uri={uri!r})"]
+    return [
+        f"list them: MLFLOW_ALLOW_FILE_STORE=true MLFLOW_TRACKING_URI={uri} mlflow runs list {listing}",
+        f"browse them (the web UI needs the full package, not the extra's mlflow-skinny: pip install mlflow): "
+        f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri}",
+        f"read them in Python: MLFLOW_ALLOW_FILE_STORE=true in the environment, then "
+        f"MlflowClient(tracking_uri={uri!r})",
+    ]
 
 
 # ---------------------------------------------------------------------- MLflow
@@ -132,11 +138,17 @@ def to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str = "
         for old in client.search_runs([experiment_id], filter_string=f"tags.`rmconsole.run_id` = '{detail['id']}'"):
             client.delete_run(old.info.run_id)  # re-export: replace
         m = detail.get("metrics") or {}
-        tags = {"rmconsole.run_id": str(detail["id"]), "rmconsole.status": detail["status"],
-                "rmconsole.preset": detail.get("preset") or "", "rmconsole.method": detail["method"],
-                "rmconsole.dataset": detail["dataset"], "rmconsole.partial": str(bool(m.get("partial"))).lower(),
-                "rmconsole.overrides": " ".join(f"{k}={format_value(v)}" for k, v in
-                                                (detail.get("overrides") or {}).items())}
+        tags = {
+            "rmconsole.run_id": str(detail["id"]),
+            "rmconsole.status": detail["status"],
+            "rmconsole.preset": detail.get("preset") or "",
+            "rmconsole.method": detail["method"],
+            "rmconsole.dataset": detail["dataset"],
+            "rmconsole.partial": str(bool(m.get("partial"))).lower(),
+            "rmconsole.overrides": " ".join(
+                f"{k}={format_value(v)}" for k, v in (detail.get("overrides") or {}).items()
+            ),
+        }
         if detail.get("sweep_id"):
             tags["rmconsole.sweep"] = detail["sweep_id"]
         if detail.get("note"):
@@ -154,15 +166,23 @@ def to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str = "
         for name, value in _finals(detail):
             metrics.append(Metric(name, value, 0, last))
         for step, e in _epoch_points(detail):
-            for key, reading in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
-                                 ("test_accuracy", e.get("test_accuracy"))):
+            for key, reading in (
+                ("train_loss", e["loss"]),
+                ("lr", e["lr"]),
+                ("samples_per_s", e["samples_per_s"]),
+                ("test_accuracy", e.get("test_accuracy")),
+            ):
                 if reading is not None:
                     metrics.append(Metric(key, float(reading), 0, step))
         for i in range(0, max(len(params), len(metrics), 1), 900):  # MLflow takes at most 1000 metrics per batch
-            client.log_batch(run_id, metrics=metrics[i:i + 900], params=params[i:i + 90] if i == 0 else [],
-                             tags=[RunTag("rmconsole.exported", "true")] if i == 0 else [])
+            client.log_batch(
+                run_id,
+                metrics=metrics[i : i + 900],
+                params=params[i : i + 90] if i == 0 else [],
+                tags=[RunTag("rmconsole.exported", "true")] if i == 0 else [],
+            )
         for i in range(90, len(params), 90):
-            client.log_batch(run_id, params=params[i:i + 90])
+            client.log_batch(run_id, params=params[i : i + 90])
         if detail.get("memory"):
             client.log_text(run_id, json.dumps(detail["memory"], indent=1), "memory/histograms.json")
             _log_memory_plot(client, run_id, detail)
@@ -208,13 +228,23 @@ def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
         except OSError as err:
             raise ExportError(f"cannot write under {root}: {err.strerror}") from None
         m = detail.get("metrics") or {}
-        identity = {"run": detail["id"], "name": detail.get("name"), "status": detail["status"],
-                    "preset": detail.get("preset"), "sweep": detail.get("sweep_id"), "tags": detail.get("tags"),
-                    "note": detail.get("note"), "partial": bool(m.get("partial")),
-                    "overrides": {k: format_value(v) for k, v in (detail.get("overrides") or {}).items()}}
+        identity = {
+            "run": detail["id"],
+            "name": detail.get("name"),
+            "status": detail["status"],
+            "preset": detail.get("preset"),
+            "sweep": detail.get("sweep_id"),
+            "tags": detail.get("tags"),
+            "note": detail.get("note"),
+            "partial": bool(m.get("partial")),
+            "overrides": {k: format_value(v) for k, v in (detail.get("overrides") or {}).items()},
+        }
         writer.add_text("rmconsole/run", "```\n" + json.dumps(identity, indent=1) + "\n```", 0)
-        writer.add_text("rmconsole/config", "\n".join(f"    {k} = {format_value(v)}"
-                                                      for k, v in (detail.get("config") or {}).items()), 0)
+        writer.add_text(
+            "rmconsole/config",
+            "\n".join(f"    {k} = {format_value(v)}" for k, v in (detail.get("config") or {}).items()),
+            0,
+        )
         last = 0
         for t in detail.get("tasks") or []:
             if t.get("accuracy") is not None:
@@ -223,8 +253,12 @@ def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
         for name, value in _finals(detail):
             writer.add_scalar(f"final/{name}", value, last)
         for step, e in _epoch_points(detail):
-            for key, reading in (("train_loss", e["loss"]), ("lr", e["lr"]), ("samples_per_s", e["samples_per_s"]),
-                                 ("test_accuracy", e.get("test_accuracy"))):
+            for key, reading in (
+                ("train_loss", e["loss"]),
+                ("lr", e["lr"]),
+                ("samples_per_s", e["samples_per_s"]),
+                ("test_accuracy", e.get("test_accuracy")),
+            ):
                 if reading is not None:
                     writer.add_scalar(f"epoch/{key}", reading, step)
         for snap in detail.get("memory") or []:
@@ -235,8 +269,11 @@ def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
                 # one histogram stepped by task (TensorBoard's slider and offset view), not a tag per task
                 classes = np.repeat(np.arange(len(hist)), hist)  # one value per sample in memory: its class
                 writer.add_histogram(MEMORY_TAG, classes, snap["task"] + 1, bins=np.arange(len(hist) + 1) - 0.5)
-        hparams = {k: (v if isinstance(v, (int, float, str, bool)) else format_value(v))
-                   for k, v in (detail.get("config") or {}).items() if v is not None}
+        hparams = {
+            k: (v if isinstance(v, (int, float, str, bool)) else format_value(v))
+            for k, v in (detail.get("config") or {}).items()
+            if v is not None
+        }
         finals = {f"hparam/{name}": value for name, value in _finals(detail)}
         if finals:
             writer.add_hparams(hparams, finals, run_name=".")

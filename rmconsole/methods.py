@@ -40,11 +40,15 @@ def method_spec(name: str) -> MethodSpec:
         raise UnknownMethod(f"unknown method {name!r}; known: {', '.join(method_names())}")
     spec = plugins.load("method", name)
     if not isinstance(spec, MethodSpec):
-        raise plugins.PluginError(f"{found.describe()}: {found.target} is a {type(spec).__name__}, not a MethodSpec "
-                                  f"(rmconsole.cl.methods.spec)")
+        raise plugins.PluginError(
+            f"{found.describe()}: {found.target} is a {type(spec).__name__}, not a MethodSpec "
+            f"(rmconsole.cl.methods.spec)"
+        )
     if spec.name != name:
-        raise plugins.PluginError(f"{found.describe()}: its MethodSpec is named {spec.name!r}; the entry point and "
-                                  f"the spec must give one name")
+        raise plugins.PluginError(
+            f"{found.describe()}: its MethodSpec is named {spec.name!r}; the entry point and "
+            f"the spec must give one name"
+        )
     return spec
 
 
@@ -58,8 +62,9 @@ def method_class(name: str) -> Any:
         what = plugins.available("method").get(name)
         who = what.describe() if what is not None and name not in REGISTRY else f"method {name!r}"
         detail = " ".join(str(err).split())[:200]
-        raise plugins.PluginError(f"{who} failed to load {spec.implementation!r}: {type(err).__name__}: "
-                                  f"{detail}") from None
+        raise plugins.PluginError(
+            f"{who} failed to load {spec.implementation!r}: {type(err).__name__}: {detail}"
+        ) from None
 
 
 def params_class(name: str) -> type[MethodParams]:
@@ -93,7 +98,7 @@ def key_readers(plugins_too: bool = True) -> dict[str, tuple[str, ...]]:
     the plug-ins that can be loaded."""
     readers = {k: list(v) for k, v in _builtin_readers().items()}
     if plugins_too and plugins.available("method"):
-        for spec in method_specs()[0][len(REGISTRY):]:
+        for spec in method_specs()[0][len(REGISTRY) :]:
             for key in spec.keys:
                 readers.setdefault(key, []).append(spec.name)
     return {k: tuple(v) for k, v in readers.items()}
@@ -106,8 +111,17 @@ def readers_of(key: str) -> tuple[str, ...]:
     installed = plugins.available("method")
     if not installed:
         return found
-    return found + tuple(spec.name for spec in method_specs()[0][len(REGISTRY):] if key in spec.keys)
+    return found + tuple(spec.name for spec in method_specs()[0][len(REGISTRY) :] if key in spec.keys)
 
 
-__all__ = ["MethodSpec", "UnknownMethod", "key_readers", "method_class", "method_names", "method_spec",
-           "method_specs", "params_class", "readers_of"]
+__all__ = [
+    "MethodSpec",
+    "UnknownMethod",
+    "key_readers",
+    "method_class",
+    "method_names",
+    "method_spec",
+    "method_specs",
+    "params_class",
+    "readers_of",
+]

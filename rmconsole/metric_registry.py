@@ -44,8 +44,9 @@ def metric(name: str) -> Metric:
     if not isinstance(found, Metric):
         raise PluginError(f"{what} names a {type(found).__name__}, not a rmconsole.cl.metric_catalog.Metric")
     if found.name != name:
-        raise PluginError(f"{what} declares a Metric named {found.name!r}: the entry point and the "
-                                  f"Metric must have the same name")
+        raise PluginError(
+            f"{what} declares a Metric named {found.name!r}: the entry point and the Metric must have the same name"
+        )
     if (found.compute is None) == (found.across is None):
         raise PluginError(f"{what}: its Metric needs either compute= or across= (not both)")
     return found
@@ -54,7 +55,7 @@ def metric(name: str) -> Metric:
 def catalogue() -> list[Metric]:
     """Every usable metric in order: the built-ins, then the plug-ins that load (each loaded once)."""
     out = list(catalog.METRICS)
-    for name in metric_names()[len(BUILTINS):]:
+    for name in metric_names()[len(BUILTINS) :]:
         try:
             out.append(metric(name))
             _problems.pop(name, None)
@@ -99,5 +100,20 @@ def sortable() -> list[Metric]:
     return [m for m in catalogue() if m.sortable]
 
 
-__all__ = ["Metric", "PluginError", "RunRows", "UnknownMetric", "catalogue", "columns", "cross_run_metrics",
-           "filterable", "listed", "metric", "metric_names", "problems", "report_default", "sortable", "summarize"]
+__all__ = [
+    "Metric",
+    "PluginError",
+    "RunRows",
+    "UnknownMetric",
+    "catalogue",
+    "columns",
+    "cross_run_metrics",
+    "filterable",
+    "listed",
+    "metric",
+    "metric_names",
+    "problems",
+    "report_default",
+    "sortable",
+    "summarize",
+]

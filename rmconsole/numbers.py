@@ -8,12 +8,11 @@ Python writes it ("inf", "-inf"), so that a broken figure is seen, not hidden.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 MISSING = "—"
 
 
-def missing(value: Optional[float]) -> bool:
+def missing(value: float | None) -> bool:
     """Whether a value is one that is not shown as a number: None, or NaN."""
     if value is None:
         return True
@@ -23,12 +22,12 @@ def missing(value: Optional[float]) -> bool:
         return False
 
 
-def fmt(value: Optional[float], digits: int = 2) -> str:
+def fmt(value: float | None, digits: int = 2) -> str:
     """`86.00` with `digits` decimals; "—" for None or NaN."""
     return MISSING if missing(value) else f"{value:.{digits}f}"
 
 
-def duration(seconds: Optional[float]) -> str:
+def duration(seconds: float | None) -> str:
     """`1:02:03` (hours:minutes:seconds, whole seconds); "—" when unknown, NaN or infinite (an ETA
     before any progress)."""
     if seconds is None or not math.isfinite(seconds):

@@ -101,29 +101,39 @@ def _missing_link(path: Path, option: str) -> None:
             continue
         if i == len(parts) and os.path.isdir(os.path.dirname(os.path.realpath(prefix))):
             return
-        raise OutputRefused(f"{option} {_shown(path)}: {_shown(prefix)} is a link to {_shown(os.readlink(prefix))}, "
-                            f"which does not exist; create it first, or give another path")
+        raise OutputRefused(
+            f"{option} {_shown(path)}: {_shown(prefix)} is a link to {_shown(os.readlink(prefix))}, "
+            f"which does not exist; create it first, or give another path"
+        )
 
 
 def _refuse_own(path: Path, resolved: Path, option: str) -> None:
     ident = _identity(resolved)
     for store_file in _store_files():
         if resolved == store_file or (ident is not None and ident == _identity(store_file)):
-            raise OutputRefused(f"{option} {_shown(path)}: that is rmconsole's store ({_shown(store_file)}); "
-                                f"writing there would destroy every run: give another file name")
+            raise OutputRefused(
+                f"{option} {_shown(path)}: that is rmconsole's store ({_shown(store_file)}); "
+                f"writing there would destroy every run: give another file name"
+            )
     linked = ident is not None and os.stat(resolved).st_nlink > 1  # a hard link: one of ours under another name?
     for folder in _protected_folders():
-        if linked and any(_identity(Path(root) / name) == ident for root, _, names in os.walk(folder) for name in names):
-            raise OutputRefused(f"{option} {_shown(path)}: that is inside rmconsole's {folder.name} folder "
-                                f"({_shown(folder)}), under another name (a hard link), which only rmconsole writes: "
-                                f"give a path elsewhere")
+        if linked and any(
+            _identity(Path(root) / name) == ident for root, _, names in os.walk(folder) for name in names
+        ):
+            raise OutputRefused(
+                f"{option} {_shown(path)}: that is inside rmconsole's {folder.name} folder "
+                f"({_shown(folder)}), under another name (a hard link), which only rmconsole writes: "
+                f"give a path elsewhere"
+            )
         folder_id = _identity(folder)
         chain = [resolved, *resolved.parents]
         hit = next((p for p in chain if p == folder or (folder_id is not None and _identity(p) == folder_id)), None)
         if hit is not None:
             where = "rmconsole's" if hit == resolved else "inside rmconsole's"
-            raise OutputRefused(f"{option} {_shown(path)}: that is {where} {folder.name} folder ({_shown(folder)}), "
-                                f"which only rmconsole writes: give a path elsewhere")
+            raise OutputRefused(
+                f"{option} {_shown(path)}: that is {where} {folder.name} folder ({_shown(folder)}), "
+                f"which only rmconsole writes: give a path elsewhere"
+            )
 
 
 def check_file(path: Path | str, option: str = "--out") -> Path:
@@ -151,8 +161,9 @@ def check_folder(path: Path | str, option: str) -> Path:
     path = Path(path).expanduser()
     resolved = _resolved(path, option)
     if resolved.exists() and not resolved.is_dir():
-        raise OutputRefused(f"{option} {_shown(path)}: is a file, not a folder: give a folder "
-                            f"(it is created when missing)")
+        raise OutputRefused(
+            f"{option} {_shown(path)}: is a file, not a folder: give a folder (it is created when missing)"
+        )
     _refuse_own(path, resolved, option)
     for parent in resolved.parents:
         if parent.exists():

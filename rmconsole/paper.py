@@ -17,18 +17,27 @@ when it measured top-5, and never with its top-1.
 from __future__ import annotations
 
 import csv
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 # paper metric -> (run metric for top-1, run metric when the paper's figure is top-k)
 RUN_METRIC = {"A_last": ("A_last", "A_last_topk"), "F_last": ("F_last", "F_last_topk"), "I_last": ("I_last", None)}
 # A method's paper-default memory policy, as the authors ran it (a run with memory_policy unset uses it)
 # each paper method's own memory policy (its class's default_memory_policy; tests/test_paper.py
 # checks they agree): a run that names it explicitly, as the baseline presets do, is the paper's row
-PAPER_POLICY = {"rm": "uncertainty", "ewc": "reservoir", "rwalk": "reservoir", "icarl": "prototype",
-                "bic": "prototype", "bic_star": "prototype", "gdumb": "greedy_balanced", "finetune": "random"}
+PAPER_POLICY = {
+    "rm": "uncertainty",
+    "ewc": "reservoir",
+    "rwalk": "reservoir",
+    "icarl": "prototype",
+    "bic": "prototype",
+    "bic_star": "prototype",
+    "gdumb": "greedy_balanced",
+    "finetune": "random",
+}
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,7 @@ class PaperFigure:
     metric: str
     topk: int
     mean: float
-    std: Optional[float]
+    std: float | None
     note: str
 
     @property
@@ -57,7 +66,7 @@ class PaperFigure:
         return value + (f" (top-{self.topk})" if self.topk > 1 else "")
 
 
-def _augment(value: Any) -> Optional[tuple[str, ...]]:
+def _augment(value: Any) -> tuple[str, ...] | None:
     if value in (None, "?"):
         return None
     if isinstance(value, str):
@@ -71,13 +80,32 @@ def figures() -> tuple[PaperFigure, ...]:
     text = resources.files("rmconsole").joinpath("paper_tables.csv").read_text(encoding="utf-8")
     out = []
     for row in csv.DictReader(text.splitlines()):
-        setting = {"dataset": row["dataset"], "method": row["method"], "memory_size": int(row["memory_size"]),
-                   "n_tasks": int(row["n_tasks"]), "blurry": int(row["blurry"]), "stream": row["stream"],
-                   "augment": _augment(row["augment"]), "memory_policy": row["memory_policy"] or None,
-                   "uncertainty": row["uncertainty"] or None}
-        out.append(PaperFigure(row["tex_order"], row["label"], row["caption"], row["row"], row["column"], setting,
-                               row["metric"], int(row["topk"]), float(row["mean"]),
-                               float(row["std"]) if row["std"] else None, row["note"]))
+        setting = {
+            "dataset": row["dataset"],
+            "method": row["method"],
+            "memory_size": int(row["memory_size"]),
+            "n_tasks": int(row["n_tasks"]),
+            "blurry": int(row["blurry"]),
+            "stream": row["stream"],
+            "augment": _augment(row["augment"]),
+            "memory_policy": row["memory_policy"] or None,
+            "uncertainty": row["uncertainty"] or None,
+        }
+        out.append(
+            PaperFigure(
+                row["tex_order"],
+                row["label"],
+                row["caption"],
+                row["row"],
+                row["column"],
+                setting,
+                row["metric"],
+                int(row["topk"]),
+                float(row["mean"]),
+                float(row["std"]) if row["std"] else None,
+                row["note"],
+            )
+        )
     return tuple(out)
 
 
@@ -100,7 +128,7 @@ def _matches(figure: PaperFigure, config: Mapping[str, Any]) -> bool:
     return True
 
 
-def paper_figure(config: Mapping[str, Any], metric: str) -> Optional[PaperFigure]:
+def paper_figure(config: Mapping[str, Any], metric: str) -> PaperFigure | None:
     """The paper's figure for a run's setting and one of its metrics (`A_last`, `F_last`,
     `I_last`, or `A_last_topk` / `F_last_topk` for a run's top-k figures), first in table order.
     A top-5 paper figure is only ever matched with a top-5 run metric, and a top-1 one with top-1."""
@@ -213,13 +241,13 @@ def _same_method_row(figure: PaperFigure, config: Mapping[str, Any]) -> bool:
     return True
 
 
-def paper_comparison(config: Mapping[str, Any], metric: str) -> Optional[PaperComparison]:
+def paper_comparison(config: Mapping[str, Any], metric: str) -> PaperComparison | None:
     """The paper's figure for a run's method, dataset and metric whose protocol is nearest the
     run's (fewest differing keys, then table order), with the keys that differ: the one rule
     every face (run page, compare, `show`, `report --paper`) uses to decide between a Δ and a
     "paper's value, differs in ..." note. None: the paper prints no such figure for this
     method and dataset (or only a top-k one the run did not measure)."""
-    best: Optional[PaperComparison] = None
+    best: PaperComparison | None = None
     for figure in figures():
         top1, topk_metric = RUN_METRIC[figure.metric]
         wanted = top1 if figure.topk == 1 else topk_metric

@@ -100,8 +100,10 @@ def _scan() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[st
             text = _read_text(dist, "entry_points.txt")
             if "rmconsole." in text:
                 detail = " ".join(str(err).split())[:200]
-                _unreadable[name] = (f"package {name} {dist.version or '?'}: its entry_points.txt cannot be read "
-                                     f"({type(err).__name__}: {detail}); its plug-ins are left out")
+                _unreadable[name] = (
+                    f"package {name} {dist.version or '?'}: its entry_points.txt cannot be read "
+                    f"({type(err).__name__}: {detail}); its plug-ins are left out"
+                )
             continue
         for ep in entry_points:
             kind = group_kind.get(ep.group)
@@ -153,8 +155,10 @@ def load(kind: str, name: str) -> Any:
         raise PluginError(f"no {kind} plug-in named {name!r} is installed")
     clash = _all()[1].get(key)
     if clash:
-        raise PluginError(f"{kind} plug-in {name!r} is declared by {len(clash)} packages ({', '.join(clash)}); "
-                          f"uninstall all but one, or rename it in one package's entry points")
+        raise PluginError(
+            f"{kind} plug-in {name!r} is declared by {len(clash)} packages ({', '.join(clash)}); "
+            f"uninstall all but one, or rename it in one package's entry points"
+        )
     value = import_target(plugin.target, plugin.describe())
     _loaded[key] = value
     return value
@@ -247,8 +251,10 @@ def provenance(kind: str, name: str) -> dict[str, Any] | None:
 def provenance_text(entry: dict[str, Any]) -> str:
     """One recorded provenance as `show` prints it: "method mymethod: package mymethod 0.1.0,
     /src/mymethod @ 1a2b3c4d5e6f (uncommitted changes)"."""
-    text = f"{entry.get('kind', '?')} {entry.get('name', '?')}: package {entry.get('package', '?')} " \
-           f"{entry.get('version', '?')}"
+    text = (
+        f"{entry.get('kind', '?')} {entry.get('name', '?')}: package {entry.get('package', '?')} "
+        f"{entry.get('version', '?')}"
+    )
     where = entry.get("path") or entry.get("url") or entry.get("installed_from")
     if where:
         text += f", {'installed from ' if 'installed_from' in entry else ''}{where}"
@@ -272,8 +278,10 @@ def _origin(package: str) -> dict[str, Any]:
     except (ValueError, AttributeError):
         return {}
     if url.startswith("file:"):
-        out: dict[str, Any] = {"path": unquote(urlparse(url).path),
-                               "editable": bool((record.get("dir_info") or {}).get("editable"))}
+        out: dict[str, Any] = {
+            "path": unquote(urlparse(url).path),
+            "editable": bool((record.get("dir_info") or {}).get("editable")),
+        }
         return out
     vcs = record.get("vcs_info") or {}
     return {"url": url, "commit": vcs.get("commit_id")} if url else {}
@@ -330,8 +338,13 @@ def _git_commit(git: Path) -> str | None:
 def _git_dirty(folder: Path) -> bool | None:
     """Whether tracked files under `folder` differ from HEAD (None when git cannot say)."""
     try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=folder,
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return bool(out.stdout.strip()) if out.returncode == 0 else None
@@ -345,8 +358,14 @@ def _python_files(folder: Path) -> list[Path]:
     or virtual environments (a checkout's own .venv would cost seconds and say nothing)."""
     found: list[Path] = []
     for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS
-                         and not d.endswith(".egg-info") and not (Path(root, d) / "pyvenv.cfg").exists())
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in _SKIPPED_DIRS
+            and not d.endswith(".egg-info")
+            and not (Path(root, d) / "pyvenv.cfg").exists()
+        )
         found.extend(Path(root, f) for f in sorted(files) if f.endswith(".py"))
     return found
 
@@ -392,8 +411,11 @@ def sources_digest() -> str:
             tops = {p[3].partition(":")[0].strip().partition(".")[0] for p in plugins if p[0] == package}
             tops |= set(_read_text(dist, "top_level.txt").split())
             roots = _import_roots(tops)
-            files = [f for root in roots for f in (_python_files(root) if root.is_dir() else [root])] if roots \
-                else _python_files(folder)  # (modules not found on the path: the whole checkout)
+            files = (
+                [f for root in roots for f in (_python_files(root) if root.is_dir() else [root])]
+                if roots
+                else _python_files(folder)
+            )  # (modules not found on the path: the whole checkout)
         else:
             files = [Path(str(dist.locate_file(f))) for f in (dist.files or []) if str(f).endswith(".py")]
         for path in files:
@@ -422,8 +444,11 @@ def preset_files() -> tuple[dict[str, tuple[Path, Plugin]], list[str]]:
             spec = find_spec(top)  # a top-level name: found, not imported
         except (ImportError, ValueError):
             spec = None
-        folders = [Path(loc, *filter(None, rest.split("."))) for loc in (spec.submodule_search_locations or [])] \
-            if spec is not None else []
+        folders = (
+            [Path(loc, *filter(None, rest.split("."))) for loc in (spec.submodule_search_locations or [])]
+            if spec is not None
+            else []
+        )
         folder = next((f for f in folders if f.is_dir()), None)
         if folder is None:
             problems.append(f"{entry.describe()}: no package folder {dotted!r} to read presets from")
@@ -431,8 +456,10 @@ def preset_files() -> tuple[dict[str, tuple[Path, Plugin]], list[str]]:
         for path in sorted(folder.glob("*.toml")):
             other = found.get(path.stem)
             if other is not None and other[1].package != entry.package:
-                problems.append(f"preset {path.stem!r} is shipped by two packages ({other[1].package}, "
-                                f"{entry.package}): neither is used; rename one")
+                problems.append(
+                    f"preset {path.stem!r} is shipped by two packages ({other[1].package}, "
+                    f"{entry.package}): neither is used; rename one"
+                )
                 clashing.add(path.stem)
                 continue
             found.setdefault(path.stem, (path, entry))
@@ -447,6 +474,20 @@ def check_name(kind: str, name: str, builtins: Any) -> None:
         raise PluginError(f"{kind} plug-in {name!r} has a built-in's name; rename it in its package's entry points")
 
 
-__all__ = ["GROUPS", "Plugin", "PluginError", "available", "check_name", "forget", "import_target", "load",
-           "loaded", "preset_files", "problems", "provenance", "provenance_text", "sources_digest", "used_by"]
-
+__all__ = [
+    "GROUPS",
+    "Plugin",
+    "PluginError",
+    "available",
+    "check_name",
+    "forget",
+    "import_target",
+    "load",
+    "loaded",
+    "preset_files",
+    "problems",
+    "provenance",
+    "provenance_text",
+    "sources_digest",
+    "used_by",
+]

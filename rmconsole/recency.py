@@ -10,8 +10,9 @@ seen so far). A class is new at task t when it was not among the classes seen af
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,11 +21,11 @@ class ClassLine:
 
     index: int
     label: str
-    accuracy: Optional[float]
-    slots: Optional[int]
+    accuracy: float | None
+    slots: int | None
 
 
-def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
+def _mean(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None
 
@@ -39,22 +40,23 @@ class ClassAccuracyByAge:
     new: tuple[ClassLine, ...]
 
     @property
-    def old_mean(self) -> Optional[float]:
+    def old_mean(self) -> float | None:
         return _mean([c.accuracy for c in self.old])
 
     @property
-    def new_mean(self) -> Optional[float]:
+    def new_mean(self) -> float | None:
         return _mean([c.accuracy for c in self.new])
 
     @property
-    def gap(self) -> Optional[float]:
+    def gap(self) -> float | None:
         """new − old mean accuracy (points): positive = the model favours the newest classes."""
         old, new = self.old_mean, self.new_mean
         return None if old is None or new is None else new - old
 
 
-def class_accuracy_by_age(results: Sequence[Any], histogram: Optional[Sequence[int]] = None,
-                          labels: Sequence[str] = ()) -> Optional[ClassAccuracyByAge]:
+def class_accuracy_by_age(
+    results: Sequence[Any], histogram: Sequence[int] | None = None, labels: Sequence[str] = ()
+) -> ClassAccuracyByAge | None:
     """From a run's task results in task order (anything with `task`, `class_accuracy` and
     `eval_classes`: the store's TaskResult or the TUI's copy), the classes after the latest task,
     old apart from new, each with its memory slots from `histogram` (the memory's per-class
@@ -73,5 +75,8 @@ def class_accuracy_by_age(results: Sequence[Any], histogram: Optional[Sequence[i
         return ClassLine(c, labels[c] if c < len(labels) else str(c), accuracy, slots)
 
     classes = sorted(set(last.eval_classes))
-    return ClassAccuracyByAge(last.task, tuple(line(c) for c in classes if c in seen_before),
-                              tuple(line(c) for c in classes if c not in seen_before))
+    return ClassAccuracyByAge(
+        last.task,
+        tuple(line(c) for c in classes if c in seen_before),
+        tuple(line(c) for c in classes if c not in seen_before),
+    )

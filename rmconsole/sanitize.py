@@ -23,7 +23,13 @@ from rich.console import Console
 from rich.segment import Segment
 
 REPLACEMENT = "\ufffd"
-BIDI = (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)  # embeddings, overrides, isolates, marks
+BIDI = (
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+    0x200E,
+    0x200F,
+    0x061C,
+)  # embeddings, overrides, isolates, marks
 
 
 def _table(keep: str) -> dict[int, str]:
@@ -61,4 +67,5 @@ class SafeConsole(Console):
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(
             segment if segment.control or is_clean(segment.text) else Segment(clean_block(segment.text), segment.style)
-            for segment in buffer)
+            for segment in buffer
+        )

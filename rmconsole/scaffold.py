@@ -52,8 +52,9 @@ def check_name(kind: str, name: str) -> None:
     not a built-in's, not an installed plug-in's, not an importable module's."""
     what = f"new {kind} {shorten(name)!r}"
     if not NAME.match(name) or keyword.iskeyword(name):
-        raise ConfigError(f"{what}: the name must be a Python identifier (letters, digits, _; starting "
-                          f"with a letter), e.g. my_{kind}")
+        raise ConfigError(
+            f"{what}: the name must be a Python identifier (letters, digits, _; starting with a letter), e.g. my_{kind}"
+        )
     builtin = builtin_names(kind)
     if name in builtin:
         raise ConfigError(f"{what}: a built-in {kind} has that name; built-ins: {', '.join(sorted(builtin))}")
@@ -66,8 +67,9 @@ def check_name(kind: str, name: str) -> None:
         found = None
     if found is not None and found.origin not in (None, "namespace"):  # (a bare folder on the path is no module)
         where = found.origin or ", ".join(found.submodule_search_locations or []) or "?"
-        raise ConfigError(f"{what}: a module of that name is importable already ({shorten(where)}); "
-                          f"choose another name")
+        raise ConfigError(
+            f"{what}: a module of that name is importable already ({shorten(where)}); choose another name"
+        )
 
 
 def class_name(name: str) -> str:
@@ -145,12 +147,22 @@ def new_package(kind: str, name: str, where: Path) -> Path:
 
 # kind -> (the preset's file name, its text): each package runs as written on the embedded default
 PRESETS: dict[str, tuple[str, Callable[[str], str]]] = {
-    "method": ("{name}-digits", lambda name: digits_preset(
-        name, "method", f"{name} on scikit-learn's 8x8 digits, Blurry10-Online, K=200 (the embedded default)",
-        f"# {name}'s own parameter (rmconsole config-keys lists it; --set {name}_replay_share=0.25 changes it)\n"
-        f"{name}_replay_share = 0.5\n")),
-    "dataset": ("{name}-rm", lambda name: digits_preset(
-        name, "dataset", f"RM on {name}, Blurry10-Online, K=200 (the embedded default's setting otherwise)")),
+    "method": (
+        "{name}-digits",
+        lambda name: digits_preset(
+            name,
+            "method",
+            f"{name} on scikit-learn's 8x8 digits, Blurry10-Online, K=200 (the embedded default)",
+            f"# {name}'s own parameter (rmconsole config-keys lists it; --set {name}_replay_share=0.25 changes it)\n"
+            f"{name}_replay_share = 0.5\n",
+        ),
+    ),
+    "dataset": (
+        "{name}-rm",
+        lambda name: digits_preset(
+            name, "dataset", f"RM on {name}, Blurry10-Online, K=200 (the embedded default's setting otherwise)"
+        ),
+    ),
 }
 
 

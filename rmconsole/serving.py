@@ -24,8 +24,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 COOKIE = "rmconsole_tui_token"
-REFUSED = ("rmconsole: this TUI needs the token that `rmconsole tui --serve` printed where it was started: "
-           "open the full URL it printed (…/?token=…)")
+REFUSED = (
+    "rmconsole: this TUI needs the token that `rmconsole tui --serve` printed where it was started: "
+    "open the full URL it printed (…/?token=…)"
+)
 
 
 def new_token() -> str:
@@ -57,8 +59,9 @@ def guarded_server(command: str, host: str, port: int, token: str, title: str = 
     cookie = f"{COOKIE}_{port}"  # one per server: cookies are shared between a host's ports
 
     @web.middleware
-    async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                    ) -> web.StreamResponse:
+    async def guard(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         origin = request.headers.get("Origin")
         if origin is not None and not same_origin(origin, request.host):
             raise web.HTTPForbidden(text=f"rmconsole: refused a request from another site's page ({origin[:100]})")
@@ -90,10 +93,13 @@ def guarded_server(command: str, host: str, port: int, token: str, title: str = 
             tunnel to another port works), never from the address the server listens on."""
             base = f"{request.scheme}://{request.host}"
             ws = ("wss" if request.scheme == "https" else "ws") + f"://{request.host}"
-            return {"font_size": to_int(request.query.get("fontsize", "16"), 16),
-                    "app_websocket_url": ws + str(request.app.router["websocket"].url_for()),
-                    "config": {"static": {"url": base + str(request.app.router["static"].url_for(filename="/"))
-                                          .rstrip("/") + "/"}},
-                    "application": {"name": self.title}}
+            return {
+                "font_size": to_int(request.query.get("fontsize", "16"), 16),
+                "app_websocket_url": ws + str(request.app.router["websocket"].url_for()),
+                "config": {
+                    "static": {"url": base + str(request.app.router["static"].url_for(filename="/")).rstrip("/") + "/"}
+                },
+                "application": {"name": self.title},
+            }
 
     return GuardedServer(command, host=host, port=port, title=title)

@@ -64,8 +64,17 @@ from .cl.events import AnytimePoint, Reporter, TaskOutcome
 if TYPE_CHECKING:
     from .cl.data import Dataset
 
-__all__ = ["RULES", "CheckpointKeeper", "ConformanceError", "ConformanceReport", "Violation", "check_hooks",
-           "check_method", "declared_protocols", "kit_settings"]
+__all__ = [
+    "RULES",
+    "CheckpointKeeper",
+    "ConformanceError",
+    "ConformanceReport",
+    "Violation",
+    "check_hooks",
+    "check_method",
+    "declared_protocols",
+    "kit_settings",
+]
 
 RULES: dict[str, str] = {
     "memory-bound": "the memory never holds more than memory_size (K) samples",
@@ -78,19 +87,41 @@ RUNS = "runs-to-the-end"  # not a rule to choose: a method that fails to run is 
 
 # What the kit trains: small enough that a protocol takes seconds on a CPU, large enough that
 # every hook runs more than once (5 tasks, so a resume after task 2 has three tasks to agree on).
-_COMMON: dict[str, Any] = {"dataset": "digits", "n_tasks": 5, "epochs": 1, "memory_size": 50, "seed": 1,
-                           "uncertainty_views": 2, "augment": "cutmix", "device": "cpu"}
+_COMMON: dict[str, Any] = {
+    "dataset": "digits",
+    "n_tasks": 5,
+    "epochs": 1,
+    "memory_size": 50,
+    "seed": 1,
+    "uncertainty_views": 2,
+    "augment": "cutmix",
+    "device": "cpu",
+}
 _PROTOCOL_SETTINGS: dict[str, dict[str, Any]] = {
     "task": {"stream": "online", "batch_size": 16},
-    "task-free": {"stream": "iblurry", "batch_size": 8, "eval_period": 150, "online_iter": 0.25,
-                  "optimizer": "adam", "lr": 3e-4, "schedule": "exp_reset", "weight_decay": 0.0},
+    "task-free": {
+        "stream": "iblurry",
+        "batch_size": 8,
+        "eval_period": 150,
+        "online_iter": 0.25,
+        "optimizer": "adam",
+        "lr": 3e-4,
+        "schedule": "exp_reset",
+        "weight_decay": 0.0,
+    },
 }
 _PROTOCOL_NAMES = {"task": "task protocol", "task-free": "task-free protocol"}
 # Hooks the driver calls on the method whose return is a moment to look at the memory.
 _WATCHED_HOOKS: dict[str, tuple[str, ...]] = {
     "task": ("before_task", "learn_task", "update_memory", "after_task"),
-    "task-free": ("online_start", "online_task_start", "online_new_class", "online_observe", "online_before_eval",
-                  "online_task_end"),
+    "task-free": (
+        "online_start",
+        "online_task_start",
+        "online_new_class",
+        "online_observe",
+        "online_before_eval",
+        "online_task_end",
+    ),
 }
 _HOOK_PREFIXES = ("before_", "after_", "on_", "online_")
 _TYPO_CUTOFF = 0.8  # difflib ratio above which a name is taken for a misspelt hook ("after_taks")
@@ -226,8 +257,11 @@ def check_hooks(method: str) -> list[Violation]:
             if not name.startswith("_"):
                 own[name] = (klass, value)
     declared_words = " and ".join(_PROTOCOL_NAMES[p] for p in declared)
-    declared_call = (f"the {' and '.join(declared)} protocols call" if len(declared) > 1
-                     else f"the {_PROTOCOL_NAMES[declared[0]]} calls")
+    declared_call = (
+        f"the {' and '.join(declared)} protocols call"
+        if len(declared) > 1
+        else f"the {_PROTOCOL_NAMES[declared[0]]} calls"
+    )
     calls = sorted(n for n in called if n in base_functions or n.startswith("online_"))
     violations = []
     for name, (klass, value) in sorted(own.items()):
@@ -237,12 +271,16 @@ def check_hooks(method: str) -> list[Violation]:
         if name in every_hook:
             missing = [p for p, hooks in tables.items() if name in hooks]
             how = " (its class lists TaskFree before Method)" if "task-free" in missing else ""
-            violations.append(Violation(
-                "known-hooks", None,
-                f"{label} is a hook of the {' and '.join(_PROTOCOL_NAMES[p] for p in missing)}, but {method!r} "
-                f"declares only the {declared_words}, which never calls it.",
-                f"declare the {' and '.join(missing)} protocol for {method!r} in its registry entry{how}, or remove "
-                f"the override."))
+            violations.append(
+                Violation(
+                    "known-hooks",
+                    None,
+                    f"{label} is a hook of the {' and '.join(_PROTOCOL_NAMES[p] for p in missing)}, but {method!r} "
+                    f"declares only the {declared_words}, which never calls it.",
+                    f"declare the {' and '.join(missing)} protocol for {method!r} in its registry entry{how}, or remove "
+                    f"the override.",
+                )
+            )
             continue
         if name in base_names or not _is_function(value):
             continue  # a building block of the base overridden, or a helper attribute
@@ -250,11 +288,15 @@ def check_hooks(method: str) -> list[Violation]:
         if not (name.startswith(_HOOK_PREFIXES) or close):
             continue
         guess = f"; did you mean {close[0]!r}?" if close else "."
-        violations.append(Violation(
-            "known-hooks", None,
-            f"{label} looks like a hook, but no protocol calls it{guess}",
-            f"{declared_call}: {', '.join(calls)}. Rename it to the "
-            f"hook you mean, or, if it is a helper your own code calls, name it _{name}."))
+        violations.append(
+            Violation(
+                "known-hooks",
+                None,
+                f"{label} looks like a hook, but no protocol calls it{guess}",
+                f"{declared_call}: {', '.join(calls)}. Rename it to the "
+                f"hook you mean, or, if it is a helper your own code calls, name it _{name}.",
+            )
+        )
     return violations
 
 
@@ -283,8 +325,11 @@ def _files() -> dict[str, Any]:
         "drivers": {os.path.abspath(loop.__file__), os.path.abspath(online.__file__)},
         "inference": os.path.abspath(inference.__file__),
         "plumbing": {os.path.abspath(f) for f in (data.__file__, pipeline.__file__, inference.__file__, _THIS_FILE)},
-        "library": (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
-                    os.path.abspath(contextlib.__file__), os.path.abspath(functools.__file__)),
+        "library": (
+            os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+            os.path.abspath(contextlib.__file__),
+            os.path.abspath(functools.__file__),
+        ),
     }
 
 
@@ -303,8 +348,11 @@ def _protocol_is_evaluating(frame: FrameType | None) -> bool:
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
         if filename in files["drivers"]:
-            return (callee is not None and os.path.abspath(callee.f_code.co_filename) == files["inference"]
-                    and callee.f_code.co_name in ("evaluate", "evaluation"))
+            return (
+                callee is not None
+                and os.path.abspath(callee.f_code.co_filename) == files["inference"]
+                and callee.f_code.co_name in ("evaluate", "evaluation")
+            )
         if not _is_library(filename):
             callee = frame
         frame = frame.f_back
@@ -392,6 +440,7 @@ class _Watch:
             finally:
                 self.memory_now(hook)
                 self.hook = outer
+
         return watched
 
 
@@ -486,12 +535,21 @@ def _instrumented(watch: _Watch, protocol: str) -> Iterator[None]:
     def watched_class(method: Any) -> type:  # a name or a MethodSpec, as the drivers pass it
         cls = original_loop(method)
         if cls not in made:
+
             def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
                 cls.__init__(self, *args, **kwargs)
                 watch.attach(self, protocol)
 
-            made[cls] = type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
-                                                     "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+            made[cls] = type(
+                cls.__name__,
+                (cls,),
+                {
+                    "__init__": __init__,
+                    "__module__": cls.__module__,
+                    "__qualname__": cls.__qualname__,
+                    "__doc__": cls.__doc__,
+                },
+            )
         return made[cls]
 
     loop.method_class = online.method_class = watched_class
@@ -612,14 +670,19 @@ def _compare(a: _Recorder, b: _Recorder, after_task: int = -1) -> str | None:
             return found
     memories = [m for m in a.memories if m[0] > after_task]
     for memory, others in zip(memories, b.memories):
-        found = _difference(memory[1:], others[1:], f"the memory snapshot after task {memory[0]} (histogram, slots, info):")
+        found = _difference(
+            memory[1:], others[1:], f"the memory snapshot after task {memory[0]} (histogram, slots, info):"
+        )
         if found:
             return found
     if len(memories) != len(b.memories):
         return f"{len(memories)} memory snapshots vs {len(b.memories)}"
     if a.checkpoints and b.checkpoints:
-        return _difference(_final_state(a.checkpoints[-1]), _final_state(b.checkpoints[-1]),
-                           f"the checkpoint after the last task (task {a.outcomes[-1].task}):")
+        return _difference(
+            _final_state(a.checkpoints[-1]),
+            _final_state(b.checkpoints[-1]),
+            f"the checkpoint after the last task (task {a.outcomes[-1].task}):",
+        )
     return None
 
 
@@ -640,8 +703,9 @@ def _quiet_torch() -> Iterator[None]:
         torch.set_rng_state(rng)
 
 
-def _check_protocol(method: str, protocol: str, settings: Mapping[str, Any], rules: tuple[str, ...],
-                    resume_after: int | None) -> tuple[list[Violation], int, list[str]]:
+def _check_protocol(
+    method: str, protocol: str, settings: Mapping[str, Any], rules: tuple[str, ...], resume_after: int | None
+) -> tuple[list[Violation], int, list[str]]:
     """One protocol's runs and rules: (violations, runs trained, rules it could not check and why)."""
     from .cl.protocols import protocol_of
     from .config import load_config
@@ -662,22 +726,37 @@ def _check_protocol(method: str, protocol: str, settings: Mapping[str, Any], rul
             return _run(cfg, watch, protocol, resume)
         except Exception as err:
             detail = " ".join(str(err).split())[:300]
-            raise ConformanceError(method, violations + _watched(watch, protocol, rules) + [Violation(
-                RUNS, protocol, f"the {what} failed {watch.failed or watch.place()}: {type(err).__name__}: {detail}",
-                f"see the traceback above this error; the kit's settings are kit_settings({method!r}, "
-                f"{protocol!r}) with your settings= over them.")]) from err
+            raise ConformanceError(
+                method,
+                violations
+                + _watched(watch, protocol, rules)
+                + [
+                    Violation(
+                        RUNS,
+                        protocol,
+                        f"the {what} failed {watch.failed or watch.place()}: {type(err).__name__}: {detail}",
+                        f"see the traceback above this error; the kit's settings are kit_settings({method!r}, "
+                        f"{protocol!r}) with your settings= over them.",
+                    )
+                ],
+            ) from err
 
     full = run("run")
     n_tasks = len(full.outcomes)
     if "same-seed-same-run" in rules:
         found = _compare(full, run("second run with the same seed"))
         if found:
-            violations.append(Violation(
-                "same-seed-same-run", protocol, f"two runs with seed {cfg.seed} differ at {found}.",
-                "draw every random number from a generator the run seeds (self.gen, torch's global RNG that "
-                "the protocol seeds, or a random.Random(self.cfg.seed + n)), never from an unseeded one "
-                "(random.Random(), random.random(), numpy's global RNG), and let nothing depend on the clock, "
-                "id() or set order."))
+            violations.append(
+                Violation(
+                    "same-seed-same-run",
+                    protocol,
+                    f"two runs with seed {cfg.seed} differ at {found}.",
+                    "draw every random number from a generator the run seeds (self.gen, torch's global RNG that "
+                    "the protocol seeds, or a random.Random(self.cfg.seed + n)), never from an unseeded one "
+                    "(random.Random(), random.random(), numpy's global RNG), and let nothing depend on the clock, "
+                    "id() or set order.",
+                )
+            )
     if "resume-exact" not in rules:
         return violations + _watched(watch, protocol, rules), runs, skipped
     k = min(2, n_tasks - 2) if resume_after is None else resume_after
@@ -686,12 +765,16 @@ def _check_protocol(method: str, protocol: str, settings: Mapping[str, Any], rul
     try:
         checkpoint = _load(full.checkpoints[max(k, 0) if n_tasks >= 2 else -1])
     except Exception as err:  # noqa: BLE001 - pickle's and torch's errors for what weights_only refuses
-        violations.append(Violation(
-            "resume-exact", protocol,
-            f"the checkpoint does not load as the worker loads it (torch.load(weights_only=True)): "
-            f"{type(err).__name__}: {' '.join(str(err).split())[:200]}",
-            "keep state_dict() to tensors, numbers, strings, None and lists / tuples / dicts of them "
-            "(a generator as generator.get_state(), an object as its fields)."))
+        violations.append(
+            Violation(
+                "resume-exact",
+                protocol,
+                f"the checkpoint does not load as the worker loads it (torch.load(weights_only=True)): "
+                f"{type(err).__name__}: {' '.join(str(err).split())[:200]}",
+                "keep state_dict() to tensors, numbers, strings, None and lists / tuples / dicts of them "
+                "(a generator as generator.get_state(), an object as its fields).",
+            )
+        )
         return violations + _watched(watch, protocol, rules), runs, skipped
     if n_tasks < 2:
         skipped.append(f"{protocol}: resume-exact (the run is one task: no task follows a checkpoint)")
@@ -700,13 +783,17 @@ def _check_protocol(method: str, protocol: str, settings: Mapping[str, Any], rul
     else:
         found = _compare(full, run(f"run resumed after task {k}", checkpoint), after_task=k)
         if found:
-            violations.append(Violation(
-                "resume-exact", protocol,
-                f"stopped after task {k} and resumed from its checkpoint (in a fresh method object), the run "
-                f"differs from the uninterrupted one at {found}.",
-                "everything that shapes later tasks (counters, running statistics, old models, generators, "
-                "per-sample state) must be saved by state_dict() and put back by load_state_dict(); extend "
-                "both with super() and a key of your own."))
+            violations.append(
+                Violation(
+                    "resume-exact",
+                    protocol,
+                    f"stopped after task {k} and resumed from its checkpoint (in a fresh method object), the run "
+                    f"differs from the uninterrupted one at {found}.",
+                    "everything that shapes later tasks (counters, running statistics, old models, generators, "
+                    "per-sample state) must be saved by state_dict() and put back by load_state_dict(); extend "
+                    "both with super() and a key of your own.",
+                )
+            )
     return violations + _watched(watch, protocol, rules), runs, skipped
 
 
@@ -714,26 +801,43 @@ def _watched(watch: _Watch, protocol: str, rules: tuple[str, ...]) -> list[Viola
     """The breaches the watch saw in any of the protocol's runs, one violation per rule."""
     found = []
     if "memory-bound" in rules and watch.over:
-        found.append(Violation(
-            "memory-bound", protocol,
-            f"the memory held more than memory_size K={watch.capacity} samples (up to {watch.most}), first "
-            + next(iter(watch.over.values())) + ".",
-            "keep len(self.memory) <= cfg.memory_size at every moment: build the memory with that capacity (or "
-            "less: a temp batch or a held-out set counts against K) and evict before adding."))
+        found.append(
+            Violation(
+                "memory-bound",
+                protocol,
+                f"the memory held more than memory_size K={watch.capacity} samples (up to {watch.most}), first "
+                + next(iter(watch.over.values()))
+                + ".",
+                "keep len(self.memory) <= cfg.memory_size at every moment: build the memory with that capacity (or "
+                "less: a temp batch or a held-out set counts against K) and evict before adding.",
+            )
+        )
     if "no-test-peeking" in rules and watch.peeks:
         shown = list(watch.peeks.values())
-        found.append(Violation(
-            "no-test-peeking", protocol,
-            "the test split was used outside the protocol's evaluations: " + "; ".join(shown[:3])
-            + (f"; and in {len(shown) - 3} more places" if len(shown) > 3 else "") + ".",
-            "learn from the train split only (self.images_of(indices), self.setup.data.train); the test split "
-            "belongs to the protocol, which evaluates after each task and, task-free, every eval_period "
-            "samples. A method that looks at test data reports figures no other method can match."))
+        found.append(
+            Violation(
+                "no-test-peeking",
+                protocol,
+                "the test split was used outside the protocol's evaluations: "
+                + "; ".join(shown[:3])
+                + (f"; and in {len(shown) - 3} more places" if len(shown) > 3 else "")
+                + ".",
+                "learn from the train split only (self.images_of(indices), self.setup.data.train); the test split "
+                "belongs to the protocol, which evaluates after each task and, task-free, every eval_period "
+                "samples. A method that looks at test data reports figures no other method can match.",
+            )
+        )
     return found
 
 
-def check_method(method: str, *, protocols: Iterable[str] | None = None, settings: Mapping[str, Any] | None = None,
-                 rules: Iterable[str] | None = None, resume_after: int | None = None) -> ConformanceReport:
+def check_method(
+    method: str,
+    *,
+    protocols: Iterable[str] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    rules: Iterable[str] | None = None,
+    resume_after: int | None = None,
+) -> ConformanceReport:
     """Check `method` (a registered name: built-in or plug-in) against RULES under each protocol it
     declares (or `protocols`, a subset of them), on digits with `kit_settings` updated by
     `settings`; `rules` picks some of RULES (known-hooks alone trains nothing); `resume_after`

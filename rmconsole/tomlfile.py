@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import os
 import stat
+import tomllib
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 MAX_BYTES = 1 << 20  # a preset is a few hundred bytes; 1 MiB is generous
 MAX_DEPTH = 64  # nested arrays or inline tables; a config is flat
@@ -40,9 +39,17 @@ def read_text(path: Path, max_bytes: int = MAX_BYTES) -> str:
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(21, os.strerror(21), str(path))
         if not stat.S_ISREG(mode):
-            kind = ("a character device" if stat.S_ISCHR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                    else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
-                    else "not a regular file")
+            kind = (
+                "a character device"
+                if stat.S_ISCHR(mode)
+                else "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a block device"
+                if stat.S_ISBLK(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "not a regular file"
+            )
             raise TomlFileError(f"preset file {_shown(path)} is {kind}, not a TOML file")
         data = b""
         while len(data) <= max_bytes:
@@ -51,8 +58,9 @@ def read_text(path: Path, max_bytes: int = MAX_BYTES) -> str:
                 break
             data += chunk
         if len(data) > max_bytes:
-            raise TomlFileError(f"preset file {_shown(path)} is larger than {max_bytes // 1024} KiB: a preset is a "
-                                f"few lines of TOML")
+            raise TomlFileError(
+                f"preset file {_shown(path)} is larger than {max_bytes // 1024} KiB: a preset is a few lines of TOML"
+            )
     finally:
         os.close(fd)
     return data.decode("utf-8").removeprefix(BOM)
@@ -79,7 +87,7 @@ def nesting_depth(text: str) -> int:
             i = len(text) if newline < 0 else newline
             continue
         elif char in "\"'":
-            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else char
+            quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else char
             i += len(quote)
             continue
         elif char in "[{":
@@ -94,8 +102,9 @@ def nesting_depth(text: str) -> int:
 def loads(text: str, where: str) -> dict[str, Any]:
     """tomllib.loads, with nesting bounded first; TOMLDecodeError passes through."""
     if nesting_depth(text) > MAX_DEPTH:
-        raise TomlFileError(f"{where} is nested more than {MAX_DEPTH} levels deep (arrays or inline tables): a "
-                            f"config is flat")
+        raise TomlFileError(
+            f"{where} is nested more than {MAX_DEPTH} levels deep (arrays or inline tables): a config is flat"
+        )
     try:
         return tomllib.loads(text)
     except RecursionError:  # (a bound the scan above missed)

@@ -18,9 +18,8 @@ import argparse
 import re
 import subprocess
 import sys
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 ALWAYS_SKIPPED = ("torch", "torchvision", "torchaudio", "triton")
 MANYLINUX = ("manylinux_2_28", "manylinux_2_27", "manylinux_2_17", "manylinux2014", "manylinux1")
@@ -46,7 +45,9 @@ def project_requirements(project: Path, extras: list[str]) -> tuple[str, list[st
     optional = meta.get("optional-dependencies", {})
     unknown = [e for e in extras if e not in optional]
     if unknown:
-        raise SystemExit(f"error: unknown extra {unknown[0]!r}; this project has: {', '.join(sorted(optional)) or 'none'}")
+        raise SystemExit(
+            f"error: unknown extra {unknown[0]!r}; this project has: {', '.join(sorted(optional)) or 'none'}"
+        )
     reqs = list(meta.get("dependencies", []))
     for extra in extras:
         reqs += optional[extra]
@@ -67,8 +68,9 @@ def platforms(arch: str, given: list[str]) -> list[str]:
     return given or [f"{tag}_{arch}" for tag in MANYLINUX]
 
 
-def build(out: Path, project: Path, python: str, arch: str, given_platforms: list[str], extras: list[str],
-          skip: set[str]) -> list[Path]:
+def build(
+    out: Path, project: Path, python: str, arch: str, given_platforms: list[str], extras: list[str], skip: set[str]
+) -> list[Path]:
     """Download every needed wheel for the target, build the project's own, drop the skipped."""
     name, reqs = project_requirements(project, extras)
     wanted = [r for r in reqs if requirement_name(r) not in skip]
@@ -79,8 +81,7 @@ def build(out: Path, project: Path, python: str, arch: str, given_platforms: lis
     pip = [sys.executable, "-m", "pip"]
     if wanted:
         subprocess.run([*pip, "download", "--dest", str(out), *target, *wanted], check=True)
-    subprocess.run([*pip, "wheel", "--no-deps", "--wheel-dir", str(out), str(project)],
-                   check=True)
+    subprocess.run([*pip, "wheel", "--no-deps", "--wheel-dir", str(out), str(project)], check=True)
     for wheel in out.glob("*.whl"):
         if wheel_name(wheel) in skip:
             wheel.unlink()
@@ -90,17 +91,32 @@ def build(out: Path, project: Path, python: str, arch: str, given_platforms: lis
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="folder to fill with wheels")
-    parser.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}",
-                        help="the node's Python version, e.g. 3.12 (default: this one)")
+    parser.add_argument(
+        "--python",
+        default=f"{sys.version_info.major}.{sys.version_info.minor}",
+        help="the node's Python version, e.g. 3.12 (default: this one)",
+    )
     parser.add_argument("--arch", default="x86_64", help="the node's machine: x86_64 or aarch64")
-    parser.add_argument("--platform", action="append", default=[],
-                        help="pip platform tag(s) of the node (default: manylinux 2014..2_28 for --arch)")
+    parser.add_argument(
+        "--platform",
+        action="append",
+        default=[],
+        help="pip platform tag(s) of the node (default: manylinux 2014..2_28 for --arch)",
+    )
     parser.add_argument("--extras", default="", help="comma-separated extras to include, e.g. test,postgres")
-    parser.add_argument("--skip", action="append", default=[],
-                        help="a project the node already has (repeatable); torch and torchvision always")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        help="a project the node already has (repeatable); torch and torchvision always",
+    )
     parser.add_argument("--skip-from", type=Path, help="a `pip freeze` of the node: leave out all it holds")
-    parser.add_argument("--project", type=Path, default=Path(__file__).resolve().parents[1],
-                        help="the project to package (default: this checkout)")
+    parser.add_argument(
+        "--project",
+        type=Path,
+        default=Path(__file__).resolve().parents[1],
+        help="the project to package (default: this checkout)",
+    )
     args = parser.parse_args(argv)
     if not (args.project / "pyproject.toml").is_file():
         print(f"error: no pyproject.toml in {args.project}; give the checkout with --project", file=sys.stderr)

@@ -24,8 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,14 @@ os.environ.setdefault("RMCONSOLE_WAIT_NOTICE_S", "120")
 # several threads per process oversubscribe the cores (measured 20x slower at load 13 on 2
 # cores). Set before torch is imported; worker subprocesses inherit it. A user's value wins.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+# Test files import helpers from test files of other layer folders (store/test_run_filters.py and
+# faults/test_silent_failures.py from faces/test_tui.py); pytest puts only a test file's own folder on sys.path, so every layer folder goes there.
+# Moving those helpers into tests/support/ makes this block unnecessary.
+for _layer in ("cl", "store", "runner", "faces", "faults", "platform"):
+    if str(Path(__file__).parent / _layer) not in sys.path:
+        sys.path.append(str(Path(__file__).parent / _layer))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RMCONSOLE_TEST_DATA", REPO.parent / "shared" / "data"))
@@ -63,15 +72,25 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("RMCONSOLE_HOME", str(home))
     monkeypatch.delenv("RMCONSOLE_DB", raising=False)
-    monkeypatch.setenv("RMCONSOLE_WARM", "0")  # no warm-start server per test home (tests/test_warm.py turns it on)
+    monkeypatch.setenv(
+        "RMCONSOLE_WARM", "0"
+    )  # no warm-start server per test home (tests/runner/test_warm_start.py turns it on)
     monkeypatch.setenv("RMCONSOLE_WARM_DIR", str(tmp_path / "warm-servers"))  # never the user's own servers
     monkeypatch.setenv("PYTHONPATH", repo_on_path(os.environ.get("PYTHONPATH", "")))
     monkeypatch.chdir(tmp_path)
     return home
 
 
-def install_fake_plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str, module: str, source: str,
-                         package: str, entries: dict[str, str], version: str = "0.1") -> dict:
+def install_fake_plugins(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    kind: str,
+    module: str,
+    source: str,
+    package: str,
+    entries: dict[str, str],
+    version: str = "0.1",
+) -> dict:
     """Plug-ins of `kind` as if installed (no pip): `source` written as tmp_path/<module>.py on the
     path, `plugins.available(kind)` answering entries {name: "module:ATTR"} of `package` (every
     other kind as installed), the plug-in caches forgotten. Returns those Plugin rows by name."""
@@ -86,8 +105,7 @@ def install_fake_plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: 
     return found
 
 
-def train_in_process(run_id: int, fail_after_task: int | None = None,
-                     lose_rename_of_task: int | None = None) -> None:
+def train_in_process(run_id: int, fail_after_task: int | None = None, lose_rename_of_task: int | None = None) -> None:
     """The worker's own training (worker.train) in this process: fast, and as written as by a
     worker process. `fail_after_task`: raise once that task (0-based) is recorded, as a crash;
     `lose_rename_of_task`: that task's checkpoint never reaches its place (a kill between the
@@ -189,7 +207,7 @@ def _start_service(name: str, factory: pytest.TempPathFactory, config: pytest.Co
             record = root / f"{name}.folder"
             if not record.exists():
                 folder = tempfile.mkdtemp(prefix=f"rmconsole-test-{name}-")  # not under pytest's 0700 tmp:
-                record.write_text(folder)                                     # the server's user must reach it
+                record.write_text(folder)  # the server's user must reach it
                 subprocess.run([str(SERVICES), "start", folder, name], capture_output=True, text=True, timeout=300)
             env_file = Path(record.read_text()) / "env"
             _started[name] = _read_env(env_file) if env_file.exists() else {}
@@ -257,8 +275,9 @@ def drop_postgres_database(server: str, url: str) -> None:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store_backend(request: pytest.FixtureRequest, isolated_home: Path,
-                  monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def store_backend(
+    request: pytest.FixtureRequest, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
     """The test's store on SQLite (the file in RMCONSOLE_HOME) or on a fresh PostgreSQL database."""
     if request.param == "sqlite":
         yield "sqlite"
@@ -327,8 +346,9 @@ def rmconsole(*args: str, env: dict[str, str] | None = None, timeout: float = 30
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env.setdefault("COLUMNS", "200")
-    return subprocess.run([sys.executable, "-m", "rmconsole", *args], capture_output=True, text=True,
-                          env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "rmconsole", *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
 
 
 # ---------------------------------------------------------------------------- the legs' wall times
@@ -344,15 +364,19 @@ def _leg(item_id: str) -> str:
     return "postgresql" if postgres else "sqlite"
 
 
-PG_SLOW_ONLY = ("tests/test_faults.py::", "tests/test_sweep_cli.py::", "tests/test_runs_per_gpu.py::",
-                "tests/test_cli.py::test_default_run_end_to_end")
+PG_SLOW_ONLY = (
+    "tests/faults/test_killed_stopped_resumed.py::",
+    "tests/faces/test_sweep_cli.py::",
+    "tests/runner/test_runs_per_gpu.py::",
+    "tests/faces/test_cli.py::test_default_run_end_to_end",
+)
 
 
 # Modules whose tests share an expensive module-scoped fixture or one service they stop and start:
 # under pytest-xdist (`--dist loadgroup`, pyproject's addopts) each runs whole on one worker, so the
 # fixture is built once (a venv of the examples, a swept store, a PostgreSQL cluster of its own,
 # the Slurm cluster's queue).
-ONE_WORKER = ("test_examples.py", "test_sweep_cli.py", "test_safety.py", "test_slurm.py")
+ONE_WORKER = ("test_examples.py", "test_sweep_cli.py", "test_secrets_and_outages.py", "test_slurm.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
@@ -381,6 +405,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
         if leg in _leg_seconds:
             stats = terminalreporter.stats
             skipped = sum(1 for r in stats.get("skipped", []) if _leg(r.nodeid) == leg)
-            terminalreporter.write_line(f"{leg:<10} {_leg_seconds[leg]:8.1f} s  {len(_leg_tests.get(leg, ())):4d} tests"
-                                        + (f" ({skipped} skipped)" if skipped else ""))
-
+            terminalreporter.write_line(
+                f"{leg:<10} {_leg_seconds[leg]:8.1f} s  {len(_leg_tests.get(leg, ())):4d} tests"
+                + (f" ({skipped} skipped)" if skipped else "")
+            )

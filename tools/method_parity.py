@@ -59,10 +59,14 @@ def run(home: str, args: list[str]) -> dict:
         return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
     show = subprocess.run(["rmconsole", "show", "last", "--json"], env=env, capture_output=True, text=True, check=True)
     detail = json.loads(show.stdout)
-    return {"tasks": [t.get("accuracy") for t in detail["tasks"]],
-            "rows": [t.get("accuracy_row") for t in detail["tasks"]],
-            "anytime": [a.get("accuracy") for a in detail.get("anytime") or []],
-            "metrics": {k: v for k, v in (detail.get("metrics") or {}).items() if k in ("A_last", "A_avg", "F_last", "A_auc")}}
+    return {
+        "tasks": [t.get("accuracy") for t in detail["tasks"]],
+        "rows": [t.get("accuracy_row") for t in detail["tasks"]],
+        "anytime": [a.get("accuracy") for a in detail.get("anytime") or []],
+        "metrics": {
+            k: v for k, v in (detail.get("metrics") or {}).items() if k in ("A_last", "A_avg", "F_last", "A_auc")
+        },
+    }
 
 
 def main() -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import gc
 import importlib
 import json
@@ -49,26 +48,32 @@ EQUIVALENT = REPO / "tools" / "mutation_equivalent.toml"
 
 # module (a dotted name; a trailing ":f,g" limits it to those functions / classes) -> the test
 # files that cover it. Keep these to the fast files that pin the module's behaviour.
-SCIENCE = ["tests/test_science_pins.py", "tests/test_mutation_pins.py"]
-ONLINE_METHODS = "tests/test_online_methods.py::"
-BASELINES = "tests/test_baselines.py::"
+SCIENCE = ["tests/cl/test_known_science_bugs.py", "tests/cl/test_science_reference_values.py"]
+ONLINE_METHODS = "tests/cl/test_taskfree_methods.py::"
+BASELINES = "tests/cl/test_baselines.py::"
 
 
 def _taskfree(name: str, *tests: str) -> list[str]:
-    """A task-free method: the pure pins, its own tests in test_online_methods.py, its protocol run."""
-    return ["tests/test_methods_science.py", *(ONLINE_METHODS + t for t in tests),
-            f"{ONLINE_METHODS}test_every_task_free_method_runs_the_protocol_to_its_end[{name}]"]
+    """A task-free method: the pure pins, its own tests in test_taskfree_methods.py, its protocol run."""
+    return [
+        "tests/cl/test_method_update_rules.py",
+        *(ONLINE_METHODS + t for t in tests),
+        f"{ONLINE_METHODS}test_every_task_free_method_runs_the_protocol_to_its_end[{name}]",
+    ]
 
 
 def _survivors(method: str) -> list[str]:
-    """The pins of tests/test_methods_survivors.py named test_<method>_..., written against the
+    """The pins of tests/cl/test_method_state_and_schedules.py named test_<method>_..., written against the
     mutants the method's own tests let survive (one node id each, so a module runs only its own)."""
-    path = REPO / "tests" / "test_methods_survivors.py"
+    path = REPO / "tests" / "test_method_state_and_schedules.py"
     if not path.exists():
         return []
     tree = ast.parse(path.read_text())
-    return [f"tests/test_methods_survivors.py::{f.name}" for f in tree.body
-            if isinstance(f, ast.FunctionDef) and f.name.startswith(f"test_{method}_")]
+    return [
+        f"tests/cl/test_method_state_and_schedules.py::{f.name}"
+        for f in tree.body
+        if isinstance(f, ast.FunctionDef) and f.name.startswith(f"test_{method}_")
+    ]
 
 
 def _taskwise(*names: str) -> list[str]:
@@ -86,76 +91,166 @@ def _taskwise(*names: str) -> list[str]:
 
 
 MODULES: dict[str, list[str]] = {
-    "rmconsole.cl.streams": ["tests/test_streams.py", "tests/cl/test_stream_holdout.py", *SCIENCE],
-    "rmconsole.cl.memory": ["tests/test_memory.py", *SCIENCE],
-    "rmconsole.cl.uncertainty": ["tests/test_uncertainty.py", *SCIENCE],
-    "rmconsole.cl.metrics": ["tests/test_metrics_schedule.py", *SCIENCE],
-    "rmconsole.cl.schedule": ["tests/test_metrics_schedule.py", *SCIENCE],
-    "rmconsole.cl.online": ["tests/test_online_science.py"],
-    "rmconsole.cl.metrics_anytime": ["tests/test_online_science.py"],
+    "rmconsole.cl.streams": ["tests/cl/test_streams.py", "tests/cl/test_stream_holdout.py", *SCIENCE],
+    "rmconsole.cl.memory": ["tests/cl/test_memory.py", *SCIENCE],
+    "rmconsole.cl.uncertainty": ["tests/cl/test_uncertainty.py", *SCIENCE],
+    "rmconsole.cl.metrics": ["tests/cl/test_metrics_schedule.py", *SCIENCE],
+    "rmconsole.cl.schedule": ["tests/cl/test_metrics_schedule.py", *SCIENCE],
+    "rmconsole.cl.online": ["tests/cl/test_taskfree_driver_and_anytime.py"],
+    "rmconsole.cl.metrics_anytime": ["tests/cl/test_taskfree_driver_and_anytime.py"],
     # the run summaries (the store asks `summarize`; these are the rules it runs)
     "rmconsole.cl.metric_catalog:RunRows,mean_std,Metric,_last,_average,_forgetting,_worst_forgetting,_best_epoch,"
-    "_topk_rows,_topk,_auc,_online,_anytime_count,summarize": ["tests/test_online_science.py",
-                                                               "tests/test_metric_catalog.py"],
-    "rmconsole.cl.methods.quadratic": ["tests/test_methods_science.py",
-                                       f"{BASELINES}test_proximal_penalty_step_is_exact_and_stable_for_any_lambda"],
+    "_topk_rows,_topk,_auc,_online,_anytime_count,summarize": [
+        "tests/cl/test_taskfree_driver_and_anytime.py",
+        "tests/cl/test_metric_catalog.py",
+    ],
+    "rmconsole.cl.methods.quadratic": [
+        "tests/cl/test_method_update_rules.py",
+        f"{BASELINES}test_proximal_penalty_step_is_exact_and_stable_for_any_lambda",
+    ],
     "rmconsole.cl.methods.ewcpp": _taskfree(
-        "ewcpp", "test_ewcpp_fisher_is_an_ema_of_squared_gradients_and_the_penalty_starts_at_a_boundary"),
-    "rmconsole.cl.methods.mir": _taskfree("mir", "test_mir_retrieves_the_candidates_whose_loss_rises_most",
-                                          "test_mir_batches_are_stream_plus_retrieved"),
+        "ewcpp", "test_ewcpp_fisher_is_an_ema_of_squared_gradients_and_the_penalty_starts_at_a_boundary"
+    ),
+    "rmconsole.cl.methods.mir": _taskfree(
+        "mir", "test_mir_retrieves_the_candidates_whose_loss_rises_most", "test_mir_batches_are_stream_plus_retrieved"
+    ),
     "rmconsole.cl.methods.er_ace": _taskfree(
-        "er_ace", "test_er_ace_spares_the_logits_of_classes_absent_from_the_incoming_batch",
-        "test_er_ace_trains_with_its_split"),
-    "rmconsole.cl.methods.scr": _taskfree("scr", "test_supervised_contrastive_loss_hand_case",
-                                          "test_scr_predicts_the_nearest_class_mean_of_its_memory",
-                                          "test_scr_trains_two_views_of_every_sample"),
-    "rmconsole.cl.methods.clib": _taskfree("clib", "test_clib_evicts_the_least_important_sample_of_the_largest_class",
-                                           "test_clib_importance_update_is_the_follow_ups_formula",
-                                           "test_clib_adaptive_lr_moves_towards_the_better_rate",
-                                           "test_clib_trains_on_memory_only")
+        "er_ace",
+        "test_er_ace_spares_the_logits_of_classes_absent_from_the_incoming_batch",
+        "test_er_ace_trains_with_its_split",
+    ),
+    "rmconsole.cl.methods.scr": _taskfree(
+        "scr",
+        "test_supervised_contrastive_loss_hand_case",
+        "test_scr_predicts_the_nearest_class_mean_of_its_memory",
+        "test_scr_trains_two_views_of_every_sample",
+    ),
+    "rmconsole.cl.methods.clib": _taskfree(
+        "clib",
+        "test_clib_evicts_the_least_important_sample_of_the_largest_class",
+        "test_clib_importance_update_is_the_follow_ups_formula",
+        "test_clib_adaptive_lr_moves_towards_the_better_rate",
+        "test_clib_trains_on_memory_only",
+    )
     + _survivors("clib"),
-    "rmconsole.cl.methods.gdumb": [*_taskfree("gdumb", "test_gdumb_balanced_memory_and_a_fresh_model_per_evaluation",
-                                              "test_balanced_rule_counts_the_incoming_sample"),
-                                   *_taskwise("gdumb", "test_gdumb_trains_a_fresh_model_on_a_balanced_memory",
-                                              "test_greedy_balanced_sampler_balances_an_imbalanced_stream"),
-                                   *_survivors("gdumb")],
-    "rmconsole.cl.methods.rm": _taskfree("rm", "test_rm_port_rebuilds_the_head_trains_stream_only_and_balances_memory",
-                                         "test_rm_paper_variant_keeps_the_head_and_rebuilds_memory_by_uncertainty")
+    "rmconsole.cl.methods.gdumb": [
+        *_taskfree(
+            "gdumb",
+            "test_gdumb_balanced_memory_and_a_fresh_model_per_evaluation",
+            "test_balanced_rule_counts_the_incoming_sample",
+        ),
+        *_taskwise(
+            "gdumb",
+            "test_gdumb_trains_a_fresh_model_on_a_balanced_memory",
+            "test_greedy_balanced_sampler_balances_an_imbalanced_stream",
+        ),
+        *_survivors("gdumb"),
+    ],
+    "rmconsole.cl.methods.rm": _taskfree(
+        "rm",
+        "test_rm_port_rebuilds_the_head_trains_stream_only_and_balances_memory",
+        "test_rm_paper_variant_keeps_the_head_and_rebuilds_memory_by_uncertainty",
+    )
     + _survivors("rm"),
-    "rmconsole.cl.methods.bic": _taskfree("bic", "test_bic_holds_out_a_shrinking_share_per_class_and_never_trains_on_it",
-                                          "test_bic_distils_from_a_snapshot_taken_at_each_new_class",
-                                          "test_bic_refits_the_current_tasks_bias_layer_before_every_evaluation")
-    + _taskwise("bic", "test_bic_holds_out_validation_and_trains_and_uses_the_bias", "test_bic_star_has_no_distillation")
+    "rmconsole.cl.methods.bic": _taskfree(
+        "bic",
+        "test_bic_holds_out_a_shrinking_share_per_class_and_never_trains_on_it",
+        "test_bic_distils_from_a_snapshot_taken_at_each_new_class",
+        "test_bic_refits_the_current_tasks_bias_layer_before_every_evaluation",
+    )
+    + _taskwise(
+        "bic", "test_bic_holds_out_validation_and_trains_and_uses_the_bias", "test_bic_star_has_no_distillation"
+    )
     + _survivors("bic"),
-    "rmconsole.cl.methods.taskfree": ["tests/test_online_science.py", "tests/test_online.py"],
-    "rmconsole.cl.methods.er": ["tests/test_online.py"],
-    "rmconsole.cl.methods.base": ["tests/test_methods_science.py", *_taskwise("finetune", "ewc", "icarl", "bic")],
-    "rmconsole.cl.methods.ewc": ["tests/test_methods_science.py", *_taskwise(
-        "ewc", "test_ewc_consolidation_is_the_sum_of_per_task_penalties", "test_ewc_penalty_is_nonzero_after_the_first_task",
-        "test_regularised_methods_run_to_the_end_on_digits_with_their_defaults[ewc]")],
-    "rmconsole.cl.methods.rwalk": ["tests/test_methods_science.py", *_taskwise(
-        "rwalk", "test_rwalk_scores_accumulate_and_change", "test_rwalk_score_is_the_loss_decrease_over_the_kl_distance",
-        "test_regularised_methods_run_to_the_end_on_digits_with_their_defaults[rwalk]")],
-    "rmconsole.cl.methods.icarl": _taskwise("icarl", "test_icarl_classifies_by_nearest_mean_of_exemplars",
-                                            "test_icarl_distills_old_classes_and_labels_new_ones"),
+    "rmconsole.cl.methods.taskfree": [
+        "tests/cl/test_taskfree_driver_and_anytime.py",
+        "tests/cl/test_taskfree_protocol.py",
+    ],
+    "rmconsole.cl.methods.er": ["tests/cl/test_taskfree_protocol.py"],
+    "rmconsole.cl.methods.base": [
+        "tests/cl/test_method_update_rules.py",
+        *_taskwise("finetune", "ewc", "icarl", "bic"),
+    ],
+    "rmconsole.cl.methods.ewc": [
+        "tests/cl/test_method_update_rules.py",
+        *_taskwise(
+            "ewc",
+            "test_ewc_consolidation_is_the_sum_of_per_task_penalties",
+            "test_ewc_penalty_is_nonzero_after_the_first_task",
+            "test_regularised_methods_run_to_the_end_on_digits_with_their_defaults[ewc]",
+        ),
+    ],
+    "rmconsole.cl.methods.rwalk": [
+        "tests/cl/test_method_update_rules.py",
+        *_taskwise(
+            "rwalk",
+            "test_rwalk_scores_accumulate_and_change",
+            "test_rwalk_score_is_the_loss_decrease_over_the_kl_distance",
+            "test_regularised_methods_run_to_the_end_on_digits_with_their_defaults[rwalk]",
+        ),
+    ],
+    "rmconsole.cl.methods.icarl": _taskwise(
+        "icarl",
+        "test_icarl_classifies_by_nearest_mean_of_exemplars",
+        "test_icarl_distills_old_classes_and_labels_new_ones",
+    ),
     "rmconsole.cl.methods.incremental": _taskwise("bic", "test_new_class_rules", "test_bic_star_has_no_distillation"),
     "rmconsole.cl.methods.joint": _taskwise("joint", "test_joint_sees_every_class_at_once"),
     "rmconsole.cl.methods.finetune": _taskwise("finetune"),
-    "rmconsole.cl.methods.spec": ["tests/test_method_params.py", "tests/test_method_interface.py"],
-    "rmconsole.cl.methods": ["tests/test_method_params.py", "tests/test_method_interface.py"],
+    "rmconsole.cl.methods.spec": ["tests/cl/test_method_params.py", "tests/cl/test_method_interface.py"],
+    "rmconsole.cl.methods": ["tests/cl/test_method_params.py", "tests/cl/test_method_interface.py"],
 }
 # the *_params.py files of the methods hold dataclasses only (no function bodies: nothing to mutate)
 
 SWAP_NAMES = {"min": "max", "max": "min", "any": "all", "all": "any"}
-SWAP_ATTRS = {"mean": "sum", "sum": "mean", "argmax": "argmin", "argmin": "argmax", "max": "min", "min": "max",
-              "amax": "amin", "amin": "amax", "maximum": "minimum", "minimum": "maximum", "clamp_min": "clamp_max",
-              "clamp_max": "clamp_min", "log_softmax": "softmax", "softmax": "log_softmax", "train": "eval",
-              "eval": "train", "detach": "clone", "add_": "sub_", "sub_": "add_", "mul_": "div_", "div_": "mul_"}
-BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
-          ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult, ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd,
-          ast.LShift: ast.RShift, ast.RShift: ast.LShift}
-CMPOPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
-          ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
+SWAP_ATTRS = {
+    "mean": "sum",
+    "sum": "mean",
+    "argmax": "argmin",
+    "argmin": "argmax",
+    "max": "min",
+    "min": "max",
+    "amax": "amin",
+    "amin": "amax",
+    "maximum": "minimum",
+    "minimum": "maximum",
+    "clamp_min": "clamp_max",
+    "clamp_max": "clamp_min",
+    "log_softmax": "softmax",
+    "softmax": "log_softmax",
+    "train": "eval",
+    "eval": "train",
+    "detach": "clone",
+    "add_": "sub_",
+    "sub_": "add_",
+    "mul_": "div_",
+    "div_": "mul_",
+}
+BINOPS = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.FloorDiv,
+    ast.Pow: ast.Mult,
+    ast.BitAnd: ast.BitOr,
+    ast.BitOr: ast.BitAnd,
+    ast.LShift: ast.RShift,
+    ast.RShift: ast.LShift,
+}
+CMPOPS = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
 QUIET_CALLS = ("log", "report", "phase", "advance", "describe", "debug", "info", "warning")
 
 
@@ -217,8 +312,12 @@ def _skipped_nodes(fn: ast.AST) -> set[int]:
                 for d in node.decorator_list:
                     all_of(d)
                 body = node.body
-                if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                        and isinstance(body[0].value.value, str):
+                if (
+                    body
+                    and isinstance(body[0], ast.Expr)
+                    and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)
+                ):
                     all_of(body[0])
         elif isinstance(node, ast.AnnAssign):
             all_of(node.annotation)
@@ -333,8 +432,17 @@ def mutants_of(spec: str) -> list[Mutant]:
                 k += 1
                 line = getattr(node, "lineno", 0)
                 text = source.splitlines()[line - 1].strip() if line else ""
-                out.append(Mutant(f"{module}:{qualname}#{k}", spec, qualname, line, f"line {line}: {description} in `{text}`",
-                                  index[id(node)], variant))
+                out.append(
+                    Mutant(
+                        f"{module}:{qualname}#{k}",
+                        spec,
+                        qualname,
+                        line,
+                        f"line {line}: {description} in `{text}`",
+                        index[id(node)],
+                        variant,
+                    )
+                )
     return out
 
 
@@ -343,8 +451,13 @@ def _mutated_code(m: Mutant) -> types.CodeType:
     mod, tree, _ = _parse(module)
     nodes = list(ast.walk(tree))
     target = nodes[m.site]
-    parents = {id(c): (p, field) for p in nodes for field, value in ast.iter_fields(p)
-               for c in (value if isinstance(value, list) else [value]) if isinstance(c, ast.AST)}
+    parents = {
+        id(c): (p, field)
+        for p in nodes
+        for field, value in ast.iter_fields(p)
+        for c in (value if isinstance(value, list) else [value])
+        if isinstance(c, ast.AST)
+    }
     new = _apply(target, m.variant)
     if new is not target:
         parent, field = parents[id(target)]
@@ -404,8 +517,9 @@ _LIVE: dict[str, list[types.FunctionType]] = {}  # file -> its live function obj
 
 def _collect_live(module: str) -> None:
     filename = importlib.import_module(module).__file__ or ""
-    _LIVE[filename] = [o for o in gc.get_objects()
-                       if isinstance(o, types.FunctionType) and o.__code__.co_filename == filename]
+    _LIVE[filename] = [
+        o for o in gc.get_objects() if isinstance(o, types.FunctionType) and o.__code__.co_filename == filename
+    ]
 
 
 def run_tests(tests: list[str], timeout: float, mutant: Mutant | None) -> tuple[str, float]:
@@ -421,8 +535,24 @@ def run_tests(tests: list[str], timeout: float, mutant: Mutant | None) -> tuple[
             if mutant is not None and install(mutant) == 0:
                 os._exit(4)
             import pytest
-            code = int(pytest.main([*tests, "-n", "0", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
-                                    "-m", "not slow and not gpu"]))
+
+            code = int(
+                pytest.main(
+                    [
+                        *tests,
+                        "-n",
+                        "0",
+                        "-x",
+                        "-q",
+                        "-p",
+                        "no:cacheprovider",
+                        "-p",
+                        "no:unraisableexception",
+                        "-m",
+                        "not slow and not gpu",
+                    ]
+                )
+            )
         except BaseException:  # noqa: BLE001 - a mutant that breaks the import machinery is killed
             code = 1
         os._exit(code)
@@ -440,7 +570,9 @@ def run_tests(tests: list[str], timeout: float, mutant: Mutant | None) -> tuple[
     if os.WIFSIGNALED(status):
         return "crashed", seconds
     code = os.WEXITSTATUS(status)
-    return {0: "survived", 1: "killed", 2: "interrupted", 4: "not installed", 5: "no tests"}.get(code, f"exit {code}"), seconds
+    return {0: "survived", 1: "killed", 2: "interrupted", 4: "not installed", 5: "no tests"}.get(
+        code, f"exit {code}"
+    ), seconds
 
 
 def _preload(tests: list[str]) -> None:
@@ -453,7 +585,9 @@ def _preload(tests: list[str]) -> None:
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     try:  # a full unmutated run: lazy imports and first-call set-ups happen here, once
-        pytest.main([*tests, "-n", "0", "-q", "-p", "no:cacheprovider", "-m", "not slow and not gpu"])  # in this process: xdist workers would not see the mutant
+        pytest.main(
+            [*tests, "-n", "0", "-q", "-p", "no:cacheprovider", "-m", "not slow and not gpu"]
+        )  # in this process: xdist workers would not see the mutant
     finally:
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
@@ -489,8 +623,11 @@ def run_module(spec: str, args: argparse.Namespace) -> None:
         print(f"{short(spec)}: the unmutated tests do not pass ({status}): {' '.join(tests)}", file=sys.stderr)
         sys.exit(2)
     timeout = args.timeout or 3 * seconds + 20
-    print(f"{short(spec)}: {len(mutants)} mutants{f' (sampled from {total})' if sampled else ''}, tests "
-          f"{' '.join(Path(t).name for t in tests)} ({seconds:.1f} s unmutated, timeout {timeout:.0f} s)", flush=True)
+    print(
+        f"{short(spec)}: {len(mutants)} mutants{f' (sampled from {total})' if sampled else ''}, tests "
+        f"{' '.join(Path(t).name for t in tests)} ({seconds:.1f} s unmutated, timeout {timeout:.0f} s)",
+        flush=True,
+    )
     results = dict(previous.get("results", {}))
     for i, m in enumerate(mutants):
         st, s = run_tests(tests, timeout, m)
@@ -498,8 +635,9 @@ def run_module(spec: str, args: argparse.Namespace) -> None:
         if args.verbose or st != "killed":
             print(f"  [{i + 1}/{len(mutants)}] {st:9s} {m.name}  {m.description}", flush=True)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{short(spec)}.json").write_text(json.dumps(
-        {"module": spec, "total": total, "sampled": sampled, "tests": tests, "results": results}, indent=1))
+    (RESULTS / f"{short(spec)}.json").write_text(
+        json.dumps({"module": spec, "total": total, "sampled": sampled, "tests": tests, "results": results}, indent=1)
+    )
 
 
 def report(specs: list[str]) -> int:
@@ -515,15 +653,20 @@ def report(specs: list[str]) -> int:
         data = json.loads(path.read_text())
         results = data["results"]
         killed = sum(1 for r in results.values() if r["status"] in ("killed", "timeout", "crashed"))
-        judged = [n for n, r in results.items() if n in equivalent and r["status"] not in ("killed", "timeout", "crashed")]
+        judged = [
+            n for n, r in results.items() if n in equivalent and r["status"] not in ("killed", "timeout", "crashed")
+        ]
         denominator = len(results) - len(judged)
         score = killed / denominator if denominator else 1.0
         worst = min(worst, score) if denominator else worst
         all_killed += killed
         all_denominator += denominator
         rows.append((short(spec), len(results), data["total"] if data["sampled"] else None, killed, len(judged), score))
-        survivors += [(n, r) for n, r in results.items()
-                      if r["status"] not in ("killed", "timeout", "crashed") and n not in equivalent]
+        survivors += [
+            (n, r)
+            for n, r in results.items()
+            if r["status"] not in ("killed", "timeout", "crashed") and n not in equivalent
+        ]
     if not rows:
         print("no results under .mutation/: run without --report-only first", file=sys.stderr)
         return 2
@@ -532,7 +675,9 @@ def report(specs: list[str]) -> int:
         sample = f" (sampled from {total})" if total else ""
         print(f"{name:28s} {n:8d} {killed:7d} {judged:6d} {100 * score:6.1f}%{sample}")
     overall = all_killed / all_denominator if all_denominator else 1.0
-    print(f"{'all':28s} {sum(r[1] for r in rows):8d} {all_killed:7d} {sum(r[4] for r in rows):6d} {100 * overall:6.1f}%")
+    print(
+        f"{'all':28s} {sum(r[1] for r in rows):8d} {all_killed:7d} {sum(r[4] for r in rows):6d} {100 * overall:6.1f}%"
+    )
     if survivors:
         print(f"not killed and not judged equivalent: {len(survivors)}")
         for n, r in survivors:
@@ -543,14 +688,19 @@ def report(specs: list[str]) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--module", action="append", default=[],
-                        help="run only this module (e.g. online, methods.ewcpp; repeatable)")
+    parser.add_argument(
+        "--module", action="append", default=[], help="run only this module (e.g. online, methods.ewcpp; repeatable)"
+    )
     parser.add_argument("--timeout", type=float, default=0.0, help="seconds per mutant (default 3 x unmutated + 20)")
     parser.add_argument("--max-per-module", type=int, default=0, help="sample at most this many mutants per module")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--report-only", action="store_true", help="print the score of the last runs")
-    parser.add_argument("--mutant", action="append", default=[],
-                        help="rerun only this mutant (module:function#k; with one --module), keeping the rest")
+    parser.add_argument(
+        "--mutant",
+        action="append",
+        default=[],
+        help="rerun only this mutant (module:function#k; with one --module), keeping the rest",
+    )
     parser.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true", help="print killed mutants too")
     args = parser.parse_args()
@@ -565,8 +715,10 @@ def main() -> int:
         specs = [s for s in MODULES if short(s) in wanted or s.partition(":")[0] in wanted]
         unknown = wanted - {short(s) for s in specs} - {s.partition(":")[0] for s in specs}
         if unknown:
-            print(f"--module: unknown {', '.join(sorted(unknown))}; known: {', '.join(short(s) for s in MODULES)}",
-                  file=sys.stderr)
+            print(
+                f"--module: unknown {', '.join(sorted(unknown))}; known: {', '.join(short(s) for s in MODULES)}",
+                file=sys.stderr,
+            )
             return 2
     if args.list:
         for spec in specs:
@@ -580,8 +732,18 @@ def main() -> int:
         if len(specs) > 1:  # one fresh process per module: each warms up on its own tests
             for spec in specs:
                 extra = [f"--timeout={args.timeout}", f"--max-per-module={args.max_per_module}"]
-                subprocess.run([sys.executable, __file__, "--module", short(spec), "--no-report", *extra,
-                                *(["-v"] if args.verbose else [])], check=False)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--module",
+                        short(spec),
+                        "--no-report",
+                        *extra,
+                        *(["-v"] if args.verbose else []),
+                    ],
+                    check=False,
+                )
         else:
             import torch
 

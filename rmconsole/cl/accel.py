@@ -91,8 +91,10 @@ class Accel:
         )
 
     def describe(self) -> str:
-        return (f"amp={'bf16' if self.amp_dtype is not None else 'off'}, channels_last={self.channels_last}, "
-                f"compile={self.compile}")
+        return (
+            f"amp={'bf16' if self.amp_dtype is not None else 'off'}, channels_last={self.channels_last}, "
+            f"compile={self.compile}"
+        )
 
     def autocast(self, graph_safe: bool = False) -> AbstractContextManager[Any]:
         """Mixed precision around forward passes (loss and backward stay float32 where it matters).
@@ -120,8 +122,11 @@ class Accel:
             try:
                 features.compile(dynamic=None)
             except Exception as err:  # noqa: BLE001 - the eager model is always a valid fallback
-                print(f"torch.compile unavailable ({type(err).__name__}: {err}); running eagerly",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"torch.compile unavailable ({type(err).__name__}: {err}); running eagerly",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self.compile = False
         return model
 
@@ -133,8 +138,9 @@ def pixels(shape: tuple[int, ...]) -> int:
     return max(n, 1)
 
 
-def inference_batch(shape: tuple[int, ...], device: torch.device | str = "cuda", cap: int = 16384,
-                    share: float | None = None) -> int:
+def inference_batch(
+    shape: tuple[int, ...], device: torch.device | str = "cuda", cap: int = 16384, share: float | None = None
+) -> int:
     """Images per batched inference call (evaluation, scoring, features) for images of `shape`.
 
     Up to CIFAR's size this is `cap` (the spine's batch sizes, unchanged); bigger images get

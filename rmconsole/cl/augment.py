@@ -40,9 +40,21 @@ from torch import Tensor
 from .catalog import AUGMENTATIONS, parse_augment  # noqa: F401  (re-exported)
 
 OPS = (
-    "Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate",
-    "Brightness", "Color", "Contrast", "Sharpness", "Posterize", "Solarize",
-    "AutoContrast", "Equalize", "Invert",
+    "Identity",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Rotate",
+    "Brightness",
+    "Color",
+    "Contrast",
+    "Sharpness",
+    "Posterize",
+    "Solarize",
+    "AutoContrast",
+    "Equalize",
+    "Invert",
 )
 OP_ID = {name: i for i, name in enumerate(OPS)}
 GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
@@ -152,8 +164,9 @@ def _inverse_matrices(angle: Tensor, translate: Tensor, shear: Tensor, center: T
     return torch.stack([torch.stack([m0, m1, m2], 1), torch.stack([m3, m4, m5], 1)], 1)
 
 
-def _affine_grid(angle: Tensor, translate: Tensor, shear: Tensor, center: Tensor, h: int, w: int,
-                 device: torch.device) -> Tensor:
+def _affine_grid(
+    angle: Tensor, translate: Tensor, shear: Tensor, center: Tensor, h: int, w: int, device: torch.device
+) -> Tensor:
     """(n, h, w, 2) sampling grid of F.affine with per-sample angle (deg), translate (px, 2),
     shear (deg, 2) and center (2, pixels relative to the image centre): torchvision's
     inverse matrix (float64, rounded to float32 as torchvision does) and its grid arithmetic
@@ -177,16 +190,22 @@ def _grid_of(theta: Tensor, h: int, w: int, device: torch.device) -> Tensor:
     return grid
 
 
-def affine_per_sample(images: Tensor, angle: Tensor, translate: Tensor, shear: Tensor,
-                      center: Tensor, fill: float = 0.0) -> Tensor:
+def affine_per_sample(
+    images: Tensor, angle: Tensor, translate: Tensor, shear: Tensor, center: Tensor, fill: float = 0.0
+) -> Tensor:
     """F.affine (nearest) with per-sample angle (deg), translate (px, 2), shear (deg, 2) and
     center (2, pixels relative to the image centre), following torchvision's conventions."""
     n, c, h, w = images.shape
     grid = _affine_grid(angle, translate, shear, center, h, w, images.device)
     out = nnf.grid_sample(images.float(), grid, mode="nearest", padding_mode="zeros", align_corners=False)
     if fill:
-        inside = nnf.grid_sample(torch.ones(n, 1, h, w, device=images.device), grid, mode="nearest",
-                                 padding_mode="zeros", align_corners=False)
+        inside = nnf.grid_sample(
+            torch.ones(n, 1, h, w, device=images.device),
+            grid,
+            mode="nearest",
+            padding_mode="zeros",
+            align_corners=False,
+        )
         out = torch.where(inside < 0.5, torch.full_like(out, fill), out)
     return out.round_().to(torch.uint8)
 
@@ -246,13 +265,14 @@ def _geometric_maps(keys: list[int], h: int, w: int, device: torch.device) -> li
         miss = torch.tensor(missing, dtype=torch.int64)
         op_ids = (miss >> 32).tolist()
         mags = (miss & 0xFFFFFFFF).to(torch.int32).view(torch.float32).tolist()
-        theta = torch.tensor([_geometric_matrix(OPS[i], m, h, w) for i, m in zip(op_ids, mags)],
-                             dtype=torch.float32).view(len(missing), 2, 3)
+        theta = torch.tensor(
+            [_geometric_matrix(OPS[i], m, h, w) for i, m in zip(op_ids, mags)], dtype=torch.float32
+        ).view(len(missing), 2, 3)
         grid = _grid_of(_to(theta, torch.device(device)), h, w, device)
         # grid_sample(nearest, align_corners=False) picks round-half-even(((g + 1) * size - 1) / 2);
         # spelled out as separate float32 operations, each correctly rounded on any CPU or GPU,
         # rather than left to grid_sample's compiled kernel (fused multiply-add is a build choice).
-        # The same picks as grid_sample's on every grid tried (tests/test_augment.py).
+        # The same picks as grid_sample's on every grid tried (tests/cl/test_augment.py).
         ix = grid[..., 0].add(1.0).mul_(w).sub_(1.0).div_(2.0).round_()
         iy = grid[..., 1].add(1.0).mul_(h).sub_(1.0).div_(2.0).round_()
         inside = (ix >= 0) & (ix <= w - 1) & (iy >= 0) & (iy <= h - 1)
@@ -271,8 +291,12 @@ def _remap(images: Tensor, maps: list[Tensor], counts: list[int], out: Tensor) -
     dst = out.view(n, c, h * w)
     start = 0
     for index, count in zip(maps, counts):
-        torch.gather(src[start:start + count], 2, index.view(1, 1, h * w).expand(count, c, h * w),
-                     out=dst[start:start + count])
+        torch.gather(
+            src[start : start + count],
+            2,
+            index.view(1, 1, h * w).expand(count, c, h * w),
+            out=dst[start : start + count],
+        )
         start += count
 
 
@@ -366,8 +390,9 @@ def apply_ops(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
         return images.clone()
     if n >= 2**24:  # the per-sample parameters travel as float32
         half = n // 2
-        return torch.cat([apply_ops(images[:half], op_ids[:half], mags[:half]),
-                          apply_ops(images[half:], op_ids[half:], mags[half:])])
+        return torch.cat(
+            [apply_ops(images[:half], op_ids[:half], mags[:half]), apply_ops(images[half:], op_ids[half:], mags[half:])]
+        )
     group = _GROUP[op_ids]
     order = torch.argsort(group, stable=True)
     counts = torch.bincount(group, minlength=len(OPS) + 2).tolist()
@@ -388,14 +413,15 @@ def apply_ops(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
     back = torch.empty_like(order)
     back[order] = torch.arange(n)
     # one float32 block: exact for indices < 2**24, float32 ratios, 8-bit masks and thresholds
-    params = torch.stack([order.float(), back.float(), factor.float(), (1.0 - factor).float(), mask.float(),
-                          threshold], 1)
+    params = torch.stack(
+        [order.float(), back.float(), factor.float(), (1.0 - factor).float(), mask.float(), threshold], 1
+    )
     params = _on(params, images)
     # work on the samples sorted by group (contiguous slices), then put them back in order
     src = images.index_select(0, params[:, 0].long())
     out = torch.empty_like(src)
     if counts[0]:
-        out[:counts[0]] = src[:counts[0]]
+        out[: counts[0]] = src[: counts[0]]
     if n_geo:
         seg = slice(start_geo, start_geo + n_geo)
         _remap(src[seg], _geometric_maps(keys, h, w, images.device), key_counts, out[seg])
@@ -442,21 +468,22 @@ def _magnitude_table(n_bins: int, h: int, w: int) -> Tensor:
 Slots = list[tuple[Tensor, Tensor]]  # per op slot: (op ids, signed magnitudes), host tensors
 
 
-def randaugment_draw(n: int, h: int, w: int, gen: torch.Generator, num_ops: int = 2,
-                     magnitude: int | None = None, num_bins: int = 31) -> Slots:
+def randaugment_draw(
+    n: int, h: int, w: int, gen: torch.Generator, num_ops: int = 2, magnitude: int | None = None, num_bins: int = 31
+) -> Slots:
     """The random part of `randaugment` for n images of h x w (same draws, same order)."""
     table = _magnitude_table(num_bins, h, w)
     slots = []
     for _ in range(num_ops):
         op_ids = torch.randint(len(RANDAUGMENT_OPS), (n,), generator=gen)
-        bins = (torch.randint(num_bins, (n,), generator=gen) if magnitude is None
-                else torch.full((n,), magnitude))
+        bins = torch.randint(num_bins, (n,), generator=gen) if magnitude is None else torch.full((n,), magnitude)
         slots.append((op_ids, _signed(op_ids, table[op_ids, bins], gen)))
     return slots
 
 
-def randaugment(images: Tensor, gen: torch.Generator, num_ops: int = 2, magnitude: int | None = None,
-                num_bins: int = 31) -> Tensor:
+def randaugment(
+    images: Tensor, gen: torch.Generator, num_ops: int = 2, magnitude: int | None = None, num_bins: int = 31
+) -> Tensor:
     """RandAugment with an independent draw per sample: `num_ops` ops chosen uniformly from
     torchvision's space, each with a random sign and, when `magnitude` is None, a random
     magnitude bin (the RM authors' "random magnitude" RandAugment)."""
@@ -493,7 +520,9 @@ def autoaugment(images: Tensor, gen: torch.Generator) -> Tensor:
     return apply_slots(images, autoaugment_draw(n, h, w, gen))
 
 
-def crop_flip_draw(n: int, padding: int, gen: torch.Generator, flip: bool = True) -> tuple[Tensor | None, Tensor | None]:
+def crop_flip_draw(
+    n: int, padding: int, gen: torch.Generator, flip: bool = True
+) -> tuple[Tensor | None, Tensor | None]:
     """The random part of `crop_flip`: (n, 2) crop offsets (None without padding), (n,) flips."""
     offsets = None
     if padding > 0:
@@ -534,8 +563,10 @@ def cutout(images: Tensor, size: int, gen: torch.Generator, fill: int = 0) -> Te
     """A size x size square at a random centre (clipped at the border) set to `fill`, per sample."""
     n, _, h, w = images.shape
     dev = images.device
-    corner = _on(torch.stack([torch.randint(h, (n,), generator=gen), torch.randint(w, (n,), generator=gen)], 1)
-                 - size // 2, images)
+    corner = _on(
+        torch.stack([torch.randint(h, (n,), generator=gen), torch.randint(w, (n,), generator=gen)], 1) - size // 2,
+        images,
+    )
     y0, x0 = corner[:, 0, None, None], corner[:, 1, None, None]
     ys = torch.arange(h, device=dev)[None, :, None]
     xs = torch.arange(w, device=dev)[None, None, :]
@@ -572,10 +603,13 @@ class TrainDraw:
         def join(parts: list[Tensor | None]) -> Tensor | None:
             return None if parts[0] is None else torch.cat(cast("list[Tensor]", parts))  # all None, or all tensors
 
-        slots = tuple((torch.cat([d.slots[s][0] for d in draws]), torch.cat([d.slots[s][1] for d in draws]))
-                      for s in range(len(draws[0].slots)))
-        return TrainDraw(sum(d.n for d in draws), join([d.offsets for d in draws]), join([d.flips for d in draws]),
-                         slots)
+        slots = tuple(
+            (torch.cat([d.slots[s][0] for d in draws]), torch.cat([d.slots[s][1] for d in draws]))
+            for s in range(len(draws[0].slots))
+        )
+        return TrainDraw(
+            sum(d.n for d in draws), join([d.offsets for d in draws]), join([d.flips for d in draws]), slots
+        )
 
 
 @dataclass(frozen=True)
@@ -606,12 +640,13 @@ def draw_cutmix(n: int, h: int, w: int, rng: random.Random, gen: torch.Generator
 def apply_cutmix(x: Tensor, y: Tensor, draw: CutMixDraw) -> tuple[Tensor, Tensor, Tensor, float]:
     perm = draw.perm.to(x.device)
     x = x.clone()
-    x[:, :, draw.y1:draw.y2, draw.x1:draw.x2] = x[perm, :, draw.y1:draw.y2, draw.x1:draw.x2]
+    x[:, :, draw.y1 : draw.y2, draw.x1 : draw.x2] = x[perm, :, draw.y1 : draw.y2, draw.x1 : draw.x2]
     return x, y, y[perm], draw.lam
 
 
-def cutmix(x: Tensor, y: Tensor, rng: random.Random, gen: torch.Generator,
-           alpha: float = 1.0) -> tuple[Tensor, Tensor, Tensor, float]:
+def cutmix(
+    x: Tensor, y: Tensor, rng: random.Random, gen: torch.Generator, alpha: float = 1.0
+) -> tuple[Tensor, Tensor, Tensor, float]:
     """CutMix as the RM authors apply it: lambda ~ Beta(alpha, alpha), a box of side
     sqrt(1 - lambda) at a random centre pasted from a random permutation of the batch, lambda
     recomputed from the clipped box. Returns (x, y_a, y_b, lambda) for

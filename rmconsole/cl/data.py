@@ -64,9 +64,18 @@ def _save_cached(path: Path, data: Dataset) -> None:
     assert isinstance(data.train, TensorImages) and isinstance(data.test, TensorImages)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save({"name": data.name, "train": (data.train.images, data.train.labels),
-                "test": (data.test.images, data.test.labels), "class_names": data.class_names,
-                "mean": data.mean, "std": data.std, "crop_padding": data.crop_padding}, tmp)
+    torch.save(
+        {
+            "name": data.name,
+            "train": (data.train.images, data.train.labels),
+            "test": (data.test.images, data.test.labels),
+            "class_names": data.class_names,
+            "mean": data.mean,
+            "std": data.std,
+            "crop_padding": data.crop_padding,
+        },
+        tmp,
+    )
     os.replace(tmp, path)
 
 
@@ -74,8 +83,15 @@ def _load_cached(path: Path) -> Dataset:
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     train = TensorImages(state["train"][0].clone(), state["train"][1].clone())
     test = TensorImages(state["test"][0].clone(), state["test"][1].clone())
-    return Dataset(state["name"], train, test, list(state["class_names"]), tuple(state["mean"]), tuple(state["std"]),
-                   crop_padding=int(state["crop_padding"]))
+    return Dataset(
+        state["name"],
+        train,
+        test,
+        list(state["class_names"]),
+        tuple(state["mean"]),
+        tuple(state["std"]),
+        crop_padding=int(state["crop_padding"]),
+    )
 
 
 def load_cached(name: str, root: Path, cache_dir: Path, load: Callable[[], Dataset]) -> Dataset:
@@ -98,10 +114,18 @@ def load_cached(name: str, root: Path, cache_dir: Path, load: Callable[[], Datas
     return data
 
 
-def load_dataset(name: str, root: Path | None = None, download: bool = False,
-                 image_size: int | None = None, in_memory: bool | None = None, *, pipeline: str = "auto",
-                 loader_workers: int | None = None, gpu_decode: bool | None = None,
-                 cache_dir: Path | None = None) -> Dataset:
+def load_dataset(
+    name: str,
+    root: Path | None = None,
+    download: bool = False,
+    image_size: int | None = None,
+    in_memory: bool | None = None,
+    *,
+    pipeline: str = "auto",
+    loader_workers: int | None = None,
+    gpu_decode: bool | None = None,
+    cache_dir: Path | None = None,
+) -> Dataset:
     """Load a dataset by name from the data root (downloading only when asked), through its
     spec's loader (`cl/datasets/`: a built-in, `folder:PATH`, or a registered plug-in).
 
@@ -117,14 +141,25 @@ def load_dataset(name: str, root: Path | None = None, download: bool = False,
         pipeline = "memory" if in_memory else "stream"
     if cache_dir is not None and spec.cacheable and not download:
         return load_cached(name, root, Path(cache_dir), lambda: load_dataset(name, root))
-    options = LoadOptions(download=download, image_size=image_size, pipeline=pipeline, loader_workers=loader_workers,
-                          gpu_decode=gpu_decode)
+    options = LoadOptions(
+        download=download,
+        image_size=image_size,
+        pipeline=pipeline,
+        loader_workers=loader_workers,
+        gpu_decode=gpu_decode,
+    )
     return spec.loader()(spec, root, options)
 
 
 def load_run_dataset(cfg: RunSettings, cache_dir: Path | None = None) -> Dataset:
     """The dataset of a run's config, with its input-pipeline keys (through the tensor cache in
     `cache_dir` for the datasets that are decoded whole)."""
-    return load_dataset(cfg.dataset, download=cfg.download, image_size=cfg.image_size,
-                        pipeline=cfg.data_pipeline, loader_workers=cfg.loader_workers,
-                        gpu_decode=None if cfg.gpu_decode == "auto" else bool(cfg.gpu_decode), cache_dir=cache_dir)
+    return load_dataset(
+        cfg.dataset,
+        download=cfg.download,
+        image_size=cfg.image_size,
+        pipeline=cfg.data_pipeline,
+        loader_workers=cfg.loader_workers,
+        gpu_decode=None if cfg.gpu_decode == "auto" else bool(cfg.gpu_decode),
+        cache_dir=cache_dir,
+    )

@@ -65,7 +65,7 @@ class Dist:
         """
         if len(batch) < 2 * self.world:
             return batch, 1.0 / self.world
-        part = batch[self.rank::self.world]
+        part = batch[self.rank :: self.world]
         return part, len(part) / len(batch)
 
     def block(self, idx: Tensor) -> Tensor:
@@ -85,7 +85,7 @@ class Dist:
         sizes = [int(c.item()) for c in counts]
         top = max(sizes)
         padded = torch.zeros((top, *local.shape[1:]), dtype=local.dtype, device=self.device)
-        padded[:len(local)] = self._on(local)
+        padded[: len(local)] = self._on(local)
         parts = [torch.empty_like(padded) for _ in range(self.world)]
         dist.all_gather(parts, padded)
         return torch.cat([p[:s] for p, s in zip(parts, sizes)]).to(local.device)
@@ -94,8 +94,11 @@ class Dist:
         """Rank 0's tensor (any length along dim 0, same dtype and trailing shape) on every rank."""
         n = torch.tensor([len(t)], dtype=torch.long, device=self.device)
         dist.broadcast(n, 0)
-        buf = self._on(t) if self.is_main else torch.empty((int(n.item()), *t.shape[1:]), dtype=t.dtype,
-                                                            device=self.device)
+        buf = (
+            self._on(t)
+            if self.is_main
+            else torch.empty((int(n.item()), *t.shape[1:]), dtype=t.dtype, device=self.device)
+        )
         dist.broadcast(buf, 0)
         return buf.to(t.device)
 
@@ -122,8 +125,9 @@ class Dist:
         grads = [p.grad for p in params if p.grad is not None]
         if not grads:
             return
-        flat = torch.cat([g.reshape(-1).float() for g in grads] +
-                         [torch.tensor([float(len(grads))], device=grads[0].device)])
+        flat = torch.cat(
+            [g.reshape(-1).float() for g in grads] + [torch.tensor([float(len(grads))], device=grads[0].device)]
+        )
         flat[:-1].mul_(weight)
         flat = self._on(flat)
         dist.all_reduce(flat)
@@ -134,7 +138,7 @@ class Dist:
         offset = 0
         for g in grads:
             n = g.numel()
-            g.copy_(flat[offset:offset + n].view_as(g))
+            g.copy_(flat[offset : offset + n].view_as(g))
             offset += n
 
     def sync_module(self, module: nn.Module) -> None:
@@ -147,7 +151,7 @@ class Dist:
                 dist.broadcast(flat, 0)
                 offset = 0
                 for t in group:
-                    t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                    t.copy_(flat[offset : offset + t.numel()].view_as(t))
                     offset += t.numel()
 
     def agree(self, what: str, t: Tensor) -> str:
@@ -266,8 +270,9 @@ class _SyncedNorm(torch.autograd.Function):
     all-reduces the two sums the input gradient needs (as torch's SyncBatchNorm does on GPUs)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, mean: Tensor, invstd: Tensor,
-                count: float, d: Dist) -> Tensor:
+    def forward(
+        ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, mean: Tensor, invstd: Tensor, count: float, d: Dist
+    ) -> Tensor:
         shape = [1, -1] + [1] * (x.dim() - 2)
         xhat = (x - mean.view(shape)) * invstd.view(shape)
         ctx.save_for_backward(xhat, weight, invstd)
@@ -328,8 +333,9 @@ def sync_batch_norm(model: M, d: Dist) -> M:
         return cast(M, nn.SyncBatchNorm.convert_sync_batchnorm(model))  # `model` itself, unless it is a batch norm
     for name, child in list(model.named_children()):
         if isinstance(child, nn.modules.batchnorm._BatchNorm) and not isinstance(child, SyncedBatchNorm):
-            synced = SyncedBatchNorm(child.num_features, child.eps, child.momentum, child.affine,
-                                     child.track_running_stats)
+            synced = SyncedBatchNorm(
+                child.num_features, child.eps, child.momentum, child.affine, child.track_running_stats
+            )
             synced.weight, synced.bias = child.weight, child.bias
             for buffer in ("running_mean", "running_var", "num_batches_tracked"):
                 setattr(synced, buffer, getattr(child, buffer))

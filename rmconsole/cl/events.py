@@ -80,8 +80,9 @@ class AnytimePoint:
 class Reporter:
     """Receives the loop's events. Every method is a no-op here."""
 
-    def run_started(self, plans: list[TaskPlan], class_order: list[int], class_names: list[str],
-                    pipeline: list[str]) -> None: ...
+    def run_started(
+        self, plans: list[TaskPlan], class_order: list[int], class_names: list[str], pipeline: list[str]
+    ) -> None: ...
 
     def phase(self, task: int, name: str, total: int) -> None:
         """A phase of a task starts; `total` samples will be processed in it."""
@@ -92,8 +93,7 @@ class Reporter:
     def epoch_finished(self, stats: EpochStats) -> None:
         """An epoch of a training phase ended."""
 
-    def memory_updated(self, task: int, histogram: list[int], slots_per_class: int,
-                       info: dict[str, Any]) -> None: ...
+    def memory_updated(self, task: int, histogram: list[int], slots_per_class: int, info: dict[str, Any]) -> None: ...
 
     def task_finished(self, outcome: TaskOutcome, checkpoint: dict[str, Any] | None) -> None: ...
 

@@ -40,9 +40,17 @@ class GraphedStep:
     schedule can change it between replays. Recapture (a new GraphedStep) when the optimiser
     or the model's parameters are replaced (each task makes a new optimiser)."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, seen: Tensor, batch: int,
-                 image_shape: tuple[int, ...], channels_last: bool,
-                 autocast: Callable[[], AbstractContextManager[object]], log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        seen: Tensor,
+        batch: int,
+        image_shape: tuple[int, ...],
+        channels_last: bool,
+        autocast: Callable[[], AbstractContextManager[object]],
+        log: Callable[[str], None] = print,
+    ) -> None:
         device = seen.device
         self.model, self.optimizer, self.seen, self.autocast, self.log = model, optimizer, seen, autocast, log
         self.failed = False  # the capture failed: this shape trains eagerly
@@ -70,8 +78,9 @@ class GraphedStep:
         with self.autocast():
             logits = self.model(x)
             logits = logits.masked_fill(~self.seen, torch.finfo(logits.dtype).min)
-            loss = (self.weights[0] * nnf.cross_entropy(logits, self.y_a)
-                    + self.weights[1] * nnf.cross_entropy(logits, self.y_b))
+            loss = self.weights[0] * nnf.cross_entropy(logits, self.y_a) + self.weights[1] * nnf.cross_entropy(
+                logits, self.y_b
+            )
         loss.backward()
         self.optimizer.step()
         self.loss_sum.add_(loss.detach().float() * self.batch)  # captured too: no host sync per step
@@ -113,8 +122,10 @@ class GraphedStep:
             except Exception as err:  # noqa: BLE001 - the eager step is always a valid fallback
                 self.failed = True
                 first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
-                self.log(f"CUDA graph capture failed for batches of {self.batch} ({type(err).__name__}: {first}); "
-                         f"those steps run eagerly from now on")
+                self.log(
+                    f"CUDA graph capture failed for batches of {self.batch} ({type(err).__name__}: {first}); "
+                    f"those steps run eagerly from now on"
+                )
                 self._eager()
             else:
                 self.graph.replay()  # capture records the step without running it

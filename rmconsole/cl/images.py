@@ -85,5 +85,12 @@ class Dataset:
         return self.train.shape
 
     def to(self, device: torch.device | str) -> Dataset:
-        return Dataset(self.name, self.train.to(device), self.test.to(device), self.class_names,
-                       self.mean, self.std, self.crop_padding)
+        return Dataset(
+            self.name,
+            self.train.to(device),
+            self.test.to(device),
+            self.class_names,
+            self.mean,
+            self.std,
+            self.crop_padding,
+        )

@@ -7,8 +7,8 @@ results are gathered in order, so every rank holds the same answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -23,8 +23,9 @@ from .uncertainty import vote_uncertainty
 
 
 @torch.inference_mode()
-def uncertainty_of(method: Learner, idx: Tensor,
-                   progress: Callable[[int], None] | None = None) -> tuple[Tensor, Tensor | None]:
+def uncertainty_of(
+    method: Learner, idx: Tensor, progress: Callable[[int], None] | None = None
+) -> tuple[Tensor, Tensor | None]:
     """u(x) (and the top vote counts) of train indices under the run's measure and views;
     `progress(n)`: n more of `idx` scored (with several ranks, counted for all of them)."""
     method.model.eval()
@@ -46,10 +47,17 @@ def uncertainty_of(method: Learner, idx: Tensor,
         return torch.cat([method.logits(accel.prepare(part)) for part in x.split(forward)])
 
     with accel.autocast():
-        u, votes = vote_uncertainty(logits, images_of, local, cfg.uncertainty, cfg.uncertainty_views, aug.gen,
-                                    aug.test, chunk_images=chunk_images,
-                                    progress=None if progress is None else
-                                    (lambda n: progress(n * len(idx) // max(len(local), 1))))
+        u, votes = vote_uncertainty(
+            logits,
+            images_of,
+            local,
+            cfg.uncertainty,
+            cfg.uncertainty_views,
+            aug.gen,
+            aug.test,
+            chunk_images=chunk_images,
+            progress=None if progress is None else (lambda n: progress(n * len(idx) // max(len(local), 1))),
+        )
     if hasattr(images_of, "close"):
         images_of.close()
     if dist:
@@ -66,8 +74,9 @@ def features_of(method: Learner, idx: Tensor, chunk: int | None = None) -> Tenso
     local = dist.block(idx) if dist else idx
     plan = list(local.split(chunk or inference_batch(method.setup.data.image_shape, method.device, 4096)))
     with accel.autocast():
-        feats = [method.model.features(accel.prepare(test(x))).float()
-                 for x in iter_batches(method.setup.data.train, plan)]
+        feats = [
+            method.model.features(accel.prepare(test(x))).float() for x in iter_batches(method.setup.data.train, plan)
+        ]
     out = torch.cat(feats) if feats else torch.empty(0, method.model.feature_dim, device=method.device)
     return dist.gather(out) if dist else out
 
@@ -85,8 +94,15 @@ class Evaluation:
 
 
 @torch.inference_mode()
-def evaluation(method: Learner, data: Dataset, labels: Tensor, classes: list[int], augmenter: Augmenter,
-               topk: int = 1, batch_size: int | None = None) -> Evaluation:
+def evaluation(
+    method: Learner,
+    data: Dataset,
+    labels: Tensor,
+    classes: list[int],
+    augmenter: Augmenter,
+    topk: int = 1,
+    batch_size: int | None = None,
+) -> Evaluation:
     """`method.predict` (top-1) on the test samples of `classes`; with topk > 1 the method's class
     scores are ranked once per batch and give both the top-1 and the top-k hits."""
     keep = torch.isin(labels, torch.tensor(classes, device=labels.device)).nonzero().flatten()
@@ -94,8 +110,15 @@ def evaluation(method: Learner, data: Dataset, labels: Tensor, classes: list[int
 
 
 @torch.inference_mode()
-def validation(method: Learner, data: Dataset, indices: Tensor, train_labels: Tensor, classes: list[int],
-               augmenter: Augmenter, batch_size: int | None = None) -> Evaluation:
+def validation(
+    method: Learner,
+    data: Dataset,
+    indices: Tensor,
+    train_labels: Tensor,
+    classes: list[int],
+    augmenter: Augmenter,
+    batch_size: int | None = None,
+) -> Evaluation:
     """`method.predict` (top-1) on the held-out TRAIN samples `indices` of `classes` (the
     validation stream, issue 30): measured as the test evaluation is (batched, clean images,
     the same scope of classes), but a call of its own that never reads the test split, so a
@@ -106,8 +129,16 @@ def validation(method: Learner, data: Dataset, indices: Tensor, train_labels: Te
     return _measure(method, data.train, keep, train_labels[keep].cpu(), data, augmenter, 1, batch_size)
 
 
-def _measure(method: Learner, images: object, keep: Tensor, truth: Tensor, data: Dataset, augmenter: Augmenter,
-             topk: int, batch_size: int | None) -> Evaluation:
+def _measure(
+    method: Learner,
+    images: object,
+    keep: Tensor,
+    truth: Tensor,
+    data: Dataset,
+    augmenter: Augmenter,
+    topk: int,
+    batch_size: int | None,
+) -> Evaluation:
     """Predictions on `images` (a split) at indices `keep` against `truth`, in batches."""
     batch_size = batch_size or inference_batch(data.image_shape, method.device, 4096)
     accel, dist = method.accel, method.dist
@@ -121,7 +152,7 @@ def _measure(method: Learner, images: object, keep: Tensor, truth: Tensor, data:
             if topk > 1:
                 scores = method.class_scores(x)
                 preds.append(scores.argmax(-1).cpu())
-                y = truth_local[start:start + len(x)]
+                y = truth_local[start : start + len(x)]
                 hits.append(metrics.topk_hits(scores.topk(min(topk, scores.shape[-1]), dim=-1).indices.cpu(), y))
             else:
                 preds.append(method.predict(x).cpu())
@@ -138,8 +169,14 @@ def _measure(method: Learner, images: object, keep: Tensor, truth: Tensor, data:
     return out
 
 
-def evaluate(method: Learner, data: Dataset, labels: Tensor, classes: list[int], augmenter: Augmenter,
-             batch_size: int | None = None) -> tuple[float, list[float | None]]:
+def evaluate(
+    method: Learner,
+    data: Dataset,
+    labels: Tensor,
+    classes: list[int],
+    augmenter: Augmenter,
+    batch_size: int | None = None,
+) -> tuple[float, list[float | None]]:
     """Top-1 accuracy (percent) and per-class accuracy of `method.predict` on the test samples of `classes`."""
     result = evaluation(method, data, labels, classes, augmenter, batch_size=batch_size)
     return result.accuracy, result.class_accuracy

@@ -39,8 +39,9 @@ class Protocol:
 
     def plans(self, n_classes: int) -> list[TaskPlan]:
         return [
-            TaskPlan(t, len(s), self.groups[t], streams.composition(self.train_labels, s, n_classes),
-                     streams.stream_hash(s))
+            TaskPlan(
+                t, len(s), self.groups[t], streams.composition(self.train_labels, s, n_classes), streams.stream_hash(s)
+            )
             for t, s in enumerate(self.tasks)
         ]
 
@@ -49,23 +50,36 @@ def build_protocol(cfg: RunSettings, data: Dataset) -> Protocol:
     order = streams.class_order(data.name, data.n_classes, cfg.seed, cfg.class_order)
     train_labels = streams.remap_labels(data.train.labels.cpu(), order)
     # evaluate_test=false: the test split is not touched at all, not even its labels
-    test_labels = (streams.remap_labels(data.test.labels.cpu(), order) if cfg.evaluate_test
-                   else torch.empty(0, dtype=torch.long))
+    test_labels = (
+        streams.remap_labels(data.test.labels.cpu(), order) if cfg.evaluate_test else torch.empty(0, dtype=torch.long)
+    )
     single = method_class(cfg.method_spec).single_task
     n_tasks = 1 if single else cfg.n_tasks
     groups = streams.task_classes(data.n_classes, n_tasks)
     # the validation share is held out first, by its own generator; the stream is built over
     # what is left exactly as over the whole set (with nothing held out: the whole set itself)
     held = streams.hold_out(data.train.labels, cfg.val_fraction, cfg.seed)
-    tasks = streams.make_tasks(train_labels if held.empty else train_labels[held.train], n_tasks, data.n_classes,
-                               cfg.blurry, cfg.seed)
-    return Protocol(order, train_labels, test_labels, groups, held.restrict(tasks),
-                    streams.EvalScope(blurry=cfg.blurry > 0 or single, groups=groups),
-                    None if held.empty else held)
+    tasks = streams.make_tasks(
+        train_labels if held.empty else train_labels[held.train], n_tasks, data.n_classes, cfg.blurry, cfg.seed
+    )
+    return Protocol(
+        order,
+        train_labels,
+        test_labels,
+        groups,
+        held.restrict(tasks),
+        streams.EvalScope(blurry=cfg.blurry > 0 or single, groups=groups),
+        None if held.empty else held,
+    )
 
 
-def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter: Reporter | None = None,
-                 resume: dict[str, Any] | None = None) -> list[TaskOutcome]:
+def run_protocol(
+    cfg: RunSettings,
+    data: Dataset,
+    device: torch.device,
+    reporter: Reporter | None = None,
+    resume: dict[str, Any] | None = None,
+) -> list[TaskOutcome]:
     """Train `cfg.method` on the stream of `cfg` and evaluate after every task.
 
     With `resume` (a checkpoint from `Reporter.task_finished`), training continues at the
@@ -90,14 +104,17 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
     if dist:
         dist.sync_module(method.model)
         distributed.restore_rank_state(augmenter, resume, cfg.seed, dist)
-    reporter.log((f"rank {dist.rank}/{dist.world}, collectives on {dist.device}; " if dist else "")
-                 + f"compute on {device}: {method.accel.describe()}"
-                 + (", cuda_graphs=True" if method.uses_graphs else ""))
+    reporter.log(
+        (f"rank {dist.rank}/{dist.world}, collectives on {dist.device}; " if dist else "")
+        + f"compute on {device}: {method.accel.describe()}"
+        + (", cuda_graphs=True" if method.uses_graphs else "")
+    )
     plans = protocol.plans(data.n_classes)
     held = protocol.held_out
     if held is not None:
-        reporter.validation_held_out(streams.validation_info(held, cfg.val_fraction, protocol.train_labels,
-                                                             data.n_classes))
+        reporter.validation_held_out(
+            streams.validation_info(held, cfg.val_fraction, protocol.train_labels, data.n_classes)
+        )
     reporter.run_started(plans, protocol.class_order, data.class_names, augmenter.describe())
     outcomes = []
     for t in range(start, len(protocol.tasks)):
@@ -112,28 +129,55 @@ def run_protocol(cfg: RunSettings, data: Dataset, device: torch.device, reporter
         check_finite(method, task, "after the task")  # whatever trained outside `fit` (BiC's bias layer...)
         if dist:  # whatever a method trained outside `fit` (BiC's bias layer...) is rank 0's everywhere
             dist.sync_module(method.model)
-            dist.agree(f"model after task {t + 1}", torch.tensor(
-                list(bytes.fromhex(distributed.module_hash(method.model))), dtype=torch.uint8))
+            dist.agree(
+                f"model after task {t + 1}",
+                torch.tensor(list(bytes.fromhex(distributed.module_hash(method.model))), dtype=torch.uint8),
+            )
         if cfg.evaluate_test:
             reporter.phase(t, "evaluation", int(torch.isin(test_labels, torch.tensor(classes, device=device)).sum()))
             result = evaluation(method, data, test_labels, classes, augmenter, topk=cfg.topk)
-            outcome = TaskOutcome(t, result.accuracy, metrics.task_accuracy_row(result.class_accuracy, protocol.groups),
-                                  result.class_accuracy, classes, time.perf_counter() - started,
-                                  method.best_epoch_accuracy, {"memory": dict(method.memory_info)}, result.topk,
-                                  result.topk_accuracy, None if result.topk_class_accuracy is None else
-                                  metrics.task_accuracy_row(result.topk_class_accuracy, protocol.groups))
+            outcome = TaskOutcome(
+                t,
+                result.accuracy,
+                metrics.task_accuracy_row(result.class_accuracy, protocol.groups),
+                result.class_accuracy,
+                classes,
+                time.perf_counter() - started,
+                method.best_epoch_accuracy,
+                {"memory": dict(method.memory_info)},
+                result.topk,
+                result.topk_accuracy,
+                None
+                if result.topk_class_accuracy is None
+                else metrics.task_accuracy_row(result.topk_class_accuracy, protocol.groups),
+            )
         else:  # evaluate_test=false (a tuning trial): the test split is never read; validation only
-            outcome = TaskOutcome(t, None, None, None, classes, time.perf_counter() - started, None,
-                                  {"memory": dict(method.memory_info)}, cfg.topk)
+            outcome = TaskOutcome(
+                t,
+                None,
+                None,
+                None,
+                classes,
+                time.perf_counter() - started,
+                None,
+                {"memory": dict(method.memory_info)},
+                cfg.topk,
+            )
         if held is not None:  # the validation pass: a call of its own, on held-out train samples only
-            reporter.phase(t, "validation", int(torch.isin(protocol.train_labels[held.validation],
-                                                           torch.tensor(classes)).sum()))
+            reporter.phase(
+                t, "validation", int(torch.isin(protocol.train_labels[held.validation], torch.tensor(classes)).sum())
+            )
             val = validation(method, data, held.validation, train_labels, classes, augmenter)
             outcome.val_accuracy, outcome.val_class_accuracy = val.accuracy, val.class_accuracy
             outcome.val_accuracy_row = metrics.task_accuracy_row(val.class_accuracy, protocol.groups)
-        checkpoint = {"task": t, "method": method.state_dict(), "augmenter": augmenter.state_dict(),
-                      "torch_rng": torch.get_rng_state(), "method_name": cfg.method,
-                      "stream_hashes": [p.stream_hash for p in plans]}
+        checkpoint = {
+            "task": t,
+            "method": method.state_dict(),
+            "augmenter": augmenter.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "method_name": cfg.method,
+            "stream_hashes": [p.stream_hash for p in plans],
+        }
         if held is not None:
             checkpoint["val_hash"] = streams.stream_hash(held.validation)
         if device.type == "cuda":

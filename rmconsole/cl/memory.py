@@ -70,8 +70,9 @@ def random_select(candidates: Tensor, capacity: int, gen: torch.Generator) -> Te
     return candidates[torch.randperm(len(candidates), generator=gen)[:capacity]]
 
 
-def class_balanced_select(candidates: Tensor, labels: Tensor, capacity: int, classes: list[int],
-                          gen: torch.Generator) -> Tensor:
+def class_balanced_select(
+    candidates: Tensor, labels: Tensor, capacity: int, classes: list[int], gen: torch.Generator
+) -> Tensor:
     """k_c random samples of every seen class, then random fill (the authors' task-0 RM memory)."""
     k = slots_per_class(capacity, len(classes))
     chosen = []
@@ -95,8 +96,9 @@ def step_positions(n: int, k: int) -> Tensor:
     return (torch.arange(1, k + 1, dtype=torch.float64) * n / k).floor().long() - 1
 
 
-def uncertainty_select(candidates: Tensor, labels: Tensor, uncertainty: Tensor, capacity: int,
-                       classes: list[int], gen: torch.Generator) -> Tensor:
+def uncertainty_select(
+    candidates: Tensor, labels: Tensor, uncertainty: Tensor, capacity: int, classes: list[int], gen: torch.Generator
+) -> Tensor:
     """Rainbow Memory's diversity-aware update (Alg. 1): per class, sort by uncertainty (most
     certain first) and take every (n_c / k_c)-th sample; fill leftover slots at random."""
     k = slots_per_class(capacity, len(classes))
@@ -110,8 +112,9 @@ def uncertainty_select(candidates: Tensor, labels: Tensor, uncertainty: Tensor, 
     return _fill_rest(picked, candidates, capacity, gen)
 
 
-def reservoir_update(memory: Tensor, stream: Tensor, seen: int, capacity: int,
-                     gen: torch.Generator) -> tuple[Tensor, int]:
+def reservoir_update(
+    memory: Tensor, stream: Tensor, seen: int, capacity: int, gen: torch.Generator
+) -> tuple[Tensor, int]:
     """Classic reservoir sampling (Vitter's Algorithm R) of the stream, in stream order.
 
     Sample i of the stream (the (seen + i)-th ever) enters while the memory is not full, and
@@ -159,8 +162,9 @@ def herding_order(features: Tensor, k: int) -> Tensor:
     return torch.tensor(picks, dtype=torch.long)
 
 
-def herding_select(candidates: Tensor, labels: Tensor, features: Tensor, capacity: int,
-                   classes: list[int], gen: torch.Generator) -> Tensor:
+def herding_select(
+    candidates: Tensor, labels: Tensor, features: Tensor, capacity: int, classes: list[int], gen: torch.Generator
+) -> Tensor:
     """iCaRL's herding exemplars (Table 6 "Prototype"): per class, the first k_c picks of
     `herding_order`; a class with at most k_c candidates keeps them all; random fill after."""
     k = slots_per_class(capacity, len(classes))
@@ -173,8 +177,9 @@ def herding_select(candidates: Tensor, labels: Tensor, features: Tensor, capacit
     return _fill_rest(picked, candidates, capacity, gen)
 
 
-def greedy_balanced_update(memory: Tensor, memory_labels: Tensor, stream: Tensor, stream_labels: Tensor,
-                           capacity: int, gen: torch.Generator) -> Tensor:
+def greedy_balanced_update(
+    memory: Tensor, memory_labels: Tensor, stream: Tensor, stream_labels: Tensor, capacity: int, gen: torch.Generator
+) -> Tensor:
     """GDumb's greedy class-balancing sampler (Prabhu et al. 2020, Alg. 1), in stream order.
 
     A sample enters while the memory has room; once full, a sample of class y enters only if
@@ -289,12 +294,14 @@ class Uncertainty(PoolPolicy):
         u = c.uncertainty()
         chosen = uncertainty_select(c.indices, c.labels, u, c.capacity, c.classes, c.gen)
         views = c.settings.uncertainty_views
-        c.info.update({
-            "measure": c.settings.uncertainty,
-            "views": views,
-            "candidates_uncertainty": uncertainty_histogram(u, views),
-            "chosen_uncertainty": uncertainty_histogram(u[torch.isin(c.indices, chosen)], views),
-        })
+        c.info.update(
+            {
+                "measure": c.settings.uncertainty,
+                "views": views,
+                "candidates_uncertainty": uncertainty_histogram(u, views),
+                "chosen_uncertainty": uncertainty_histogram(u[torch.isin(c.indices, chosen)], views),
+            }
+        )
         return chosen
 
 
@@ -342,7 +349,7 @@ class GreedyBalanced(MemoryPolicy):
     name = "greedy_balanced"
 
     def select(self, c: Candidates) -> Tensor:
-        stream_labels = c.labels[len(c.memory):]
+        stream_labels = c.labels[len(c.memory) :]
         return greedy_balanced_update(c.memory.indices, c.memory.labels, c.stream, stream_labels, c.capacity, c.gen)
 
 

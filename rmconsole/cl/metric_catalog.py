@@ -21,8 +21,10 @@ A_auc and class-wise F_last); each row here names the function it uses.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Protocol as TypingProtocol, Sequence
+from typing import Any, Literal
+from typing import Protocol as TypingProtocol
 
 from . import metrics as M
 from . import metrics_anytime as MA
@@ -39,15 +41,15 @@ class TaskRow:
     """What a run stored after one task (the store's TaskResult, as plain data)."""
 
     task: int
-    accuracy: Optional[float]  # None: the run did not evaluate on the test set (evaluate_test=false)
-    accuracy_row: Optional[Sequence[Optional[float]]] = ()  # acc[k][j]: on task j's classes after this task k
-    class_accuracy: Optional[Sequence[Optional[float]]] = None  # per class (None: class not evaluated)
-    best_epoch_accuracy: Optional[float] = None  # the authors' best-over-epochs figure, when recorded
-    topk: Optional[int] = None  # k of the top-k figures, when measured
-    topk_accuracy: Optional[float] = None
-    topk_accuracy_row: Optional[Sequence[Optional[float]]] = None
-    val_accuracy: Optional[float] = None  # on the held-out validation samples (val_fraction > 0)
-    val_accuracy_row: Optional[Sequence[Optional[float]]] = None
+    accuracy: float | None  # None: the run did not evaluate on the test set (evaluate_test=false)
+    accuracy_row: Sequence[float | None] | None = ()  # acc[k][j]: on task j's classes after this task k
+    class_accuracy: Sequence[float | None] | None = None  # per class (None: class not evaluated)
+    best_epoch_accuracy: float | None = None  # the authors' best-over-epochs figure, when recorded
+    topk: int | None = None  # k of the top-k figures, when measured
+    topk_accuracy: float | None = None
+    topk_accuracy_row: Sequence[float | None] | None = None
+    val_accuracy: float | None = None  # on the held-out validation samples (val_fraction > 0)
+    val_accuracy_row: Sequence[float | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,9 @@ class AnytimePoint:
     """One anytime evaluation of a task-free run (PROTOCOL §9.3)."""
 
     samples: int  # streamed samples seen when it was taken
-    accuracy: Optional[float]  # on the test samples (None: evaluate_test=false) of the classes exposed so far
+    accuracy: float | None  # on the test samples (None: evaluate_test=false) of the classes exposed so far
     n_classes: int = 0  # how many classes those were
-    val_accuracy: Optional[float] = None  # on the held-out validation samples of those classes
+    val_accuracy: float | None = None  # on the held-out validation samples of those classes
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ class RunRows:
         return [t.accuracy for t in self.tasks if t.accuracy is not None]
 
     @property
-    def matrix(self) -> list[list[Optional[float]]]:
+    def matrix(self) -> list[list[float | None]]:
         """acc[k][j] (cl/metrics.py)."""
         return [list(t.accuracy_row or ()) for t in self.tasks]
 
@@ -93,7 +95,7 @@ class RunRows:
         return all(t.accuracy is not None for t in self.tasks) and all(p.accuracy is not None for p in self.anytime)
 
     @property
-    def topk(self) -> Optional[int]:
+    def topk(self) -> int | None:
         """k when every task done measured its top-k figures with the same k, else None (a run
         resumed with another `topk` has no top-k summary)."""
         if not self.tasks or any(t.topk_accuracy is None for t in self.tasks):
@@ -118,7 +120,7 @@ class RunLike(TypingProtocol):
     @property
     def config(self) -> Mapping[str, Any]: ...
     @property
-    def metrics(self) -> Mapping[str, Optional[float]]: ...
+    def metrics(self) -> Mapping[str, float | None]: ...
     @property
     def partial(self) -> bool: ...
 
@@ -128,8 +130,8 @@ class CrossValue:
     """A cross-run metric's value for one run, the run it was measured against, and the config
     keys in which that run differs beyond what the rule allows: (key, this run's value, its value)."""
 
-    value: Optional[float] = None
-    against: Optional[int] = None
+    value: float | None = None
+    against: int | None = None
     differs: tuple[tuple[str, Any, Any], ...] = ()
 
 
@@ -169,12 +171,40 @@ JOINT_KEYS = ("dataset", "model", "seed", "image_size")
 # change only how or where a run computes. Any other difference (the augmentation, the top-k,
 # the class order, a key added later) is shown beside I_last: `I_last 6.83*` and a note naming
 # the joint run and the difference.
-JOINT_RECIPE_KEYS = ("epochs", "batch_size", "memory_batch_size", "lr", "schedule", "weight_decay", "reset_head",
-                     "train_head")
-STREAM_KEYS = ("method", "memory_size", "n_tasks", "blurry", "stream", "uncertainty", "uncertainty_views",
-               "memory_policy")
-COMPUTE_KEYS = ("device", "threads", "download", "eval_every_epoch", "data_pipeline", "loader_workers",
-                "gpu_decode", "amp", "channels_last", "compile", "cuda_graphs", "gpus")
+JOINT_RECIPE_KEYS = (
+    "epochs",
+    "batch_size",
+    "memory_batch_size",
+    "lr",
+    "schedule",
+    "weight_decay",
+    "reset_head",
+    "train_head",
+)
+STREAM_KEYS = (
+    "method",
+    "memory_size",
+    "n_tasks",
+    "blurry",
+    "stream",
+    "uncertainty",
+    "uncertainty_views",
+    "memory_policy",
+)
+COMPUTE_KEYS = (
+    "device",
+    "threads",
+    "download",
+    "eval_every_epoch",
+    "data_pipeline",
+    "loader_workers",
+    "gpu_decode",
+    "amp",
+    "channels_last",
+    "compile",
+    "cuda_graphs",
+    "gpus",
+)
 
 
 def joint_key(run: RunLike) -> tuple[str, ...]:
@@ -195,7 +225,7 @@ def joint_index(runs: Iterable[RunLike]) -> dict[tuple[str, ...], list[RunLike]]
     return index
 
 
-def upper_bound(run: RunLike, index: Mapping[tuple[str, ...], list[RunLike]]) -> Optional[RunLike]:
+def upper_bound(run: RunLike, index: Mapping[tuple[str, ...], list[RunLike]]) -> RunLike | None:
     """`run`'s joint run: among finished joint runs with the same JOINT_KEYS and an A_last, the
     newest with the same augmentation, else the newest. (Never the best one: that would be
     selecting on the test set.) A joint run has none: it is the upper bound itself; a partial
@@ -208,7 +238,9 @@ def upper_bound(run: RunLike, index: Mapping[tuple[str, ...], list[RunLike]]) ->
     return next(same, matching[0] if matching else None)
 
 
-def joint_differences(run: RunLike, joint: RunLike, context: RuleContext = RuleContext()) -> tuple[tuple[str, Any, Any], ...]:
+def joint_differences(
+    run: RunLike, joint: RunLike, context: RuleContext = RuleContext()
+) -> tuple[tuple[str, Any, Any], ...]:
     """The keys, beyond the joint run's own recipe, in which `joint` differs from `run`:
     (key, run's value, joint's value), in config order. A key one of them lacks (stored before
     it existed) counts as its default."""
@@ -235,14 +267,18 @@ def _intransigence(run: RunLike, index: Any, context: RuleContext) -> CrossValue
     return CrossValue(value, joint.id, joint_differences(run, joint, context))
 
 
-JOINT_RULE = AcrossRuns(candidates={"method": "joint", "status": "finished"}, index=joint_index, value=_intransigence,
-                        nothing="no joint run to match")
+JOINT_RULE = AcrossRuns(
+    candidates={"method": "joint", "status": "finished"},
+    index=joint_index,
+    value=_intransigence,
+    nothing="no joint run to match",
+)
 
 
 # ---------------------------------------------------------------------- aggregation over seeds
 
 
-def mean_std(values: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
+def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
     """Mean and sample standard deviation (ddof=1; None with fewer than two values)."""
     if not values:
         return None, None
@@ -276,15 +312,15 @@ class Metric:
     name: str
     label: str
     help: str
-    compute: Optional[Callable[[RunRows], Optional[float]]] = None
-    across: Optional[AcrossRuns] = None
+    compute: Callable[[RunRows], float | None] | None = None
+    across: AcrossRuns | None = None
     unit: str = "%"
     better: Better = "higher"
     protocols: tuple[Protocol, ...] = PROTOCOLS
     final_only: bool = True
     filterable: bool = True
     sortable: bool = False
-    aggregate: Callable[[Sequence[float]], tuple[Optional[float], Optional[float]]] = mean_std
+    aggregate: Callable[[Sequence[float]], tuple[float | None, float | None]] = mean_std
     digits: int = 2
     default_for: tuple[Protocol, ...] = ()
     when_measured: bool = False
@@ -304,7 +340,7 @@ class Metric:
         """The mark of a partial value: `A@3/5 88.06` for A_last."""
         return self.name[:1]
 
-    def text(self, value: Optional[float], digits: Optional[int] = None) -> str:
+    def text(self, value: float | None, digits: int | None = None) -> str:
         """`86.00`, `—` when not measured (or NaN)."""
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return "—"
@@ -313,7 +349,7 @@ class Metric:
     def applies_to(self, protocol: Protocol) -> bool:
         return protocol in self.protocols
 
-    def value(self, rows: RunRows) -> Optional[float]:
+    def value(self, rows: RunRows) -> float | None:
         """This metric of one run (None: not measured, or not of this run's protocol)."""
         if self.compute is None or not self.applies_to(rows.protocol):
             return None
@@ -326,23 +362,25 @@ class Metric:
 # ---------------------------------------------------------------------- computations of the built-ins
 
 
-def _on_test(compute: Callable[[RunRows], Optional[float]]) -> Callable[[RunRows], Optional[float]]:
+def _on_test(compute: Callable[[RunRows], float | None]) -> Callable[[RunRows], float | None]:
     """A test-split metric: absent (None) for a run that never evaluated on the test set."""
-    def of(rows: RunRows) -> Optional[float]:
+
+    def of(rows: RunRows) -> float | None:
         return compute(rows) if rows.tested else None
+
     of.__doc__ = compute.__doc__
     return of
 
 
-def _last(rows: RunRows) -> Optional[float]:
+def _last(rows: RunRows) -> float | None:
     return rows.accuracies[-1] if rows.tasks else None
 
 
-def _average(rows: RunRows) -> Optional[float]:
+def _average(rows: RunRows) -> float | None:
     return sum(rows.accuracies) / len(rows.tasks) if rows.tasks else None
 
 
-def _forgetting(rows: RunRows) -> Optional[float]:
+def _forgetting(rows: RunRows) -> float | None:
     """The RM paper's F_last (per task, over acc[k][j]); a task-free run's is the follow-up's
     class-wise one (cl/metrics_anytime.py)."""
     if rows.protocol == "task-free":
@@ -350,37 +388,47 @@ def _forgetting(rows: RunRows) -> Optional[float]:
     return M.forgetting(rows.matrix)
 
 
-def _worst_forgetting(rows: RunRows) -> Optional[float]:
+def _worst_forgetting(rows: RunRows) -> float | None:
     """F_max: the largest drop of one earlier task, max over j < T-1 of (best acc[k][j] for
     k < T-1) - acc[T-1][j] (F_last is the mean of these drops)."""
     matrix, last = rows.matrix, len(rows.tasks) - 1
-    drops = [max(b) - end for j in range(last)
-             if (b := [v for k in range(last) if (v := matrix[k][j]) is not None]) and (end := matrix[last][j]) is not None]
+    drops = [
+        max(b) - end
+        for j in range(last)
+        if (b := [v for k in range(last) if (v := matrix[k][j]) is not None]) and (end := matrix[last][j]) is not None
+    ]
     return max(drops) if drops else None
 
 
-def _best_epoch(rows: RunRows) -> Optional[float]:
+def _best_epoch(rows: RunRows) -> float | None:
     """The last task's best-over-epochs accuracy, only when every task recorded one."""
     best = [t.best_epoch_accuracy for t in rows.tasks]
     return best[-1] if rows.tasks and all(b is not None for b in best) else None
 
 
-def _topk_rows(rows: RunRows) -> Optional[RunRows]:
+def _topk_rows(rows: RunRows) -> RunRows | None:
     if rows.topk is None:
         return None
     # (no per-class top-k figures are stored: the top-k rows are read as the RM paper's, per task)
-    return RunRows({}, [TaskRow(t.task, t.topk_accuracy, list(t.topk_accuracy_row or []))
-                        for t in rows.tasks if t.topk_accuracy is not None])
+    return RunRows(
+        {},
+        [
+            TaskRow(t.task, t.topk_accuracy, list(t.topk_accuracy_row or []))
+            for t in rows.tasks
+            if t.topk_accuracy is not None
+        ],
+    )
 
 
-def _topk(compute: Callable[[RunRows], Optional[float]]) -> Callable[[RunRows], Optional[float]]:
-    def of(rows: RunRows) -> Optional[float]:
+def _topk(compute: Callable[[RunRows], float | None]) -> Callable[[RunRows], float | None]:
+    def of(rows: RunRows) -> float | None:
         top = _topk_rows(rows)
         return compute(top) if top is not None else None
+
     return of
 
 
-def _auc(rows: RunRows) -> Optional[float]:
+def _auc(rows: RunRows) -> float | None:
     return MA.area_under_curve(p.accuracy for p in rows.anytime if p.accuracy is not None)  # all: _on_test
 
 
@@ -390,7 +438,7 @@ def has_validation(config: Mapping[str, Any]) -> bool:
     return float(config.get("val_fraction") or 0.0) > 0
 
 
-def _val_rows(rows: RunRows) -> Optional[RunRows]:
+def _val_rows(rows: RunRows) -> RunRows | None:
     """The run's validation figures read as task rows (None: no validation stream, or a task
     done without its validation figure, e.g. resumed from an older rmconsole)."""
     if not has_validation(rows.config) or not rows.tasks:
@@ -403,94 +451,221 @@ def _val_rows(rows: RunRows) -> Optional[RunRows]:
     return RunRows(rows.config, tasks, n_tasks=rows.n_tasks)
 
 
-def _validation(compute: Callable[[RunRows], Optional[float]]) -> Callable[[RunRows], Optional[float]]:
-    def of(rows: RunRows) -> Optional[float]:
+def _validation(compute: Callable[[RunRows], float | None]) -> Callable[[RunRows], float | None]:
+    def of(rows: RunRows) -> float | None:
         val = _val_rows(rows)
         return compute(val) if val is not None else None
+
     return of
 
 
-def _val_auc(rows: RunRows) -> Optional[float]:
+def _val_auc(rows: RunRows) -> float | None:
     """A_auc on validation: the mean anytime validation accuracy, when every point measured one."""
     if not has_validation(rows.config) or not rows.anytime or any(p.val_accuracy is None for p in rows.anytime):
         return None
     return MA.area_under_curve(p.val_accuracy for p in rows.anytime if p.val_accuracy is not None)
 
 
-VALIDATION_NOTE = ("(val): measured on the held-out validation stream (val_fraction of each class's training "
-                   "samples), never on the test set")
+VALIDATION_NOTE = (
+    "(val): measured on the held-out validation stream (val_fraction of each class's training "
+    "samples), never on the test set"
+)
 
 
-def _online(key: str) -> Callable[[RunRows], Optional[float]]:
+def _online(key: str) -> Callable[[RunRows], float | None]:
     """A figure the loop reports itself (its clock and counters), kept as the loop gave it."""
-    def of(rows: RunRows) -> Optional[float]:
+
+    def of(rows: RunRows) -> float | None:
         value = rows.online.get(key)
         return None if value is None else float(value)
+
     return of
 
 
-def _anytime_count(rows: RunRows) -> Optional[int]:
+def _anytime_count(rows: RunRows) -> int | None:
     return len(rows.anytime) if rows.anytime else None
 
 
-def _online_figure(name: str, label: str, unit: str, help: str, better: Better = "higher", digits: int = 1,
-                   default: bool = False) -> Metric:
-    return Metric(name, label, help, compute=_online(name), unit=unit, better=better, protocols=("task-free",),
-                  final_only=False, digits=digits, default_for=("task-free",) if default else (), family="online")
+def _online_figure(
+    name: str, label: str, unit: str, help: str, better: Better = "higher", digits: int = 1, default: bool = False
+) -> Metric:
+    return Metric(
+        name,
+        label,
+        help,
+        compute=_online(name),
+        unit=unit,
+        better=better,
+        protocols=("task-free",),
+        final_only=False,
+        digits=digits,
+        default_for=("task-free",) if default else (),
+        family="online",
+    )
 
 
-TASK_FREE_NOTE = ("task-free runs: A_auc = mean anytime accuracy on the classes seen so far, A_last/A_avg at task "
-                  "ends, F_last class-wise (the follow-up's); train/eval s and samples/s are wall-clock")
+TASK_FREE_NOTE = (
+    "task-free runs: A_auc = mean anytime accuracy on the classes seen so far, A_last/A_avg at task "
+    "ends, F_last class-wise (the follow-up's); train/eval s and samples/s are wall-clock"
+)
 
 METRICS: tuple[Metric, ...] = (
-    Metric("A_auc", "A_auc", "mean anytime accuracy over the stream, on the classes seen so far (the follow-up's)",
-           compute=_on_test(_auc), protocols=("task-free",), final_only=False, default_for=("task-free",), note=TASK_FREE_NOTE,
-           column=8),
-    Metric("A_last", "A_last", "accuracy on every class seen after the last task", compute=_on_test(_last), sortable=True,
-           default_for=PROTOCOLS, paper=True, column=1),
-    Metric("A_avg", "A_avg", "mean of the accuracies after each task", compute=_on_test(_average), default_for=PROTOCOLS),
-    Metric("F_last", "F_last", "forgetting after the last task: per task (RM), class-wise (task-free)",
-           compute=_on_test(_forgetting), better="lower", sortable=True, default_for=PROTOCOLS, paper=True, column=5),
-    Metric("I_last", "I_last", "intransigence: the matching joint run's A_last minus this run's",
-           across=JOINT_RULE, better="lower", default_for=("task",), paper=True, column=8,
-           missing="I_last needs a finished joint run with the same dataset, model, seed and budget"),
-    Metric("F_max", "F_max", "the worst forgetting of one task: its best accuracy before the last task minus after",
-           compute=_on_test(_worst_forgetting), better="lower", protocols=("task",), sortable=True),
-    Metric("A_last_best_epoch", "A_last best-over-epochs (test-set selected)",
-           "the last task's best accuracy over its epochs (the authors' figure, selected on the test set)",
-           compute=_best_epoch, default_for=("task",), when_measured=True,
-           note="best-over-epochs: the authors' figure, selected on the test set"),
-    Metric("A_last_topk", "A_last top-k", "A_last counting a hit when the label is among the top k",
-           compute=_topk(_last), default_for=("task",), when_measured=True, family="topk", paper=True),
-    Metric("A_avg_topk", "A_avg top-k", "A_avg counting a hit when the label is among the top k",
-           compute=_topk(_average), family="topk"),
-    Metric("F_last_topk", "F_last top-k", "F_last of the top-k accuracies", compute=_topk(_forgetting),
-           better="lower", default_for=("task",), when_measured=True, family="topk", paper=True),
-    Metric("val_A_last", "A_last (val)", "A_last on the held-out validation stream (val_fraction > 0): what "
-           "selection reads", compute=_validation(_last), default_for=PROTOCOLS, when_measured=True,
-           split="validation", note=VALIDATION_NOTE, missing="validation metrics need a run with val_fraction > 0"),
-    Metric("val_A_avg", "A_avg (val)", "A_avg on the held-out validation stream (val_fraction > 0)",
-           compute=_validation(_average), default_for=PROTOCOLS, when_measured=True, split="validation",
-           note=VALIDATION_NOTE, missing="validation metrics need a run with val_fraction > 0"),
-    Metric("val_A_auc", "A_auc (val)", "A_auc on the held-out validation stream (task-free, val_fraction > 0)",
-           compute=_val_auc, protocols=("task-free",), final_only=False, default_for=("task-free",),
-           when_measured=True, split="validation", note=VALIDATION_NOTE,
-           missing="validation metrics need a run with val_fraction > 0"),
-    _online_figure("train_samples_per_s", "train samples/s", "samples/s", "training throughput (wall-clock)",
-                   default=True),
+    Metric(
+        "A_auc",
+        "A_auc",
+        "mean anytime accuracy over the stream, on the classes seen so far (the follow-up's)",
+        compute=_on_test(_auc),
+        protocols=("task-free",),
+        final_only=False,
+        default_for=("task-free",),
+        note=TASK_FREE_NOTE,
+        column=8,
+    ),
+    Metric(
+        "A_last",
+        "A_last",
+        "accuracy on every class seen after the last task",
+        compute=_on_test(_last),
+        sortable=True,
+        default_for=PROTOCOLS,
+        paper=True,
+        column=1,
+    ),
+    Metric(
+        "A_avg", "A_avg", "mean of the accuracies after each task", compute=_on_test(_average), default_for=PROTOCOLS
+    ),
+    Metric(
+        "F_last",
+        "F_last",
+        "forgetting after the last task: per task (RM), class-wise (task-free)",
+        compute=_on_test(_forgetting),
+        better="lower",
+        sortable=True,
+        default_for=PROTOCOLS,
+        paper=True,
+        column=5,
+    ),
+    Metric(
+        "I_last",
+        "I_last",
+        "intransigence: the matching joint run's A_last minus this run's",
+        across=JOINT_RULE,
+        better="lower",
+        default_for=("task",),
+        paper=True,
+        column=8,
+        missing="I_last needs a finished joint run with the same dataset, model, seed and budget",
+    ),
+    Metric(
+        "F_max",
+        "F_max",
+        "the worst forgetting of one task: its best accuracy before the last task minus after",
+        compute=_on_test(_worst_forgetting),
+        better="lower",
+        protocols=("task",),
+        sortable=True,
+    ),
+    Metric(
+        "A_last_best_epoch",
+        "A_last best-over-epochs (test-set selected)",
+        "the last task's best accuracy over its epochs (the authors' figure, selected on the test set)",
+        compute=_best_epoch,
+        default_for=("task",),
+        when_measured=True,
+        note="best-over-epochs: the authors' figure, selected on the test set",
+    ),
+    Metric(
+        "A_last_topk",
+        "A_last top-k",
+        "A_last counting a hit when the label is among the top k",
+        compute=_topk(_last),
+        default_for=("task",),
+        when_measured=True,
+        family="topk",
+        paper=True,
+    ),
+    Metric(
+        "A_avg_topk",
+        "A_avg top-k",
+        "A_avg counting a hit when the label is among the top k",
+        compute=_topk(_average),
+        family="topk",
+    ),
+    Metric(
+        "F_last_topk",
+        "F_last top-k",
+        "F_last of the top-k accuracies",
+        compute=_topk(_forgetting),
+        better="lower",
+        default_for=("task",),
+        when_measured=True,
+        family="topk",
+        paper=True,
+    ),
+    Metric(
+        "val_A_last",
+        "A_last (val)",
+        "A_last on the held-out validation stream (val_fraction > 0): what selection reads",
+        compute=_validation(_last),
+        default_for=PROTOCOLS,
+        when_measured=True,
+        split="validation",
+        note=VALIDATION_NOTE,
+        missing="validation metrics need a run with val_fraction > 0",
+    ),
+    Metric(
+        "val_A_avg",
+        "A_avg (val)",
+        "A_avg on the held-out validation stream (val_fraction > 0)",
+        compute=_validation(_average),
+        default_for=PROTOCOLS,
+        when_measured=True,
+        split="validation",
+        note=VALIDATION_NOTE,
+        missing="validation metrics need a run with val_fraction > 0",
+    ),
+    Metric(
+        "val_A_auc",
+        "A_auc (val)",
+        "A_auc on the held-out validation stream (task-free, val_fraction > 0)",
+        compute=_val_auc,
+        protocols=("task-free",),
+        final_only=False,
+        default_for=("task-free",),
+        when_measured=True,
+        split="validation",
+        note=VALIDATION_NOTE,
+        missing="validation metrics need a run with val_fraction > 0",
+    ),
+    _online_figure(
+        "train_samples_per_s", "train samples/s", "samples/s", "training throughput (wall-clock)", default=True
+    ),
     _online_figure("train_seconds", "train s", "s", "wall-clock seconds spent training", better="lower", default=True),
-    _online_figure("eval_seconds", "eval s", "s", "wall-clock seconds spent evaluating", better="lower",
-                   default=True),
-    _online_figure("wall_seconds", "wall s", "s", "wall-clock seconds of the whole run", better="lower",
-                   default=True),
+    _online_figure("eval_seconds", "eval s", "s", "wall-clock seconds spent evaluating", better="lower", default=True),
+    _online_figure("wall_seconds", "wall s", "s", "wall-clock seconds of the whole run", better="lower", default=True),
     _online_figure("samples_seen", "samples seen", "samples", "streamed samples seen", digits=0),
     _online_figure("samples_trained", "samples trained", "samples", "streamed samples trained on", digits=0),
-    _online_figure("samples_skipped", "samples skipped", "samples",
-                   "samples not trained on (over the compute budget)", better="lower", digits=0),
+    _online_figure(
+        "samples_skipped",
+        "samples skipped",
+        "samples",
+        "samples not trained on (over the compute budget)",
+        better="lower",
+        digits=0,
+    ),
     _online_figure("evaluations_per_s", "evaluations/s", "evaluations/s", "anytime evaluation throughput"),
     _online_figure("image_passes", "image passes", "passes", "forward-backward passes over images", digits=0),
-    Metric("anytime_evals", "anytime evaluations", "anytime evaluations taken", compute=_anytime_count,
-           unit="evaluations", protocols=("task-free",), final_only=False, digits=0, family="online"),
+    Metric(
+        "anytime_evals",
+        "anytime evaluations",
+        "anytime evaluations taken",
+        compute=_anytime_count,
+        unit="evaluations",
+        protocols=("task-free",),
+        final_only=False,
+        digits=0,
+        family="online",
+    ),
 )
 BUILTINS: dict[str, Metric] = {m.name: m for m in METRICS}
 # the keys `runs --json` has always carried (null when not measured), for consumers of older versions
@@ -500,11 +675,11 @@ JSON_ALWAYS = tuple(m.name for m in METRICS if "task" in m.default_for and not m
 # ---------------------------------------------------------------------- over a catalogue
 
 
-def summarize(rows: RunRows, metrics: Sequence[Metric] = METRICS) -> dict[str, Optional[float]]:
+def summarize(rows: RunRows, metrics: Sequence[Metric] = METRICS) -> dict[str, float | None]:
     """Every per-run metric of `metrics` (default: the built-ins; rmconsole.metric_registry passes
     the plug-ins too) that applies to the run's protocol, by name (None: not measured). A
     metric whose compute raises is left None and its one line returned by `failures`."""
-    out: dict[str, Optional[float]] = {}
+    out: dict[str, float | None] = {}
     for m in metrics:
         if m.compute is None or not m.applies_to(rows.protocol):
             continue
@@ -537,7 +712,7 @@ def columns(metrics: Sequence[Metric] = METRICS) -> list[Metric]:
     return [m for m in metrics if m.column > 0]
 
 
-def mark_carrier(shown: Sequence[Metric]) -> Optional[Metric]:
+def mark_carrier(shown: Sequence[Metric]) -> Metric | None:
     """Of metric columns side by side, the one that writes a partial run's `@k/T` (the first
     final-only per-run one; the others are only greyed)."""
     return next((m for m in shown if m.final_only and m.across is None), None)
@@ -548,8 +723,12 @@ def cross_run_metrics(metrics: Sequence[Metric] = METRICS) -> list[Metric]:
     return [m for m in metrics if m.across is not None]
 
 
-def listed(protocols: Iterable[Protocol], measured: Iterable[str] = (), metrics: Sequence[Metric] = METRICS,
-           family: Optional[str] = None) -> list[Metric]:
+def listed(
+    protocols: Iterable[Protocol],
+    measured: Iterable[str] = (),
+    metrics: Sequence[Metric] = METRICS,
+    family: str | None = None,
+) -> list[Metric]:
     """The metrics a face lists for runs of `protocols` (in catalogue order): those a protocol
     lists by default (`default_for`, without when_measured), and any other a run has a value of
     (`measured`: names). `family`: only those of one family."""
@@ -571,6 +750,33 @@ def report_default(protocol: Protocol, measured: Iterable[str], metrics: Sequenc
     return [m.name for m in metrics if protocol in m.default_for and (not m.when_measured or m.name in measured)]
 
 
-__all__ = ["VALIDATION_NOTE", "has_validation", "validation_metrics", "AcrossRuns", "AnytimePoint", "BUILTINS", "CrossValue", "JOINT_KEYS", "JOINT_RULE", "JSON_ALWAYS", "METRICS",
-           "Metric", "RuleContext", "RunLike", "RunRows", "TaskRow", "columns", "cross_run_metrics", "mark_carrier", "failures", "is_upper_bound",
-           "joint_differences", "joint_index", "listed", "mean_std", "report_default", "summarize", "upper_bound"]
+__all__ = [
+    "BUILTINS",
+    "JOINT_KEYS",
+    "JOINT_RULE",
+    "JSON_ALWAYS",
+    "METRICS",
+    "VALIDATION_NOTE",
+    "AcrossRuns",
+    "AnytimePoint",
+    "CrossValue",
+    "Metric",
+    "RuleContext",
+    "RunLike",
+    "RunRows",
+    "TaskRow",
+    "columns",
+    "cross_run_metrics",
+    "failures",
+    "has_validation",
+    "is_upper_bound",
+    "joint_differences",
+    "joint_index",
+    "listed",
+    "mark_carrier",
+    "mean_std",
+    "report_default",
+    "summarize",
+    "upper_bound",
+    "validation_metrics",
+]

@@ -34,8 +34,12 @@ MEAN = 1  # nll_loss reduction
 
 
 def _hooked(model: nn.Module) -> bool:
-    if (nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks or nn_module._global_backward_hooks
-            or nn_module._global_backward_pre_hooks):
+    if (
+        nn_module._global_forward_hooks
+        or nn_module._global_forward_pre_hooks
+        or nn_module._global_backward_hooks
+        or nn_module._global_backward_pre_hooks
+    ):
         return True
     for m in model.modules():
         if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
@@ -104,9 +108,15 @@ class MLPStep:
             return None
         blocks = []
         for lin, bn, act in zip(rest[::3], rest[1::3], rest[2::3]):
-            if (type(lin) is not nn.Linear or lin.bias is None or type(bn) is not nn.BatchNorm1d
-                    or type(act) is not nn.ReLU or not (bn.affine and bn.track_running_stats)
-                    or bn.momentum is None or bn.num_batches_tracked is None):
+            if (
+                type(lin) is not nn.Linear
+                or lin.bias is None
+                or type(bn) is not nn.BatchNorm1d
+                or type(act) is not nn.ReLU
+                or not (bn.affine and bn.track_running_stats)
+                or bn.momentum is None
+                or bn.num_batches_tracked is None
+            ):
                 return None
             blocks.append((lin, bn))
         if model.fc.bias is None or _hooked(model):
@@ -118,8 +128,9 @@ class MLPStep:
         return cls(blocks, model.fc)
 
     @torch.no_grad()
-    def __call__(self, x: Tensor, y: Tensor, mixed: tuple[Tensor, Tensor, Tensor, float] | None,
-                 seen: Tensor) -> Tensor:
+    def __call__(
+        self, x: Tensor, y: Tensor, mixed: tuple[Tensor, Tensor, Tensor, float] | None, seen: Tensor
+    ) -> Tensor:
         """Set `.grad` of every parameter to what `loss.backward()` of the default step gives
         (and update the batch-norm statistics as its forward does). `mixed` is the batch's
         CutMix (`Augmenter.maybe_cutmix`), `seen` the mask of exposed classes. Returns the
@@ -134,8 +145,9 @@ class MLPStep:
         for b in self.blocks:
             z = torch.addmm(b.bias, h, b.weight_t)
             b.batches.add_(1)
-            out, mean, invstd = torch.native_batch_norm(z, b.bn_weight, b.bn_bias, b.running_mean, b.running_var,
-                                                        True, b.momentum, b.eps)
+            out, mean, invstd = torch.native_batch_norm(
+                z, b.bn_weight, b.bn_bias, b.running_mean, b.running_var, True, b.momentum, b.eps
+            )
             saved.append((h, z, mean, invstd, torch.relu_(out)))
             h = saved[-1][-1]
         logits = torch.addmm(self.fc_bias, h, self.fc_weight_t)
@@ -163,7 +175,8 @@ class MLPStep:
             b, (inp, z, mean, invstd, act) = self.blocks[i], saved[i]
             grad = aten.threshold_backward(grad, act, 0)
             grad, b.bn_weight.grad, b.bn_bias.grad = aten.native_batch_norm_backward(
-                grad, z, b.bn_weight, b.running_mean, b.running_var, mean, invstd, True, b.eps, [True, True, True])
+                grad, z, b.bn_weight, b.running_mean, b.running_var, mean, invstd, True, b.eps, [True, True, True]
+            )
             b.weight.grad = torch.mm(grad.t(), inp)
             b.bias.grad = grad.sum(0)
             if i:  # the input needs no gradient

@@ -36,8 +36,12 @@ def mlp400(in_shape: tuple[int, int, int], n_classes: int) -> Backbone:
     c, h, w = in_shape
     features = nn.Sequential(
         nn.Flatten(),
-        nn.Linear(c * h * w, 400), nn.BatchNorm1d(400), nn.ReLU(inplace=True),
-        nn.Linear(400, 400), nn.BatchNorm1d(400), nn.ReLU(inplace=True),
+        nn.Linear(c * h * w, 400),
+        nn.BatchNorm1d(400),
+        nn.ReLU(inplace=True),
+        nn.Linear(400, 400),
+        nn.BatchNorm1d(400),
+        nn.ReLU(inplace=True),
     )
     return Backbone(features, 400, n_classes)
 
@@ -53,9 +57,7 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(planes)
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or in_planes != planes:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(in_planes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)
-            )
+            self.shortcut = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
 
     def forward(self, x: Tensor) -> Tensor:
         out = torch.relu(self.bn1(self.conv1(x)))
@@ -130,8 +132,10 @@ def check_contract(name: str, model: object, n_classes: int) -> None:
     elif fc.out_features != n_classes:
         problem = f"its fc has {fc.out_features} outputs, not the run's {n_classes} classes"
     if problem:
-        raise TypeError(f"model {name!r} breaks the backbone contract (features, feature_dim, fc: see "
-                        f"rmconsole/cl/modelspec.py): {problem}")
+        raise TypeError(
+            f"model {name!r} breaks the backbone contract (features, feature_dim, fc: see "
+            f"rmconsole/cl/modelspec.py): {problem}"
+        )
 
 
 class WeightsError(ValueError):
@@ -148,8 +152,9 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - a damaged or unsafe file, whatever torch says, in one line
         detail = " ".join(str(err).split())[:160]
-        raise WeightsError(f"model_weights={str(path)!r}: cannot be loaded as weights ({type(err).__name__}: "
-                           f"{detail})") from None
+        raise WeightsError(
+            f"model_weights={str(path)!r}: cannot be loaded as weights ({type(err).__name__}: {detail})"
+        ) from None
     if not isinstance(state, dict) or not state or not all(isinstance(v, Tensor) for v in state.values()):
         raise WeightsError(f"model_weights={str(path)!r}: not a state dict (a mapping of parameter names to tensors)")
     return state
@@ -162,8 +167,11 @@ def load_weights(model: Backbone, path: str | Path, name: str) -> None:
     state = read_weights(path)
     features, fc = model.features, model.fc
     whole = any(k.startswith("features.") for k in state)
-    feats = {k.removeprefix("features."): v for k, v in state.items() if k.startswith("features.")} if whole else \
-        dict(state)
+    feats = (
+        {k.removeprefix("features."): v for k, v in state.items() if k.startswith("features.")}
+        if whole
+        else dict(state)
+    )
     head = {k.removeprefix("fc."): v for k, v in state.items() if k.startswith("fc.")} if whole else {}
     try:
         features.load_state_dict(feats, strict=True)

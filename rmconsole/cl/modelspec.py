@@ -55,15 +55,27 @@ class ModelSpec:
         return resolve(self.build, f"model {self.name!r}'s builder")
 
 
-BUILTINS: dict[str, ModelSpec] = {spec.name: spec for spec in (
-    ModelSpec("mlp400", "MNIST's MLP: input -> 400 -> 400 with batch norm and ReLU", "rmconsole.cl.models:mlp400"),
-    ModelSpec("resnet18", "ResNet18 with the CIFAR stem (3x3 stride-1, no max-pool), 512 features",
-              "rmconsole.cl.models:resnet18_cifar"),
-    ModelSpec("resnet32", "the CIFAR ResNet-32 (three stages of 5 blocks, widths 16/32/64), 64 features",
-              "rmconsole.cl.models:resnet32"),
-    ModelSpec("resnet34", "torchvision's ResNet34 (7x7 stem) for ImageNet-scale images, 512 features",
-              "rmconsole.cl.models:resnet34"),
-)}
+BUILTINS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec("mlp400", "MNIST's MLP: input -> 400 -> 400 with batch norm and ReLU", "rmconsole.cl.models:mlp400"),
+        ModelSpec(
+            "resnet18",
+            "ResNet18 with the CIFAR stem (3x3 stride-1, no max-pool), 512 features",
+            "rmconsole.cl.models:resnet18_cifar",
+        ),
+        ModelSpec(
+            "resnet32",
+            "the CIFAR ResNet-32 (three stages of 5 blocks, widths 16/32/64), 64 features",
+            "rmconsole.cl.models:resnet32",
+        ),
+        ModelSpec(
+            "resnet34",
+            "torchvision's ResNet34 (7x7 stem) for ImageNet-scale images, 512 features",
+            "rmconsole.cl.models:resnet34",
+        ),
+    )
+}
 _registered: dict[str, ModelSpec] = {}
 
 

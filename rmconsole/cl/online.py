@@ -59,29 +59,46 @@ class OnlineProtocol:
     held_out: streams.HeldOut | None = None  # the validation split (val_fraction > 0), else None
 
     def plans(self, n_classes: int) -> list[TaskPlan]:
-        return [TaskPlan(t, len(s), self.groups[t], streams.composition(self.train_labels, s, n_classes),
-                         streams.stream_hash(s), [(c, at) for c, at in self.first[t]])
-                for t, s in enumerate(self.tasks)]
+        return [
+            TaskPlan(
+                t,
+                len(s),
+                self.groups[t],
+                streams.composition(self.train_labels, s, n_classes),
+                streams.stream_hash(s),
+                [(c, at) for c, at in self.first[t]],
+            )
+            for t, s in enumerate(self.tasks)
+        ]
 
 
 def build_online_protocol(cfg: RunSettings, data: Dataset) -> OnlineProtocol:
     labels = data.train.labels.cpu()
     # the validation share first, by its own generator; the split is made over what is left
     held = streams.hold_out(labels, cfg.val_fraction, cfg.seed)
-    split = streams_iblurry.make_split(cfg.stream, labels if held.empty else labels[held.train], cfg.n_tasks,
-                                       data.n_classes, cfg.disjoint_classes, cfg.blurry, cfg.seed, cfg.pool_order)
+    split = streams_iblurry.make_split(
+        cfg.stream,
+        labels if held.empty else labels[held.train],
+        cfg.n_tasks,
+        data.n_classes,
+        cfg.disjoint_classes,
+        cfg.blurry,
+        cfg.seed,
+        cfg.pool_order,
+    )
     if not held.empty:
-        split = streams_iblurry.BlurrySplit(held.restrict(split.tasks), split.disjoint, split.blurry,
-                                            held.restrict(split.pooled))
+        split = streams_iblurry.BlurrySplit(
+            held.restrict(split.tasks), split.disjoint, split.blurry, held.restrict(split.pooled)
+        )
     order = streams_iblurry.first_appearance_order(labels, split.tasks, data.n_classes)
     train_labels = streams.remap_labels(labels, order)
-    test_labels = (streams.remap_labels(data.test.labels.cpu(), order) if cfg.evaluate_test
-                   else torch.empty(0, dtype=torch.long))  # evaluate_test=false: the test split untouched
+    test_labels = (
+        streams.remap_labels(data.test.labels.cpu(), order) if cfg.evaluate_test else torch.empty(0, dtype=torch.long)
+    )  # evaluate_test=false: the test split untouched
     position = {c: i for i, c in enumerate(order)}
     groups = [sorted(position[c] for c in split.majors(t)) for t in range(len(split.tasks))]
     first = streams_iblurry.first_appearances(train_labels, split.tasks)
-    return OnlineProtocol(order, train_labels, test_labels, groups, split.tasks, first,
-                          None if held.empty else held)
+    return OnlineProtocol(order, train_labels, test_labels, groups, split.tasks, first, None if held.empty else held)
 
 
 @dataclass
@@ -102,7 +119,7 @@ class Clock:
         return dict(self.__dict__)
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "Clock":
+    def from_state(cls, state: dict[str, Any]) -> Clock:
         """A checkpoint's clock; one written before the anytime accuracies were kept (it held their
         sum) resumes too, its A_auc in the loop's figures then over the points after the resume
         (the run's stored A_auc is the catalogue's, over every stored point)."""
@@ -110,8 +127,13 @@ class Clock:
         return cls(**{k: v for k, v in state.items() if k in names})
 
 
-def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: Reporter | None = None,
-               resume: dict[str, Any] | None = None) -> list[TaskOutcome]:
+def run_online(
+    cfg: RunSettings,
+    data: Dataset,
+    device: torch.device,
+    reporter: Reporter | None = None,
+    resume: dict[str, Any] | None = None,
+) -> list[TaskOutcome]:
     """Stream `cfg`'s i-Blurry / Si-Blurry tasks through `cfg.method`, sample by sample, with
     anytime evaluation every `eval_period` samples and an evaluation at each task boundary."""
     from .methods.taskfree import TaskFree
@@ -132,15 +154,17 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
     if resume is not None:
         start = restore(resume, cfg, protocol, method, augmenter, device)
         clock = Clock.from_state(resume.get("online_clock", {}))
-    reporter.log(f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
-                 f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}, "
-                 f"eval_period={cfg.eval_period}" + (f", compute_budget={cfg.compute_budget:g}"
-                                                    if cfg.compute_budget else ""))
+    reporter.log(
+        f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
+        f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}, "
+        f"eval_period={cfg.eval_period}" + (f", compute_budget={cfg.compute_budget:g}" if cfg.compute_budget else "")
+    )
     plans = protocol.plans(data.n_classes)
     held = protocol.held_out
     if held is not None:
-        reporter.validation_held_out(streams.validation_info(held, cfg.val_fraction, protocol.train_labels,
-                                                             data.n_classes))
+        reporter.validation_held_out(
+            streams.validation_info(held, cfg.val_fraction, protocol.train_labels, data.n_classes)
+        )
     reporter.run_started(plans, protocol.class_order, data.class_names, augmenter.describe())
     labels_cpu = protocol.train_labels
     budget = cfg.compute_budget
@@ -157,16 +181,24 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
             clock.anytime_accuracies.append(acc)
         val_acc = None
         if held is not None:  # the validation pass: a call of its own, on held-out train samples only
-            val_acc = validation(method, data, held.validation, train_labels, list(range(clock.exposed)),
-                                 augmenter).accuracy
+            val_acc = validation(
+                method, data, held.validation, train_labels, list(range(clock.exposed)), augmenter
+            ).accuracy
         seconds = time.perf_counter() - trained
         clock.train_seconds += trained - began
         clock.eval_seconds += seconds
         clock.evaluations += 1
-        reporter.anytime_evaluated(AnytimePoint(
-            task, clock.arrivals, acc, clock.exposed,
-            class_acc[:clock.exposed] if cfg.anytime_class_accuracy and class_acc is not None else None,
-            round(seconds, 4), val_acc))
+        reporter.anytime_evaluated(
+            AnytimePoint(
+                task,
+                clock.arrivals,
+                acc,
+                clock.exposed,
+                class_acc[: clock.exposed] if cfg.anytime_class_accuracy and class_acc is not None else None,
+                round(seconds, 4),
+                val_acc,
+            )
+        )
 
     for t in range(start, len(protocol.tasks)):
         task_started = time.perf_counter()
@@ -211,15 +243,28 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
         method.memory_report(task)
         clock.wall_seconds += time.perf_counter() - task_started
         extra = {"memory": dict(method.memory_info), "online": online_summary(clock, method)}
-        outcome = TaskOutcome(t, task_acc, None if task_class_acc is None else
-                              metrics.task_accuracy_row(task_class_acc, protocol.groups), task_class_acc, classes,
-                              time.perf_counter() - task_started, None, extra)
+        outcome = TaskOutcome(
+            t,
+            task_acc,
+            None if task_class_acc is None else metrics.task_accuracy_row(task_class_acc, protocol.groups),
+            task_class_acc,
+            classes,
+            time.perf_counter() - task_started,
+            None,
+            extra,
+        )
         if val is not None:
             outcome.val_accuracy, outcome.val_class_accuracy = val.accuracy, val.class_accuracy
             outcome.val_accuracy_row = metrics.task_accuracy_row(val.class_accuracy, protocol.groups)
-        checkpoint = {"task": t, "method": method.state_dict(), "augmenter": augmenter.state_dict(),
-                      "torch_rng": torch.get_rng_state(), "method_name": cfg.method,
-                      "stream_hashes": [p.stream_hash for p in plans], "online_clock": clock.state()}
+        checkpoint = {
+            "task": t,
+            "method": method.state_dict(),
+            "augmenter": augmenter.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "method_name": cfg.method,
+            "stream_hashes": [p.stream_hash for p in plans],
+            "online_clock": clock.state(),
+        }
         if held is not None:
             checkpoint["val_hash"] = streams.stream_hash(held.validation)
         if device.type == "cuda":
@@ -232,12 +277,16 @@ def run_online(cfg: RunSettings, data: Dataset, device: torch.device, reporter: 
 def online_summary(clock: Clock, method: Any) -> dict[str, Any]:
     """The run's compute-aware numbers so far (stored with each task's result)."""
     return {
-        "samples_seen": clock.arrivals, "samples_trained": clock.observed, "samples_skipped": clock.skipped,
-        "train_seconds": round(clock.train_seconds, 3), "eval_seconds": round(clock.eval_seconds, 3),
+        "samples_seen": clock.arrivals,
+        "samples_trained": clock.observed,
+        "samples_skipped": clock.skipped,
+        "train_seconds": round(clock.train_seconds, 3),
+        "eval_seconds": round(clock.eval_seconds, 3),
         "wall_seconds": round(clock.wall_seconds, 3),
         "train_samples_per_s": round(clock.observed / clock.train_seconds, 1) if clock.train_seconds > 0 else None,
         "evaluations": clock.evaluations,
         "evaluations_per_s": round(clock.evaluations / clock.eval_seconds, 2) if clock.eval_seconds > 0 else None,
         "A_auc": metrics_anytime.area_under_curve(clock.anytime_accuracies),
-        "optimiser_steps": method.online_steps, "image_passes": method.cost,
+        "optimiser_steps": method.online_steps,
+        "image_passes": method.cost,
     }

@@ -104,12 +104,16 @@ class OnlineMemory(Memory):
 
     def draw(self, n: int, gen: torch.Generator) -> Tensor:
         """min(n, size) slot positions, uniform without replacement."""
-        return torch.randperm(len(self.indices), generator=gen)[:min(n, len(self.indices))]
+        return torch.randperm(len(self.indices), generator=gen)[: min(n, len(self.indices))]
 
     def state_dict(self) -> dict:
         """A copy: the slots change in place afterwards (a checkpoint must not follow them)."""
-        return {**super().state_dict(), "indices": self.indices.clone(), "labels": self.labels.clone(),
-                "by_class": {k: list(v) for k, v in self.by_class.items()}}
+        return {
+            **super().state_dict(),
+            "indices": self.indices.clone(),
+            "labels": self.labels.clone(),
+            "by_class": {k: list(v) for k, v in self.by_class.items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

@@ -32,8 +32,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
-                        category=DeprecationWarning)  # torchvision 0.29 points at TorchCodec; the API works
+warnings.filterwarnings(
+    "ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning
+)  # torchvision 0.29 points at TorchCodec; the API works
 
 # decoded bytes (train + test) up to which `data_pipeline=auto` keeps a folder dataset in memory
 MEMORY_BUDGET_BYTES = 4 * 2**30
@@ -118,8 +119,10 @@ class PackedBytes:
 
 def pack_bytes(items: list[Tensor]) -> PackedBytes:
     """collate_fn of the byte-sending workers."""
-    return PackedBytes(torch.cat(items) if items else torch.empty(0, dtype=torch.uint8),
-                       torch.tensor([len(i) for i in items], dtype=torch.long))
+    return PackedBytes(
+        torch.cat(items) if items else torch.empty(0, dtype=torch.uint8),
+        torch.tensor([len(i) for i in items], dtype=torch.long),
+    )
 
 
 @dataclass
@@ -155,8 +158,15 @@ class StreamingFolder:
         return self.device.type == "cuda" and self.gpu_decode is not False
 
     def to(self, device: torch.device | str) -> StreamingFolder:  # (the copy starts without a cache)
-        return StreamingFolder(self.paths, self.labels.to(device), self.size, torch.device(device), self.workers,
-                               self.gpu_decode, self.prefetch)
+        return StreamingFolder(
+            self.paths,
+            self.labels.to(device),
+            self.size,
+            torch.device(device),
+            self.workers,
+            self.gpu_decode,
+            self.prefetch,
+        )
 
     # ------------------------------------------------------------------ one batch now
 
@@ -206,8 +216,11 @@ class StreamingFolder:
                 except RuntimeError:
                     images.append(decode_resized(data, self.size).to(self.device))
         except Exception as err:  # noqa: BLE001 - the CPU decoder is always a valid fallback
-            print(f"GPU JPEG decoding failed ({type(err).__name__}: {err}); decoding on the CPU from now on",
-                  file=sys.stderr, flush=True)
+            print(
+                f"GPU JPEG decoding failed ({type(err).__name__}: {err}); decoding on the CPU from now on",
+                file=sys.stderr,
+                flush=True,
+            )
             self.gpu_decode = False
             return self._to_device(torch.stack([decode_resized(d, self.size) for d in raw]))
         return torch.stack([_resize_crop(img, self.size) for img in images])
@@ -219,9 +232,14 @@ class StreamingFolder:
             sampler = _Plan()
             raw = self.decodes_on_gpu
             self._loader = torch.utils.data.DataLoader(
-                _Files(self.paths, self.size, raw), batch_sampler=sampler, num_workers=workers,
-                collate_fn=pack_bytes if raw else None, pin_memory=self.device.type == "cuda" and not raw,
-                persistent_workers=True, prefetch_factor=self.prefetch)
+                _Files(self.paths, self.size, raw),
+                batch_sampler=sampler,
+                num_workers=workers,
+                collate_fn=pack_bytes if raw else None,
+                pin_memory=self.device.type == "cuda" and not raw,
+                persistent_workers=True,
+                prefetch_factor=self.prefetch,
+            )
         return self._loader
 
     def batches(self, plan: Iterable[Tensor]) -> Iterator[Tensor]:
@@ -277,8 +295,11 @@ class StreamingFolder:
         if len(idx) * c * h * w > budget:
             self._cache_rows = self._cache_images = None
             return False
-        images = torch.cat(list(self.batches(idx.split(512)))) if len(idx) else \
-            torch.empty((0, *self.shape), dtype=torch.uint8, device=self.device)
+        images = (
+            torch.cat(list(self.batches(idx.split(512))))
+            if len(idx)
+            else torch.empty((0, *self.shape), dtype=torch.uint8, device=self.device)
+        )
         rows = torch.full((len(self),), -1, dtype=torch.long)
         rows[idx] = torch.arange(len(idx))
         self._cache_rows, self._cache_images = rows, images
@@ -287,8 +308,11 @@ class StreamingFolder:
     def decode_all(self) -> Tensor:
         """Every image, decoded by the DataLoader workers: the in-memory path's one-time load."""
         order = torch.arange(len(self))
-        return torch.cat(list(self.batches(order.split(512)))) if len(self) else torch.empty(
-            (0, *self.shape), dtype=torch.uint8)
+        return (
+            torch.cat(list(self.batches(order.split(512))))
+            if len(self)
+            else torch.empty((0, *self.shape), dtype=torch.uint8)
+        )
 
     def close(self) -> None:
         """Stop the worker processes and threads (they also stop when the process exits)."""

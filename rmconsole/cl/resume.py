@@ -24,8 +24,9 @@ def make_augmenter(cfg: RunSettings, data: Dataset, device: torch.device) -> Aug
     return Augmenter(parse_augment(cfg.augment), mean, std, data.crop_padding, cfg.seed)
 
 
-def restore(resume: dict[str, Any], cfg: RunSettings, protocol: Any, method: Method, augmenter: Augmenter,
-            device: torch.device) -> int:
+def restore(
+    resume: dict[str, Any], cfg: RunSettings, protocol: Any, method: Method, augmenter: Augmenter, device: torch.device
+) -> int:
     """Put a checkpoint's state back (method, augmenter, RNGs) and return the task to start at.
     `protocol`: the run's stream (loop.Protocol or online.OnlineProtocol: its `tasks`).
 
@@ -37,7 +38,9 @@ def restore(resume: dict[str, Any], cfg: RunSettings, protocol: Any, method: Met
         raise CheckpointMismatch(f"checkpoint holds method {name!r}, the run is method {cfg.method!r}")
     hashes = resume.get("stream_hashes")
     if hashes is not None and hashes != [streams.stream_hash(s) for s in protocol.tasks]:
-        raise CheckpointMismatch("checkpoint was written for another task stream (dataset, seed, tasks or blurry differ)")
+        raise CheckpointMismatch(
+            "checkpoint was written for another task stream (dataset, seed, tasks or blurry differ)"
+        )
     held = getattr(protocol, "held_out", None)
     if resume.get("val_hash") != (None if held is None else streams.stream_hash(held.validation)):
         raise CheckpointMismatch("checkpoint was written for another validation split (val_fraction or seed differ)")
@@ -52,6 +55,7 @@ def restore(resume: dict[str, Any], cfg: RunSettings, protocol: Any, method: Met
             torch.cuda.set_rng_state_all(resume["cuda_rng"])
     except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as err:
         detail = " ".join(str(err).split())[:200] or type(err).__name__
-        raise CheckpointMismatch(f"checkpoint does not fit method {cfg.method!r} ({type(err).__name__}: "
-                                 f"{detail})") from None
+        raise CheckpointMismatch(
+            f"checkpoint does not fit method {cfg.method!r} ({type(err).__name__}: {detail})"
+        ) from None
     return start

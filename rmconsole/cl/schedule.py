@@ -16,7 +16,7 @@ def cosine_restarts_lr(steps: int, base_lr: float, eta_min: float) -> float:
     if steps <= 0:
         return base_lr
     cycle = int(math.log2(steps + 1))  # steps in [2^i - 1, 2^(i+1) - 1) belong to cycle i
-    t_i = 2 ** cycle
+    t_i = 2**cycle
     t_cur = steps - (t_i - 1)
     return eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
 

@@ -11,7 +11,7 @@ validate a config without importing torch.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Optional, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 BOUNDS = ("ge", "gt", "le", "lt")
 
@@ -25,7 +25,7 @@ class RunSettings(Protocol):
 
     dataset: str
     model: str
-    model_weights: Optional[str]  # a local file of pretrained weights (cl/modelspec.py)
+    model_weights: str | None  # a local file of pretrained weights (cl/modelspec.py)
     method: str
     memory_size: int
     n_tasks: int
@@ -38,14 +38,14 @@ class RunSettings(Protocol):
     online_iter: float  # task-free streams: updates per streamed sample
     eval_period: int  # task-free streams: samples between anytime evaluations
     anytime_class_accuracy: bool
-    compute_budget: Optional[float]
+    compute_budget: float | None
     augment: tuple[str, ...]
     uncertainty: str
     uncertainty_views: int
-    memory_policy: Optional[str]
+    memory_policy: str | None
     epochs: int
     batch_size: int
-    memory_batch_size: Optional[int]
+    memory_batch_size: int | None
     lr: float
     optimizer: Literal["sgd", "adam"]
     schedule: Literal["cosine", "step", "constant", "exp_reset"]
@@ -57,10 +57,10 @@ class RunSettings(Protocol):
     topk: int
     reset_head: bool
     train_head: bool
-    image_size: Optional[int]
+    image_size: int | None
     download: bool
     data_pipeline: Literal["auto", "memory", "stream"]
-    loader_workers: Optional[int]
+    loader_workers: int | None
     gpu_decode: bool | Literal["auto"]
     amp: Literal["auto", "bf16", "off"]
     channels_last: bool | Literal["auto"]
@@ -98,8 +98,10 @@ class MethodParams:
         values = {}
         for f in dataclasses.fields(cls):
             if not hasattr(settings, f.name):
-                raise ValueError(f"{cls.__name__} reads {f.name}, which a config of method="
-                                 f"{getattr(settings, 'method', '?')} does not have")
+                raise ValueError(
+                    f"{cls.__name__} reads {f.name}, which a config of method="
+                    f"{getattr(settings, 'method', '?')} does not have"
+                )
             values[f.name] = getattr(settings, f.name)
         return cls(**values)
 

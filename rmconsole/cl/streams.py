@@ -92,8 +92,10 @@ def blurry_tasks(labels: Tensor, n_tasks: int, n_classes: int, blurry: int, seed
     if blurry == 0:
         return kept
     shared = _shuffled(torch.cat(pool), gen)
-    tasks = [_shuffled(torch.cat([own, share]), gen)
-             for own, share in zip(kept, shared.split(pool_shares(len(shared), n_tasks)))]
+    tasks = [
+        _shuffled(torch.cat([own, share]), gen)
+        for own, share in zip(kept, shared.split(pool_shares(len(shared), n_tasks)))
+    ]
     return tasks
 
 
@@ -142,8 +144,12 @@ class HeldOut:
 def validation_info(held: HeldOut, fraction: float, labels: Tensor, n_classes: int) -> dict[str, Any]:
     """What a run records of its validation split: the fraction, how many samples (in all and per
     class of `labels`, the run's remapped ones) and their fingerprint (a resume checks it)."""
-    return {"fraction": fraction, "samples": len(held.validation),
-            "per_class": composition(labels, held.validation, n_classes), "hash": stream_hash(held.validation)}
+    return {
+        "fraction": fraction,
+        "samples": len(held.validation),
+        "per_class": composition(labels, held.validation, n_classes),
+        "hash": stream_hash(held.validation),
+    }
 
 
 def hold_out(labels: Tensor, fraction: float, seed: int) -> HeldOut:

@@ -101,8 +101,9 @@ def _shuffle(idx: Tensor, gen: torch.Generator) -> Tensor:
     return idx[torch.randperm(len(idx), generator=gen)]
 
 
-def _pool_candidates(labels: Tensor, blurry: list[list[int]], n_classes: int, seed: int,
-                     pool_order: str) -> list[Tensor]:
+def _pool_candidates(
+    labels: Tensor, blurry: list[list[int]], n_classes: int, seed: int, pool_order: str
+) -> list[Tensor]:
     """Per task, its blurry indices in the order the pool takes its first ones from
     (`pool_order`: "shuffled" by the second generator, or "dataset" order as stored)."""
     by_task = _indices_by_task(labels, blurry, n_classes)
@@ -118,8 +119,15 @@ def pool_order_generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(1_000_003 * (seed + 1))
 
 
-def iblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: int, blurry_pct: int,
-                  seed: int, pool_order: str = "shuffled") -> BlurrySplit:
+def iblurry_split(
+    labels: Tensor,
+    n_tasks: int,
+    n_classes: int,
+    disjoint_pct: int,
+    blurry_pct: int,
+    seed: int,
+    pool_order: str = "shuffled",
+) -> BlurrySplit:
     """i-Blurry-N-M: equal groups of disjoint and blurry classes per task, an even pool."""
     _check(n_tasks, disjoint_pct, blurry_pct, pool_order)
     labels = labels.cpu().long()
@@ -127,7 +135,7 @@ def iblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: in
     n_disjoint, n_blurry = class_counts(n_classes, n_tasks, disjoint_pct)
     order = torch.randperm(n_classes, generator=gen)
     disjoint = order[:n_disjoint].reshape(n_tasks, -1).tolist()
-    blurry = order[n_disjoint:n_disjoint + n_blurry].reshape(n_tasks, -1).tolist()
+    blurry = order[n_disjoint : n_disjoint + n_blurry].reshape(n_tasks, -1).tolist()
     disjoint_idx = _indices_by_task(labels, disjoint, n_classes)
     blurry_idx = _pool_candidates(labels, blurry, n_classes, seed, pool_order)
     pooled = []
@@ -140,7 +148,7 @@ def iblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: in
     share = len(pool) // n_tasks
     tasks = []
     for t in range(n_tasks):
-        mine = torch.cat([disjoint_idx[t], blurry_idx[t], pool[t * share:(t + 1) * share]])
+        mine = torch.cat([disjoint_idx[t], blurry_idx[t], pool[t * share : (t + 1) * share]])
         tasks.append(_shuffle(mine, gen))
     return BlurrySplit(tasks, disjoint, blurry, pooled)
 
@@ -151,8 +159,15 @@ def _random_cuts(n: int, n_tasks: int, gen: torch.Generator) -> list[int]:
     return [0] + cuts + [n]
 
 
-def siblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: int, blurry_pct: int,
-                   seed: int, pool_order: str = "shuffled") -> BlurrySplit:
+def siblurry_split(
+    labels: Tensor,
+    n_tasks: int,
+    n_classes: int,
+    disjoint_pct: int,
+    blurry_pct: int,
+    seed: int,
+    pool_order: str = "shuffled",
+) -> BlurrySplit:
     """Si-Blurry: random class groups per task, a pool of random per-task amounts."""
     _check(n_tasks, disjoint_pct, blurry_pct, pool_order)
     labels = labels.cpu().long()
@@ -163,10 +178,10 @@ def siblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: i
     blurry: list[list[int]] = [[] for _ in range(n_tasks)]
     if n_disjoint > 0:
         cut = _random_cuts(n_disjoint, n_tasks, gen)
-        disjoint = [order[cut[t]:cut[t + 1]] for t in range(n_tasks)]
+        disjoint = [order[cut[t] : cut[t + 1]] for t in range(n_tasks)]
     if n_blurry > 0:
         cut = _random_cuts(n_blurry, n_tasks, gen)
-        blurry = [order[n_disjoint + cut[t]:n_disjoint + cut[t + 1]] for t in range(n_tasks)]
+        blurry = [order[n_disjoint + cut[t] : n_disjoint + cut[t + 1]] for t in range(n_tasks)]
     disjoint_idx = _indices_by_task(labels, disjoint, n_classes)
     blurry_idx = _pool_candidates(labels, blurry, n_classes, seed, pool_order)
     n_pool = sum(len(b) for b in blurry_idx) * blurry_pct // 100
@@ -176,19 +191,27 @@ def siblurry_split(labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: i
         cut = _random_cuts(n_pool, n_tasks, gen)
         amounts = [cut[t + 1] - cut[t] for t in range(n_tasks)]
         for t in range(n_tasks):
-            pooled[t] = blurry_idx[t][:amounts[t]]
-            blurry_idx[t] = blurry_idx[t][amounts[t]:]
+            pooled[t] = blurry_idx[t][: amounts[t]]
+            blurry_idx[t] = blurry_idx[t][amounts[t] :]
         pool = _shuffle(torch.cat(pooled), gen)
         start = 0
         for t in range(n_tasks):
-            blurry_idx[t] = torch.cat([blurry_idx[t], pool[start:start + amounts[t]]])
+            blurry_idx[t] = torch.cat([blurry_idx[t], pool[start : start + amounts[t]]])
             start += amounts[t]
     tasks = [_shuffle(torch.cat([disjoint_idx[t], blurry_idx[t]]), gen) for t in range(n_tasks)]
     return BlurrySplit(tasks, disjoint, blurry, pooled)
 
 
-def make_split(kind: str, labels: Tensor, n_tasks: int, n_classes: int, disjoint_pct: int, blurry_pct: int,
-               seed: int, pool_order: str = "shuffled") -> BlurrySplit:
+def make_split(
+    kind: str,
+    labels: Tensor,
+    n_tasks: int,
+    n_classes: int,
+    disjoint_pct: int,
+    blurry_pct: int,
+    seed: int,
+    pool_order: str = "shuffled",
+) -> BlurrySplit:
     if kind == "iblurry":
         return iblurry_split(labels, n_tasks, n_classes, disjoint_pct, blurry_pct, seed, pool_order)
     if kind == "siblurry":
@@ -247,11 +270,17 @@ def iblurry_statistics(labels: Tensor, split: BlurrySplit, n_classes: int) -> li
     for t, stream in enumerate(split.tasks):
         counts = torch.bincount(labels[stream], minlength=n_classes).tolist()
         own = set(split.majors(t))
-        out.append({
-            "task": t, "size": len(stream), "classes": sum(1 for n in counts if n),
-            "new": len(first[t]), "first_new_position": first[t][0][1] if first[t] else None,
-            "new_classes": [order[label] for label, _ in first[t]],
-            "disjoint": [counts[c] for c in split.disjoint[t]], "majors": [counts[c] for c in split.blurry[t]],
-            "minors": sorted((counts[c] for c in range(n_classes) if counts[c] and c not in own), reverse=True),
-        })
+        out.append(
+            {
+                "task": t,
+                "size": len(stream),
+                "classes": sum(1 for n in counts if n),
+                "new": len(first[t]),
+                "first_new_position": first[t][0][1] if first[t] else None,
+                "new_classes": [order[label] for label, _ in first[t]],
+                "disjoint": [counts[c] for c in split.disjoint[t]],
+                "majors": [counts[c] for c in split.blurry[t]],
+                "minors": sorted((counts[c] for c in range(n_classes) if counts[c] and c not in own), reverse=True),
+            }
+        )
     return out

@@ -68,12 +68,20 @@ def check_finite(method: Learner, task: Task, where: str) -> None:
     reg_weight = getattr(method, "reg_weight", None)
     if isinstance(reg_weight, (int, float)):
         knobs.insert(0, f"reg_weight (now {reg_weight:g})")
-    raise Diverged(f"{method.cfg.method} diverged in task {task.index + 1} ({where}): the model's parameters are "
-                   f"not finite (the loss became inf or NaN); lower {' or '.join(knobs)}")
+    raise Diverged(
+        f"{method.cfg.method} diverged in task {task.index + 1} ({where}): the model's parameters are "
+        f"not finite (the loss became inf or NaN); lower {' or '.join(knobs)}"
+    )
 
 
-def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Tensor]], phase: str,
-        task: Task, chunk_images: int | None = None) -> None:
+def fit(
+    method: Learner,
+    epochs: int,
+    batches_for_epoch: Callable[[int], list[Tensor]],
+    phase: str,
+    task: Task,
+    chunk_images: int | None = None,
+) -> None:
     """Train `epochs` epochs; epoch e runs the index batches `batches_for_epoch(e)`.
 
     With several ranks, each trains on its shard of every batch and the gradients are averaged."""
@@ -130,8 +138,9 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
             sizes = [len(part) for part, _ in chunk.shard]
             if sizes:
                 n = sum(sizes)
-                for x, y, (_, weight) in zip(images[offset:offset + n].split(sizes),
-                                             labels[offset:offset + n].split(sizes), chunk.shard):
+                for x, y, (_, weight) in zip(
+                    images[offset : offset + n].split(sizes), labels[offset : offset + n].split(sizes), chunk.shard
+                ):
                     epoch.step(step(x, y, weight), len(x))
                 offset += n
                 steps += len(sizes)
@@ -148,9 +157,19 @@ def fit(method: Learner, epochs: int, batches_for_epoch: Callable[[int], list[Te
                     acc = method.epoch_eval()
                     method.best_epoch_accuracy = max(acc, method.best_epoch_accuracy or acc)
                 mean_loss = loss_total / max(epoch.trained, 1)
-                method.report.epoch_finished(EpochStats(task.index, phase, chunk.epoch, epochs,
-                                                        mean_loss if math.isfinite(mean_loss) else None, epoch.lr,
-                                                        epoch.samples, seconds, acc))
+                method.report.epoch_finished(
+                    EpochStats(
+                        task.index,
+                        phase,
+                        chunk.epoch,
+                        epochs,
+                        mean_loss if math.isfinite(mean_loss) else None,
+                        epoch.lr,
+                        epoch.samples,
+                        seconds,
+                        acc,
+                    )
+                )
         planning.check(augmenter.mix_calls - calls, steps, ahead)
 
 
@@ -160,7 +179,7 @@ class _EpochTally:
 
     def start(self, lr: float, graphed: Iterable[GraphedStep]) -> None:
         self.started = time.perf_counter()  # chunks several epochs long are augmented up front:
-        self.lr = lr                        # an epoch's seconds then exclude its augmentation
+        self.lr = lr  # an epoch's seconds then exclude its augmentation
         self.losses: list[Tensor] = []
         self.sizes: list[int] = []
         self.trained = 0  # samples this process trained on (its shard, with several ranks)
@@ -206,8 +225,9 @@ class Stepper:
     def __init__(self, method: Learner) -> None:
         self.method = method
         self.graphs = method.uses_graphs
-        self.manual = (method.plain_step and method.dist is None and method.accel.amp_dtype is None
-                       and method.device.type == "cpu")
+        self.manual = (
+            method.plain_step and method.dist is None and method.accel.amp_dtype is None and method.device.type == "cpu"
+        )
         self.optimizer: torch.optim.Optimizer | None = None
         self.model: torch.nn.Module | None = None
         self.head: object = None
@@ -254,11 +274,18 @@ def _plain_fused_sgd(optimizer: torch.optim.Optimizer | None) -> list[Tensor] | 
     if type(optimizer) is not torch.optim.SGD or len(optimizer.param_groups) != 1:
         return None
     group = optimizer.param_groups[0]
-    plain = (group.get("fused") and not group.get("differentiable") and not group.get("maximize")
-             and group["momentum"] != 0 and not optimizer._optimizer_step_pre_hooks
-             and not optimizer._optimizer_step_post_hooks and not optim_hooks._global_optimizer_pre_hooks
-             and not optim_hooks._global_optimizer_post_hooks
-             and getattr(optimizer, "grad_scale", None) is None and getattr(optimizer, "found_inf", None) is None)
+    plain = (
+        group.get("fused")
+        and not group.get("differentiable")
+        and not group.get("maximize")
+        and group["momentum"] != 0
+        and not optimizer._optimizer_step_pre_hooks
+        and not optimizer._optimizer_step_post_hooks
+        and not optim_hooks._global_optimizer_pre_hooks
+        and not optim_hooks._global_optimizer_post_hooks
+        and getattr(optimizer, "grad_scale", None) is None
+        and getattr(optimizer, "found_inf", None) is None
+    )
     return list(group["params"]) if plain else None
 
 
@@ -273,9 +300,20 @@ def _fused_sgd_step(optimizer: torch.optim.Optimizer, params: list[Tensor]) -> b
         return False
     group = optimizer.param_groups[0]
     with torch.no_grad():
-        torch._fused_sgd_(params, cast("list[Tensor]", grads), cast("list[Tensor]", buffers), weight_decay=group["weight_decay"], momentum=group["momentum"],
-                          lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"],
-                          maximize=False, is_first_step=False, grad_scale=None, found_inf=None)
+        torch._fused_sgd_(
+            params,
+            cast("list[Tensor]", grads),
+            cast("list[Tensor]", buffers),
+            weight_decay=group["weight_decay"],
+            momentum=group["momentum"],
+            lr=group["lr"],
+            dampening=group["dampening"],
+            nesterov=group["nesterov"],
+            maximize=False,
+            is_first_step=False,
+            grad_scale=None,
+            found_inf=None,
+        )
     return True
 
 
@@ -287,8 +325,15 @@ def graphed_step(method: Learner, batch: int) -> GraphedStep:
     if cached is None or any(a is not b for a, b in zip((cached.model, cached.optimizer, cached.seen), current)):
         assert method.optimizer is not None
         cached = method.graphs[batch] = GraphedStep(
-            method.model, method.optimizer, method.seen, batch, method.setup.data.image_shape,
-            method.accel.channels_last, lambda: method.accel.autocast(graph_safe=True), method.report.log)
+            method.model,
+            method.optimizer,
+            method.seen,
+            batch,
+            method.setup.data.image_shape,
+            method.accel.channels_last,
+            lambda: method.accel.autocast(graph_safe=True),
+            method.report.log,
+        )
     return cached
 
 
@@ -313,8 +358,9 @@ class _Chunk:
     epoch_flats: list[Tensor]  # every chunk's `flat` of the epoch: the decode-ahead plan
 
 
-def _epoch_chunks(epochs: int, batches_of: Callable[[int], list[Tensor]], chunk_images: int,
-                  dist: Dist | None) -> Iterator[_Chunk]:
+def _epoch_chunks(
+    epochs: int, batches_of: Callable[[int], list[Tensor]], chunk_images: int, dist: Dist | None
+) -> Iterator[_Chunk]:
     """The chunks of every epoch in order; an epoch's batches are asked for when its first
     chunk is (an epoch without batches is one empty chunk: its learning rate, evaluation...)."""
     for epoch in range(epochs):
@@ -366,8 +412,10 @@ class _MixPlanning:
             return
         once = calls == steps and not left and not broken
         if planned and not once:
-            self.report.log(f"{self.cls.__name__}: a training step did not take its planned CutMix draw; "
-                            "augmenting chunk by chunk from here on")
+            self.report.log(
+                f"{self.cls.__name__}: a training step did not take its planned CutMix draw; "
+                "augmenting chunk by chunk from here on"
+            )
         if not once or self.cls not in _MIX_PER_STEP:
             _MIX_PER_STEP[self.cls] = once
 

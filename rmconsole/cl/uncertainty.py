@@ -18,8 +18,20 @@ from .catalog import MEASURES
 # the image). As in their code (torchvision's RandomHorizontalFlip / RandomVerticalFlip /
 # RandomRotation), the flips happen with probability 0.5 and the rotations draw an angle
 # uniformly in [-d, d], independently per sample; cutout centres are drawn per sample.
-VR_VIEWS = ("cutout8", "cutout16", "cutout24", "cutout32", "hflip", "vflip", "rotate45", "rotate90",
-            "invert", "solarize128", "solarize64", "solarize32")
+VR_VIEWS = (
+    "cutout8",
+    "cutout16",
+    "cutout24",
+    "cutout32",
+    "hflip",
+    "vflip",
+    "rotate45",
+    "rotate90",
+    "invert",
+    "solarize128",
+    "solarize64",
+    "solarize32",
+)
 
 
 def _vr_view(name: str, images: Tensor, gen: torch.Generator) -> Tensor:
@@ -60,10 +72,17 @@ def perturbed_views(images: Tensor, measure: str, n_views: int, gen: torch.Gener
 
 
 @torch.inference_mode()
-def vote_uncertainty(predict: Callable[[Tensor], Tensor], images_of: Callable[[Tensor], Tensor],
-                     candidates: Tensor, measure: str, n_views: int, gen: torch.Generator,
-                     normalize: Callable[[Tensor], Tensor], chunk_images: int = 16384,
-                     progress: Callable[[int], None] | None = None) -> tuple[Tensor, Tensor | None]:
+def vote_uncertainty(
+    predict: Callable[[Tensor], Tensor],
+    images_of: Callable[[Tensor], Tensor],
+    candidates: Tensor,
+    measure: str,
+    n_views: int,
+    gen: torch.Generator,
+    normalize: Callable[[Tensor], Tensor],
+    chunk_images: int = 16384,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[Tensor, Tensor | None]:
     """(uncertainty in [0, 1], top vote count in [0, n_views]) for every candidate index.
 
     `predict` maps normalised images to logits; `images_of` maps indices to uint8 images.
@@ -80,11 +99,11 @@ def vote_uncertainty(predict: Callable[[Tensor], Tensor], images_of: Callable[[T
     views_per_chunk = 1 if measure == "none" else n_views
     per_chunk = max(1, chunk_images // views_per_chunk)
     for start in range(0, len(candidates), per_chunk):
-        idx = candidates[start:start + per_chunk]
+        idx = candidates[start : start + per_chunk]
         images = images_of(idx)
         if measure == "none":
             probs = predict(normalize(images)).float().softmax(-1)
-            uncertainty[start:start + len(idx)] = (1.0 - probs.max(-1).values).cpu()
+            uncertainty[start : start + len(idx)] = (1.0 - probs.max(-1).values).cpu()
             if progress is not None:
                 progress(len(idx))
             continue
@@ -94,8 +113,8 @@ def vote_uncertainty(predict: Callable[[Tensor], Tensor], images_of: Callable[[T
         counts = torch.zeros(len(idx), logits.shape[-1], dtype=torch.long, device=top.device)
         counts.scatter_add_(1, top.t(), torch.ones_like(top.t()))
         best = counts.max(1).values.cpu()
-        votes[start:start + len(idx)] = best
-        uncertainty[start:start + len(idx)] = 1.0 - best.float() / n_views
+        votes[start : start + len(idx)] = best
+        uncertainty[start : start + len(idx)] = 1.0 - best.float() / n_views
         if progress is not None:
             progress(len(idx))
     return uncertainty, (None if measure == "none" else votes)

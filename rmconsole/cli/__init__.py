@@ -24,6 +24,10 @@ below stay importable from `rmconsole.cli` for code written against the single-m
 
 from __future__ import annotations
 
+# the order of `rmconsole --help`'s commands (Typer lists them as registered; the modules
+# register them by responsibility, the help reads by what a user does first)
+from typer.models import CommandInfo
+
 from . import (  # noqa: F401
     inspect_commands,
     manage_commands,
@@ -42,20 +46,60 @@ from .run_commands import follow
 from .selection import reap_quietly, select_runs
 from .sweeps import follow_sweep, run_sweep
 
-# the order of `rmconsole --help`'s commands (Typer lists them as registered; the modules
-# register them by responsibility, the help reads by what a user does first)
-HELP_ORDER = ("run", "show", "runs", "presets", "tag", "note", "rename", "archive", "rm", "diff", "config-keys",
-              "report", "export", "tune", "stop", "resume", "join", "tui", "server")
+HELP_ORDER = (
+    "run",
+    "show",
+    "runs",
+    "presets",
+    "tag",
+    "note",
+    "rename",
+    "archive",
+    "rm",
+    "diff",
+    "config-keys",
+    "report",
+    "export",
+    "tune",
+    "stop",
+    "resume",
+    "join",
+    "tui",
+    "server",
+)
 
 
-def _command_name(info: object) -> str:
-    name = getattr(info, "name", None)
-    return name or getattr(info, "callback").__name__.replace("_", "-")
+def _command_name(info: CommandInfo) -> str:
+    if info.name:
+        return info.name
+    return info.callback.__name__.replace("_", "-") if info.callback else ""
 
 
-app.registered_commands.sort(key=lambda info: (HELP_ORDER.index(_command_name(info))
-                                               if _command_name(info) in HELP_ORDER else len(HELP_ORDER)))
+app.registered_commands.sort(
+    key=lambda info: HELP_ORDER.index(_command_name(info)) if _command_name(info) in HELP_ORDER else len(HELP_ORDER)
+)
 
-__all__ = ["HELP_ORDER", "MAX_SLOTS", "RUN_ID", "USER_ERRORS", "app", "check_count", "check_run_id", "console", "dim",
-           "epoch_lines", "err_console", "follow", "follow_sweep", "main", "print_run", "print_sweep_queues",
-           "reap_quietly", "run_sweep", "runs", "select_runs", "show", "sparkline"]
+__all__ = [
+    "HELP_ORDER",
+    "MAX_SLOTS",
+    "RUN_ID",
+    "USER_ERRORS",
+    "app",
+    "check_count",
+    "check_run_id",
+    "console",
+    "dim",
+    "epoch_lines",
+    "err_console",
+    "follow",
+    "follow_sweep",
+    "main",
+    "print_run",
+    "print_sweep_queues",
+    "reap_quietly",
+    "run_sweep",
+    "runs",
+    "select_runs",
+    "show",
+    "sparkline",
+]

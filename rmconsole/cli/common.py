@@ -3,8 +3,6 @@ shown, never obeyed), the errors that are the user's, and the checks of counts a
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .. import runner, store
@@ -12,12 +10,23 @@ from ..cl.datasets import DatasetMissing
 from ..config import MAX_INT, ConfigError, shorten
 from ..sanitize import SafeConsole
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="A terminal experiment console for continual learning around Rainbow Memory.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="A terminal experiment console for continual learning around Rainbow Memory.",
+)
 console = SafeConsole()  # whatever a run's name, tag, note or preset holds, no control character reaches the terminal
 err_console = SafeConsole(stderr=True)
-USER_ERRORS = (ConfigError, store.StoreError, store.UnknownRun, DatasetMissing, ValueError, runner.StartFailed,
-               store.LeaseLost)
+USER_ERRORS = (
+    ConfigError,
+    store.StoreError,
+    store.UnknownRun,
+    DatasetMissing,
+    ValueError,
+    runner.StartFailed,
+    store.LeaseLost,
+)
 MAX_SLOTS = 1024  # --parallel, --gpus and --nnodes beyond this are typing errors, not machines
 RUN_ID = {"ignore_unknown_options": True}  # `show -1` is a run id to refuse, not an unknown option
 
@@ -25,12 +34,13 @@ RUN_ID = {"ignore_unknown_options": True}  # `show -1` is a run id to refuse, no
 def check_run_id(run_id: int) -> int:
     """A run id within the store's range (a negative or 20-digit id is one line, not an OverflowError)."""
     if not 1 <= run_id <= MAX_INT:
-        raise ConfigError(f"run id {shorten(run_id)}: run ids are whole numbers from 1 to {MAX_INT} "
-                          f"(see `rmconsole runs`)")
+        raise ConfigError(
+            f"run id {shorten(run_id)}: run ids are whole numbers from 1 to {MAX_INT} (see `rmconsole runs`)"
+        )
     return run_id
 
 
-def check_count(option: str, value: Optional[int], low: int, high: int = MAX_INT) -> None:
+def check_count(option: str, value: int | None, low: int, high: int = MAX_INT) -> None:
     if value is not None and not low <= value <= high:
         raise ConfigError(f"{option} {shorten(value)}: allowed: {low} to {high}")
 

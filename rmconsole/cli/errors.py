@@ -63,9 +63,12 @@ def main() -> None:
         if _debug:
             raise
         _error(runner.describe_os_error(err))
-    except Exception as err:  # noqa: BLE001 - a bug is one line too; --debug shows where
+    except Exception as err:
         if _debug:
             raise
-        _error(f"internal error: {type(err).__name__}: {shorten(str(err), 300)} (run again with "
-               f"`rmconsole --debug ...` for the traceback, and please report it)", 1)
+        _error(
+            f"internal error: {type(err).__name__}: {shorten(str(err), 300)} (run again with "
+            f"`rmconsole --debug ...` for the traceback, and please report it)",
+            1,
+        )
     sys.exit(code if isinstance(code, int) else 0)

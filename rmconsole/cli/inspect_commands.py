@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -19,8 +18,10 @@ from .selection import _run_id, reap_quietly
 
 
 @app.command(context_settings=RUN_ID)
-def show(run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last' (the newest run)."),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON (with every epoch row and memory update).")) -> None:
+def show(
+    run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last' (the newest run)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (with every epoch row and memory update)."),
+) -> None:
     """One run: who it is (name, tags, note), config (overrides first), per-task accuracy, every
     memory update's histogram, the epochs inside each task (loss, lr, samples/s), metrics."""
     run_id = _run_id(run)
@@ -37,15 +38,20 @@ STATUS_COLOURS = {"finished": "green", "running": "cyan", "queued": "yellow", "f
 
 
 @app.command()
-def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
-                                                      help="Run filter terms, all of which must hold: "
-                                                           "method:rm,ewc k:500 tag:baseline override:epochs "
-                                                           "'A_last>85' or words."),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-         status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status."),
-         limit: int = typer.Option(50, "--limit", help="Show the newest N runs (0 = all)."),
-         sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only the runs of this sweep (an id or 'last')."),
-         all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too.")) -> None:
+def runs(
+    filters: list[str] | None = typer.Argument(
+        None,
+        metavar="FILTER",
+        help="Run filter terms, all of which must hold: "
+        "method:rm,ewc k:500 tag:baseline override:epochs "
+        "'A_last>85' or words.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    status: str | None = typer.Option(None, "--status", help="Only runs with this status."),
+    limit: int = typer.Option(50, "--limit", help="Show the newest N runs (0 = all)."),
+    sweep_: str | None = typer.Option(None, "--sweep", help="Only the runs of this sweep (an id or 'last')."),
+    all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too."),
+) -> None:
     """All runs, newest last, and the queue of every sweep shown. A filter term is KEY:V1,V2 (any of
     them), KEY>N (also >= < <= = !=) or a word; KEY is a run column, tag, override, a metric or a
     config key. Partial metrics (a run not through all tasks) show as @k/T."""
@@ -72,13 +78,16 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     # in the same cell and are cut (…) before any number is; a live status is cut to its column
     wide = console.width >= 120
     # the catalogue's metric columns; one of task-free runs only (A_auc) when such a run is listed
-    columns = [m for m in metric_registry.columns()
-               if "task" in m.protocols or any(m.name in r.metrics for r in records)]
+    columns = [
+        m for m in metric_registry.columns() if "task" in m.protocols or any(m.name in r.metrics for r in records)
+    ]
     jobs = store.job_states([r.id for r in records if r.status == "queued"])
     marked = []
     rows = []
     for r in records:
-        status_text = r.status if r.status != "running" or r.task is None else f"{r.task + 1}/{r.n_tasks} {r.phase or ''}"
+        status_text = (
+            r.status if r.status != "running" or r.task is None else f"{r.task + 1}/{r.n_tasks} {r.phase or ''}"
+        )
         if r.id in jobs:  # queued at a scheduler: its job and the scheduler's word
             executor, job_id, job_state = jobs[r.id]
             status_text = f"queued: {executor} job {job_id} {job_state or ''}".strip()
@@ -97,13 +106,15 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         "id": max(2, *(len(str(r.id)) for r, *_ in rows)),
         "status": min(max(6, *(len(t) for _, t, *_ in rows)), STATUS_WIDTH),
         "method": max(len("method"), *(len(r.method) for r, *_ in rows)),
-        "K": max(1, *(len(str(r.memory_size)) for r, *_ in rows)), "seed": max(4, *(len(str(r.seed)) for r, *_ in rows)),
+        "K": max(1, *(len(str(r.memory_size)) for r, *_ in rows)),
+        "seed": max(4, *(len(str(r.seed)) for r, *_ in rows)),
     }
     metric_widths = [max(len(m.label), *(len(row[4][i][0]) for row in rows)) for i, m in enumerate(columns)]
     table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold")
     table.add_column("id", justify="right", no_wrap=True, min_width=natural["id"])
-    table.add_column("status", no_wrap=True, overflow="ellipsis", min_width=natural["status"],
-                     max_width=natural["status"])
+    table.add_column(
+        "status", no_wrap=True, overflow="ellipsis", min_width=natural["status"], max_width=natural["status"]
+    )
     if wide:
         labels = [len(label) for _, _, label, _, _ in rows]
         table.add_column("run", min_width=min(max(labels, default=3), 40))  # name, else preset: never cut (to 40)
@@ -122,9 +133,16 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
         if what and not wide:  # (cut with … at the cell's end, never a second line)
             # a name, then what it changes; unnamed: what it changes first (what tells it apart), then its preset
             cell = f"{escape(label)} [dim]{escape(what)}[/]" if r.name else f"{escape(what)} [dim]{escape(label)}[/]"
-        table.add_row(str(r.id), f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]", cell, r.method,
-                      str(r.memory_size), str(r.seed), *([escape(what)] if wide else []),
-                      *[dim(text, style) for text, style in metrics])
+        table.add_row(
+            str(r.id),
+            f"[{STATUS_COLOURS[r.status]}]{escape(status_text)}[/]",
+            cell,
+            r.method,
+            str(r.memory_size),
+            str(r.seed),
+            *([escape(what)] if wide else []),
+            *[dim(text, style) for text, style in metrics],
+        )
     console.print(table)
     for r in marked:
         console.print(f"* run {r.id}: I_last {r.i_last_note} (rmconsole show {r.id})", highlight=False)
@@ -133,20 +151,27 @@ def runs(filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
     print_sweep_queues([r.sweep_id for r in records if r.sweep_id])
 
 
-def _say_none_match(filters: Optional[list[str]], status: Optional[str], sweep_: Optional[str], all_: bool) -> None:
+def _say_none_match(filters: list[str] | None, status: str | None, sweep_: str | None, all_: bool) -> None:
     """`runs` found nothing: one line on stderr saying so (exit 1 when filters chose nothing, as grep)."""
     stored = store.count_runs()
     asked = [*(filters or []), *([f"--status {status}"] if status else []), *([f"--sweep {sweep_}"] if sweep_ else [])]
     if not asked:
-        err_console.print("no runs in the store yet: start one with `rmconsole run`" if not stored else
-                          f"no runs to show ({stored} archived: `rmconsole runs --all`)", highlight=False)
+        err_console.print(
+            "no runs in the store yet: start one with `rmconsole run`"
+            if not stored
+            else f"no runs to show ({stored} archived: `rmconsole runs --all`)",
+            highlight=False,
+        )
         return
     ranges = [t for t in filters or [] if re.fullmatch(r"id[:=]\d+-\d+", t.strip())]
     hint = ""
     if ranges:
         low, high = re.split(r"[:=]", ranges[0].strip(), maxsplit=1)[1].split("-")
         hint = f"; a range of ids is two terms: 'id>={low}' 'id<={high}'"
-    err_console.print(f"no runs match {escape(shorten(' '.join(asked), 200))} ({stored} run(s) stored"
-                      f"{'' if all_ else ', archived ones hidden'}; see `rmconsole runs`){hint}", highlight=False,
-                      soft_wrap=True)
+    err_console.print(
+        f"no runs match {escape(shorten(' '.join(asked), 200))} ({stored} run(s) stored"
+        f"{'' if all_ else ', archived ones hidden'}; see `rmconsole runs`){hint}",
+        highlight=False,
+        soft_wrap=True,
+    )
     raise typer.Exit(1)

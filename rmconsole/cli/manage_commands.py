@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -19,9 +18,12 @@ from .selection import _chosen_runs, _run_id
 
 
 @app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": False})
-def tag(items: list[str] = typer.Argument(..., metavar="RUN... [+TAG|-TAG]...",
-                                          help="Run ids (3 4, 3-9, last), then +TAG to add and -TAG to remove."),
-        where_: Optional[str] = typer.Option(None, "--where", help="Also the runs that pass this run filter.")) -> None:
+def tag(
+    items: list[str] = typer.Argument(
+        ..., metavar="RUN... [+TAG|-TAG]...", help="Run ids (3 4, 3-9, last), then +TAG to add and -TAG to remove."
+    ),
+    where_: str | None = typer.Option(None, "--where", help="Also the runs that pass this run filter."),
+) -> None:
     """Add (+t) and remove (-t) tags: `rmconsole tag 3 4 +baseline -draft`."""
     add = [i[1:] for i in items if i.startswith("+")]
     remove = [i[1:] for i in items if i.startswith("-")]
@@ -36,64 +38,85 @@ def tag(items: list[str] = typer.Argument(..., metavar="RUN... [+TAG|-TAG]...",
 
 
 @app.command()
-def note(run: str = typer.Argument(..., metavar="RUN", help="Run id or 'last'."),
-         text: str = typer.Argument(..., help="The note (\"\" clears it).")) -> None:
+def note(
+    run: str = typer.Argument(..., metavar="RUN", help="Run id or 'last'."),
+    text: str = typer.Argument(..., help='The note ("" clears it).'),
+) -> None:
     """Write a note on a run (shown by `show`, searched by the run filter's words)."""
     run_id = _run_id(run)
     if not text.isprintable():
         raise ConfigError("note: give one line of printable text")
     store.set_note([run_id], text.strip() or None)
-    console.print(f"run {run_id}: " + (f"note “{escape(text.strip())}”" if text.strip() else "note cleared"),
-                  highlight=False)
+    console.print(
+        f"run {run_id}: " + (f"note “{escape(text.strip())}”" if text.strip() else "note cleared"), highlight=False
+    )
 
 
 @app.command()
-def rename(run: str = typer.Argument(..., metavar="RUN", help="Run id or 'last'."),
-           name: str = typer.Argument(..., help="The new name (\"\" clears it).")) -> None:
+def rename(
+    run: str = typer.Argument(..., metavar="RUN", help="Run id or 'last'."),
+    name: str = typer.Argument(..., help='The new name ("" clears it).'),
+) -> None:
     """Give a run a name (as `run --name`)."""
     run_id = _run_id(run)
     if name.strip():
         runner.check_identity(name.strip(), None)
     store.set_name([run_id], name.strip() or None)
-    console.print(f"run {run_id}: " + (f"name “{escape(name.strip())}”" if name.strip() else "name cleared"),
-                  highlight=False)
+    console.print(
+        f"run {run_id}: " + (f"name “{escape(name.strip())}”" if name.strip() else "name cleared"), highlight=False
+    )
 
 
 @app.command()
-def archive(items: Optional[list[str]] = typer.Argument(None, metavar="RUN...", help="Run ids (3 4, 3-9, last)."),
-            where_: Optional[str] = typer.Option(None, "--where", help="The runs that pass this run filter."),
-            undo: bool = typer.Option(False, "--undo", help="Bring archived runs back.")) -> None:
+def archive(
+    items: list[str] | None = typer.Argument(None, metavar="RUN...", help="Run ids (3 4, 3-9, last)."),
+    where_: str | None = typer.Option(None, "--where", help="The runs that pass this run filter."),
+    undo: bool = typer.Option(False, "--undo", help="Bring archived runs back."),
+) -> None:
     """Hide runs from `runs`, `report` and the TUI (`--all` / archived:true show them); nothing is deleted."""
     verb = "restored" if undo else "archived"
     if where_ is not None and not items and not store.find_runs(where_, archived=True):
         # nothing to tidy is an answer, not a usage error: a script's `archive --where status:failed` goes on
-        console.print(f"{verb} 0 runs: none matches --where {escape(shorten(where_, 200))} "
-                      f"({store.count_runs()} run(s) stored)", highlight=False)
+        console.print(
+            f"{verb} 0 runs: none matches --where {escape(shorten(where_, 200))} ({store.count_runs()} run(s) stored)",
+            highlight=False,
+        )
         return
     ids = _chosen_runs(list(items or []), where_)
     changed = store.set_archived(ids, not undo)
-    console.print(f"{verb} {len(changed)} run(s)" + (f": {', '.join(map(str, changed))}" if changed else "") +
-                  (f" ({len(ids) - len(changed)} already {verb})" if len(changed) < len(ids) else ""), highlight=False)
+    console.print(
+        f"{verb} {len(changed)} run(s)"
+        + (f": {', '.join(map(str, changed))}" if changed else "")
+        + (f" ({len(ids) - len(changed)} already {verb})" if len(changed) < len(ids) else ""),
+        highlight=False,
+    )
 
 
 @app.command("rm")
-def remove(items: list[str] = typer.Argument(..., metavar="RUN...", help="Run ids (3 4, 3-9, last)."),
-           yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask (for scripts).")) -> None:
+def remove(
+    items: list[str] = typer.Argument(..., metavar="RUN...", help="Run ids (3 4, 3-9, last)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask (for scripts)."),
+) -> None:
     """Delete runs for good: their rows, metrics, log and checkpoint. A queued or running run is
     refused (stop it first); `archive` hides a run without deleting it."""
     ids = _chosen_runs(items)
     records = store.run_records(ids, i_last=False)
     active = [r for r in records if r.active]
     if active:
-        raise ConfigError(f"run {active[0].id} is {active[0].status}: stop it first (rmconsole stop {active[0].id}); "
-                          f"nothing was deleted")
+        raise ConfigError(
+            f"run {active[0].id} is {active[0].status}: stop it first (rmconsole stop {active[0].id}); "
+            f"nothing was deleted"
+        )
     if not yes:
         if not sys.stdin.isatty():
             raise ConfigError("rm deletes runs for good: confirm with --yes (no terminal to ask on)")
         headline = mark_carrier(metric_registry.columns())  # (A_last: the runs table's @k/T column)
         for r in records:
-            console.print(f"  run {r.id} {r.status} {escape(r.label)} {r.method} seed {r.seed}"
-                          + (f" {headline.name} {r.metric_text(headline.name)}" if headline else ""), highlight=False)
+            console.print(
+                f"  run {r.id} {r.status} {escape(r.label)} {r.method} seed {r.seed}"
+                + (f" {headline.name} {r.metric_text(headline.name)}" if headline else ""),
+                highlight=False,
+            )
         if not typer.confirm(f"Delete {len(records)} run(s) with their rows, logs and checkpoints?", default=False):
             err_console.print("nothing deleted")
             raise typer.Exit(1)
@@ -103,9 +126,11 @@ def remove(items: list[str] = typer.Argument(..., metavar="RUN...", help="Run id
 
 
 @app.command()
-def diff(a: str = typer.Argument(..., metavar="RUN_A", help="Run id or 'last'."),
-         b: str = typer.Argument(..., metavar="RUN_B", help="Run id or 'last'."),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def diff(
+    a: str = typer.Argument(..., metavar="RUN_A", help="Run id or 'last'."),
+    b: str = typer.Argument(..., metavar="RUN_B", help="Run id or 'last'."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
     """What differs between two runs: the config keys (values as --set writes them), then the
     metrics (B − A) and the accuracy after each task."""
     from ..report import run_diff

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
-from .. import metric_registry, paper as papers, plugins, runner, store
-from ..config import config_view
-from ..recency import class_accuracy_by_age
+from .. import metric_registry, plugins, runner, store
+from .. import paper as papers
 from .. import report as reports
+from ..config import config_view
 from ..numbers import fmt
+from ..recency import class_accuracy_by_age
 from ..report import anytime as anytime_report
 from .common import console, err_console
 
@@ -61,8 +62,9 @@ def _cross_text(detail: dict[str, Any], metric: Any) -> str:
         return fmt(value) + (f" (vs run {m.get(metric.name + '_against')})" if value is not None else "")
     differs = m.get("I_last_joint_differs")
     if m["I_last"] is not None and differs:
-        what = "; ".join(f"{k} {store.show_value(v['run'])} here, {store.show_value(v['joint'])} there"
-                         for k, v in differs.items())
+        what = "; ".join(
+            f"{k} {store.show_value(v['run'])} here, {store.show_value(v['joint'])} there" for k, v in differs.items()
+        )
         return f"{fmt(m['I_last'])}* (* vs joint run {m.get('I_last_joint_run')}, which differs in {what})"
     if m["I_last"] is not None:
         return f"{fmt(m['I_last'])} (vs joint run {m.get('I_last_joint_run')})"
@@ -113,8 +115,10 @@ def class_accuracy_lines(detail: dict[str, Any], width: int = 80) -> list[str]:
         if not group:
             continue
         head = f"  {name} ({len(group)}, mean {fmt(mean, 1)}):"
+
         def entry(c: Any) -> str:
             return f"{c.label} {fmt(c.accuracy, 0)}" + (f"/{c.slots}" if c.slots is not None else "")
+
         if len(group) > MAX_LISTED:
             worst = sorted((c for c in group if c.accuracy is not None), key=lambda c: c.accuracy or 0.0)[:5]
             lines.append(f"{head} lowest {'  '.join(entry(c) for c in worst)}")
@@ -185,7 +189,7 @@ def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def print_run(run_id: int, detail: Optional[dict[str, Any]] = None, brief: bool = False) -> None:
+def print_run(run_id: int, detail: dict[str, Any] | None = None, brief: bool = False) -> None:
     """What `show` promises: who the run is, its config (overrides first), the per-task accuracy,
     every memory update's histogram, per-class accuracy beside the memory, the epochs inside each
     task, and the metrics (beside the paper's when it has the figure). `brief` (the end of
@@ -207,8 +211,14 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None, brief: bool 
         console.print(f"note: {escape(detail['note'])}", highlight=False)
     config = detail["config"]
     overrides = detail.get("overrides") or {}
-    console.print("overrides: " + (escape(" ".join(f"{k}={reports.format_value(v)}" for k, v in overrides.items()))
-                                   or "none (the preset as it is)"), highlight=False)
+    console.print(
+        "overrides: "
+        + (
+            escape(" ".join(f"{k}={reports.format_value(v)}" for k, v in overrides.items()))
+            or "none (the preset as it is)"
+        ),
+        highlight=False,
+    )
     console.print(f"[dim]{escape(config_text(config))}[/]", highlight=False)
     table = Table(title=None, box=None, padding=(0, 1), header_style="bold")
     table.add_column("task", justify="right")
@@ -222,24 +232,41 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None, brief: bool 
         table.add_column(f"T{j + 1}", justify="right", style="dim")
     table.add_column("time s", justify="right")
     for t in tasks:
-        majors = ", ".join(t["major_names"] or map(str, t["major_classes"])) if t.get("major_names") is not None \
+        majors = (
+            ", ".join(t["major_names"] or map(str, t["major_classes"]))
+            if t.get("major_names") is not None
             else ", ".join(map(str, t["major_classes"]))
+        )
         row = t["accuracy_row"] or [None] * len(tasks)
-        table.add_row(str(t["task"] + 1), f"{t['n_samples']:,}", majors, fmt(t["accuracy"]),
-                      *([fmt(t.get("val_accuracy"))] if validated else []), *[fmt(v, 1) for v in row],
-                      fmt(t["seconds"], 1))
+        table.add_row(
+            str(t["task"] + 1),
+            f"{t['n_samples']:,}",
+            majors,
+            fmt(t["accuracy"]),
+            *([fmt(t.get("val_accuracy"))] if validated else []),
+            *[fmt(v, 1) for v in row],
+            fmt(t["seconds"], 1),
+        )
     console.print(table)
     held = detail.get("validation")
     if held:
-        console.print(f"validation: {held['samples']:,} training samples held out ({held['fraction']:g} of each "
-                      f"class; hash {held['hash']}), never trained on; val % = accuracy on them", highlight=False)
+        console.print(
+            f"validation: {held['samples']:,} training samples held out ({held['fraction']:g} of each "
+            f"class; hash {held['hash']}), never trained on; val % = accuracy on them",
+            highlight=False,
+        )
     if detail["memory"] and not brief:
         policies = {(m.get("info") or {}).get("policy") for m in detail["memory"]} - {None}
-        console.print("memory after each update: size/slots per class, then samples per class in class_order"
-                      + (f" ({', '.join(sorted(map(str, policies)))})" if policies else ""), highlight=False)
+        console.print(
+            "memory after each update: size/slots per class, then samples per class in class_order"
+            + (f" ({', '.join(sorted(map(str, policies)))})" if policies else ""),
+            highlight=False,
+        )
         for m in detail["memory"]:
-            console.print(f"  T{m['task'] + 1} {m['size']}/{m['slots_per_class']}: {' '.join(map(str, m['histogram']))}",
-                          highlight=False)
+            console.print(
+                f"  T{m['task'] + 1} {m['size']}/{m['slots_per_class']}: {' '.join(map(str, m['histogram']))}",
+                highlight=False,
+            )
     for line in class_accuracy_lines(detail, console.width):
         console.print(escape(line), highlight=False)
     if detail.get("epochs") and not brief:
@@ -254,11 +281,18 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None, brief: bool 
         parts.append(f"{metric.name} {text}")
     console.print("  ".join(parts), highlight=False)
     if extra:  # measured beyond the protocol's own (e.g. the authors' test-selected figure), a line of their own
-        console.print("[dim]" + "  ".join(f"{metric.label} {_metric(detail, metric.name, metric.letter)}"
-                                          for metric in extra) + "[/]", highlight=False)
+        console.print(
+            "[dim]"
+            + "  ".join(f"{metric.label} {_metric(detail, metric.name, metric.letter)}" for metric in extra)
+            + "[/]",
+            highlight=False,
+        )
     if m.get("partial"):
-        console.print(f"[yellow]partial:[/] metrics after task {m['tasks_done']} of {detail['progress']['n_tasks']} "
-                      f"(A@k/T is the accuracy after task k, not a final A_last)", highlight=False)
+        console.print(
+            f"[yellow]partial:[/] metrics after task {m['tasks_done']} of {detail['progress']['n_tasks']} "
+            f"(A@k/T is the accuracy after task k, not a final A_last)",
+            highlight=False,
+        )
     for line in paper_lines(detail):
         console.print(escape(line), highlight=False)
     if m.get("topk") and topk:
@@ -266,8 +300,11 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None, brief: bool 
         console.print(f"top-{m['topk']}: {shown}  (the figures above are top-1)")
     if detail.get("job_id"):  # the scheduler's word is news only while the run is active
         active = detail["status"] in store.ACTIVE and detail.get("job_state")
-        console.print(f"{(detail.get('executor') or '').split(':')[0]} job {detail['job_id']}"
-                      + (f": {detail['job_state']}" if active else ""), highlight=False)
+        console.print(
+            f"{(detail.get('executor') or '').split(':')[0]} job {detail['job_id']}"
+            + (f": {detail['job_state']}" if active else ""),
+            highlight=False,
+        )
     for line in anytime_report.anytime_lines(detail):  # task-free runs: A_auc, first appearances, compute
         console.print(line, highlight=False)
     for entry in (detail.get("versions") or {}).get("plugins") or []:  # the plug-in packages that made it
@@ -275,8 +312,9 @@ def print_run(run_id: int, detail: Optional[dict[str, Any]] = None, brief: bool 
     if detail["error"]:
         err_console.print(f"[red]{detail['status']}:[/] {escape(detail['error'])}")
     if brief and (detail.get("memory") or detail.get("epochs")):
-        console.print(f"[dim]every memory update and the epochs inside each task: rmconsole show {run_id}[/]",
-                      highlight=False)
+        console.print(
+            f"[dim]every memory update and the epochs inside each task: rmconsole show {run_id}[/]", highlight=False
+        )
 
 
 def print_sweep_queues(sweep_ids: list[str]) -> None:
@@ -286,8 +324,13 @@ def print_sweep_queues(sweep_ids: list[str]) -> None:
         counts = runner.status_counts(members)
         done = sum(counts.get(k, 0) for k in ("finished", "failed", "stopped"))
         pid = runner.driver_pid(sweep_id)
-        held = sorted({f"{(r.executor or '').split(':')[0]} job {r.job_id}" for r in members
-                       if r.job_id and r.status in store.ACTIVE})
+        held = sorted(
+            {
+                f"{(r.executor or '').split(':')[0]} job {r.job_id}"
+                for r in members
+                if r.job_id and r.status in store.ACTIVE
+            }
+        )
         if held:
             driver = f"; held by the scheduler: {', '.join(held[:5])}" + (" …" if len(held) > 5 else "")
         elif pid:
@@ -296,5 +339,9 @@ def print_sweep_queues(sweep_ids: list[str]) -> None:
             driver = f"; no queue runner: continue with `python -m rmconsole.runner.queue {sweep_id}`"
         else:
             driver = ""
-        console.print(f"sweep {sweep_id} ({members[0].preset}): {done}/{len(members)} done — " +
-                      ", ".join(f"{v} {k}" for k, v in counts.items()) + driver, highlight=False)
+        console.print(
+            f"sweep {sweep_id} ({members[0].preset}): {done}/{len(members)} done — "
+            + ", ".join(f"{v} {k}" for k, v in counts.items())
+            + driver,
+            highlight=False,
+        )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -22,38 +21,59 @@ from .selection import _chosen_runs, _listed, select_runs
 
 @app.command()
 def report(
-    filters: Optional[list[str]] = typer.Argument(None, metavar="FILTER",
-                                                 help="Run filter terms, as for `rmconsole runs`: method:rm,ewc 'A_last>85'."),
-    sweep_: Optional[str] = typer.Option(None, "--sweep", help="Only this sweep (an id, or 'last')."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="Only these presets (comma-separated)."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="Only these datasets (comma-separated)."),
-    method: Optional[str] = typer.Option(None, "--method", help="Only these methods (comma-separated)."),
-    status: Optional[str] = typer.Option(None, "--status", help="Only these statuses (comma-separated)."),
-    run_ids: Optional[str] = typer.Option(None, "--runs", help="Only these run ids: 3,4,7 or 3-9."),
+    filters: list[str] | None = typer.Argument(
+        None, metavar="FILTER", help="Run filter terms, as for `rmconsole runs`: method:rm,ewc 'A_last>85'."
+    ),
+    sweep_: str | None = typer.Option(None, "--sweep", help="Only this sweep (an id, or 'last')."),
+    preset: str | None = typer.Option(None, "--preset", help="Only these presets (comma-separated)."),
+    dataset: str | None = typer.Option(None, "--dataset", help="Only these datasets (comma-separated)."),
+    method: str | None = typer.Option(None, "--method", help="Only these methods (comma-separated)."),
+    status: str | None = typer.Option(None, "--status", help="Only these statuses (comma-separated)."),
+    run_ids: str | None = typer.Option(None, "--runs", help="Only these run ids: 3,4,7 or 3-9."),
     where_: list[str] = typer.Option([], "--where", help="Only runs with KEY=V1,V2 in their config (repeatable)."),
-    rows: Optional[str] = typer.Option(None, "--rows", help="Keys that make a row (default: method)."),
-    cols: Optional[str] = typer.Option(None, "--cols", help="Keys that make a column group, e.g. memory_size."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma-separated, of the metric catalogue: "
-                                                                     f"{', '.join(metric_registry.metric_names())}."),
-    paper: bool = typer.Option(False, "--paper", help="Put the paper's figure and the difference beside each "
-                                                      "matching cell (same dataset, method, K, setting, augmentation)."),
-    only_changed: bool = typer.Option(True, "--only-changed/--all-config",
-                                      help="Config columns: only the keys that differ between runs, or every key."),
+    rows: str | None = typer.Option(None, "--rows", help="Keys that make a row (default: method)."),
+    cols: str | None = typer.Option(None, "--cols", help="Keys that make a column group, e.g. memory_size."),
+    metrics: str | None = typer.Option(
+        None,
+        "--metrics",
+        help=f"Comma-separated, of the metric catalogue: {', '.join(metric_registry.metric_names())}.",
+    ),
+    paper: bool = typer.Option(
+        False,
+        "--paper",
+        help="Put the paper's figure and the difference beside each "
+        "matching cell (same dataset, method, K, setting, augmentation).",
+    ),
+    only_changed: bool = typer.Option(
+        True,
+        "--only-changed/--all-config",
+        help="Config columns: only the keys that differ between runs, or every key.",
+    ),
     fmt: str = typer.Option("table", "--format", "-f", help="table | md | csv | latex | json"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the table to FILE instead of stdout."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the table to FILE instead of stdout."),
     digits: int = typer.Option(2, "--digits", help="Decimals in table, md and latex cells."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw accuracy after each task per row (PNG); "
-                                                            "task-free runs: accuracy against samples seen."),
-    memory_plot: Optional[Path] = typer.Option(None, "--memory-plot",
-                                               help="Draw one run's memory class histogram per task (PNG)."),
-    plot_epochs: Optional[Path] = typer.Option(None, "--plot-epochs",
-                                               help="Draw the training loss and learning rate of every epoch of the "
-                                                    "selected runs (PNG)."),
+    plot: Path | None = typer.Option(
+        None,
+        "--plot",
+        help="Also draw accuracy after each task per row (PNG); task-free runs: accuracy against samples seen.",
+    ),
+    memory_plot: Path | None = typer.Option(
+        None, "--memory-plot", help="Draw one run's memory class histogram per task (PNG)."
+    ),
+    plot_epochs: Path | None = typer.Option(
+        None,
+        "--plot-epochs",
+        help="Draw the training loss and learning rate of every epoch of the selected runs (PNG).",
+    ),
     all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too."),
-    select_by: Optional[str] = typer.Option(None, "--select-by", metavar="METRIC",
-                                            help="Per row, only the configuration best on this VALIDATION metric "
-                                                 "(val_A_last, val_A_avg, val_A_auc: runs with val_fraction > 0), "
-                                                 "mean over seeds; its test figures are reported."),
+    select_by: str | None = typer.Option(
+        None,
+        "--select-by",
+        metavar="METRIC",
+        help="Per row, only the configuration best on this VALIDATION metric "
+        "(val_A_last, val_A_avg, val_A_auc: runs with val_fraction > 0), "
+        "mean over seeds; its test figures are reported.",
+    ),
 ) -> None:
     """Tables of stored runs: cells are mean ± std over seeds; also the paper's figures as PNG."""
     if fmt not in reports.FORMATS:
@@ -65,7 +85,12 @@ def report(
     for option, path in (("--plot", plot), ("--memory-plot", memory_plot), ("--plot-epochs", plot_epochs)):
         if path is not None and path.suffix.lower() not in (".png", ".pdf", ".svg"):
             raise ConfigError(f"{option} {shorten(str(path))!r}: the file must end in .png (or .pdf, .svg)")
-    for option, path in (("--out", out), ("--plot", plot), ("--memory-plot", memory_plot), ("--plot-epochs", plot_epochs)):
+    for option, path in (
+        ("--out", out),
+        ("--plot", plot),
+        ("--memory-plot", memory_plot),
+        ("--plot-epochs", plot_epochs),
+    ):
         if path is not None:
             reports.check_output(path, option)  # a folder, an unwritable place: refused before any work
     runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where_, filters, all_)
@@ -76,11 +101,18 @@ def report(
     summaries = [r.to_json() for r in runs]
     chosen = None
     if select_by is not None:  # per row (and column group), the validation-best configuration's runs
-        chosen = select_by_validation.select(summaries, select_by,
-                                             [*(_listed("--rows", rows) or ["method"]), *(_listed("--cols", cols) or ())])
+        chosen = select_by_validation.select(
+            summaries, select_by, [*(_listed("--rows", rows) or ["method"]), *(_listed("--cols", cols) or ())]
+        )
         summaries = chosen.runs
-    table = reports.build_report(summaries, rows=_listed("--rows", rows), cols=_listed("--cols", cols) or (),
-                                 metrics=_listed("--metrics", metrics), only_changed=only_changed, paper=paper)
+    table = reports.build_report(
+        summaries,
+        rows=_listed("--rows", rows),
+        cols=_listed("--cols", cols) or (),
+        metrics=_listed("--metrics", metrics),
+        only_changed=only_changed,
+        paper=paper,
+    )
     if fmt == "table":
         console.print(reports.rich_table(table, digits))
     else:
@@ -112,14 +144,20 @@ def report(
 
 
 @app.command()
-def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR",
-                                                     help="Run ids (3 4, 3-9, last), then the folder (or --dir)."),
-           to: str = typer.Option(..., "--to", help="mlflow | tensorboard"),
-           sweep_: Optional[str] = typer.Option(None, "--sweep", help="Every run of this sweep (an id or 'last')."),
-           experiment: str = typer.Option("rmconsole", "--experiment", help="MLflow experiment name."),
-           dir_: Optional[str] = typer.Option(None, "--dir", "-o",
-                                              help="Where: a folder (MLflow file store, TensorBoard log dir) or, "
-                                                   "for MLflow, a tracking URI.")) -> None:
+def export(
+    items: list[str] | None = typer.Argument(
+        None, metavar="RUN... DIR", help="Run ids (3 4, 3-9, last), then the folder (or --dir)."
+    ),
+    to: str = typer.Option(..., "--to", help="mlflow | tensorboard"),
+    sweep_: str | None = typer.Option(None, "--sweep", help="Every run of this sweep (an id or 'last')."),
+    experiment: str = typer.Option("rmconsole", "--experiment", help="MLflow experiment name."),
+    dir_: str | None = typer.Option(
+        None,
+        "--dir",
+        "-o",
+        help="Where: a folder (MLflow file store, TensorBoard log dir) or, for MLflow, a tracking URI.",
+    ),
+) -> None:
     """Write runs into an MLflow tracking store or TensorBoard event files: config as params,
     per-task and per-epoch metrics, memory histograms (`pip install 'rmconsole\\[mlflow]'` /
     `'rmconsole\\[tensorboard]'`). `rmconsole export 3 4 --to mlflow ./mlruns`."""
@@ -129,13 +167,17 @@ def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR
         raise ConfigError(f"--to {to!r}: allowed: {', '.join(exporter.TARGETS)}")
     names = list(items or [])
     target = dir_
-    if target is None and names and not names[-1].replace("-", "").replace(",", "").isdigit() \
-            and names[-1] != "last":  # the last word is the folder (`export 3 4 --to mlflow DIR`)
+    if (
+        target is None and names and not names[-1].replace("-", "").replace(",", "").isdigit() and names[-1] != "last"
+    ):  # the last word is the folder (`export 3 4 --to mlflow DIR`)
         target = names.pop()
     if not target:
         raise ConfigError("export: say where: rmconsole export RUN... --to mlflow DIR (or --to tensorboard DIR)")
-    ids = [r.id for r in store.find_runs(where("sweep", [runner.resolve_sweep_id(sweep_)]), archived=True)] \
-        if sweep_ else []
+    ids = (
+        [r.id for r in store.find_runs(where("sweep", [runner.resolve_sweep_id(sweep_)]), archived=True)]
+        if sweep_
+        else []
+    )
     ids += _chosen_runs(names) if names else []
     if not ids:
         raise ConfigError("export: give the runs (ids, 3-9, last) or --sweep ID|last")
@@ -147,8 +189,11 @@ def export(items: Optional[list[str]] = typer.Argument(None, metavar="RUN... DIR
     try:
         if to == "mlflow":
             written = exporter.to_mlflow(details, target, experiment)
-            console.print(f"exported {len(written)} run(s) to MLflow at {escape(target)} (experiment "
-                          f"{escape(repr(experiment))})", highlight=False, soft_wrap=True)
+            console.print(
+                f"exported {len(written)} run(s) to MLflow at {escape(target)} (experiment {escape(repr(experiment))})",
+                highlight=False,
+                soft_wrap=True,
+            )
             hint = exporter.view_hint("mlflow", target, experiment, exporter.experiment_id_of(target, experiment))
         else:
             folders = exporter.to_tensorboard(details, target)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -29,39 +29,71 @@ from .sweeps import run_sweep
 
 @app.command()
 def run(
-    preset: Optional[str] = typer.Option(None, "--preset", "-p", help="Preset name or TOML file (default: the digits demo)."),
+    preset: str | None = typer.Option(
+        None, "--preset", "-p", help="Preset name or TOML file (default: the digits demo)."
+    ),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key: KEY=VALUE (repeatable)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (class order, stream, init)."),
-    device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda | cuda:N"),
+    seed: int | None = typer.Option(None, "--seed", help="Random seed (class order, stream, init)."),
+    device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda | cuda:N"),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return at once."),
-    seeds: Optional[str] = typer.Option(None, "--seeds", help="A sweep over seeds: 1,2,3."),
-    parallel: Optional[int] = typer.Option(None, "--parallel", "-j",
-                                           help="Sweep slots (default: one per visible GPU, 1 on CPU)."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="Train on N GPUs of this node under torchrun (data parallel); "
-                                       "with --set device=cpu, N CPU processes on gloo."),
+    seeds: str | None = typer.Option(None, "--seeds", help="A sweep over seeds: 1,2,3."),
+    parallel: int | None = typer.Option(
+        None, "--parallel", "-j", help="Sweep slots (default: one per visible GPU, 1 on CPU)."
+    ),
+    gpus: int | None = typer.Option(
+        None,
+        "--gpus",
+        help="Train on N GPUs of this node under torchrun (data parallel); "
+        "with --set device=cpu, N CPU processes on gloo.",
+    ),
     nnodes: int = typer.Option(1, "--nnodes", help="Nodes in a multi-node run (torchrun; see `rmconsole join`)."),
-    node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This node's rank (0 for `run`)."),
-    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Node 0's address (static rendezvous)."),
-    master_port: Optional[int] = typer.Option(None, "--master-port", help="Node 0's port (torchrun's default 29500)."),
-    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
-    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id shared by the nodes of a c10d rendezvous."),
-    executor: Optional[str] = typer.Option(None, "--executor", help="Where the runs' workers run: local (this "
-                                           "machine, the default), slurm (a job per run, through submitit), "
-                                           "submitit-local (the same job on this machine)."),
-    slurm: list[str] = typer.Option([], "--slurm", help="Job options for --executor slurm: partition=P,time=MINUTES,"
-                                    "gpus_per_run=N,cpus_per_run=N,mem_gb=G,account=A,qos=Q,constraint=C."),
-    runs_per_gpu: Optional[int] = typer.Option(None, "--runs-per-gpu", help="Runs sharing each GPU, each capped at "
-                                               "1/N of its memory (local queue: N slots per GPU; slurm: N runs per job)."),
-    name: Optional[str] = typer.Option(None, "--name", "-n", help="What to call the run (a sweep: the start of "
-                                       "each run's name, see --name-template)."),
+    node_rank: int | None = typer.Option(None, "--node-rank", help="This node's rank (0 for `run`)."),
+    master_addr: str | None = typer.Option(None, "--master-addr", help="Node 0's address (static rendezvous)."),
+    master_port: int | None = typer.Option(None, "--master-port", help="Node 0's port (torchrun's default 29500)."),
+    rdzv_endpoint: str | None = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
+    rdzv_id: str | None = typer.Option(None, "--rdzv-id", help="Job id shared by the nodes of a c10d rendezvous."),
+    executor: str | None = typer.Option(
+        None,
+        "--executor",
+        help="Where the runs' workers run: local (this "
+        "machine, the default), slurm (a job per run, through submitit), "
+        "submitit-local (the same job on this machine).",
+    ),
+    slurm: list[str] = typer.Option(
+        [],
+        "--slurm",
+        help="Job options for --executor slurm: partition=P,time=MINUTES,"
+        "gpus_per_run=N,cpus_per_run=N,mem_gb=G,account=A,qos=Q,constraint=C.",
+    ),
+    runs_per_gpu: int | None = typer.Option(
+        None,
+        "--runs-per-gpu",
+        help="Runs sharing each GPU, each capped at "
+        "1/N of its memory (local queue: N slots per GPU; slurm: N runs per job).",
+    ),
+    name: str | None = typer.Option(
+        None, "--name", "-n", help="What to call the run (a sweep: the start of each run's name, see --name-template)."
+    ),
     tags: list[str] = typer.Option([], "--tag", "-t", help="A tag for the run (repeatable): filter with tag:T."),
-    sweep_name: Optional[str] = typer.Option(None, "--sweep-name", help="Name the sweep (its id: `runs --sweep NAME`, "
-                                             "`stop --sweep NAME`, `report --sweep NAME`)."),
-    name_template: Optional[str] = typer.Option(None, "--name-template", help="Each sweep run's name: {name}, "
-                                                "{method}, {seed}, {sweep}, {n} or any config key (default: the "
-                                                "name then what varies, e.g. {name}·{method}·s{seed})."),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Start a --set list's runs without asking (at a terminal "
-                             "`run` asks first; elsewhere it says how many and starts them)."),
+    sweep_name: str | None = typer.Option(
+        None,
+        "--sweep-name",
+        help="Name the sweep (its id: `runs --sweep NAME`, `stop --sweep NAME`, `report --sweep NAME`).",
+    ),
+    name_template: str | None = typer.Option(
+        None,
+        "--name-template",
+        help="Each sweep run's name: {name}, "
+        "{method}, {seed}, {sweep}, {n} or any config key (default: the "
+        "name then what varies, e.g. {name}·{method}·s{seed}).",
+    ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        "-y",
+        help="Start a --set list's runs without asking (at a terminal "
+        "`run` asks first; elsewhere it says how many and starts them).",
+    ),
 ) -> None:
     """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs.
 
@@ -78,17 +110,44 @@ def run(
     pairs, seeds = runner.fold_seed(list(set_), seeds)  # `--seeds 3`: one run, not a sweep
     if runner.is_sweep(pairs, seeds):
         if (gpus or 1) > 1 or rendezvous.multi_node:
-            raise ConfigError("--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
-                              "(--parallel slots); start multi-GPU runs one at a time")
-        run_sweep(preset, pairs, seed, seeds, device, detach, parallel, runs_per_gpu, spec, name, list(tags),
-                  sweep_name=sweep_name, name_template=name_template, confirm=lambda plan: _confirm(plan, yes))
+            raise ConfigError(
+                "--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
+                "(--parallel slots); start multi-GPU runs one at a time"
+            )
+        run_sweep(
+            preset,
+            pairs,
+            seed,
+            seeds,
+            device,
+            detach,
+            parallel,
+            runs_per_gpu,
+            spec,
+            name,
+            list(tags),
+            sweep_name=sweep_name,
+            name_template=name_template,
+            confirm=lambda plan: _confirm(plan, yes),
+        )
         return
     for option, value in (("--sweep-name", sweep_name), ("--name-template", name_template)):
         if value is not None:
-            raise ConfigError(f"{option} is for a sweep, and this starts one run (a sweep: comma-separated "
-                              f"--set values or --seeds 1,2)")
-    launched = runner.launch_run(preset, pairs, seed=seed, device=device, gpus=gpus,  # shared with the TUI
-                                 rendezvous=rendezvous, executor=spec, name=name, tags=list(tags))
+            raise ConfigError(
+                f"{option} is for a sweep, and this starts one run (a sweep: comma-separated "
+                f"--set values or --seeds 1,2)"
+            )
+    launched = runner.launch_run(
+        preset,
+        pairs,
+        seed=seed,
+        device=device,
+        gpus=gpus,  # shared with the TUI
+        rendezvous=rendezvous,
+        executor=spec,
+        name=name,
+        tags=list(tags),
+    )
     run_id, cfg, proc = launched.run_id, launched.config, launched.process
     if detach:
         if launched.job_id is not None and spec is not None:
@@ -96,8 +155,10 @@ def run(
         console.print(run_id)
         return
     where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None and spec is not None else ""
-    console.print(f"run [bold]{run_id}[/] ({escape(name or launched.preset)}): {cfg.method} on {cfg.dataset}, "
-                  f"K={cfg.memory_size}, {cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}")
+    console.print(
+        f"run [bold]{run_id}[/] ({escape(name or launched.preset)}): {cfg.method} on {cfg.dataset}, "
+        f"K={cfg.memory_size}, {cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}"
+    )
     status = follow(run_id, proc)
     print_run(run_id, brief=True)  # (the progress was shown live: no epoch lines, the memory's latest update)
     console.print(f"[dim]log {escape(str(runner.log_path(run_id)))}[/]", highlight=False)
@@ -125,8 +186,12 @@ def _confirm(plan: Any, yes: bool) -> bool:
 def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
     """Show a run's progress until it ends; Ctrl-C stops the run. Returns the final status."""
     columns = (
-        TextColumn("task {task.fields[task]}"), TextColumn("[cyan]{task.fields[phase]:<13}"), BarColumn(),
-        TaskProgressColumn(), TextColumn("{task.fields[rate]}"), TextColumn("ETA {task.fields[eta]}"),
+        TextColumn("task {task.fields[task]}"),
+        TextColumn("[cyan]{task.fields[phase]:<13}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TextColumn("ETA {task.fields[eta]}"),
     )
     reported = 0
     try:
@@ -136,17 +201,26 @@ def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
                 if run.status == "queued" and run.job_state:
                     progress.update(bar, phase=run.job_state[:13])
                 if run.task is not None:
-                    progress.update(bar, total=max(run.phase_total, 1), completed=run.phase_done,
-                                    task=f"{run.task + 1}/{run.n_tasks}", phase=run.phase or "",
-                                    rate=f"{run.samples_per_s:,.0f} samples/s" if run.samples_per_s else "",
-                                    eta=duration(run.eta_s))
+                    progress.update(
+                        bar,
+                        total=max(run.phase_total, 1),
+                        completed=run.phase_done,
+                        task=f"{run.task + 1}/{run.n_tasks}",
+                        phase=run.phase or "",
+                        rate=f"{run.samples_per_s:,.0f} samples/s" if run.samples_per_s else "",
+                        eta=duration(run.eta_s),
+                    )
                 results = store.task_results(run_id) if (run.metrics or {}).get("tasks_done", 0) > reported else []
                 for result in results[reported:]:
-                    tested = ("no test evaluation (evaluate_test=false)" if result.accuracy is None
-                              else f"accuracy {result.accuracy:.2f}%")
+                    tested = (
+                        "no test evaluation (evaluate_test=false)"
+                        if result.accuracy is None
+                        else f"accuracy {result.accuracy:.2f}%"
+                    )
                     val = f", validation {result.val_accuracy:.2f}%" if result.val_accuracy is not None else ""
-                    progress.console.print(f"task {result.task + 1}/{run.n_tasks}: {tested}{val} "
-                                           f"({result.seconds:.1f} s)")
+                    progress.console.print(
+                        f"task {result.task + 1}/{run.n_tasks}: {tested}{val} ({result.seconds:.1f} s)"
+                    )
                 reported = max(reported, len(results))
         return run.status
     except KeyboardInterrupt:
@@ -156,9 +230,11 @@ def follow(run_id: int, proc: Any = None, poll_s: float = 0.25) -> str:
 
 
 @app.command(context_settings=RUN_ID)
-def stop(run: Optional[str] = typer.Argument(None, metavar="[RUN]", help="Run id, or 'last'."),
-         sweep_: Optional[str] = typer.Option(None, "--sweep", help="Stop a whole sweep: its id, or 'last'."),
-         grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL.")) -> None:
+def stop(
+    run: str | None = typer.Argument(None, metavar="[RUN]", help="Run id, or 'last'."),
+    sweep_: str | None = typer.Option(None, "--sweep", help="Stop a whole sweep: its id, or 'last'."),
+    grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
+) -> None:
     """Stop a running run (SIGTERM to its process group, then SIGKILL), or with --sweep every run of
     a sweep (queued ones included); finished tasks stay stored and `resume` continues them."""
     if not (math.isfinite(grace) and 0 <= grace <= 3600):
@@ -175,17 +251,22 @@ def stop(run: Optional[str] = typer.Argument(None, metavar="[RUN]", help="Run id
 
 
 @app.command(context_settings=RUN_ID)
-def resume(run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last'."),
-           detach: bool = typer.Option(False, "--detach", "-d", help="Return at once."),
-           nnodes: int = typer.Option(1, "--nnodes", help="Nodes, for a multi-node run (as for `run`)."),
-           node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This node's rank (0)."),
-           master_addr: Optional[str] = typer.Option(None, "--master-addr", help="This node's address for the others."),
-           master_port: Optional[int] = typer.Option(None, "--master-port", help="Rendezvous port."),
-           rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
-           rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous."),
-           executor: Optional[str] = typer.Option(None, "--executor", help="Resume elsewhere: local, slurm or "
-                                                  "submitit-local (default: where it ran; a Slurm run is resubmitted)."),
-           slurm: list[str] = typer.Option([], "--slurm", help="Job options with --executor slurm (as for `run`).")) -> None:
+def resume(
+    run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last'."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Return at once."),
+    nnodes: int = typer.Option(1, "--nnodes", help="Nodes, for a multi-node run (as for `run`)."),
+    node_rank: int | None = typer.Option(None, "--node-rank", help="This node's rank (0)."),
+    master_addr: str | None = typer.Option(None, "--master-addr", help="This node's address for the others."),
+    master_port: int | None = typer.Option(None, "--master-port", help="Rendezvous port."),
+    rdzv_endpoint: str | None = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
+    rdzv_id: str | None = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous."),
+    executor: str | None = typer.Option(
+        None,
+        "--executor",
+        help="Resume elsewhere: local, slurm or submitit-local (default: where it ran; a Slurm run is resubmitted).",
+    ),
+    slurm: list[str] = typer.Option([], "--slurm", help="Job options with --executor slurm (as for `run`)."),
+) -> None:
     """Continue a failed or stopped run from its last finished task."""
     run_id = _run_id(run)
     check_count("--nnodes", nnodes, 1, MAX_SLOTS)
@@ -200,23 +281,29 @@ def resume(run: str = typer.Argument(..., metavar="RUN", help="Run id, or 'last'
             err_console.print(f"run {run_id}: resubmitted{where}", highlight=False)
         console.print(run_id)
         return
-    console.print(f"run {run_id}: resuming at task {resumed.first_task + 1}/{resumed.n_tasks or '?'}{where}"
-                  + ("" if resumed.from_checkpoint else " (no checkpoint: no task had finished)"))
+    console.print(
+        f"run {run_id}: resuming at task {resumed.first_task + 1}/{resumed.n_tasks or '?'}{where}"
+        + ("" if resumed.from_checkpoint else " (no checkpoint: no task had finished)")
+    )
     status = follow(run_id, resumed.process)
     print_run(run_id)
     raise typer.Exit(0 if status == "finished" else 1)
 
 
 @app.command(context_settings=RUN_ID)
-def join(run_id: int = typer.Argument(..., metavar="RUN_ID", help="The run started on node 0 with `rmconsole run --nnodes N`."),
-         gpus: int = typer.Option(..., "--gpus", help="Ranks (GPUs) on this node; the same as node 0's."),
-         nnodes: int = typer.Option(..., "--nnodes", help="Nodes in the run."),
-         node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This node's rank, 1 to nnodes-1."),
-         master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Node 0's address."),
-         master_port: Optional[int] = typer.Option(None, "--master-port", help="Node 0's port."),
-         rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
-         rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous."),
-         device: str = typer.Option("auto", "--device", help="auto or cpu (as the run's device).")) -> None:
+def join(
+    run_id: int = typer.Argument(
+        ..., metavar="RUN_ID", help="The run started on node 0 with `rmconsole run --nnodes N`."
+    ),
+    gpus: int = typer.Option(..., "--gpus", help="Ranks (GPUs) on this node; the same as node 0's."),
+    nnodes: int = typer.Option(..., "--nnodes", help="Nodes in the run."),
+    node_rank: int | None = typer.Option(None, "--node-rank", help="This node's rank, 1 to nnodes-1."),
+    master_addr: str | None = typer.Option(None, "--master-addr", help="Node 0's address."),
+    master_port: int | None = typer.Option(None, "--master-port", help="Node 0's port."),
+    rdzv_endpoint: str | None = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
+    rdzv_id: str | None = typer.Option(None, "--rdzv-id", help="Job id of a c10d rendezvous."),
+    device: str = typer.Option("auto", "--device", help="auto or cpu (as the run's device)."),
+) -> None:
     """Start this node's ranks of a multi-node run (foreground). The ranks here get the run's
     config from rank 0 and never write the store; they need the dataset under RMCONSOLE_DATA."""
     check_run_id(run_id)
@@ -226,5 +313,7 @@ def join(run_id: int = typer.Argument(..., metavar="RUN_ID", help="The run start
     check_count("--master-port", master_port, 1, 65535)
     if device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"--device {device!r}: allowed: auto, cuda, cpu")
-    rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check(joining=True)
+    rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check(
+        joining=True
+    )
     raise typer.Exit(runner.join_run(run_id, gpus, rendezvous, device))

@@ -3,7 +3,7 @@ quiet reaping of dead runs that a read-only command does first."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from rich.markup import escape
 
@@ -26,7 +26,7 @@ def _run_id(text: str) -> int:
     return check_run_id(int(text))
 
 
-def _chosen_runs(items: list[str], where_: Optional[str] = None, option: str = "RUN") -> list[int]:
+def _chosen_runs(items: list[str], where_: str | None = None, option: str = "RUN") -> list[int]:
     """Run ids from `3 4 7`, `3-9`, `3,4`, `last`, and/or a `--where` run filter; every id must exist."""
     ids: list[int] = []
     for item in items:
@@ -40,8 +40,10 @@ def _chosen_runs(items: list[str], where_: Optional[str] = None, option: str = "
     if where_ is not None:
         ids.extend(r.id for r in store.find_runs(where_, archived=True))
     if not ids:
-        raise ConfigError(f"give the runs ({option}: ids like 3 4 7, 3-9 or last" +
-                          (", or --where FILTER)" if where_ is None else "); --where matched none"))
+        raise ConfigError(
+            f"give the runs ({option}: ids like 3 4 7, 3-9 or last"
+            + (", or --where FILTER)" if where_ is None else "); --where matched none")
+        )
     known = set(store.run_statuses())
     missing = [i for i in dict.fromkeys(ids) if i not in known]
     if missing:
@@ -49,7 +51,7 @@ def _chosen_runs(items: list[str], where_: Optional[str] = None, option: str = "
     return list(dict.fromkeys(ids))
 
 
-def _listed(option: str, text: Optional[str]) -> Optional[list[str]]:
+def _listed(option: str, text: str | None) -> list[str] | None:
     if text is None:
         return None
     values = [v.strip() for v in text.split(",") if v.strip()]
@@ -75,18 +77,29 @@ def _run_id_ranges(text: str) -> list[tuple[int, int]]:
     return ranges
 
 
-def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, dataset: Optional[str] = None,
-                method: Optional[str] = None, status: Optional[str] = None, run_ids: Optional[str] = None,
-                where_: Optional[list[str]] = None, filters: Optional[list[str]] = None,
-                archived: bool = False) -> list[store.RunRecord]:
+def select_runs(
+    sweep_: str | None = None,
+    preset: str | None = None,
+    dataset: str | None = None,
+    method: str | None = None,
+    status: str | None = None,
+    run_ids: str | None = None,
+    where_: list[str] | None = None,
+    filters: list[str] | None = None,
+    archived: bool = False,
+) -> list[store.RunRecord]:
     """The stored runs that pass every option and filter term (comma-separated values mean any of them)."""
     statuses = _listed("--status", status)
     for value in statuses or []:
         if value not in store.STATUSES:
             raise ConfigError(f"--status {shorten(value)!r}: allowed: {', '.join(store.STATUSES)}")
     run_filter = store.parse_run_filter(filters)
-    listed = {"status": statuses, "preset": _listed("--preset", preset), "dataset": _listed("--dataset", dataset),
-              "method": _listed("--method", method)}
+    listed = {
+        "status": statuses,
+        "preset": _listed("--preset", preset),
+        "dataset": _listed("--dataset", dataset),
+        "method": _listed("--method", method),
+    }
     for key, values in listed.items():
         if values is not None:
             run_filter &= where(key, values)
@@ -103,18 +116,20 @@ def select_runs(sweep_: Optional[str] = None, preset: Optional[str] = None, data
     return store.find_runs(run_filter, archived=True if archived or run_ids is not None else None)
 
 
-def reap_quietly(runs: Optional[list[Any]] = None) -> list[int]:
+def reap_quietly(runs: list[Any] | None = None) -> list[int]:
     """Mark dead runs failed (runner.reap_dead) for a command that only reads: each one it marks
     is said on stderr; if the store's write lock is busy, the look is skipped with a note
     (a read never waits on a writer)."""
     try:
         dead = runner.reap_dead(runs, busy_s=2.0)
     except store.StoreLocked as err:
-        err_console.print(f"note: dead runs were not checked this time: {escape(str(err))}", highlight=False,
-                          soft_wrap=True)
+        err_console.print(
+            f"note: dead runs were not checked this time: {escape(str(err))}", highlight=False, soft_wrap=True
+        )
         return []
     for run_id in dead:
         run = store.get_run(run_id)
-        err_console.print(f"run {run_id} marked failed: {escape(shorten(run.error or '', 300))}", highlight=False,
-                          soft_wrap=True)
+        err_console.print(
+            f"run {run_id} marked failed: {escape(shorten(run.error or '', 300))}", highlight=False, soft_wrap=True
+        )
     return dead

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -25,8 +25,10 @@ from .common import app, console, err_console
 
 
 @app.command()
-def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-            long: bool = typer.Option(False, "--long", "-l", help="With each preset's description.")) -> None:
+def presets(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    long: bool = typer.Option(False, "--long", "-l", help="With each preset's description."),
+) -> None:
     """The bundled presets and the installed plug-ins' (names as `--preset` takes them; --long adds
     what each one is)."""
     items: list[dict[str, Any]] = []
@@ -38,8 +40,14 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         except ConfigError as err:  # a plug-in's unreadable preset: said, the others listed
             problems.append(str(err))
             continue
-        items.append({"name": name, "description": preset_description(name), "config": config,
-                      **({"package": shipped[name][1]} if name in shipped else {})})
+        items.append(
+            {
+                "name": name,
+                "description": preset_description(name),
+                "config": config,
+                **({"package": shipped[name][1]} if name in shipped else {}),
+            }
+        )
     for problem in problems:
         err_console.print(f"[yellow]{escape(problem)}[/]", highlight=False)
     if as_json:
@@ -51,11 +59,16 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     for item in items:
         c = item["config"]
         stream = c.get("stream", "online")
-        how = (f"{stream}{c.get('disjoint_classes', 50)}-{c.get('blurry', 10)} task-free"
-               if is_task_free(stream) else f"blurry{c.get('blurry', 10)} {stream}")
-        setting = Text(f"{c.get('dataset', '?')} · {c.get('model', '?')} · {c.get('method', 'rm')} · "
-                       f"K={c.get('memory_size', '?')} · {c.get('n_tasks', 5)} tasks · {how}"
-                       + (f" · from package {item['package']}" if "package" in item else ""))
+        how = (
+            f"{stream}{c.get('disjoint_classes', 50)}-{c.get('blurry', 10)} task-free"
+            if is_task_free(stream)
+            else f"blurry{c.get('blurry', 10)} {stream}"
+        )
+        setting = Text(
+            f"{c.get('dataset', '?')} · {c.get('model', '?')} · {c.get('method', 'rm')} · "
+            f"K={c.get('memory_size', '?')} · {c.get('n_tasks', 5)} tasks · {how}"
+            + (f" · from package {item['package']}" if "package" in item else "")
+        )
         if long and item["description"]:
             setting.append("\n" + item["description"], style="dim")
         table.add_row(item["name"], setting, end_section=long)
@@ -67,14 +80,16 @@ def presets(as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 # --------------------------------------------------------------------------- new
 
 
-new_app = typer.Typer(help="Start a plug-in: write a pip-installable package (a method, a dataset or a metric) that "
-                            "runs as written.", no_args_is_help=True)
+new_app = typer.Typer(
+    help="Start a plug-in: write a pip-installable package (a method, a dataset or a metric) that runs as written.",
+    no_args_is_help=True,
+)
 app.add_typer(new_app, name="new")
 NEW_DIR = typer.Option(None, "--dir", help="Where to write the package's folder (default: the current folder).")
 NEW_NAME = "Its name: an identifier, also its package's (a method's and a dataset's are config values)."
 
 
-def _new(kind: str, name: str, where: Optional[Path]) -> None:
+def _new(kind: str, name: str, where: Path | None) -> None:
     from ..scaffold import new_package
 
     folder = new_package(kind, name, Path(where) if where is not None else Path.cwd())
@@ -84,31 +99,30 @@ def _new(kind: str, name: str, where: Optional[Path]) -> None:
 
 
 @new_app.command("method")
-def new_method(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME),
-               where: Optional[Path] = NEW_DIR) -> None:
+def new_method(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME), where: Path | None = NEW_DIR) -> None:
     """A method: its parameters, a Method subclass with its hooks documented, a preset, tests."""
     _new("method", name, where)
 
 
 @new_app.command("dataset")
-def new_dataset(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME),
-                where: Optional[Path] = NEW_DIR) -> None:
+def new_dataset(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME), where: Path | None = NEW_DIR) -> None:
     """A dataset: its declaration (classes, shapes, how to load it), a preset, tests."""
     _new("dataset", name, where)
 
 
 @new_app.command("metric")
-def new_metric(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME),
-               where: Optional[Path] = NEW_DIR) -> None:
+def new_metric(name: str = typer.Argument(..., metavar="NAME", help=NEW_NAME), where: Path | None = NEW_DIR) -> None:
     """A metric: its catalogue row (label, unit, better direction, how it is computed), tests."""
     _new("metric", name, where)
 
 
 @app.command("config-keys")
-def config_keys(markdown: bool = typer.Option(False, "--markdown",
-                                              help="Print docs/configuration.md: the same table in markdown."),
-                essential: bool = typer.Option(False, "--essential", "-e",
-                                               help="Only the dozen keys a first run changes, one line each.")) -> None:
+def config_keys(
+    markdown: bool = typer.Option(False, "--markdown", help="Print docs/configuration.md: the same table in markdown."),
+    essential: bool = typer.Option(
+        False, "--essential", "-e", help="Only the dozen keys a first run changes, one line each."
+    ),
+) -> None:
     """Every config key: type, default, allowed values, help, and the methods that read it."""
     from ..config import configuration_page, essential_keys_help, key_table
     from ..methods import method_specs
@@ -131,8 +145,10 @@ def config_keys(markdown: bool = typer.Option(False, "--markdown",
     console.print(table)
 
 
-data_app = typer.Typer(help="Datasets: the built-ins, installed plug-ins, ImageFolder trees (folder:PATH), "
-                            "under RMCONSOLE_DATA.", no_args_is_help=True)
+data_app = typer.Typer(
+    help="Datasets: the built-ins, installed plug-ins, ImageFolder trees (folder:PATH), under RMCONSOLE_DATA.",
+    no_args_is_help=True,
+)
 app.add_typer(data_app, name="data")
 
 
@@ -151,11 +167,15 @@ def data_get(name: str = typer.Argument(..., help=_data_get_help())) -> None:
     try:
         spec = datasets.get(name)
     except datasets.UnknownDataset:
-        raise ConfigError(f"data get {name!r}: downloadable: {', '.join(datasets.downloadable())}; registered "
-                          f"datasets: {datasets.listing()}") from None
+        raise ConfigError(
+            f"data get {name!r}: downloadable: {', '.join(datasets.downloadable())}; registered "
+            f"datasets: {datasets.listing()}"
+        ) from None
     if not spec.downloadable:
-        raise ConfigError(f"data get {name!r}: not downloadable ({spec.get_hint()}); downloadable: "
-                          f"{', '.join(datasets.downloadable())}")
+        raise ConfigError(
+            f"data get {name!r}: not downloadable ({spec.get_hint()}); downloadable: "
+            f"{', '.join(datasets.downloadable())}"
+        )
     data = load_dataset(name, download=True)
     console.print(f"{name}: {len(data.train)} train / {len(data.test)} test images under {data_root()}")
 
@@ -177,9 +197,15 @@ def data_list() -> None:
         except DatasetMissing:
             classes = "? (tree absent)"
         plugin = plugins.available("dataset").get(name)
-        source = f"plug-in {plugin.package} {plugin.version}" if plugin and name not in datasets.builtin_names() \
+        source = (
+            f"plug-in {plugin.package} {plugin.version}"
+            if plugin and name not in datasets.builtin_names()
             else "built-in"
+        )
         table.add_row(name, classes, source, escape(spec.description))
     console.print(table)
-    console.print("Any ImageFolder tree: dataset = \"folder:PATH\" (train/ and val/, one folder per class; "
-                  "class_orders.toml for class_order=paper).", highlight=False)
+    console.print(
+        'Any ImageFolder tree: dataset = "folder:PATH" (train/ and val/, one folder per class; '
+        "class_orders.toml for class_order=paper).",
+        highlight=False,
+    )

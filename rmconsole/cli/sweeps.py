@@ -3,7 +3,8 @@ queue runner, or a scheduler's jobs (the queue itself is runner.queue)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
@@ -14,28 +15,61 @@ from ..store.filters import where
 from .common import console, err_console
 
 
-def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seeds: Optional[str],
-              device: Optional[str], detach: bool, parallel: Optional[int], runs_per_gpu: Optional[int] = None,
-              spec: Any = None, name: Optional[str] = None, tags: Optional[list[str]] = None, *,
-              sweep_name: Optional[str] = None, name_template: Optional[str] = None,
-              confirm: Optional[Callable[[Any], bool]] = None) -> None:
+def run_sweep(
+    preset: str | None,
+    pairs: list[str],
+    seed: int | None,
+    seeds: str | None,
+    device: str | None,
+    detach: bool,
+    parallel: int | None,
+    runs_per_gpu: int | None = None,
+    spec: Any = None,
+    name: str | None = None,
+    tags: list[str] | None = None,
+    *,
+    sweep_name: str | None = None,
+    name_template: str | None = None,
+    confirm: Callable[[Any], bool] | None = None,
+) -> None:
     """Validate every grid point, store the grid as queued runs, then drive the queue here (showing
     progress) or, with --detach, in a queue runner process that outlives this command; with an
     executor (--executor slurm) submit them and follow the scheduler instead. `confirm(plan)` is
     asked before anything is stored (no: nothing is started, exit 1)."""
     try:
-        launched = runner.launch_sweep(preset, pairs, seeds=seeds, seed=seed, device=device, parallel=parallel,
-                                       detach=detach, runs_per_gpu=runs_per_gpu, executor=spec, name=name,
-                                       tags=tags, sweep_name=sweep_name, name_template=name_template, confirm=confirm)
+        launched = runner.launch_sweep(
+            preset,
+            pairs,
+            seeds=seeds,
+            seed=seed,
+            device=device,
+            parallel=parallel,
+            detach=detach,
+            runs_per_gpu=runs_per_gpu,
+            executor=spec,
+            name=name,
+            tags=tags,
+            sweep_name=sweep_name,
+            name_template=name_template,
+            confirm=confirm,
+        )
     except runner.SweepDeclined as declined:
         err_console.print(str(declined), highlight=False)
         raise typer.Exit(1) from None
-    sweep_id, ids, plan, slots, gpus = launched.sweep_id, launched.run_ids, launched.plan, launched.parallel, launched.gpus
+    sweep_id, ids, plan, slots, gpus = (
+        launched.sweep_id,
+        launched.run_ids,
+        launched.plan,
+        launched.parallel,
+        launched.gpus,
+    )
     if launched.executor is not None:
         jobs = list(dict.fromkeys(launched.job_ids or []))
-        line = (f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
-                f"submitted as {len(jobs)} {spec.name} job(s) {', '.join(jobs)}" +
-                (f", {spec.runs_per_gpu} runs per job" if spec.runs_per_gpu > 1 else ""))
+        line = (
+            f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
+            f"submitted as {len(jobs)} {spec.name} job(s) {', '.join(jobs)}"
+            + (f", {spec.runs_per_gpu} runs per job" if spec.runs_per_gpu > 1 else "")
+        )
         if detach:
             err_console.print(line, highlight=False, soft_wrap=True)
             console.print(sweep_id, highlight=False)
@@ -43,22 +77,32 @@ def run_sweep(preset: Optional[str], pairs: list[str], seed: Optional[int], seed
         console.print(line, highlight=False)
         counts = follow_sweep(sweep_id, runner.ScheduledSweep(sweep_id), plan)
     else:
-        line = (f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
-                f"{slots} slot(s) on {'GPUs ' + ','.join(gpus) if gpus else 'CPU'}" +
-                (f", {launched.runs_per_gpu} per GPU" if launched.runs_per_gpu > 1 else ""))
+        line = (
+            f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
+            f"{slots} slot(s) on {'GPUs ' + ','.join(gpus) if gpus else 'CPU'}"
+            + (f", {launched.runs_per_gpu} per GPU" if launched.runs_per_gpu > 1 else "")
+        )
         if launched.queue_runner is not None:
-            err_console.print(f"{line}; queue runner pid {launched.queue_runner.pid}, log {launched.log_path}",
-                              highlight=False, soft_wrap=True)
+            err_console.print(
+                f"{line}; queue runner pid {launched.queue_runner.pid}, log {launched.log_path}",
+                highlight=False,
+                soft_wrap=True,
+            )
             console.print(sweep_id, highlight=False)
             return
         console.print(line, highlight=False)
         with runner.DriverLock(sweep_id):
-            counts = follow_sweep(sweep_id, runner.SweepQueue(sweep_id, slots, gpus=gpus,
-                                                              runs_per_gpu=launched.runs_per_gpu), plan)
+            counts = follow_sweep(
+                sweep_id, runner.SweepQueue(sweep_id, slots, gpus=gpus, runs_per_gpu=launched.runs_per_gpu), plan
+            )
     summaries = [r.to_json() for r in store.find_runs(where("sweep", [sweep_id]), archived=True)]
     console.print(reports.rich_table(reports.build_report(summaries)))
-    console.print(f"sweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items()) +
-                  f"; tables: rmconsole report --sweep {sweep_id} --format md|csv|latex|json", highlight=False)
+    console.print(
+        f"sweep {sweep_id}: "
+        + ", ".join(f"{v} {k}" for k, v in counts.items())
+        + f"; tables: rmconsole report --sweep {sweep_id} --format md|csv|latex|json",
+        highlight=False,
+    )
     raise typer.Exit(0 if set(counts) == {"finished"} else 1)
 
 
@@ -75,17 +119,25 @@ def follow_sweep(sweep_id: str, queue: Any, plan: Any = None, poll_s: float = 0.
             def tick(q: Any) -> None:
                 runs = q.runs()
                 counts = runner.status_counts(runs)
-                progress.update(overall, completed=sum(r.status not in store.ACTIVE for r in runs),
-                                info=", ".join(f"{v} {k}" for k, v in counts.items()))
+                progress.update(
+                    overall,
+                    completed=sum(r.status not in store.ACTIVE for r in runs),
+                    info=", ".join(f"{v} {k}" for k, v in counts.items()),
+                )
                 for r in runs:
                     if r.status == "running":
                         if r.id not in bars:
                             what = " ".join(f"{k}={reports.format_value(r.config.get(k))}" for k in varying)
-                            bars[r.id] = progress.add_task(f"  run {r.id} {what} seed {r.seed}".replace("  ", " ", 1),
-                                                           total=None, info="")
+                            bars[r.id] = progress.add_task(
+                                f"  run {r.id} {what} seed {r.seed}".replace("  ", " ", 1), total=None, info=""
+                            )
                         if r.task is not None:
-                            progress.update(bars[r.id], total=max(r.phase_total, 1), completed=r.phase_done,
-                                            info=f"task {r.task + 1}/{r.n_tasks} {r.phase or ''}")
+                            progress.update(
+                                bars[r.id],
+                                total=max(r.phase_total, 1),
+                                completed=r.phase_done,
+                                info=f"task {r.task + 1}/{r.n_tasks} {r.phase or ''}",
+                            )
                     elif r.id in bars:
                         progress.remove_task(bars.pop(r.id))
 

@@ -15,18 +15,23 @@ MIN_REFRESH_S = 0.1
 
 
 @app.command()
-def tui(refresh: float = typer.Option(1.0, "--refresh", help="Seconds between store reads."),
-        serve: bool = typer.Option(False, "--serve", help="Serve the same TUI to a web browser (textual-serve)."),
-        host: str = typer.Option("127.0.0.1", "--host", help="With --serve: the address to listen on "
-                                                             "(default: this machine only)."),
-        port: int = typer.Option(8000, "--port", help="With --serve: the port.")) -> None:
+def tui(
+    refresh: float = typer.Option(1.0, "--refresh", help="Seconds between store reads."),
+    serve: bool = typer.Option(False, "--serve", help="Serve the same TUI to a web browser (textual-serve)."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="With --serve: the address to listen on (default: this machine only)."
+    ),
+    port: int = typer.Option(8000, "--port", help="With --serve: the port."),
+) -> None:
     """Open the terminal UI: runs live, one run's stream/memory/accuracy/epochs/log, compare, launch,
     stop, resume. With --serve, the same app in a browser (each browser tab runs its own copy)."""
     if not (refresh > 0 and math.isfinite(refresh)):
         raise ConfigError(f"--refresh {refresh}: must be a number of seconds above 0")
     if refresh < MIN_REFRESH_S:  # a store read per 0.1 ms burns a core and shows nothing faster
-        err_console.print(f"--refresh {refresh:g}: reading the store that often only costs CPU; using "
-                          f"{MIN_REFRESH_S:g} s", highlight=False)
+        err_console.print(
+            f"--refresh {refresh:g}: reading the store that often only costs CPU; using {MIN_REFRESH_S:g} s",
+            highlight=False,
+        )
         refresh = MIN_REFRESH_S
     store.get_engine()  # an unusable store is a one-line error here, not a screen of them
     if serve:
@@ -63,10 +68,17 @@ def serve_tui(refresh: float, host: str, port: int) -> None:
     shown = f"[{host}]" if ":" in host else host
     token = new_token()  # printed here once; never in an argv, an environment or an error message
     url = f"http://{shown}:{port}/?token={token}"
-    console.print(f"serving the rmconsole TUI at {url} (store {store.shown_url(store.database_url())}); "
-                  f"open that URL (the token is new at each start); Ctrl-C stops", highlight=False, soft_wrap=True)
+    console.print(
+        f"serving the rmconsole TUI at {url} (store {store.shown_url(store.database_url())}); "
+        f"open that URL (the token is new at each start); Ctrl-C stops",
+        highlight=False,
+        soft_wrap=True,
+    )
     if host not in ("127.0.0.1", "localhost", "::1"):
-        err_console.print(f"[yellow]note:[/] listening on {host}: anyone who can reach it and has the token can launch "
-                          f"and stop runs, and the token crosses the network in clear; prefer the default 127.0.0.1 "
-                          f"and an SSH tunnel (ssh -L {port}:127.0.0.1:{port} HOST)", highlight=False)
+        err_console.print(
+            f"[yellow]note:[/] listening on {host}: anyone who can reach it and has the token can launch "
+            f"and stop runs, and the token crosses the network in clear; prefer the default 127.0.0.1 "
+            f"and an SSH tunnel (ssh -L {port}:127.0.0.1:{port} HOST)",
+            highlight=False,
+        )
     guarded_server(command, host, port, token).serve()

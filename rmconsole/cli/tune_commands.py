@@ -3,39 +3,53 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from .. import runner, store
-from ..runner import tune as tuning
 from ..numbers import MISSING, fmt
+from ..runner import tune as tuning
 from ..store.records import format_value
 from .common import MAX_SLOTS, app, check_count, console, err_console
 
 
 @app.command()
 def tune(
-    study: Optional[str] = typer.Option(None, "--study", help="The study's name: a new one, or one to continue."),
-    param: list[str] = typer.Option([], "--param", help="A searched key: KEY=log:LO..HI, float:LO..HI, int:LO..HI, "
-                                    "intlog:LO..HI or choice:A,B,... (repeatable)."),
-    metric: Optional[str] = typer.Option(None, "--metric", help="The validation metric to select on (val_A_last, ...); "
-                                         "test metrics are refused."),
-    trials: Optional[int] = typer.Option(None, "--trials", help="Trials that complete or are pruned (default 20; "
-                                         "grid: the grid's size)."),
-    sampler: Optional[str] = typer.Option(None, "--sampler", help="tpe (default), random or grid."),
-    pruner: Optional[str] = typer.Option(None, "--pruner", help="median (default: on per-task validation accuracy) "
-                                         "or none."),
-    sampler_seed: Optional[int] = typer.Option(None, "--sampler-seed", help="The sampler's seed (default 0; a run's "
-                                               "seed is --set seed=N)."),
-    study_file: Optional[Path] = typer.Option(None, "--file", "-f", help="A TOML study file (name, preset, metric, "
-                                              "trials, sampler, pruner, seed, tags; tables set and params)."),
-    preset: Optional[str] = typer.Option(None, "--preset", "-p", help="Preset name or TOML file of every trial."),
+    study: str | None = typer.Option(None, "--study", help="The study's name: a new one, or one to continue."),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        help="A searched key: KEY=log:LO..HI, float:LO..HI, int:LO..HI, intlog:LO..HI or choice:A,B,... (repeatable).",
+    ),
+    metric: str | None = typer.Option(
+        None, "--metric", help="The validation metric to select on (val_A_last, ...); test metrics are refused."
+    ),
+    trials: int | None = typer.Option(
+        None, "--trials", help="Trials that complete or are pruned (default 20; grid: the grid's size)."
+    ),
+    sampler: str | None = typer.Option(None, "--sampler", help="tpe (default), random or grid."),
+    pruner: str | None = typer.Option(
+        None, "--pruner", help="median (default: on per-task validation accuracy) or none."
+    ),
+    sampler_seed: int | None = typer.Option(
+        None, "--sampler-seed", help="The sampler's seed (default 0; a run's seed is --set seed=N)."
+    ),
+    study_file: Path | None = typer.Option(
+        None,
+        "--file",
+        "-f",
+        help="A TOML study file (name, preset, metric, trials, sampler, pruner, seed, tags; tables set and params).",
+    ),
+    preset: str | None = typer.Option(None, "--preset", "-p", help="Preset name or TOML file of every trial."),
     set_: list[str] = typer.Option([], "--set", "-s", help="A fixed config key of every trial: KEY=VALUE."),
     parallel: int = typer.Option(1, "--parallel", "-j", help="Trials running at once."),
-    executor: Optional[str] = typer.Option(None, "--executor", help="Where the trials' workers run: local (default), "
-                                           "slurm or submitit-local, as for a sweep."),
+    executor: str | None = typer.Option(
+        None,
+        "--executor",
+        help="Where the trials' workers run: local (default), slurm or submitit-local, as for a sweep.",
+    ),
     slurm: list[str] = typer.Option([], "--slurm", help="Job options for --executor slurm (as for `run`)."),
     tags: list[str] = typer.Option([], "--tag", "-t", help="A tag for every trial's run (besides study:NAME)."),
     show: bool = typer.Option(False, "--show", help="Print the study's trials and its best so far; start nothing."),
@@ -53,19 +67,38 @@ def tune(
         print_study(tuning.prepare(study or "", study_file=study_file)[0].name if study is None else study)
         return
     spec = runner.parse_executor(executor, slurm)
-    asked, new = tuning.prepare(study or "", preset=preset, pairs=list(set_), params=list(param), metric=metric,
-                                trials=trials, sampler=sampler, pruner=pruner, seed=sampler_seed, tags=list(tags),
-                                study_file=study_file)
+    asked, new = tuning.prepare(
+        study or "",
+        preset=preset,
+        pairs=list(set_),
+        params=list(param),
+        metric=metric,
+        trials=trials,
+        sampler=sampler,
+        pruner=pruner,
+        seed=sampler_seed,
+        tags=list(tags),
+        study_file=study_file,
+    )
     optuna_study = tuning.open_study(asked, create=new)
     if not new and trials is not None:
         optuna_study.set_user_attr(tuning.ATTR, asked.to_json())
-    driver = tuning.StudyDriver(asked, optuna_study, parallel=parallel, executor=spec,
-                                log=lambda message: console.print(message, highlight=False, soft_wrap=True))
+    driver = tuning.StudyDriver(
+        asked,
+        optuna_study,
+        parallel=parallel,
+        executor=spec,
+        log=lambda message: console.print(message, highlight=False, soft_wrap=True),
+    )
     _, direction = tuning.check_metric(asked.metric)
-    console.print(f"study {asked.name} ({'new' if new else 'continued'}): {asked.trials} trials, {asked.sampler} "
-                  f"sampler, pruner {asked.pruner}, {direction} {asked.metric}; "
-                  f"{driver.settled()} done so far; runs tagged {tuning.study_tag(asked.name)}; "
-                  f"kept in {store.shown_url(store.database_url_object())}", highlight=False, soft_wrap=True)
+    console.print(
+        f"study {asked.name} ({'new' if new else 'continued'}): {asked.trials} trials, {asked.sampler} "
+        f"sampler, pruner {asked.pruner}, {direction} {asked.metric}; "
+        f"{driver.settled()} done so far; runs tagged {tuning.study_tag(asked.name)}; "
+        f"kept in {store.shown_url(store.database_url_object())}",
+        highlight=False,
+        soft_wrap=True,
+    )
     from ..runner.queue import DriverLock, QueueBusy
 
     try:
@@ -89,8 +122,10 @@ def print_study(name: str) -> None:
     """The trials (number, state, run, searched values, metric, validation steps) and the best line."""
     summary = tuning.summarize(name)
     keys = [p.key for p in summary.spec.params]
-    table = Table(title=f"study {name}: {summary.direction} {summary.spec.metric}, {summary.spec.sampler} sampler",
-                  title_justify="left")
+    table = Table(
+        title=f"study {name}: {summary.direction} {summary.spec.metric}, {summary.spec.sampler} sampler",
+        title_justify="left",
+    )
     for column in ("trial", "state", "run", *keys, summary.spec.metric, "tasks"):
         table.add_column(column, justify="right" if column not in ("state",) else "left")
     for row in summary.trials:

@@ -23,6 +23,7 @@ from ..store.filters import format_value
 from .figures import _pyplot, _save
 from .tables import Report, ReportError, col_title, row_title
 
+
 def is_task_free(run: dict[str, Any]) -> bool:
     return protocols.is_task_free(run.get("config") or {})
 
@@ -37,8 +38,10 @@ def anytime_lines(detail: dict[str, Any]) -> list[str]:
     # the protocol's own metrics (A_auc: the catalogue's defaults of task-free runs only) and their note
     own = [x for x in metric_registry.catalogue() if x.default_for == ("task-free",) and x.family == ""]
     figures = "  ".join(f"{x.name} {x.text(m.get(x.name))}" for x in own)
-    lines = [f"{figures} over {len(points)} anytime evaluations (every {cfg.get('eval_period')} streamed samples)"
-             + "".join(f"; {x.note}" for x in own if x.note)]
+    lines = [
+        f"{figures} over {len(points)} anytime evaluations (every {cfg.get('eval_period')} streamed samples)"
+        + "".join(f"; {x.note}" for x in own if x.note)
+    ]
     names, order = detail.get("class_names") or [], detail.get("class_order") or []
 
     def name(label: int) -> str:
@@ -57,17 +60,21 @@ def anytime_lines(detail: dict[str, Any]) -> list[str]:
     if fig is not None:
         published = f"{fig['mean']:.2f}" + (f" ± {fig['std']:.2f}" if fig["std"] is not None else "")
         diff = f", this run {m['A_auc'] - fig['mean']:+.2f}" if m.get("A_auc") is not None else ""
-        lines.append(f"the follow-up's A_auc for this setting: {published} ({fig['row']}, {fig['column']}; "
-                     f"{fig['source']}){diff}")
+        lines.append(
+            f"the follow-up's A_auc for this setting: {published} ({fig['row']}, {fig['column']}; "
+            f"{fig['source']}){diff}"
+        )
     train, evaluation = m.get("train_seconds"), m.get("eval_seconds")
     if train is not None or evaluation is not None:
         share = (100 * evaluation / (train + evaluation)) if train and evaluation is not None else None
         budget = cfg.get("compute_budget")
         skipped = m.get("samples_skipped")
-        lines.append(f"compute: train {fmt(train, 1)} s ({fmt(m.get('train_samples_per_s'), 1)} samples/s, "
-                     f"{fmt(m.get('image_passes'), 0)} image passes), evaluation {fmt(evaluation, 1)} s "
-                     f"({fmt(m.get('evaluations_per_s'), 1)} evaluations/s, {fmt(share, 1)}% of the two)"
-                     + (f"; compute_budget {budget:g} passes/sample: {skipped} samples skipped" if budget else ""))
+        lines.append(
+            f"compute: train {fmt(train, 1)} s ({fmt(m.get('train_samples_per_s'), 1)} samples/s, "
+            f"{fmt(m.get('image_passes'), 0)} image passes), evaluation {fmt(evaluation, 1)} s "
+            f"({fmt(m.get('evaluations_per_s'), 1)} evaluations/s, {fmt(share, 1)}% of the two)"
+            + (f"; compute_budget {budget:g} passes/sample: {skipped} samples skipped" if budget else "")
+        )
     return lines
 
 
@@ -78,11 +85,19 @@ def follow_up_figures() -> tuple[dict[str, Any], ...]:
     text = resources.files("rmconsole").joinpath("paper_followup.csv").read_text(encoding="utf-8")
     out = []
     for row in csv.DictReader(text.splitlines()):
-        out.append({**row, "memory_size": int(row["memory_size"]), "n_tasks": int(row["n_tasks"]),
-                    "disjoint_classes": int(row["disjoint_classes"]), "blurry": int(row["blurry"]),
-                    "topk": int(row["topk"]), "mean": float(row["mean"]),
-                    "std": float(row["std"]) if row["std"] else None,
-                    "augment": tuple(a for a in row["augment"].split("+") if a)})
+        out.append(
+            {
+                **row,
+                "memory_size": int(row["memory_size"]),
+                "n_tasks": int(row["n_tasks"]),
+                "disjoint_classes": int(row["disjoint_classes"]),
+                "blurry": int(row["blurry"]),
+                "topk": int(row["topk"]),
+                "mean": float(row["mean"]),
+                "std": float(row["std"]) if row["std"] else None,
+                "augment": tuple(a for a in row["augment"].split("+") if a),
+            }
+        )
     return tuple(out)
 
 
@@ -92,8 +107,10 @@ def follow_up_figure(config: dict[str, Any], metric: str = "A_auc") -> dict[str,
     for fig in follow_up_figures():
         if fig["metric"] != metric or fig["stream"] != config.get("stream"):
             continue
-        same = all(config.get(k) == fig[k] for k in ("dataset", "method", "memory_size", "n_tasks",
-                                                       "disjoint_classes", "blurry"))
+        same = all(
+            config.get(k) == fig[k]
+            for k in ("dataset", "method", "memory_size", "n_tasks", "disjoint_classes", "blurry")
+        )
         same = same and tuple(config.get("augment") or ()) == fig["augment"]
         if fig["method"] == "rm":
             same = same and config.get("rm_variant") == fig["rm_variant"]
@@ -144,19 +161,26 @@ def plot_anytime(report: Report, curves: dict[int, list[tuple[int, float]]], pat
             colour = colours(i % 10)
             label = f"{row_title(report, i)} (A_auc {auc:.1f}, n={n})" if auc is not None else row_title(report, i)
             ax.plot(xs, mean, color=colour, linestyle=("-", "--", "-.", ":")[i % 4], linewidth=1.2, label=label)
-            ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                            color=colour, alpha=0.15, linewidth=0)
+            ax.fill_between(
+                xs,
+                [m - s for m, s in zip(mean, std)],
+                [m + s for m, s in zip(mean, std)],
+                color=colour,
+                alpha=0.15,
+                linewidth=0,
+            )
         ax.set_xlabel("samples seen")
         ax.set_title(col_title(report, report.cols[j]) if report.col_keys else "")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy on seen classes (%)")
     setting = ", ".join(f"{k}={format_value(v)}" for k, v in report.constants.items())
     lines = textwrap.wrap(setting, width=int(75 * fig.get_figwidth() / 6.4)) + [
-        "anytime accuracy, mean over seeds, band = ±1 std"]
+        "anytime accuracy, mean over seeds, band = ±1 std"
+    ]
     fig.suptitle("\n".join(lines), fontsize=10)
     fig.tight_layout()
     out = _save(fig, Path(path))

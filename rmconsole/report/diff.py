@@ -34,8 +34,11 @@ def run_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         identity.append(("tags", " ".join(a.get("tags") or []) or "—", " ".join(b.get("tags") or []) or "—"))
     ca, cb = a.get("config") or {}, b.get("config") or {}
     keys = list(dict.fromkeys([*ca, *cb]))
-    config = [(k, format_value(config_value(ca, k)), format_value(config_value(cb, k))) for k in keys
-              if _hashable(config_value(ca, k)) != _hashable(config_value(cb, k))]
+    config = [
+        (k, format_value(config_value(ca, k)), format_value(config_value(cb, k)))
+        for k in keys
+        if _hashable(config_value(ca, k)) != _hashable(config_value(cb, k))
+    ]
     metrics = []
     notes = []
     final = not (a["metrics"].get("partial") or b["metrics"].get("partial"))
@@ -55,8 +58,7 @@ def run_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     for t in sorted(set(ta) | set(tb)):
         va, vb = ta.get(t), tb.get(t)
         delta = f"{vb - va:+.2f}" if va is not None and vb is not None else ""
-        tasks.append((f"acc after T{t + 1}", fmt(va), fmt(vb),
-                      delta))
+        tasks.append((f"acc after T{t + 1}", fmt(va), fmt(vb), delta))
     va_ = {t["task"]: t.get("val_accuracy") for t in a.get("tasks", [])}
     vb_ = {t["task"]: t.get("val_accuracy") for t in b.get("tasks", [])}
     if any(v is not None for v in (*va_.values(), *vb_.values())):  # validation beside test (val_fraction > 0)
@@ -64,5 +66,12 @@ def run_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             va, vb = va_.get(t), vb_.get(t)
             delta = f"{vb - va:+.2f}" if va is not None and vb is not None else ""
             tasks.append((f"val after T{t + 1}", fmt(va), fmt(vb), delta))
-    return {"a": a["id"], "b": b["id"], "identity": identity, "config": config, "metrics": metrics,
-            "tasks": tasks, "notes": notes}
+    return {
+        "a": a["id"],
+        "b": b["id"],
+        "identity": identity,
+        "config": config,
+        "metrics": metrics,
+        "tasks": tasks,
+        "notes": notes,
+    }

@@ -40,11 +40,11 @@ def accuracy_curves(report: Report, details: dict[int, dict[str, Any]]) -> dict[
         width = max(len(s) for s in series)
         grid = np.full((len(series), width), np.nan)
         for k, s in enumerate(series):
-            grid[k, :len(s)] = s
+            grid[k, : len(s)] = s
         counts = (~np.isnan(grid)).sum(axis=0)
         mean = np.where(counts > 0, np.nansum(grid, axis=0) / np.maximum(counts, 1), np.nan)
         centred = np.where(np.isnan(grid), 0.0, grid - mean)
-        std = np.where(counts > 1, np.sqrt((centred ** 2).sum(axis=0) / np.maximum(counts - 1, 1)), 0.0)
+        std = np.where(counts > 1, np.sqrt((centred**2).sum(axis=0) / np.maximum(counts - 1, 1)), 0.0)
         out.setdefault(j, []).append(Curve(row_title(report, i), mean.tolist(), std.tolist(), len(series)))
     return out
 
@@ -89,8 +89,14 @@ def plot_accuracy(report: Report, details: dict[int, dict[str, Any]], path: Path
                 ax.axhline(curve.mean[0], color=colour, linestyle="--", label=f"{label}, one task")
                 continue
             x = list(range(1, len(curve.mean) + 1))
-            ax.plot(x, curve.mean, marker="osD^v<>ph*"[k % 10], linestyle=("-", "--", "-.", ":")[k % 4],
-                    color=colour, label=label)
+            ax.plot(
+                x,
+                curve.mean,
+                marker="osD^v<>ph*"[k % 10],
+                linestyle=("-", "--", "-.", ":")[k % 4],
+                color=colour,
+                label=label,
+            )
             low = [m - s for m, s in zip(curve.mean, curve.std)]
             high = [m + s for m, s in zip(curve.mean, curve.std)]
             ax.fill_between(x, low, high, color=colour, alpha=0.2, linewidth=0)
@@ -99,7 +105,7 @@ def plot_accuracy(report: Report, details: dict[int, dict[str, Any]], path: Path
         ax.set_title(col_title(report, report.cols[j]) if report.col_keys else "")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy after the task (%)")
@@ -132,8 +138,10 @@ def plot_epochs(details: dict[int, dict[str, Any]], path: Path | str) -> Path:
     series = {run_id: epoch_series(d) for run_id, d in details.items()}
     series = {run_id: s for run_id, s in series.items() if s["x"]}
     if not series:
-        raise ReportError("--plot-epochs: none of the selected runs has epoch rows (runs from before they were "
-                          "recorded, or not started)")
+        raise ReportError(
+            "--plot-epochs: none of the selected runs has epoch rows (runs from before they were "
+            "recorded, or not started)"
+        )
     has_test = any(not all(math.isnan(v) for v in s["test"]) for s in series.values())
     plt = _pyplot()
     n_panels = 3 if has_test else 2
@@ -153,8 +161,15 @@ def plot_epochs(details: dict[int, dict[str, Any]], path: Path | str) -> Path:
             for task, start in s["task_starts"].items():
                 for ax in axes:
                     ax.axvline(start, color="grey", linestyle=":", linewidth=0.8)
-                axes[0].annotate(f"T{task + 1}", (start, 1), xycoords=("data", "axes fraction"), fontsize=7,
-                                 va="top", ha="left", color="grey")
+                axes[0].annotate(
+                    f"T{task + 1}",
+                    (start, 1),
+                    xycoords=("data", "axes fraction"),
+                    fontsize=7,
+                    va="top",
+                    ha="left",
+                    color="grey",
+                )
     axes[0].set_ylabel("training loss")
     axes[0].set_yscale("log")
     axes[1].set_ylabel("learning rate")
@@ -189,8 +204,9 @@ def plot_memory(detail: dict[str, Any], path: Path | str) -> Path:
     n_classes = len(snapshots[0]["histogram"])
     order = detail.get("class_order") or list(range(n_classes))
     names = detail.get("class_names") or [str(c) for c in range(n_classes)]
-    class_names = [str(names[order[c]]) if c < len(order) and order[c] < len(names) else str(c)
-                   for c in range(n_classes)]
+    class_names = [
+        str(names[order[c]]) if c < len(order) and order[c] < len(names) else str(c) for c in range(n_classes)
+    ]
     owner = [0] * n_classes
     for task in detail.get("tasks", []):
         for c in task["major_classes"]:
@@ -198,8 +214,10 @@ def plot_memory(detail: dict[str, Any], path: Path | str) -> Path:
                 owner[c] = task["task"]
     colours = plt.get_cmap("tab10")
     cfg = detail.get("config") or {}
-    title = (f"run {detail['id']}: memory composition after each task — {detail.get('method')} on "
-             f"{detail.get('dataset')}, K={cfg.get('memory_size')}, seed {detail.get('seed')}")
+    title = (
+        f"run {detail['id']}: memory composition after each task — {detail.get('method')} on "
+        f"{detail.get('dataset')}, K={cfg.get('memory_size')}, seed {detail.get('seed')}"
+    )
     if n_classes <= 20:
         ncols = min(len(snapshots), 5)
         nrows = math.ceil(len(snapshots) / ncols)
@@ -211,13 +229,18 @@ def plot_memory(detail: dict[str, Any], path: Path | str) -> Path:
             ax.set_title(f"after task {snap['task'] + 1}: {sum(snap['histogram'])} samples", fontsize=9)
             ax.set_xticks(range(n_classes))
             ax.set_xticklabels(class_names, rotation=90 if max(map(len, class_names)) > 2 else 0, fontsize=7)
-        for ax in axes.flat[len(snapshots):]:
+        for ax in axes.flat[len(snapshots) :]:
             ax.set_visible(False)
         for ax in axes[:, 0]:
             ax.set_ylabel("samples in memory")
         handles = [plt.Rectangle((0, 0), 1, 1, color=colours(t % 10)) for t in sorted(set(owner))]
-        fig.legend(handles, [f"classes of task {t + 1}" for t in sorted(set(owner))], loc="lower center",
-                   ncol=min(len(handles), 5), fontsize=8)
+        fig.legend(
+            handles,
+            [f"classes of task {t + 1}" for t in sorted(set(owner))],
+            loc="lower center",
+            ncol=min(len(handles), 5),
+            fontsize=8,
+        )
         fig.suptitle(title + "\n(dotted: slots per class)", fontsize=10)
         fig.tight_layout(rect=(0, 0.06, 1, 1))
     else:

@@ -7,8 +7,9 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Callable, Union
+from typing import IO
 
 from .. import outputs
 from .tables import ReportError
@@ -49,8 +50,10 @@ def check_output(path: Path, option: str) -> None:
             return
         target = Path(os.path.realpath(path))  # a symlink is written through, to its target
         if target.is_dir():
-            raise OutputError(f"{option} {_shown(path)}: is a directory; give a file name (e.g. {_shown(path / 'report')}"
-                              f"{path.suffix or '.md'})")
+            raise OutputError(
+                f"{option} {_shown(path)}: is a directory; give a file name (e.g. {_shown(path / 'report')}"
+                f"{path.suffix or '.md'})"
+            )
         folder = target.parent
         while not folder.exists():
             folder = folder.parent
@@ -68,7 +71,7 @@ def check_output(path: Path, option: str) -> None:
         raise OutputError(f"cannot write {option} {_shown(path)}: {_os_reason(err)}") from None
 
 
-def write_output(path: Path | str, data: Union[bytes, Callable[[IO[bytes]], None]], option: str = "--out") -> Path:
+def write_output(path: Path | str, data: bytes | Callable[[IO[bytes]], None], option: str = "--out") -> Path:
     """Write a report file. A regular file is replaced atomically (a temporary file beside it,
     fsync, rename; the temporary file removed on any failure); a symlink is written through to
     its target (the link stays a link); a device or FIFO such as /dev/stdout is written in place.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Optional
+from typing import Any
 
 from .. import metric_registry
 from ..store.filters import format_value
@@ -29,8 +29,10 @@ def to_markdown(report: Report, digits: int = 2) -> str:
     for col, metric in _header(report):
         title = metric_title(metric)
         heads.append(f"{col_title(report, col)} {title}".strip() if report.col_keys else title)
-    lines = ["| " + " | ".join(heads) + " |",
-             "|" + "|".join([":--"] * len(report.label_keys) + ["--:"] * (len(heads) - len(report.label_keys))) + "|"]
+    lines = [
+        "| " + " | ".join(heads) + " |",
+        "|" + "|".join([":--"] * len(report.label_keys) + ["--:"] * (len(heads) - len(report.label_keys))) + "|",
+    ]
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
         for j in range(len(report.cols)):
@@ -39,7 +41,7 @@ def to_markdown(report: Report, digits: int = 2) -> str:
     return "\n".join(lines) + f"\n\nTable: {caption(report)}\n"
 
 
-def _csv_value(value: Optional[float]) -> str:
+def _csv_value(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
@@ -53,8 +55,12 @@ def to_csv(report: Report) -> str:
             prefix = f"{col_title(report, col)} {metric}".strip() if report.col_keys else metric
             heads += [f"{prefix} mean", f"{prefix} std", f"{prefix} n", f"{prefix} complete"]
             if report.with_paper and _paper(metric):
-                heads += [f"{prefix} paper mean", f"{prefix} paper std", f"{prefix} paper source",
-                          f"{prefix} paper protocol"]
+                heads += [
+                    f"{prefix} paper mean",
+                    f"{prefix} paper std",
+                    f"{prefix} paper source",
+                    f"{prefix} paper protocol",
+                ]
     writer.writerow(heads)
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
@@ -70,9 +76,16 @@ def to_csv(report: Report) -> str:
                 if with_paper:
                     figure = cell.paper.get(metric)
                     differs = cell.paper_differs.get(metric)
-                    values += ["", "", "", ""] if figure is None else \
-                        [_csv_value(figure.mean), _csv_value(figure.std), figure.source,
-                         "same" if differs is None else differs.differs_text()]
+                    values += (
+                        ["", "", "", ""]
+                        if figure is None
+                        else [
+                            _csv_value(figure.mean),
+                            _csv_value(figure.std),
+                            figure.source,
+                            "same" if differs is None else differs.differs_text(),
+                        ]
+                    )
         writer.writerow(values)
     return out.getvalue()
 
@@ -90,28 +103,55 @@ def to_dict(report: Report) -> dict[str, Any]:
             cell = report.cell(i, j)
             if cell is None:
                 continue
-            cells.append({
-                "col": {k: _jsonable(v) for k, v in zip(report.col_keys, col)},
-                "col_setting": {k: _jsonable(v) for k, v in report.col_info[j].items()},
-                "runs": cell.runs, "used_runs": cell.used, "seeds": cell.seeds,
-                "unfinished_runs": cell.unfinished, "complete": cell.complete, "expected_seeds": cell.expected,
-                "metrics": {m: {"mean": s.mean, "std": s.std, "n": s.n,
-                                "values": [{"run": r, "seed": seed, "value": v} for r, seed, v in s.values]}
-                            for m, s in cell.stats.items()},
-                "i_last_joint_differs": {k: sorted(v) for k, v in cell.i_last_differs.items()},
-                "paper": {m: {"mean": f.mean, "std": f.std, "topk": f.topk, "source": f.source, "note": f.note,
-                              "protocol_matches": m not in cell.paper_differs,
-                              "protocol_differs": [d.text() for d in cell.paper_differs[m].differences]
-                              if m in cell.paper_differs else []}
-                          for m, f in cell.paper.items()},
-            })
+            cells.append(
+                {
+                    "col": {k: _jsonable(v) for k, v in zip(report.col_keys, col)},
+                    "col_setting": {k: _jsonable(v) for k, v in report.col_info[j].items()},
+                    "runs": cell.runs,
+                    "used_runs": cell.used,
+                    "seeds": cell.seeds,
+                    "unfinished_runs": cell.unfinished,
+                    "complete": cell.complete,
+                    "expected_seeds": cell.expected,
+                    "metrics": {
+                        m: {
+                            "mean": s.mean,
+                            "std": s.std,
+                            "n": s.n,
+                            "values": [{"run": r, "seed": seed, "value": v} for r, seed, v in s.values],
+                        }
+                        for m, s in cell.stats.items()
+                    },
+                    "i_last_joint_differs": {k: sorted(v) for k, v in cell.i_last_differs.items()},
+                    "paper": {
+                        m: {
+                            "mean": f.mean,
+                            "std": f.std,
+                            "topk": f.topk,
+                            "source": f.source,
+                            "note": f.note,
+                            "protocol_matches": m not in cell.paper_differs,
+                            "protocol_differs": [d.text() for d in cell.paper_differs[m].differences]
+                            if m in cell.paper_differs
+                            else [],
+                        }
+                        for m, f in cell.paper.items()
+                    },
+                }
+            )
         rows.append({"row": {k: _jsonable(labels[k]) for k in report.label_keys}, "cells": cells})
     return {
-        "rows_by": report.row_keys, "rows_also_by": report.auto_keys, "cols_by": report.col_keys,
+        "rows_by": report.row_keys,
+        "rows_also_by": report.auto_keys,
+        "cols_by": report.col_keys,
         "cols_also_differ_in": report.col_info_keys,
-        "metrics": report.metrics, "seeds": report.seeds, "n_runs": report.n_runs,
+        "metrics": report.metrics,
+        "seeds": report.seeds,
+        "n_runs": report.n_runs,
         "setting": {k: _jsonable(v) for k, v in report.constants.items()},
-        "std": "sample (ddof=1) over seeds; finished runs only", "caption": caption(report), "rows": rows,
+        "std": "sample (ddof=1) over seeds; finished runs only",
+        "caption": caption(report),
+        "rows": rows,
     }
 
 
@@ -119,9 +159,20 @@ def to_json(report: Report) -> str:
     return json.dumps(to_dict(report), indent=2) + "\n"
 
 
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "—": "--",
-                  "≠": r"$\neq$"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "—": "--",
+    "≠": r"$\neq$",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -134,8 +185,12 @@ def to_latex(report: Report, digits: int = 2) -> str:
     n_metrics = len(_metric_columns(report))
     spec = "@{}" + "l" * n_labels + "r" * (n_metrics * len(report.cols)) + "@{}"
     note = latex_escape(caption(report)).replace("±", "$\\pm$")
-    lines = [f"% rmconsole report: {note}", "% needs \\usepackage{booktabs}",
-             f"\\begin{{tabular}}{{{spec}}}", "\\toprule"]
+    lines = [
+        f"% rmconsole report: {note}",
+        "% needs \\usepackage{booktabs}",
+        f"\\begin{{tabular}}{{{spec}}}",
+        "\\toprule",
+    ]
     if report.col_keys:
         groups = [f"\\multicolumn{{{n_metrics}}}{{c}}{{{latex_escape(col_title(report, c))}}}" for c in report.cols]
         lines.append(" & ".join([""] * n_labels + groups) + " \\\\")
@@ -146,8 +201,16 @@ def to_latex(report: Report, digits: int = 2) -> str:
         lines.append(" ".join(rules))
     heads = [latex_escape(k) for k in report.label_keys]
     for _, metric in _header(report):
-        heads.append(latex_escape(metric_title(metric, arrows=False)).replace("Δ", "$\\Delta$") +
-                     ("" if ":" in metric else " ($\\downarrow$)" if metric_registry.metric(metric).lower_is_better else " ($\\uparrow$)"))
+        heads.append(
+            latex_escape(metric_title(metric, arrows=False)).replace("Δ", "$\\Delta$")
+            + (
+                ""
+                if ":" in metric
+                else " ($\\downarrow$)"
+                if metric_registry.metric(metric).lower_is_better
+                else " ($\\uparrow$)"
+            )
+        )
     lines.append(" & ".join(heads) + " \\\\")
     lines.append("\\midrule")
     for i, labels in enumerate(report.row_labels):

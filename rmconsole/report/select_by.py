@@ -17,8 +17,9 @@ a run's key values and the runtime keys are the report's own, tables.key_value/R
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from .. import metric_registry
 from ..store.filters import format_value
@@ -36,7 +37,7 @@ class Configuration:
 
     values: tuple[tuple[str, Any], ...]
     runs: tuple[dict[str, Any], ...]
-    score: Optional[float]
+    score: float | None
     scored_seeds: int
 
     def text(self) -> str:
@@ -48,7 +49,7 @@ class Choice:
     """What was selected in one group, and among how many configurations."""
 
     group: tuple[tuple[str, Any], ...]  # the group's keys and values (e.g. (("method", "ewc"),))
-    chosen: Optional[Configuration]  # None: no configuration of the group has the metric
+    chosen: Configuration | None  # None: no configuration of the group has the metric
     configurations: tuple[Configuration, ...]
 
     @property
@@ -96,12 +97,14 @@ def check_metric(name: str) -> Any:
         raise SelectionError(f"--select-by {name!r}: not a metric; allowed: {allowed}") from None
     if metric.split != "validation":
         allowed = ", ".join(m.name for m in metric_registry.catalogue() if m.split == "validation")
-        raise SelectionError(f"--select-by {name}: measured on the test set, and selecting on test is what "
-                             f"--select-by prevents; choose a validation metric: {allowed} (runs with val_fraction > 0)")
+        raise SelectionError(
+            f"--select-by {name}: measured on the test set, and selecting on test is what "
+            f"--select-by prevents; choose a validation metric: {allowed} (runs with val_fraction > 0)"
+        )
     return metric
 
 
-def _finite(value: Any) -> Optional[float]:
+def _finite(value: Any) -> float | None:
     if value is None:
         return None
     value = float(value)
@@ -140,11 +143,16 @@ def select(runs: Sequence[dict[str, Any]], metric: str, group_keys: Sequence[str
             candidates.append(Configuration(tuple(zip(differing, config)), used, score, len(values)))
         scored = [c for c in candidates if c.score is not None]
         sign = -1.0 if measure.lower_is_better else 1.0
-        chosen = max(scored, key=lambda c: (sign * (c.score or 0.0), c.scored_seeds,
-                                            -min(r["id"] for r in c.runs))) if scored else None
+        chosen = (
+            max(scored, key=lambda c: (sign * (c.score or 0.0), c.scored_seeds, -min(r["id"] for r in c.runs)))
+            if scored
+            else None
+        )
         choices.append(Choice(tuple(zip(group_keys, group)), chosen, tuple(candidates)))
     selection = Selection(metric, tuple(group_keys), tuple(choices))
     if not selection.runs:
-        raise SelectionError(f"--select-by {metric}: no finished run of the selection has it (a validation metric "
-                             f"needs runs with val_fraction > 0)")
+        raise SelectionError(
+            f"--select-by {metric}: no finished run of the selection has it (a validation metric "
+            f"needs runs with val_fraction > 0)"
+        )
     return selection

@@ -20,9 +20,10 @@ How cells are made, so that a number in a table always means one setting:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any
 
 from .. import metric_registry
 from .. import paper as papers
@@ -36,11 +37,35 @@ from ..store.filters import where as filter_where
 # catalogue's (rmconsole/metric_registry.py: the built-ins and installed plug-ins).
 # keys that change how or where a run computes, or what it records, not what it learns
 # (eval_every_epoch only adds test passes after epochs: the trajectory is the same, tested)
-RUNTIME_KEYS = ("device", "threads", "download", "eval_every_epoch", "anytime_class_accuracy",
-                "data_pipeline", "loader_workers", "gpu_decode", "amp", "channels_last", "compile", "gpus")
+RUNTIME_KEYS = (
+    "device",
+    "threads",
+    "download",
+    "eval_every_epoch",
+    "anytime_class_accuracy",
+    "data_pipeline",
+    "loader_workers",
+    "gpu_decode",
+    "amp",
+    "channels_last",
+    "compile",
+    "gpus",
+)
 RUN_FIELDS = {"preset": "preset", "sweep": "sweep_id", "status": "status"}  # row/col keys beside config keys
-SETTING_KEYS = ("dataset", "model", "memory_size", "n_tasks", "blurry", "stream", "augment", "epochs",
-                "disjoint_classes", "online_iter", "eval_period", "image_size")
+SETTING_KEYS = (
+    "dataset",
+    "model",
+    "memory_size",
+    "n_tasks",
+    "blurry",
+    "stream",
+    "augment",
+    "epochs",
+    "disjoint_classes",
+    "online_iter",
+    "eval_period",
+    "image_size",
+)
 INCOMPLETE = "†"
 
 
@@ -59,7 +84,7 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def _method_of(run: dict[str, Any]) -> Optional[str]:
+def _method_of(run: dict[str, Any]) -> str | None:
     return run.get("method") or (run.get("config") or {}).get("method")
 
 
@@ -75,8 +100,10 @@ def key_value(run: dict[str, Any], key: str) -> Any:
 
 def _sort_key(value: Any) -> tuple:
     parts = value if isinstance(value, tuple) else (value,)
-    return tuple((0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, format_value(v))
-                 for v in parts)
+    return tuple(
+        (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, format_value(v))
+        for v in parts
+    )
 
 
 # ---------------------------------------------------------------------- aggregation
@@ -88,18 +115,18 @@ class Stat:
     catalogue's `aggregate`: mean and sample std, ddof=1, for every built-in)."""
 
     values: list[tuple[int, int, float]]  # (run id, seed, value)
-    aggregate: Callable[[Sequence[float]], tuple[Optional[float], Optional[float]]] = mean_std
+    aggregate: Callable[[Sequence[float]], tuple[float | None, float | None]] = mean_std
 
     @property
     def n(self) -> int:
         return len(self.values)
 
     @property
-    def mean(self) -> Optional[float]:
+    def mean(self) -> float | None:
         return self.aggregate([v for _, _, v in self.values])[0]
 
     @property
-    def std(self) -> Optional[float]:
+    def std(self) -> float | None:
         """The spread over seeds (sample standard deviation); None with fewer than two seeds."""
         return self.aggregate([v for _, _, v in self.values])[1]
 
@@ -122,11 +149,11 @@ class Cell:
     stats: dict[str, Stat] = field(default_factory=dict)
     # I_last of a run measured against a joint run that differs beyond its recipe (key -> values)
     i_last_differs: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
-    paper: dict[str, "papers.PaperFigure"] = field(default_factory=dict)  # with --paper: metric -> figure
+    paper: dict[str, papers.PaperFigure] = field(default_factory=dict)  # with --paper: metric -> figure
     # with --paper: metric -> the protocol keys the cell's runs differ in from the figure's row
     # (empty: the paper's experiment, and only then a Δ is shown)
-    paper_differs: dict[str, "papers.PaperComparison"] = field(default_factory=dict)
-    topk: Optional[int] = None  # k of the cell's top-k metrics
+    paper_differs: dict[str, papers.PaperComparison] = field(default_factory=dict)
+    topk: int | None = None  # k of the cell's top-k metrics
 
 
 @dataclass
@@ -147,7 +174,7 @@ class Report:
     n_runs: int
     with_paper: bool = False  # --paper: each metric the paper prints gets "paper" and "Δ" columns
 
-    def cell(self, row: int, col: int) -> Optional[Cell]:
+    def cell(self, row: int, col: int) -> Cell | None:
         return self.cells.get((row, col))
 
     @property
@@ -171,8 +198,14 @@ def _check_keys(option: str, keys: Sequence[str], known: list[str]) -> None:
             raise ReportError(f"{option} {key!r}: not a config key or run field; allowed: {', '.join(allowed)}")
 
 
-def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = None, cols: Sequence[str] = (),
-                 metrics: Sequence[str] | None = None, only_changed: bool = True, paper: bool = False) -> Report:
+def build_report(
+    runs: Sequence[dict[str, Any]],
+    rows: Sequence[str] | None = None,
+    cols: Sequence[str] = (),
+    metrics: Sequence[str] | None = None,
+    only_changed: bool = True,
+    paper: bool = False,
+) -> Report:
     """Group runs into rows × column groups and average each cell's metrics over seeds."""
     if not runs:
         raise ReportError("no runs to report")
@@ -198,8 +231,12 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
             raise ReportError(f"--metrics {metric!r}: {err}") from None
 
     skip = {"seed", *RUNTIME_KEYS, *row_keys, *col_keys}
-    changed = [k for k in config_keys if k not in skip  # (a method's own parameter: among the runs that read it)
-               and len({key_value(r, k) for r in runs if method_reads(_method_of(r), k)}) > 1]
+    changed = [
+        k
+        for k in config_keys
+        if k not in skip  # (a method's own parameter: among the runs that read it)
+        and len({key_value(r, k) for r in runs if method_reads(_method_of(r), k)}) > 1
+    ]
     identity, row_info, col_info_keys = list(row_keys), [], []
     for key in changed:  # where a differing key goes: a column title, a row label, or a row split
         if not _constant_within(runs, key, identity + col_keys):
@@ -210,12 +247,15 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
             row_info.append(key)  # set by the row: shown beside it
         else:
             identity.append(key)
-    auto_keys = identity[len(row_keys):]
+    auto_keys = identity[len(row_keys) :]
     if only_changed:
         label_keys = identity + row_info
     else:
-        label_keys = identity + row_info + [k for k in config_keys if k not in identity + row_info + col_keys
-                                            + col_info_keys and k != "seed"]
+        label_keys = (
+            identity
+            + row_info
+            + [k for k in config_keys if k not in identity + row_info + col_keys + col_info_keys and k != "seed"]
+        )
 
     row_ids: list[tuple] = []
     row_labels: list[dict[str, Any]] = []
@@ -231,8 +271,13 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
             col_ids.append(col)
         members.setdefault((row, col), []).append(run)
     col_ids.sort(key=_sort_key)
-    col_info = [{k: next(key_value(r, k) for r in runs if tuple(key_value(r, c) for c in col_keys) == col)
-                 for k in col_info_keys} for col in col_ids]
+    col_info = [
+        {
+            k: next(key_value(r, k) for r in runs if tuple(key_value(r, c) for c in col_keys) == col)
+            for k in col_info_keys
+        }
+        for col in col_ids
+    ]
 
     seeds = sorted({r["seed"] for r in runs})
     seed_is_a_key = "seed" in identity or "seed" in col_keys
@@ -246,17 +291,25 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
         unfinished = [r["id"] for r in group if r["status"] != "finished" and r["seed"] not in newest_finished]
         expected = sorted({r["seed"] for r in group}) if seed_is_a_key else seeds
         complete = not unfinished and sorted(newest_finished) == expected
-        cell = Cell([r["id"] for r in group], [r["id"] for r in used], sorted(newest_finished), unfinished, complete,
-                    expected)
+        cell = Cell(
+            [r["id"] for r in group], [r["id"] for r in used], sorted(newest_finished), unfinished, complete, expected
+        )
         for metric in metrics:
-            cell.stats[metric] = Stat([(r["id"], r["seed"], float(v)) for r in used
-                                       if (v := (r.get("metrics") or {}).get(metric)) is not None
-                                       and not math.isnan(float(v))], metric_registry.metric(metric).aggregate)
+            cell.stats[metric] = Stat(
+                [
+                    (r["id"], r["seed"], float(v))
+                    for r in used
+                    if (v := (r.get("metrics") or {}).get(metric)) is not None and not math.isnan(float(v))
+                ],
+                metric_registry.metric(metric).aggregate,
+            )
         for r in used:
             m = r.get("metrics") or {}
             if m.get("I_last") is not None:
                 for key, pair in (m.get("I_last_joint_differs") or {}).items():
-                    cell.i_last_differs.setdefault(key, set()).add((format_value(pair["run"]), format_value(pair["joint"])))
+                    cell.i_last_differs.setdefault(key, set()).add(
+                        (format_value(pair["run"]), format_value(pair["joint"]))
+                    )
             if m.get("topk"):
                 cell.topk = int(m["topk"])
         if paper and used:
@@ -274,8 +327,23 @@ def build_report(runs: Sequence[dict[str, Any]], rows: Sequence[str] | None = No
         values = {key_value(r, key) for r in runs}
         if len(values) == 1 and key not in identity and key not in col_keys and None not in values:
             constants[key] = values.pop()
-    return Report(row_keys, auto_keys, col_keys, col_info_keys, label_keys, list(metrics), row_ids, row_labels,
-                  col_ids, col_info, cells, seeds, constants, len(runs), paper)
+    return Report(
+        row_keys,
+        auto_keys,
+        col_keys,
+        col_info_keys,
+        label_keys,
+        list(metrics),
+        row_ids,
+        row_labels,
+        col_ids,
+        col_info,
+        cells,
+        seeds,
+        constants,
+        len(runs),
+        paper,
+    )
 
 
 def _constant_within(runs: Sequence[dict[str, Any]], key: str, group_by: list[str]) -> bool:
@@ -309,8 +377,9 @@ def metric_title(metric: str, arrows: bool = True, arrow_up: str = "↑", arrow_
     return f"{label} {arrow_down if metric_registry.metric(metric).lower_is_better else arrow_up}"
 
 
-def cell_text(report: Report, cell: Optional[Cell], metric: str, digits: int = 2, pm: str = "±",
-              mark: str = INCOMPLETE) -> str:
+def cell_text(
+    report: Report, cell: Cell | None, metric: str, digits: int = 2, pm: str = "±", mark: str = INCOMPLETE
+) -> str:
     """`91.80 ± 0.69`, with `(n=2)` when fewer seeds than the selection has, and † when incomplete;
     `6.83*` for an I_last measured against joint runs that differ beyond their recipe. With
     --paper, `paper:M` is the paper's figure and `diff:M` this cell's mean minus it."""
@@ -352,8 +421,10 @@ def caption(report: Report) -> str:
     if "seed" in report.row_keys + report.auto_keys + report.col_keys:
         parts.append("one seed per cell (seed is a row or column key), finished runs only, last-epoch accuracy in %")
     else:
-        parts.append(f"mean ± std (sample, ddof=1) over {n} seed{'s' if n != 1 else ''} "
-                     f"({', '.join(map(str, report.seeds))}), finished runs only, last-epoch accuracy in %")
+        parts.append(
+            f"mean ± std (sample, ddof=1) over {n} seed{'s' if n != 1 else ''} "
+            f"({', '.join(map(str, report.seeds))}), finished runs only, last-epoch accuracy in %"
+        )
     if any(s.n and s.n != len(c.expected) for c in report.cells.values() for s in c.stats.values()):
         parts.append("(n=k): only k seeds have this value")
     if report.any_incomplete:
@@ -371,15 +442,20 @@ def caption(report: Report) -> str:
         for key, pairs in cell.i_last_differs.items():
             differs.setdefault(key, set()).update(pairs)
     if "I_last" in report.metrics and differs:
-        what = "; ".join(f"{key} " + ", ".join(f"{here} here vs {there}" for here, there in sorted(pairs))
-                         for key, pairs in differs.items())
+        what = "; ".join(
+            f"{key} " + ", ".join(f"{here} here vs {there}" for here, there in sorted(pairs))
+            for key, pairs in differs.items()
+        )
         parts.append(f"* I_last against a joint run that differs beyond its own training recipe: {what}")
     if report.with_paper:
         used = sorted({(f.tex_order, f.label) for c in report.cells.values() for f in c.paper.values()})
-        parts.append("paper: Bang et al., CVPR 2021, " + (", ".join(f"table {o} ({label})" for o, label in used)
-                     if used else "no matching figure") + "; Δ = this table's mean minus the paper's, only where "
-                     "the runs follow the paper's protocol (dataset, model, K, tasks, stream, blurry, epochs, "
-                     "augment); elsewhere ≠ names the keys that differ (run≠paper)")
+        parts.append(
+            "paper: Bang et al., CVPR 2021, "
+            + (", ".join(f"table {o} ({label})" for o, label in used) if used else "no matching figure")
+            + "; Δ = this table's mean minus the paper's, only where "
+            "the runs follow the paper's protocol (dataset, model, K, tasks, stream, blurry, epochs, "
+            "augment); elsewhere ≠ names the keys that differ (run≠paper)"
+        )
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")
     return "; ".join(dict.fromkeys(parts))  # (metrics that share a note, e.g. the validation ones: said once)

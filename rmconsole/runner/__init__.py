@@ -34,11 +34,34 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _FACE = {
-    "launch": ("launch_run", "Launched", "resume_run", "Resumed", "stop_run", "reap_dead", "follow_run",
-               "record_exit", "StartedWorkers", "log_path", "StartFailed", "describe_os_error", "shorten", "KEEP",
-               "delete_run", "check_identity"),
-    "queue": ("launch_sweep", "LaunchedSweep", "stop_sweep", "SweepQueue", "ScheduledSweep", "DriverLock", "driver_pid",
-              "SweepDeclined"),
+    "launch": (
+        "launch_run",
+        "Launched",
+        "resume_run",
+        "Resumed",
+        "stop_run",
+        "reap_dead",
+        "follow_run",
+        "record_exit",
+        "StartedWorkers",
+        "log_path",
+        "StartFailed",
+        "describe_os_error",
+        "shorten",
+        "KEEP",
+        "delete_run",
+        "check_identity",
+    ),
+    "queue": (
+        "launch_sweep",
+        "LaunchedSweep",
+        "stop_sweep",
+        "SweepQueue",
+        "ScheduledSweep",
+        "DriverLock",
+        "driver_pid",
+        "SweepDeclined",
+    ),
     "sweep": ("is_sweep", "status_counts", "resolve_sweep_id", "split_values", "fold_seed", "expansion_notice"),
     "multigpu": ("Rendezvous", "join_run"),
     "processes": ("pid_alive",),
@@ -59,11 +82,34 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:  # the same names, for readers and type checkers
     from .executors import EXECUTORS, ExecutorSpec, parse_executor
-    from .launch import (KEEP, Launched, Resumed, StartedWorkers, StartFailed, check_identity, delete_run,
-                         describe_os_error, follow_run, launch_run, log_path, reap_dead, record_exit, resume_run,
-                         shorten, stop_run)
+    from .launch import (
+        KEEP,
+        Launched,
+        Resumed,
+        StartedWorkers,
+        StartFailed,
+        check_identity,
+        delete_run,
+        describe_os_error,
+        follow_run,
+        launch_run,
+        log_path,
+        reap_dead,
+        record_exit,
+        resume_run,
+        shorten,
+        stop_run,
+    )
     from .multigpu import Rendezvous, join_run
     from .processes import pid_alive
-    from .queue import (DriverLock, LaunchedSweep, ScheduledSweep, SweepDeclined, SweepQueue, driver_pid, launch_sweep,
-                        stop_sweep)
+    from .queue import (
+        DriverLock,
+        LaunchedSweep,
+        ScheduledSweep,
+        SweepDeclined,
+        SweepQueue,
+        driver_pid,
+        launch_sweep,
+        stop_sweep,
+    )
     from .sweep import expansion_notice, fold_seed, is_sweep, resolve_sweep_id, split_values, status_counts

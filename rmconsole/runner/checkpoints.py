@@ -82,14 +82,15 @@ def write_checkpoint(run_id: int, state: dict[str, Any], config: dict[str, Any])
     return it with its sha256 (OSError, e.g. ENOSPC, with the file named, and nothing left behind)."""
     path = checkpoint_path(run_id)
     private.mkdir(path.parent)
-    payload = {**state, "format": FORMAT, "run_id": run_id, "config": config,
-               "threads": _torch().get_num_threads()}
+    payload = {**state, "format": FORMAT, "run_id": run_id, "config": config, "threads": _torch().get_num_threads()}
     buffer = io.BytesIO()
     _torch().save(payload, buffer)
     data = buffer.getbuffer()
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        with private.open_new(tmp) as f:  # our own writes (0600), so a full disk is an OSError with its errno, not torch's
+        with private.open_new(
+            tmp
+        ) as f:  # our own writes (0600), so a full disk is an OSError with its errno, not torch's
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -128,21 +129,26 @@ def verified_bytes(run_id: int, path: Path | None = None) -> tuple[bytes, int | 
     except FileNotFoundError:
         return None
     except IsADirectoryError:
-        raise CheckpointError(f"checkpoint {path} is a directory; move it away to restart run {run_id} from its "
-                              f"first task") from None
+        raise CheckpointError(
+            f"checkpoint {path} is a directory; move it away to restart run {run_id} from its first task"
+        ) from None
     except OSError as err:
-        raise CheckpointError(f"checkpoint {path} cannot be read ({err.strerror}); restore it, or delete it to "
-                              f"restart run {run_id} from its first task") from None
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({err.strerror}); restore it, or delete it to "
+            f"restart run {run_id} from its first task"
+        ) from None
     recorded = store.checkpoint_checksums(run_id)
     if not recorded:
         return data, None
     digest = sha256_of(data)
     if digest not in recorded:
-        raise CheckpointError(f"checkpoint {path} does not match the checksum recorded in the store (sha256 "
-                              f"{digest[:12]}…, recorded for task {max(recorded.values()) + 1}: "
-                              f"{max(recorded, key=lambda d: recorded[d])[:12]}…): it was changed or damaged after it was "
-                              f"written; restore it from a backup, or delete it to restart run {run_id} from its "
-                              f"first task")
+        raise CheckpointError(
+            f"checkpoint {path} does not match the checksum recorded in the store (sha256 "
+            f"{digest[:12]}…, recorded for task {max(recorded.values()) + 1}: "
+            f"{max(recorded, key=lambda d: recorded[d])[:12]}…): it was changed or damaged after it was "
+            f"written; restore it from a backup, or delete it to restart run {run_id} from its "
+            f"first task"
+        )
     return data, recorded[digest]
 
 
@@ -156,15 +162,21 @@ def load_checkpoint(run_id: int) -> dict[str, Any] | None:
     try:
         state = _torch().load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means the same to the user
-        raise CheckpointError(f"checkpoint {path} cannot be loaded: corrupt, or not a weights-only file "
-                              f"({_load_failure(err)}); delete it to restart run {run_id} from its "
-                              f"first task") from None
+        raise CheckpointError(
+            f"checkpoint {path} cannot be loaded: corrupt, or not a weights-only file "
+            f"({_load_failure(err)}); delete it to restart run {run_id} from its "
+            f"first task"
+        ) from None
     if not isinstance(state, dict) or "task" not in state or "method" not in state:
-        raise CheckpointError(f"checkpoint {path} is not an rmconsole task checkpoint; "
-                              f"delete it to restart run {run_id} from its first task")
+        raise CheckpointError(
+            f"checkpoint {path} is not an rmconsole task checkpoint; "
+            f"delete it to restart run {run_id} from its first task"
+        )
     if task is not None and state.get("task") != task:
-        raise CheckpointError(f"checkpoint {path} says task {state.get('task')!r} but its checksum was recorded "
-                              f"after task {task + 1}; delete it to restart run {run_id} from its first task")
+        raise CheckpointError(
+            f"checkpoint {path} says task {state.get('task')!r} but its checksum was recorded "
+            f"after task {task + 1}; delete it to restart run {run_id} from its first task"
+        )
     return state
 
 
@@ -175,8 +187,8 @@ def _clip(text: str, limit: int = 160) -> str:
     cut = text[:limit]
     end = cut.rfind(". ")
     if end > limit // 3:
-        return cut[:end + 1]
-    return cut[:cut.rfind(" ")].rstrip(" ,;:(") + " …" if " " in cut else cut + "…"
+        return cut[: end + 1]
+    return cut[: cut.rfind(" ")].rstrip(" ,;:(") + " …" if " " in cut else cut + "…"
 
 
 def _load_failure(err: Exception) -> str:
@@ -203,19 +215,24 @@ def check_checkpoint(state: dict[str, Any], run_id: int, config: dict[str, Any])
     path = checkpoint_path(run_id)
     fix = f"delete it to restart run {run_id} from its first task"
     if state.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {path} has format {state.get('format')!r}, this rmconsole reads "
-                              f"format {FORMAT}; {fix}")
+        raise CheckpointError(
+            f"checkpoint {path} has format {state.get('format')!r}, this rmconsole reads format {FORMAT}; {fix}"
+        )
     if state.get("run_id") != run_id:
         raise CheckpointError(f"checkpoint {path} was written by run {state.get('run_id')}, not run {run_id}; {fix}")
     saved = state.get("config") or {}
     if saved.get("method") != config.get("method"):
-        raise CheckpointError(f"checkpoint {path} holds method {saved.get('method')!r} but run {run_id} is "
-                              f"method {config.get('method')!r}; {fix}")
+        raise CheckpointError(
+            f"checkpoint {path} holds method {saved.get('method')!r} but run {run_id} is "
+            f"method {config.get('method')!r}; {fix}"
+        )
     differs = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
     if differs:
         key = differs[0]
-        raise CheckpointError(f"checkpoint {path} was written for another config ({key}={saved.get(key)!r}, "
-                              f"run {run_id} has {key}={config.get(key)!r}); {fix}")
+        raise CheckpointError(
+            f"checkpoint {path} was written for another config ({key}={saved.get(key)!r}, "
+            f"run {run_id} has {key}={config.get(key)!r}); {fix}"
+        )
     task = state.get("task")
     if not isinstance(task, int) or task < 0:
         raise CheckpointError(f"checkpoint {path} names no finished task; {fix}")

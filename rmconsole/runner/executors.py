@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -121,7 +121,9 @@ class ExecutorSpec:
         return cls(name, tuple(options), runs_per_gpu)
 
 
-def parse_executor(name: str | None, options: Iterable[str] = (), runs_per_gpu: int | None = None) -> ExecutorSpec | None:
+def parse_executor(
+    name: str | None, options: Iterable[str] = (), runs_per_gpu: int | None = None
+) -> ExecutorSpec | None:
     """`--executor NAME --slurm KEY=V,KEY=V --runs-per-gpu N` -> a spec (None: the local
     executor). Every bad value is one line naming it and what is allowed."""
     options = [o for o in options if o.strip()]
@@ -152,8 +154,10 @@ def parse_executor(name: str | None, options: Iterable[str] = (), runs_per_gpu: 
             parsed[key] = str(typed)
     spec = ExecutorSpec(name, tuple(sorted(parsed.items())), runs_per_gpu or 1)
     if spec.runs_per_gpu > 1 and spec.get("gpus_per_run") > 1:
-        raise ConfigError(f"--runs-per-gpu {spec.runs_per_gpu} packs runs on one GPU: "
-                          f"gpus_per_run={spec.get('gpus_per_run')} must be 1 (or 0 on a CPU partition)")
+        raise ConfigError(
+            f"--runs-per-gpu {spec.runs_per_gpu} packs runs on one GPU: "
+            f"gpus_per_run={spec.get('gpus_per_run')} must be 1 (or 0 on a CPU partition)"
+        )
     return spec
 
 
@@ -250,7 +254,7 @@ class SubmititExecutor(Executor):
 
     def groups(self, run_ids: list[int]) -> list[list[int]]:
         n = self.spec.runs_per_gpu
-        return [run_ids[i:i + n] for i in range(0, len(run_ids), n)]
+        return [run_ids[i : i + n] for i in range(0, len(run_ids), n)]
 
     def _submitting(self) -> Any:
         """A context around the submission (nothing; the local executor detaches its job)."""
@@ -261,7 +265,9 @@ class SubmititExecutor(Executor):
         ex = self._executor(max(len(g) for g in groups))
         env = job_env()
         store_seen = store.shown_url(store.database_url())
-        calls = [RunJob(group, env, store_seen, self.spec.runs_per_gpu, self.spec.get("cpus_per_run")) for group in groups]
+        calls = [
+            RunJob(group, env, store_seen, self.spec.runs_per_gpu, self.spec.get("cpus_per_run")) for group in groups
+        ]
         try:
             with self._submitting():
                 if len(calls) == 1:
@@ -277,8 +283,14 @@ class SubmititExecutor(Executor):
         ids = []
         for job, group in zip(jobs, groups):
             for run_id in group:
-                store.update_run(run_id, executor=self.spec.text(), job_id=str(job.job_id), job_state="PENDING (submitted)",
-                                 log_path=str(log_path(run_id)), pid=None)
+                store.update_run(
+                    run_id,
+                    executor=self.spec.text(),
+                    job_id=str(job.job_id),
+                    job_state="PENDING (submitted)",
+                    log_path=str(log_path(run_id)),
+                    pid=None,
+                )
                 ids.append(str(job.job_id))
         return ids
 
@@ -297,8 +309,12 @@ class SlurmExecutor(SubmititExecutor):
         ex = submitit.SlurmExecutor(folder=folder() / "%j", python=sys.executable)
         minutes = spec.get("time")
         params: dict[str, Any] = dict(
-            job_name="rmconsole", time=minutes, cpus_per_task=spec.get("cpus_per_run") * group_size,
-            signal_delay_s=min(90, max(10, minutes * 60 // 6)), stderr_to_stdout=True)
+            job_name="rmconsole",
+            time=minutes,
+            cpus_per_task=spec.get("cpus_per_run") * group_size,
+            signal_delay_s=min(90, max(10, minutes * 60 // 6)),
+            stderr_to_stdout=True,
+        )
         gpus = spec.get("gpus_per_run")
         if gpus:
             params["gpus_per_node"] = gpus  # a group of runs shares its GPU (--runs-per-gpu)
@@ -315,8 +331,12 @@ class SlurmExecutor(SubmititExecutor):
             return {}
         base = sorted({j.split("_")[0] for j in job_ids})
         try:
-            out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%r", "--jobs=" + ",".join(base)],
-                                 capture_output=True, text=True, timeout=30)
+            out = subprocess.run(
+                ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%r", "--jobs=" + ",".join(base)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
         except (OSError, subprocess.SubprocessError):
             return None
         found: dict[str, JobState] = {}
@@ -345,8 +365,12 @@ class SlurmExecutor(SubmititExecutor):
 def _sacct(job_ids: list[str]) -> dict[str, JobState]:
     """Ended jobs squeue has forgotten, where Slurm keeps accounting (empty where it does not)."""
     try:
-        out = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "JobID,State,Reason", "-j", ",".join(job_ids)],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-o", "JobID,State,Reason", "-j", ",".join(job_ids)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return {}
     found = {}
@@ -370,8 +394,9 @@ class SubmititLocalExecutor(SubmititExecutor):
 
         ex = submitit.LocalExecutor(folder=folder() / "%j", python=sys.executable)
         minutes = self.spec.get("time")
-        ex.update_parameters(timeout_min=minutes, signal_delay_s=min(90, max(10, minutes * 60 // 6)),
-                             stderr_to_stdout=True)
+        ex.update_parameters(
+            timeout_min=minutes, signal_delay_s=min(90, max(10, minutes * 60 // 6)), stderr_to_stdout=True
+        )
         return ex
 
     @contextlib.contextmanager
@@ -448,8 +473,9 @@ class RunJob:
     """The job: start a supervisor per run of the group (all at once: --runs-per-gpu), wait for
     them; returns each run's status. Pickled by submitit (so: plain attributes only)."""
 
-    def __init__(self, run_ids: list[int], env: dict[str, str], store_seen: str, runs_per_gpu: int = 1,
-                 cpus_per_run: int = 1) -> None:
+    def __init__(
+        self, run_ids: list[int], env: dict[str, str], store_seen: str, runs_per_gpu: int = 1, cpus_per_run: int = 1
+    ) -> None:
         self.run_ids = list(run_ids)
         self.env = dict(env)
         self.store_seen = store_seen
@@ -466,11 +492,19 @@ class RunJob:
         os.environ.update(self.env)
         here = store.shown_url(store.database_url())
         if here != self.store_seen:
-            raise RuntimeError(f"this job sees the store {here}, but its runs were submitted to {self.store_seen}: "
-                               f"let the scheduler export RMCONSOLE_DB to the job (sbatch's default --export=ALL)")
-        job_id = (os.environ.get("SLURM_ARRAY_JOB_ID") and (
-            f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}")) or \
-            os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID") or "?"
+            raise RuntimeError(
+                f"this job sees the store {here}, but its runs were submitted to {self.store_seen}: "
+                f"let the scheduler export RMCONSOLE_DB to the job (sbatch's default --export=ALL)"
+            )
+        job_id = (
+            (
+                os.environ.get("SLURM_ARRAY_JOB_ID")
+                and (f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}")
+            )
+            or os.environ.get("SLURM_JOB_ID")
+            or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+            or "?"
+        )
         if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0:
             self._continue_after_requeue(job_id)
         for signum in (signal.SIGTERM, signal.SIGINT):  # scancel, submitit's local cancel: pass it on
@@ -491,9 +525,13 @@ class RunJob:
                 log.write(f"{self.describe(job_id)} on {socket.gethostname()}: starting run {run_id}\n".encode())
                 log.flush()
                 self._procs[run_id] = subprocess.Popen(
-                    python_m("supervise", str(run_id), "--", *worker_command(run_id)), stdout=log,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **extra},
-                    umask=private.UMASK)
+                    python_m("supervise", str(run_id), "--", *worker_command(run_id)),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, **extra},
+                    umask=private.UMASK,
+                )
         for proc in self._procs.values():
             proc.wait()
         return {run_id: store.get_run(run_id).status for run_id in self.run_ids}
@@ -532,8 +570,9 @@ class RunJob:
         for run_id in self.run_ids:
             if store.get_run(run_id).status in ("stopped", "failed"):
                 store.requeue_run(run_id)
-        return submitit.helpers.DelayedSubmission(RunJob(self.run_ids, self.env, self.store_seen, self.runs_per_gpu,
-                                                         self.cpus_per_run))
+        return submitit.helpers.DelayedSubmission(
+            RunJob(self.run_ids, self.env, self.store_seen, self.runs_per_gpu, self.cpus_per_run)
+        )
 
 
 # ---------------------------------------------------------------------------- the runner's side
@@ -546,12 +585,15 @@ def check_scheduler(spec: ExecutorSpec) -> None:
     import shutil
 
     if importlib.util.find_spec("submitit") is None:
-        raise ConfigError(f"--executor {spec.name} needs submitit, which is not installed: pip install 'rmconsole[slurm]'")
+        raise ConfigError(
+            f"--executor {spec.name} needs submitit, which is not installed: pip install 'rmconsole[slurm]'"
+        )
     if spec.name != "slurm":
         return
     if shutil.which("sbatch") is None:
-        raise ConfigError("--executor slurm: sbatch is not on PATH (submit from a Slurm login node, "
-                          "or install the Slurm client)")
+        raise ConfigError(
+            "--executor slurm: sbatch is not on PATH (submit from a Slurm login node, or install the Slurm client)"
+        )
     partition = spec.get("partition")
     try:
         out = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=30)
@@ -574,7 +616,7 @@ def submit_runs(spec: ExecutorSpec, run_ids: list[int]) -> list[str]:
 def _age(at: datetime | None, now: datetime) -> float | None:
     if at is None:
         return None
-    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    at = at if at.tzinfo else at.replace(tzinfo=UTC)
     return (now - at).total_seconds()
 
 
@@ -620,8 +662,14 @@ def scheduled_verdicts(runs: list[store.Run], stale_after_s: float) -> list[Verd
                 label = state.label() if state is not None else None
                 if beat is not None and beat > stale_after_s:
                     cancel = (text, run.job_id) if state is not None and not _others_live(run) else None
-                    verdicts.append(Verdict(run.id, "failed", f"no heartbeat for {int(beat)} s "
-                                                              f"({job} {label or 'state unknown'})", cancel))
+                    verdicts.append(
+                        Verdict(
+                            run.id,
+                            "failed",
+                            f"no heartbeat for {int(beat)} s ({job} {label or 'state unknown'})",
+                            cancel,
+                        )
+                    )
                 elif label and label != run.job_state:
                     store.update_run(run.id, job_state=label)
                 continue
@@ -637,8 +685,11 @@ def scheduled_verdicts(runs: list[store.Run], stale_after_s: float) -> list[Verd
             if state.state in CANCELLED:
                 verdicts.append(Verdict(run.id, "stopped", f"stopped: {reason} (scancel)"))
             else:
-                verdicts.append(Verdict(run.id, "failed", reason if run.status == "running"
-                                        else f"{reason} before its worker started"))
+                verdicts.append(
+                    Verdict(
+                        run.id, "failed", reason if run.status == "running" else f"{reason} before its worker started"
+                    )
+                )
     return verdicts
 
 
@@ -681,8 +732,11 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
         assert run.id is not None and run.job_id is not None and run.executor is not None
         sharing = [r for r in store.list_runs(status=store.ACTIVE) if r.job_id == run.job_id and r.id not in ids]
         if sharing:
-            store.mark_stopped(run.id, f"stopped by request; its worker in {_job_of(run)} "
-                                       f"(shared with runs {', '.join(str(r.id) for r in sharing)}) exits at its next heartbeat")
+            store.mark_stopped(
+                run.id,
+                f"stopped by request; its worker in {_job_of(run)} "
+                f"(shared with runs {', '.join(str(r.id) for r in sharing)}) exits at its next heartbeat",
+            )
         else:
             cancel.setdefault(run.executor, []).append(run.job_id)
     for text, job_ids in cancel.items():
@@ -691,8 +745,7 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
     for run in runs:  # a run whose worker has not claimed it yet ends here (a claim after this fails)
         if run.job_id in {j for ids in cancel.values() for j in ids}:
             job = _job_of(run)
-            store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)",
-                               only_from=("queued",))
+            store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)", only_from=("queued",))
     deadline = time.monotonic() + grace_s + 5  # the worker's SIGTERM handler, or Slurm's KillWait
     pending = [r for r in runs if r.id is not None]
     while pending and time.monotonic() < deadline:
@@ -702,5 +755,9 @@ def stop_scheduled(runs: list[store.Run], grace_s: float = 10.0) -> None:
     for run in pending:
         job = _job_of(run)
         was = store.get_run(run.id).status
-        store.mark_stopped(run.id, f"stopped before it started ({job} cancelled)" if was == "queued"
-                           else f"stopped by request ({job} cancelled)")
+        store.mark_stopped(
+            run.id,
+            f"stopped before it started ({job} cancelled)"
+            if was == "queued"
+            else f"stopped by request ({job} cancelled)",
+        )

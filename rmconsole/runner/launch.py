@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -57,8 +57,9 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         env["RMCONSOLE_DB"] = store.database_url()
         path = store.database_path()
         if path is not None:
-            env["RMCONSOLE_DB"] = store.database_url_object().set(database=str(path)).render_as_string(
-                hide_password=False)
+            env["RMCONSOLE_DB"] = (
+                store.database_url_object().set(database=str(path)).render_as_string(hide_password=False)
+            )
         env.update(password_by_file(env["RMCONSOLE_DB"]))  # the password by path, not in the environment
     env["RMCONSOLE_DATA"] = str(data_root().resolve())
     env["PYTHONUNBUFFERED"] = "1"
@@ -72,8 +73,9 @@ def check_home() -> None:
         try:
             private.mkdir(folder)  # 0700, the home too when it is new
         except OSError as err:
-            raise store.StoreError(f"cannot create {folder}: {err.strerror} "
-                                   f"(set RMCONSOLE_HOME to a writable folder)") from None
+            raise store.StoreError(
+                f"cannot create {folder}: {err.strerror} (set RMCONSOLE_HOME to a writable folder)"
+            ) from None
         if not os.access(folder, os.W_OK):
             raise store.StoreError(f"{folder} is not writable (set RMCONSOLE_HOME to a writable folder)")
 
@@ -87,7 +89,7 @@ def set_aside_log(run_id: int) -> Path | None:
         run = store.get_run(run_id)
         if run.started_at is not None or not path.is_file():
             return None
-        created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=timezone.utc)
+        created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)
         if path.stat().st_mtime >= created.timestamp():
             return None
         aside = path.parent / "orphaned" / f"run-{run_id}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
@@ -130,23 +132,32 @@ def start_worker(run_id: int, extra_env: dict[str, str] | None = None, rendezvou
         aside = set_aside_log(run_id)
         if aside is not None:
             with private.open_append(path) as log:
-                log.write(f"a log this run never wrote (a deleted store's run {run_id}?) was moved to {aside}\n".encode())
+                log.write(
+                    f"a log this run never wrote (a deleted store's run {run_id}?) was moved to {aside}\n".encode()
+                )
         env = worker_env({**(extra_env or {}), **lease.env()})
         if warm.enabled() and command == python_m("worker", str(run_id)):
             proc = warm.request(store.home().resolve(), run_id, env, path)
         if proc is None:
             with private.open_append(path) as log:
-                proc = WorkerProcess(python_m("supervise", str(run_id), "--", *command), stdout=log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
-                                     umask=private.UMASK)
+                proc = WorkerProcess(
+                    python_m("supervise", str(run_id), "--", *command),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env=env,
+                    umask=private.UMASK,
+                )
     except OSError as err:
         reason = f"could not start its worker: {describe_os_error(err)}"
         try:
             store.mark_failed(run_id, reason, lease=lease)
         except (store.StoreError, store.LeaseLost):
             pass
-        raise StartFailed(f"run {run_id} {reason}; it is marked failed (`rmconsole resume {run_id}` once that "
-                          f"is fixed)") from None
+        raise StartFailed(
+            f"run {run_id} {reason}; it is marked failed (`rmconsole resume {run_id}` once that is fixed)"
+        ) from None
     proc.lease = lease
     store.update_run(run_id, lease=lease, pid=proc.pid, host=socket.gethostname(), log_path=str(path))
     return proc
@@ -164,7 +175,7 @@ def describe_os_error(err: OSError) -> str:
 def shorten(text: str, limit: int = 120) -> str:
     """An echoed value kept to one short line: long ones keep their start and end."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else f"{text[:limit // 2 - 1]}…{text[-(limit // 2 - 1):]}"
+    return text if len(text) <= limit else f"{text[: limit // 2 - 1]}…{text[-(limit // 2 - 1) :]}"
 
 
 def worker_state(run: store.Run) -> str:
@@ -187,8 +198,11 @@ def last_log_line(run_id: int, limit: int = 200) -> str | None:
         with open(log_path(run_id), "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 4096))
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()
-                     and not ln.startswith(("rmconsole: ", "supervisor: "))]  # the store's notices, not the run's
+            lines = [
+                ln.strip()
+                for ln in f.read().decode(errors="replace").splitlines()
+                if ln.strip() and not ln.startswith(("rmconsole: ", "supervisor: "))
+            ]  # the store's notices, not the run's
     except OSError:
         return None
     return " ".join(lines[-1].split())[:limit] if lines else None
@@ -204,7 +218,9 @@ def mark_dead(run_id: int, reason: str, lease: store.Lease | None = None) -> boo
         return False
     if run.status == "queued" and run.task is None and reason.startswith("worker process is gone"):
         reason = f"never started: the process that was to start it (pid {run.pid}) is gone"
-    detail = f"{reason}; last phase: {run.phase or 'none'}" + (f" of task {run.task + 1}" if run.task is not None else "")
+    detail = f"{reason}; last phase: {run.phase or 'none'}" + (
+        f" of task {run.task + 1}" if run.task is not None else ""
+    )
     line = last_log_line(run_id, 400)
     if line:
         detail += f"; last log line: {line}"
@@ -214,8 +230,13 @@ def mark_dead(run_id: int, reason: str, lease: store.Lease | None = None) -> boo
         return False
 
 
-def record_exit(run_id: int, returncode: int | None, stop_requested: bool = False, wait_s: float = 0.0,
-                lease: store.Lease | None = None) -> bool:
+def record_exit(
+    run_id: int,
+    returncode: int | None,
+    stop_requested: bool = False,
+    wait_s: float = 0.0,
+    lease: store.Lease | None = None,
+) -> bool:
     """The rule for a run's process that has exited: if it left the run queued or running (a
     worker killed, or dead before it could write), whoever saw the exit records how it ended:
     `stopped` when a stop was asked for, else `failed` with the exit reason. Returns whether it
@@ -262,8 +283,11 @@ class StartedWorkers:
     def exited(self) -> list[Exited]:
         """(run id, exit code, lease) of each process that exited since the last call (then forgotten)."""
         with self._lock:
-            ended = [Exited(run_id, proc.returncode, getattr(proc, "lease", None))
-                     for run_id, proc in self._processes.items() if proc.poll() is not None]
+            ended = [
+                Exited(run_id, proc.returncode, getattr(proc, "lease", None))
+                for run_id, proc in self._processes.items()
+                if proc.poll() is not None
+            ]
             for gone in ended:
                 del self._processes[gone.run_id]
         return ended
@@ -281,8 +305,12 @@ def follow_run(run_id: int, process: subprocess.Popen | None = None, poll_s: flo
     try:
         while True:
             run = store.get_run(run_id)
-            if process is None and run.status in store.ACTIVE and is_scheduled(run) and \
-                    time.monotonic() - asked >= SCHEDULER_POLL_S:
+            if (
+                process is None
+                and run.status in store.ACTIVE
+                and is_scheduled(run)
+                and time.monotonic() - asked >= SCHEDULER_POLL_S
+            ):
                 asked = time.monotonic()
                 reap_dead([run])
                 run = store.get_run(run_id)
@@ -328,7 +356,7 @@ class _ExitWatch:
 def _heartbeat_age(run: store.Run, now: datetime) -> float | None:
     if run.heartbeat_at is None:
         return None
-    beat = run.heartbeat_at if run.heartbeat_at.tzinfo else run.heartbeat_at.replace(tzinfo=timezone.utc)
+    beat = run.heartbeat_at if run.heartbeat_at.tzinfo else run.heartbeat_at.replace(tzinfo=UTC)
     return (now - beat).total_seconds()
 
 
@@ -388,8 +416,10 @@ def reap_local(runs: list[store.Run]) -> list[int]:
             reason = "worker process is gone (no exit status was recorded: its supervisor died too)"
         elif age is not None and age > STALE_AFTER_S:
             if run.status == "queued":
-                reason = (f"never started: the process that queued it (pid {run.pid}) did not start its worker "
-                          f"within {int(STALE_AFTER_S)} s")
+                reason = (
+                    f"never started: the process that queued it (pid {run.pid}) did not start its worker "
+                    f"within {int(STALE_AFTER_S)} s"
+                )
             else:
                 reason = f"no heartbeat for {int(age)} s"
                 if state == "ours":
@@ -431,11 +461,15 @@ def stop_run(run_id: int, grace_s: float = 10.0) -> str:
     state = worker_state(run) if run.host in (None, socket.gethostname()) else "remote"
     if state in ("remote", "other"):  # cannot (or must not) signal it: the worker obeys the store
         where = f"on {run.host}" if state == "remote" else f"(pid {run.pid}, not started by rmconsole)"
-        return stopped(f"stopped by request from {socket.gethostname()}; the worker {where} exits at its next "
-                       f"heartbeat")
+        return stopped(
+            f"stopped by request from {socket.gethostname()}; the worker {where} exits at its next heartbeat"
+        )
     if state == "gone":
-        return stopped("stopped before it started" if run.status == "queued"
-                       else "stopped by request (its worker was already gone)")
+        return stopped(
+            "stopped before it started"
+            if run.status == "queued"
+            else "stopped by request (its worker was already gone)"
+        )
     try:
         os.killpg(run.pid, signal.SIGTERM)  # type: ignore[arg-type]  # no pid: the TypeError below
     except (ProcessLookupError, PermissionError, TypeError):
@@ -496,18 +530,35 @@ def check_identity(name: str | None, tags: list[str] | None) -> list[str]:
         raise ConfigError(f"--name {name!r}: give one line of printable text (at most 200 characters)")
     out = []
     for tag in tags or []:
-        if not tag or not tag.isprintable() or any(c.isspace() for c in tag) or tag[0] in "+-" or "," in tag \
-                or len(tag) > 64:
-            raise ConfigError(f"--tag {tag!r}: a tag is one word of printable characters without commas, "
-                              f"not starting with + or - (at most 64)")
+        if (
+            not tag
+            or not tag.isprintable()
+            or any(c.isspace() for c in tag)
+            or tag[0] in "+-"
+            or "," in tag
+            or len(tag) > 64
+        ):
+            raise ConfigError(
+                f"--tag {tag!r}: a tag is one word of printable characters without commas, "
+                f"not starting with + or - (at most 64)"
+            )
         out.append(tag)
     return list(dict.fromkeys(out))
 
 
-def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None = None, *, seed: int | None = None,
-               device: str | None = None, sweep_id: str | None = None, gpus: int | None = None,
-               rendezvous: Any = None, executor: Any = None, name: str | None = None,
-               tags: list[str] | None = None) -> Launched:
+def launch_run(
+    preset: str | None,
+    overrides: list[str] | dict[str, Any] | None = None,
+    *,
+    seed: int | None = None,
+    device: str | None = None,
+    sweep_id: str | None = None,
+    gpus: int | None = None,
+    rendezvous: Any = None,
+    executor: Any = None,
+    name: str | None = None,
+    tags: list[str] | None = None,
+) -> Launched:
     """Preset + overrides → validated config → stored run → started worker (or, with an
     `executor` spec, a submitted job): the one path the CLI's `run` and the TUI's launch screen
     share. A bad config, a missing dataset or an unavailable device is refused (ConfigError /
@@ -522,15 +573,19 @@ def launch_run(preset: str | None, overrides: list[str] | dict[str, Any] | None 
         from .executors import check_scheduler, submit_runs
 
         if rendezvous is not None and rendezvous.multi_node:
-            raise ConfigError("--nnodes: a multi-node run is started by hand on each node (see `rmconsole join`), "
-                              "not through --executor")
+            raise ConfigError(
+                "--nnodes: a multi-node run is started by hand on each node (see `rmconsole join`), "
+                "not through --executor"
+            )
         check_runnable(cfg, scheduled=True)
         check_scheduler(executor)
         run_id = store.create_run(config, preset_name, sweep_id, **identity)
         (job_id,) = submit_runs(executor, [run_id])
         return Launched(run_id, preset_name, cfg, None, job_id)
     check_runnable(cfg)
-    run_id = store.create_run(config, preset_name, sweep_id, owner_pid=os.getpid(), **identity)  # dead with us until started
+    run_id = store.create_run(
+        config, preset_name, sweep_id, owner_pid=os.getpid(), **identity
+    )  # dead with us until started
     return Launched(run_id, preset_name, cfg, start_worker(run_id, rendezvous=rendezvous))
 
 
@@ -542,8 +597,9 @@ def delete_run(run_id: int) -> list[str]:
     reap_dead([store.get_run(run_id)])
     done = store.delete_run(run_id)
     if not done:
-        raise ValueError(f"run {run_id} is {done.status}: stop it first (only finished, failed or stopped runs "
-                         f"can be deleted)")
+        raise ValueError(
+            f"run {run_id} is {done.status}: stop it first (only finished, failed or stopped runs can be deleted)"
+        )
     removed = []
     checkpoint = checkpoint_path(run_id)
     for path in (log_path(run_id), checkpoint, *checkpoint.parent.glob(f"{checkpoint.name}.*")):
@@ -553,8 +609,9 @@ def delete_run(run_id: int) -> list[str]:
         except FileNotFoundError:
             pass
         except OSError as err:
-            raise store.StoreError(f"run {run_id} is deleted from the store, but {path} could not be removed: "
-                                   f"{err.strerror}") from None
+            raise store.StoreError(
+                f"run {run_id} is deleted from the store, but {path} could not be removed: {err.strerror}"
+            ) from None
     return removed
 
 

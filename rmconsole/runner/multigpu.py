@@ -47,21 +47,29 @@ class Rendezvous:
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise ConfigError(f"--master-port {self.master_port}: must be a TCP port (1-65535)")
         if self.node_rank is not None and not 0 <= self.node_rank < self.nnodes:
-            raise ConfigError(f"--node-rank {self.node_rank}: must be 0 to {self.nnodes - 1} for --nnodes {self.nnodes}")
+            raise ConfigError(
+                f"--node-rank {self.node_rank}: must be 0 to {self.nnodes - 1} for --nnodes {self.nnodes}"
+            )
         if self.master_addr and self.rdzv_endpoint:
             raise ConfigError("give --master-addr (static rendezvous) or --rdzv-endpoint (c10d rendezvous), not both")
         if self.nnodes > 1 or joining:
             if not (self.master_addr or self.rdzv_endpoint):
-                raise ConfigError(f"--nnodes {self.nnodes}: the nodes must find each other: give --master-addr HOST "
-                                  f"(with --node-rank) or --rdzv-endpoint HOST:PORT")
+                raise ConfigError(
+                    f"--nnodes {self.nnodes}: the nodes must find each other: give --master-addr HOST "
+                    f"(with --node-rank) or --rdzv-endpoint HOST:PORT"
+                )
             if self.master_addr and self.node_rank is None:
                 raise ConfigError("--master-addr needs --node-rank (0 on the node that runs `rmconsole run`)")
         if self.master_addr and self.node_rank is not None:
             if not joining and self.node_rank != 0:
-                raise ConfigError(f"--node-rank {self.node_rank}: `rmconsole run` is node 0 (it holds rank 0, which "
-                                  f"writes the store); start the other nodes with `rmconsole join RUN_ID`")
+                raise ConfigError(
+                    f"--node-rank {self.node_rank}: `rmconsole run` is node 0 (it holds rank 0, which "
+                    f"writes the store); start the other nodes with `rmconsole join RUN_ID`"
+                )
             if joining and self.node_rank == 0:
-                raise ConfigError("--node-rank 0 is the node that ran `rmconsole run`; a joining node has rank 1 or more")
+                raise ConfigError(
+                    "--node-rank 0 is the node that ran `rmconsole run`; a joining node has rank 1 or more"
+                )
         return self
 
     @property
@@ -85,8 +93,17 @@ class Rendezvous:
 
 def torchrun_argv(run_id: int, nproc: int, rendezvous: Rendezvous | None = None) -> list[str]:
     """torchrun starting `nproc` ranks of `rmconsole.runner.dist_worker RUN_ID` on this node."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-            *(rendezvous or Rendezvous()).args(), "-m", f"{PACKAGE}.dist_worker", str(run_id)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        *(rendezvous or Rendezvous()).args(),
+        "-m",
+        f"{PACKAGE}.dist_worker",
+        str(run_id),
+    ]
 
 
 def worker_command(run_id: int, rendezvous: Rendezvous | None = None) -> list[str]:
@@ -118,8 +135,10 @@ def check_gpus(gpus: int, device: str) -> None:
 
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if have < gpus:
-        raise ConfigError(f"gpus={gpus}: this machine has {have} visible CUDA device(s); use at most {have}, "
-                          f"or --set device=cpu to run {gpus} CPU processes on gloo")
+        raise ConfigError(
+            f"gpus={gpus}: this machine has {have} visible CUDA device(s); use at most {have}, "
+            f"or --set device=cpu to run {gpus} CPU processes on gloo"
+        )
 
 
 # ---------------------------------------------------------------------------- the launcher
@@ -131,12 +150,16 @@ def settle(run_id: int, returncode: int, stop_requested: bool) -> str:
 
     lease = store.Lease.from_env(run_id)
     try:
-        settled = store.mark_failed(run_id, f"torchrun exited with code {returncode} before the run ended "
-                                            f"(see the run's log)", lease=lease)
+        settled = store.mark_failed(
+            run_id, f"torchrun exited with code {returncode} before the run ended (see the run's log)", lease=lease
+        )
         if not settled and settled.status == "stopped" and not stop_requested and returncode != 0:
-            settled = store.fail_stopped_run(run_id, f"a rank failed and torchrun stopped the others (exit code "
-                                                     f"{returncode}); the failing rank's traceback is in the run's log",
-                                             lease=lease)
+            settled = store.fail_stopped_run(
+                run_id,
+                f"a rank failed and torchrun stopped the others (exit code "
+                f"{returncode}); the failing rank's traceback is in the run's log",
+                lease=lease,
+            )
     except store.LeaseLost as err:
         return f"not this launcher's ({err})"
     return settled.status

@@ -130,8 +130,11 @@ def entry_args(argv: list[str] | None, usage: str, command: str = "none") -> Ent
     else print `usage: USAGE` to stderr and return None: the entry point exits with code 2."""
     argv = sys.argv[1:] if argv is None else argv
     has_command = len(argv) >= 3 and argv[1] == "--"
-    ok = bool(argv) and argv[0].isdigit() and (
-        (len(argv) == 1 and command != "required") or (has_command and command != "none"))
+    ok = (
+        bool(argv)
+        and argv[0].isdigit()
+        and ((len(argv) == 1 and command != "required") or (has_command and command != "none"))
+    )
     if not ok:
         print(f"usage: {usage}", file=sys.stderr)
         return None
@@ -143,8 +146,12 @@ class StopSignal:
     into one stop request: `requested` is set and `then` is called (on every signal, or with
     `once` on the first only). `then` may raise to unwind the main thread."""
 
-    def __init__(self, then: Callable[[], None] | None = None, once: bool = False,
-                 signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> None:
+    def __init__(
+        self,
+        then: Callable[[], None] | None = None,
+        once: bool = False,
+        signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT),
+    ) -> None:
         self.requested = False
         self.then = then
         self.once = once

@@ -30,19 +30,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 from .. import private, store
 from ..config import ConfigError
 from . import launch
-from .driver import driver_pid, lock_path  # noqa: F401  (driver_pid: part of the face)
+from .driver import driver_pid, lock_path
 from .executors import SCHEDULER_POLL_S
 from .processes import GPU_SHARE_ENV, StopSignal, pid_alive, python_m
 from .sweep import SweepPlan, check_sweep_name, plan_sweep, run_names, status_counts, store_sweep
 
-Starter = Callable[[int, Optional[dict]], Any]
+Starter = Callable[[int, dict | None], Any]
 
 
 class QueueBusy(Exception):
@@ -125,7 +126,7 @@ class DriverLock:
             self.handle.close()
             self.handle = None
 
-    def __enter__(self) -> "DriverLock":
+    def __enter__(self) -> DriverLock:
         self.acquire()
         return self
 
@@ -142,9 +143,15 @@ class SweepQueue:
     `step()` is one scheduling pass (the CLI calls it between progress refreshes); `start`
     is how a worker is started (launch.start_worker; tests may pass their own)."""
 
-    def __init__(self, sweep_id: str, parallel: int | None = None, gpus: list[str] | None = None,
-                 start: Starter | None = None, log: Callable[[str], None] | None = None,
-                 runs_per_gpu: int = 1) -> None:
+    def __init__(
+        self,
+        sweep_id: str,
+        parallel: int | None = None,
+        gpus: list[str] | None = None,
+        start: Starter | None = None,
+        log: Callable[[str], None] | None = None,
+        runs_per_gpu: int = 1,
+    ) -> None:
         self.sweep_id = sweep_id
         self.gpus = visible_gpus() if gpus is None else list(gpus)
         if runs_per_gpu < 1:
@@ -186,12 +193,14 @@ class SweepQueue:
         launch.reap_dead([r for r in runs if r.status == "running" and r.id not in ours])
         runs = self.runs()
         # runs someone else started (a resume, an earlier driver's workers) take slots too
-        foreign = [r for r in runs if r.id not in ours and
-                   (r.status == "running" or (r.status == "queued" and pid_alive(r.pid)))]
-        pending = [r for r in runs if r.status == "queued" and r.id not in self.launched
-                   and not pid_alive(r.pid)]
+        foreign = [
+            r
+            for r in runs
+            if r.id not in ours and (r.status == "running" or (r.status == "queued" and pid_alive(r.pid)))
+        ]
+        pending = [r for r in runs if r.status == "queued" and r.id not in self.launched and not pid_alive(r.pid)]
         free = [s for s in range(self.parallel) if s not in self.busy]
-        free = free[:max(0, self.parallel - len(self.busy) - len(foreign))]
+        free = free[: max(0, self.parallel - len(self.busy) - len(foreign))]
         for slot, run in zip(free, list(pending)):
             if store.get_run(run.id).status != "queued":  # stopped meanwhile
                 pending.remove(run)
@@ -202,15 +211,22 @@ class SweepQueue:
             self.busy[slot] = (run.id, proc)
             self.launched.add(run.id)
             pending.remove(run)
-            where = f"GPU {env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else \
-                "CPU" if device == "cpu" or not self.gpus else device
+            where = (
+                f"GPU {env['CUDA_VISIBLE_DEVICES']}"
+                if "CUDA_VISIBLE_DEVICES" in env
+                else "CPU"
+                if device == "cpu" or not self.gpus
+                else device
+            )
             if GPU_SHARE_ENV in env:
                 where += f" (1/{self.runs_per_gpu} of its memory)"
-            self.log(f"run {run.id} started in slot {slot + 1}/{self.parallel} on {where} "
-                     f"({run.method}, seed {run.seed}); log {launch.log_path(run.id)}")
+            self.log(
+                f"run {run.id} started in slot {slot + 1}/{self.parallel} on {where} "
+                f"({run.method}, seed {run.seed}); log {launch.log_path(run.id)}"
+            )
         return bool(self.busy or pending or foreign)
 
-    def run(self, poll_s: float = 0.5, on_tick: Callable[["SweepQueue"], None] | None = None) -> dict[str, int]:
+    def run(self, poll_s: float = 0.5, on_tick: Callable[[SweepQueue], None] | None = None) -> dict[str, int]:
         """Drive the queue to its end; returns the runs per status."""
         while True:
             more = self.step()
@@ -267,12 +283,15 @@ class ScheduledSweep:
                 self.seen[run.id] = said
                 metrics = run.metrics or {}
                 shown = f": A_last {metrics['A_last']:.2f}" if metrics.get("A_last") is not None else ""
-                where = f" ({(run.executor or '').split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
+                where = (
+                    f" ({(run.executor or '').split(':')[0]} job {run.job_id}: {run.job_state})" if run.job_id else ""
+                )
                 self.log(f"run {run.id} {run.status}{shown}{where}" + (f" — {run.error}" if run.error else ""))
         return any(r.status in store.ACTIVE for r in runs)
 
-    def run(self, poll_s: float = SCHEDULER_POLL_S, on_tick: Callable[["ScheduledSweep"], None] | None = None
-            ) -> dict[str, int]:
+    def run(
+        self, poll_s: float = SCHEDULER_POLL_S, on_tick: Callable[[ScheduledSweep], None] | None = None
+    ) -> dict[str, int]:
         while True:
             more = self.step()
             if on_tick is not None:
@@ -290,16 +309,18 @@ class ScheduledSweep:
 
 def requeue(sweep_id: str) -> list[int]:
     """Queue a sweep's failed and stopped runs again (workers resume from their checkpoints)."""
-    return [run.id for run in store.list_runs(sweep_id=sweep_id, status=("failed", "stopped"))
-            if store.requeue_run(run.id)]
+    return [
+        run.id for run in store.list_runs(sweep_id=sweep_id, status=("failed", "stopped")) if store.requeue_run(run.id)
+    ]
 
 
 def log_path(sweep_id: str) -> Path:
     return store.home() / "logs" / f"sweep-{sweep_id}.log"
 
 
-def start_queue_runner(sweep_id: str, parallel: int, gpus: list[str] | None = None,
-                       runs_per_gpu: int = 1) -> subprocess.Popen:
+def start_queue_runner(
+    sweep_id: str, parallel: int, gpus: list[str] | None = None, runs_per_gpu: int = 1
+) -> subprocess.Popen:
     """`python -m rmconsole.runner.queue SWEEP_ID` in its own session: it outlives the CLI.
     Passing the GPUs the CLI already found spares the runner importing torch."""
     path = log_path(sweep_id)
@@ -308,9 +329,15 @@ def start_queue_runner(sweep_id: str, parallel: int, gpus: list[str] | None = No
     if gpus is not None:
         args.append(f"--gpus={','.join(gpus)}")
     with private.open_append(path) as log:
-        return subprocess.Popen(args,
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=launch.worker_env(), umask=private.UMASK)
+        return subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=launch.worker_env(),
+            umask=private.UMASK,
+        )
 
 
 class SweepDeclined(ConfigError):
@@ -337,12 +364,23 @@ class LaunchedSweep:
         return log_path(self.sweep_id)
 
 
-def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str] = None, seed: Optional[int] = None,
-                 device: Optional[str] = None, parallel: Optional[int] = None, detach: bool = False,
-                 runs_per_gpu: Optional[int] = None, executor: Any = None, name: Optional[str] = None,
-                 tags: Optional[list[str]] = None, sweep_name: Optional[str] = None,
-                 name_template: Optional[str] = None,
-                 confirm: Optional[Callable[[SweepPlan], bool]] = None) -> LaunchedSweep:
+def launch_sweep(
+    preset: str | None,
+    pairs: list[str],
+    *,
+    seeds: str | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    parallel: int | None = None,
+    detach: bool = False,
+    runs_per_gpu: int | None = None,
+    executor: Any = None,
+    name: str | None = None,
+    tags: list[str] | None = None,
+    sweep_name: str | None = None,
+    name_template: str | None = None,
+    confirm: Callable[[SweepPlan], bool] | None = None,
+) -> LaunchedSweep:
     """Validate every grid point and refuse what cannot run here (a missing dataset or GPU,
     gpus > 1) before anything is stored; store the grid as queued runs; with `detach` start a
     queue runner that outlives this process (else the caller drives a `SweepQueue`). With an
@@ -370,8 +408,10 @@ def launch_sweep(preset: Optional[str], pairs: list[str], *, seeds: Optional[str
         from .executors import check_scheduler, submit_runs
 
         if parallel is not None:
-            raise ConfigError(f"--parallel applies to the local queue: with --executor {executor.name} "
-                              f"the scheduler runs the jobs (pack runs with --runs-per-gpu)")
+            raise ConfigError(
+                f"--parallel applies to the local queue: with --executor {executor.name} "
+                f"the scheduler runs the jobs (pack runs with --runs-per-gpu)"
+            )
         check_scheduler(executor)
         sweep_id, ids = store_sweep(plan, sweep_name, name=name, tags=tags, name_template=name_template)
         job_ids = submit_runs(executor, ids)
@@ -419,14 +459,18 @@ QUEUE_OUTAGE_S = 1800.0  # how long a queue runner waits through a database outa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmconsole.runner.queue",
-                                     description="Run a stored sweep's queued runs, N at a time.")
+    parser = argparse.ArgumentParser(
+        prog="python -m rmconsole.runner.queue", description="Run a stored sweep's queued runs, N at a time."
+    )
     parser.add_argument("sweep_id")
     parser.add_argument("--parallel", type=int, default=None, help="slots (default: one per visible GPU, 1 on CPU)")
     parser.add_argument("--retry", action="store_true", help="queue failed and stopped runs again first")
-    parser.add_argument("--runs-per-gpu", type=int, default=1, help="slots sharing each GPU, each with 1/N of its memory")
-    parser.add_argument("--gpus", default=None, help="GPU ids to hand out, comma-separated ('' for none; "
-                                                     "default: the visible ones)")
+    parser.add_argument(
+        "--runs-per-gpu", type=int, default=1, help="slots sharing each GPU, each with 1/N of its memory"
+    )
+    parser.add_argument(
+        "--gpus", default=None, help="GPU ids to hand out, comma-separated ('' for none; default: the visible ones)"
+    )
     args = parser.parse_args(argv)
 
     def log(message: str) -> None:
@@ -448,9 +492,11 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"queued again: {requeue(args.sweep_id) or 'nothing'}")
             gpus = None if args.gpus is None else [g.strip() for g in args.gpus.split(",") if g.strip()]
             queue = SweepQueue(args.sweep_id, args.parallel, gpus=gpus, log=log, runs_per_gpu=args.runs_per_gpu)
-            log(f"sweep {args.sweep_id}: driving with {queue.parallel} slot(s), pid {os.getpid()}, "
-                f"GPUs {','.join(queue.gpus) or 'none'}" +
-                (f", {queue.runs_per_gpu} runs per GPU" if queue.runs_per_gpu > 1 else ""))
+            log(
+                f"sweep {args.sweep_id}: driving with {queue.parallel} slot(s), pid {os.getpid()}, "
+                f"GPUs {','.join(queue.gpus) or 'none'}"
+                + (f", {queue.runs_per_gpu} runs per GPU" if queue.runs_per_gpu > 1 else "")
+            )
             try:
                 queue.run()
             except SweepStopped:

@@ -20,12 +20,22 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any
 
 from .. import store
 from ..config import (
-    COMMON_KEYS, DEFAULT_PRESET, ConfigError, RunConfig, checked_value, load_config, method_of, not_read, read_preset,
-    show_value, split_override, twice,
+    COMMON_KEYS,
+    DEFAULT_PRESET,
+    ConfigError,
+    RunConfig,
+    checked_value,
+    load_config,
+    method_of,
+    not_read,
+    read_preset,
+    show_value,
+    split_override,
+    twice,
 )
 from ..methods import UnknownMethod, method_spec, readers_of
 from ..plugins import PluginError
@@ -86,14 +96,14 @@ def sweep_axes(pairs: list[str]) -> dict[str, list[Any]]:
     return axes
 
 
-def is_sweep(pairs: list[str], seeds: Optional[str] = None) -> bool:
+def is_sweep(pairs: list[str], seeds: str | None = None) -> bool:
     """True when the command asks for more than one point. One seed (`--seeds 3`, the TUI's
     seeds field holding one) is one run, not a sweep: it must not take over `--sweep last`."""
     many_seeds = seeds is not None and len([s for s in seeds.split(",") if s.strip()]) != 1
     return many_seeds or any(len(split_values(p.partition("=")[2].strip())) > 1 for p in pairs)
 
 
-def fold_seed(pairs: list[str], seeds: Optional[str]) -> tuple[list[str], Optional[str]]:
+def fold_seed(pairs: list[str], seeds: str | None) -> tuple[list[str], str | None]:
     """(pairs, seeds) with a single seed folded into the pairs as `seed=N` (one run, not a
     sweep); anything else unchanged. A bad seed is refused as `--seeds` refuses it."""
     if seeds is None or is_sweep([], seeds):
@@ -105,7 +115,7 @@ def fold_seed(pairs: list[str], seeds: Optional[str]) -> tuple[list[str], Option
 LISTED = 6  # grid points named in full by the expansion notice
 
 
-def expansion_notice(plan: "SweepPlan") -> Optional[str]:
+def expansion_notice(plan: SweepPlan) -> str | None:
     """`this expands to 2 runs: augment=cutmix | augment=autoaug`, when a `--set` list made more
     than one run (seeds alone are asked for by name: no notice), with a hint when the list looks
     like a slip for '+' (`augment=cutmix,autoaug` is two runs; `cutmix+autoaug` is one)."""
@@ -119,8 +129,9 @@ def expansion_notice(plan: "SweepPlan") -> Optional[str]:
     joined = [k for k in lists if k in PLUS_JOINED]
     if joined:
         key = joined[0]
-        line += (f" — to combine them in one run, join with '+': --set {key}="
-                 f"{'+'.join(show_value(v) for v in lists[key])}")
+        line += (
+            f" — to combine them in one run, join with '+': --set {key}={'+'.join(show_value(v) for v in lists[key])}"
+        )
     return line
 
 
@@ -130,7 +141,7 @@ PLUS_JOINED = ("augment",)  # keys whose value is a '+'-joined list: a comma the
 NAME_FIELDS = ("name", "method", "seed", "sweep", "n")
 
 
-def default_name_template(plan: "SweepPlan") -> str:
+def default_name_template(plan: SweepPlan) -> str:
     """`{name}·{method}·s{seed}` for a method × seed sweep: the name, then each varying axis
     (the method bare, the seed as sN, any other key as key=value), so no two runs share a name."""
     parts = ["{name}"]
@@ -141,8 +152,9 @@ def default_name_template(plan: "SweepPlan") -> str:
     return "·".join(parts)
 
 
-def run_names(plan: "SweepPlan", name: Optional[str], template: Optional[str] = None,
-              sweep_id: str = "", named: bool = False) -> list[Optional[str]]:
+def run_names(
+    plan: SweepPlan, name: str | None, template: str | None = None, sweep_id: str = "", named: bool = False
+) -> list[str | None]:
     """Each run's name: `name` alone for a one-run plan; for several, `template` (default:
     `default_name_template`) filled per run with {name} (the name, else a named sweep's name),
     {method}, {seed}, {sweep}, {n} (1..N) or any config key. Without a name, a named sweep
@@ -154,20 +166,24 @@ def run_names(plan: "SweepPlan", name: Optional[str], template: Optional[str] = 
         return [name] * count
     template = template or default_name_template(plan)
     base = base or plan.preset
-    names: list[Optional[str]] = []
+    names: list[str | None] = []
     for i, cfg in enumerate(plan.configs, 1):
         values = {**{k: show_value(v) for k, v in cfg.to_dict().items()}, "name": base, "sweep": sweep_id, "n": str(i)}
         try:
             names.append(template.format_map(values))
         except KeyError as err:
-            raise ConfigError(f"--name-template {template!r}: unknown field {{{err.args[0]}}}; allowed: "
-                              f"{', '.join('{' + f + '}' for f in NAME_FIELDS)} or a config key") from None
+            raise ConfigError(
+                f"--name-template {template!r}: unknown field {{{err.args[0]}}}; allowed: "
+                f"{', '.join('{' + f + '}' for f in NAME_FIELDS)} or a config key"
+            ) from None
         except (ValueError, IndexError, AttributeError) as err:
             raise ConfigError(f"--name-template {template!r}: {err} (fields are written {{method}})") from None
     repeated = sorted({n for n in names if n is not None and names.count(n) > 1})
     if repeated:
-        raise ConfigError(f"--name-template {template!r}: {count} runs would share names ({repeated[0]!r} "
-                          f"{names.count(repeated[0])} times); add a varying field such as {{seed}} or {{method}}")
+        raise ConfigError(
+            f"--name-template {template!r}: {count} runs would share names ({repeated[0]!r} "
+            f"{names.count(repeated[0])} times); add a varying field such as {{seed}} or {{method}}"
+        )
     return names
 
 
@@ -178,13 +194,16 @@ def check_sweep_name(name: str) -> str:
     """A sweep's name (`--sweep-name study`) becomes its id: letters, digits, '.', '_' and '-',
     not 'last', not a sweep id already in the store (then `--sweep study` is unambiguous)."""
     if not SWEEP_NAME.fullmatch(name):
-        raise ConfigError(f"--sweep-name {name!r}: allowed: 1-64 letters, digits, '.', '_' or '-', starting with a "
-                          f"letter or digit")
+        raise ConfigError(
+            f"--sweep-name {name!r}: allowed: 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
     if name == "last":
         raise ConfigError("--sweep-name 'last': that word means the newest sweep; choose another name")
     if name in sweep_ids():
-        raise ConfigError(f"--sweep-name {name!r}: a sweep of that name is already in the store; choose another "
-                          f"(`rmconsole runs --sweep {name}` lists it)")
+        raise ConfigError(
+            f"--sweep-name {name!r}: a sweep of that name is already in the store; choose another "
+            f"(`rmconsole runs --sweep {name}` lists it)"
+        )
     return name
 
 
@@ -211,7 +230,7 @@ class SweepPlan:
     preset: str
     configs: list[RunConfig]
     axes: dict[str, list[Any]] = field(default_factory=dict)
-    source: Optional[str] = None  # the preset as given (a name or a TOML file path)
+    source: str | None = None  # the preset as given (a name or a TOML file path)
 
     def shape(self) -> str:
         """`method × seed = 3 × 3` for the varying axes."""
@@ -221,8 +240,9 @@ class SweepPlan:
         return f"{' × '.join(varying)} = {' × '.join(str(len(v)) for v in varying.values())}"
 
 
-def plan_sweep(preset: Optional[str], pairs: list[str], seeds: Optional[str] = None, seed: Optional[int] = None,
-               device: Optional[str] = None) -> SweepPlan:
+def plan_sweep(
+    preset: str | None, pairs: list[str], seeds: str | None = None, seed: int | None = None, device: str | None = None
+) -> SweepPlan:
     """Validate every grid point; one bad point refuses the whole sweep with one line."""
     name, table = read_preset(preset or DEFAULT_PRESET)  # a bad preset is named once, not per point
     axes = sweep_axes(pairs)
@@ -246,15 +266,18 @@ def plan_sweep(preset: Optional[str], pairs: list[str], seeds: Optional[str] = N
         if key in seen and own != point:  # the same run once another method's key is set aside: one run
             continue
         if key in seen:
-            raise ConfigError(f"grid points {seen[key]} and {i} are the same run "
-                              f"({describe_point(point, axes)}); drop the repeated value")
+            raise ConfigError(
+                f"grid points {seen[key]} and {i} are the same run "
+                f"({describe_point(point, axes)}); drop the repeated value"
+            )
         seen[key] = i
         configs.append(cfg)
     return SweepPlan(name, configs, axes, preset)
 
 
-def _for_their_methods(points: list[dict[str, Any]], axes: dict[str, list[Any]],
-                       table: dict[str, Any]) -> list[dict[str, Any]]:
+def _for_their_methods(
+    points: list[dict[str, Any]], axes: dict[str, list[Any]], table: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Each point less the method keys its method does not read; a method key that no point's
     method reads is refused in one line naming the methods that do."""
     read: dict[str, bool] = {}
@@ -285,8 +308,13 @@ def new_sweep_id() -> str:
     return f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def store_sweep(plan: SweepPlan, sweep_id: str | None = None, name: str | None = None,
-                tags: list[str] | None = None, name_template: str | None = None) -> tuple[str, list[int]]:
+def store_sweep(
+    plan: SweepPlan,
+    sweep_id: str | None = None,
+    name: str | None = None,
+    tags: list[str] | None = None,
+    name_template: str | None = None,
+) -> tuple[str, list[int]]:
     """Store every grid point as a queued run sharing one sweep id, all in one transaction
     (each with its overrides of the preset, its name from `run_names`, `tags` on every one)."""
     from ..config import overrides_of
@@ -296,8 +324,9 @@ def store_sweep(plan: SweepPlan, sweep_id: str | None = None, name: str | None =
     configs = [cfg.to_dict() for cfg in plan.configs]
     preset = plan.source or plan.preset
     names = run_names(plan, name, name_template, sweep_id, named)
-    return sweep_id, store.create_runs(configs, plan.preset, sweep_id, names=names, tags=tags,
-                                       overrides=[overrides_of(preset, c) for c in configs])
+    return sweep_id, store.create_runs(
+        configs, plan.preset, sweep_id, names=names, tags=tags, overrides=[overrides_of(preset, c) for c in configs]
+    )
 
 
 def resolve_sweep_id(name: str) -> str:

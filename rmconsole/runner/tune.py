@@ -38,9 +38,10 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Literal
 
 from .. import store
 from ..config import ConfigError, load_config, parse_value, shorten, split_override
@@ -99,8 +100,10 @@ class Param:
             return [_optuna_choice(c) for c in self.choices]
         if self.kind == "int" and self.high - self.low < GRID_LIMIT:
             return list(range(int(self.low), int(self.high) + 1))
-        raise TuneError(f"--param {self.spec}: a grid needs choice:... or int:LO..HI values "
-                        f"(a {self.kind} range has no grid; use --sampler tpe or random)")
+        raise TuneError(
+            f"--param {self.spec}: a grid needs choice:... or int:LO..HI values "
+            f"(a {self.kind} range has no grid; use --sampler tpe or random)"
+        )
 
     def as_config(self, value: Any) -> Any:
         """A sampled value as the config takes it (a choice of a list was stored as its TOML text)."""
@@ -165,8 +168,10 @@ def parse_param(text: str) -> Param:
         if not (math.isfinite(low) and math.isfinite(high)):
             raise ValueError
     except ValueError:
-        raise TuneError(f"--param {shorten(text)!r}: expected {kind}:LO..HI with two numbers, e.g. "
-                        f"{key}={kind}:{'1e-4..1e-1' if kind == 'log' else '1..100'}") from None
+        raise TuneError(
+            f"--param {shorten(text)!r}: expected {kind}:LO..HI with two numbers, e.g. "
+            f"{key}={kind}:{'1e-4..1e-1' if kind == 'log' else '1..100'}"
+        ) from None
     if kind in ("int", "intlog") and not (low.is_integer() and high.is_integer()):
         raise TuneError(f"--param {shorten(text)!r}: {kind} bounds must be whole numbers")
     if not low < high:
@@ -183,8 +188,10 @@ def parse_params(texts: list[str]) -> list[Param]:
         if param.key in params:
             raise TuneError(f"--param {param.key}: given twice")
         if param.key == "seed":
-            raise TuneError("--param seed: the seed is not a hyper-parameter (report the chosen setting over "
-                            "seeds with `rmconsole run --seeds 1,2,3`)")
+            raise TuneError(
+                "--param seed: the seed is not a hyper-parameter (report the chosen setting over "
+                "seeds with `rmconsole run --seeds 1,2,3`)"
+            )
         params[param.key] = param
     return list(params.values())
 
@@ -197,7 +204,7 @@ class StudySpec:
     """What `tune` was asked: stored with the Optuna study, so `--study NAME` alone continues it."""
 
     name: str
-    preset: Optional[str]
+    preset: str | None
     pairs: list[str]
     params: list[Param]
     metric: str
@@ -208,17 +215,34 @@ class StudySpec:
     tags: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"preset": self.preset, "set": self.pairs, "params": [p.spec for p in self.params],
-                "metric": self.metric, "trials": self.trials, "sampler": self.sampler, "pruner": self.pruner,
-                "seed": self.seed, "tags": self.tags}
+        return {
+            "preset": self.preset,
+            "set": self.pairs,
+            "params": [p.spec for p in self.params],
+            "metric": self.metric,
+            "trials": self.trials,
+            "sampler": self.sampler,
+            "pruner": self.pruner,
+            "seed": self.seed,
+            "tags": self.tags,
+        }
 
     @classmethod
-    def from_json(cls, name: str, data: dict[str, Any]) -> "StudySpec":
-        return cls(name, data.get("preset"), list(data.get("set", [])), parse_params(list(data.get("params", []))),
-                   str(data["metric"]), int(data["trials"]), str(data.get("sampler", "tpe")),
-                   str(data.get("pruner", "median")), int(data.get("seed", 0)), list(data.get("tags", [])))
+    def from_json(cls, name: str, data: dict[str, Any]) -> StudySpec:
+        return cls(
+            name,
+            data.get("preset"),
+            list(data.get("set", [])),
+            parse_params(list(data.get("params", []))),
+            str(data["metric"]),
+            int(data["trials"]),
+            str(data.get("sampler", "tpe")),
+            str(data.get("pruner", "median")),
+            int(data.get("seed", 0)),
+            list(data.get("tags", [])),
+        )
 
-    def same_search(self, other: "StudySpec") -> bool:
+    def same_search(self, other: StudySpec) -> bool:
         keys = ("preset", "set", "params", "metric", "sampler", "pruner", "seed")
         mine, theirs = self.to_json(), other.to_json()
         return all(mine[k] == theirs[k] for k in keys)
@@ -226,8 +250,10 @@ class StudySpec:
 
 def check_name(name: str) -> str:
     if not STUDY_NAME.fullmatch(name or ""):
-        raise TuneError(f"--study {shorten(name)!r}: a study name is 1-64 letters, digits, '.', '_' or '-', "
-                        f"starting with a letter or digit")
+        raise TuneError(
+            f"--study {shorten(name)!r}: a study name is 1-64 letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit"
+        )
     return name
 
 
@@ -247,8 +273,10 @@ def check_metric(name: str) -> tuple[str, Literal["minimize", "maximize"]]:
     if name not in metric_names():
         raise TuneError(f"--metric {shorten(name)!r}: not a metric; a study selects on a validation metric: {shown}")
     if name not in allowed:
-        raise TuneError(f"--metric {name}: a test-set metric; a study selects on validation only "
-                        f"(choosing by test accuracy is the bias it avoids): {shown}")
+        raise TuneError(
+            f"--metric {name}: a test-set metric; a study selects on validation only "
+            f"(choosing by test accuracy is the bias it avoids): {shown}"
+        )
     return name, "minimize" if metric(name).lower_is_better else "maximize"
 
 
@@ -269,23 +297,34 @@ def check_spec(spec: StudySpec) -> dict[str, Any]:
     if not 1 <= spec.trials <= 100_000:
         raise TuneError(f"--trials {spec.trials}: allowed: 1 to 100000")
     if not spec.params:
-        raise TuneError("give the search space: --param KEY=log:LO..HI (or float/int/intlog/choice), repeatable, "
-                        "or a study file's [params] table")
+        raise TuneError(
+            "give the search space: --param KEY=log:LO..HI (or float/int/intlog/choice), repeatable, "
+            "or a study file's [params] table"
+        )
     check_metric(spec.metric)
     for pair in [*spec.pairs, *(p.spec for p in spec.params)]:
         if pair.partition("=")[0].strip() == "evaluate_test":
-            raise TuneError(f"{shorten(pair)}: a study's trials never evaluate on the test set (evaluate_test=false "
-                            f"is set for them); report the selected configuration on test with ordinary runs")
+            raise TuneError(
+                f"{shorten(pair)}: a study's trials never evaluate on the test set (evaluate_test=false "
+                f"is set for them); report the selected configuration on test with ordinary runs"
+            )
     _, base = load_config(spec.preset, list(spec.pairs))
     val_fraction = getattr(base, "val_fraction", None)
     if val_fraction is not None and not val_fraction > 0:
-        raise TuneError(f"--metric {spec.metric}: the runs hold out no validation samples (val_fraction "
-                        f"{val_fraction}); add --set val_fraction=0.1")
+        raise TuneError(
+            f"--metric {spec.metric}: the runs hold out no validation samples (val_fraction "
+            f"{val_fraction}); add --set val_fraction=0.1"
+        )
     for param in spec.params:
         if any(p.partition("=")[0].strip() == param.key for p in spec.pairs):
             raise TuneError(f"--param {param.key}: also given with --set; a key is either fixed or searched")
-        values = list(param.choices) if param.kind == "choice" else \
-            [int(param.low), int(param.high)] if param.kind in ("int", "intlog") else [param.low, param.high]
+        values = (
+            list(param.choices)
+            if param.kind == "choice"
+            else [int(param.low), int(param.high)]
+            if param.kind in ("int", "intlog")
+            else [param.low, param.high]
+        )
         for value in values:
             try:
                 _config_with(spec, {param.key: value})
@@ -324,10 +363,18 @@ def read_study_file(path: Path) -> dict[str, Any]:
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise TuneError(f"study file {path}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
-    out: dict[str, Any] = {k: table[k] for k in ("name", "preset", "metric", "trials", "sampler", "pruner", "seed")
-                           if k in table}
-    for key, kind in (("name", str), ("preset", str), ("metric", str), ("trials", int), ("sampler", str),
-                      ("pruner", str), ("seed", int)):
+    out: dict[str, Any] = {
+        k: table[k] for k in ("name", "preset", "metric", "trials", "sampler", "pruner", "seed") if k in table
+    }
+    for key, kind in (
+        ("name", str),
+        ("preset", str),
+        ("metric", str),
+        ("trials", int),
+        ("sampler", str),
+        ("pruner", str),
+        ("seed", int),
+    ):
         if key in out and (not isinstance(out[key], kind) or isinstance(out[key], bool)):
             raise TuneError(f"study file {path}: {key} = {shorten(out[key])!r}: expected a {kind.__name__}")
     tags = table.get("tags", [])
@@ -345,8 +392,10 @@ def read_study_file(path: Path) -> dict[str, Any]:
         elif isinstance(value, str):
             specs.append(f"{key}={value}")
         else:
-            raise TuneError(f"study file {path}: params.{key}: expected \"log:LO..HI\" (or float/int/intlog/choice) "
-                            f"or a list of choices")
+            raise TuneError(
+                f'study file {path}: params.{key}: expected "log:LO..HI" (or float/int/intlog/choice) '
+                f"or a list of choices"
+            )
     out["params"] = specs
     return out
 
@@ -372,8 +421,10 @@ def check_disjoint() -> None:
     theirs = set(models.BaseModel.metadata.tables) | {"alembic_version"}
     shared = ours & theirs
     if shared:
-        raise TuneError(f"the store's tables and Optuna's share names ({', '.join(sorted(shared))}): "
-                        f"this rmconsole cannot keep studies in its store")
+        raise TuneError(
+            f"the store's tables and Optuna's share names ({', '.join(sorted(shared))}): "
+            f"this rmconsole cannot keep studies in its store"
+        )
 
 
 def storage() -> Any:
@@ -391,15 +442,15 @@ def storage() -> Any:
     try:
         return optuna.storages.RDBStorage(text, engine_kwargs=kwargs)
     except Exception as err:  # noqa: BLE001 - Optuna wraps the driver's errors in its own kinds
-        raise TuneError(f"cannot keep the study in {store.shown_url(url)}: {shorten(str(err).splitlines()[0])}") \
-            from None
+        raise TuneError(
+            f"cannot keep the study in {store.shown_url(url)}: {shorten(str(err).splitlines()[0])}"
+        ) from None
 
 
 def study_names() -> list[str]:
     import optuna
 
-    return [s.study_name for s in optuna.get_all_study_summaries(storage())
-            if ATTR in s.user_attrs]
+    return [s.study_name for s in optuna.get_all_study_summaries(storage()) if ATTR in s.user_attrs]
 
 
 def load_study(name: str) -> tuple[Any, StudySpec]:
@@ -411,8 +462,10 @@ def load_study(name: str) -> tuple[Any, StudySpec]:
         study = optuna.load_study(study_name=name, storage=storage())
     except KeyError:
         names = study_names()
-        raise TuneError(f"--study {name}: no such study (stored: {', '.join(names[-8:]) or 'none yet'}); "
-                        f"start it with --param ... and --metric ...") from None
+        raise TuneError(
+            f"--study {name}: no such study (stored: {', '.join(names[-8:]) or 'none yet'}); "
+            f"start it with --param ... and --metric ..."
+        ) from None
     if ATTR not in study.user_attrs:
         raise TuneError(f"--study {name}: an Optuna study rmconsole did not create")
     return study, StudySpec.from_json(name, study.user_attrs[ATTR])
@@ -446,17 +499,33 @@ def open_study(spec: StudySpec, *, create: bool) -> Any:
     done = 0
     if not create:
         done = len(optuna.load_study(study_name=spec.name, storage=store_).trials)
-    study = optuna.create_study(storage=store_, sampler=_sampler(spec, done), pruner=_pruner(spec),
-                                study_name=spec.name, direction=direction, load_if_exists=not create)
+    study = optuna.create_study(
+        storage=store_,
+        sampler=_sampler(spec, done),
+        pruner=_pruner(spec),
+        study_name=spec.name,
+        direction=direction,
+        load_if_exists=not create,
+    )
     if create:
         study.set_user_attr(ATTR, spec.to_json())
     return study
 
 
-def prepare(name: str, *, preset: Optional[str] = None, pairs: Optional[list[str]] = None,
-            params: Optional[list[str]] = None, metric: Optional[str] = None, trials: Optional[int] = None,
-            sampler: Optional[str] = None, pruner: Optional[str] = None, seed: Optional[int] = None,
-            tags: Optional[list[str]] = None, study_file: Optional[Path] = None) -> tuple[StudySpec, bool]:
+def prepare(
+    name: str,
+    *,
+    preset: str | None = None,
+    pairs: list[str] | None = None,
+    params: list[str] | None = None,
+    metric: str | None = None,
+    trials: int | None = None,
+    sampler: str | None = None,
+    pruner: str | None = None,
+    seed: int | None = None,
+    tags: list[str] | None = None,
+    study_file: Path | None = None,
+) -> tuple[StudySpec, bool]:
     """(the study's spec, whether it is new). A new study needs its search space and metric; an
     existing one is continued as stored (only --trials may change; anything else that differs
     is refused in one line, naming what was stored)."""
@@ -464,8 +533,14 @@ def prepare(name: str, *, preset: Optional[str] = None, pairs: Optional[list[str
     if given.get("name") and name and given["name"] != name:
         raise TuneError(f"--study {name}: the study file names study {given['name']!r}")
     name = check_name(name or given.get("name", ""))
-    explicit = {"preset": preset, "metric": metric, "trials": trials, "sampler": sampler, "pruner": pruner,
-                "seed": seed}
+    explicit = {
+        "preset": preset,
+        "metric": metric,
+        "trials": trials,
+        "sampler": sampler,
+        "pruner": pruner,
+        "seed": seed,
+    }
     given.update({k: v for k, v in explicit.items() if v is not None})
     if pairs:
         given["set"] = list(given.get("set", [])) + list(pairs)
@@ -483,18 +558,30 @@ def prepare(name: str, *, preset: Optional[str] = None, pairs: Optional[list[str
             if key in given:
                 value = given[key] if key != "params" else [p.spec for p in parse_params(given[key])]
                 if value != asked[key]:
-                    raise TuneError(f"--study {name} exists with {key} {_shown(asked[key])}, not {_shown(value)}: "
-                                    f"continue it with `rmconsole tune --study {name}` (--trials may change), "
-                                    f"or start another study")
+                    raise TuneError(
+                        f"--study {name} exists with {key} {_shown(asked[key])}, not {_shown(value)}: "
+                        f"continue it with `rmconsole tune --study {name}` (--trials may change), "
+                        f"or start another study"
+                    )
         check_spec(stored)
         return stored, False
     if "metric" not in given:
-        raise TuneError(f"--study {name}: a new study needs --metric (a validation metric: "
-                        f"{', '.join(validation_metrics()) or 'none in this version'})")
-    spec = StudySpec(name, given.get("preset"), list(given.get("set", [])), parse_params(list(given.get("params", []))),
-                     str(given["metric"]), int(given.get("trials", 20)), str(given.get("sampler", "tpe")),
-                     str(given.get("pruner", "median")), int(given.get("seed", 0)),
-                     launch.check_identity(None, list(given.get("tags", []))))
+        raise TuneError(
+            f"--study {name}: a new study needs --metric (a validation metric: "
+            f"{', '.join(validation_metrics()) or 'none in this version'})"
+        )
+    spec = StudySpec(
+        name,
+        given.get("preset"),
+        list(given.get("set", [])),
+        parse_params(list(given.get("params", []))),
+        str(given["metric"]),
+        int(given.get("trials", 20)),
+        str(given.get("sampler", "tpe")),
+        str(given.get("pruner", "median")),
+        int(given.get("seed", 0)),
+        launch.check_identity(None, list(given.get("tags", []))),
+    )
     if spec.sampler == "grid" and "trials" not in given:
         spec.trials = math.prod(len(p.grid_values()) for p in spec.params) if spec.params else 1
     check_spec(spec)
@@ -510,13 +597,13 @@ def _shown(value: Any) -> str:
 # ---------------------------------------------------------------------- what the driver reads
 
 
-def selection_values(run_id: int) -> list[Optional[float]]:
+def selection_values(run_id: int) -> list[float | None]:
     """The per-task validation accuracies of a trial's run, as its rows land (None where a row
     has none): the only results the driver reads while it selects."""
     return store.validation_curves([run_id])[run_id]
 
 
-def trial_value(run_id: int, metric: str) -> Optional[float]:
+def trial_value(run_id: int, metric: str) -> float | None:
     """The study's (validation) metric of a finished run."""
     return store.run_record(run_id).value(metric)
 
@@ -548,8 +635,16 @@ class Active:
 class StudyDriver:
     """Keeps `parallel` trials running until `spec.trials` have completed or been pruned."""
 
-    def __init__(self, spec: StudySpec, study: Any, *, parallel: int = 1, executor: Any = None,
-                 log: Callable[[str], None] | None = None, poll_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        spec: StudySpec,
+        study: Any,
+        *,
+        parallel: int = 1,
+        executor: Any = None,
+        log: Callable[[str], None] | None = None,
+        poll_s: float = 0.5,
+    ) -> None:
         self.spec, self.study = spec, study
         self.parallel = max(1, parallel)
         self.executor = executor
@@ -564,8 +659,11 @@ class StudyDriver:
         from optuna.trial import TrialState
 
         trials = self.study.get_trials(deepcopy=False)
-        return {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState
-                if any(t.state == state for t in trials)}
+        return {
+            state.name.lower(): sum(t.state == state for t in trials)
+            for state in TrialState
+            if any(t.state == state for t in trials)
+        }
 
     def settled(self) -> int:
         counts = self.counts()
@@ -586,8 +684,10 @@ class StudyDriver:
             self.step()
             wanted = self.spec.trials - self.settled() - len(self.active)
             if self.failed() > self.spec.trials:
-                self.log(f"study {self.spec.name}: {self.failed()} trials failed; giving up "
-                         f"(see their runs: rmconsole runs tag:{study_tag(self.spec.name)})")
+                self.log(
+                    f"study {self.spec.name}: {self.failed()} trials failed; giving up "
+                    f"(see their runs: rmconsole runs tag:{study_tag(self.spec.name)})"
+                )
                 wanted = 0
             while wanted > 0 and len(self.active) < self.parallel and not self.grid_done():
                 if not self.start_trial():
@@ -633,9 +733,13 @@ class StudyDriver:
         values = {key: self.params[key].as_config(value) for key, value in trial.params.items()}
         pairs = list(self.spec.pairs) + [f"{k}={_toml_value(v)}" for k, v in values.items()] + list(TRIAL_PAIRS)
         try:
-            launched = launch.launch_run(self.spec.preset, pairs, executor=self.executor,
-                                         name=trial_name(self.spec.name, trial.number),
-                                         tags=[study_tag(self.spec.name), *self.spec.tags])
+            launched = launch.launch_run(
+                self.spec.preset,
+                pairs,
+                executor=self.executor,
+                name=trial_name(self.spec.name, trial.number),
+                tags=[study_tag(self.spec.name), *self.spec.tags],
+            )
         except (ConfigError, launch.StartFailed, ValueError) as err:
             self.study.tell(trial, state=TrialState.FAIL)
             self.log(f"trial {trial.number} ({_describe(values)}): refused: {err}")
@@ -680,7 +784,7 @@ class StudyDriver:
                     self.log(f"trial {number}: run {entry.run_id} {self.spec.metric} {value:.2f}" + self.best_text())
                 del self.active[number]
             elif run.status == "stopped" and PRUNED_TAG in (run.tags or []):  # pruned by a driver that died
-                self.study.tell(entry.trial, state=TrialState.PRUNED)       # before it could say so
+                self.study.tell(entry.trial, state=TrialState.PRUNED)  # before it could say so
                 self.log(f"trial {number}: run {entry.run_id} pruned")
                 del self.active[number]
             elif run.status in ("failed", "stopped"):
@@ -736,9 +840,9 @@ def best_trial(study: Any) -> Any:
 class TrialRow:
     number: int
     state: str
-    run_id: Optional[int]
+    run_id: int | None
     params: dict[str, Any]
-    value: Optional[float]
+    value: float | None
     steps: int  # per-task validation values reported
 
 
@@ -747,8 +851,8 @@ class StudySummary:
     spec: StudySpec
     direction: str
     trials: list[TrialRow]
-    best: Optional[TrialRow]
-    driver: Optional[int]  # the pid of a live driver
+    best: TrialRow | None
+    driver: int | None  # the pid of a live driver
 
 
 def summarize(name: str) -> StudySummary:
@@ -756,9 +860,17 @@ def summarize(name: str) -> StudySummary:
     from .driver import driver_pid
 
     study, spec = load_study(name)
-    rows = [TrialRow(t.number, t.state.name.lower(), t.user_attrs.get(RUN_ATTR),
-                     {k: spec_param(spec, k).as_config(v) for k, v in t.params.items()},
-                     t.value, len(t.intermediate_values)) for t in study.get_trials(deepcopy=False)]
+    rows = [
+        TrialRow(
+            t.number,
+            t.state.name.lower(),
+            t.user_attrs.get(RUN_ATTR),
+            {k: spec_param(spec, k).as_config(v) for k, v in t.params.items()},
+            t.value,
+            len(t.intermediate_values),
+        )
+        for t in study.get_trials(deepcopy=False)
+    ]
     best = best_trial(study)
     best_row = next((r for r in rows if best is not None and r.number == best.number), None)
     return StudySummary(spec, study.direction.name.lower(), rows, best_row, driver_pid(lock_id(name)))
@@ -773,7 +885,7 @@ def lock_id(name: str) -> str:
     return f"study-{name}"
 
 
-def best_line(name: str) -> Optional[str]:
+def best_line(name: str) -> str | None:
     """`best so far: trial 3 (run 12) val_A_last 81.20 — lr=0.01, reg_weight=40` or None."""
     try:
         summary = summarize(name)
@@ -784,5 +896,7 @@ def best_line(name: str) -> Optional[str]:
     head = f"study {name}: {done}/{summary.spec.trials} trials done"
     if best is None:
         return head + "; no completed trial yet"
-    return (f"{head}; best so far: trial {best.number} (run {best.run_id}) {summary.spec.metric} "
-            f"{best.value:.2f} — {_describe(best.params)}")
+    return (
+        f"{head}; best so far: trial {best.number} (run {best.run_id}) {summary.spec.metric} "
+        f"{best.value:.2f} — {_describe(best.params)}"
+    )

@@ -54,8 +54,16 @@ from pathlib import Path
 from .. import plugins, private
 from .processes import pid_alive, python_m
 
-IMPORT_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD",
-              "PYTHONHASHSEED", "TORCH_HOME", "CUBLAS_WORKSPACE_CONFIG")
+IMPORT_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "PYTHONHASHSEED",
+    "TORCH_HOME",
+    "CUBLAS_WORKSPACE_CONFIG",
+)
 IDLE_S = 900.0
 CONNECT_TIMEOUT_S = 2.0
 
@@ -66,8 +74,11 @@ def enabled(env: dict[str, str] | None = None) -> bool:
     import importlib.util
 
     value = (os.environ if env is None else env).get("RMCONSOLE_WARM", "1").strip().lower()
-    return value not in ("0", "false", "no", "off") and sys.platform.startswith("linux") \
+    return (
+        value not in ("0", "false", "no", "off")
+        and sys.platform.startswith("linux")
         and importlib.util.find_spec("setproctitle") is not None
+    )
 
 
 def installation() -> str:
@@ -184,8 +195,12 @@ def request(home: Path, run_id: int, env: dict[str, str], log: Path) -> WarmProc
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(CONNECT_TIMEOUT_S)
             conn.connect(str(path))
-            conn.sendall(json.dumps({"run_id": run_id, "home": str(home), "env": env, "log": str(log),
-                                     "cwd": os.getcwd()}).encode() + b"\n")
+            conn.sendall(
+                json.dumps(
+                    {"run_id": run_id, "home": str(home), "env": env, "log": str(log), "cwd": os.getcwd()}
+                ).encode()
+                + b"\n"
+            )
             reply = json.loads(_read_line(conn) or "{}")
     except (OSError, ValueError):
         start_server(env)
@@ -218,10 +233,20 @@ def start_server(env: dict[str, str]) -> None:
         lock.write_text(str(os.getpid()))
         stop_servers([s for s in servers() if s.stale])
         with private.open_append(path.with_suffix(".log")) as out:
-            subprocess.Popen(python_m("warm_server", str(path)), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True, env={**env, "RMCONSOLE_WARM_INSTALL": installation(),
-                                                          "RMCONSOLE_WARM_IMPORT_ENV": import_environment()},
-                             close_fds=True, umask=private.UMASK)
+            subprocess.Popen(
+                python_m("warm_server", str(path)),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={
+                    **env,
+                    "RMCONSOLE_WARM_INSTALL": installation(),
+                    "RMCONSOLE_WARM_IMPORT_ENV": import_environment(),
+                },
+                close_fds=True,
+                umask=private.UMASK,
+            )
     except OSError:
         pass  # no warm server: runs start cold, as they always could
 
@@ -291,10 +316,23 @@ def servers() -> list[Server]:
                 sock.with_suffix(suffix).unlink(missing_ok=True)
             continue
         same_install = info.get("installation") == install and info.get("import_env") == env_digest
-        out.append(Server(key, pid, alive, str(info.get("version", "?")), str(info.get("installation", "?")),
-                          info.get("started"), info.get("last_request"), float(info.get("idle_exit_s", IDLE_S)),
-                          int(info.get("runs", 0)), tuple(info.get("homes", ())), rss_kb(pid) if pid else None,
-                          key == current, same_install and key != current))
+        out.append(
+            Server(
+                key,
+                pid,
+                alive,
+                str(info.get("version", "?")),
+                str(info.get("installation", "?")),
+                info.get("started"),
+                info.get("last_request"),
+                float(info.get("idle_exit_s", IDLE_S)),
+                int(info.get("runs", 0)),
+                tuple(info.get("homes", ())),
+                rss_kb(pid) if pid else None,
+                key == current,
+                same_install and key != current,
+            )
+        )
     return out
 
 

@@ -20,8 +20,6 @@ from .processes import SUPERVISOR_PID_ENV, python_m
 from .warm import IDLE_S, _read_line, exit_file
 
 
-
-
 def _become_run(run_id: int, request_: dict[str, Any], listener: socket.socket) -> None:
     """In the forked child: become run `run_id`'s supervisor, fork its worker, wait, record."""
     listener.close()
@@ -130,12 +128,12 @@ def serve(path: Path, idle_s: float = IDLE_S) -> int:
 
     setproctitle.setproctitle(setproctitle.getproctitle())  # take over the argv area now, while the
     # environment is the one it started with (a forked run replaces the environment, then its title)
-    import torch  # noqa: F401  (what the server is for: imported once)
+    import torch
+    import torch._dynamo  # noqa: F401  (the optimiser's first step would import it)
     import torchvision  # noqa: F401
 
-    from . import supervise, worker  # noqa: F401
     from ..cl import loop  # noqa: F401
-    import torch._dynamo  # noqa: F401  (the optimiser's first step would import it)
+    from . import supervise, worker  # noqa: F401
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
@@ -148,10 +146,17 @@ def serve(path: Path, idle_s: float = IDLE_S) -> int:
     from .. import __version__
 
     homes: list[str] = []
-    status: dict[str, Any] = {"pid": os.getpid(), "version": __version__, "started": time.time(), "last_request": None,
-                              "idle_exit_s": idle_s, "runs": 0, "homes": homes,
-                              "installation": os.environ.get("RMCONSOLE_WARM_INSTALL", ""),
-                              "import_env": os.environ.get("RMCONSOLE_WARM_IMPORT_ENV", "")}
+    status: dict[str, Any] = {
+        "pid": os.getpid(),
+        "version": __version__,
+        "started": time.time(),
+        "last_request": None,
+        "idle_exit_s": idle_s,
+        "runs": 0,
+        "homes": homes,
+        "installation": os.environ.get("RMCONSOLE_WARM_INSTALL", ""),
+        "import_env": os.environ.get("RMCONSOLE_WARM_IMPORT_ENV", ""),
+    }
     _write_status(path, status)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # our children (supervisors) are reaped by the kernel
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -161,7 +166,7 @@ def serve(path: Path, idle_s: float = IDLE_S) -> int:
         while time.monotonic() - last < idle_s and path.exists():
             try:
                 conn, _ = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             with conn:
                 conn.settimeout(5.0)
@@ -190,8 +195,11 @@ def serve(path: Path, idle_s: float = IDLE_S) -> int:
             _write_status(path, status)
     finally:
         listener.close()
-        if path.exists() and path.with_suffix(".pid").exists() and \
-                path.with_suffix(".pid").read_text().strip() == str(os.getpid()):
+        if (
+            path.exists()
+            and path.with_suffix(".pid").exists()
+            and path.with_suffix(".pid").read_text().strip() == str(os.getpid())
+        ):
             path.unlink(missing_ok=True)
             path.with_suffix(".pid").unlink(missing_ok=True)
             path.with_suffix(".json").unlink(missing_ok=True)

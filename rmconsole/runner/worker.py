@@ -28,17 +28,22 @@ from typing import Any
 
 import torch
 
-from .. import __version__, plugins
-from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint, save_checkpoint: re-exported)
-    CheckpointError, check_checkpoint, checkpoint_path, load_checkpoint, save_checkpoint, set_aside, write_checkpoint,
-)
+from .. import __version__, plugins, store
 from ..cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401  (load_dataset: re-exported)
 from ..cl.events import AnytimePoint, EpochStats, Reporter, TaskOutcome, TaskPlan
 from ..cl.loop import CheckpointMismatch, run_protocol
 from ..cl.train import Diverged
 from ..config import ConfigError, RunConfig, build_config  # noqa: F401  (RunConfig: re-exported)
+from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint, save_checkpoint: re-exported)
+    CheckpointError,
+    check_checkpoint,
+    checkpoint_path,
+    load_checkpoint,
+    save_checkpoint,
+    set_aside,
+    write_checkpoint,
+)
 from .processes import EXIT_SUPERSEDED, GPU_SHARE_ENV, StopSignal, die_with_supervisor, entry_args, supervisor_pid
-from .. import store
 
 HEARTBEAT_S = 1.0
 
@@ -84,20 +89,28 @@ def package_versions() -> dict[str, str]:
     import torchvision
 
     versions = {
-        "rmconsole": __version__, "python": platform.python_version(), "torch": torch.__version__,
-        "torchvision": torchvision.__version__, "numpy": numpy.__version__, "sqlmodel": version("sqlmodel"),
+        "rmconsole": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "numpy": numpy.__version__,
+        "sqlmodel": version("sqlmodel"),
         "platform": platform.platform(),
     }
     if torch.cuda.is_available():  # which GPU trained the run (a sweep slot's, by CUDA_VISIBLE_DEVICES)
-        versions.update(cuda=str(torch.version.cuda), gpu=torch.cuda.get_device_name(),
-                        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+        versions.update(
+            cuda=str(torch.version.cuda),
+            gpu=torch.cuda.get_device_name(),
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
+        )
     return versions
 
 
 def git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -107,8 +120,9 @@ class StoreReporter(Reporter):
     """Writes the loop's events to the store; progress is flushed by a heartbeat thread so
     that counting samples costs nothing on the training path."""
 
-    def __init__(self, run_id: int, n_tasks: int, config: dict[str, Any] | None = None,
-                 lease: store.Lease | None = None) -> None:
+    def __init__(
+        self, run_id: int, n_tasks: int, config: dict[str, Any] | None = None, lease: store.Lease | None = None
+    ) -> None:
         self.run_id = run_id
         self.lease = lease  # checked in every write: the store's identity and this attempt's token
         self.n_tasks = n_tasks
@@ -140,10 +154,15 @@ class StoreReporter(Reporter):
                 per_task = sum(self.task_seconds) / len(self.task_seconds)
                 in_task = time.monotonic() - self.task_started
                 eta = max(per_task - in_task, 0.0) + per_task * (self.n_tasks - self.task - 1)
-            return {"heartbeat_at": store.utcnow(), "task": self.task, "phase": self.phase_name,
-                    "phase_done": self.done, "phase_total": self.total,
-                    "samples_per_s": round(rate, 1) if rate else None,
-                    "eta_s": round(eta, 1) if eta is not None else None}
+            return {
+                "heartbeat_at": store.utcnow(),
+                "task": self.task,
+                "phase": self.phase_name,
+                "phase_done": self.done,
+                "phase_total": self.total,
+                "samples_per_s": round(rate, 1) if rate else None,
+                "eta_s": round(eta, 1) if eta is not None else None,
+            }
 
     def flush_epochs(self) -> None:
         """Write the epoch rows gathered since the last flush, in one transaction."""
@@ -185,8 +204,9 @@ class StoreReporter(Reporter):
         else:
             if status == "running":
                 return
-            superseded = Superseded(status, f"run {self.run_id} is now {status} in the store (ended elsewhere): "
-                                            f"this worker exits")
+            superseded = Superseded(
+                status, f"run {self.run_id} is now {status} in the store (ended elsewhere): this worker exits"
+            )
         _signal_state["superseded"] = superseded
         print(superseded.reason, flush=True)
         if threading.current_thread() is threading.main_thread():
@@ -212,17 +232,28 @@ class StoreReporter(Reporter):
         try:  # what the last beat did not write (a stopped run keeps its evaluations)
             self.flush_anytime()
         except Exception as err:  # noqa: BLE001 - closing must not mask how the run ended
-            print(f"could not write the last anytime evaluations: {' '.join(str(err).split())[:300]}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"could not write the last anytime evaluations: {' '.join(str(err).split())[:300]}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     # loop events ------------------------------------------------------------
-    def run_started(self, plans: list[TaskPlan], class_order: list[int], class_names: list[str],
-                    pipeline: list[str]) -> None:
+    def run_started(
+        self, plans: list[TaskPlan], class_order: list[int], class_names: list[str], pipeline: list[str]
+    ) -> None:
         # which plug-in packages produced the run (package, version, checkout and commit), read
         # now: its method, data and model are built, so each plug-in it uses has been loaded here
         # (under a warm server too: the server is keyed on the plug-ins' sources)
-        store.record_start(self.run_id, plans, class_order, class_names, pipeline, lease=self.lease,
-                           plugins=plugins.used_by(self.config or {}))
+        store.record_start(
+            self.run_id,
+            plans,
+            class_order,
+            class_names,
+            pipeline,
+            lease=self.lease,
+            plugins=plugins.used_by(self.config or {}),
+        )
         self.n_tasks = len(plans)
         print(f"stream: {len(plans)} tasks, sizes {[p.n_samples for p in plans]}; pipeline: {pipeline}", flush=True)
 
@@ -235,8 +266,10 @@ class StoreReporter(Reporter):
         if not self.first_phase_seen:  # what start-up cost this process (benchmarks/startup.py reads it)
             self.first_phase_seen = True
             how = "warm (forked)" if os.environ.get("RMCONSOLE_WARM_FORKED") else "cold"
-            print(f"start-up: first training phase after {time.process_time():.2f} s of CPU in this worker "
-                  f"({how} start)", flush=True)
+            print(
+                f"start-up: first training phase after {time.process_time():.2f} s of CPU in this worker ({how} start)",
+                flush=True,
+            )
         print(f"task {task + 1}/{self.n_tasks}: {name} ({total} samples)", flush=True)
         self.flush()
 
@@ -247,15 +280,27 @@ class StoreReporter(Reporter):
     def epoch_finished(self, stats: EpochStats) -> None:
         rate = stats.samples_per_s
         with self.lock:
-            self.epochs.append({"task": stats.task, "phase": stats.phase, "epoch": stats.epoch, "epochs": stats.epochs,
-                                "loss": stats.loss, "lr": stats.lr, "samples": stats.samples,
-                                "seconds": round(stats.seconds, 4), "samples_per_s": round(rate, 1) if rate else None,
-                                "test_accuracy": stats.test_accuracy})
+            self.epochs.append(
+                {
+                    "task": stats.task,
+                    "phase": stats.phase,
+                    "epoch": stats.epoch,
+                    "epochs": stats.epochs,
+                    "loss": stats.loss,
+                    "lr": stats.lr,
+                    "samples": stats.samples,
+                    "seconds": round(stats.seconds, 4),
+                    "samples_per_s": round(rate, 1) if rate else None,
+                    "test_accuracy": stats.test_accuracy,
+                }
+            )
 
     def memory_updated(self, task: int, histogram: list[int], slots_per_class: int, info: dict[str, Any]) -> None:
         store.record_memory(self.run_id, task, histogram, slots_per_class, info, lease=self.lease)
-        print(f"task {task + 1}: memory {sum(histogram)} samples, {slots_per_class} slots/class, "
-              f"histogram {histogram}", flush=True)
+        print(
+            f"task {task + 1}: memory {sum(histogram)} samples, {slots_per_class} slots/class, histogram {histogram}",
+            flush=True,
+        )
 
     def task_finished(self, outcome: TaskOutcome, checkpoint: dict[str, Any] | None) -> None:
         # the checkpoint's bytes first (a temporary file), then the result with their checksum,
@@ -274,8 +319,9 @@ class StoreReporter(Reporter):
                 store.record_task(self.run_id, outcome, lease=self.lease)
                 raise
         try:
-            summary = store.record_task(self.run_id, outcome, lease=self.lease,
-                                        checkpoint_sha256=pending.sha256 if pending else None)
+            summary = store.record_task(
+                self.run_id, outcome, lease=self.lease, checkpoint_sha256=pending.sha256 if pending else None
+            )
         except BaseException:
             if pending is not None:
                 pending.discard()
@@ -287,11 +333,17 @@ class StoreReporter(Reporter):
         auc = f", A_auc so far {summary['A_auc']:.2f}" if summary.get("A_auc") is not None else ""
         val = f", validation {outcome.val_accuracy:.2f}%" if outcome.val_accuracy is not None else ""
         if outcome.accuracy is None:  # evaluate_test=false: validation only
-            print(f"task {outcome.task + 1}/{self.n_tasks}: no test evaluation (evaluate_test=false){val} "
-                  f"({outcome.seconds:.1f} s)", flush=True)
+            print(
+                f"task {outcome.task + 1}/{self.n_tasks}: no test evaluation (evaluate_test=false){val} "
+                f"({outcome.seconds:.1f} s)",
+                flush=True,
+            )
             return
-        print(f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}%{val} "
-              f"({outcome.seconds:.1f} s); A_avg so far {summary['A_avg']:.2f}{auc}", flush=True)
+        print(
+            f"task {outcome.task + 1}/{self.n_tasks}: accuracy {outcome.accuracy:.2f}%{val} "
+            f"({outcome.seconds:.1f} s); A_avg so far {summary['A_avg']:.2f}{auc}",
+            flush=True,
+        )
 
     def anytime_evaluated(self, point: AnytimePoint) -> None:
         with self.lock:
@@ -299,8 +351,11 @@ class StoreReporter(Reporter):
 
     def validation_held_out(self, info: dict[str, Any]) -> None:
         store.update_run(self.run_id, lease=self.lease, validation=info)
-        print(f"validation: {info['samples']} train samples held out ({info['fraction']:g} of each class), "
-              f"hash {info['hash']}", flush=True)
+        print(
+            f"validation: {info['samples']} train samples held out ({info['fraction']:g} of each class), "
+            f"hash {info['hash']}",
+            flush=True,
+        )
 
     def log(self, message: str) -> None:
         print(message, flush=True)
@@ -343,13 +398,23 @@ def train(run_id: int) -> str:
         from ..cl.accel import inference_batch, set_memory_share
 
         set_memory_share(share, device)
-        print(f"memory share {share:.3g} of {device}"
-              + (" (CUDA allocator capped)" if device.type == "cuda" else "")
-              + f": inference forward passes of up to {inference_batch((3, 32, 32), device)} CIFAR-sized images",
-              flush=True)
-    fields: dict[str, Any] = dict(status="running", host=socket.gethostname(), device=str(device), versions=package_versions(),
-                  git_commit=git_commit(), started_at=store.utcnow(), heartbeat_at=store.utcnow(), error=None,
-                  finished_at=None)
+        print(
+            f"memory share {share:.3g} of {device}"
+            + (" (CUDA allocator capped)" if device.type == "cuda" else "")
+            + f": inference forward passes of up to {inference_batch((3, 32, 32), device)} CIFAR-sized images",
+            flush=True,
+        )
+    fields: dict[str, Any] = dict(
+        status="running",
+        host=socket.gethostname(),
+        device=str(device),
+        versions=package_versions(),
+        git_commit=git_commit(),
+        started_at=store.utcnow(),
+        heartbeat_at=store.utcnow(),
+        error=None,
+        finished_at=None,
+    )
     if supervisor_pid() is None:  # under a supervisor, the pid is the supervisor's group
         fields["pid"] = os.getpid()
     found = _claim(run_id, fields, lease)
@@ -358,8 +423,9 @@ def train(run_id: int) -> str:
     if run.started_at is None:  # never started: a checkpoint here is a leftover of a deleted store's run
         aside = set_aside(run_id)
         if aside is not None:
-            print(f"a checkpoint this run never wrote (a deleted store's run {run_id}?) was moved to {aside}",
-                  flush=True)
+            print(
+                f"a checkpoint this run never wrote (a deleted store's run {run_id}?) was moved to {aside}", flush=True
+            )
     resume = load_checkpoint(run_id)  # verified against the checksums recorded in the store
     if resume is not None:
         check_checkpoint(resume, run_id, run.config)
@@ -376,8 +442,9 @@ def train(run_id: int) -> str:
         run_protocol(cfg, data, device, reporter, resume=resume)
     finally:
         reporter.close()
-    if not store.finish_run(run_id, "finished", only_from=("running",), lease=lease, phase="done", eta_s=0.0,
-                            heartbeat_at=store.utcnow()):
+    if not store.finish_run(
+        run_id, "finished", only_from=("running",), lease=lease, phase="done", eta_s=0.0, heartbeat_at=store.utcnow()
+    ):
         raise Superseded(store.get_run(run_id).status)
     return "finished"
 
@@ -414,18 +481,24 @@ def no_space_message(run_id: int, err: BaseException) -> str:
         checkpointed = checkpoint_path(run_id).exists() and store.checkpoint_checksums(run_id)
         after = max(checkpointed.values()) + 1 if checkpointed else 0  # the tasks the checkpoint holds
     except Exception:  # noqa: BLE001 - the store may be on the full disk too
-        return (f"no space left on device ({where}): finished tasks are kept; free some space, then "
-                f"`rmconsole resume {run_id}` continues after the last task checkpoint")
+        return (
+            f"no space left on device ({where}): finished tasks are kept; free some space, then "
+            f"`rmconsole resume {run_id}` continues after the last task checkpoint"
+        )
     if after >= done:
         then = f"continues at task {done + 1}/{n_tasks} from the last one"
     elif after == 0:
         then = f"starts again at task 1/{n_tasks} (no task checkpoint was written)"
     else:
-        then = (f"continues at task {after + 1}/{n_tasks}, after the checkpoint of task {after} "
-                f"(task{'s' if done - after > 1 else ''} {after + 1}{f'-{done}' if done - after > 1 else ''} "
-                f"trained again, identically)")
-    return (f"no space left on device ({where}): the {done} finished task(s) are stored; free some space, then "
-            f"`rmconsole resume {run_id}` {then}")
+        then = (
+            f"continues at task {after + 1}/{n_tasks}, after the checkpoint of task {after} "
+            f"(task{'s' if done - after > 1 else ''} {after + 1}{f'-{done}' if done - after > 1 else ''} "
+            f"trained again, identically)"
+        )
+    return (
+        f"no space left on device ({where}): the {done} finished task(s) are stored; free some space, then "
+        f"`rmconsole resume {run_id}` {then}"
+    )
 
 
 class _Tolerant:
@@ -473,8 +546,10 @@ def main(argv: list[str] | None = None) -> int:
         return 143
     except Superseded as err:
         if _signal_state["superseded"] is not err:  # (a heartbeat that found it out has said so already)
-            print(err.reason or f"run {run_id} is {err.status} (not this worker's to run or end): nothing written",
-                  flush=True)
+            print(
+                err.reason or f"run {run_id} is {err.status} (not this worker's to run or end): nothing written",
+                flush=True,
+            )
         return EXIT_SUPERSEDED
     except (store.LeaseLost, store.StoreGone) as err:
         if not _signal_state["superseded"]:  # (a heartbeat that found it out has said so already)

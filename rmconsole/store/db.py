@@ -88,10 +88,23 @@ PASSWORD_FILE_ENV = "RMCONSOLE_DB_PASSWORD_FILE"  # a run's processes: the passw
 GRACE_ENV = "RMCONSOLE_DB_GRACE_S"  # how long a run's processes hold on through a database outage
 OUTAGE_GRACE_S = 60.0  # the default: a restart or a failover of a shared cluster takes seconds
 UNREACHABLE_SQLSTATES = ("57P01", "57P02", "57P03")  # admin shutdown, crash shutdown, cannot connect now
-UNREACHABLE_WORDS = ("connection refused", "server closed the connection", "could not connect",
-                     "terminating connection", "the database system is", "connection is closed", "connection timeout",
-                     "timeout expired", "consuming input failed", "ssl syscall", "no such file or directory",
-                     "connection not open", "connection already closed", "lost connection", "server has gone away")
+UNREACHABLE_WORDS = (
+    "connection refused",
+    "server closed the connection",
+    "could not connect",
+    "terminating connection",
+    "the database system is",
+    "connection is closed",
+    "connection timeout",
+    "timeout expired",
+    "consuming input failed",
+    "ssl syscall",
+    "no such file or directory",
+    "connection not open",
+    "connection already closed",
+    "lost connection",
+    "server has gone away",
+)
 REFUSED_WORDS = ("authentication", "does not exist", "permission denied", "no pg_hba.conf entry", "too many clients")
 
 
@@ -134,8 +147,11 @@ def home() -> Path:
 def _memory_database(url: URL) -> bool:
     database = url.database or ""
     return url.get_backend_name() == "sqlite" and (
-        database in ("", ":memory:") or database.startswith("file::memory:")
-        or "mode=memory" in database or url.query.get("mode") == "memory")
+        database in ("", ":memory:")
+        or database.startswith("file::memory:")
+        or "mode=memory" in database
+        or url.query.get("mode") == "memory"
+    )
 
 
 def _parse_env_url(text: str) -> URL:
@@ -145,9 +161,11 @@ def _parse_env_url(text: str) -> URL:
         raise StoreError(f"cannot use the database {shown_url(text)!r}: {_one_line(err, text)} ({_hint()})") from None
     url = _with_password_file(url)
     if _memory_database(url):
-        raise StoreError(f"RMCONSOLE_DB={shown_url(text)!r} is an in-memory database, which lives and dies with one "
-                         f"process, and every run's worker is a process of its own: use a file "
-                         f"(sqlite:////path/to/rmconsole.db) or a server, or unset RMCONSOLE_DB")
+        raise StoreError(
+            f"RMCONSOLE_DB={shown_url(text)!r} is an in-memory database, which lives and dies with one "
+            f"process, and every run's worker is a process of its own: use a file "
+            f"(sqlite:////path/to/rmconsole.db) or a server, or unset RMCONSOLE_DB"
+        )
     return url
 
 
@@ -161,8 +179,9 @@ def _with_password_file(url: URL) -> URL:
         with open(path, encoding="utf-8") as f:
             password = f.read(4096).rstrip("\n")
     except OSError as err:
-        raise StoreError(f"cannot read the database's password file {path} ({PASSWORD_FILE_ENV}): "
-                         f"{err.strerror}") from None
+        raise StoreError(
+            f"cannot read the database's password file {path} ({PASSWORD_FILE_ENV}): {err.strerror}"
+        ) from None
     return url.set(password=password)
 
 
@@ -183,8 +202,10 @@ def password_by_file(url_text: str) -> dict[str, str]:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(str(url.password))
         os.replace(tmp, path)
-    return {"RMCONSOLE_DB": url._replace(password=None).render_as_string(hide_password=False),
-            PASSWORD_FILE_ENV: str(path)}
+    return {
+        "RMCONSOLE_DB": url._replace(password=None).render_as_string(hide_password=False),
+        PASSWORD_FILE_ENV: str(path),
+    }
 
 
 def database_url_object() -> URL:
@@ -271,7 +292,7 @@ def engine_url(url: str | URL) -> URL:
 
 
 def backend(url: str | None = None) -> str:
-    """"sqlite", "postgresql", ...: the database behind `url` (default: the store's)."""
+    """ "sqlite", "postgresql", ...: the database behind `url` (default: the store's)."""
     try:
         return engine_url(url or database_url()).get_backend_name()
     except Exception:  # noqa: BLE001 - an unparsable URL is refused when it is opened
@@ -283,8 +304,10 @@ def _missing_driver(parsed: URL, err: BaseException) -> str | None:
     if not isinstance(err, ImportError) and "No module named" not in str(err):
         return None
     if parsed.get_backend_name() == "postgresql":
-        return ("PostgreSQL needs its driver, psycopg 3, which is not installed: "
-                "pip install 'rmconsole[postgres]' (or psycopg[binary])")
+        return (
+            "PostgreSQL needs its driver, psycopg 3, which is not installed: "
+            "pip install 'rmconsole[postgres]' (or psycopg[binary])"
+        )
     return None
 
 
@@ -346,7 +369,7 @@ def _describe_pid(pid: int) -> str:
 
 
 def holders_text(path: Path | None) -> str:
-    """"held by pid N (its command)" for a SQLite store's write lock, or "" when unknown."""
+    """ "held by pid N (its command)" for a SQLite store's write lock, or "" when unknown."""
     pids = lock_holders(path) if path is not None else []
     return ("held by " + ", ".join(_describe_pid(p) for p in pids[:3])) if pids else ""
 
@@ -404,11 +427,15 @@ class _Watch:
                 holder = holders_text(w.path)
                 where = f"sqlite:///{w.path}" if w.path is not None else "the database"
                 if w.what == "write":
-                    text = (f"waiting for the write lock of the store {where}"
-                            f" ({holder or 'another process is writing'}); still trying for up to "
-                            f"{int(BUSY_TIMEOUT_S)} s at a time")
+                    text = (
+                        f"waiting for the write lock of the store {where}"
+                        f" ({holder or 'another process is writing'}); still trying for up to "
+                        f"{int(BUSY_TIMEOUT_S)} s at a time"
+                    )
                 else:
-                    text = f"waiting for the store {where} to answer" + (f" (its write lock is {holder})" if holder else "")
+                    text = f"waiting for the store {where} to answer" + (
+                        f" (its write lock is {holder})" if holder else ""
+                    )
                 try:
                     on_wait(text)
                 except Exception:  # noqa: BLE001 - telling must never break the operation
@@ -455,11 +482,15 @@ def integrity_verdict(path: Path, limit: int = 3) -> str:
 def damaged_message(path: Path, error: str) -> str:
     recovered = path.with_name("recovered.db")
     if "not a database" in error:
-        return (f"the store {path} is not an SQLite database ({error}): move that file away, or set "
-                f"RMCONSOLE_HOME to another folder")
-    return (f"the store {path} is damaged ({error}; PRAGMA integrity_check: {integrity_verdict(path)}): copy out "
-            f"what it still holds with `sqlite3 {path} .recover | sqlite3 {recovered}` and put that file in its "
-            f"place (or restore a backup); runs still training on it stop when it is replaced")
+        return (
+            f"the store {path} is not an SQLite database ({error}): move that file away, or set "
+            f"RMCONSOLE_HOME to another folder"
+        )
+    return (
+        f"the store {path} is damaged ({error}; PRAGMA integrity_check: {integrity_verdict(path)}): copy out "
+        f"what it still holds with `sqlite3 {path} .recover | sqlite3 {recovered}` and put that file in its "
+        f"place (or restore a backup); runs still training on it stop when it is replaced"
+    )
 
 
 def store_error(err: BaseException, url: URL | None = None, doing: str = "use") -> StoreError:
@@ -473,12 +504,16 @@ def store_error(err: BaseException, url: URL | None = None, doing: str = "use") 
     where = _where(url)
     if "locked" in low or "busy" in low:
         holder = holders_text(path)
-        return StoreLocked(f"the store {where} stayed locked by another process{' (' + holder + ')' if holder else ''}: "
-                           f"{text}; wait for it to finish (or stop it), then try again")
+        return StoreLocked(
+            f"the store {where} stayed locked by another process{' (' + holder + ')' if holder else ''}: "
+            f"{text}; wait for it to finish (or stop it), then try again"
+        )
     free = _free_bytes(path)
     if "database or disk is full" in low or ("disk i/o error" in low and free is not None and free < 1 << 20):
-        return StoreFull(f"no space left on device for the store {path or where} ({text}): free some space, then "
-                         f"try again; everything committed before (finished tasks included) is kept")
+        return StoreFull(
+            f"no space left on device for the store {path or where} ({text}): free some space, then "
+            f"try again; everything committed before (finished tasks included) is kept"
+        )
     if path is not None and ("malformed" in low or "not a database" in low or "corrupt" in low):
         return StoreDamaged(damaged_message(path, text))
     if path is not None and "unable to open database file" in low and not path.exists() and path.parent.exists():
@@ -544,21 +579,32 @@ def _within_grace(attempt: Callable[[], T]) -> T:
             with _outage_lock:
                 if _outage["since"] is None:
                     _outage["since"] = now
-                    print(f"rmconsole: the database {err.where} is unreachable ({err.reason}): holding this process's "
-                          f"results and retrying for up to {grace:g} s (the grace period for a database outage, "
-                          f"{GRACE_ENV})", file=sys.stderr, flush=True)
+                    print(
+                        f"rmconsole: the database {err.where} is unreachable ({err.reason}): holding this process's "
+                        f"results and retrying for up to {grace:g} s (the grace period for a database outage, "
+                        f"{GRACE_ENV})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 since = _outage["since"]
             assert since is not None  # set above when it was not
             if now - since >= grace:
-                raise StoreUnreachable(f"the database {err.where} stayed unreachable for {now - since:.0f} s, longer "
-                                       f"than the grace period ({grace:g} s, {GRACE_ENV}): {err.reason}",
-                                       err.where, err.reason) from None
+                raise StoreUnreachable(
+                    f"the database {err.where} stayed unreachable for {now - since:.0f} s, longer "
+                    f"than the grace period ({grace:g} s, {GRACE_ENV}): {err.reason}",
+                    err.where,
+                    err.reason,
+                ) from None
             time.sleep(min(0.5, max(0.05, since + grace - now)))
             continue
         with _outage_lock:
             if _outage["since"] is not None:
-                print(f"rmconsole: the database answers again after {time.monotonic() - _outage['since']:.1f} s; "
-                      f"carrying on", file=sys.stderr, flush=True)
+                print(
+                    f"rmconsole: the database answers again after {time.monotonic() - _outage['since']:.1f} s; "
+                    f"carrying on",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 _outage["since"] = None
         return result
 
@@ -615,8 +661,9 @@ def _prepare_sqlite_file(path: Path, url: URL) -> None:
     try:
         private.mkdir(path.parent)  # a new home is 0700
     except OSError as err:
-        raise StoreError(f"cannot create the store folder {path.parent}: {err.strerror} "
-                         f"(set RMCONSOLE_HOME to a writable folder)") from None
+        raise StoreError(
+            f"cannot create the store folder {path.parent}: {err.strerror} (set RMCONSOLE_HOME to a writable folder)"
+        ) from None
     if path.is_dir():
         raise StoreError(f"cannot open the store at {_where(url)}: it is a directory ({_hint()})")
     if path.exists():
@@ -624,8 +671,7 @@ def _prepare_sqlite_file(path: Path, url: URL) -> None:
     if not _may_create_store():
         raise StoreGone(f"the store {path} is gone (removed while this run's processes used it)")
     if not os.access(path.parent, os.W_OK):
-        raise StoreError(f"the store folder {path.parent} is not writable "
-                         f"(set RMCONSOLE_HOME to a writable folder)")
+        raise StoreError(f"the store folder {path.parent} is not writable (set RMCONSOLE_HOME to a writable folder)")
     try:
         private.create_empty(path)  # 0600; SQLite gives its -wal and -shm files the same mode
         sqlite3.connect(str(path)).close()  # an empty file; the schema follows
@@ -651,14 +697,22 @@ def get_engine(url: str | URL | None = None) -> Engine:
             raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: not a SQLite file ({_hint()})")
         elif url_obj.get_backend_name() == "postgresql":
             # every session in UTC: the store's timestamps are UTC, the server's zone may be anything
-            engine = create_engine(engine_url(url_obj), pool_pre_ping=True, connect_args={
-                "connect_timeout": CONNECT_TIMEOUT_S, "options": "-c timezone=UTC", "application_name": "rmconsole"})
+            engine = create_engine(
+                engine_url(url_obj),
+                pool_pre_ping=True,
+                connect_args={
+                    "connect_timeout": CONNECT_TIMEOUT_S,
+                    "options": "-c timezone=UTC",
+                    "application_name": "rmconsole",
+                },
+            )
         else:
             engine = create_engine(engine_url(url_obj), pool_pre_ping=True)
     except (SQLAlchemyError, ImportError, ValueError) as err:
         missing = _missing_driver(url_obj, err)
-        raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: {missing or _one_line(err, url_obj)} "
-                         f"({_hint()})") from None
+        raise StoreError(
+            f"cannot use the database {shown_url(url_obj)!r}: {missing or _one_line(err, url_obj)} ({_hint()})"
+        ) from None
     _ENGINE_URLS[id(engine)] = url_obj
     with _watched("write", path):
         _create_schema(engine, url_obj)
@@ -690,8 +744,9 @@ def _schema_complete(engine: Engine) -> bool:
             columns = {c["name"]: c for c in inspector.get_columns(table.name)}
             if any(column.name not in columns for column in table.columns):
                 return False
-            if any(not columns[column.name]["nullable"] for column in table.columns
-                   if (table.name, column.name) in RELAXED):
+            if any(
+                not columns[column.name]["nullable"] for column in table.columns if (table.name, column.name) in RELAXED
+            ):
                 return False
         return conn.execute(select(col(StoreIdentity.store_id))).first() is not None
 
@@ -771,8 +826,11 @@ def _relax_not_null(conn: Connection) -> None:
 
     inspector = inspect(conn)
     for table in SQLModel.metadata.sorted_tables:
-        strict = [c["name"] for c in inspector.get_columns(table.name)
-                  if (table.name, c["name"]) in RELAXED and not c["nullable"]]
+        strict = [
+            c["name"]
+            for c in inspector.get_columns(table.name)
+            if (table.name, c["name"]) in RELAXED and not c["nullable"]
+        ]
         if not strict:
             continue
         if conn.dialect.name != "sqlite":
@@ -852,8 +910,9 @@ def _lock_rows_read_for_writing(state: ORMExecuteState) -> None:
         state.statement = statement.with_for_update()
 
 
-def write(fn: Callable[[Session], T], engine: Engine | None = None, retries: int = 12,
-          busy_s: float | None = None) -> T:
+def write(
+    fn: Callable[[Session], T], engine: Engine | None = None, retries: int = 12, busy_s: float | None = None
+) -> T:
     """Run `fn(session)` in one short write transaction (BEGIN IMMEDIATE on SQLite), retried
     from the start if the database stays locked past the busy timeout (`busy_s`: a shorter
     timeout for a write that may be skipped; rows read are locked on PostgreSQL; a lost
@@ -874,15 +933,16 @@ def _write_once(fn: Callable[[Session], T], engine: Engine, retries: int, busy_s
     with nullcontext() if quick else _watched("write", sqlite_file(url)):
         for attempt in range(retries):
             try:
-                with Session(bind, expire_on_commit=False,
-                             info={"lock_rows": engine.dialect.name == "postgresql"}) as session:
+                with Session(
+                    bind, expire_on_commit=False, info={"lock_rows": engine.dialect.name == "postgresql"}
+                ) as session:
                     result = fn(session)
                     session.commit()
                     return result
             except OperationalError as err:
                 if not _retryable(err) or attempt == retries - 1:
                     raise store_error(err, url, "write") from None
-                time.sleep(min(0.02 * 2 ** attempt, 1.0) * (0.5 + random.random()))  # jittered: racers part
+                time.sleep(min(0.02 * 2**attempt, 1.0) * (0.5 + random.random()))  # jittered: racers part
             except DBAPIError as err:
                 if isinstance(err, IntegrityError):
                     raise

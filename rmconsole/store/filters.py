@@ -32,15 +32,24 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, cast
+from typing import Any, cast
 
 from .. import metric_registry
-from .records import RunRecord, _config_defaults, config_value, format_value  # noqa: F401  (re-exported)
+from .records import RunRecord, _config_defaults, config_value, format_value
 
 RUN_KEYS = {  # name -> the RunRecord attribute it reads
-    "id": "id", "status": "status", "preset": "preset", "method": "method", "dataset": "dataset",
-    "seed": "seed", "sweep": "sweep_id", "name": "name", "note": "note", "archived": "archived",
+    "id": "id",
+    "status": "status",
+    "preset": "preset",
+    "method": "method",
+    "dataset": "dataset",
+    "seed": "seed",
+    "sweep": "sweep_id",
+    "name": "name",
+    "note": "note",
+    "archived": "archived",
 }
 SET_KEYS = ("tag", "override", "study")  # a run has several: the term matches when any member does
 STUDY_TAG = "study:"  # `rmconsole tune` tags a trial's run study:NAME; the filter `study:NAME` reads it
@@ -61,8 +70,6 @@ class FilterError(ValueError):
 # ---------------------------------------------------------------------- values
 
 
-
-
 def config_keys() -> tuple[str, ...]:
     """Every config key a run can have (RunConfig's fields)."""
     return tuple(_config_defaults())
@@ -80,7 +87,7 @@ def record_value(record: RunRecord, key: str) -> Any:
     if key == "tag":
         return frozenset(record.tags)
     if key == "study":
-        return frozenset(tag[len(STUDY_TAG):] for tag in record.tags if tag.startswith(STUDY_TAG))
+        return frozenset(tag[len(STUDY_TAG) :] for tag in record.tags if tag.startswith(STUDY_TAG))
     if key == "override":
         return frozenset([*record.overrides, *(f"{k}={format_value(v)}" for k, v in record.overrides.items())])
     if key in PROGRESS_KEYS:
@@ -90,7 +97,7 @@ def record_value(record: RunRecord, key: str) -> Any:
     return record.value(key)  # a metric (canonical_key let only known keys through)
 
 
-def _number(value: Any) -> Optional[float]:
+def _number(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return None
@@ -130,11 +137,11 @@ def canonical_key(key: str) -> str:
 class Wanted:
     """One value a term names, read once: its number (if it is one) and how it is written."""
 
-    number: Optional[float]
+    number: float | None
     written: str
 
     @classmethod
-    def of(cls, raw: str) -> "Wanted":
+    def of(cls, raw: str) -> Wanted:
         value = _parse(raw)
         written = raw.strip().lower() if raw.strip().lower() in NONE_WORDS else format_value(value).casefold()
         return cls(_number(value), written)
@@ -154,7 +161,7 @@ class Wanted:
 class Term:
     """`key op value[,value...]`, or free text when key is None."""
 
-    key: Optional[str]
+    key: str | None
     op: str
     wanted: tuple[Wanted, ...] = ()
     text: str = ""
@@ -215,7 +222,7 @@ class RunFilter:
     def __bool__(self) -> bool:
         return bool(self.terms)
 
-    def __and__(self, other: "RunFilter") -> "RunFilter":
+    def __and__(self, other: RunFilter) -> RunFilter:
         return RunFilter(self.terms + other.terms)
 
     def names(self, key: str) -> bool:

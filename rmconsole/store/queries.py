@@ -8,17 +8,18 @@ joint-run rule, and plain dicts for the JSON outputs. `get_run` / `list_runs` gi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Optional, Union, cast
+from typing import Any, cast
 
 from sqlalchemy import String, func, type_coerce
 from sqlmodel import Session, col, select
 
+from .. import metric_registry
 from .db import reading
 from .filters import RunFilter, parse_run_filter
-from .. import metric_registry
 from .records import RunRecord, candidate_filters, iso, stored_metrics, with_intransigence
 from .tables import ACTIVE, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
 
@@ -54,13 +55,22 @@ def checkpoint_checksums(run_id: int) -> dict[str, int]:
     """sha256 -> task, of every checkpoint the run's task results recorded (empty for a run
     stored by an older rmconsole, which recorded none)."""
     with reading() as session:
-        rows = session.exec(select(TaskResult.checkpoint_sha256, TaskResult.task).where(
-            TaskResult.run_id == run_id, col(TaskResult.checkpoint_sha256).is_not(None))).all()
+        rows = session.exec(
+            select(TaskResult.checkpoint_sha256, TaskResult.task).where(
+                TaskResult.run_id == run_id, col(TaskResult.checkpoint_sha256).is_not(None)
+            )
+        ).all()
     return {sha: task for sha, task in rows if sha is not None}  # (none is: the query excludes them)
 
 
-def list_runs(status: str | Iterable[str] | None = None, preset: str | None = None, method: str | None = None,
-              dataset: str | None = None, sweep_id: str | None = None, limit: int | None = None) -> list[Run]:
+def list_runs(
+    status: str | Iterable[str] | None = None,
+    preset: str | None = None,
+    method: str | None = None,
+    dataset: str | None = None,
+    sweep_id: str | None = None,
+    limit: int | None = None,
+) -> list[Run]:
     query = select(Run).order_by(col(Run.id))
     if status is not None:
         query = query.where(col(Run.status).in_([status] if isinstance(status, str) else list(status)))
@@ -112,8 +122,12 @@ def poll_runs() -> RunsPoll:
 def sweep_ids() -> list[str]:
     """Every sweep id in the store, oldest first (by its first run)."""
     with reading() as session:
-        rows = session.exec(select(Run.sweep_id, func.min(Run.id)).where(col(Run.sweep_id).is_not(None))
-                            .group_by(Run.sweep_id).order_by(func.min(Run.id))).all()
+        rows = session.exec(
+            select(Run.sweep_id, func.min(Run.id))
+            .where(col(Run.sweep_id).is_not(None))
+            .group_by(Run.sweep_id)
+            .order_by(func.min(Run.id))
+        ).all()
     return [sweep_id for sweep_id, _ in rows if sweep_id is not None]  # (none is: the query excludes them)
 
 
@@ -122,11 +136,38 @@ def sweep_ids() -> list[str]:
 
 # The record's columns. The config is read as its JSON text and parsed once per distinct text
 # (a run's config never changes), so re-reading a live run costs no JSON parsing.
-_RECORD_COLUMNS: tuple[Any, ...] = (Run.id, Run.status, Run.preset, Run.method, Run.dataset, Run.seed,
-                   type_coerce(Run.config, String).label("config_json"), Run.sweep_id, Run.n_tasks, Run.task,
-                   Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s, Run.eta_s, Run.metrics, Run.error,
-                   Run.created_at, Run.heartbeat_at, Run.started_at, Run.finished_at, Run.device, Run.host, Run.pid,
-                   Run.log_path, Run.name, Run.tags, Run.note, Run.overrides, Run.archived_at)
+_RECORD_COLUMNS: tuple[Any, ...] = (
+    Run.id,
+    Run.status,
+    Run.preset,
+    Run.method,
+    Run.dataset,
+    Run.seed,
+    type_coerce(Run.config, String).label("config_json"),
+    Run.sweep_id,
+    Run.n_tasks,
+    Run.task,
+    Run.phase,
+    Run.phase_done,
+    Run.phase_total,
+    Run.samples_per_s,
+    Run.eta_s,
+    Run.metrics,
+    Run.error,
+    Run.created_at,
+    Run.heartbeat_at,
+    Run.started_at,
+    Run.finished_at,
+    Run.device,
+    Run.host,
+    Run.pid,
+    Run.log_path,
+    Run.name,
+    Run.tags,
+    Run.note,
+    Run.overrides,
+    Run.archived_at,
+)
 
 
 @lru_cache(maxsize=65536)
@@ -145,33 +186,95 @@ def _record(row: Any, names: set[str]) -> RunRecord:
     stored = r["metrics"] or {}
     config = _config_of(r["config_json"])
     return RunRecord(
-        id=r["id"], status=r["status"], preset=r["preset"], method=r["method"], dataset=r["dataset"],
-        memory_size=config.get("memory_size"), seed=r["seed"], n_tasks=r["n_tasks"], task=r["task"],
-        phase=r["phase"], phase_done=r["phase_done"], phase_total=r["phase_total"],
-        samples_per_s=r["samples_per_s"], eta_s=r["eta_s"], metrics=MappingProxyType(stored_metrics(stored, names)),
-        tasks_done=int(stored.get("tasks_done", 0)), sweep_id=r["sweep_id"], error=r["error"],
-        created_at=r["created_at"], heartbeat_at=r["heartbeat_at"], started_at=r["started_at"],
-        finished_at=r["finished_at"], device=r["device"], host=r["host"], pid=r["pid"], log_path=r["log_path"],
-        config=config, topk=stored.get("topk"),
-        name=r["name"], tags=tuple(r["tags"] or ()), note=r["note"], overrides=MappingProxyType(dict(r["overrides"] or {})),
-        archived=r["archived_at"] is not None)
+        id=r["id"],
+        status=r["status"],
+        preset=r["preset"],
+        method=r["method"],
+        dataset=r["dataset"],
+        memory_size=config.get("memory_size"),
+        seed=r["seed"],
+        n_tasks=r["n_tasks"],
+        task=r["task"],
+        phase=r["phase"],
+        phase_done=r["phase_done"],
+        phase_total=r["phase_total"],
+        samples_per_s=r["samples_per_s"],
+        eta_s=r["eta_s"],
+        metrics=MappingProxyType(stored_metrics(stored, names)),
+        tasks_done=int(stored.get("tasks_done", 0)),
+        sweep_id=r["sweep_id"],
+        error=r["error"],
+        created_at=r["created_at"],
+        heartbeat_at=r["heartbeat_at"],
+        started_at=r["started_at"],
+        finished_at=r["finished_at"],
+        device=r["device"],
+        host=r["host"],
+        pid=r["pid"],
+        log_path=r["log_path"],
+        config=config,
+        topk=stored.get("topk"),
+        name=r["name"],
+        tags=tuple(r["tags"] or ()),
+        note=r["note"],
+        overrides=MappingProxyType(dict(r["overrides"] or {})),
+        archived=r["archived_at"] is not None,
+    )
 
 
 # What changes while a run is live, plus the JSON columns as their text (compared, not parsed):
 # a poller that knows a run's record re-reads only these (`live_records`).
-_LIVE_COLUMNS: tuple[Any, ...] = (Run.id, Run.status, Run.task, Run.phase, Run.phase_done, Run.phase_total, Run.samples_per_s,
-                 Run.eta_s, Run.error, Run.heartbeat_at, Run.started_at, Run.finished_at, Run.device, Run.host,
-                 Run.pid, Run.log_path, Run.name, Run.note, Run.archived_at, Run.n_tasks,
-                 type_coerce(Run.metrics, String).label("metrics_json"), type_coerce(Run.tags, String).label("tags_json"),
-                 type_coerce(Run.overrides, String).label("overrides_json"))
+_LIVE_COLUMNS: tuple[Any, ...] = (
+    Run.id,
+    Run.status,
+    Run.task,
+    Run.phase,
+    Run.phase_done,
+    Run.phase_total,
+    Run.samples_per_s,
+    Run.eta_s,
+    Run.error,
+    Run.heartbeat_at,
+    Run.started_at,
+    Run.finished_at,
+    Run.device,
+    Run.host,
+    Run.pid,
+    Run.log_path,
+    Run.name,
+    Run.note,
+    Run.archived_at,
+    Run.n_tasks,
+    type_coerce(Run.metrics, String).label("metrics_json"),
+    type_coerce(Run.tags, String).label("tags_json"),
+    type_coerce(Run.overrides, String).label("overrides_json"),
+)
 # (live_records reads the rows by position: _LIVE_FIELDS are columns 1-17 and 19, archived_at 18)
-_LIVE_FIELDS = ("status", "task", "phase", "phase_done", "phase_total", "samples_per_s", "eta_s", "error",
-                "heartbeat_at", "started_at", "finished_at", "device", "host", "pid", "log_path", "name", "note",
-                "n_tasks")
+_LIVE_FIELDS = (
+    "status",
+    "task",
+    "phase",
+    "phase_done",
+    "phase_total",
+    "samples_per_s",
+    "eta_s",
+    "error",
+    "heartbeat_at",
+    "started_at",
+    "finished_at",
+    "device",
+    "host",
+    "pid",
+    "log_path",
+    "name",
+    "note",
+    "n_tasks",
+)
 
 
-def live_records(known: Mapping[int, RunRecord], texts: dict[int, tuple[Any, ...]],
-                 ids: Iterable[int]) -> list[RunRecord]:
+def live_records(
+    known: Mapping[int, RunRecord], texts: dict[int, tuple[Any, ...]], ids: Iterable[int]
+) -> list[RunRecord]:
     """The records of `ids` for a poller that holds their last records (`known`) and the text of
     their JSON columns at that read (`texts`, updated here): a run whose metrics, tags and
     overrides are unchanged gets its known record with the live columns replaced, without
@@ -275,7 +378,7 @@ def newest_run_id() -> int:
     return int(newest)
 
 
-def joint_run(run: Union[Run, RunRecord, int]) -> Optional[RunRecord]:
+def joint_run(run: Run | RunRecord | int) -> RunRecord | None:
     """The finished joint run that is `run`'s upper bound (the catalogue's joint-run rule), or None."""
     record = run_record(run if isinstance(run, int) else int(run.id))
     if record.i_last_joint_run is None:
@@ -283,13 +386,13 @@ def joint_run(run: Union[Run, RunRecord, int]) -> Optional[RunRecord]:
     return run_record(record.i_last_joint_run)
 
 
-def joint_accuracy(run: Union[Run, RunRecord, int]) -> Optional[float]:
+def joint_accuracy(run: Run | RunRecord | int) -> float | None:
     """A_last of `run`'s joint upper bound, or None when there is none."""
     joint = joint_run(run)
     return joint.value("A_last") if joint is not None else None
 
 
-def run_summary(run: Union[Run, RunRecord, int], session: Any = None) -> dict[str, Any]:
+def run_summary(run: Run | RunRecord | int, session: Any = None) -> dict[str, Any]:
     """`runs --json` shape of one run (RunRecord.to_json); `session` is accepted for old callers."""
     return run_record(run if isinstance(run, int) else int(run.id)).to_json()
 
@@ -298,16 +401,21 @@ def run_summary(run: Union[Run, RunRecord, int], session: Any = None) -> dict[st
 
 
 def _results(session: Session, run_id: int) -> list[TaskResult]:
-    return list(session.exec(select(TaskResult).where(TaskResult.run_id == run_id).order_by(col(TaskResult.task))).all())
+    return list(
+        session.exec(select(TaskResult).where(TaskResult.run_id == run_id).order_by(col(TaskResult.task))).all()
+    )
 
 
 def _streams(session: Session, run_id: int) -> list[TaskStream]:
-    return list(session.exec(select(TaskStream).where(TaskStream.run_id == run_id).order_by(col(TaskStream.task))).all())
+    return list(
+        session.exec(select(TaskStream).where(TaskStream.run_id == run_id).order_by(col(TaskStream.task))).all()
+    )
 
 
 def _epochs(session: Session, run_id: int) -> list[EpochMetric]:
-    return list(session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id)
-                             .order_by(col(EpochMetric.id))).all())
+    return list(
+        session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id).order_by(col(EpochMetric.id))).all()
+    )
 
 
 def epoch_metrics(run_id: int) -> list[EpochMetric]:
@@ -318,14 +426,29 @@ def epoch_metrics(run_id: int) -> list[EpochMetric]:
 
 def epoch_json(rows: Iterable[EpochMetric]) -> list[dict[str, Any]]:
     """`show --json`'s epochs: one entry per training epoch."""
-    return [{"task": e.task, "phase": e.phase, "epoch": e.epoch, "epochs": e.epochs, "loss": e.loss, "lr": e.lr,
-             "samples": e.samples, "seconds": e.seconds, "samples_per_s": e.samples_per_s,
-             "test_accuracy": e.test_accuracy} for e in rows]
+    return [
+        {
+            "task": e.task,
+            "phase": e.phase,
+            "epoch": e.epoch,
+            "epochs": e.epochs,
+            "loss": e.loss,
+            "lr": e.lr,
+            "samples": e.samples,
+            "seconds": e.seconds,
+            "samples_per_s": e.samples_per_s,
+            "test_accuracy": e.test_accuracy,
+        }
+        for e in rows
+    ]
 
 
 def _snapshots(session: Session, run_id: int) -> list[MemorySnapshot]:
-    return list(session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id)
-                             .order_by(col(MemorySnapshot.id))).all())
+    return list(
+        session.exec(
+            select(MemorySnapshot).where(MemorySnapshot.run_id == run_id).order_by(col(MemorySnapshot.id))
+        ).all()
+    )
 
 
 def task_results(run_id: int) -> list[TaskResult]:
@@ -344,8 +467,9 @@ def memory_snapshots(run_id: int) -> list[MemorySnapshot]:
 
 
 def _anytime(session: Session, run_id: int) -> list[AnytimeEval]:
-    return list(session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id)
-                             .order_by(col(AnytimeEval.samples))).all())
+    return list(
+        session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id).order_by(col(AnytimeEval.samples))).all()
+    )
 
 
 def anytime_evals(run_id: int) -> list[AnytimeEval]:
@@ -359,9 +483,11 @@ def anytime_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]
     run_ids = list(run_ids)
     curves: dict[int, list[tuple[int, float]]] = {i: [] for i in run_ids}
     with reading() as session:
-        rows = session.exec(select(AnytimeEval.run_id, AnytimeEval.samples, AnytimeEval.accuracy)
-                            .where(col(AnytimeEval.run_id).in_(run_ids))
-                            .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))).all()
+        rows = session.exec(
+            select(AnytimeEval.run_id, AnytimeEval.samples, AnytimeEval.accuracy)
+            .where(col(AnytimeEval.run_id).in_(run_ids))
+            .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))
+        ).all()
     for run_id, samples, accuracy in rows:
         if accuracy is not None:  # None: a run with evaluate_test=false scores no test sample
             curves[run_id].append((samples, accuracy))
@@ -373,24 +499,29 @@ def accuracy_curves(run_ids: Iterable[int]) -> dict[int, list[float]]:
     run_ids = list(run_ids)
     curves: dict[int, list[float]] = {i: [] for i in run_ids}
     with reading() as session:
-        rows = session.exec(select(TaskResult.run_id, TaskResult.accuracy).where(col(TaskResult.run_id).in_(run_ids))
-                            .order_by(col(TaskResult.run_id), col(TaskResult.task))).all()
+        rows = session.exec(
+            select(TaskResult.run_id, TaskResult.accuracy)
+            .where(col(TaskResult.run_id).in_(run_ids))
+            .order_by(col(TaskResult.run_id), col(TaskResult.task))
+        ).all()
     for run_id, accuracy in rows:
         if accuracy is not None:  # None: a run with evaluate_test=false has no test curve
             curves[run_id].append(accuracy)
     return curves
 
 
-def validation_curves(run_ids: Iterable[int]) -> dict[int, list[Optional[float]]]:
+def validation_curves(run_ids: Iterable[int]) -> dict[int, list[float | None]]:
     """The VALIDATION accuracy after each task of every given run (val_fraction > 0; None for a
     task without one, an empty list for a run with no task done): what a search prunes on, read
     without a single test figure."""
     run_ids = list(run_ids)
-    curves: dict[int, list[Optional[float]]] = {i: [] for i in run_ids}
+    curves: dict[int, list[float | None]] = {i: [] for i in run_ids}
     with reading() as session:
-        rows = session.exec(select(TaskResult.run_id, TaskResult.val_accuracy)
-                            .where(col(TaskResult.run_id).in_(run_ids))
-                            .order_by(col(TaskResult.run_id), col(TaskResult.task))).all()
+        rows = session.exec(
+            select(TaskResult.run_id, TaskResult.val_accuracy)
+            .where(col(TaskResult.run_id).in_(run_ids))
+            .order_by(col(TaskResult.run_id), col(TaskResult.task))
+        ).all()
     for run_id, accuracy in rows:
         if accuracy is not None:  # None: a run with evaluate_test=false has no test curve
             curves[run_id].append(accuracy)
@@ -403,9 +534,11 @@ def anytime_validation_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[in
     run_ids = list(run_ids)
     curves: dict[int, list[tuple[int, float]]] = {i: [] for i in run_ids}
     with reading() as session:
-        rows = session.exec(select(AnytimeEval.run_id, AnytimeEval.samples, AnytimeEval.val_accuracy)
-                            .where(col(AnytimeEval.run_id).in_(run_ids), col(AnytimeEval.val_accuracy).is_not(None))
-                            .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))).all()
+        rows = session.exec(
+            select(AnytimeEval.run_id, AnytimeEval.samples, AnytimeEval.val_accuracy)
+            .where(col(AnytimeEval.run_id).in_(run_ids), col(AnytimeEval.val_accuracy).is_not(None))
+            .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))
+        ).all()
     for run_id, samples, accuracy in rows:
         if accuracy is not None:  # (the query leaves none; the column is nullable)
             curves[run_id].append((samples, accuracy))
@@ -418,8 +551,11 @@ def job_states(ids: Iterable[int]) -> dict[int, tuple[str, str, str | None]]:
     if not ids:
         return {}
     with reading() as session:
-        rows = session.exec(select(Run.id, Run.executor, Run.job_id, Run.job_state)
-                            .where(col(Run.id).in_(ids), col(Run.job_id).is_not(None))).all()
+        rows = session.exec(
+            select(Run.id, Run.executor, Run.job_id, Run.job_state).where(
+                col(Run.id).in_(ids), col(Run.job_id).is_not(None)
+            )
+        ).all()
     return {r[0]: ((r[1] or "").split(":")[0], r[2] or "", r[3]) for r in rows}  # (job_id: never None here)
 
 
@@ -439,50 +575,77 @@ def run_detail(run_id: int) -> dict[str, Any]:
     tasks = []
     for stream in streams:
         result = results.get(stream.task)
-        tasks.append({
-            "task": stream.task,
-            "n_samples": stream.n_samples,
-            "major_classes": stream.major_classes,
-            "major_labels": [order[c] for c in stream.major_classes] if order else None,
-            "major_names": [names[order[c]] for c in stream.major_classes] if order and names else None,
-            "composition": stream.composition,
-            "stream_hash": stream.stream_hash,
-            "first_appearances": stream.first_appearances,
-            "accuracy": result.accuracy if result else None,
-            "accuracy_row": result.accuracy_row if result else None,
-            "class_accuracy": result.class_accuracy if result else None,
-            "eval_classes": result.eval_classes if result else None,
-            "best_epoch_accuracy": result.best_epoch_accuracy if result else None,
-            "topk_accuracy": result.topk_accuracy if result else None,
-            "topk_accuracy_row": result.topk_accuracy_row if result else None,
-            **({"val_accuracy": result.val_accuracy, "val_accuracy_row": result.val_accuracy_row,
-                "val_class_accuracy": result.val_class_accuracy}
-               if result is not None and result.val_accuracy is not None else {}),
-            "seconds": result.seconds if result else None,
-        })
-    detail.update({
-        "tasks": tasks,
-        "memory": [{"task": m.task, "histogram": m.histogram, "slots_per_class": m.slots_per_class,
-                    "size": sum(m.histogram), "info": m.info, "at": iso(m.created_at)} for m in snapshots],
-        "epochs": epoch_json(epochs),
-        "class_indexing": CLASS_INDEXING,
-        "anytime": [{"task": a.task, "samples": a.samples, "accuracy": a.accuracy, "n_classes": a.n_classes,
-                     **({"class_accuracy": a.class_accuracy} if a.class_accuracy is not None else {}),
-                     **({"val_accuracy": a.val_accuracy} if a.val_accuracy is not None else {}),
-                     "seconds": a.seconds} for a in anytime],
-        "class_order": run.class_order,
-        "class_names": run.class_names,
-        "pipeline": run.pipeline,
-        "validation": run.validation,
-        "versions": run.versions,
-        "git_commit": run.git_commit,
-        "host": run.host,
-        "pid": run.pid,
-        "log_path": run.log_path,
-        "executor": run.executor,
-        "job_id": run.job_id,
-        "job_state": run.job_state,
-    })
+        tasks.append(
+            {
+                "task": stream.task,
+                "n_samples": stream.n_samples,
+                "major_classes": stream.major_classes,
+                "major_labels": [order[c] for c in stream.major_classes] if order else None,
+                "major_names": [names[order[c]] for c in stream.major_classes] if order and names else None,
+                "composition": stream.composition,
+                "stream_hash": stream.stream_hash,
+                "first_appearances": stream.first_appearances,
+                "accuracy": result.accuracy if result else None,
+                "accuracy_row": result.accuracy_row if result else None,
+                "class_accuracy": result.class_accuracy if result else None,
+                "eval_classes": result.eval_classes if result else None,
+                "best_epoch_accuracy": result.best_epoch_accuracy if result else None,
+                "topk_accuracy": result.topk_accuracy if result else None,
+                "topk_accuracy_row": result.topk_accuracy_row if result else None,
+                **(
+                    {
+                        "val_accuracy": result.val_accuracy,
+                        "val_accuracy_row": result.val_accuracy_row,
+                        "val_class_accuracy": result.val_class_accuracy,
+                    }
+                    if result is not None and result.val_accuracy is not None
+                    else {}
+                ),
+                "seconds": result.seconds if result else None,
+            }
+        )
+    detail.update(
+        {
+            "tasks": tasks,
+            "memory": [
+                {
+                    "task": m.task,
+                    "histogram": m.histogram,
+                    "slots_per_class": m.slots_per_class,
+                    "size": sum(m.histogram),
+                    "info": m.info,
+                    "at": iso(m.created_at),
+                }
+                for m in snapshots
+            ],
+            "epochs": epoch_json(epochs),
+            "class_indexing": CLASS_INDEXING,
+            "anytime": [
+                {
+                    "task": a.task,
+                    "samples": a.samples,
+                    "accuracy": a.accuracy,
+                    "n_classes": a.n_classes,
+                    **({"class_accuracy": a.class_accuracy} if a.class_accuracy is not None else {}),
+                    **({"val_accuracy": a.val_accuracy} if a.val_accuracy is not None else {}),
+                    "seconds": a.seconds,
+                }
+                for a in anytime
+            ],
+            "class_order": run.class_order,
+            "class_names": run.class_names,
+            "pipeline": run.pipeline,
+            "validation": run.validation,
+            "versions": run.versions,
+            "git_commit": run.git_commit,
+            "host": run.host,
+            "pid": run.pid,
+            "log_path": run.log_path,
+            "executor": run.executor,
+            "job_id": run.job_id,
+            "job_state": run.job_state,
+        }
+    )
     return detail
 
 
@@ -498,9 +661,14 @@ CLASS_INDEXING = {
     "class_names": "indexed by dataset label: the name of position c is class_names[class_order[c]]",
 }
 
-Mark = tuple[int, Optional[int]]  # (row count, newest row id) of one part of a run
-PARTS: dict[str, Any] = {"streams": TaskStream, "results": TaskResult, "memory": MemorySnapshot,
-                         "epochs": EpochMetric, "anytime": AnytimeEval}
+Mark = tuple[int, int | None]  # (row count, newest row id) of one part of a run
+PARTS: dict[str, Any] = {
+    "streams": TaskStream,
+    "results": TaskResult,
+    "memory": MemorySnapshot,
+    "epochs": EpochMetric,
+    "anytime": AnytimeEval,
+}
 
 
 @dataclass(frozen=True)
@@ -510,16 +678,16 @@ class RunParts:
     marks; a part that did not change is None, so a long run costs as little as a short one."""
 
     record: RunRecord
-    class_order: Optional[list[int]]
-    class_names: Optional[list[str]]
+    class_order: list[int] | None
+    class_names: list[str] | None
     pipeline: tuple[str, ...]
     marks: dict[str, Mark]
-    streams: Optional[list[TaskStream]]
-    results: Optional[list[TaskResult]]
-    memory: Optional[list[MemorySnapshot]]
-    epochs: Optional[list[EpochMetric]] = None
+    streams: list[TaskStream] | None
+    results: list[TaskResult] | None
+    memory: list[MemorySnapshot] | None
+    epochs: list[EpochMetric] | None = None
     epochs_appended: bool = False  # True: `epochs` holds only the rows after the caller's marks
-    anytime: Optional[list[AnytimeEval]] = None
+    anytime: list[AnytimeEval] | None = None
 
 
 def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
@@ -532,9 +700,16 @@ def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
             raise UnknownRun(run_id)
         record = _with_i_last(session, found, False)[0]
         facts = session.exec(select(Run.class_order, Run.class_names, Run.pipeline).where(Run.id == run_id)).one()
-        probe = select(*[agg for t in PARTS.values() for agg in (
-            select(func.count(t.id)).where(t.run_id == run_id).scalar_subquery(),
-            select(func.max(t.id)).where(t.run_id == run_id).scalar_subquery())])  # one round trip
+        probe = select(
+            *[
+                agg
+                for t in PARTS.values()
+                for agg in (
+                    select(func.count(t.id)).where(t.run_id == run_id).scalar_subquery(),
+                    select(func.max(t.id)).where(t.run_id == run_id).scalar_subquery(),
+                )
+            ]
+        )  # one round trip
         values = session.exec(probe).one()
         now = {name: (values[2 * i], values[2 * i + 1]) for i, name in enumerate(PARTS)}
         stale = {name: now[name] != marks.get(name) for name in PARTS}
@@ -544,18 +719,27 @@ def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
             if old is not None and old[1] is not None and now["epochs"][0] > old[0]:
                 # a running run only adds epoch rows: read the new ones (a resume that deleted some
                 # shows as fewer new rows than the count grew by, and is read whole)
-                epochs = list(session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
-                                                                     col(EpochMetric.id) > old[1])
-                                           .order_by(col(EpochMetric.id))).all())
+                epochs = list(
+                    session.exec(
+                        select(EpochMetric)
+                        .where(EpochMetric.run_id == run_id, col(EpochMetric.id) > old[1])
+                        .order_by(col(EpochMetric.id))
+                    ).all()
+                )
                 appended = len(epochs) == now["epochs"][0] - old[0]
             if not appended:
                 epochs = _epochs(session, run_id)
         return RunParts(
             # (sqlmodel types the JSON columns read as Sequence; they are the stored lists)
-            record=record, class_order=cast("list[int] | None", facts[0]),
-            class_names=cast("list[str] | None", facts[1]), pipeline=tuple(facts[2] or ()), marks=now,
+            record=record,
+            class_order=cast("list[int] | None", facts[0]),
+            class_names=cast("list[str] | None", facts[1]),
+            pipeline=tuple(facts[2] or ()),
+            marks=now,
             streams=_streams(session, run_id) if stale["streams"] else None,
             results=_results(session, run_id) if stale["results"] else None,
             memory=_snapshots(session, run_id) if stale["memory"] else None,
-            epochs=epochs, epochs_appended=appended,
-            anytime=_anytime(session, run_id) if stale["anytime"] else None)
+            epochs=epochs,
+            epochs_appended=appended,
+            anytime=_anytime(session, run_id) if stale["anytime"] else None,
+        )

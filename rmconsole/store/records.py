@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
@@ -47,7 +47,7 @@ def format_value(value: Any) -> str:
 
 def iso(value: datetime | None) -> str | None:
     """A stored time as the JSON outputs write it: UTC, seconds, `Z`."""
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
 
 
 @dataclass(frozen=True)
@@ -180,9 +180,20 @@ class RunRecord:
 
     def search_text(self) -> str:
         """What free text in a run filter matches against (lower case)."""
-        parts = [str(self.id), self.status, self.preset or "", self.method, self.dataset,
-                 f"k={self.memory_size}", f"seed={self.seed}", self.sweep_id or "", self.name or "",
-                 " ".join(self.tags), self.note or "", self.overrides_text]
+        parts = [
+            str(self.id),
+            self.status,
+            self.preset or "",
+            self.method,
+            self.dataset,
+            f"k={self.memory_size}",
+            f"seed={self.seed}",
+            self.sweep_id or "",
+            self.name or "",
+            " ".join(self.tags),
+            self.note or "",
+            self.overrides_text,
+        ]
         return " ".join(parts).lower()
 
     def to_json(self) -> dict[str, Any]:
@@ -194,8 +205,9 @@ class RunRecord:
             if name == "I_last":  # (the names older versions wrote)
                 metrics["I_last_joint_run"] = found.against
                 if found.differs:
-                    metrics["I_last_joint_differs"] = {k: {"run": mine, "joint": theirs}
-                                                       for k, mine, theirs in found.differs}
+                    metrics["I_last_joint_differs"] = {
+                        k: {"run": mine, "joint": theirs} for k, mine, theirs in found.differs
+                    }
             else:
                 metrics[f"{name}_against"] = found.against
         metrics.setdefault("I_last_joint_run", None)
@@ -221,8 +233,13 @@ class RunRecord:
             "config": dict(self.config),
             "metrics": metrics,
             "progress": {
-                "task": self.task, "n_tasks": self.n_tasks, "phase": self.phase, "done": self.phase_done,
-                "total": self.phase_total, "samples_per_s": self.samples_per_s, "eta_s": self.eta_s,
+                "task": self.task,
+                "n_tasks": self.n_tasks,
+                "phase": self.phase,
+                "done": self.phase_done,
+                "total": self.phase_total,
+                "samples_per_s": self.samples_per_s,
+                "eta_s": self.eta_s,
             },
             "created_at": iso(self.created_at),
             "started_at": iso(self.started_at),

@@ -5,7 +5,8 @@ own processes make take their `Lease` and check it in the same transaction."""
 from __future__ import annotations
 
 import socket
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 from sqlmodel import Session, col, select
 
@@ -17,9 +18,17 @@ from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, TaskResult, T
 from .transitions import Lease, checked_run, new_token
 
 
-def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str | None = None,
-                owner_pid: Optional[int] = None, *, name: str | None = None, tags: list[str] | None = None,
-                overrides: list[dict[str, Any]] | None = None, names: list[str | None] | None = None) -> list[int]:
+def create_runs(
+    configs: list[dict[str, Any]],
+    preset: str | None,
+    sweep_id: str | None = None,
+    owner_pid: int | None = None,
+    *,
+    name: str | None = None,
+    tags: list[str] | None = None,
+    overrides: list[dict[str, Any]] | None = None,
+    names: list[str | None] | None = None,
+) -> list[int]:
     """Store queued runs (a sweep's grid) in one transaction, so a refused or interrupted
     submission leaves nothing half-written; returns their ids in order. `owner_pid`: the
     process (on this host) that will start the worker: until it has, the run is dead when that
@@ -31,11 +40,22 @@ def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str
     def add(session: Session) -> list[int]:
         ids = []
         for i, config in enumerate(configs):
-            run = Run(preset=preset, method=config["method"], dataset=config["dataset"], seed=config["seed"],
-                      config=config, sweep_id=sweep_id, n_tasks=config.get("n_tasks", 0), token=new_token(),
-                      pid=owner_pid, host=host, heartbeat_at=utcnow() if owner_pid is not None else None,
-                      name=(names[i] if names is not None else name) or None, tags=list(tags) if tags else None,
-                      overrides=overrides[i] if overrides is not None else None)
+            run = Run(
+                preset=preset,
+                method=config["method"],
+                dataset=config["dataset"],
+                seed=config["seed"],
+                config=config,
+                sweep_id=sweep_id,
+                n_tasks=config.get("n_tasks", 0),
+                token=new_token(),
+                pid=owner_pid,
+                host=host,
+                heartbeat_at=utcnow() if owner_pid is not None else None,
+                name=(names[i] if names is not None else name) or None,
+                tags=list(tags) if tags else None,
+                overrides=overrides[i] if overrides is not None else None,
+            )
             session.add(run)
             session.flush()
             assert run.id is not None
@@ -45,12 +65,26 @@ def create_runs(configs: list[dict[str, Any]], preset: str | None, sweep_id: str
     return write(add)
 
 
-def create_run(config: dict[str, Any], preset: str | None, sweep_id: str | None = None,
-               owner_pid: Optional[int] = None, *, name: str | None = None, tags: list[str] | None = None,
-               overrides: dict[str, Any] | None = None) -> int:
+def create_run(
+    config: dict[str, Any],
+    preset: str | None,
+    sweep_id: str | None = None,
+    owner_pid: int | None = None,
+    *,
+    name: str | None = None,
+    tags: list[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> int:
     """Store a queued run and return its id."""
-    return create_runs([config], preset, sweep_id, owner_pid, name=name, tags=tags,
-                       overrides=[overrides] if overrides is not None else None)[0]
+    return create_runs(
+        [config],
+        preset,
+        sweep_id,
+        owner_pid,
+        name=name,
+        tags=tags,
+        overrides=[overrides] if overrides is not None else None,
+    )[0]
 
 
 # ---------------------------------------------------------------------- what the user calls a run
@@ -109,7 +143,7 @@ def set_archived(run_ids: list[int], archived: bool = True) -> list[int]:
 # ---------------------------------------------------------------------- per-epoch rows
 
 
-def record_epochs(run_id: int, rows: list[dict[str, Any]], lease: Optional[Lease] = None) -> None:
+def record_epochs(run_id: int, rows: list[dict[str, Any]], lease: Lease | None = None) -> None:
     """Append per-epoch rows (EpochMetric's fields less run_id) in one transaction."""
     if not rows:
         return
@@ -122,7 +156,7 @@ def record_epochs(run_id: int, rows: list[dict[str, Any]], lease: Optional[Lease
     write(apply)
 
 
-def update_run(run_id: int, lease: Optional[Lease] = None, **fields: Any) -> None:
+def update_run(run_id: int, lease: Lease | None = None, **fields: Any) -> None:
     """Write fields of a run as given, unguarded but for `lease`: for facts such as the worker's
     pid and log. The runner changes a status only through a guarded transition (transitions.py)."""
 
@@ -135,9 +169,15 @@ def update_run(run_id: int, lease: Optional[Lease] = None, **fields: Any) -> Non
     write(apply)
 
 
-def record_start(run_id: int, plans: list[Any], class_order: list[int], class_names: list[str],
-                 pipeline: list[str], lease: Optional[Lease] = None,
-                 plugins: Optional[list[dict[str, Any]]] = None) -> None:
+def record_start(
+    run_id: int,
+    plans: list[Any],
+    class_order: list[int],
+    class_names: list[str],
+    pipeline: list[str],
+    lease: Lease | None = None,
+    plugins: list[dict[str, Any]] | None = None,
+) -> None:
     """The stream plan of every task (replacing any from an earlier attempt) and run facts; the
     plug-ins the run uses (plugins.provenance of each) join the worker's `versions`, as
     versions["plugins"] (a built-in run has none: no key)."""
@@ -149,10 +189,17 @@ def record_start(run_id: int, plans: list[Any], class_order: list[int], class_na
         session.flush()
         for p in plans:
             first = getattr(p, "first_appearances", None)
-            session.add(TaskStream(run_id=run_id, task=p.task, n_samples=p.n_samples,
-                                   major_classes=p.major_classes, composition=p.composition,
-                                   stream_hash=p.stream_hash,
-                                   first_appearances=[list(f) for f in first] if first is not None else None))
+            session.add(
+                TaskStream(
+                    run_id=run_id,
+                    task=p.task,
+                    n_samples=p.n_samples,
+                    major_classes=p.major_classes,
+                    composition=p.composition,
+                    stream_hash=p.stream_hash,
+                    first_appearances=[list(f) for f in first] if first is not None else None,
+                )
+            )
         run = session.get(Run, run_id)
         assert run is not None
         run.class_order, run.class_names, run.pipeline = class_order, class_names, pipeline
@@ -164,23 +211,33 @@ def record_start(run_id: int, plans: list[Any], class_order: list[int], class_na
     write(apply)
 
 
-def record_task(run_id: int, outcome: Any, lease: Optional[Lease] = None,
-                checkpoint_sha256: Optional[str] = None) -> dict[str, Any]:
+def record_task(
+    run_id: int, outcome: Any, lease: Lease | None = None, checkpoint_sha256: str | None = None
+) -> dict[str, Any]:
     """Commit a finished task (with the sha256 of the checkpoint about to be put in place after
     it) and refresh the run's summary metrics; returns the metrics."""
 
     def apply(session: Session) -> dict[str, Any]:
         checked_run(session, run_id, lease)
-        session.add(TaskResult(run_id=run_id, task=outcome.task, accuracy=outcome.accuracy,
-                               accuracy_row=outcome.accuracy_row, class_accuracy=outcome.class_accuracy,
-                               eval_classes=outcome.eval_classes, best_epoch_accuracy=outcome.best_epoch_accuracy,
-                               topk=getattr(outcome, "topk", 1) if getattr(outcome, "topk_accuracy", None)
-                               is not None else None, topk_accuracy=getattr(outcome, "topk_accuracy", None),
-                               topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None),
-                               val_accuracy=getattr(outcome, "val_accuracy", None),
-                               val_accuracy_row=getattr(outcome, "val_accuracy_row", None),
-                               val_class_accuracy=getattr(outcome, "val_class_accuracy", None), seconds=outcome.seconds,
-                               checkpoint_sha256=checkpoint_sha256))
+        session.add(
+            TaskResult(
+                run_id=run_id,
+                task=outcome.task,
+                accuracy=outcome.accuracy,
+                accuracy_row=outcome.accuracy_row,
+                class_accuracy=outcome.class_accuracy,
+                eval_classes=outcome.eval_classes,
+                best_epoch_accuracy=outcome.best_epoch_accuracy,
+                topk=getattr(outcome, "topk", 1) if getattr(outcome, "topk_accuracy", None) is not None else None,
+                topk_accuracy=getattr(outcome, "topk_accuracy", None),
+                topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None),
+                val_accuracy=getattr(outcome, "val_accuracy", None),
+                val_accuracy_row=getattr(outcome, "val_accuracy_row", None),
+                val_class_accuracy=getattr(outcome, "val_class_accuracy", None),
+                seconds=outcome.seconds,
+                checkpoint_sha256=checkpoint_sha256,
+            )
+        )
         session.flush()
         run = session.get(Run, run_id)
         assert run is not None
@@ -194,10 +251,21 @@ def record_task(run_id: int, outcome: Any, lease: Optional[Lease] = None,
 
 def task_rows(results: Iterable[TaskResult]) -> list[TaskRow]:
     """The task rows as the metric catalogue reads them (plain data)."""
-    return [TaskRow(task=r.task, accuracy=r.accuracy, accuracy_row=list(r.accuracy_row or []),
-                    class_accuracy=r.class_accuracy, best_epoch_accuracy=r.best_epoch_accuracy, topk=r.topk,
-                    topk_accuracy=r.topk_accuracy, topk_accuracy_row=r.topk_accuracy_row,
-                    val_accuracy=r.val_accuracy, val_accuracy_row=r.val_accuracy_row) for r in results]
+    return [
+        TaskRow(
+            task=r.task,
+            accuracy=r.accuracy,
+            accuracy_row=list(r.accuracy_row or []),
+            class_accuracy=r.class_accuracy,
+            best_epoch_accuracy=r.best_epoch_accuracy,
+            topk=r.topk,
+            topk_accuracy=r.topk_accuracy,
+            topk_accuracy_row=r.topk_accuracy_row,
+            val_accuracy=r.val_accuracy,
+            val_accuracy_row=r.val_accuracy_row,
+        )
+        for r in results
+    ]
 
 
 def stored_summary(rows: RunRows) -> dict[str, Any]:
@@ -222,8 +290,13 @@ def run_rows(session: Session, run: Run, online: dict[str, Any] | None = None) -
     assert run.id is not None
     anytime = [AnytimePoint(a.samples, a.accuracy, a.n_classes, a.val_accuracy) for a in _anytime(session, run.id)]
     figures = {**(run.metrics or {}), **{k: v for k, v in (online or {}).items() if v is not None}}
-    return RunRows(config=run.config or {}, tasks=task_rows(_results(session, run.id)), anytime=anytime,
-                   online=figures, n_tasks=run.n_tasks)
+    return RunRows(
+        config=run.config or {},
+        tasks=task_rows(_results(session, run.id)),
+        anytime=anytime,
+        online=figures,
+        n_tasks=run.n_tasks,
+    )
 
 
 def _summary(session: Session, run: Run, online: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -231,7 +304,7 @@ def _summary(session: Session, run: Run, online: dict[str, Any] | None = None) -
     return stored_summary(run_rows(session, run, online))
 
 
-def record_anytime(run_id: int, points: list[Any], lease: Optional[Lease] = None) -> dict[str, Any]:
+def record_anytime(run_id: int, points: list[Any], lease: Lease | None = None) -> dict[str, Any]:
     """Commit anytime evaluations (one row each) and refresh the run's A_auc; returns the metrics.
     A point already stored (same samples count: a resumed run re-evaluating) is replaced."""
 
@@ -239,14 +312,24 @@ def record_anytime(run_id: int, points: list[Any], lease: Optional[Lease] = None
         if lease is not None:
             checked_run(session, run_id, lease)
         samples = [p.samples for p in points]
-        for old in session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id,
-                                                          col(AnytimeEval.samples).in_(samples))).all():
+        for old in session.exec(
+            select(AnytimeEval).where(AnytimeEval.run_id == run_id, col(AnytimeEval.samples).in_(samples))
+        ).all():
             session.delete(old)
         session.flush()
         for p in points:
-            session.add(AnytimeEval(run_id=run_id, task=p.task, samples=p.samples, accuracy=p.accuracy,
-                                    n_classes=p.n_classes, class_accuracy=p.class_accuracy, seconds=p.seconds,
-                                    val_accuracy=getattr(p, "val_accuracy", None)))
+            session.add(
+                AnytimeEval(
+                    run_id=run_id,
+                    task=p.task,
+                    samples=p.samples,
+                    accuracy=p.accuracy,
+                    n_classes=p.n_classes,
+                    class_accuracy=p.class_accuracy,
+                    seconds=p.seconds,
+                    val_accuracy=getattr(p, "val_accuracy", None),
+                )
+            )
         session.flush()
         run = session.get(Run, run_id)
         if run is None:
@@ -259,34 +342,40 @@ def record_anytime(run_id: int, points: list[Any], lease: Optional[Lease] = None
     return write(apply)
 
 
-def record_memory(run_id: int, task: int, histogram: list[int], slots_per_class: int,
-                  info: dict[str, Any], lease: Optional[Lease] = None) -> None:
+def record_memory(
+    run_id: int, task: int, histogram: list[int], slots_per_class: int, info: dict[str, Any], lease: Lease | None = None
+) -> None:
     def apply(session: Session) -> None:
         if lease is not None:
             checked_run(session, run_id, lease)
-        session.add(MemorySnapshot(run_id=run_id, task=task, histogram=histogram, slots_per_class=slots_per_class,
-                                   info=info))
+        session.add(
+            MemorySnapshot(run_id=run_id, task=task, histogram=histogram, slots_per_class=slots_per_class, info=info)
+        )
 
     write(apply)
 
 
-def delete_results_from(run_id: int, first_task: int, lease: Optional[Lease] = None) -> None:
+def delete_results_from(run_id: int, first_task: int, lease: Lease | None = None) -> None:
     """Drop task rows, memory snapshots and epoch rows from `first_task` on (before resuming there)."""
 
     def apply(session: Session) -> None:
         if lease is not None:
             checked_run(session, run_id, lease)
-        for row in session.exec(select(TaskResult).where(TaskResult.run_id == run_id,
-                                                         TaskResult.task >= first_task)).all():
+        for row in session.exec(
+            select(TaskResult).where(TaskResult.run_id == run_id, TaskResult.task >= first_task)
+        ).all():
             session.delete(row)
-        for snapshot in session.exec(select(MemorySnapshot).where(MemorySnapshot.run_id == run_id,
-                                                             MemorySnapshot.task >= first_task)).all():
+        for snapshot in session.exec(
+            select(MemorySnapshot).where(MemorySnapshot.run_id == run_id, MemorySnapshot.task >= first_task)
+        ).all():
             session.delete(snapshot)
-        for epoch in session.exec(select(EpochMetric).where(EpochMetric.run_id == run_id,
-                                                          EpochMetric.task >= first_task)).all():
+        for epoch in session.exec(
+            select(EpochMetric).where(EpochMetric.run_id == run_id, EpochMetric.task >= first_task)
+        ).all():
             session.delete(epoch)
-        for point in session.exec(select(AnytimeEval).where(AnytimeEval.run_id == run_id,
-                                                          AnytimeEval.task >= first_task)).all():
+        for point in session.exec(
+            select(AnytimeEval).where(AnytimeEval.run_id == run_id, AnytimeEval.task >= first_task)
+        ).all():
             session.delete(point)
         session.flush()
         run = session.get(Run, run_id)

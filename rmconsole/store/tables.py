@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Optional
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
@@ -13,7 +13,7 @@ ACTIVE = ("queued", "running")
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class StoreIdentity(SQLModel, table=True):
@@ -24,7 +24,7 @@ class StoreIdentity(SQLModel, table=True):
 
     __tablename__ = "store_identity"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     store_id: str
     created_at: datetime = Field(default_factory=utcnow)
 
@@ -38,55 +38,55 @@ class Run(SQLModel, table=True):
     # (the DDL is the same, a primary key is NOT NULL either way)
     id: int = Field(default=None, primary_key=True)
     status: str = Field(default="queued", index=True)
-    preset: Optional[str] = Field(default=None, index=True)
+    preset: str | None = Field(default=None, index=True)
     method: str = Field(index=True)
     dataset: str = Field(index=True)
     seed: int
     config: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
-    sweep_id: Optional[str] = Field(default=None, index=True)
+    sweep_id: str | None = Field(default=None, index=True)
     created_at: datetime = Field(default_factory=utcnow)
-    started_at: Optional[datetime] = None
-    finished_at: Optional[datetime] = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
     # where it runs
-    pid: Optional[int] = None
-    host: Optional[str] = None
-    device: Optional[str] = None
-    versions: Optional[dict[str, Any]] = Field(default=None, sa_column=Column(JSON))
-    git_commit: Optional[str] = None
-    log_path: Optional[str] = None
-    error: Optional[str] = None
+    pid: int | None = None
+    host: str | None = None
+    device: str | None = None
+    versions: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    git_commit: str | None = None
+    log_path: str | None = None
+    error: str | None = None
     # the run's current attempt: a random token, new at every requeue, that its worker,
     # supervisor and launcher present in every transition (transitions.Lease)
-    token: Optional[str] = None
+    token: str | None = None
     # where it was submitted (runner/executors.py): None = a local process; else the executor's
     # spec (e.g. "slurm:partition=gpu,time=240"), the scheduler's job id and its last word on it
-    executor: Optional[str] = None
-    job_id: Optional[str] = Field(default=None, index=True)
-    job_state: Optional[str] = None
+    executor: str | None = None
+    job_id: str | None = Field(default=None, index=True)
+    job_state: str | None = None
     # live progress, written by the worker about once a second
-    heartbeat_at: Optional[datetime] = None
+    heartbeat_at: datetime | None = None
     n_tasks: int = 0
-    task: Optional[int] = None
-    phase: Optional[str] = None
+    task: int | None = None
+    phase: str | None = None
     phase_done: int = 0
     phase_total: int = 0
-    samples_per_s: Optional[float] = None
-    eta_s: Optional[float] = None
+    samples_per_s: float | None = None
+    eta_s: float | None = None
     # what the run is, recorded when it starts
-    class_order: Optional[list[int]] = Field(default=None, sa_column=Column(JSON))
-    class_names: Optional[list[str]] = Field(default=None, sa_column=Column(JSON))
-    pipeline: Optional[list[str]] = Field(default=None, sa_column=Column(JSON))
+    class_order: list[int] | None = Field(default=None, sa_column=Column(JSON))
+    class_names: list[str] | None = Field(default=None, sa_column=Column(JSON))
+    pipeline: list[str] | None = Field(default=None, sa_column=Column(JSON))
     # summary metrics (percent), updated after every task
-    metrics: Optional[dict[str, Any]] = Field(default=None, sa_column=Column(JSON))
+    metrics: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     # what the user calls it (all optional; a store written before them reads them as unset)
-    name: Optional[str] = None
-    tags: Optional[list[str]] = Field(default=None, sa_column=Column(JSON))
-    note: Optional[str] = None
-    overrides: Optional[dict[str, Any]] = Field(default=None, sa_column=Column(JSON))  # keys that differ from the preset
-    archived_at: Optional[datetime] = None  # archived: hidden from runs, report and the TUI unless asked
+    name: str | None = None
+    tags: list[str] | None = Field(default=None, sa_column=Column(JSON))
+    note: str | None = None
+    overrides: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))  # keys that differ from the preset
+    archived_at: datetime | None = None  # archived: hidden from runs, report and the TUI unless asked
     # the validation split the run held out (val_fraction > 0): fraction, samples, per_class, hash
     # (cl/streams.validation_info); None: none held out, or a store written before validation
-    validation: Optional[dict[str, Any]] = Field(default=None, sa_column=Column(JSON))
+    validation: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
 
 
 class TaskStream(SQLModel, table=True):
@@ -94,7 +94,7 @@ class TaskStream(SQLModel, table=True):
 
     __table_args__ = (UniqueConstraint("run_id", "task"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id", index=True)
     task: int
     n_samples: int
@@ -102,7 +102,7 @@ class TaskStream(SQLModel, table=True):
     composition: list[int] = Field(sa_column=Column(JSON, nullable=False))
     stream_hash: str
     # task-free streams: [label, position in the task's stream] of each class first seen in it
-    first_appearances: Optional[list[list[int]]] = Field(default=None, sa_column=Column(JSON))
+    first_appearances: list[list[int]] | None = Field(default=None, sa_column=Column(JSON))
 
 
 class TaskResult(SQLModel, table=True):
@@ -110,42 +110,42 @@ class TaskResult(SQLModel, table=True):
 
     __table_args__ = (UniqueConstraint("run_id", "task"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id", index=True)
     task: int
     # the TEST figures; None / JSON null: the run did not evaluate on the test set
     # (evaluate_test=false; the column was NOT NULL before, relaxed by db._relax_not_null)
-    accuracy: Optional[float] = None
-    accuracy_row: Optional[list[Optional[float]]] = Field(sa_column=Column(JSON, nullable=False))
-    class_accuracy: Optional[list[Optional[float]]] = Field(sa_column=Column(JSON, nullable=False))
+    accuracy: float | None = None
+    accuracy_row: list[float | None] | None = Field(sa_column=Column(JSON, nullable=False))
+    class_accuracy: list[float | None] | None = Field(sa_column=Column(JSON, nullable=False))
     eval_classes: list[int] = Field(sa_column=Column(JSON, nullable=False))
-    best_epoch_accuracy: Optional[float] = None
+    best_epoch_accuracy: float | None = None
     # top-k (the run's `topk` > 1): `accuracy` and `accuracy_row` stay top-1 for every run, so the
     # top-k figures are columns of their own (nullable: rows of top-1 runs and older stores read
     # as "not measured"), typed and filterable, not folded into the JSON rows other readers parse
-    topk: Optional[int] = None
-    topk_accuracy: Optional[float] = None
-    topk_accuracy_row: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
+    topk: int | None = None
+    topk_accuracy: float | None = None
+    topk_accuracy_row: list[float | None] | None = Field(default=None, sa_column=Column(JSON))
     # validation (the run's val_fraction > 0): the same evaluation on the held-out train samples;
     # nullable columns (runs without validation and older stores read as "not measured")
-    val_accuracy: Optional[float] = None
-    val_accuracy_row: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
-    val_class_accuracy: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
+    val_accuracy: float | None = None
+    val_accuracy_row: list[float | None] | None = Field(default=None, sa_column=Column(JSON))
+    val_class_accuracy: list[float | None] | None = Field(default=None, sa_column=Column(JSON))
     seconds: float
     # sha256 of the checkpoint written after this task (verified before a resume loads it)
-    checkpoint_sha256: Optional[str] = None
+    checkpoint_sha256: str | None = None
     finished_at: datetime = Field(default_factory=utcnow)
 
 
 class MemorySnapshot(SQLModel, table=True):
     """The memory's class histogram after one memory update."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id", index=True)
     task: int
     histogram: list[int] = Field(sa_column=Column(JSON, nullable=False))
     slots_per_class: int
-    info: Optional[dict[str, Any]] = Field(default=None, sa_column=Column(JSON))
+    info: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -155,18 +155,18 @@ class EpochMetric(SQLModel, table=True):
 
     __table_args__ = (Index("ix_epochmetric_run_task", "run_id", "task"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id")
     task: int
     phase: str  # stream | memory | offline
     epoch: int  # 0-based within the phase
     epochs: int  # epochs in the phase
-    loss: Optional[float] = None  # mean training loss over the epoch's samples (None: not finite)
+    loss: float | None = None  # mean training loss over the epoch's samples (None: not finite)
     lr: float
     samples: int
     seconds: float
-    samples_per_s: Optional[float] = None
-    test_accuracy: Optional[float] = None  # percent, only when the run asks for it (eval_every_epoch)
+    samples_per_s: float | None = None
+    test_accuracy: float | None = None  # percent, only when the run asks for it (eval_every_epoch)
 
 
 class AnytimeEval(SQLModel, table=True):
@@ -175,15 +175,15 @@ class AnytimeEval(SQLModel, table=True):
 
     __table_args__ = (UniqueConstraint("run_id", "samples"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id", index=True)
     task: int
     samples: int  # streamed samples so far
-    accuracy: Optional[float] = None  # None: evaluate_test=false (nullable since; db._relax_not_null)
+    accuracy: float | None = None  # None: evaluate_test=false (nullable since; db._relax_not_null)
     n_classes: int  # classes exposed so far
-    class_accuracy: Optional[list[Optional[float]]] = Field(default=None, sa_column=Column(JSON))
+    class_accuracy: list[float | None] | None = Field(default=None, sa_column=Column(JSON))
     seconds: float = 0.0
-    val_accuracy: Optional[float] = None  # on the held-out samples of the same classes (val_fraction > 0)
+    val_accuracy: float | None = None  # on the held-out samples of the same classes (val_fraction > 0)
 
 
 def table_names() -> frozenset[str]:

@@ -81,16 +81,20 @@ def checked_run(session: Session, run_id: int, lease: Lease | None) -> Run:
         identity = session.get(StoreIdentity, 1)
         if identity is None or identity.store_id != lease.store_id:
             now = identity.store_id[:8] if identity is not None else "none"
-            raise LeaseLost(f"the store is not the one run {run_id} was started in (store {lease.store_id[:8]}, "
-                            f"now {now}: it was deleted or replaced)", store_changed=True)
+            raise LeaseLost(
+                f"the store is not the one run {run_id} was started in (store {lease.store_id[:8]}, "
+                f"now {now}: it was deleted or replaced)",
+                store_changed=True,
+            )
     run = session.get(Run, run_id)
     if run is None:
         if lease is not None:
             raise LeaseLost(f"run {run_id} is no longer in the store", store_changed=False)
         raise UnknownRun(run_id)
     if lease is not None and lease.token is not None and run.token != lease.token:
-        raise LeaseLost(f"run {run_id} was resumed or replaced by another process (its token changed)",
-                        store_changed=False)
+        raise LeaseLost(
+            f"run {run_id} was resumed or replaced by another process (its token changed)", store_changed=False
+        )
     return run
 
 
@@ -105,8 +109,9 @@ class Transition:
         return self.applied
 
 
-def _transition(run_id: int, status: str, only_from: Iterable[str], lease: Lease | None = None,
-                **fields: Any) -> Transition:
+def _transition(
+    run_id: int, status: str, only_from: Iterable[str], lease: Lease | None = None, **fields: Any
+) -> Transition:
     """`run_id` -> `status` with `fields`, only if it is in `only_from` (and `lease` holds), in
     one write transaction."""
     allowed = tuple(only_from)
@@ -132,8 +137,9 @@ def claim_run(run_id: int, lease: Lease | None = None, **facts: Any) -> Transiti
     return _transition(run_id, "running", ("queued",), lease, **facts)
 
 
-def finish_run(run_id: int, status: str, *, only_from: Iterable[str] = ACTIVE, lease: Lease | None = None,
-               **fields: Any) -> Transition:
+def finish_run(
+    run_id: int, status: str, *, only_from: Iterable[str] = ACTIVE, lease: Lease | None = None, **fields: Any
+) -> Transition:
     """End a run in `status` if it is still in `only_from` (default: queued or running), stamping
     finished_at; the named transitions below are this with their statuses spelled out."""
     return _transition(run_id, status, only_from, lease, finished_at=fields.pop("finished_at", utcnow()), **fields)
@@ -144,14 +150,16 @@ def mark_finished(run_id: int, lease: Lease | None = None, **progress: Any) -> T
     return finish_run(run_id, "finished", only_from=("running",), lease=lease, **progress)
 
 
-def mark_failed(run_id: int, error: str, *, only_from: Iterable[str] = ACTIVE,
-                lease: Lease | None = None) -> Transition:
+def mark_failed(
+    run_id: int, error: str, *, only_from: Iterable[str] = ACTIVE, lease: Lease | None = None
+) -> Transition:
     """queued/running -> failed with the reason (a crash, a dead worker, a launcher that gave up)."""
     return finish_run(run_id, "failed", only_from=only_from, lease=lease, error=error)
 
 
-def mark_stopped(run_id: int, error: str, *, only_from: Iterable[str] = ACTIVE,
-                 lease: Lease | None = None) -> Transition:
+def mark_stopped(
+    run_id: int, error: str, *, only_from: Iterable[str] = ACTIVE, lease: Lease | None = None
+) -> Transition:
     """queued/running -> stopped: a stop was asked for (SIGTERM, `rmconsole stop`, a sweep stop)."""
     return finish_run(run_id, "stopped", only_from=only_from, lease=lease, error=error)
 
@@ -162,15 +170,28 @@ def fail_stopped_run(run_id: int, error: str, lease: Lease | None = None) -> Tra
     return _transition(run_id, "failed", ("stopped",), lease, error=error)
 
 
-def requeue_run(run_id: int, only_from: Iterable[str] = ENDED_UNFINISHED, owner_pid: int | None = None,
-                owner_host: str | None = None) -> Transition:
+def requeue_run(
+    run_id: int,
+    only_from: Iterable[str] = ENDED_UNFINISHED,
+    owner_pid: int | None = None,
+    owner_host: str | None = None,
+) -> Transition:
     """failed/stopped -> queued for a resume (two resumes cannot both win), with a new token, so
     every process of an earlier attempt is fenced off; the old heartbeat and error are cleared
     so nothing mistakes the dead worker for the new one. `owner_pid`: the process that will start
     the worker (until it does, the run is dead if that process is)."""
     owner: dict[str, Any] = {"host": owner_host} if owner_host is not None else {}
-    return finish_run(run_id, "queued", only_from=only_from, finished_at=None, error=None, pid=owner_pid,
-                      heartbeat_at=utcnow() if owner_pid is not None else None, token=new_token(), **owner)
+    return finish_run(
+        run_id,
+        "queued",
+        only_from=only_from,
+        finished_at=None,
+        error=None,
+        pid=owner_pid,
+        heartbeat_at=utcnow() if owner_pid is not None else None,
+        token=new_token(),
+        **owner,
+    )
 
 
 def ensure_token(run_id: int) -> str | None:

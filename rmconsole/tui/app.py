@@ -10,8 +10,8 @@ and reaping go through the runner (`runner.launch_run`, `stop_run`, `resume_run`
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -31,7 +31,7 @@ Clock = Callable[[], datetime]
 
 
 def utc_clock() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class RMConsoleApp(App[None]):
@@ -100,8 +100,11 @@ class RMConsoleApp(App[None]):
 
         ids = sorted(run_ids if run_ids is not None else self.selected)
         if not ids:
-            self.notify("Select runs with Space first (or open the command palette with ctrl+p).",
-                        title="Nothing to compare", severity="warning")
+            self.notify(
+                "Select runs with Space first (or open the command palette with ctrl+p).",
+                title="Nothing to compare",
+                severity="warning",
+            )
             return
         self.push_screen(CompareScreen(ids))
 
@@ -135,10 +138,16 @@ class RMConsoleApp(App[None]):
                 self.notify(f"stopping sweep {sweep_id}…")
                 self.stop_sweep(sweep_id)
 
-        self.push_screen(ConfirmScreen(f"Stop sweep {sweep_id}?",
-                                       f"{len(active)} of its {len(members)} runs are queued or running: its queue "
-                                       f"driver and their workers get SIGTERM, queued runs are marked stopped; "
-                                       f"finished tasks stay stored (R resumes a run).", confirm="Stop sweep"), answered)
+        self.push_screen(
+            ConfirmScreen(
+                f"Stop sweep {sweep_id}?",
+                f"{len(active)} of its {len(members)} runs are queued or running: its queue "
+                f"driver and their workers get SIGTERM, queued runs are marked stopped; "
+                f"finished tasks stay stored (R resumes a run).",
+                confirm="Stop sweep",
+            ),
+            answered,
+        )
 
     @work(thread=True, group="stop", exit_on_error=False)
     def stop_sweep(self, sweep_id: str) -> None:
@@ -148,28 +157,37 @@ class RMConsoleApp(App[None]):
         except Exception as err:  # noqa: BLE001 - one line
             self.call_from_thread(self.notify, f"stopping sweep {sweep_id} failed: {err}", severity="error")
             return
-        self.call_from_thread(self.notify, ", ".join(f"{v} {k}" for k, v in counts.items()),
-                              title=f"Sweep {sweep_id} stopped")
+        self.call_from_thread(
+            self.notify, ", ".join(f"{v} {k}" for k, v in counts.items()), title=f"Sweep {sweep_id} stopped"
+        )
 
     def confirm_stop(self, run_id: int) -> None:
         from .screens.confirm import ConfirmScreen
 
         row = next((r for r in self.rows if r.id == run_id), None)
         if row is not None and not row.active:
-            self.notify(f"run {run_id} is {row.status}: only queued or running runs can be stopped",
-                        severity="warning")
+            self.notify(f"run {run_id} is {row.status}: only queued or running runs can be stopped", severity="warning")
             return
-        what = f"run {run_id}" + (f" ({row.preset}, {row.method}, task {row.task + 1}/{row.n_tasks})"
-                                  if row is not None and row.task is not None else "")
+        what = f"run {run_id}" + (
+            f" ({row.preset}, {row.method}, task {row.task + 1}/{row.n_tasks})"
+            if row is not None and row.task is not None
+            else ""
+        )
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self.notify(f"stopping run {run_id}…")
                 self.stop_run(run_id)
 
-        self.push_screen(ConfirmScreen(f"Stop {what}?",
-                                       "The worker gets SIGTERM (SIGKILL after 10 s); finished tasks stay stored "
-                                       "and `rmconsole resume` can continue it.", confirm="Stop run"), answered)
+        self.push_screen(
+            ConfirmScreen(
+                f"Stop {what}?",
+                "The worker gets SIGTERM (SIGKILL after 10 s); finished tasks stay stored "
+                "and `rmconsole resume` can continue it.",
+                confirm="Stop run",
+            ),
+            answered,
+        )
 
     def action_toggle_help(self) -> None:
         """`?` shows (and hides) rmconsole's keys for the page underneath."""
@@ -209,8 +227,9 @@ class RMConsoleApp(App[None]):
     # ------------------------------------------------------------------ launch / stop (thread workers)
 
     @work(thread=True, group="launch", exit_on_error=False)
-    def launch_run(self, preset: str, overrides: list[str], name: str | None = None,
-                   tags: list[str] | None = None) -> None:
+    def launch_run(
+        self, preset: str, overrides: list[str], name: str | None = None, tags: list[str] | None = None
+    ) -> None:
         """Store and start a run exactly as `rmconsole run --detach` does."""
         try:
             launched = runner.launch_run(preset, overrides, name=name, tags=tags)
@@ -221,13 +240,29 @@ class RMConsoleApp(App[None]):
         self.post_message(RunLaunched(launched.run_id, launched.preset))
 
     @work(thread=True, group="launch", exit_on_error=False)
-    def launch_sweep(self, preset: str, overrides: list[str], seeds: str | None, name: str | None,
-                     tags: list[str], sweep_name: str | None = None, name_template: str | None = None) -> None:
+    def launch_sweep(
+        self,
+        preset: str,
+        overrides: list[str],
+        seeds: str | None,
+        name: str | None,
+        tags: list[str],
+        sweep_name: str | None = None,
+        name_template: str | None = None,
+    ) -> None:
         """Store a grid of runs and start its queue runner exactly as `rmconsole run --seeds ... --detach
         [--sweep-name S] [--name-template T]`."""
         try:
-            launched = runner.launch_sweep(preset, overrides, seeds=seeds, detach=True, name=name, tags=tags,
-                                           sweep_name=sweep_name, name_template=name_template)
+            launched = runner.launch_sweep(
+                preset,
+                overrides,
+                seeds=seeds,
+                detach=True,
+                name=name,
+                tags=tags,
+                sweep_name=sweep_name,
+                name_template=name_template,
+            )
         except Exception as err:  # noqa: BLE001 - every refusal is one line for the launch screen
             self.post_message(LaunchFailed(str(err).splitlines()[0] if str(err) else type(err).__name__))
             return
@@ -236,8 +271,11 @@ class RMConsoleApp(App[None]):
     def on_sweep_launched(self, message: SweepLaunched) -> None:
         from .screens.launch import LaunchScreen
 
-        self.notify(f"sweep {message.sweep_id}: {message.n_runs} runs ({message.shape}) queued; "
-                    f"X on one of them stops the sweep", title="Sweep launched")
+        self.notify(
+            f"sweep {message.sweep_id}: {message.n_runs} runs ({message.shape}) queued; "
+            f"X on one of them stops the sweep",
+            title="Sweep launched",
+        )
         if isinstance(self.screen, LaunchScreen):
             self.pop_screen()
 
@@ -275,8 +313,12 @@ class RMConsoleApp(App[None]):
         try:
             resumed = runner.resume_run(run_id)
         except Exception as err:  # noqa: BLE001 - every refusal is one line
-            self.call_from_thread(self.notify, str(err).splitlines()[0] if str(err) else type(err).__name__,
-                                  title="Resume refused", severity="warning")
+            self.call_from_thread(
+                self.notify,
+                str(err).splitlines()[0] if str(err) else type(err).__name__,
+                title="Resume refused",
+                severity="warning",
+            )
             return
         self.workers_started.add(run_id, resumed.process)
         self.call_from_thread(self.notify, f"run {run_id} resumed at task {resumed.first_task + 1}", title="Resumed")
@@ -293,7 +335,7 @@ class RMConsoleApp(App[None]):
             self._settle_exit(run_id, returncode, lease)
 
     @work(thread=True, group="reap", exit_on_error=False)
-    def _settle_exit(self, run_id: int, returncode: Optional[int], lease: Optional[store.Lease] = None) -> None:
+    def _settle_exit(self, run_id: int, returncode: int | None, lease: store.Lease | None = None) -> None:
         try:  # (after a pause: a worker that exited cleanly may still be committing its last write)
             runner.record_exit(run_id, returncode, wait_s=0.5, lease=lease)
         except Exception:  # noqa: BLE001 - a vanished run needs no settling; a busy store is retried by reap_dead
@@ -304,6 +346,7 @@ class RMConsoleApp(App[None]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Launch a run", "Pick a preset, edit overrides, start a worker", lambda: self.open_launch())
-        yield SystemCommand("Compare selected runs", "Metrics and accuracy curves side by side",
-                            lambda: self.open_compare())
+        yield SystemCommand(
+            "Compare selected runs", "Metrics and accuracy curves side by side", lambda: self.open_compare()
+        )
         yield SystemCommand("Clear selection", "Unselect every run", self.clear_selection)

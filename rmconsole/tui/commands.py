@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
@@ -14,8 +15,12 @@ from .data import RunRow
 def describe(row: RunRow) -> str:
     """How the palette names a run so that a sweep's runs differ: `run 17 “study” · rm · K=500 ·
     seed 2 · epochs=8 · #base · finished` (its name, else its preset; the overrides and tags)."""
-    parts = [f"run {row.id} “{row.name}”" if row.name else f"run {row.id} {row.preset or '—'}",
-             row.method, f"K={row.memory_size}", f"seed {row.seed}"]
+    parts = [
+        f"run {row.id} “{row.name}”" if row.name else f"run {row.id} {row.preset or '—'}",
+        row.method,
+        f"K={row.memory_size}",
+        f"seed {row.seed}",
+    ]
     if row.overrides_text:
         parts.append(row.overrides_text)
     if row.tags:
@@ -39,16 +44,40 @@ class RunCommands(Provider):
         for row in reversed(app.rows):
             what = describe(row)
             note = f" · note: {row.note}" if row.note else ""
-            commands.append((f"Open {what}", "Task stream, memory, accuracy and log" + note,
-                             partial(app.open_run, row.id), row.note or ""))
-            commands.append((f"Select {what}" if row.id not in app.selected else f"Unselect {what}",
-                             "Toggle it for Compare", partial(app.toggle_selected, row.id), row.note or ""))
+            commands.append(
+                (
+                    f"Open {what}",
+                    "Task stream, memory, accuracy and log" + note,
+                    partial(app.open_run, row.id),
+                    row.note or "",
+                )
+            )
+            commands.append(
+                (
+                    f"Select {what}" if row.id not in app.selected else f"Unselect {what}",
+                    "Toggle it for Compare",
+                    partial(app.toggle_selected, row.id),
+                    row.note or "",
+                )
+            )
             if row.active:
-                commands.append((f"Stop {what}", "SIGTERM, then SIGKILL after a grace period",
-                                 partial(app.confirm_stop, row.id), row.note or ""))
+                commands.append(
+                    (
+                        f"Stop {what}",
+                        "SIGTERM, then SIGKILL after a grace period",
+                        partial(app.confirm_stop, row.id),
+                        row.note or "",
+                    )
+                )
             elif row.status in ("failed", "stopped"):
-                commands.append((f"Resume {what}", "Continue from its last task checkpoint",
-                                 partial(app.resume_run, row.id), row.note or ""))
+                commands.append(
+                    (
+                        f"Resume {what}",
+                        "Continue from its last task checkpoint",
+                        partial(app.resume_run, row.id),
+                        row.note or "",
+                    )
+                )
         return commands
 
     async def discover(self) -> Hits:

@@ -38,10 +38,19 @@ class Console(Protocol):
 
     def resume_run(self, run_id: int) -> Any: ...
 
-    def launch_sweep(self, preset: str, overrides: list[str], seeds: str | None, name: str | None,
-                     tags: list[str], sweep_name: str | None = None, name_template: str | None = None) -> Any: ...
+    def launch_sweep(
+        self,
+        preset: str,
+        overrides: list[str],
+        seeds: str | None,
+        name: str | None,
+        tags: list[str],
+        sweep_name: str | None = None,
+        name_template: str | None = None,
+    ) -> Any: ...
 
     def toggle_selected(self, run_id: int) -> None: ...
 
-    def launch_run(self, preset: str, overrides: list[str], name: str | None = None,
-                   tags: list[str] | None = None) -> Any: ...
+    def launch_run(
+        self, preset: str, overrides: list[str], name: str | None = None, tags: list[str] | None = None
+    ) -> Any: ...

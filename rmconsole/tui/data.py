@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter, not_
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 from .. import metric_registry, store
 from ..cl.protocols import is_task_free
@@ -57,7 +58,7 @@ class RunsFeed:
 
     def __init__(self) -> None:
         self.rows: dict[int, RunRow] = {}
-        self._poll: Optional[store.RunsPoll] = None
+        self._poll: store.RunsPoll | None = None
         self._reads = 0
         self._order: list[RunRow] = []
         self._bounds: list[RunRow] = []  # the finished joint runs (what I_last is measured against)
@@ -71,12 +72,18 @@ class RunsFeed:
         last, self._poll = self._poll, poll
         self._reads += 1
         was_active = self._active
-        if (last is not None and (poll.count, poll.max_id) == (last.count, last.max_id) == (len(self.rows), max(self.rows, default=0))
-                and self._reads % self.FULL_EVERY):
+        if (
+            last is not None
+            and (poll.count, poll.max_id) == (last.count, last.max_id) == (len(self.rows), max(self.rows, default=0))
+            and self._reads % self.FULL_EVERY
+        ):
             return sorted(poll.active | was_active), []
         statuses = store.run_statuses()
-        stale = [i for i, status in statuses.items()
-                 if i not in self.rows or self.rows[i].status != status or status in store.ACTIVE]
+        stale = [
+            i
+            for i, status in statuses.items()
+            if i not in self.rows or self.rows[i].status != status or status in store.ACTIVE
+        ]
         return stale, [i for i in self.rows if i not in statuses]
 
     def read(self) -> tuple[list[RunRow], bool]:
@@ -102,8 +109,9 @@ class RunsFeed:
             elif self._bounds:
                 merged.update((r.id, r) for r in with_intransigence(fresh, self._bounds))
             # (no joint run: no row has an I_last, and a fresh read has none to clear)
-        changed = bool(gone) or any(self.rows.get(i) is not merged[i] and self.rows.get(i) != merged[i]
-                                    for i in touched)
+        changed = bool(gone) or any(
+            self.rows.get(i) is not merged[i] and self.rows.get(i) != merged[i] for i in touched
+        )
         rows_by_id = merged
         if changed or not self._order:
             self._order = [rows_by_id[i] for i in sorted(rows_by_id)]
@@ -184,12 +192,12 @@ class StreamTask:
 @dataclass(frozen=True)
 class TaskAccuracy:
     task: int
-    accuracy: Optional[float]  # None: the run did not evaluate on the test set (evaluate_test=false)
-    accuracy_row: tuple[Optional[float], ...]  # () when not measured
+    accuracy: float | None  # None: the run did not evaluate on the test set (evaluate_test=false)
+    accuracy_row: tuple[float | None, ...]  # () when not measured
     seconds: float
-    class_accuracy: tuple[Optional[float], ...] = ()  # per class (class-order index) after this task
+    class_accuracy: tuple[float | None, ...] = ()  # per class (class-order index) after this task
     eval_classes: tuple[int, ...] = ()  # the classes seen so far (tested)
-    val_accuracy: Optional[float] = None  # on the held-out validation stream (val_fraction > 0)
+    val_accuracy: float | None = None  # on the held-out validation stream (val_fraction > 0)
 
 
 @dataclass(frozen=True)
@@ -201,11 +209,11 @@ class MemoryUpdate:
     task: int
     histogram: tuple[int, ...]
     slots_per_class: int
-    policy: Optional[str]
-    note: Optional[str]
-    views: Optional[int]
-    candidates_uncertainty: Optional[tuple[int, ...]]
-    chosen_uncertainty: Optional[tuple[int, ...]]
+    policy: str | None
+    note: str | None
+    views: int | None
+    candidates_uncertainty: tuple[int, ...] | None
+    chosen_uncertainty: tuple[int, ...] | None
 
     @property
     def size(self) -> int:
@@ -220,10 +228,10 @@ class EpochPoint:
     phase: str
     epoch: int
     epochs: int
-    loss: Optional[float]
+    loss: float | None
     lr: float
-    samples_per_s: Optional[float]
-    test_accuracy: Optional[float]
+    samples_per_s: float | None
+    test_accuracy: float | None
 
 
 @dataclass(frozen=True)
@@ -232,7 +240,7 @@ class AnytimePoint:
 
     task: int
     samples: int
-    accuracy: Optional[float]  # None: evaluate_test=false
+    accuracy: float | None  # None: evaluate_test=false
     n_classes: int
 
 
@@ -245,14 +253,14 @@ class RunView:
     streams: tuple[StreamTask, ...]
     results: tuple[TaskAccuracy, ...]
     memory: tuple[MemoryUpdate, ...]
-    log_path: Optional[str]
+    log_path: str | None
     pipeline: tuple[str, ...]
     config: dict[str, Any] = field(compare=True, hash=False)
     epochs: tuple[EpochPoint, ...] = ()
     anytime: tuple[AnytimePoint, ...] = ()
 
     @property
-    def accuracy_matrix(self) -> list[list[Optional[float]]]:
+    def accuracy_matrix(self) -> list[list[float | None]]:
         return [list(r.accuracy_row) for r in self.results]
 
     @property
@@ -261,14 +269,14 @@ class RunView:
         return is_task_free(self.config)
 
 
-def class_labels(class_order: Optional[list[int]], class_names: Optional[list[str]], n_classes: int) -> tuple[str, ...]:
+def class_labels(class_order: list[int] | None, class_names: list[str] | None, n_classes: int) -> tuple[str, ...]:
     """Label of each (order-remapped) class index c: the dataset's name of class_order[c]."""
     if class_order and class_names:
         return tuple(class_names[o] if o < len(class_names) else str(o) for o in class_order)
     return tuple(str(c) for c in range(n_classes))
 
 
-def _tuple(values: Any) -> Optional[tuple[int, ...]]:
+def _tuple(values: Any) -> tuple[int, ...] | None:
     return tuple(int(v) for v in values) if values else None
 
 
@@ -295,24 +303,41 @@ class RunFeed:
             raise RunGone(self.run_id) from None
         self._marks = parts.marks
         if parts.streams is not None:
-            self._parts["streams"] = tuple(StreamTask(s.task, s.n_samples, tuple(s.major_classes),
-                                                      tuple(s.composition),
-                                                      tuple((int(c), int(p)) for c, p in s.first_appearances or ()))
-                                           for s in parts.streams)
+            self._parts["streams"] = tuple(
+                StreamTask(
+                    s.task,
+                    s.n_samples,
+                    tuple(s.major_classes),
+                    tuple(s.composition),
+                    tuple((int(c), int(p)) for c, p in s.first_appearances or ()),
+                )
+                for s in parts.streams
+            )
         if parts.results is not None:
-            self._parts["results"] = tuple(TaskAccuracy(r.task, r.accuracy, tuple(r.accuracy_row or ()), r.seconds,
-                                                        tuple(r.class_accuracy or ()), tuple(r.eval_classes or ()),
-                                                        r.val_accuracy)
-                                           for r in parts.results)
+            self._parts["results"] = tuple(
+                TaskAccuracy(
+                    r.task,
+                    r.accuracy,
+                    tuple(r.accuracy_row or ()),
+                    r.seconds,
+                    tuple(r.class_accuracy or ()),
+                    tuple(r.eval_classes or ()),
+                    r.val_accuracy,
+                )
+                for r in parts.results
+            )
         if parts.memory is not None:
             self._parts["memory"] = tuple(_memory_update(m) for m in parts.memory)
         if parts.epochs is not None:
-            points = tuple(EpochPoint(e.task, e.phase, e.epoch, e.epochs, e.loss, e.lr, e.samples_per_s,
-                                      e.test_accuracy) for e in parts.epochs)
+            points = tuple(
+                EpochPoint(e.task, e.phase, e.epoch, e.epochs, e.loss, e.lr, e.samples_per_s, e.test_accuracy)
+                for e in parts.epochs
+            )
             self._parts["epochs"] = self._parts.get("epochs", ()) + points if parts.epochs_appended else points
         if parts.anytime is not None:
-            self._parts["anytime"] = tuple(AnytimePoint(a.task, a.samples, a.accuracy, a.n_classes)
-                                           for a in parts.anytime)
+            self._parts["anytime"] = tuple(
+                AnytimePoint(a.task, a.samples, a.accuracy, a.n_classes) for a in parts.anytime
+            )
         streams = self._parts["streams"]
         n_classes = len(streams[0].composition) if streams else len(parts.class_order or [])
         return RunView(
@@ -332,10 +357,16 @@ class RunFeed:
 def _memory_update(m: Any) -> MemoryUpdate:
     info = m.info or {}
     return MemoryUpdate(
-        id=m.id or 0, task=m.task, histogram=tuple(m.histogram), slots_per_class=m.slots_per_class,
-        policy=info.get("policy"), note=info.get("note"), views=info.get("views"),
+        id=m.id or 0,
+        task=m.task,
+        histogram=tuple(m.histogram),
+        slots_per_class=m.slots_per_class,
+        policy=info.get("policy"),
+        note=info.get("note"),
+        views=info.get("views"),
         candidates_uncertainty=_tuple(info.get("candidates_uncertainty")),
-        chosen_uncertainty=_tuple(info.get("chosen_uncertainty")))
+        chosen_uncertainty=_tuple(info.get("chosen_uncertainty")),
+    )
 
 
 def load_some_rows(ids: Iterable[int]) -> list[RunRow]:
@@ -364,8 +395,11 @@ def load_compare(run_ids: list[int]) -> CompareView:
     curves = store.accuracy_curves(present)
     configs = {i: rows[i].config for i in present}
     differences: dict[str, tuple[Any, ...]] = {}
-    for key, value_of in (("name", lambda r: r.name or "—"), ("tags", lambda r: " ".join(r.tags) or "—"),
-                          ("preset", lambda r: r.preset or "—")):
+    for key, value_of in (
+        ("name", lambda r: r.name or "—"),
+        ("tags", lambda r: " ".join(r.tags) or "—"),
+        ("preset", lambda r: r.preset or "—"),
+    ):
         values = tuple(value_of(rows[i]) for i in present)
         if len(set(values)) > 1:
             differences[key] = values
@@ -375,8 +409,12 @@ def load_compare(run_ids: list[int]) -> CompareView:
         read = {v for i, v in zip(present, values) if method_reads(configs[i].get("method"), key)}
         if len(read) > 1:
             differences[key] = values
-    return CompareView(rows=tuple(rows[i] for i in present), curves={i: tuple(c) for i, c in curves.items()},
-                       differences=differences, missing=tuple(i for i in run_ids if i not in rows))
+    return CompareView(
+        rows=tuple(rows[i] for i in present),
+        curves={i: tuple(c) for i, c in curves.items()},
+        differences=differences,
+        missing=tuple(i for i in run_ids if i not in rows),
+    )
 
 
 # --------------------------------------------------------------------------- the worker's log
@@ -388,7 +426,7 @@ class LogTail:
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
         self.path = Path(path) if path else None
-        self.offset: Optional[int] = None
+        self.offset: int | None = None
         self._partial = b""
 
     def read_new(self) -> list[str]:

@@ -4,23 +4,38 @@ call these, so what a panel shows is testable without a terminal."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Optional, Sequence
 
 from rich.table import Table
 from rich.text import Text
 
 from .. import metric_registry
-from ..numbers import fmt
 from ..cl.protocols import protocol_of
+from ..numbers import fmt
 from ..recency import ClassAccuracyByAge
 from .data import MemoryUpdate, RunRow, StreamTask
 
-STATUS_STYLES = {"finished": "green", "running": "bold cyan", "queued": "yellow", "failed": "bold red",
-                 "stopped": "magenta"}
+STATUS_STYLES = {
+    "finished": "green",
+    "running": "bold cyan",
+    "queued": "yellow",
+    "failed": "bold red",
+    "stopped": "magenta",
+}
 # Distinct, readable on dark and light backgrounds; classes cycle through them.
-CLASS_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-                 "#9c755f", "#bab0ac")
+CLASS_COLOURS = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+)
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
@@ -94,7 +109,7 @@ def _stream_counts(task: StreamTask, labels: tuple[str, ...], wide: bool) -> Tex
     return text
 
 
-def stream_bar(task: StreamTask, bar_width: int, scale: int, state: str, position: Optional[float] = None) -> Text:
+def stream_bar(task: StreamTask, bar_width: int, scale: int, state: str, position: float | None = None) -> Text:
     """One task of the stream as a stacked bar of its classes: each major class in its own
     colour, all minor (blurry) samples as one grey segment.
 
@@ -108,7 +123,7 @@ def stream_bar(task: StreamTask, bar_width: int, scale: int, state: str, positio
     # widths by largest remainder so they add up to `width`
     exact = [n / max(task.n_samples, 1) * width for _, n in segments]
     cells = [int(e) for e in exact]
-    for i in sorted(range(len(exact)), key=lambda i: exact[i] - cells[i], reverse=True)[:width - sum(cells)]:
+    for i in sorted(range(len(exact)), key=lambda i: exact[i] - cells[i], reverse=True)[: width - sum(cells)]:
         cells[i] += 1
     reached = width if position is None else int(round(position * width))
     text = Text()
@@ -148,7 +163,7 @@ def memory_chart(update: MemoryUpdate, labels: Sequence[str], width: int, height
     axis = len(str(max(hist + [update.slots_per_class]))) + 1
     room = max(width - axis, 1)
     group = max(1, math.ceil(n / room))
-    values = [sum(hist[i:i + group]) / len(hist[i:i + group]) for i in range(0, n, group)]
+    values = [sum(hist[i : i + group]) / len(hist[i : i + group]) for i in range(0, n, group)]
     cols = len(values)
     col_w = max(1, min(5, room // cols - (1 if room // cols > 2 else 0)))
     gap = 1 if room // cols > 2 else 0
@@ -175,8 +190,7 @@ def memory_chart(update: MemoryUpdate, labels: Sequence[str], width: int, height
     lines.append(" " * axis)
     if group == 1:
         for i in range(cols):
-            lines.append(f"{labels[i] if i < len(labels) else i:^{col_w}.{col_w}}" + " " * gap,
-                         style=class_colour(i))
+            lines.append(f"{labels[i] if i < len(labels) else i:^{col_w}.{col_w}}" + " " * gap, style=class_colour(i))
     else:
         lines.append(f"each column: mean of {group} classes", style="grey62")
     return lines
@@ -205,8 +219,10 @@ def class_accuracy_text(split: ClassAccuracyByAge, width: int) -> Text:
     text = Text()
     text.append(f"after T{split.task + 1} ", style="bold")
     text.append("class:acc%(slots) ", style="grey50")
-    text.append(f"old {fmt(split.old_mean, 1)}% ({len(split.old)}) · new {fmt(split.new_mean, 1)}% "
-                f"({len(split.new)})", style="grey70")
+    text.append(
+        f"old {fmt(split.old_mean, 1)}% ({len(split.old)}) · new {fmt(split.new_mean, 1)}% ({len(split.new)})",
+        style="grey70",
+    )
     if split.gap is not None:
         text.append(f" · new−old {split.gap:+.1f}", style="bold yellow" if split.gap > 10 else "grey70")
     for name, lines in (("old", split.old), ("new", split.new)):
@@ -279,7 +295,7 @@ def uncertainty_chart(update: MemoryUpdate, width: int, height: int = 3) -> Text
 # --------------------------------------------------------------------------- accuracy
 
 
-def heat(value: Optional[float]) -> str:
+def heat(value: float | None) -> str:
     """Red (0 %) to green (100 %) for the accuracy matrix."""
     if value is None:
         return "grey42"
@@ -288,8 +304,9 @@ def heat(value: Optional[float]) -> str:
     return f"rgb({r},{g},90)"
 
 
-def accuracy_matrix(matrix: Sequence[Sequence[Optional[float]]], accuracies: Sequence[Optional[float]], n_tasks: int,
-                    max_rows: int = 12) -> Table | Text:
+def accuracy_matrix(
+    matrix: Sequence[Sequence[float | None]], accuracies: Sequence[float | None], n_tasks: int, max_rows: int = 12
+) -> Table | Text:
     """acc[k][j]: accuracy on task j's classes after task k, with the overall accuracy per row.
     Up to 10 tasks as numbers; beyond, a heat map of one coloured block per cell. Only the
     last `max_rows` rows are drawn (the panel is small; the CLI's `show` prints them all)."""
@@ -336,8 +353,10 @@ def metrics_line(row: RunRow) -> Text:
     for m in metric_registry.listed(protocols, row.metrics, family=""):
         text.append(f"{m.name} ", style="grey62")
         marked = row.partial and m.final_only and row.value(m.name) is not None
-        text.append(row.metric_text(m.name, mark=True),
-                    style="grey50" if marked else "bold" if "task" in m.protocols else "bold cyan")
+        text.append(
+            row.metric_text(m.name, mark=True),
+            style="grey50" if marked else "bold" if "task" in m.protocols else "bold cyan",
+        )
         text.append("   ")
         if m.across is not None and row.value(m.name) is None and row.tasks_done:
             text.append(f"({m.name}: {m.across.nothing})", style="grey50")
@@ -346,10 +365,15 @@ def metrics_line(row: RunRow) -> Text:
     if row.topk:
         figures = metric_registry.listed(protocols, row.metrics, family="topk")
         text.append(f"\ntop-{row.topk} ", style="grey62")
-        text.append("  ".join(f"{m.label.removesuffix(' top-k')} {row.metric_text(m.name, mark=True)}" for m in figures),
-                    style="bold")
-    found = [(m, row.value(m.name), paper.paper_comparison(row.config, m.name))
-             for m in metric_registry.catalogue() if m.paper]
+        text.append(
+            "  ".join(f"{m.label.removesuffix(' top-k')} {row.metric_text(m.name, mark=True)}" for m in figures),
+            style="bold",
+        )
+    found = [
+        (m, row.value(m.name), paper.paper_comparison(row.config, m.name))
+        for m in metric_registry.catalogue()
+        if m.paper
+    ]
     shown = [(m, value, c) for m, value, c in found if c is not None]
     if shown:
         text.append("\npaper ", style="grey62")

@@ -19,5 +19,9 @@ class ControlCharacters(LineFilter):
     def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
         if all(segment.control or is_clean(segment.text) for segment in segments):
             return segments
-        return [segment if segment.control or is_clean(segment.text)
-                else Segment(clean_block(segment.text), segment.style, segment.control) for segment in segments]
+        return [
+            segment
+            if segment.control or is_clean(segment.text)
+            else Segment(clean_block(segment.text), segment.style, segment.control)
+            for segment in segments
+        ]

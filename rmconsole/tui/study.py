@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Optional
 
 STUDY_TERM = re.compile(r"(?:^|\s)study[:=]([^\s,]+)", re.IGNORECASE)
 MAX_AGE_S = 5.0
-_cache: dict[str, tuple[float, Optional[str]]] = {}
+_cache: dict[str, tuple[float, str | None]] = {}
 
 
-def study_named(query: str) -> Optional[str]:
+def study_named(query: str) -> str | None:
     """The study a runs filter names (`study:NAME`), if any."""
     found = STUDY_TERM.search(query or "")
     return found.group(1).strip("'\"") if found else None
 
 
-def study_line(query: str, now: Optional[float] = None) -> Optional[str]:
+def study_line(query: str, now: float | None = None) -> str | None:
     """`study NAME: 7/20 trials done; best so far: trial 3 (run 12) val_A_last 81.20 — lr=...`, or
     None when the filter names no study or no such study is stored."""
     name = study_named(query)

@@ -108,5 +108,9 @@ def test_validation_info_records_fraction_size_per_class_and_hash() -> None:
     labels = _labels([8, 4])
     held = streams.hold_out(labels, 0.25, seed=4)
     info = streams.validation_info(held, 0.25, labels, 3)
-    assert info == {"fraction": 0.25, "samples": 3, "per_class": [2, 1, 0],
-                    "hash": streams.stream_hash(held.validation)}
+    assert info == {
+        "fraction": 0.25,
+        "samples": 3,
+        "per_class": [2, 1, 0],
+        "hash": streams.stream_hash(held.validation),
+    }

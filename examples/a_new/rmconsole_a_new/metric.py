@@ -29,7 +29,11 @@ def accuracy_on_newest_task(rows: Any) -> float | None:
 
 
 METRIC = Metric(
-    "A_new", "A_new", "accuracy on the last task's classes after the last task (plasticity)",
-    compute=accuracy_on_newest_task, protocols=("task",), sortable=True,
+    "A_new",
+    "A_new",
+    "accuracy on the last task's classes after the last task (plasticity)",
+    compute=accuracy_on_newest_task,
+    protocols=("task",),
+    sortable=True,
     note="A_new: accuracy on the last task's own classes after learning it",
 )

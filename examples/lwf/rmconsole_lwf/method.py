@@ -88,8 +88,9 @@ class LwF(Method[LwFParams]):
     def _warm_up(self, task: Task) -> None:
         head = self.model.fc
         self.frozen_head = (head.weight.detach().clone(), head.bias.detach().clone())
-        self.optimizer = torch.optim.SGD(head.parameters(), lr=self.cfg.lr, momentum=0.9, nesterov=True,
-                                         weight_decay=self.cfg.weight_decay)
+        self.optimizer = torch.optim.SGD(
+            head.parameters(), lr=self.cfg.lr, momentum=0.9, nesterov=True, weight_decay=self.cfg.weight_decay
+        )
         try:
             self.fit(self.params.lwf_warmup_epochs, lambda e: self.stream_batches(task), "warm-up", task)
         finally:
@@ -132,8 +133,9 @@ class LwF(Method[LwFParams]):
             return loss  # (in the warm-up the old outputs are frozen: L_old is a constant)
         with torch.no_grad():
             old_logits = self.teacher(x)[:, self.old_classes]
-        return loss + self.params.lwf_lambda * distillation(old_logits, logits[:, self.old_classes],
-                                                           self.params.lwf_temperature)
+        return loss + self.params.lwf_lambda * distillation(
+            old_logits, logits[:, self.old_classes], self.params.lwf_temperature
+        )
 
     # ------------------------------------------------------------------ checkpoints
     # The teacher is rebuilt from the model at every task start and checkpoints are taken between

@@ -18,15 +18,23 @@ class LwFParams(MethodParams):
     """The paper's loss weight and temperature, and the length of its warm-up stage."""
 
     lwf_lambda: float = param(
-        1.0, "LwF: weight lambda_o of the distillation loss on the old classes' outputs (the paper's 1)", ge=0)
+        1.0, "LwF: weight lambda_o of the distillation loss on the old classes' outputs (the paper's 1)", ge=0
+    )
     lwf_temperature: float = param(
-        2.0, "LwF: temperature T of the softened old/new outputs in the distillation loss (the paper's 2)", gt=0)
+        2.0, "LwF: temperature T of the softened old/new outputs in the distillation loss (the paper's 2)", gt=0
+    )
     lwf_warmup_epochs: int = param(
-        0, "LwF: epochs of the warm-up stage before each task after the first: only the new classes' "
-           "outputs train, the rest of the network frozen (the paper's optional warm-up; 0 = none)", ge=0)
+        0,
+        "LwF: epochs of the warm-up stage before each task after the first: only the new classes' "
+        "outputs train, the rest of the network frozen (the paper's optional warm-up; 0 = none)",
+        ge=0,
+    )
 
 
 METHOD = MethodSpec(
-    "lwf", "rmconsole_lwf.method:LwF", LwFParams, ("task",),
+    "lwf",
+    "rmconsole_lwf.method:LwF",
+    LwFParams,
+    ("task",),
     "LwF (Li & Hoiem 2016): distillation from the model before the task on the old classes' outputs, no exemplars",
 )

@@ -60,7 +60,9 @@ def test_distillation_is_the_papers_modified_cross_entropy() -> None:
 
     paper = -(soften(old.softmax(1)) * soften(new.softmax(1)).log()).sum(1).mean()
     assert torch.allclose(distillation(old, new, T), paper, atol=1e-6)
-    assert float(distillation(old, old, T)) == pytest.approx(float(-(soften(old.softmax(1)) * soften(old.softmax(1)).log()).sum(1).mean()), abs=1e-6)
+    assert float(distillation(old, old, T)) == pytest.approx(
+        float(-(soften(old.softmax(1)) * soften(old.softmax(1)).log()).sum(1).mean()), abs=1e-6
+    )
 
 
 def test_loss_is_cross_entropy_plus_lambda_times_distillation_on_old_classes(digits) -> None:

@@ -25,8 +25,10 @@ class MissingPart(Exception):
 
 def _split(cls: Any, root: Path, train: bool, download: bool) -> TensorImages:
     ds = cls(str(root), train=train, download=download)
-    return TensorImages(torch.as_tensor(ds.data).unsqueeze(1).contiguous().to(torch.uint8),
-                        torch.as_tensor(ds.targets, dtype=torch.int64))
+    return TensorImages(
+        torch.as_tensor(ds.data).unsqueeze(1).contiguous().to(torch.uint8),
+        torch.as_tensor(ds.targets, dtype=torch.int64),
+    )
 
 
 def load_parts(root: Path, download: bool = False) -> Dataset:
@@ -40,10 +42,12 @@ def load_parts(root: Path, download: bool = False) -> Dataset:
             train, test = _split(cls, root, True, download), _split(cls, root, False, download)
             classes = list(cls(str(root), train=False, download=False).classes)
         except (RuntimeError, OSError, ValueError, EOFError, AssertionError) as err:
-            raise MissingPart(f"dataset 'mnist_fashion' needs {class_name} under {root / folder}: "
-                              f"{' '.join(str(err).split())[:160]}; get it with `rmconsole data get "
-                              f"{'mnist' if offset == 0 else 'fashion_mnist'}` or point RMCONSOLE_DATA at a folder "
-                              f"that has it") from None
+            raise MissingPart(
+                f"dataset 'mnist_fashion' needs {class_name} under {root / folder}: "
+                f"{' '.join(str(err).split())[:160]}; get it with `rmconsole data get "
+                f"{'mnist' if offset == 0 else 'fashion_mnist'}` or point RMCONSOLE_DATA at a folder "
+                f"that has it"
+            ) from None
         trains.append(TensorImages(train.images, train.labels + offset))
         tests.append(TensorImages(test.images, test.labels + offset))
         names += [f"{'digit' if offset == 0 else 'fashion'} {c}" for c in classes]

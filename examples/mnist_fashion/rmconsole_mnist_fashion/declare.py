@@ -11,10 +11,15 @@ SPEC = DatasetSpec(
     load="rmconsole_mnist_fashion.data:load",
     n_classes=20,
     image_shape=(1, 28, 28),
-    mean=(0.2084,), std=(0.3403,),
+    mean=(0.2084,),
+    std=(0.3403,),
     crop_padding=4,
-    required=("MNIST/raw/train-images-idx3-ubyte", "MNIST/raw/t10k-images-idx3-ubyte",
-              "FashionMNIST/raw/train-images-idx3-ubyte", "FashionMNIST/raw/t10k-images-idx3-ubyte"),
+    required=(
+        "MNIST/raw/train-images-idx3-ubyte",
+        "MNIST/raw/t10k-images-idx3-ubyte",
+        "FashionMNIST/raw/train-images-idx3-ubyte",
+        "FashionMNIST/raw/t10k-images-idx3-ubyte",
+    ),
     downloadable=True,
     how_to_get="get MNIST and Fashion-MNIST with `rmconsole data get mnist` and `rmconsole data get fashion_mnist`",
     # class_order=paper: one dataset after the other, as in Lesort's MNIST-Fellowship

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import tomllib
 
 from ..targets import failure, import_target, register_in
 
@@ -131,7 +130,7 @@ class DatasetSpec:
         if not self.name or not isinstance(self.name, str):
             raise TypeError("DatasetSpec: name must be a non-empty string")
         if self.folder is None and self.load is None:
-            raise TypeError(f"DatasetSpec {self.name!r}: give load= (\"module:function\") or folder=")
+            raise TypeError(f'DatasetSpec {self.name!r}: give load= ("module:function") or folder=')
         if self.folder is None and self.n_classes is None:
             raise TypeError(f"DatasetSpec {self.name!r}: give n_classes= (or folder=, whose classes are counted)")
 
@@ -161,8 +160,10 @@ class DatasetSpec:
             if found:
                 return len(found)
             if self.n_classes is None:
-                raise DatasetMissing(f"dataset {self.name!r} not found: {self.base(root) / 'train'} holds no class "
-                                     f"folders; {self.get_hint(root)}")
+                raise DatasetMissing(
+                    f"dataset {self.name!r} not found: {self.base(root) / 'train'} holds no class "
+                    f"folders; {self.get_hint(root)}"
+                )
         assert self.n_classes is not None
         return self.n_classes
 
@@ -179,8 +180,10 @@ class DatasetSpec:
         if self.how_to_get:
             return self.how_to_get
         if self.downloadable:
-            return (f"get it with `rmconsole data get {self.name}` (needs internet), or point RMCONSOLE_DATA at a "
-                    f"folder that has it")
+            return (
+                f"get it with `rmconsole data get {self.name}` (needs internet), or point RMCONSOLE_DATA at a "
+                f"folder that has it"
+            )
         if self.folder is not None and Path(self.folder).expanduser().is_absolute():
             return "put an ImageFolder tree there (train/ and val/, one folder per class)"
         if self.folder is not None:
@@ -190,8 +193,10 @@ class DatasetSpec:
     def fix_hint(self) -> str:
         """What to do when its files are damaged (one clause)."""
         if self.downloadable:
-            return (f"fetch it again (`rmconsole data get {self.name}`, needs internet) or point RMCONSOLE_DATA at a "
-                    f"good copy")
+            return (
+                f"fetch it again (`rmconsole data get {self.name}`, needs internet) or point RMCONSOLE_DATA at a "
+                f"good copy"
+            )
         return "point RMCONSOLE_DATA at a good copy"
 
     # ------------------------------------------------------------------ files
@@ -231,8 +236,12 @@ class DatasetSpec:
         """The files a cached tensor copy is made from (empty: nothing to key a copy on)."""
         if self.source_files is not None:
             return list(resolve(self.source_files, f"dataset {self.name!r}'s source_files")(root))
-        return sorted(p for sub in self.sources for p in ((root / sub).glob("*") if (root / sub).is_dir()
-                                                          else [root / sub]) if p.is_file())
+        return sorted(
+            p
+            for sub in self.sources
+            for p in ((root / sub).glob("*") if (root / sub).is_dir() else [root / sub])
+            if p.is_file()
+        )
 
 
 def resolve(target: Any, what: str) -> Any:
@@ -271,8 +280,10 @@ def _folder_orders(spec: DatasetSpec, root: Path | None) -> dict[int, list[int]]
     out: dict[int, list[int]] = {}
     for seed, order in table.items():
         if not seed.isdigit() or not isinstance(order, list):
-            raise ValueError(f"{path}: {seed!r}: expected `SEED = [class, ...]` (a whole-number seed, a list of "
-                             f"class folder names or indices)")
+            raise ValueError(
+                f"{path}: {seed!r}: expected `SEED = [class, ...]` (a whole-number seed, a list of "
+                f"class folder names or indices)"
+            )
         try:
             labels = [names.index(c) if isinstance(c, str) else int(c) for c in order]
         except ValueError:
@@ -306,7 +317,7 @@ _BUILTINS: dict[str, DatasetSpec] = {}
 
 def folder_spec(name: str) -> DatasetSpec:
     """`folder:PATH` as a spec: an ImageFolder tree with ImageNet's normalisation, 224 px by default."""
-    path = name[len(FOLDER_PREFIX):].strip()
+    path = name[len(FOLDER_PREFIX) :].strip()
     if not path:
         raise UnknownDataset(f"dataset {name!r}: give the tree's path after 'folder:' (e.g. folder:/data/my-tree)")
     return DatasetSpec(name=name, description=f"the ImageFolder tree {path}", folder=path, image_size=224)
@@ -325,8 +336,9 @@ def lookup(name: str) -> DatasetSpec:
     if name.startswith(FOLDER_PREFIX):
         return folder_spec(name)
     known = [*builtins(), *_registered]
-    raise UnknownDataset(f"unknown dataset {name!r}; registered: {', '.join(known)} (or folder:PATH for an "
-                         f"ImageFolder tree)")
+    raise UnknownDataset(
+        f"unknown dataset {name!r}; registered: {', '.join(known)} (or folder:PATH for an ImageFolder tree)"
+    )
 
 
 def check_available(name: str, root: Path | None = None) -> None:

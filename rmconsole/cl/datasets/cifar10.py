@@ -13,9 +13,18 @@ if TYPE_CHECKING:
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 PAPER_ORDERS = {  # seed -> the paper's class order (supplement Table 8), by original label
-    1: tuple(CLASSES.index(c) for c in ["truck", "automobile", "frog", "airplane", "cat", "bird", "dog", "horse", "deer", "ship"]),
-    2: tuple(CLASSES.index(c) for c in ["airplane", "dog", "ship", "cat", "horse", "truck", "bird", "frog", "automobile", "deer"]),
-    3: tuple(CLASSES.index(c) for c in ["ship", "airplane", "dog", "truck", "automobile", "frog", "horse", "cat", "bird", "deer"]),
+    1: tuple(
+        CLASSES.index(c)
+        for c in ["truck", "automobile", "frog", "airplane", "cat", "bird", "dog", "horse", "deer", "ship"]
+    ),
+    2: tuple(
+        CLASSES.index(c)
+        for c in ["airplane", "dog", "ship", "cat", "horse", "truck", "bird", "frog", "automobile", "deer"]
+    ),
+    3: tuple(
+        CLASSES.index(c)
+        for c in ["ship", "airplane", "dog", "truck", "automobile", "frog", "horse", "cat", "bird", "deer"]
+    ),
 }
 
 SPEC = DatasetSpec(
@@ -24,7 +33,8 @@ SPEC = DatasetSpec(
     load="rmconsole.cl.datasets.cifar10:load",
     n_classes=10,
     image_shape=(3, 32, 32),
-    mean=(0.4914, 0.4822, 0.4465), std=(0.2023, 0.1994, 0.2010),
+    mean=(0.4914, 0.4822, 0.4465),
+    std=(0.2023, 0.1994, 0.2010),
     crop_padding=4,
     required=("cifar-10-batches-py/data_batch_1", "cifar-10-batches-py/test_batch"),
     verify="rmconsole.cl.datasets.cifar10:verify",

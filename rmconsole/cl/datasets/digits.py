@@ -16,7 +16,8 @@ SPEC = DatasetSpec(
     load="rmconsole.cl.datasets.digits:load",
     n_classes=10,
     image_shape=(1, 8, 8),
-    mean=None, std=None,  # measured on the train split by the loader
+    mean=None,
+    std=None,  # measured on the train split by the loader
     crop_padding=1,
     how_to_get="it is bundled with scikit-learn (pip install scikit-learn)",
     cacheable=True,
@@ -43,8 +44,15 @@ def load_digits() -> Dataset:
     train = TensorImages(images[train_i].contiguous(), labels[train_i].contiguous())
     test = TensorImages(images[test_i].contiguous(), labels[test_i].contiguous())
     pixels = train.images.float() / 255.0
-    return Dataset("digits", train, test, [str(d) for d in range(10)],
-                   (round(pixels.mean().item(), 4),), (round(pixels.std().item(), 4),), crop_padding=SPEC.crop_padding)
+    return Dataset(
+        "digits",
+        train,
+        test,
+        [str(d) for d in range(10)],
+        (round(pixels.mean().item(), 4),),
+        (round(pixels.std().item(), 4),),
+        crop_padding=SPEC.crop_padding,
+    )
 
 
 def load(spec: DatasetSpec, root: Path, options: LoadOptions) -> Dataset:

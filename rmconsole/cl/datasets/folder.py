@@ -26,16 +26,20 @@ def verify_tree(spec: DatasetSpec, root: Path) -> None:
     base, fix = spec.base(root), spec.fix_hint()
     classes = {}
     for split in ("train", "val"):
-        folders = sorted((e for e in os.scandir(base / split) if e.is_dir() and not e.name.startswith(".")),
-                         key=lambda e: e.name)
+        folders = sorted(
+            (e for e in os.scandir(base / split) if e.is_dir() and not e.name.startswith(".")), key=lambda e: e.name
+        )
         empty = next((f.path for f in folders if not _has_entries(f.path)), None)
         if not folders or empty:
-            raise DatasetCorrupt(f"dataset {spec.name!r} is corrupt: {empty or base / split} has no images "
-                                 f"(expected one folder of images per class); {fix}")
+            raise DatasetCorrupt(
+                f"dataset {spec.name!r} is corrupt: {empty or base / split} has no images "
+                f"(expected one folder of images per class); {fix}"
+            )
         classes[split] = [f.name for f in folders]
     if classes["train"] != classes["val"]:
-        raise DatasetCorrupt(f"dataset {spec.name!r} is corrupt: {base / 'val'} has other class folders than "
-                             f"{base / 'train'}; {fix}")
+        raise DatasetCorrupt(
+            f"dataset {spec.name!r} is corrupt: {base / 'val'} has other class folders than {base / 'train'}; {fix}"
+        )
 
 
 def _image_folder(split_dir: Path, classes: list[str] | None = None) -> tuple[list[str], Tensor, list[str]]:
@@ -80,5 +84,3 @@ def load_tree(spec: DatasetSpec, root: Path, options: LoadOptions) -> Dataset:
             test.close()
     mean, std = spec.mean or (0.5, 0.5, 0.5), spec.std or (0.5, 0.5, 0.5)
     return Dataset(spec.name, splits[0], splits[1], classes, tuple(mean), tuple(std), crop_padding=spec.crop_padding)
-
-

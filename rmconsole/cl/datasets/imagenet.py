@@ -10,10 +10,11 @@ from . import IMAGENET_STATS, DatasetSpec
 SPEC = DatasetSpec(
     name="imagenet",
     description="ImageNet, an ImageFolder tree under imagenet/ (its class folders: 1000, or 100 for ImageNet-100), "
-                "224 px",
+    "224 px",
     folder="imagenet",
     n_classes=1000,  # while the tree is absent; its class folders otherwise
     image_size=224,
-    mean=IMAGENET_STATS[0], std=IMAGENET_STATS[1],
+    mean=IMAGENET_STATS[0],
+    std=IMAGENET_STATS[1],
     crop_padding=4,
 )

@@ -12,6 +12,7 @@ SPEC = DatasetSpec(
     folder="tiny-imagenet-200",
     n_classes=200,  # while the tree is absent; its class folders otherwise
     image_size=64,
-    mean=IMAGENET_STATS[0], std=IMAGENET_STATS[1],
+    mean=IMAGENET_STATS[0],
+    std=IMAGENET_STATS[1],
     crop_padding=4,
 )

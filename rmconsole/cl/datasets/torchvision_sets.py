@@ -46,15 +46,21 @@ def load_torchvision(spec: DatasetSpec, root: Path, options: LoadOptions, class_
         test = _split(cls, root, False, options.download)
         names = list(cls(str(root), train=False, download=False).classes)
     except RuntimeError as err:  # torchvision: "Dataset not found or corrupted"
-        raise DatasetMissing(f"dataset {spec.name!r} not found or corrupt under {root / folder} ({err}); {hint}") from None
+        raise DatasetMissing(
+            f"dataset {spec.name!r} not found or corrupt under {root / folder} ({err}); {hint}"
+        ) from None
     except (OSError, ValueError, EOFError, AssertionError) as err:  # torchvision asserts on a bad idx header
-        raise DatasetMissing(f"dataset {spec.name!r} under {root / folder} could not be read "
-                             f"({type(err).__name__}: {' '.join(str(err).split())[:160]})") from None
+        raise DatasetMissing(
+            f"dataset {spec.name!r} under {root / folder} could not be read "
+            f"({type(err).__name__}: {' '.join(str(err).split())[:160]})"
+        ) from None
     for split, part in (("train", train), ("test", test)):
         if len(part.labels) and (int(part.labels.min()) < 0 or int(part.labels.max()) >= len(names)):
-            raise DatasetMissing(f"dataset {spec.name!r} under {root / folder} is corrupt: its {split} labels run from "
-                                 f"{int(part.labels.min())} to {int(part.labels.max())}, but it has {len(names)} "
-                                 f"classes; {hint}")
+            raise DatasetMissing(
+                f"dataset {spec.name!r} under {root / folder} is corrupt: its {split} labels run from "
+                f"{int(part.labels.min())} to {int(part.labels.max())}, but it has {len(names)} "
+                f"classes; {hint}"
+            )
     assert spec.mean is not None and spec.std is not None
     return Dataset(spec.name, train, test, names, spec.mean, spec.std, crop_padding=spec.crop_padding)
 
@@ -76,7 +82,7 @@ def _idx_shape(path: Path) -> tuple[list[int], int]:
     if len(header) < 8 or header[0] != 0 or header[1] != 0 or header[2] != 0x08 or header[3] not in (1, 3):
         raise ValueError("not an idx file of unsigned bytes (bad magic number)")
     nd = header[3]
-    dims = list(struct.unpack(f">{nd}I", header[4:4 + 4 * nd]))
+    dims = list(struct.unpack(f">{nd}I", header[4 : 4 + 4 * nd]))
     return dims, size
 
 
@@ -97,8 +103,10 @@ def _check_labels(spec: DatasetSpec, path: Path, n_classes: int, fix: str) -> No
         raise DatasetCorrupt(f"dataset {spec.name!r} is corrupt: {path} cannot be read ({err}); {fix}") from None
     if max(labels, default=0) >= n_classes:
         bad = next(i for i, label in enumerate(labels) if label >= n_classes)
-        raise DatasetCorrupt(f"dataset {spec.name!r} is corrupt: {path} holds label {labels[bad]} (sample {bad}), "
-                             f"but {spec.name} has {n_classes} classes (labels 0-{n_classes - 1}); {fix}")
+        raise DatasetCorrupt(
+            f"dataset {spec.name!r} is corrupt: {path} holds label {labels[bad]} (sample {bad}), "
+            f"but {spec.name} has {n_classes} classes (labels 0-{n_classes - 1}); {fix}"
+        )
 
 
 def verify_idx(spec: DatasetSpec, root: Path, folder: str) -> None:
@@ -116,8 +124,9 @@ def verify_idx(spec: DatasetSpec, root: Path, folder: str) -> None:
             raise DatasetCorrupt(f"dataset {spec.name!r} is corrupt: {path} cannot be read ({err}); {fix}") from None
         expected = 4 * (len(dims) + 1) + math.prod(dims)
         if size != expected:
-            raise DatasetCorrupt(f"dataset {spec.name!r} is corrupt: {path} holds {size} bytes, its header says "
-                                 f"{expected}; {fix}")
+            raise DatasetCorrupt(
+                f"dataset {spec.name!r} is corrupt: {path} holds {size} bytes, its header says {expected}; {fix}"
+            )
         shapes[base] = dims
     for split in ("train", "t10k"):
         if shapes[f"{split}-images-idx3-ubyte"][0] != shapes[f"{split}-labels-idx1-ubyte"][0]:

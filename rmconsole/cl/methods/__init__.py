@@ -35,39 +35,97 @@ BOTH = ("task", "task-free")
 _HERE = __name__  # built-ins name their classes by absolute module path, as a plug-in does
 
 
-def _spec(name: str, implementation: str, params: type[MethodParams], protocols: tuple[str, ...],
-          summary: str) -> MethodSpec:
+def _spec(
+    name: str, implementation: str, params: type[MethodParams], protocols: tuple[str, ...], summary: str
+) -> MethodSpec:
     return MethodSpec(name, f"{_HERE}.{implementation}", params, protocols, summary)
 
 
-REGISTRY: dict[str, MethodSpec] = {spec.name: spec for spec in [
-    _spec("rm", "rm:RainbowMemory", RMParams, BOTH,
-          "Rainbow Memory (Bang et al., CVPR 2021): uncertainty-diverse memory, data augmentation"),
-    _spec("finetune", "finetune:Finetune", MethodParams, ("task",),
-          "the RM authors' baseline: random memory, shuffled in with the stream"),
-    _spec("er", "er:ER", MethodParams, BOTH, "experience replay: reservoir memory, half stream / half memory batches"),
-    _spec("ewc", "ewc:EWC", EWCParams, ("task",), "EWC (Kirkpatrick et al. 2017): a Fisher-weighted quadratic penalty"),
-    _spec("rwalk", "rwalk:Rwalk", RwalkParams, ("task",),
-          "Rwalk (Chaudhry et al. 2018): EWC++ Fisher plus path-integral importance"),
-    _spec("icarl", "icarl:ICaRL", ICaRLParams, ("task",),
-          "iCaRL (Rebuffi et al. 2017): herding exemplars, distillation, nearest-mean classifier"),
-    _spec("gdumb", "gdumb:GDumb", MethodParams, BOTH,
-          "GDumb (Prabhu et al. 2020): a greedy class-balanced memory, the model trained from scratch on it"),
-    _spec("bic", "bic:BiC", BiCParams, BOTH, "BiC (Wu et al. 2019): distillation plus a bias-correction layer"),
-    _spec("bic_star", "bic:BiCStar", BiCParams, BOTH, "BiC as the RM authors ran it (BiC*)"),
-    _spec("joint", "joint:Joint", MethodParams, ("task",), "joint training on every task at once: the upper bound"),
-    # the follow-up's online methods (task-free streams only)
-    _spec("ewcpp", "ewcpp:EWCpp", EWCppParams, ("task-free",),
-          "EWC++ (Chaudhry et al. 2018): an online Fisher and one penalty slot"),
-    _spec("mir", "mir:MIR", MIRParams, ("task-free",),
-          "MIR (Aljundi et al. 2019): replay the memory samples a virtual step would hurt most"),
-    _spec("er_ace", "er_ace:ERACE", MethodParams, ("task-free",),
-          "ER-ACE (Caccia et al. 2022): asymmetric cross-entropy on the stream batch"),
-    _spec("scr", "scr:SCR", SCRParams, ("task-free",),
-          "SCR (Mai et al. 2021): supervised contrastive replay, nearest-class-mean classifier"),
-    _spec("clib", "clib:CLIB", CLIBParams, ("task-free",),
-          "CLIB (Koh et al., ICLR 2022): sample-wise importance memory, adaptive learning rate"),
-]}
+REGISTRY: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in [
+        _spec(
+            "rm",
+            "rm:RainbowMemory",
+            RMParams,
+            BOTH,
+            "Rainbow Memory (Bang et al., CVPR 2021): uncertainty-diverse memory, data augmentation",
+        ),
+        _spec(
+            "finetune",
+            "finetune:Finetune",
+            MethodParams,
+            ("task",),
+            "the RM authors' baseline: random memory, shuffled in with the stream",
+        ),
+        _spec(
+            "er", "er:ER", MethodParams, BOTH, "experience replay: reservoir memory, half stream / half memory batches"
+        ),
+        _spec(
+            "ewc", "ewc:EWC", EWCParams, ("task",), "EWC (Kirkpatrick et al. 2017): a Fisher-weighted quadratic penalty"
+        ),
+        _spec(
+            "rwalk",
+            "rwalk:Rwalk",
+            RwalkParams,
+            ("task",),
+            "Rwalk (Chaudhry et al. 2018): EWC++ Fisher plus path-integral importance",
+        ),
+        _spec(
+            "icarl",
+            "icarl:ICaRL",
+            ICaRLParams,
+            ("task",),
+            "iCaRL (Rebuffi et al. 2017): herding exemplars, distillation, nearest-mean classifier",
+        ),
+        _spec(
+            "gdumb",
+            "gdumb:GDumb",
+            MethodParams,
+            BOTH,
+            "GDumb (Prabhu et al. 2020): a greedy class-balanced memory, the model trained from scratch on it",
+        ),
+        _spec("bic", "bic:BiC", BiCParams, BOTH, "BiC (Wu et al. 2019): distillation plus a bias-correction layer"),
+        _spec("bic_star", "bic:BiCStar", BiCParams, BOTH, "BiC as the RM authors ran it (BiC*)"),
+        _spec("joint", "joint:Joint", MethodParams, ("task",), "joint training on every task at once: the upper bound"),
+        # the follow-up's online methods (task-free streams only)
+        _spec(
+            "ewcpp",
+            "ewcpp:EWCpp",
+            EWCppParams,
+            ("task-free",),
+            "EWC++ (Chaudhry et al. 2018): an online Fisher and one penalty slot",
+        ),
+        _spec(
+            "mir",
+            "mir:MIR",
+            MIRParams,
+            ("task-free",),
+            "MIR (Aljundi et al. 2019): replay the memory samples a virtual step would hurt most",
+        ),
+        _spec(
+            "er_ace",
+            "er_ace:ERACE",
+            MethodParams,
+            ("task-free",),
+            "ER-ACE (Caccia et al. 2022): asymmetric cross-entropy on the stream batch",
+        ),
+        _spec(
+            "scr",
+            "scr:SCR",
+            SCRParams,
+            ("task-free",),
+            "SCR (Mai et al. 2021): supervised contrastive replay, nearest-class-mean classifier",
+        ),
+        _spec(
+            "clib",
+            "clib:CLIB",
+            CLIBParams,
+            ("task-free",),
+            "CLIB (Koh et al., ICLR 2022): sample-wise importance memory, adaptive learning rate",
+        ),
+    ]
+}
 
 
 def builtin_spec(name: str) -> MethodSpec:
@@ -85,11 +143,14 @@ def method_class(method: str | MethodSpec) -> type[Method]:
     spec = builtin_spec(method) if isinstance(method, str) else method
     cls = spec.load()
     if not (isinstance(cls, type) and issubclass(cls, Method)):
-        raise TypeError(f"method {spec.name!r}: {spec.implementation} is not a Method subclass "
-                        f"(rmconsole.cl.methods.base.Method)")
+        raise TypeError(
+            f"method {spec.name!r}: {spec.implementation} is not a Method subclass (rmconsole.cl.methods.base.Method)"
+        )
     if cls.params_type is not spec.params:
-        raise TypeError(f"method {spec.name!r}: its class reads {cls.params_type.__name__} but its spec declares "
-                        f"{spec.params.__name__}; write class {cls.__name__}(..., Method[{spec.params.__name__}])")
+        raise TypeError(
+            f"method {spec.name!r}: its class reads {cls.params_type.__name__} but its spec declares "
+            f"{spec.params.__name__}; write class {cls.__name__}(..., Method[{spec.params.__name__}])"
+        )
     return cls
 
 
@@ -107,5 +168,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["METHODS", "REGISTRY", "Method", "MethodSpec", "Setup", "Task", "builtin_spec", "method_class",
-           "params_class"]
+__all__ = [
+    "METHODS",
+    "REGISTRY",
+    "Method",
+    "MethodSpec",
+    "Setup",
+    "Task",
+    "builtin_spec",
+    "method_class",
+    "params_class",
+]

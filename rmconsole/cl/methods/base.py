@@ -84,12 +84,25 @@ __all__ = ["TASK_HOOKS", "Method", "Setup", "Task"]
 
 # The table above as data: every name the task protocol (loop.py) and the engine (train.py,
 # inference.py) call on a method. rmconsole.testing reads it to flag an override no protocol
-# calls (an `after_epoch`, a typo'd `after_taks`); tests/test_method_interface.py keeps it and the
+# calls (an `after_epoch`, a typo'd `after_taks`); tests/cl/test_method_interface.py keeps it and the
 # docstring's table the same. The task-free protocol's table is taskfree.TASK_FREE_HOOKS.
 TASK_HOOKS: tuple[str, ...] = (
-    "build_model", "make_optimizer", "before_task", "learn_task", "stream_batches", "memory_batch_size",
-    "step_loss", "after_step", "graphable_step", "update_memory", "after_task", "logits", "class_scores",
-    "predict", "state_dict", "load_state_dict",
+    "build_model",
+    "make_optimizer",
+    "before_task",
+    "learn_task",
+    "stream_batches",
+    "memory_batch_size",
+    "step_loss",
+    "after_step",
+    "graphable_step",
+    "update_memory",
+    "after_task",
+    "logits",
+    "class_scores",
+    "predict",
+    "state_dict",
+    "load_state_dict",
 )
 
 P = TypeVar("P", bound=MethodParams)
@@ -152,11 +165,11 @@ class Method(Generic[P]):
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         fused = self.device.type in ("cuda", "cpu")
-        params = [p for name, p in self.model.named_parameters()
-                  if self.cfg.train_head or not name.startswith("fc.")]
+        params = [p for name, p in self.model.named_parameters() if self.cfg.train_head or not name.startswith("fc.")]
         self.graphs = {}
-        optimizer = torch.optim.SGD(params, lr=self.cfg.lr, momentum=0.9, nesterov=True,
-                                    weight_decay=self.cfg.weight_decay, fused=fused)
+        optimizer = torch.optim.SGD(
+            params, lr=self.cfg.lr, momentum=0.9, nesterov=True, weight_decay=self.cfg.weight_decay, fused=fused
+        )
         return graph_ready_optimizer(optimizer) if self.uses_graphs else optimizer
 
     @property
@@ -164,8 +177,9 @@ class Method(Generic[P]):
         """The step is the default one (cross-entropy over seen classes with CutMix, nothing
         after it, no gradient hooks), so the engine may run it its own way: a CUDA graph
         (graphs.py), an MLP's step without autograd (mlp_step.py)."""
-        return self.graphable_step and all(getattr(type(self), hook) is getattr(Method, hook)
-                                           for hook in ("step_loss", "after_step", "mask_unseen"))
+        return self.graphable_step and all(
+            getattr(type(self), hook) is getattr(Method, hook) for hook in ("step_loss", "after_step", "mask_unseen")
+        )
 
     @property
     def uses_graphs(self) -> bool:
@@ -208,12 +222,20 @@ class Method(Generic[P]):
             batches.pop()
         return batches
 
-    def fit(self, epochs: int, batches_for_epoch: Callable[[int], list[Tensor]], phase: str,
-            task: Task, chunk_images: int | None = None) -> None:
+    def fit(
+        self,
+        epochs: int,
+        batches_for_epoch: Callable[[int], list[Tensor]],
+        phase: str,
+        task: Task,
+        chunk_images: int | None = None,
+    ) -> None:
         """Train `epochs` epochs; epoch e runs the index batches `batches_for_epoch(e)` (train.fit)."""
         train.fit(self, epochs, batches_for_epoch, phase, task, chunk_images)
 
-    def uncertainty_of(self, idx: Tensor, progress: Callable[[int], None] | None = None) -> tuple[Tensor, Tensor | None]:
+    def uncertainty_of(
+        self, idx: Tensor, progress: Callable[[int], None] | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """u(x) of train indices, and the top vote counts (inference.uncertainty_of)."""
         return inference.uncertainty_of(self, idx, progress)
 
@@ -253,8 +275,12 @@ class Method(Generic[P]):
             self.fit(1, lambda e: self.stream_batches(task), "stream", task)
             self.update_memory(task)
             if len(self.memory) and self.cfg.epochs > 0:
-                self.fit(self.cfg.epochs, lambda e: self.shuffled_batches(self.memory.indices, self.memory_batch_size),
-                         "memory", task)
+                self.fit(
+                    self.cfg.epochs,
+                    lambda e: self.shuffled_batches(self.memory.indices, self.memory_batch_size),
+                    "memory",
+                    task,
+                )
         else:
             self.fit(self.cfg.epochs, lambda e: self.stream_batches(task), "offline", task)
             self.update_memory(task)
@@ -288,16 +314,29 @@ class Method(Generic[P]):
             self.memory_info["memory_cached"] = cache(self.memory.indices)
         self.report.advance(max(len(candidates.indices) - self._scored, 0))
         self.memory_info["seconds"] = round(time.perf_counter() - started, 3)
-        self.report.memory_updated(task.index, self.memory.histogram(self.n_classes),
-                                   M.slots_per_class(self.memory.capacity, len(candidates.classes)), self.memory_info)
+        self.report.memory_updated(
+            task.index,
+            self.memory.histogram(self.n_classes),
+            M.slots_per_class(self.memory.capacity, len(candidates.classes)),
+            self.memory_info,
+        )
 
     def candidates(self, task: Task) -> M.Candidates:
         """The memory and the task's stream, as a memory policy sees them."""
         indices = torch.cat([self.memory.indices, task.stream])
-        return M.Candidates(indices, self.labels_of(indices).cpu(), self.memory, task.stream, self.seen_classes,
-                            task.index, self.gen, self.cfg,
-                            score=lambda idx: self.uncertainty_of(idx, self._candidates_scored)[0],
-                            embed=self.features_of, info=self.memory_info)
+        return M.Candidates(
+            indices,
+            self.labels_of(indices).cpu(),
+            self.memory,
+            task.stream,
+            self.seen_classes,
+            task.index,
+            self.gen,
+            self.cfg,
+            score=lambda idx: self.uncertainty_of(idx, self._candidates_scored)[0],
+            embed=self.features_of,
+            info=self.memory_info,
+        )
 
     def _candidates_scored(self, n: int) -> None:
         """n more memory candidates have their uncertainty: the memory update's progress."""
@@ -309,8 +348,10 @@ class Method(Generic[P]):
         draws); a rank that did not is logged, and rank 0's choice wins everywhere."""
         assert self.dist is not None
         if not self.dist.same_on_every_rank(chosen.cpu()):
-            self.report.log(f"rank {self.dist.rank}: memory choice differed between ranks at task "
-                            f"{task.index + 1}; rank 0's is used")
+            self.report.log(
+                f"rank {self.dist.rank}: memory choice differed between ranks at task "
+                f"{task.index + 1}; rank 0's is used"
+            )
             self.memory_info["ranks_differed"] = True
         chosen = self.dist.broadcast(chosen.cpu())
         self.dist.agree(f"memory after task {task.index + 1} ({len(chosen)} samples)", chosen)

@@ -90,8 +90,9 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
 
     def before_task(self, task: Task) -> None:
         super().before_task(task)  # new / old classes and the frozen previous model
-        self.previous = None if self.previous_model is None else \
-            (self.previous_model, self.alpha.clone(), self.beta.clone())
+        self.previous = (
+            None if self.previous_model is None else (self.previous_model, self.alpha.clone(), self.beta.clone())
+        )
         # stage 1 trains the new classes uncorrected; their (alpha, beta) is fitted in stage 2
         self.alpha = torch.where(self.new_classes, torch.ones_like(self.alpha), self.alpha)
         self.beta = torch.where(self.new_classes, torch.zeros_like(self.beta), self.beta)
@@ -204,8 +205,12 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
         alpha, beta = (float(v) for v in pair.detach())
         self.alpha = torch.where(self.new_classes, torch.full_like(self.alpha, alpha), self.alpha)
         self.beta = torch.where(self.new_classes, torch.full_like(self.beta, beta), self.beta)
-        return {"alpha": round(alpha, 4), "beta": round(beta, 4), "val_loss_before": round(before, 4),
-                "val_loss_after": round(after, 4)}
+        return {
+            "alpha": round(alpha, 4),
+            "beta": round(beta, 4),
+            "val_loss_before": round(before, 4),
+            "val_loss_after": round(after, 4),
+        }
 
     # ------------------------------------------------------------------ task-free streams
 
@@ -287,12 +292,24 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
         self.fit_task_layer()  # the task-end evaluation refits it too, as theirs
         n_seen, held = int(self.seen.sum()), sum(len(v) for v in self.held_out.values())
         fitted = self.anytime_fits[-1] if self.anytime_fits and self.anytime_fits[-1]["task"] == task.index else None
-        layer = (f"alpha {fitted['alpha']}, beta {fitted['beta']}" if fitted else
-                 "not fitted (" + ("task 1" if task.index == 0 else "no new class" if not self.task_classes[task.index]
-                                   else "validation set not full") + ")")
-        self.report.log(f"task {task.index + 1}: validation set {held} samples, up to {self.held_out_share} per "
-                        f"class of {n_seen}; bias layer of its {len(self.task_classes[task.index])} new classes: "
-                        f"{layer}")
+        layer = (
+            f"alpha {fitted['alpha']}, beta {fitted['beta']}"
+            if fitted
+            else "not fitted ("
+            + (
+                "task 1"
+                if task.index == 0
+                else "no new class"
+                if not self.task_classes[task.index]
+                else "validation set not full"
+            )
+            + ")"
+        )
+        self.report.log(
+            f"task {task.index + 1}: validation set {held} samples, up to {self.held_out_share} per "
+            f"class of {n_seen}; bias layer of its {len(self.task_classes[task.index])} new classes: "
+            f"{layer}"
+        )
 
     def snapshot(self) -> None:
         self.teacher = frozen_copy(self.model)
@@ -351,16 +368,18 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
                     optimizer.step()
             alpha, beta = (float(v) for v in pair.detach().cpu())
             self.task_layers[t] = (alpha, beta)
-            self.anytime_fits.append({"task": t, "alpha": round(alpha, 4), "beta": round(beta, 4),
-                                      "held_out": len(indices)})
+            self.anytime_fits.append(
+                {"task": t, "alpha": round(alpha, 4), "beta": round(beta, 4), "held_out": len(indices)}
+            )
         self.use_layer(t)
 
     def memory_report(self, task: Task, info: dict[str, Any] | None = None) -> None:
         if not self.task_free:
             return super().memory_report(task, info)
         held = torch.bincount(self.labels_of(self.held_out_indices()).cpu(), minlength=self.n_classes)
-        super().memory_report(task, {"validation_per_class": held.tolist(), "bias_layers": list(self.task_layers),
-                                     **(info or {})})
+        super().memory_report(
+            task, {"validation_per_class": held.tolist(), "bias_layers": list(self.task_layers), **(info or {})}
+        )
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -369,14 +388,23 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
         if self.task_free and hasattr(self, "held_out"):
             # the teacher is the model itself at a task end, where checkpoints are taken
             state["bic_online"] = {
-                "held_out": {y: list(v) for y, v in self.held_out.items()}, "share": self.held_out_share,
-                "full": self.held_out_full, "task_index": self.task_index,
-                "task_classes": [list(c) for c in self.task_classes], "task_layers": list(self.task_layers),
+                "held_out": {y: list(v) for y, v in self.held_out.items()},
+                "share": self.held_out_share,
+                "full": self.held_out_full,
+                "task_index": self.task_index,
+                "task_classes": [list(c) for c in self.task_classes],
+                "task_layers": list(self.task_layers),
                 "teacher_classes": self.teacher_classes if self.teacher is not None else None,
-                "anytime_fits": list(self.anytime_fits)}
+                "anytime_fits": list(self.anytime_fits),
+            }
             return state
-        state["bic"] = {"val_indices": self.val_indices, "val_labels": self.val_labels, "alpha": self.alpha.cpu(),
-                        "beta": self.beta.cpu(), "bias_history": self.bias_history}
+        state["bic"] = {
+            "val_indices": self.val_indices,
+            "val_labels": self.val_labels,
+            "alpha": self.alpha.cpu(),
+            "beta": self.beta.cpu(),
+            "bias_history": self.bias_history,
+        }
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

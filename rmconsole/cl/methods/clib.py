@@ -121,8 +121,11 @@ class CLIB(TaskFree, Method[CLIBParams]):
         out = []
         for chunk in self.memory.indices.split(512):
             x = self.accel.prepare(self.setup.augmenter.test(self.images_of(chunk)))
-            out.append(nnf.cross_entropy(self.mask_unseen(self.model(x)).float(), self.labels_of(chunk),
-                                         reduction="none").double().cpu())
+            out.append(
+                nnf.cross_entropy(self.mask_unseen(self.model(x)).float(), self.labels_of(chunk), reduction="none")
+                .double()
+                .cpu()
+            )
         self.cost += len(self.memory)
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
 
@@ -135,7 +138,7 @@ class CLIB(TaskFree, Method[CLIBParams]):
             keep = torch.ones(len(loss), dtype=torch.bool)
             gone = [p for p in self.replaced_since_update if p < len(loss)]
             keep[gone] = False
-            delta = _mean((loss[:len(prev)] - prev)[keep[:len(prev)]])
+            delta = _mean((loss[: len(prev)] - prev)[keep[: len(prev)]])
         else:
             delta = 0.0
         if self.drawn:  # (a slot drawn twice counts twice in the mean and |B|, once in the update)
@@ -189,12 +192,21 @@ class CLIB(TaskFree, Method[CLIBParams]):
         state = super().state_dict()
         if self.task_free:
             state["clib"] = {
-                "importance": self.importance, "loss": self.loss, "drawn": list(self.drawn),
+                "importance": self.importance,
+                "loss": self.loss,
+                "drawn": list(self.drawn),
                 "replaced_since_update": list(self.replaced_since_update),
-                "replaced_since_switch": list(self.replaced_since_switch), "update_counter": self.update_counter,
-                "ticks": self.ticks, "prev_loss": self.prev_loss, "lr_is_high": self.lr_is_high,
-                "high_lr": self.high_lr, "low_lr": self.low_lr, "high_records": list(self.high_records),
-                "low_records": list(self.low_records), "current_lr": self.current_lr}
+                "replaced_since_switch": list(self.replaced_since_switch),
+                "update_counter": self.update_counter,
+                "ticks": self.ticks,
+                "prev_loss": self.prev_loss,
+                "lr_is_high": self.lr_is_high,
+                "high_lr": self.high_lr,
+                "low_lr": self.low_lr,
+                "high_records": list(self.high_records),
+                "low_records": list(self.low_records),
+                "current_lr": self.current_lr,
+            }
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

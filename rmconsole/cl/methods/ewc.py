@@ -64,9 +64,11 @@ class EWC(Regularised[EWCParams], Method[EWCParams]):
         fisher = diagonal_fisher(self, idx)
         self.consolidate(fisher, [p.detach() for p in self.trainable()])
         fisher_mean = float(sum(f.sum() for f in fisher) / sum(f.numel() for f in fisher))
-        self.report.log(f"task {task.index + 1}: EWC Fisher from {len(idx)} samples, mean {fisher_mean:.3g}, "
-                        f"max {max(float(f.max()) for f in fisher):.3g}; {self.consolidated} task(s) consolidated, "
-                        f"lambda={self.reg_weight:g}")
+        self.report.log(
+            f"task {task.index + 1}: EWC Fisher from {len(idx)} samples, mean {fisher_mean:.3g}, "
+            f"max {max(float(f.max()) for f in fisher):.3g}; {self.consolidated} task(s) consolidated, "
+            f"lambda={self.reg_weight:g}"
+        )
 
     @torch.no_grad()
     def consolidate(self, fisher: list[Tensor], anchor: list[Tensor]) -> None:
@@ -85,8 +87,12 @@ class EWC(Regularised[EWCParams], Method[EWCParams]):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         q = self.quadratic
-        state["ewc"] = {"precision": q.weights, "centre": q.centres, "constant": q.constant,
-                        "consolidated": self.consolidated}
+        state["ewc"] = {
+            "precision": q.weights,
+            "centre": q.centres,
+            "constant": q.constant,
+            "consolidated": self.consolidated,
+        }
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -99,7 +105,7 @@ class EWC(Regularised[EWCParams], Method[EWCParams]):
         q.scale, q.active = 0.5 * self.reg_weight, self.consolidated > 0
 
 
-def diagonal_fisher(method: Method, idx: Tensor, max_floats: int = 2 ** 25) -> list[Tensor]:
+def diagonal_fisher(method: Method, idx: Tensor, max_floats: int = 2**25) -> list[Tensor]:
     """Mean over samples of (d log p(y|x) / d theta)^2 with y ~ p(.|x) from the model, per parameter.
 
     Per-sample gradients come from torch.func (vmap over grad) in chunks sized so that a chunk's

@@ -39,8 +39,9 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         """weight x sum F* (theta - theta*)^2 over the penalised parameters (0 before a boundary)."""
         if self.anchor is None or self.importance is None:
             return torch.zeros((), device=self.device)
-        total = cast(Tensor, sum((f * (p - a).pow(2)).sum()
-                                 for p, a, f in zip(self.penalised, self.anchor, self.importance)))
+        total = cast(
+            Tensor, sum((f * (p - a).pow(2)).sum() for p, a, f in zip(self.penalised, self.anchor, self.importance))
+        )
         return self.params.ewcpp_weight * total
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
@@ -63,15 +64,20 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         self.anchor = [p.detach().clone() for p in self.penalised]
         self.importance = [f.clone() for f in self.fisher]
         mean = float(sum(f.sum() for f in self.fisher) / sum(f.numel() for f in self.fisher))
-        self.report.log(f"task {task.index + 1}: EWC++ snapshot (theta*, F), mean F {mean:.3g}; penalty weight "
-                        f"{self.params.ewcpp_weight:g}")
+        self.report.log(
+            f"task {task.index + 1}: EWC++ snapshot (theta*, F), mean F {mean:.3g}; penalty weight "
+            f"{self.params.ewcpp_weight:g}"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         if self.task_free:
-            state["ewcpp"] = {"fisher": [f.cpu() for f in self.fisher], "started": list(self.started),
-                              "anchor": None if self.anchor is None else [a.cpu() for a in self.anchor],
-                              "importance": None if self.importance is None else [f.cpu() for f in self.importance]}
+            state["ewcpp"] = {
+                "fisher": [f.cpu() for f in self.fisher],
+                "started": list(self.started),
+                "anchor": None if self.anchor is None else [a.cpu() for a in self.anchor],
+                "importance": None if self.importance is None else [f.cpu() for f in self.importance],
+            }
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

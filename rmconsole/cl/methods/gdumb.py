@@ -42,11 +42,16 @@ class GDumb(TaskFree, Method):
         self.model = self.build_model()
         self.optimizer = self.make_optimizer()
         self.fresh_models += 1
-        self.report.log(f"task {task.index + 1}: GDumb trains fresh model #{self.fresh_models} on "
-                        f"{len(self.memory)} memory samples")
+        self.report.log(
+            f"task {task.index + 1}: GDumb trains fresh model #{self.fresh_models} on {len(self.memory)} memory samples"
+        )
         if len(self.memory) and self.cfg.epochs > 0:
-            self.fit(self.cfg.epochs, lambda e: self.shuffled_batches(self.memory.indices, self.memory_batch_size),
-                     "memory", task)
+            self.fit(
+                self.cfg.epochs,
+                lambda e: self.shuffled_batches(self.memory.indices, self.memory_batch_size),
+                "memory",
+                task,
+            )
 
     # ------------------------------------------------------------------ task-free streams
 

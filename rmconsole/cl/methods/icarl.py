@@ -59,7 +59,9 @@ class ICaRL(NewOldClasses[ICaRLParams], Method[ICaRLParams]):
             onehot = nnf.one_hot(y, self.n_classes).float()
         else:
             x, y_a, y_b, lam = mixed
-            onehot = lam * nnf.one_hot(y_a, self.n_classes).float() + (1 - lam) * nnf.one_hot(y_b, self.n_classes).float()
+            onehot = (
+                lam * nnf.one_hot(y_a, self.n_classes).float() + (1 - lam) * nnf.one_hot(y_b, self.n_classes).float()
+            )
         logits = self.model(x)
         bce = nnf.binary_cross_entropy_with_logits(logits, self.targets(x, onehot), reduction="none")
         return (bce * self.seen).sum(1).mean()  # summed over seen classes, like CE's scale

@@ -19,4 +19,5 @@ class ICaRLParams(MethodParams):
     """iCaRL (and BiC): which of a task's classes count as new (see incremental.py)."""
 
     new_classes: Literal["task", "unseen"] = param(
-        "task", "iCaRL / BiC: a task's new classes are its own classes (task) or only never-seen ones (unseen)")
+        "task", "iCaRL / BiC: a task's new classes are its own classes (task) or only never-seen ones (unseen)"
+    )

@@ -66,6 +66,7 @@ class NewOldClasses(Generic[NP]):
     def before_task(self, task: Any) -> None:
         seen_before = self.seen.clone()
         super().before_task(task)  # type: ignore[misc]  # the Method after this mixin in the MRO has it
-        self.new_classes, self.old_classes = split_new_old(seen_before, self.seen,
-                                                           self.setup.groups[task.index], self.params.new_classes)
+        self.new_classes, self.old_classes = split_new_old(
+            seen_before, self.seen, self.setup.groups[task.index], self.params.new_classes
+        )
         self.previous_model = frozen_copy(self.model) if bool(self.old_classes.any()) else None

@@ -19,4 +19,6 @@ class Joint(Method):
     def learn_task(self, task: Task) -> None:
         self.memory_info = {"policy": "none (joint training keeps no memory)"}
         if self.cfg.epochs > 0:
-            self.fit(self.cfg.epochs, lambda e: self.shuffled_batches(task.stream, self.train_batch_size), "joint", task)
+            self.fit(
+                self.cfg.epochs, lambda e: self.shuffled_batches(task.stream, self.train_batch_size), "joint", task
+            )

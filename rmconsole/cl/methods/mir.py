@@ -75,8 +75,9 @@ class MIR(TaskFree, Method[MIRParams]):
         self.model.train(train_mode)
         with torch.no_grad():
             before = nnf.cross_entropy(self.mask_unseen(self.model(x_c)), y_c, reduction="none")
-            after = nnf.cross_entropy(self.mask_unseen(functional_call(self.model, virtual, (x_c,))), y_c,
-                                      reduction="none")
+            after = nnf.cross_entropy(
+                self.mask_unseen(functional_call(self.model, virtual, (x_c,))), y_c, reduction="none"
+            )
         self.model.train()
         self.cost += 3 * len(x_s) + 2 * len(x_c)
         return candidates[torch.argsort(after - before, descending=True, stable=True)[:k]]

@@ -25,5 +25,7 @@ class MIRParams(MethodParams):
 
     mir_candidates: int = param(50, "MIR: memory candidates scored by their loss increase per step", ge=1)
     mir_score_mode: Literal["eval", "train"] = param(
-        "eval", "MIR: batch-norm mode of the look-ahead and the candidates' scoring; eval: running statistics "
-                "untouched (MIR's paper); train: batch statistics, running statistics updated (the follow-up's code)")
+        "eval",
+        "MIR: batch-norm mode of the look-ahead and the candidates' scoring; eval: running statistics "
+        "untouched (MIR's paper); train: batch statistics, running statistics updated (the follow-up's code)",
+    )

@@ -139,20 +139,33 @@ class Rwalk(Regularised[RwalkParams], Method[RwalkParams]):
             a.copy_(p)
         q.scale, q.active = self.reg_weight, True
         total = lambda ts: float(sum(t.sum() for t in ts))  # noqa: E731
-        self.report.log(f"task {task.index + 1}: Rwalk task score sum {total(self.task_score):.4g}, consolidated "
-                        f"score sum {total(self.score):.4g}, Fisher sum {total(self.fisher):.4g}, lambda={self.reg_weight:g}")
+        self.report.log(
+            f"task {task.index + 1}: Rwalk task score sum {total(self.task_score):.4g}, consolidated "
+            f"score sum {total(self.score):.4g}, Fisher sum {total(self.fisher):.4g}, lambda={self.reg_weight:g}"
+        )
         for t in self.task_score:
             t.zero_()
         self.consolidated += 1
 
-    _STATE = ("fisher", "window_grad_sq", "small_omega", "task_score", "score", "weight", "anchor", "previous",
-              "window_start", "task_grad")
+    _STATE = (
+        "fisher",
+        "window_grad_sq",
+        "small_omega",
+        "task_score",
+        "score",
+        "weight",
+        "anchor",
+        "previous",
+        "window_start",
+        "task_grad",
+    )
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["rwalk"] = {k: getattr(self, k) for k in self._STATE}
-        state["rwalk"].update(window_steps=self.window_steps, fisher_started=self.fisher_started,
-                              consolidated=self.consolidated)
+        state["rwalk"].update(
+            window_steps=self.window_steps, fisher_started=self.fisher_started, consolidated=self.consolidated
+        )
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

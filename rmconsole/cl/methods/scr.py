@@ -56,8 +56,9 @@ class SCR(TaskFree, Method[SCRParams]):
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)
         d = self.model.feature_dim
-        self.projection = nn.Sequential(nn.Linear(d, d), nn.ReLU(inplace=True),
-                                        nn.Linear(d, self.params.scr_projection)).to(self.device)
+        self.projection = nn.Sequential(
+            nn.Linear(d, d), nn.ReLU(inplace=True), nn.Linear(d, self.params.scr_projection)
+        ).to(self.device)
         self._means: tuple[Any, Tensor, Tensor] | None = None  # (key, classes, normalised means)
         # "recipe": SCR's own augmentation draws from a generator of its own (the pipeline's stays untouched)
         self.recipe_gen = torch.Generator().manual_seed(7_919 * (self.cfg.seed + 1))
@@ -71,10 +72,12 @@ class SCR(TaskFree, Method[SCRParams]):
     def online_start(self) -> None:
         super().online_start()
         if self.params.scr_views == "recipe":  # the run's recorded pipeline is not what SCR trains on: say so
-            self.report.log("scr_views=recipe: SCR's two views are the clean image and SCR's own recipe "
-                            "(random_resized_crop(scale=0.2-1), horizontal_flip(p=0.5), "
-                            "color_jitter(0.4, 0.4, 0.4, 0.1, p=0.8), grayscale(p=0.2), normalize), "
-                            "not the run's pipeline")
+            self.report.log(
+                "scr_views=recipe: SCR's two views are the clean image and SCR's own recipe "
+                "(random_resized_crop(scale=0.2-1), horizontal_flip(p=0.5), "
+                "color_jitter(0.4, 0.4, 0.4, 0.1, p=0.8), grayscale(p=0.2), normalize), "
+                "not the run's pipeline"
+            )
 
     def online_train(self, stream: Tensor, iterations: int) -> None:
         n_memory = self.cfg.batch_size - len(stream)
@@ -128,8 +131,11 @@ class SCR(TaskFree, Method[SCRParams]):
         return classes[(feats @ means.T).argmax(1)]
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "projection": self.projection.state_dict(),
-                "recipe_gen": self.recipe_gen.get_state()}
+        return {
+            **super().state_dict(),
+            "projection": self.projection.state_dict(),
+            "recipe_gen": self.recipe_gen.get_state(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.projection.load_state_dict(state["projection"])

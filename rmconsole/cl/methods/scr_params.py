@@ -20,6 +20,8 @@ class SCRParams(MethodParams):
     scr_temperature: float = param(0.07, "SCR: temperature of the supervised contrastive loss", gt=0)
     scr_projection: int = param(128, "SCR: output size of the projection head", ge=2)
     scr_views: Literal["pipeline", "recipe"] = param(
-        "pipeline", "SCR: its two views; pipeline: two draws of the run's augmentation (as the other methods "
-                    "train); recipe: SCR's own code, the clean image and one view of its recipe (resized crop, flip, "
-                    "colour jitter, greyscale; cl/augment_scr.py)")
+        "pipeline",
+        "SCR: its two views; pipeline: two draws of the run's augmentation (as the other methods "
+        "train); recipe: SCR's own code, the clean image and one view of its recipe (resized crop, flip, "
+        "colour jitter, greyscale; cl/augment_scr.py)",
+    )

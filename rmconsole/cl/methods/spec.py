@@ -56,12 +56,18 @@ class MethodSpec:
             raise ValueError(f"{what}: its name must be an identifier (letters, digits, _)")
         module, sep, attribute = str(self.implementation).partition(":")
         if not sep or not module.strip() or not attribute.strip() or module.startswith("."):
-            raise ValueError(f"{what}: implementation {self.implementation!r} must be 'package.module:Class' "
-                             f"(an absolute module path)")
-        if not (isinstance(self.params, type) and issubclass(self.params, MethodParams)
-                and dataclasses.is_dataclass(self.params)):
-            raise ValueError(f"{what}: params must be a MethodParams dataclass (rmconsole.cl.settings), "
-                             f"not {self.params!r}")
+            raise ValueError(
+                f"{what}: implementation {self.implementation!r} must be 'package.module:Class' "
+                f"(an absolute module path)"
+            )
+        if not (
+            isinstance(self.params, type)
+            and issubclass(self.params, MethodParams)
+            and dataclasses.is_dataclass(self.params)
+        ):
+            raise ValueError(
+                f"{what}: params must be a MethodParams dataclass (rmconsole.cl.settings), not {self.params!r}"
+            )
         unknown = [p for p in self.protocols if p not in PROTOCOLS]
         if not self.protocols or unknown:
             raise ValueError(f"{what}: protocols {self.protocols!r}: allowed: a tuple of {', '.join(PROTOCOLS)}")

@@ -53,10 +53,23 @@ HEAD_RULES = ("extend", "keep_moments", "rebuild")
 # the step, inference, checkpoints: base.TASK_HOOKS). rmconsole.testing reads it to flag an
 # override this protocol never calls.
 TASK_FREE_HOOKS: tuple[str, ...] = (
-    "online_start", "online_task_start", "online_new_class", "online_observe", "online_before_eval",
-    "online_task_end", "memory_report",
-    "build_model", "make_optimizer", "step_loss", "after_step", "graphable_step", "logits", "class_scores",
-    "predict", "state_dict", "load_state_dict",
+    "online_start",
+    "online_task_start",
+    "online_new_class",
+    "online_observe",
+    "online_before_eval",
+    "online_task_end",
+    "memory_report",
+    "build_model",
+    "make_optimizer",
+    "step_loss",
+    "after_step",
+    "graphable_step",
+    "logits",
+    "class_scores",
+    "predict",
+    "state_dict",
+    "load_state_dict",
 )
 
 
@@ -116,13 +129,13 @@ class TaskFree(_MethodBase):
         """Task-free runs: the run's `optimizer` (the follow-up's Adam, or Nesterov SGD)."""
         if not self.task_free:
             return super().make_optimizer()
-        params = [p for name, p in self.model.named_parameters()
-                  if self.cfg.train_head or not name.startswith("fc.")]
+        params = [p for name, p in self.model.named_parameters() if self.cfg.train_head or not name.startswith("fc.")]
         fused = self.device.type in ("cuda", "cpu")
         if self.cfg.optimizer == "adam":
             return torch.optim.Adam(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=fused)
-        optimizer = torch.optim.SGD(params, lr=self.cfg.lr, momentum=0.9, nesterov=True,
-                                    weight_decay=self.cfg.weight_decay, fused=fused)
+        optimizer = torch.optim.SGD(
+            params, lr=self.cfg.lr, momentum=0.9, nesterov=True, weight_decay=self.cfg.weight_decay, fused=fused
+        )
         return graph_ready_optimizer(optimizer) if self.uses_graphs else optimizer
 
     # ------------------------------------------------------------------ the hooks
@@ -190,11 +203,12 @@ class TaskFree(_MethodBase):
 
     def step_lr(self) -> float:
         if self.cfg.schedule == "exp_reset":
-            return self.cfg.lr * self.cfg.lr_gamma ** self.lr_steps
+            return self.cfg.lr * self.cfg.lr_gamma**self.lr_steps
         return self.cfg.lr
 
-    def train_batches(self, batches: list[Tensor], stream_counts: list[int] | None = None,
-                      lr: float | None = None) -> None:
+    def train_batches(
+        self, batches: list[Tensor], stream_counts: list[int] | None = None, lr: float | None = None
+    ) -> None:
         """One optimiser step per index batch. The batches' images are taken and augmented in a
         few batched calls (every sample its own draw), each step is `train.Stepper`; the
         learning rate is the schedule's (`step_lr`, advanced per step) unless `lr` is given.
@@ -275,18 +289,27 @@ class TaskFree(_MethodBase):
         """The memory as it is now, as a memory-panel snapshot."""
         n_seen = int(self.seen.sum())
         self.memory_info = {"policy": type(self).__name__.lower(), "samples_seen": self.memory.seen, **(info or {})}
-        self.report.memory_updated(task.index, self.memory.histogram(self.n_classes),
-                                   slots_per_class(self.memory.capacity, n_seen), self.memory_info)
+        self.report.memory_updated(
+            task.index,
+            self.memory.histogram(self.n_classes),
+            slots_per_class(self.memory.capacity, n_seen),
+            self.memory_info,
+        )
 
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         if self.task_free and hasattr(self, "temp"):
-            state["online"] = {"temp": list(self.temp), "temp_labels": list(self.temp_labels),
-                               "num_updates": self.num_updates, "lr_steps": self.lr_steps,
-                               "online_steps": self.online_steps, "cost": self.cost,
-                               "sample_rng": self.sample_rng.getstate()}
+            state["online"] = {
+                "temp": list(self.temp),
+                "temp_labels": list(self.temp_labels),
+                "num_updates": self.num_updates,
+                "lr_steps": self.lr_steps,
+                "online_steps": self.online_steps,
+                "cost": self.cost,
+                "sample_rng": self.sample_rng.getstate(),
+            }
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

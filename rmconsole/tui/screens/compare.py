@@ -85,10 +85,20 @@ class CompareScreen(PollingScreen):
         for i, row in enumerate(view.rows):
             r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
             partial = "grey50" if row.partial else ""
-            metrics = [Text(row.metric_text(name), style=partial if _greyed(name) else "")
-                       for name in columns[len(RUN_COLUMNS):]]
-            cells = (Text(f"● #{row.id}", style=f"bold rgb({r},{g},{b})"), status_text(row.status),
-                     row.label, row.method, str(row.memory_size), str(row.seed), progress_text(row), *metrics)
+            metrics = [
+                Text(row.metric_text(name), style=partial if _greyed(name) else "")
+                for name in columns[len(RUN_COLUMNS) :]
+            ]
+            cells = (
+                Text(f"● #{row.id}", style=f"bold rgb({r},{g},{b})"),
+                status_text(row.status),
+                row.label,
+                row.method,
+                str(row.memory_size),
+                str(row.seed),
+                progress_text(row),
+                *metrics,
+            )
             key = str(row.id)
             if key in table.rows:
                 for column, cell in zip(columns, cells):
@@ -115,8 +125,9 @@ class CompareScreen(PollingScreen):
             notes.append("Same config (only the run differs).", style="grey62")
             return notes
         table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        table.add_column("key", style="cyan", no_wrap=True,
-                         min_width=max((len(k) for k in view.differences), default=3))  # never cut a key
+        table.add_column(
+            "key", style="cyan", no_wrap=True, min_width=max((len(k) for k in view.differences), default=3)
+        )  # never cut a key
         for i, row in enumerate(view.rows):
             r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
             table.add_column(f"#{row.id}", header_style=f"bold rgb({r},{g},{b})", overflow="fold")  # values wrap

@@ -33,8 +33,16 @@ MEANING = {
     ("RunScreen", "space"): "select this run for Compare",
     ("CompareScreen", "enter"): "open the highlighted run",
 }
-KEY_NAMES = {"slash": "/", "space": "Space", "enter": "Enter", "escape": "Esc", "question_mark": "?",
-             "left_square_bracket": "[", "right_square_bracket": "]", "ctrl+p": "ctrl+p"}
+KEY_NAMES = {
+    "slash": "/",
+    "space": "Space",
+    "enter": "Enter",
+    "escape": "Esc",
+    "question_mark": "?",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+    "ctrl+p": "ctrl+p",
+}
 
 
 def key_rows(screen: Screen) -> list[tuple[str, str]]:
@@ -47,8 +55,12 @@ def key_rows(screen: Screen) -> list[tuple[str, str]]:
         if not isinstance(binding, Binding) or binding.key in seen:
             continue
         seen.add(binding.key)
-        rows.append((KEY_NAMES.get(binding.key, binding.key),
-                     MEANING.get((name, binding.key), binding.description or binding.action)))
+        rows.append(
+            (
+                KEY_NAMES.get(binding.key, binding.key),
+                MEANING.get((name, binding.key), binding.description or binding.action),
+            )
+        )
     rows.append(("ctrl+p", "command palette: find a run by name, tag, note, method… and open, stop or compare it"))
     return rows
 
@@ -61,8 +73,11 @@ class KeysScreen(ModalScreen[None]):
     KeysScreen #keys { width: 90%; max-width: 96; height: auto; max-height: 90%; padding: 0 1;
                        border: round $primary; background: $surface; }
     """
-    BINDINGS = [Binding("question_mark", "close", "Close"), Binding("escape", "close", "Close"),
-                Binding("q", "close", "Close")]
+    BINDINGS = [
+        Binding("question_mark", "close", "Close"),
+        Binding("escape", "close", "Close"),
+        Binding("q", "close", "Close"),
+    ]
 
     def __init__(self, page: Screen) -> None:
         super().__init__()
@@ -78,8 +93,7 @@ class KeysScreen(ModalScreen[None]):
         with VerticalScroll(id="keys") as box:
             box.border_title = "rmconsole keys (? or Esc closes)"
             yield Static(table)
-            yield Static(Text("Enter opens a run; numbers with @k/T are partial (after task k of T).",
-                              style="grey62"))
+            yield Static(Text("Enter opens a run; numbers with @k/T are partial (after task k of T).", style="grey62"))
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -17,7 +17,14 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Header, Input, Label, Select, Static
 
 from ...config import (
-    DEFAULT_PRESET, ConfigError, for_method, load_config, overrides_of, preset_description, preset_names, read_preset,
+    DEFAULT_PRESET,
+    ConfigError,
+    for_method,
+    load_config,
+    overrides_of,
+    preset_description,
+    preset_names,
+    read_preset,
 )
 from ...store.records import RunRecord, format_value
 from ..console import Console
@@ -32,8 +39,9 @@ def split_overrides(text: str) -> list[str]:
         raise ConfigError(f"overrides {text!r}: {err}") from None
 
 
-def preview(preset: str, overrides_text: str, seeds: str = "", name: str = "", sweep_name: str = "",
-            name_template: str = "") -> tuple[dict[str, Any], dict[str, str], str]:
+def preview(
+    preset: str, overrides_text: str, seeds: str = "", name: str = "", sweep_name: str = "", name_template: str = ""
+) -> tuple[dict[str, Any], dict[str, str], str]:
     """The config a launch would store (a sweep's first grid point), where each value came from
     (preset, override, default, sweep axis), and a line saying what will start. For a sweep, the
     sweep name's form and the run-name template are checked as `rmconsole run --sweep-name
@@ -49,12 +57,22 @@ def preview(preset: str, overrides_text: str, seeds: str = "", name: str = "", s
         axes = {k for k, v in plan.axes.items() if len(v) > 1}
         from_preset = for_method(table, {"method": plan.configs[0].method})
         config = plan.configs[0].to_dict()
-        sources = {k: "sweep axis" if k in axes else "override" if k in overridden else
-                   "preset" if k in from_preset else "default" for k in config}
+        sources = {
+            k: "sweep axis"
+            if k in axes
+            else "override"
+            if k in overridden
+            else "preset"
+            if k in from_preset
+            else "default"
+            for k in config
+        }
         what = f"a sweep of {len(plan.configs)} runs ({plan.shape()})"
         if sweep_name and (not SWEEP_NAME.fullmatch(sweep_name) or sweep_name == "last"):
-            raise ConfigError(f"sweep name {sweep_name!r}: allowed: 1-64 letters, digits, '.', '_' or '-', starting "
-                              f"with a letter or digit, not 'last'")
+            raise ConfigError(
+                f"sweep name {sweep_name!r}: allowed: 1-64 letters, digits, '.', '_' or '-', starting "
+                f"with a letter or digit, not 'last'"
+            )
         names = run_names(plan, name or None, name_template or None, sweep_name, bool(sweep_name))
         if any(names):
             more = ", …" if len(names) > 2 else ""
@@ -99,8 +117,15 @@ class LaunchScreen(Screen):
 
     app: Console  # type: ignore[assignment]
 
-    def __init__(self, preset: str = DEFAULT_PRESET, overrides: str = "", name: str = "", tags: str = "",
-                 seeds: str = "", cloned_from: int | None = None) -> None:
+    def __init__(
+        self,
+        preset: str = DEFAULT_PRESET,
+        overrides: str = "",
+        name: str = "",
+        tags: str = "",
+        seeds: str = "",
+        cloned_from: int | None = None,
+    ) -> None:
         super().__init__()
         self.preset = preset if preset in preset_names() else preset_names()[0]
         self.initial = {"overrides": overrides, "name": name, "tags": tags, "seeds": seeds}
@@ -110,7 +135,7 @@ class LaunchScreen(Screen):
         self.what = "one run"
 
     @classmethod
-    def cloning(cls, row: RunRecord) -> "LaunchScreen":
+    def cloning(cls, row: RunRecord) -> LaunchScreen:
         """The launch page filled with a stored run's preset, overrides (seed included), name and tags."""
         preset, overrides = clone_overrides(row)
         return cls(preset, overrides, row.name or "", " ".join(row.tags), cloned_from=row.id)
@@ -122,10 +147,17 @@ class LaunchScreen(Screen):
             yield Select([(name, name) for name in preset_names()], value=self.preset, allow_blank=False, id="preset")
             yield Static(id="description")
             yield Label("Overrides")
-            yield Input(self.initial["overrides"], placeholder="epochs=2 memory_size=500 augment=cutmix+autoaug",
-                        id="overrides")
-            yield Static(Text("KEY=VALUE pairs separated by spaces, as `rmconsole run --set KEY=VALUE`; a comma "
-                              "list (method=rm,er) makes a sweep.", style="grey62"), id="overrides-help")
+            yield Input(
+                self.initial["overrides"], placeholder="epochs=2 memory_size=500 augment=cutmix+autoaug", id="overrides"
+            )
+            yield Static(
+                Text(
+                    "KEY=VALUE pairs separated by spaces, as `rmconsole run --set KEY=VALUE`; a comma "
+                    "list (method=rm,er) makes a sweep.",
+                    style="grey62",
+                ),
+                id="overrides-help",
+            )
             yield Label("Seeds (a sweep over them: 1,2,3)")
             yield Input(self.initial["seeds"], placeholder="1,2,3", id="seeds")
             yield Label("Name and tags")
@@ -140,8 +172,9 @@ class LaunchScreen(Screen):
             with Horizontal(id="launch-buttons"):
                 yield Button("Start run (ctrl+s)", variant="success", id="start")
                 yield Button("Back (Esc)", id="back")
-        preview_table: DataTable = DataTable(id="config-preview", cursor_type="none", zebra_stripes=True,
-                                             classes="panel")
+        preview_table: DataTable = DataTable(
+            id="config-preview", cursor_type="none", zebra_stripes=True, classes="panel"
+        )
         preview_table.border_title = "config that will be stored"
         yield preview_table
         yield Footer()
@@ -173,8 +206,12 @@ class LaunchScreen(Screen):
         self.query_one("#description", Static).update(Text(preset_description(self.preset), style="grey62"))
         table = self.query_one("#config-preview", DataTable)
         try:
-            config, sources, what = preview(self.preset, self.query_one("#overrides", Input).value,
-                                            self.query_one("#seeds", Input).value, *self._sweep_identity())
+            config, sources, what = preview(
+                self.preset,
+                self.query_one("#overrides", Input).value,
+                self.query_one("#seeds", Input).value,
+                *self._sweep_identity(),
+            )
         except ConfigError as err:
             self.valid = False
             self.show_error(str(err))
@@ -190,13 +227,15 @@ class LaunchScreen(Screen):
         for key in config:
             source = sources[key]
             style = {"override": "bold yellow", "sweep axis": "bold magenta", "preset": ""}.get(source, "grey50")
-            table.add_row(Text(key, style=style), Text(format_value(config[key]), style=style),
-                          Text(source, style=style), key=key)
+            table.add_row(
+                Text(key, style=style), Text(format_value(config[key]), style=style), Text(source, style=style), key=key
+            )
 
     def _sweep_identity(self) -> tuple[str, str, str]:
         """(run name, sweep name, run-name template) as typed, stripped."""
-        name, sweep_name, template = (self.query_one(f"#{key}", Input).value.strip()
-                                      for key in ("name", "sweep-name", "name-template"))
+        name, sweep_name, template = (
+            self.query_one(f"#{key}", Input).value.strip() for key in ("name", "sweep-name", "name-template")
+        )
         return name, sweep_name, template
 
     def show_error(self, text: str | None) -> None:
@@ -215,8 +254,10 @@ class LaunchScreen(Screen):
         tags = self.query_one("#tags", Input).value.replace(",", " ").split()
         from ...runner.sweep import fold_seed
 
-        pairs, seeds = fold_seed(split_overrides(self.query_one("#overrides", Input).value),
-                                 self.query_one("#seeds", Input).value.strip() or None)  # one seed: one run, no sweep
+        pairs, seeds = fold_seed(
+            split_overrides(self.query_one("#overrides", Input).value),
+            self.query_one("#seeds", Input).value.strip() or None,
+        )  # one seed: one run, no sweep
         self._starting = True
         self.query_one("#launch-error", Static).update(Text(f"starting {self.what}…", style="cyan"))
         if self.what != "one run":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
 
 from textual import events, on
 from textual.app import ComposeResult
@@ -25,10 +24,14 @@ from ..widgets.run_header import RunHeader
 from ..widgets.task_stream import TaskStreamPanel
 from .polling import PollingScreen
 
-
 # the panels, in tab order: (widget id, tab label); keys 1-5 pick one on a small terminal
-PANELS = (("stream", "1 stream"), ("memory", "2 memory"), ("accuracy", "3 accuracy"), ("epochs", "4 loss & lr"),
-          ("log", "5 log"))
+PANELS = (
+    ("stream", "1 stream"),
+    ("memory", "2 memory"),
+    ("accuracy", "3 accuracy"),
+    ("epochs", "4 loss & lr"),
+    ("log", "5 log"),
+)
 NARROW_WIDTH, NARROW_HEIGHT = 100, 32  # below either, the panels collapse into tabs (one shown at a time)
 
 
@@ -52,14 +55,14 @@ class RunScreen(PollingScreen):
     ]
 
     # the latest read; the header and the panels are bound to them and redraw what changed
-    view: var[Optional[data.RunView]] = var(None, init=False)
-    now: var[Optional[datetime]] = var(None, init=False)  # the App's clock at that read
+    view: var[data.RunView | None] = var(None, init=False)
+    now: var[datetime | None] = var(None, init=False)  # the App's clock at that read
 
     def __init__(self, run_id: int) -> None:
         super().__init__()
         self.run_id = run_id
         self.feed = data.RunFeed(run_id)  # used by one read thread at a time
-        self.log_tail: Optional[data.LogTail] = None
+        self.log_tail: data.LogTail | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -122,8 +125,10 @@ class RunScreen(PollingScreen):
         log.border_subtitle = Path(view.log_path).name if view.log_path else "no log yet"
 
     def on_run_vanished(self, message: RunVanished) -> None:
-        self.query_one(RunHeader).notice = (f"run {message.run_id} no longer exists in the store "
-                                            f"(deleted while shown); Esc goes back", "bold red")
+        self.query_one(RunHeader).notice = (
+            f"run {message.run_id} no longer exists in the store (deleted while shown); Esc goes back",
+            "bold red",
+        )
 
     def on_store_problem(self, message: StoreProblem) -> None:
         self.query_one(RunHeader).notice = (message.text, "bold yellow")

@@ -57,8 +57,11 @@ class RunsScreen(PollingScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Input(placeholder="filter: words, or status:running tag:base override:epochs 'A_last>80' k:200 — "
-                                "Enter keeps, Esc clears", id="filter")
+        yield Input(
+            placeholder="filter: words, or status:running tag:base override:epochs 'A_last>80' k:200 — "
+            "Enter keeps, Esc clears",
+            id="filter",
+        )
         yield RunsTable(id="runs")
         yield StatusLine(id="status-line")
         yield Footer()
@@ -129,8 +132,12 @@ class RunsScreen(PollingScreen):
         """(runs per status, archived runs, whether any run is partial), once per read."""
         if self._counted is None or self._counted[0] is not self.rows:
             rows = self.rows
-            self._counted = (rows, Counter(map(attrgetter("status"), rows)), sum(map(attrgetter("archived"), rows)),
-                             any(map(attrgetter("partial"), rows)))  # (attrgetter: no Python frame per run)
+            self._counted = (
+                rows,
+                Counter(map(attrgetter("status"), rows)),
+                sum(map(attrgetter("archived"), rows)),
+                any(map(attrgetter("partial"), rows)),
+            )  # (attrgetter: no Python frame per run)
         return self._counted[1], self._counted[2], self._counted[3]
 
     def status_text(self, n_shown: int | None = None) -> Text:
@@ -141,8 +148,13 @@ class RunsScreen(PollingScreen):
         if not self.loaded:
             return Text("reading the store…")
         if not self.rows:
-            return Text.assemble("No runs yet. Press ", ("n", "bold"), " to launch one (or run ",
-                                 ("rmconsole run --detach", "bold"), " in a shell).")
+            return Text.assemble(
+                "No runs yet. Press ",
+                ("n", "bold"),
+                " to launch one (or run ",
+                ("rmconsole run --detach", "bold"),
+                " in a shell).",
+            )
         counts, archived, partial = self._counts()
         shown = len(self.query_one(RunsTable).rows) if n_shown is None else n_shown
         parts = [f"{len(self.rows)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]

@@ -8,8 +8,16 @@ from textual_plotext import PlotextPlot
 
 from . import css_beside
 
-LINE_COLOURS = [(78, 121, 167), (242, 142, 43), (225, 87, 89), (118, 183, 178), (89, 161, 79), (237, 201, 72),
-                (176, 122, 161), (255, 157, 167)]
+LINE_COLOURS = [
+    (78, 121, 167),
+    (242, 142, 43),
+    (225, 87, 89),
+    (118, 183, 178),
+    (89, 161, 79),
+    (237, 201, 72),
+    (176, 122, 161),
+    (255, 157, 167),
+]
 
 
 class AccuracyChart(PlotextPlot):
@@ -38,7 +46,6 @@ class AccuracyChart(PlotextPlot):
         for i, (label, accs) in enumerate(self.curves.items()):
             if accs:
                 xs, colour = list(range(1, len(accs) + 1)), LINE_COLOURS[i % len(LINE_COLOURS)]
-                plt.plot(xs, list(accs), marker="braille", color=colour,
-                         label=label if len(self.curves) > 1 else None)
+                plt.plot(xs, list(accs), marker="braille", color=colour, label=label if len(self.curves) > 1 else None)
                 plt.scatter(xs, list(accs), marker="●", color=colour)
         plt.ylabel("accuracy %" if self.size.width >= 40 else "acc%")

@@ -3,7 +3,7 @@ task-free run the chart is the anytime accuracy against samples seen, drawn as i
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -24,7 +24,7 @@ class AccuracyPanel(Vertical):
     DEFAULT_CSS = css_beside(__file__)
     can_focus = True
 
-    view: var[Optional[RunView]] = var(None)  # bound to the run page's view
+    view: var[RunView | None] = var(None)  # bound to the run page's view
     drawn: reactive[tuple[Any, ...]] = reactive(())  # computed: the part of `view` this panel draws
 
     def __init__(self, **kwargs: Any) -> None:
@@ -46,8 +46,16 @@ class AccuracyPanel(Vertical):
         if self.view is None:
             return ()
         row = self.view.row
-        return (row.id, self.view.results, tuple(row.metrics.items()), tuple(row.cross.items()), row.topk,
-                row.n_tasks, len(self.view.streams), self.view.anytime)
+        return (
+            row.id,
+            self.view.results,
+            tuple(row.metrics.items()),
+            tuple(row.cross.items()),
+            row.topk,
+            row.n_tasks,
+            len(self.view.streams),
+            self.view.anytime,
+        )
 
     def watch_drawn(self) -> None:
         view = self.view

@@ -82,13 +82,24 @@ class EpochsPanel(PlotextPlot):
         xs = [i + 1 for i, _ in points]
         loss = [(x, p.loss) for x, (_, p) in zip(xs, points) if p.loss is not None and p.loss > 0]
         if loss:
-            plt.plot([x for x, _ in loss], [math.log10(v) for _, v in loss], marker="braille", color=LOSS_COLOUR,
-                     label="loss (log10)")
+            plt.plot(
+                [x for x, _ in loss],
+                [math.log10(v) for _, v in loss],
+                marker="braille",
+                color=LOSS_COLOUR,
+                label="loss (log10)",
+            )
         plt.plot(xs, [p.lr for _, p in points], marker="braille", color=LR_COLOUR, yside="right", label="lr")
         tests = [(x, p.test_accuracy) for x, (_, p) in zip(xs, points) if p.test_accuracy is not None]
         if tests:
-            plt.scatter([x for x, _ in tests], [v / 100 for _, v in tests], marker="•", color=TEST_COLOUR,
-                        yside="right", label="test acc / 100")
+            plt.scatter(
+                [x for x, _ in tests],
+                [v / 100 for _, v in tests],
+                marker="•",
+                color=TEST_COLOUR,
+                yside="right",
+                label="test acc / 100",
+            )
         starts: dict[int, int] = {}
         for i, p in enumerate(self.points):
             starts.setdefault(p.task, i + 1)

@@ -23,8 +23,11 @@ class Footer(TextualFooter):
         self.compact = True
 
     def _shown_keys(self, screen: Screen) -> tuple:
-        return tuple((binding.key, binding.action, binding.description, enabled, tooltip)
-                     for (_, binding, enabled, tooltip) in screen.active_bindings.values() if binding.show)
+        return tuple(
+            (binding.key, binding.action, binding.description, enabled, tooltip)
+            for (_, binding, enabled, tooltip) in screen.active_bindings.values()
+            if binding.show
+        )
 
     def bindings_changed(self, screen: Screen) -> None:
         if screen.app.app_focus and self.is_attached and screen is self.screen:

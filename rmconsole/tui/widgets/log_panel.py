@@ -30,7 +30,9 @@ class LogPanel(RichLog):
     DEFAULT_CSS = css_beside(__file__)
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_lines=2000, wrap=True, min_width=20, highlight=False, markup=False, auto_scroll=True, **kwargs)
+        super().__init__(
+            max_lines=2000, wrap=True, min_width=20, highlight=False, markup=False, auto_scroll=True, **kwargs
+        )
         self.border_title = "log"
         self.n_lines = 0
         self.kept: list[str] = []  # the lines as read, to wrap again at a new width

@@ -3,15 +3,15 @@ count, with ←/→ to step back through earlier updates, and RM's uncertainty s
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
 from textual.reactive import reactive, var
 from textual.widget import Widget
 
-from ..data import MemoryUpdate, RunView
 from ...recency import ClassAccuracyByAge, class_accuracy_by_age
+from ..data import MemoryUpdate, RunView
 from ..render import class_accuracy_text, memory_chart, memory_summary, uncertainty_chart
 from . import css_beside
 
@@ -29,11 +29,11 @@ class MemoryPanel(Widget):
         Binding("end", "latest", "Latest update", show=False),
     ]
 
-    view: var[Optional[RunView]] = var(None)  # bound to the run page's view; progress alone draws nothing
+    view: var[RunView | None] = var(None)  # bound to the run page's view; progress alone draws nothing
     updates: reactive[tuple[MemoryUpdate, ...]] = reactive(())  # computed from `view`
     labels: reactive[tuple[str, ...]] = reactive(())  # computed from `view`
     results: reactive[tuple] = reactive(())  # computed from `view`: the task results (per-class accuracy)
-    pinned: reactive[Optional[int]] = reactive(None)  # index of the shown update; None = latest
+    pinned: reactive[int | None] = reactive(None)  # index of the shown update; None = latest
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -58,7 +58,7 @@ class MemoryPanel(Widget):
         self.refresh()
 
     @property
-    def index(self) -> Optional[int]:
+    def index(self) -> int | None:
         if not self.updates:
             return None
         return len(self.updates) - 1 if self.pinned is None else min(self.pinned, len(self.updates) - 1)
@@ -80,7 +80,7 @@ class MemoryPanel(Widget):
         self.border_subtitle = "← → step · End latest" if self.pinned is None else "pinned · End = latest"
         self.refresh()
 
-    def _class_accuracy(self, update: MemoryUpdate) -> Optional[ClassAccuracyByAge]:
+    def _class_accuracy(self, update: MemoryUpdate) -> ClassAccuracyByAge | None:
         """Per-class accuracy after the latest task up to this update's, beside the slots of the
         memory after that same task (a running run's newest update may be a task ahead)."""
         results = [r for r in self.results if r.task <= update.task]
@@ -93,8 +93,7 @@ class MemoryPanel(Widget):
     def render(self) -> Text:
         index = self.index
         if index is None:
-            return Text("no memory update yet: the memory is filled after the first task's stream pass",
-                        style="grey62")
+            return Text("no memory update yet: the memory is filled after the first task's stream pass", style="grey62")
         update = self.updates[index]
         width, height = self.size.width, self.size.height
         has_uncertainty = bool(update.candidates_uncertainty) or update.policy == "uncertainty"
@@ -104,7 +103,9 @@ class MemoryPanel(Widget):
         spread_lines = spread.plain.count("\n") + 1 if has_uncertainty else 0
         split = self._class_accuracy(update)
         accuracy = class_accuracy_text(split, width) if split else Text()
-        accuracy_lines = sum(max(1, -(-len(line) // max(width, 1))) for line in accuracy.plain.split("\n")) if split else 0
+        accuracy_lines = (
+            sum(max(1, -(-len(line) // max(width, 1))) for line in accuracy.plain.split("\n")) if split else 0
+        )
         chart_height = max(3, height - summary_lines - spread_lines - accuracy_lines - 1)  # - the class labels
         text = Text()
         text.append_text(summary)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Optional
+from datetime import UTC, datetime
+from typing import Any
 
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from ..data import RunRow, RunView
 from ...numbers import duration
+from ..data import RunRow, RunView
 from ..render import bar, status_text
 from . import css_beside
 
@@ -29,25 +29,32 @@ def describe(view: RunView) -> Text:
         text.append("  " + " ".join(f"#{t}" for t in row.tags), style="cyan")
     if row.partial and not row.active:
         text.append(f"  partial: {row.progress_mark} tasks", style="grey50")
-    text.append(f"\n{row.method} on {row.dataset} · {cfg.get('model', '?')} · K={row.memory_size} · "
-                f"{row.n_tasks or cfg.get('n_tasks')} tasks · blurry{cfg.get('blurry')} {cfg.get('stream')} · "
-                f"epochs {cfg.get('epochs')} · seed {row.seed}", style="grey70")
+    text.append(
+        f"\n{row.method} on {row.dataset} · {cfg.get('model', '?')} · K={row.memory_size} · "
+        f"{row.n_tasks or cfg.get('n_tasks')} tasks · blurry{cfg.get('blurry')} {cfg.get('stream')} · "
+        f"epochs {cfg.get('epochs')} · seed {row.seed}",
+        style="grey70",
+    )
     return text
 
 
-def heartbeat_age(row: RunRow, now: Optional[datetime]) -> Optional[float]:
+def heartbeat_age(row: RunRow, now: datetime | None) -> float | None:
     if now is None or row.heartbeat_at is None:
         return None
-    beat = row.heartbeat_at if row.heartbeat_at.tzinfo else row.heartbeat_at.replace(tzinfo=timezone.utc)
+    beat = row.heartbeat_at if row.heartbeat_at.tzinfo else row.heartbeat_at.replace(tzinfo=UTC)
     return (now - beat).total_seconds()  # negative: the heartbeat is ahead of this clock
 
 
-def progress_line(row: RunRow, width: int, now: Optional[datetime] = None) -> Text:
+def progress_line(row: RunRow, width: int, now: datetime | None = None) -> Text:
     text = Text()
     if row.task is None:
-        text.append({"queued": "queued: waiting for the worker to start…",
-                     "running": "starting: loading the dataset and planning the stream…"}.get(row.status, "never started"),
-                    style="grey62")
+        text.append(
+            {
+                "queued": "queued: waiting for the worker to start…",
+                "running": "starting: loading the dataset and planning the stream…",
+            }.get(row.status, "never started"),
+            style="grey62",
+        )
         return text
     if not row.active:
         text.append(f"{row.tasks_done}/{row.n_tasks} tasks done", style="bold")
@@ -78,9 +85,9 @@ class RunHeader(Static):
 
     DEFAULT_CSS = css_beside(__file__)
 
-    view: reactive[Optional[RunView]] = reactive(None)
-    now: reactive[Optional[datetime]] = reactive(None)  # the heartbeat's age moves on with it
-    notice: reactive[Optional[tuple[str, str]]] = reactive(None)
+    view: reactive[RunView | None] = reactive(None)
+    now: reactive[datetime | None] = reactive(None)  # the heartbeat's age moves on with it
+    notice: reactive[tuple[str, str] | None] = reactive(None)
     line_count: reactive[int] = reactive(0)  # computed: the header's height
 
     def __init__(self, **kwargs: Any) -> None:

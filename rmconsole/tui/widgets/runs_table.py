@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
-from typing import Any, Mapping, Optional, cast
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
@@ -23,15 +23,22 @@ from . import css_beside
 # narrow terminal: the id and A_last stay, the run's name/preset is narrowed but its start kept).
 # The metric columns are the catalogue's (its `column` priority; the one carrying `@k/T` is wider).
 RUN_COLUMNS: tuple[tuple[str, str, int, str, int], ...] = (
-    ("sel", " ", 1, "left", 1), ("id", "id", 4, "right", 1), ("status", "status", 8, "left", 1),
-    ("preset", "run", 22, "left", 1), ("method", "method", 8, "left", 3), ("K", "K", 4, "right", 7),
-    ("seed", "seed", 4, "right", 6), ("changes", "changes", 10, "left", 4), ("progress", "progress", 16, "left", 2),
+    ("sel", " ", 1, "left", 1),
+    ("id", "id", 4, "right", 1),
+    ("status", "status", 8, "left", 1),
+    ("preset", "run", 22, "left", 1),
+    ("method", "method", 8, "left", 3),
+    ("K", "K", 4, "right", 7),
+    ("seed", "seed", 4, "right", 6),
+    ("changes", "changes", 10, "left", 4),
+    ("progress", "progress", 16, "left", 2),
     ("speed", "samples/s", 9, "right", 9),
 )
 METRICS = tuple(metric_registry.columns())
 CARRIER = mark_carrier(METRICS)
 COLUMNS: tuple[tuple[str, str, int, str, int], ...] = RUN_COLUMNS + tuple(
-    (m.name, m.label, 10 if m is CARRIER else max(6, len(m.label)), "right", m.column) for m in METRICS)
+    (m.name, m.label, 10 if m is CARRIER else max(6, len(m.label)), "right", m.column) for m in METRICS
+)
 RUN_KEYS = frozenset(c[0] for c in RUN_COLUMNS)
 TASK_FREE_ONLY = frozenset(m.name for m in METRICS if "task" not in m.protocols)  # shown when such a run is listed
 MAX_RUN_WIDTH = 40  # a longer run name is cut with an ellipsis (a preset name never is: they are shorter)
@@ -43,7 +50,9 @@ MAX_RUN_WIDTH = 40  # a longer run name is cut with an ellipsis (a preset name n
 # only while no listed run has one.
 COMPACT_WIDTH = 100
 COMPACT_COLUMNS: tuple[tuple[str, str, int, str, int], ...] = (
-    ("id", "id", 5, "right", 1), ("status", "status", 9, "left", 1), ("preset", "run · changes", 13, "left", 1),
+    ("id", "id", 5, "right", 1),
+    ("status", "status", 9, "left", 1),
+    ("preset", "run · changes", 13, "left", 1),
     ("method", "method·K·seed", 15, "left", 1),
 )
 COMPACT_METRICS = ("A_last", "F_last", "I_last")
@@ -51,8 +60,9 @@ COMPACT_METRICS = ("A_last", "F_last", "I_last")
 SORT_LABELS = {"preset": "run"}
 
 
-def layout(width: int, run_width: int = 22, anytime: bool = False,
-           present: frozenset[str] = frozenset(COMPACT_METRICS)) -> dict[str, int]:
+def layout(
+    width: int, run_width: int = 22, anytime: bool = False, present: frozenset[str] = frozenset(COMPACT_METRICS)
+) -> dict[str, int]:
     """The columns that fit `width` cells, by priority, with their widths. The run column (name,
     else preset) is as wide as its longest label (up to MAX_RUN_WIDTH), so a preset name a user
     types is never cut; the least important columns are dropped until the rest fit (each costs
@@ -77,7 +87,9 @@ def layout(width: int, run_width: int = 22, anytime: bool = False,
     return widths
 
 
-def compact_layout(width: int, anytime: bool = False, present: frozenset[str] = frozenset(COMPACT_METRICS)) -> dict[str, int]:
+def compact_layout(
+    width: int, anytime: bool = False, present: frozenset[str] = frozenset(COMPACT_METRICS)
+) -> dict[str, int]:
     """The folded columns of a narrow terminal (COMPACT_COLUMNS and A/F/I_last, A_auc too for a
     task-free run), `present`: the metrics some listed run has (the others are left out); the
     run column takes what is left (at least 8)."""
@@ -111,11 +123,11 @@ class _LazyRow:
     rendered or read (DataTable renders only the rows on screen), so adding 10,000 rows costs a
     small object per cell rather than 18 Rich Texts and their signatures per row."""
 
-    __slots__ = ("table", "state", "cells")
+    __slots__ = ("cells", "state", "table")
 
-    def __init__(self, table: "RunsTable", state: tuple[RunRow, bool]) -> None:
+    def __init__(self, table: RunsTable, state: tuple[RunRow, bool]) -> None:
         self.table, self.state = table, state
-        self.cells: Optional[tuple[object, ...]] = None
+        self.cells: tuple[object, ...] | None = None
 
     def cell(self, index: int) -> object:
         if self.cells is None:
@@ -127,7 +139,7 @@ class _LazyCell:
     """One cell of a _LazyRow: renders (and reads, e.g. `.plain`) as the Text it stands for;
     `run_key` is its row's key (what the table's order is sorted by, without building the row)."""
 
-    __slots__ = ("row", "index", "run_key")
+    __slots__ = ("index", "row", "run_key")
 
     def __init__(self, row: _LazyRow, index: int, run_key: str) -> None:
         self.row, self.index, self.run_key = row, index, run_key
@@ -172,7 +184,7 @@ class RunsTable(DataTable):
         self._shown: dict[str, tuple[RunRow, bool]] = {}
         self._sync_pending = False
         self._widths: dict[str, int] = {}
-        self._keep: Optional[int] = None  # the run the cursor was on before the columns were rebuilt
+        self._keep: int | None = None  # the run the cursor was on before the columns were rebuilt
         self._compact = False
         self._fact_objects: dict[int, RunRow] = {}  # id(row) -> row, the rows _facts last counted
         self._fact_cache: dict[int, tuple] = {}  # run id -> (row, label length, flags, metrics)
@@ -205,7 +217,7 @@ class RunsTable(DataTable):
                 continue
             if f is not None:
                 self._count(f, -1)
-            f = (r, len(r.label), ("anytime",) if any(name in r.metrics for name in TASK_FREE_ONLY) else ()) 
+            f = (r, len(r.label), ("anytime",) if any(name in r.metrics for name in TASK_FREE_ONLY) else ())
             f = f + (tuple(name for name in COMPACT_METRICS if r.value(name) is not None),)
             cache[r.id] = f
             self._count(f, 1)
@@ -262,7 +274,7 @@ class RunsTable(DataTable):
         self._sync()
 
     @property
-    def cursor_run_id(self) -> Optional[int]:
+    def cursor_run_id(self) -> int | None:
         if not self.row_count:
             return None
         try:
@@ -329,8 +341,12 @@ class RunsTable(DataTable):
             run.append(" ")
             run.append_text(changes)
         k = row.memory_size if row.memory_size is not None else "—"
-        return {"id": ident, "status": status, "preset": run,
-                "method": Text(f"{row.method}·{k}·s{row.seed}", overflow="ellipsis", no_wrap=True)}
+        return {
+            "id": ident,
+            "status": status,
+            "preset": run,
+            "method": Text(f"{row.method}·{k}·s{row.seed}", overflow="ellipsis", no_wrap=True),
+        }
 
     def watch_runs(self) -> None:
         if self.is_mounted and self.size.width and self._wanted_layout(self.size.width) != self._widths:
@@ -403,7 +419,7 @@ class RunsTable(DataTable):
         top = int(self.scroll_y)
         return top - height, top + 2 * height
 
-    def _draw(self, key: str, state: tuple[RunRow, bool], old: Optional[tuple[tuple[object, ...], ...]]) -> None:
+    def _draw(self, key: str, state: tuple[RunRow, bool], old: tuple[tuple[object, ...], ...] | None) -> None:
         """Add the row, or update the cells of it that changed."""
         self._dirty.pop(key, None)
         self._shown[key] = state

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..data import RunView
 from ...numbers import fmt
+from ..data import RunView
 from ..render import stream_bar, stream_counts
 from . import css_beside
 
@@ -25,7 +25,7 @@ class TaskStreamPanel(Widget):
     DEFAULT_CSS = css_beside(__file__)
     can_focus = True
 
-    view: reactive[Optional[RunView]] = reactive(None)
+    view: reactive[RunView | None] = reactive(None)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -41,15 +41,23 @@ class TaskStreamPanel(Widget):
         width = self.size.width
         current = row.task if row.active else None
         ended_in = row.task if row.status in ("failed", "stopped") else None  # where a run that did not finish stopped
-        states = ["done" if s.task in done else "current" if s.task == current else "ended" if s.task == ended_in
-                  else "planned" for s in view.streams]
+        states = [
+            "done"
+            if s.task in done
+            else "current"
+            if s.task == current
+            else "ended"
+            if s.task == ended_in
+            else "planned"
+            for s in view.streams
+        ]
         indices = list(range(len(view.streams)))
         text = Text()
         room = max(self.size.height - 4, 3)  # the legend and the speed line take the rest
         if len(indices) > room:  # a window around the task that is running (or the last one done)
             focus = next((i for i, st in enumerate(states) if st in ("current", "ended")), len(done) - 1)
             start = min(max(focus - room // 2, 0), len(indices) - room + 1)
-            shown = indices[start:start + room - 1]
+            shown = indices[start : start + room - 1]
             text.append(f"  … {start} earlier · {len(indices) - start - len(shown)} later tasks\n", style="grey50")
             indices = shown
         tails = {}
@@ -75,8 +83,10 @@ class TaskStreamPanel(Widget):
             s, state, count, tail = view.streams[i], states[i], counts[i], tails[i]
             line = Text("▶ " if state == "current" else "  ", style="bold cyan")
             line.append(f"T{s.task + 1:<2} ", style="bold" if state != "planned" else "grey50")
-            line.append({"done": "✓ ", "current": "● ", "ended": "✗ "}.get(state, "  "),
-                        style={"done": "green", "current": "cyan", "ended": "bold red"}.get(state, ""))
+            line.append(
+                {"done": "✓ ", "current": "● ", "ended": "✗ "}.get(state, "  "),
+                style={"done": "green", "current": "cyan", "ended": "bold red"}.get(state, ""),
+            )
             line.append(f"{s.n_samples:>6,} ", style="grey70")
             position = row.phase_fraction if state == "current" and row.phase == "stream" else None
             line.append_text(stream_bar(s, bar_width, scale, state, position))

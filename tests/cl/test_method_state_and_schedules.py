@@ -1,0 +1,414 @@
+"""Pins written against the mutants that survived the methods' own tests (issue 29 item 1):
+RM's batches, checkpoint and task ends; GDumb's task-free checkpoint keys; BiC's bias fitting
+and init; CLIB's adaptive learning rate. Tiny tensors, no real training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support.online_helpers import Recorder, built, config, feed, tiny_data
+
+
+def _task(index: int, stream: torch.Tensor, n_tasks: int = 5):  # type: ignore[no-untyped-def]
+    from rmconsole.cl.learner import Task
+
+    return Task(index, stream, n_tasks)
+
+
+# ------------------------------------------------------------------------------ RM
+
+
+def test_rm_memory_batch_is_half_the_batch_rounded_down_unless_set() -> None:
+    m, _, _ = built("rm", batch_size=9)
+    assert m.memory_batch_size == 4 and isinstance(m.memory_batch_size, int)
+    m, _, _ = built("rm", batch_size=8, memory_batch_size=6)
+    assert m.memory_batch_size == 6  # a set size wins over batch/2
+
+
+def test_rm_stream_batches_are_half_stream_half_cycled_memory() -> None:
+    m, _, _ = built("rm", batch_size=9)
+    stream = torch.arange(20, 40)
+    plain = m.stream_batches(_task(0, stream))  # empty memory: whole batches of stream
+    assert [len(b) for b in plain] == [9, 9, 2] and sorted(torch.cat(plain).tolist()) == list(range(20, 40))
+    memory = torch.tensor([100, 101, 102, 103, 104])
+    m.memory.replace(memory, torch.zeros(5, dtype=torch.long))
+    batches = m.stream_batches(_task(1, stream))
+    assert [len(b) for b in batches] == [9, 9, 9, 9]  # 5 stream + 4 memory, 4 stream batches of 5
+    assert all(
+        set(b[:5].tolist()) <= set(range(20, 40)) and set(b[5:].tolist()) <= set(memory.tolist()) for b in batches
+    )
+    drawn = torch.cat([b[5:] for b in batches]).tolist()
+    counts = [drawn.count(i) for i in memory.tolist()]
+    assert sorted(counts) == [3, 3, 3, 3, 4]  # the memory cycled: 16 draws over 5 slots, reshuffled per cycle
+    assert sorted(torch.cat([b[:5] for b in batches]).tolist()) == list(range(20, 40))
+
+
+def test_rm_port_fills_its_balanced_memory_with_the_labels_it_saw() -> None:
+    m, proto, _ = built("rm", rm_variant="iblurry", optimizer="sgd", lr=0.05, schedule="constant", epochs=1)
+    stream = feed(m, proto, 16)
+    assert sorted(m.memory.indices.tolist()) == sorted(stream)
+    assert m.memory.labels.tolist() == [int(proto.train_labels[i]) for i in m.memory.indices.tolist()]
+    assert m.temp == [] and m.temp_labels == []
+
+
+def test_rm_paper_variant_trains_on_the_stream_and_remembers_it() -> None:
+    m, proto, _ = built("rm", optimizer="sgd", lr=0.05, schedule="constant", epochs=1)
+    trained = []
+    online_train = m.online_train
+    m.online_train = lambda idx, iterations: (trained.extend(idx.tolist()), online_train(idx, iterations))
+    stream = feed(m, proto, 16)
+    assert m.task_stream == stream
+    assert trained == stream  # it trained on the stream meanwhile (in ER's batches)
+
+
+@pytest.mark.parametrize("variant", ["iblurry", "paper"])
+def test_rm_task_end_runs_the_memory_epochs_and_says_its_variant(variant: str) -> None:
+    m, proto, _ = built("rm", rm_variant=variant, optimizer="sgd", lr=0.05, schedule="constant", epochs=2)
+    feed(m, proto, 24)
+    calls = []
+    m.memory_epochs = lambda task, epochs, batch_size: calls.append((task.index, epochs, batch_size))
+    m.online_task_end(_task(0, proto.tasks[0]))
+    assert calls == [(0, 2, 8)]
+    assert m.memory_info["rm_variant"] == variant
+    if variant == "paper":
+        assert m.memory_info["policy"] == "uncertainty" and m.task_stream == []
+
+
+def test_rm_checkpoint_carries_the_task_stream() -> None:
+    m, proto, _ = built("rm", optimizer="sgd", lr=0.05, schedule="constant", epochs=1)
+    stream = feed(m, proto, 10)
+    state = m.state_dict()
+    assert state["rm_task_stream"] == stream
+    other, _, _ = built("rm", optimizer="sgd", lr=0.05, schedule="constant", epochs=1)
+    other.load_state_dict(state)
+    assert other.task_stream == stream
+    state.pop("rm_task_stream")
+    third, _, _ = built("rm", optimizer="sgd", lr=0.05, schedule="constant", epochs=1)
+    third.load_state_dict(state)  # an older checkpoint without it: the stream stays as it was
+    assert third.task_stream == []
+    del third.task_stream  # before online_start: nothing to save
+    assert "rm_task_stream" not in third.state_dict()
+
+
+# ------------------------------------------------------------------------------ GDumb
+
+
+def _gdumb(**over):  # type: ignore[no-untyped-def]
+    return built("gdumb", optimizer="sgd", lr=0.05, schedule="constant", epochs=1, **over)
+
+
+def test_gdumb_class_mask_is_boolean_and_marks_the_memorys_classes() -> None:
+    m, proto, _ = _gdumb()
+    assert m.memory_classes.dtype == torch.bool and not bool(m.memory_classes.any())
+    feed(m, proto, 30)
+    m.online_task_end(_task(0, proto.tasks[0]))  # a task end trains a fresh model as an evaluation does
+    assert m.fresh_models == 1 and m.trained_at == (m.memory.seen, len(m.memory))
+    assert m.memory_classes.dtype == torch.bool
+    assert m.memory_classes.nonzero().flatten().tolist() == sorted(set(m.memory.labels.tolist()))
+
+
+def test_gdumb_memory_epochs_train_every_epoch_on_the_cosine_rates() -> None:
+    from rmconsole.cl.schedule import epoch_lr
+
+    m, proto, _ = _gdumb()
+    feed(m, proto, 20)
+    seen = []
+    m.train_batches = lambda b, stream_counts=None, lr=None: seen.append((sum(len(x) for x in b), lr))
+    m.memory_epochs(_task(-1, m.memory.indices, 0), 3, 4)
+    assert [lr for _, lr in seen] == [epoch_lr(e, 0.05, "cosine") for e in range(3)]
+    assert all(n == len(m.memory) for n, _ in seen)
+
+
+def test_gdumb_trains_the_task_protocols_fresh_model_for_a_single_epoch() -> None:
+    m, proto, _ = _gdumb()
+    feed(m, proto, 20)
+    fits = []
+    m.update_memory = lambda task: None
+    m.fit = lambda epochs, batches, phase, task, chunk_images=None: fits.append((epochs, phase))
+    m.learn_task(_task(0, proto.tasks[0]))
+    assert fits == [(1, "memory")] and m.fresh_models == 1
+
+
+def test_gdumb_checkpoint_round_trips_its_task_free_state() -> None:
+    m, proto, _ = _gdumb()
+    fresh = _gdumb()[0].state_dict()  # before any evaluation: trained_at None
+    feed(m, proto, 30)
+    m.online_before_eval()
+    state = m.state_dict()
+    other = _gdumb()[0]
+    other.load_state_dict(state)
+    assert other.fresh_models == 1 and other.trained_at == m.trained_at and isinstance(other.trained_at, tuple)
+    assert torch.equal(other.memory_classes, m.memory_classes) and bool(other.memory_classes.any())
+    again = _gdumb()[0]
+    again.load_state_dict(fresh)
+    assert again.trained_at is None and again.fresh_models == 0
+    fresh.pop("fresh_models")
+    again.fresh_models = 5
+    again.load_state_dict(fresh)
+    assert again.fresh_models == 0  # an older checkpoint: none counted
+
+
+# ------------------------------------------------------------------------------ BiC
+
+
+class _Logs(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def log(self, message: str) -> None:  # type: ignore[override]
+        self.lines.append(message)
+
+
+def _bic_unstarted(**over):  # type: ignore[no-untyped-def]
+    """A BiC as its constructor leaves it (online_start not called)."""
+    from rmconsole.cl.loop import make_augmenter
+    from rmconsole.cl.methods import Setup, method_class
+    from rmconsole.cl.online import build_online_protocol
+
+    cfg = config(method="bic", **over)
+    data = tiny_data()
+    cpu = torch.device("cpu")
+    torch.manual_seed(cfg.seed)
+    proto = build_online_protocol(cfg, data)
+    setup = Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, cpu, make_augmenter(cfg, data, cpu))
+    return method_class("bic")(setup), proto
+
+
+def test_bic_constructor_holds_out_its_share_of_the_memory() -> None:
+    m, _ = _bic_unstarted(memory_size=100, bic_val_fraction=0.2)
+    assert m.val_capacity == 20 and m.memory.capacity == 80
+    assert m.new_classes.dtype == torch.bool and m.old_classes.dtype == torch.bool
+    state = m.state_dict()  # before online_start: the task protocol's state
+    assert "bic_online" not in state and state["bic"]["bias_history"] == []
+    m.bias_history = [{"task": 0, "note": "x"}]
+    other, _ = _bic_unstarted(memory_size=100, bic_val_fraction=0.2)
+    other.load_state_dict(m.state_dict())
+    assert other.bias_history == [{"task": 0, "note": "x"}]
+
+
+def test_bic_after_task_records_the_new_classes() -> None:
+    m, _ = _bic_unstarted()
+    m.setup.reporter = _Logs()
+    m.new_classes[[2, 5]] = True
+    m.after_task(_task(0, torch.arange(4)))
+    assert m.bias_history == [{"task": 0, "classes": [2, 5], "note": "not fitted: no old classes or no new classes"}]
+
+
+def _sgd_bias_fit(m, logits, labels, epochs, gen):  # type: ignore[no-untyped-def]
+    """BiC's stage 2 by hand: SGD (momentum 0.9) on one (alpha, beta) of the new classes."""
+    pair = torch.tensor([1.0, 0.0], requires_grad=True)
+    opt = torch.optim.SGD([pair], lr=m.cfg.lr, momentum=0.9)
+    new = m.new_classes
+
+    def corrected(rows):  # type: ignore[no-untyped-def]
+        out = torch.where(new, logits[rows] * pair[0] + pair[1], logits[rows] * m.alpha + m.beta)
+        return out.masked_fill(~m.seen, torch.finfo(out.dtype).min)
+
+    every = torch.arange(len(labels))
+    with torch.no_grad():
+        before = float(torch.nn.functional.cross_entropy(corrected(every), labels))
+    for _ in range(epochs):
+        for rows in torch.randperm(len(labels), generator=gen).split(m.cfg.batch_size):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(corrected(rows), labels[rows]) + 0.1 * pair[1] ** 2 / 2
+            loss.backward()
+            opt.step()
+    return float(pair[0].detach()), float(pair[1].detach()), before
+
+
+def test_bic_fit_bias_is_sgd_on_the_held_out_logits_with_the_beta_penalty() -> None:
+    m, _ = _bic_unstarted(bic_bias_epochs=3, lr=0.5, batch_size=8)
+    m.setup.reporter = _Logs()
+    m.val_indices = torch.arange(20)
+    m.val_labels = m.labels_of(m.val_indices).cpu()
+    m.seen[:] = True
+    m.new_classes[5:] = True
+    m.model.eval()
+    with torch.no_grad():
+        logits = m.model(m.setup.augmenter.test(m.images_of(m.val_indices)))
+    gen = torch.Generator()
+    gen.set_state(m.gen.get_state())
+    alpha, beta, before = _sgd_bias_fit(m, logits, m.val_labels, 3, gen)
+    fit = m.fit_bias(_task(1, torch.arange(4)))
+    assert fit["alpha"] == pytest.approx(round(alpha, 4), abs=2e-4) and fit["beta"] == pytest.approx(
+        round(beta, 4), abs=2e-4
+    )
+    assert fit["val_loss_before"] == pytest.approx(round(before, 4), abs=2e-4) and "val_loss_after" in fit
+    assert abs(beta) > 1e-3  # the fit moved beta: the penalty term mattered
+    assert torch.allclose(m.alpha[5:], torch.tensor(alpha)) and torch.allclose(m.alpha[:5], torch.ones(5))
+
+
+def _bic_ready_to_fit(passes: int = 3):  # type: ignore[no-untyped-def]
+    m, proto, _ = built("bic", bic_anytime_passes=passes)
+    m.setup.reporter = _Logs()
+    m.seen[:4] = True
+    m.task_index = 1
+    m.task_classes = [[0, 1], [2, 3]]
+    m.task_layers = [(1.0, 0.0), (1.0, 0.0)]
+    labels = proto.train_labels
+    m.held_out = {y: (labels == y).nonzero().flatten()[:30].tolist() for y in range(4)}  # 120 samples: 2 batches
+    m.held_out_full = True
+    return m
+
+
+def test_bic_task_layer_is_adam_on_its_new_classes_and_recorded_to_four_places() -> None:
+    m = _bic_ready_to_fit()
+    indices = m.held_out_indices()
+    m.model.eval()
+    with torch.no_grad():
+        logits = m.model(m.setup.augmenter.test(m.images_of(indices)))
+    labels = m.labels_of(indices)
+    gen = torch.Generator()
+    gen.set_state(m.gen.get_state())
+    order = torch.randperm(len(indices), generator=gen)
+    pair = torch.tensor([1.0, 0.0], requires_grad=True)
+    opt = torch.optim.Adam([pair], lr=1e-3)
+    classes = torch.zeros(10, dtype=torch.bool)
+    classes[[2, 3]] = True
+    for _ in range(3):
+        for rows in order.split(100):
+            out = torch.where(classes, logits[rows] * pair[0] + pair[1], logits[rows])
+            loss = torch.nn.functional.cross_entropy(out.masked_fill(~m.seen, torch.finfo(out.dtype).min), labels[rows])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    alpha, beta = float(pair[0].detach()), float(pair[1].detach())
+    m.fit_task_layer()
+    assert m.anytime_fits == [
+        {"task": 1, "alpha": round(m.task_layers[1][0], 4), "beta": round(m.task_layers[1][1], 4), "held_out": 120}
+    ]
+    assert m.task_layers[1] == (pytest.approx(alpha, abs=1e-6), pytest.approx(beta, abs=1e-6))
+    assert m.alpha[2].item() == pytest.approx(alpha, abs=1e-6) and m.alpha[0].item() == 1.0
+
+
+def test_bic_task_end_log_names_the_fitted_layer_or_why_not() -> None:
+    m = _bic_ready_to_fit()
+    m.online_task_end(_task(1, torch.arange(4)))
+    fitted = m.anytime_fits[-1]
+    assert f"alpha {fitted['alpha']}, beta {fitted['beta']}" in m.report.lines[-1]
+    m.anytime_fits.append({"task": 0, "alpha": 9.0, "beta": 9.0, "held_out": 1})  # an older task's fit last
+    m.held_out_full = False
+    m.online_task_end(_task(1, torch.arange(4)))
+    assert "not fitted (validation set not full)" in m.report.lines[-1]
+    m.task_index, m.anytime_fits = 0, []
+    m.online_task_end(_task(0, torch.arange(4)))
+    assert "not fitted (task 1)" in m.report.lines[-1]
+
+
+def test_bic_full_validation_set_takes_no_more_samples() -> None:
+    m, _, _ = built("bic")
+    m.held_out_full = True
+    assert m.hold_out_sample(3, 0) is False and m.held_out == {}
+    m.held_out_full = False
+    m.held_out = {0: list(range(m.held_out_share))}  # class 0 holds its share already
+    assert m.hold_out_sample(99, 0) is False and 99 not in m.held_out[0]
+
+
+def test_bic_task_free_memory_report_adds_the_validation_set_and_layers() -> None:
+    m = _bic_ready_to_fit()
+    m.memory_report(_task(1, torch.arange(4)))
+    info = m.report.memories[-1][3]
+    assert info["validation_per_class"][:5] == [30, 30, 30, 30, 0] and info["bias_layers"] == [(1.0, 0.0), (1.0, 0.0)]
+
+
+def test_bic_checkpoint_restores_the_current_layer() -> None:
+    m = _bic_ready_to_fit()
+    m.task_layers[1] = (2.0, 0.5)
+    state = m.state_dict()
+    other, _, _ = built("bic")
+    other.load_state_dict(state)
+    assert other.alpha[2].item() == 2.0 and other.beta[3].item() == 0.5 and other.alpha[0].item() == 1.0
+    unstarted, _ = _bic_unstarted()
+    assert "bic" in unstarted.state_dict()  # task-free, but no held-out set yet: the plain state
+
+
+# ------------------------------------------------------------------------------ CLIB
+
+
+def _clib(**over):  # type: ignore[no-untyped-def]
+    return built("clib", **over)[0]
+
+
+def test_clib_starts_with_no_importance_and_no_loss() -> None:
+    m = _clib()
+    assert m.loss.shape == (0,) and m.importance.shape == (0,) and m.loss.dtype == torch.float64
+
+
+def test_clib_new_sample_takes_the_mean_importance_of_its_class_without_itself() -> None:
+    m = _clib()
+    m.store(0, 0)
+    m.store(1, 0)
+    m.importance = torch.tensor([1.0, 3.0], dtype=torch.float64)
+    m.store(2, 0)
+    assert m.importance.tolist() == [1.0, 3.0, 2.0]
+
+
+def test_clib_iteration_records_its_draws_and_updates_importance_every_period() -> None:
+    m = _clib(imp_update_period=3)
+    for i in range(12):
+        m.store(i, i % 2)
+    batches, updates = [], []
+    m.train_batches = lambda b, stream_counts=None, lr=None: batches.extend(x.tolist() for x in b)
+    m.update_importance = lambda: updates.append((m.update_counter, list(m.drawn)))
+    for _ in range(6):
+        m.iteration()
+    assert [c for c, _ in updates] == [3, 6]
+    drawn = updates[0][1]
+    assert [int(m.memory.indices[s]) for s in drawn] == [i for b in batches[:3] for i in b]
+
+
+def _lr_ready(**over):  # type: ignore[no-untyped-def]
+    m = _clib(imp_update_period=1, lr_period=1, lr_length=2, lr=0.1, lr_step=0.5, **over)
+    m.loss = torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64)
+    return m
+
+
+def _tick(m, loss=None):  # type: ignore[no-untyped-def]
+    m.update_counter += 1
+    if loss is not None:
+        m.loss = torch.tensor(loss, dtype=torch.float64)
+    m.adapt_lr()
+
+
+def test_clib_lr_switches_every_period_and_records_only_after_the_warmup() -> None:
+    m = _lr_ready()
+    rates = []
+    for _ in range(20):
+        _tick(m)
+        rates.append(m.current_lr)
+    assert rates[:4] == [0.05, 0.1, 0.05, 0.1]  # it alternates low / high from the first switch
+    assert m.high_records == [] and m.low_records == []  # 20 warm-up ticks record nothing
+    _tick(m, [2.0, 1.0, 0.0])  # tick 21, the high rate's turn: the loss fell by 1 where no slot was replaced
+    assert m.high_records == [1.0] and m.low_records == []
+
+
+def test_clib_lr_ignores_slots_replaced_since_the_switch_even_a_new_one() -> None:
+    m = _lr_ready()
+    m.ticks = 30
+    m.prev_loss = torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64)
+    m.replaced_since_switch = [1, 3]  # slot 3 joined after the last loss: beyond len(loss)
+    _tick(m, [2.0, 0.0, 0.0])
+    assert m.high_records == [1.0]  # slots 0 and 2 fell by 1; slot 1 (replaced) is left out
+
+
+def test_clib_lr_moves_only_on_a_significant_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmconsole.cl.methods import clib
+
+    m = _lr_ready()
+    m.high_records, m.low_records = [1.0, 1.0], [1.0, 1.0]
+    m.ticks = 40  # even: the next tick records for the high rate... and the switch makes it low
+    monkeypatch.setattr(clib, "welch_greater", lambda a, b: 1 - clib.SIGNIFICANCE)  # at the bound: not significant
+    m.prev_loss = None
+    _tick(m)
+    assert (m.high_lr, m.low_lr) == (0.1, 0.05) and len(m.high_records) == 2
+    state = (m.high_lr, m.low_lr, m.lr_is_high, m.ticks, m.prev_loss, list(m.high_records), list(m.low_records))
+    monkeypatch.setattr(clib, "welch_greater", lambda a, b: 0.99)  # high does better: both go up
+    _tick(m)
+    assert (m.high_lr, m.low_lr) == (pytest.approx(0.2), 0.1) and m.high_records == [] == m.low_records
+    assert m.current_lr == (m.high_lr if m.lr_is_high else m.low_lr)
+    m.high_lr, m.low_lr, m.lr_is_high, m.ticks, m.prev_loss, m.high_records, m.low_records = state
+    monkeypatch.setattr(clib, "welch_greater", lambda a, b: 0.01)  # low does better: both go down
+    _tick(m)
+    assert (m.high_lr, m.low_lr) == (0.05, 0.025) and not m.lr_is_high
+    assert m.current_lr == 0.025  # the rate in use follows the move (the switch had set the old high)

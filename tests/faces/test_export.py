@@ -1,0 +1,96 @@
+"""`rmconsole export`: runs written into a real MLflow file store and real TensorBoard event
+files, read back with the libraries themselves."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import rmconsole
+from support import identity_store
+
+
+def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # (MLflow 3 reads its file store behind this switch)
+    from mlflow.tracking import MlflowClient
+
+    ids = identity_store.build()
+    target = tmp_path / "mlruns"
+    out = rmconsole("export", str(ids["base"]), str(ids["partial"]), "--to", "mlflow", str(target))
+    assert out.returncode == 0, out.stderr
+    client = MlflowClient(tracking_uri=target.resolve().as_uri())
+    experiment = client.get_experiment_by_name("rmconsole")
+    runs = {r.data.tags["rmconsole.run_id"]: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {str(ids["base"]), str(ids["partial"])}
+    base = runs[str(ids["base"])]
+    assert base.info.run_name == "baseline" and base.info.status == "FINISHED"
+    assert base.data.params["epochs"] == "16" and base.data.params["augment"] == "cutmix+autoaug"
+    assert base.data.tags["tag.base"] == "true" and base.data.tags["rmconsole.overrides"] == "epochs=16"
+    assert base.data.metrics["A_last"] == 86.0
+    history = client.get_metric_history(base.info.run_id, "accuracy")
+    assert [(h.step, h.value) for h in history] == [(1, 27.5), (2, 53.0), (3, 71.0), (4, 81.5), (5, 86.0)]
+    loss = client.get_metric_history(base.info.run_id, "train_loss")
+    assert len(loss) == 5 * 17 and loss[1].value > loss[16].value  # each epoch, falling within a task
+    assert {a.path for a in client.list_artifacts(base.info.run_id, "memory")} >= {"memory/histograms.json"}
+    partial = runs[str(ids["partial"])]
+    assert partial.data.tags["rmconsole.partial"] == "true"
+    assert "A_last" not in partial.data.metrics  # a partial A_last is never exported as a final one
+    assert partial.data.metrics["partial_A_last"] == pytest.approx(71.0 + 15.0)  # after task 3 of 5
+    again = rmconsole("export", str(ids["base"]), "--to", "mlflow", str(target))  # re-export replaces
+    assert again.returncode == 0, again.stderr
+    active = client.search_runs([experiment.experiment_id], filter_string=f"tags.`rmconsole.run_id` = '{ids['base']}'")
+    assert len(active) == 1
+
+
+def test_export_to_tensorboard_reads_back(tmp_path) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ids = identity_store.build()
+    out = rmconsole("export", "--sweep", "last", "--to", "tensorboard", "--dir", str(tmp_path / "tb"))
+    assert out.returncode == 0 and "exported 2 run(s)" in out.stdout, out.stderr
+    out = rmconsole("export", str(ids["noaug"]), "--to", "tensorboard", str(tmp_path / "tb"))
+    assert out.returncode == 0, out.stderr
+    folders = sorted(f.name for f in (tmp_path / "tb").iterdir())
+    assert folders == sorted([f"run-{ids['sweep1']}", f"run-{ids['sweep2']}", f"run-{ids['noaug']}-no-augmentation"])
+    events = EventAccumulator(
+        str(tmp_path / "tb" / f"run-{ids['noaug']}-no-augmentation"), size_guidance={"scalars": 0, "histograms": 0}
+    ).Reload()
+    tags = events.Tags()
+    assert {"accuracy/after_task", "final/A_last", "epoch/train_loss", "epoch/lr"} <= set(tags["scalars"])
+    accuracy = [(e.step, e.value) for e in events.Scalars("accuracy/after_task")]
+    assert [s for s, _ in accuracy] == [1, 2, 3, 4, 5] and accuracy[-1][1] == pytest.approx(77.0)
+    assert len(events.Scalars("epoch/lr")) == 5 * 17
+    assert tags["histograms"] == ["memory/classes"]  # one histogram, stepped by task, not a tag per task
+    memory = events.Histograms("memory/classes")
+    assert [h.step for h in memory] == [1, 2, 3, 4, 5]
+    assert memory[-1].histogram_value.num == 200  # the memory's 200 samples
+
+
+def test_export_refuses_bad_input_in_one_line(tmp_path) -> None:
+    identity_store.build()
+    out = rmconsole("export", "1", "--to", "wandb", str(tmp_path))
+    assert out.returncode == 2 and "--to 'wandb': allowed: mlflow, tensorboard" in out.stderr
+    out = rmconsole("export", "1", "--to", "mlflow")
+    assert out.returncode == 2 and "say where" in out.stderr
+    out = rmconsole("export", "99", "--to", "mlflow", str(tmp_path))
+    assert out.returncode == 2 and "no run with id 99" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_view_hint_works_with_what_the_extra_installs(tmp_path) -> None:
+    """The skinny MLflow client of `rmconsole[mlflow]` has no web UI: the hint says so, names the
+    file store switch MLflow 3 needs, and gives a command the skinny client does run."""
+    from rmconsole import export
+
+    hint = export.view_hint("mlflow", str(tmp_path / "mlruns"), "rmconsole", "7")
+    uri = (tmp_path / "mlruns").resolve().as_uri()
+    assert hint[0] == (
+        f"list them: MLFLOW_ALLOW_FILE_STORE=true MLFLOW_TRACKING_URI={uri} mlflow runs list --experiment-id 7"
+    )
+    assert (
+        "pip install mlflow" in hint[1]
+        and f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri}" in hint[1]
+    )
+    assert "MLFLOW_ALLOW_FILE_STORE=true" in hint[2]
+    assert export.view_hint("tensorboard", "tb") == ["see them with: tensorboard --logdir tb"]
+    assert export.run_folder({"id": 4, "name": "study·rm·s1"}) == "run-4-study-rm-s1"
+    assert export.run_folder({"id": 4, "name": None}) == "run-4"

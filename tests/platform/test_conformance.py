@@ -1,0 +1,347 @@
+"""The conformance kit (rmconsole.testing): every built-in method passes it under each protocol
+it declares, and each deliberately broken method below fails it, by the rule it breaks and only
+that rule, with a message that names the rule, what was seen and what to do.
+
+The broken methods are registered for one test each by `register` (a MethodSpec in the
+built-ins' registry); each is experience replay with one fault.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+from rmconsole.cl.methods import REGISTRY, MethodSpec
+from rmconsole.cl.methods import base as base_module
+from rmconsole.cl.methods import taskfree as taskfree_module
+from rmconsole.cl.methods.base import TASK_HOOKS, Method
+from rmconsole.cl.methods.er import ER
+from rmconsole.cl.methods.taskfree import TASK_FREE_HOOKS, TaskFree
+from rmconsole.cl.settings import MethodParams
+from rmconsole.testing import RULES, ConformanceError, check_hooks, check_method, declared_protocols
+
+_MODULE = "_conformance_test_methods"  # the name this file is registered under, inside rmconsole.cl.methods
+
+
+def register(monkeypatch: pytest.MonkeyPatch, cls: type, protocols: str = "both") -> str:
+    """Make `cls` (its `name`) a registered method for one test."""
+    monkeypatch.setitem(sys.modules, f"rmconsole.cl.methods.{_MODULE}", sys.modules[__name__])
+    declared = ("task", "task-free") if protocols == "both" else (protocols,)
+    monkeypatch.setitem(
+        REGISTRY,
+        cls.name,
+        MethodSpec(
+            cls.name,
+            f"rmconsole.cl.methods.{_MODULE}:{cls.__name__}",  # type: ignore[attr-defined]
+            MethodParams,
+            declared,
+        ),
+    )
+    return cls.name  # type: ignore[attr-defined,no-any-return]
+
+
+def broken_rules(err: pytest.ExceptionInfo[ConformanceError]) -> set[str]:
+    return {v.rule for v in err.value.violations}
+
+
+# ------------------------------------------------------------------------------ the hook tables
+
+
+def _docstring_names(doc: str, heading: str) -> list[str]:
+    section = doc.split(heading, 1)[1].split("\n\n", 2)[1]
+    return [m.group(1) for m in re.finditer(r"^    (\w+)", section, re.M)]
+
+
+def test_the_hook_tables_are_the_documented_hooks() -> None:
+    """TASK_HOOKS is base.py's table of hooks; TASK_FREE_HOOKS holds taskfree.py's driver hooks
+    and the engine's shared ones; every name is something the base classes define."""
+    assert list(TASK_HOOKS) == _docstring_names(base_module.__doc__ or "", "Hooks a method may override")
+    driver = _docstring_names(taskfree_module.__doc__ or "", "stream order:")
+    assert driver == [h for h in TASK_FREE_HOOKS if h.startswith("online_") or h == "memory_report"]
+    assert all(hasattr(Method, h) for h in TASK_HOOKS)
+    assert all(hasattr(TaskFree, h) or hasattr(Method, h) for h in TASK_FREE_HOOKS)
+    shared = set(TASK_FREE_HOOKS) - set(driver)
+    assert shared <= set(TASK_HOOKS), shared - set(TASK_HOOKS)
+
+
+# ------------------------------------------------------------------------------ the built-ins pass
+
+# The default run checks a subset that covers both protocols, the uncertainty memory, a fresh
+# model per evaluation, a full-capacity memory, exemplar means and a single-task run (about 20 s of
+# CPU); `-m slow` checks every built-in method under every protocol it declares (about a minute of
+# CPU, several on a loaded machine).
+FAST = {
+    ("er", "task"),
+    ("er", "task-free"),
+    ("rm", "task-free"),
+    ("gdumb", "task"),
+    ("gdumb", "task-free"),
+    ("icarl", "task"),
+    ("joint", "task"),
+    ("finetune", "task"),
+}
+BUILT_IN = [
+    pytest.param(name, protocol, id=f"{name}-{protocol}", marks=() if (name, protocol) in FAST else pytest.mark.slow)
+    for name in REGISTRY
+    for protocol in declared_protocols(name)
+]
+
+
+@pytest.mark.parametrize("method,protocol", BUILT_IN)
+def test_every_built_in_method_conforms(method: str, protocol: str) -> None:
+    report = check_method(method, protocols=[protocol])
+    assert report.protocols == (protocol,) and set(report.rules) == set(RULES)
+    assert report.runs == (2 if report.skipped else 3)
+
+
+def test_no_built_in_method_defines_an_unknown_hook() -> None:
+    assert {name: check_hooks(name) for name in REGISTRY} == {name: [] for name in REGISTRY}
+
+
+# ------------------------------------------------------------------------------ broken methods
+
+
+class Peeker(ER):
+    """Looks at test images after each task and before each anytime evaluation ("calibration")."""
+
+    name = "peeker"
+
+    def _calibrate(self) -> None:
+        images = self.setup.data.test.take(torch.arange(32))
+        self.model.eval()
+        with torch.no_grad():
+            self.model(self.setup.augmenter.test(images))
+
+    def after_task(self, task: Any) -> None:
+        self._calibrate()
+
+    def online_before_eval(self) -> None:
+        self._calibrate()
+
+
+class Overfiller(ER):
+    """Keeps 20 samples more than K: a larger reservoir task-free, extra stream samples per task."""
+
+    name = "overfiller"
+
+    @property
+    def online_capacity(self) -> int:
+        return self.cfg.memory_size + 20
+
+    def update_memory(self, task: Any) -> None:
+        super().update_memory(task)
+        kept = torch.cat([self.memory.indices, task.stream[:20]])
+        self.memory.capacity = len(kept)
+        self.memory.replace(kept, self.labels_of(kept).cpu())
+
+
+class Forgetful(ER):
+    """Scales its loss down by the task boundaries it has passed, a count it never checkpoints."""
+
+    name = "forgetful"
+
+    def __init__(self, setup: Any) -> None:
+        super().__init__(setup)
+        self.boundaries = 0
+
+    def after_task(self, task: Any) -> None:
+        self.boundaries += 1
+
+    def online_task_end(self, task: Any) -> None:
+        self.boundaries += 1
+
+    def step_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return super().step_loss(x, y) / (1 + self.boundaries)
+
+
+class Unseeded(ER):
+    """Shuffles its batches and draws its replay samples with an unseeded random.Random()."""
+
+    name = "unseeded"
+
+    def _shuffled(self, idx: torch.Tensor) -> torch.Tensor:
+        order = list(range(len(idx)))
+        random.Random().shuffle(order)
+        return idx[torch.tensor(order, dtype=torch.long)]
+
+    def memory_draw(self, n: int) -> torch.Tensor:
+        if n <= 0 or len(self.memory) == 0:
+            return torch.empty(0, dtype=torch.long)
+        picks = random.Random().sample(range(len(self.memory)), min(n, len(self.memory)))
+        return self.memory.indices[torch.tensor(picks, dtype=torch.long)]
+
+
+class GlobalDraws(ER):
+    """Shuffles with torch's global generator: the protocol seeds it and checkpoints it, so this
+    is reproducible and resumable (not a violation)."""
+
+    name = "global_draws"
+
+    def _shuffled(self, idx: torch.Tensor) -> torch.Tensor:
+        return idx[torch.randperm(len(idx))]
+
+
+class Crasher(ER):
+    """Fails in its first task."""
+
+    name = "crasher"
+
+    def after_task(self, task: Any) -> None:
+        raise RuntimeError("shape mismatch in my bookkeeping")
+
+
+class Pickled(ER):
+    """Checkpoints an object of its own, which the worker's torch.load(weights_only=True) refuses."""
+
+    name = "pickled"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "bookkeeping": Crasher}
+
+
+class Misnamed(ER):
+    """Two hooks no protocol calls, next to helpers that are fine."""
+
+    name = "misnamed"
+
+    def after_taks(self, task: Any) -> None:  # a typo of after_task
+        ...
+
+    def after_epoch(self) -> None:  # no protocol has epochs hooks
+        ...
+
+    def _after_epoch_bookkeeping(self) -> None:  # private: the method's own
+        ...
+
+    def sharpen(self, logits: torch.Tensor) -> torch.Tensor:  # a helper that does not look like a hook
+        return logits * 2
+
+
+class TaskFreeOnly(ER):
+    """Declares the task-free protocol only, but overrides a task-protocol hook."""
+
+    name = "task_free_only"
+
+    def learn_task(self, task: Any) -> None:
+        super().learn_task(task)
+
+
+class TaskOnly(Method):
+    """Declares the task protocol only (no TaskFree), but defines a task-free hook."""
+
+    name = "task_only"
+
+    def online_observe(self, index: int, label: int) -> None: ...
+
+
+def test_a_method_peeking_at_test_data_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, Peeker)
+    with pytest.raises(ConformanceError) as err:
+        check_method(name)
+    assert broken_rules(err) == {"no-test-peeking"}
+    message = str(err.value)
+    assert "[no-test-peeking] (task protocol)" in message and "[no-test-peeking] (task-free protocol)" in message
+    assert re.search(
+        r"test_conformance\.py:\d+ in _calibrate took test images in after_task \(first in task 0, "
+        r"32 images\)",
+        message,
+    )
+    assert "in _calibrate took test images in online_before_eval (first in task 0, 32 images)" in message
+    assert "learn from the train split only" in message
+
+
+def test_a_method_overfilling_its_memory_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, Overfiller)
+    with pytest.raises(ConformanceError) as err:
+        check_method(name)
+    assert broken_rules(err) == {"memory-bound"}
+    message = str(err.value)
+    assert "more than memory_size K=50" in message
+    assert "first 70 after update_memory (task 0)" in message  # task protocol: at the first update
+    assert "first 52 after online_observe (streamed sample 52, task 0)" in message  # task-free: mid-stream
+    assert "keep len(self.memory) <= cfg.memory_size" in message
+
+
+def test_a_method_keeping_state_outside_its_checkpoint_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, Forgetful)
+    with pytest.raises(ConformanceError) as err:
+        check_method(name)
+    assert broken_rules(err) == {"resume-exact"}
+    assert {v.protocol for v in err.value.violations} == {"task", "task-free"}
+    message = str(err.value)
+    assert "stopped after task 2 and resumed from its checkpoint" in message
+    assert "must be saved by state_dict()" in message
+
+
+def test_a_non_deterministic_method_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, Unseeded)
+    with pytest.raises(ConformanceError) as err:
+        check_method(name)
+    assert broken_rules(err) == {"same-seed-same-run"}  # resume is not judged on a run that differs from itself
+    assert {v.protocol for v in err.value.violations} == {"task", "task-free"}
+    message = str(err.value)
+    assert "two runs with seed 1 differ at" in message and "never from an unseeded one" in message
+
+
+def test_draws_from_the_generator_the_protocol_seeds_conform(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.randperm without a generator draws from torch's global RNG, which the protocol seeds
+    and checkpoints: reproducible and resumable, so the kit passes it (the rules bite where the
+    run really differs)."""
+    name = register(monkeypatch, GlobalDraws)
+    assert check_method(name, protocols=["task"]).runs == 3
+
+
+def test_a_hook_no_protocol_calls_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, Misnamed)
+    with pytest.raises(ConformanceError) as err:
+        check_method(name, rules=["known-hooks"])  # static: nothing is trained
+    flagged = {re.search(r"Misnamed\.(\w+)", v.seen).group(1) for v in err.value.violations}  # type: ignore[union-attr]
+    assert flagged == {"after_taks", "after_epoch"}
+    message = str(err.value)
+    assert re.search(r"Misnamed\.after_taks \(\S*test_conformance\.py:\d+\) looks like a hook", message)
+    assert "did you mean 'after_task'?" in message and "name it _after_epoch" in message
+    assert "online_observe" in message  # the hooks its protocols do call are listed
+
+
+def test_a_hook_of_a_protocol_the_method_does_not_declare_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    free = register(monkeypatch, TaskFreeOnly, "task-free")
+    task = register(monkeypatch, TaskOnly, "task")
+    (learn,) = check_hooks(free)
+    assert learn.rule == "known-hooks" and "TaskFreeOnly.learn_task" in learn.seen
+    assert "hook of the task protocol, but 'task_free_only' declares only the task-free protocol" in learn.seen
+    (observe,) = check_hooks(task)
+    assert "TaskOnly.online_observe" in observe.seen and "declares only the task protocol" in observe.seen
+
+
+def test_bad_arguments_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match=r"^protocols=\['task-free'\]: 'finetune' declares only task$"):
+        check_method("finetune", protocols=["task-free"])
+    with pytest.raises(ValueError, match=r"^rules: unknown 'fast'; allowed: memory-bound, "):
+        check_method("finetune", rules=["fast"])
+    with pytest.raises(ValueError, match=r"^unknown method 'nope'; known: "):
+        check_method("nope")
+
+
+def test_a_method_that_fails_to_run_is_reported_with_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, Crasher)
+    with pytest.raises(ConformanceError) as err:
+        check_method(name, protocols=["task"])
+    assert broken_rules(err) == {"runs-to-the-end"}
+    assert "the run failed in after_task (task 0): RuntimeError: shape mismatch in my bookkeeping" in str(err.value)
+    assert isinstance(err.value.__cause__, RuntimeError)  # pytest prints the method's own traceback above
+    from rmconsole.cl import loop, methods, online
+
+    assert loop.method_class is methods.method_class and online.method_class is methods.method_class  # restored
+
+
+def test_a_checkpoint_the_worker_cannot_load_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, Pickled)
+    with pytest.raises(ConformanceError) as err:
+        check_method(name, protocols=["task"], rules=["resume-exact"])
+    assert broken_rules(err) == {"resume-exact"}
+    assert "does not load as the worker loads it (torch.load(weights_only=True))" in str(err.value)
