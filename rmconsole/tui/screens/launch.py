@@ -115,7 +115,7 @@ class LaunchScreen(Screen):
         Binding("shift+tab", "app.focus_previous", "Previous field", show=False, priority=True),
     ]
 
-    app: Console  # type: ignore[assignment]
+    app: Console  # type: ignore[assignment]  # Screen.app seen through the App's face (tui/console.py)
 
     def __init__(
         self,
