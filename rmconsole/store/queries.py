@@ -523,8 +523,7 @@ def validation_curves(run_ids: Iterable[int]) -> dict[int, list[float | None]]:
             .order_by(col(TaskResult.run_id), col(TaskResult.task))
         ).all()
     for run_id, accuracy in rows:
-        if accuracy is not None:  # None: a run with evaluate_test=false has no test curve
-            curves[run_id].append(accuracy)
+        curves[run_id].append(accuracy)
     return curves
 
 
