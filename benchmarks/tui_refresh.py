@@ -237,7 +237,7 @@ async def measure_refresh(n_runs: int, repeat: int) -> tuple[dict[str, list[floa
             cpu["runs read"].append(time.process_time() - c)
             assert changed
             t, c = time.perf_counter(), time.process_time()
-            screen.on_runs_loaded(RunsLoaded(rows, changed))  # what the UI thread does with it
+            screen.on_runs_loaded(RunsLoaded(rows, changed, feed.delta))  # what the UI thread does with it
             timings["runs apply"].append(time.perf_counter() - t)
             cpu["runs apply"].append(time.process_time() - c)
             await pilot.pause()

@@ -200,26 +200,45 @@ class RunsTable(DataTable):
     def on_resize(self) -> None:
         self._relayout()
 
-    def _facts(self) -> tuple[int, bool, frozenset[str]]:
+    def _facts(self, changed: list[RunRow] | None = None) -> tuple[int, bool, frozenset[str]]:
         """What the columns depend on: the longest run label, whether a task-free run (A_auc) is
         listed, and which optional compact metrics some run has. Counted incrementally per run
-        row object (`_fact_cache`), so a refresh looks only at the rows that changed."""
+        row object (`_fact_cache`), so a refresh looks only at the rows that changed: `changed`,
+        the rows that replaced shown rows in place (`patch`), else found by identity."""
         cache, lengths, flags = self._fact_cache, self._lengths, self._flags
         runs = self.runs
-        # the row objects not seen at the last call, found by set arithmetic on their identities
-        # (C speed over 10,000 rows; the loop below then visits only the rows that changed)
-        objects = dict(zip(map(id, runs), runs))
-        fresh = [objects[i] for i in objects.keys() - self._fact_objects.keys()]
-        self._fact_objects = objects
+        if changed is not None:
+            objects = self._fact_objects
+            fresh = []
+            for r in changed:
+                f = cache.get(r.id)
+                if f is None:  # not shown (filtered out): no fact of it
+                    continue
+                objects.pop(id(f[0]), None)
+                objects[id(r)] = r
+                fresh.append(r)
+        else:
+            # the row objects not seen at the last call, found by set arithmetic on their identities
+            # (C speed over 10,000 rows; the loop below then visits only the rows that changed)
+            objects = dict(zip(map(id, runs), runs))
+            fresh = [objects[i] for i in objects.keys() - self._fact_objects.keys()]
+            self._fact_objects = objects
         for r in fresh:
             f = cache.get(r.id)
             if f is not None and f[0] is r:
                 continue
+            metrics = r.metrics
+            new = (
+                len(r.label),
+                ("anytime",) if any(name in metrics for name in TASK_FREE_ONLY) else (),
+                tuple(name for name in COMPACT_METRICS if metrics.get(name) is not None),
+            )
             if f is not None:
+                if f[1:] == new:  # (most changes, a live run's progress: the same facts)
+                    cache[r.id] = (r, *new)
+                    continue
                 self._count(f, -1)
-            f = (r, len(r.label), ("anytime",) if any(name in r.metrics for name in TASK_FREE_ONLY) else ())
-            f = f + (tuple(name for name in COMPACT_METRICS if r.value(name) is not None),)
-            cache[r.id] = f
+            f = cache[r.id] = (r, *new)
             self._count(f, 1)
         if len(cache) != len(runs):  # rows left (a filter, a deleted run)
             keep = {r.id for r in runs}
@@ -233,8 +252,8 @@ class RunsTable(DataTable):
         for name in (*fact[2], *fact[3]):
             self._flags[name] += sign
 
-    def _wanted_layout(self, width: int) -> dict[str, int]:
-        run_width, anytime, present = self._facts()
+    def _wanted_layout(self, width: int, changed: list[RunRow] | None = None) -> dict[str, int]:
+        run_width, anytime, present = self._facts(changed)
         return layout(width, run_width, anytime, present)
 
     def _anytime(self) -> bool:
@@ -357,12 +376,30 @@ class RunsTable(DataTable):
     def watch_selected_ids(self) -> None:
         self._sync()
 
-    def _sync(self) -> None:
+    def patch(self, runs: tuple[RunRow, ...], changed: Iterable[RunRow] | None) -> None:
+        """Show `runs` (in display order) when only the rows in `changed` differ from the rows
+        shown and none of them moved: only their cells are rebuilt and compared (the rest, their
+        order and the cursor are left alone). `changed` None: look at every row, as setting
+        `runs` does (a row came, went or moved: the table re-sorts)."""
+        if changed is None or not self.is_mounted:
+            self.runs = runs
+            return
+        changed = list(changed)
+        self.set_reactive(RunsTable.runs, runs)  # (no watcher: the rows that changed are drawn below)
+        if self.size.width and self._wanted_layout(self.size.width, changed) != self._widths:
+            self._layout(self.size.width)  # (a longer run label arrived: everything is drawn again)
+            return
+        self._sync(changed)
+
+    def _sync(self, only: list[RunRow] | None = None) -> None:
         """Make the table show `runs` in this order, touching only rows and cells that changed.
 
         At most FIRST_BATCH (then ADD_BATCH) new rows are added per call, first rows first, so a
         big store shows its first screenful at once (DataTable measures every new cell); the rest
-        follow after each repaint."""
+        follow after each repaint. `only`: just these rows changed, in place (`patch`)."""
+        if only is not None:
+            self._sync_rows(only)
+            return
         self._sync_pending = False
         keep = self.cursor_run_id if self._keep is None else self._keep
         self._keep = None
@@ -407,6 +444,33 @@ class RunsTable(DataTable):
         if pending and not self._sync_pending:
             self._sync_pending = True
             self.call_after_refresh(self._sync)  # a big store: the rest after this frame
+
+    def _sync_rows(self, rows: list[RunRow]) -> None:
+        """Draw these rows, which replaced shown rows where they stand (the `_sync` loop's body
+        for them alone: a row off screen waits in `_dirty`, one not added yet is added by the
+        pending `_sync` from `runs`)."""
+        selected_ids, shown_rows, dirty, drawn, keys = (
+            self.selected_ids,
+            self._shown,
+            self._dirty,
+            self._cells,
+            self._keys,
+        )
+        top, bottom = self._visible_rows()
+        locations = self._locations()
+        for row in rows:
+            key = keys.get(row.id)
+            old = drawn.get(key) if key is not None else None
+            if key is None or old is None:
+                continue  # not shown, or not added yet
+            selected = row.id in selected_ids
+            shown = shown_rows.get(key)
+            if shown is not None and shown[0] is row and shown[1] == selected:
+                continue
+            if not top <= (locations.get(key) or 0) < bottom:
+                dirty[key] = (row, selected)  # off screen: drawn when scrolled into view
+                continue
+            self._draw(key, (row, selected), old)
 
     def _locations(self) -> Mapping[str, int]:
         """Row key -> row index. DataTable keys it by RowKey, which hashes and compares as its
