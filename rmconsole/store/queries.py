@@ -273,13 +273,16 @@ _LIVE_FIELDS = (
 
 
 def live_records(
-    known: Mapping[int, RunRecord], texts: dict[int, tuple[Any, ...]], ids: Iterable[int]
+    known: Mapping[int, RunRecord],
+    texts: dict[int, tuple[Any, ...]],
+    ids: Iterable[int],
 ) -> list[RunRecord]:
-    """The records of `ids` for a poller that holds their last records (`known`) and the text of
-    their JSON columns at that read (`texts`, updated here): a run whose metrics, tags and
-    overrides are unchanged gets its known record with the live columns replaced, without
-    decoding JSON; the others (and runs not known yet) are read whole. Cross-run metrics are
-    left to the caller (as `run_records(ids, i_last=False)`)."""
+    """The records of `ids` for a poller that holds their last records (`known`) and the row
+    read for each at that read (`texts`, updated here): a run whose row is the same gets its
+    known record back (one tuple comparison); one whose row moved but whose metrics, tags and
+    overrides (their JSON text) did not gets a copy of its known record with the live columns
+    replaced, without decoding JSON; the others (and runs not known yet) are read whole. So a record that is not the known
+    one has moved. Cross-run metrics are left to the caller (as `run_records(ids, i_last=False)`)."""
     ids = list(ids)
     if not ids:
         return []
@@ -290,19 +293,21 @@ def live_records(
     with reading() as session:
         # (Core, not the ORM session: no ORM row loading for 1,000 live runs a tick; rows are tuples)
         found: Any = session.connection().execute(select(*_LIVE_COLUMNS).where(col(Run.id).in_(ids))).all()
-        for row in found:  # (by position, _LIVE_COLUMNS' order: a per-row mapping costs more than the rest)
+        for found_row in found:  # (by position, _LIVE_COLUMNS' order: a per-row mapping costs more than the rest)
+            row = tuple(found_row)
             run_id = row[0]
-            text = tuple(row[20:23])
             old = known.get(run_id)
-            if old is None or texts.get(run_id) != text:
-                whole.append(run_id)
-                texts[run_id] = text
-                continue
-            live = (*row[1:18], row[19], row[18] is not None)  # the values of `fields`
-            values = old.__dict__
-            if all(values[k] == v for k, v in zip(fields, live)):
+            last = texts.get(run_id)
+            texts[run_id] = row
+            if old is not None and last == row:  # (C speed: the same row as last read)
                 out[run_id] = old
                 continue
+            if old is None or last is None or last[20:23] != row[20:23]:  # new, or its JSON columns moved
+                whole.append(run_id)
+                continue
+            # a live column moved (the row differs, its JSON does not): the known record, these replaced
+            live = (*row[1:18], row[19], row[18] is not None)  # the values of `fields`
+            values = old.__dict__
             fresh = new_record(RunRecord)  # a frozen record: a copy with its live fields set before anyone sees it
             fresh.__dict__.update(values)
             fresh.__dict__.update(zip(fields, live))

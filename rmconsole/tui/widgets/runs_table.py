@@ -228,6 +228,9 @@ class RunsTable(DataTable):
             if f is not None and f[0] is r:
                 continue
             metrics = r.metrics
+            if f is not None and f[0].metrics is metrics and f[0].label == r.label:  # (a live run's progress)
+                cache[r.id] = (r, *f[1:])
+                continue
             new = (
                 len(r.label),
                 ("anytime",) if any(name in metrics for name in TASK_FREE_ONLY) else (),
@@ -492,6 +495,13 @@ class RunsTable(DataTable):
             self.add_row(*(_LazyCell(lazy, i, key) for i in range(len(self.columns))), key=key)
             self._cells[key] = LAZY
             return
+        if old is LAZY:  # a row added lazily: compared with the cells it drew, if it was ever drawn
+            lazy = self._lazy_row(key)
+            if lazy is not None and lazy.cells is None:
+                lazy.state = state  # never drawn: it will draw this state
+                return
+            if lazy is not None and lazy.cells is not None:
+                old = tuple(_signature(c) for c in lazy.cells)
         cells = self.row_cells(*state)
         signature = tuple(_signature(c) for c in cells)
         if old != signature:
@@ -500,6 +510,12 @@ class RunsTable(DataTable):
                 if new != was:
                     self.update_cell(key, column, cell)
         self._cells[key] = signature
+
+    def _lazy_row(self, key: str) -> _LazyRow | None:
+        """The _LazyRow behind a row added lazily (None once a cell of it was replaced by a Text)."""
+        cells = cast("Mapping[str, Mapping[object, object]]", self._data).get(key)
+        first = next(iter(cells.values()), None) if cells else None
+        return first.row if isinstance(first, _LazyCell) else None
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         """DataTable measures every cell of every new row here (Rich's measure of each Text, most
