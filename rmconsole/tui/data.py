@@ -103,7 +103,10 @@ class RunsFeed:
     def read(self) -> tuple[list[RunRow], bool]:
         """(all rows by id, whether anything changed since the last read)."""
         stale, gone = self._stale()
-        fresh = store.live_records(self._raw, self._texts, stale) if stale else []
+        if not self.rows and stale:  # the first read: every run, without an id list
+            fresh = store.live_records(self._raw, self._texts, None)
+        else:
+            fresh = store.live_records(self._raw, self._texts, stale) if stale else []
         raw = self._raw
         moved = {r.id for r in fresh if r is not raw.get(r.id)}  # (live_records gives back a record that did not move)
         self._active = {r.id for r in fresh if r.status in store.ACTIVE}  # (every active run is in `stale`)
@@ -123,7 +126,7 @@ class RunsFeed:
                 if r.id in moved
             ):
                 self._bounds = [merged[i] for i in sorted(merged) if merged[i].is_upper_bound]
-            if self._bounds != bounds_before or not self.rows:  # a joint run came, went or changed
+            if self._bounds != bounds_before or (self._bounds and not self.rows):  # a joint run came, went or changed
                 merged = {r.id: r for r in with_intransigence((merged[i] for i in sorted(merged)), self._bounds)}
                 touched = merged
             elif self._bounds:
