@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[
     calls: list[tuple] = []
     real: Callable = getattr(owner, name)
 
-    def counted(*args, **kwargs):
+    def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(args)
         return real(*args, **kwargs)
 
@@ -58,7 +59,7 @@ def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[
     return calls
 
 
-async def settled(app: RMConsoleApp, pilot, n: int) -> tuple[RunsScreen, RunsTable]:
+async def settled(app: RMConsoleApp, pilot: Any, n: int) -> tuple[RunsScreen, RunsTable]:
     screen = app.screen
     assert isinstance(screen, RunsScreen)
     table = screen.query_one(RunsTable)

@@ -495,20 +495,18 @@ class RunsTable(DataTable):
 
     def _draw(self, key: str, state: tuple[RunRow, bool], old: tuple[tuple[object, ...], ...] | None) -> None:
         """Add the row, or update the cells of it that changed."""
+        if old is None:  # a new row: its cells are built when it is first drawn
+            self._add_rows([(key, state)])
+            return
         self._dirty.pop(key, None)
         self._shown[key] = state
-        if old is None:  # a new row: its cells are built when it is first drawn
-            lazy = _LazyRow(self, state)
-            self.add_row(*(_LazyCell(lazy, i, key) for i in range(len(self.columns))), key=key)
-            self._cells[key] = LAZY
-            return
         if old is LAZY:  # a row added lazily: compared with the cells it drew, if it was ever drawn
-            lazy = self._lazy_row(key)
-            if lazy is not None and lazy.cells is None:
-                lazy.state = state  # never drawn: it will draw this state
+            drawn = self._lazy_row(key)
+            if drawn is not None and drawn.cells is None:
+                drawn.state = state  # never drawn: it will draw this state
                 return
-            if lazy is not None and lazy.cells is not None:
-                old = tuple(_signature(c) for c in lazy.cells)
+            if drawn is not None and drawn.cells is not None:
+                old = tuple(_signature(c) for c in drawn.cells)
         cells = self.row_cells(*state)
         signature = tuple(_signature(c) for c in cells)
         if old != signature:
