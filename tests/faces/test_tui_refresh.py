@@ -81,6 +81,7 @@ async def test_a_refresh_draws_only_the_rows_that_changed(monkeypatch: pytest.Mo
         feed = data.RunsFeed()
         feed.read()
         moving = ids[3]  # a running run makes progress
+        assert table.get_cell(str(moving), "progress").plain.endswith("10%")  # (its cells drawn once)
         store.update_run(moving, phase_done=60)
         rows, changed = feed.read()
         assert changed and feed.delta is not None
