@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, cast
@@ -254,16 +255,17 @@ _LIVE_COLUMNS: tuple[Any, ...] = (
     Run.samples_per_s,
     Run.eta_s,
     Run.error,
-    Run.heartbeat_at,
-    Run.started_at,
-    Run.finished_at,
+    # (the times as stored: SQLite's text is parsed only for a row that moved, `_utc`)
+    type_coerce(Run.heartbeat_at, String).label("heartbeat_raw"),
+    type_coerce(Run.started_at, String).label("started_raw"),
+    type_coerce(Run.finished_at, String).label("finished_raw"),
     Run.device,
     Run.host,
     Run.pid,
     Run.log_path,
     Run.name,
     Run.note,
-    Run.archived_at,
+    type_coerce(Run.archived_at, String).label("archived_raw"),
     Run.n_tasks,
     type_coerce(Run.metrics, String).label("metrics_json"),
     type_coerce(Run.tags, String).label("tags_json"),
@@ -290,6 +292,21 @@ _LIVE_FIELDS = (
     "note",
     "n_tasks",
 )
+
+
+@lru_cache(maxsize=8192)
+def _utc_of_text(text: str) -> datetime:
+    return _utc(datetime.fromisoformat(text))
+
+
+def _utc(value: Any) -> datetime | None:
+    """A stored time as the ORM gives it (aware, UTC): SQLite's text parsed (once per distinct
+    text), a driver's datetime (PostgreSQL) made aware in UTC, None kept."""
+    if value is None or (isinstance(value, str) and not value):
+        return None
+    if isinstance(value, str):
+        return _utc_of_text(value)
+    return value.replace(tzinfo=UTC) if value.utcoffset() is None else value.astimezone(UTC)
 
 
 def live_records(
@@ -329,7 +346,7 @@ def live_records(
                 whole.append(run_id)
                 continue
             # a live column moved (the row differs, its JSON does not): the known record, these replaced
-            live = (*row[1:18], row[19], row[18] is not None)  # the values of `fields`
+            live = (*row[1:9], *map(_utc, row[9:12]), *row[12:18], row[19], row[18] is not None)  # `fields`
             values = old.__dict__
             fresh = new_record(RunRecord)  # a frozen record: a copy with its live fields set before anyone sees it
             fresh.__dict__.update(values)

@@ -185,3 +185,10 @@ def test_the_feed_names_new_and_deleted_runs() -> None:
     assert changed and feed.delta is not None
     assert [r.id for r in feed.delta.updated] == [new] and feed.delta.gone == (ids[1],)
     assert [r.id for r in rows] == sorted({*ids, new} - {ids[1]})
+    beat = store.utcnow()
+    store.update_run(ids[0], heartbeat_at=beat, phase_done=42)  # a live run's columns only
+    feed.read()
+    assert feed.delta is not None and [r.id for r in feed.delta.updated] == [ids[0]]
+    live = feed.rows[ids[0]]  # (its known record, the live columns replaced: times parsed from the row)
+    assert live.heartbeat_at == beat and live.heartbeat_at.tzinfo is not None
+    assert live == store.run_record(ids[0])  # what a whole read gives
