@@ -296,7 +296,8 @@ _LIVE_FIELDS = (
 
 @lru_cache(maxsize=8192)
 def _utc_of_text(text: str) -> datetime:
-    return _utc(datetime.fromisoformat(text))
+    value = datetime.fromisoformat(text)
+    return value.replace(tzinfo=UTC) if value.utcoffset() is None else value.astimezone(UTC)
 
 
 def _utc(value: Any) -> datetime | None:
