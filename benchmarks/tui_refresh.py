@@ -14,8 +14,10 @@ epochs: RM's 256 by default in the presets). Then it measures, and prints:
   time until the first screenful of runs is drawn (target: import + that under 1 s) and
   until all runs are in the table (rows beyond the first screen are added in batches);
 - one runs-page refresh: the store read (the worker thread's incremental RunsFeed.read) +
-  applying it to the table and drawing the next frame (UI thread), while the 100 running
-  runs progress between refreshes (target: under 100 ms);
+  applying it to the table and drawing the next frame (UI thread), while the running runs (a
+  tenth) progress between refreshes; the read's delta (the rows that changed) goes with it, as
+  the screen's own reads carry it (issue 27's target at 10,000 runs: at most 50 ms of CPU, and
+  every row in the table within 2 s);
 - one run-page refresh for a 50-task run: the store read + repainting its four panels.
 """
 
@@ -237,7 +239,7 @@ async def measure_refresh(n_runs: int, repeat: int) -> tuple[dict[str, list[floa
             cpu["runs read"].append(time.process_time() - c)
             assert changed
             t, c = time.perf_counter(), time.process_time()
-            screen.on_runs_loaded(RunsLoaded(rows, changed))  # what the UI thread does with it
+            screen.on_runs_loaded(RunsLoaded(rows, changed, feed.delta))  # what the UI thread does with it
             timings["runs apply"].append(time.perf_counter() - t)
             cpu["runs apply"].append(time.process_time() - c)
             await pilot.pause()
@@ -337,7 +339,7 @@ def main() -> None:
         cpu_total = statistics.median(cpu["runs read"]) + statistics.median(cpu["runs apply+frame"])
         print(
             f"one runs-page refresh (read + apply + frame): wall {total * 1000:.1f} ms, CPU {cpu_total * 1000:.1f} ms"
-            f"   target < 100 ms (load {Path('/proc/loadavg').read_text().split()[0]})"
+            f"   target <= 50 ms CPU (load {Path('/proc/loadavg').read_text().split()[0]})"
         )
         print(f"one run-page refresh ({args.tasks} tasks; read + apply + frame): {run_total * 1000:.1f} ms")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, cast
@@ -163,9 +164,9 @@ _RECORD_COLUMNS: tuple[Any, ...] = (
     Run.pid,
     Run.log_path,
     Run.name,
-    Run.tags,
+    type_coerce(Run.tags, String).label("tags_json"),
     Run.note,
-    Run.overrides,
+    type_coerce(Run.overrides, String).label("overrides_json"),
     Run.archived_at,
 )
 
@@ -179,46 +180,66 @@ def _config_of(raw: Any) -> Mapping[str, Any]:
     return _config_of_text(raw) if isinstance(raw, str) else MappingProxyType(dict(raw or {}))
 
 
+@lru_cache(maxsize=4096)
+def _tags_of_text(tags_json: str) -> tuple[str, ...]:
+    return tuple(json.loads(tags_json) or ())
+
+
+@lru_cache(maxsize=4096)
+def _overrides_of_text(overrides_json: str) -> Mapping[str, Any]:
+    return MappingProxyType(json.loads(overrides_json) or {})
+
+
+def _tags_of(raw: Any) -> tuple[str, ...]:
+    """A run's tags from their JSON text (SQLite; decoded once per distinct text: a sweep's runs
+    share theirs) or the list a driver already decoded (PostgreSQL)."""
+    return _tags_of_text(raw) if isinstance(raw, str) else tuple(raw or ())
+
+
+def _overrides_of(raw: Any) -> Mapping[str, Any]:
+    """A run's overrides, as `_tags_of` reads tags (a shared read-only mapping)."""
+    return _overrides_of_text(raw) if isinstance(raw, str) else MappingProxyType(dict(raw or {}))
+
+
 def _record(row: Any, names: set[str]) -> RunRecord:
-    """A record from the record's columns; `names`: the metric catalogue's (what `run.metrics`
-    keys are metrics, whichever version stored them)."""
-    r = row._mapping
-    stored = r["metrics"] or {}
-    config = _config_of(r["config_json"])
+    """A record from the record's columns, by position (_RECORD_COLUMNS' order); `names`: the
+    metric catalogue's (what `run.metrics` keys are metrics, whichever version stored them)."""
+    stored = row[15] or {}
+    config = _config_of(row[6])
     return RunRecord(
-        id=r["id"],
-        status=r["status"],
-        preset=r["preset"],
-        method=r["method"],
-        dataset=r["dataset"],
+        id=row[0],
+        status=row[1],
+        preset=row[2],
+        method=row[3],
+        dataset=row[4],
         memory_size=config.get("memory_size"),
-        seed=r["seed"],
-        n_tasks=r["n_tasks"],
-        task=r["task"],
-        phase=r["phase"],
-        phase_done=r["phase_done"],
-        phase_total=r["phase_total"],
-        samples_per_s=r["samples_per_s"],
-        eta_s=r["eta_s"],
+        seed=row[5],
+        n_tasks=row[8],
+        task=row[9],
+        phase=row[10],
+        phase_done=row[11],
+        phase_total=row[12],
+        samples_per_s=row[13],
+        eta_s=row[14],
         metrics=MappingProxyType(stored_metrics(stored, names)),
         tasks_done=int(stored.get("tasks_done", 0)),
-        sweep_id=r["sweep_id"],
-        error=r["error"],
-        created_at=r["created_at"],
-        heartbeat_at=r["heartbeat_at"],
-        started_at=r["started_at"],
-        finished_at=r["finished_at"],
-        device=r["device"],
-        host=r["host"],
-        pid=r["pid"],
-        log_path=r["log_path"],
+        sweep_id=row[7],
+        error=row[16],
+        created_at=row[17],
+        heartbeat_at=row[18],
+        started_at=row[19],
+        finished_at=row[20],
+        device=row[21],
+        host=row[22],
+        pid=row[23],
+        log_path=row[24],
         config=config,
         topk=stored.get("topk"),
-        name=r["name"],
-        tags=tuple(r["tags"] or ()),
-        note=r["note"],
-        overrides=MappingProxyType(dict(r["overrides"] or {})),
-        archived=r["archived_at"] is not None,
+        name=row[25],
+        tags=_tags_of(row[26]),
+        note=row[27],
+        overrides=_overrides_of(row[28]),
+        archived=row[29] is not None,
     )
 
 
@@ -234,16 +255,17 @@ _LIVE_COLUMNS: tuple[Any, ...] = (
     Run.samples_per_s,
     Run.eta_s,
     Run.error,
-    Run.heartbeat_at,
-    Run.started_at,
-    Run.finished_at,
+    # (the times as stored: SQLite's text is parsed only for a row that moved, `_utc`)
+    type_coerce(Run.heartbeat_at, String).label("heartbeat_raw"),
+    type_coerce(Run.started_at, String).label("started_raw"),
+    type_coerce(Run.finished_at, String).label("finished_raw"),
     Run.device,
     Run.host,
     Run.pid,
     Run.log_path,
     Run.name,
     Run.note,
-    Run.archived_at,
+    type_coerce(Run.archived_at, String).label("archived_raw"),
     Run.n_tasks,
     type_coerce(Run.metrics, String).label("metrics_json"),
     type_coerce(Run.tags, String).label("tags_json"),
@@ -272,16 +294,37 @@ _LIVE_FIELDS = (
 )
 
 
+@lru_cache(maxsize=8192)
+def _utc_of_text(text: str) -> datetime:
+    value = datetime.fromisoformat(text)
+    return value.replace(tzinfo=UTC) if value.utcoffset() is None else value.astimezone(UTC)
+
+
+def _utc(value: Any) -> datetime | None:
+    """A stored time as the ORM gives it (aware, UTC): SQLite's text parsed (once per distinct
+    text), a driver's datetime (PostgreSQL) made aware in UTC, None kept."""
+    if value is None or (isinstance(value, str) and not value):
+        return None
+    if isinstance(value, str):
+        return _utc_of_text(value)
+    return value.replace(tzinfo=UTC) if value.utcoffset() is None else value.astimezone(UTC)
+
+
 def live_records(
-    known: Mapping[int, RunRecord], texts: dict[int, tuple[Any, ...]], ids: Iterable[int]
+    known: Mapping[int, RunRecord],
+    texts: dict[int, tuple[Any, ...]],
+    ids: Iterable[int] | None,
 ) -> list[RunRecord]:
-    """The records of `ids` for a poller that holds their last records (`known`) and the text of
-    their JSON columns at that read (`texts`, updated here): a run whose metrics, tags and
-    overrides are unchanged gets its known record with the live columns replaced, without
-    decoding JSON; the others (and runs not known yet) are read whole. Cross-run metrics are
-    left to the caller (as `run_records(ids, i_last=False)`)."""
-    ids = list(ids)
-    if not ids:
+    """The records of `ids` (None: every run) for a poller that holds their last records
+    (`known`) and the row read for each at that read (`texts`, updated here): a run whose row is
+    the same gets its known record back (one tuple comparison); one whose row moved but whose
+    metrics, tags and overrides (their JSON text) did not gets a copy of its known record with
+    the live columns replaced, without decoding JSON; the others (and runs not known yet) are
+    read whole. So a record that is not the known one has moved. Cross-run metrics are left to
+    the caller (as `run_records(ids, i_last=False)`)."""
+    every = ids is None  # every run (a poller's first read): no id list to bind
+    ids = [] if ids is None else list(ids)
+    if not ids and not every:
         return []
     out: dict[int, RunRecord] = {}
     whole: list[int] = []
@@ -289,32 +332,37 @@ def live_records(
     fields = _LIVE_FIELDS + ("archived",)
     with reading() as session:
         # (Core, not the ORM session: no ORM row loading for 1,000 live runs a tick; rows are tuples)
-        found: Any = session.connection().execute(select(*_LIVE_COLUMNS).where(col(Run.id).in_(ids))).all()
-        for row in found:  # (by position, _LIVE_COLUMNS' order: a per-row mapping costs more than the rest)
+        query = select(*_LIVE_COLUMNS)
+        found: Any = session.connection().execute(query if every else query.where(col(Run.id).in_(ids))).all()
+        for found_row in found:  # (by position, _LIVE_COLUMNS' order: a per-row mapping costs more than the rest)
+            row = tuple(found_row)
             run_id = row[0]
-            text = tuple(row[20:23])
             old = known.get(run_id)
-            if old is None or texts.get(run_id) != text:
-                whole.append(run_id)
-                texts[run_id] = text
-                continue
-            live = (*row[1:18], row[19], row[18] is not None)  # the values of `fields`
-            values = old.__dict__
-            if all(values[k] == v for k, v in zip(fields, live)):
+            last = texts.get(run_id)
+            texts[run_id] = row
+            if old is not None and last == row:  # (C speed: the same row as last read)
                 out[run_id] = old
                 continue
+            if old is None or last is None or last[20:23] != row[20:23]:  # new, or its JSON columns moved
+                whole.append(run_id)
+                continue
+            # a live column moved (the row differs, its JSON does not): the known record, these replaced
+            live = (*row[1:9], *map(_utc, row[9:12]), *row[12:18], row[19], row[18] is not None)  # `fields`
+            values = old.__dict__
             fresh = new_record(RunRecord)  # a frozen record: a copy with its live fields set before anyone sees it
             fresh.__dict__.update(values)
             fresh.__dict__.update(zip(fields, live))
             out[run_id] = fresh
         if whole:
-            out.update((rec.id, rec) for rec in _records(session, whole))
+            every_row = every and len(whole) == len(found)
+            out.update((rec.id, rec) for rec in _records(session, None if every_row else whole))
     return [out[i] for i in sorted(out)]
 
 
 def _read(session: Session, query: Any) -> list[RunRecord]:
     names = set(metric_registry.metric_names())
-    return [_record(row, names) for row in session.exec(query).all()]
+    # (Core rows, not the ORM's: read by position, no ORM loading per row)
+    return [_record(row, names) for row in session.connection().execute(query).all()]
 
 
 def _records(session: Session, ids: Iterable[int] | None = None) -> list[RunRecord]:

@@ -42,6 +42,15 @@ def load_run_rows(ids: Iterable[int] | None = None) -> list[RunRow]:
     return store.run_records(ids, i_last=ids is None)
 
 
+@dataclass(frozen=True)
+class RunsDelta:
+    """What one read of the runs changed: the rows new or changed since the read before (by id)
+    and the ids of the runs deleted since."""
+
+    updated: tuple[RunRow, ...] = ()
+    gone: tuple[int, ...] = ()
+
+
 class RunsFeed:
     """The runs page's reader; a refresh costs what changed, not the size of the store.
 
@@ -52,7 +61,10 @@ class RunsFeed:
     every FULL_EVERY-th read (tags, names or notes edited from a shell), take the full path:
     every (id, status) pair, re-reading new runs and runs whose status changed. I_last is
     recomputed for the re-read rows only, against the joint runs kept from earlier reads, and
-    for every row when the set of joint runs changed. Used from one worker thread at a time."""
+    for every row when the set of joint runs changed. Used from one worker thread at a time.
+
+    Each read also leaves `delta`: the rows that changed and the ids that left, so the runs page
+    redraws only those rows (`RunsDelta`; None when every row must be looked at)."""
 
     FULL_EVERY = 30
 
@@ -65,6 +77,8 @@ class RunsFeed:
         self._raw: dict[int, RunRow] = {}  # the records as read (before I_last), for store.live_records
         self._texts: dict[int, tuple[object, ...]] = {}  # their JSON columns' text at that read
         self._active: set[int] = set()  # the runs queued or running at the last read
+        self._index: dict[int, int] = {}  # run id -> its place in _order
+        self.delta: RunsDelta | None = None  # what the last read changed (None: everything, the first read)
 
     def _stale(self) -> tuple[list[int], list[int]]:
         """(ids to re-read, ids gone) since the last read."""
@@ -89,7 +103,12 @@ class RunsFeed:
     def read(self) -> tuple[list[RunRow], bool]:
         """(all rows by id, whether anything changed since the last read)."""
         stale, gone = self._stale()
-        fresh = store.live_records(self._raw, self._texts, stale) if stale else []
+        if not self.rows and stale:  # the first read: every run, without an id list
+            fresh = store.live_records(self._raw, self._texts, None)
+        else:
+            fresh = store.live_records(self._raw, self._texts, stale) if stale else []
+        raw = self._raw
+        moved = {r.id for r in fresh if r is not raw.get(r.id)}  # (live_records gives back a record that did not move)
         self._active = {r.id for r in fresh if r.status in store.ACTIVE}  # (every active run is in `stale`)
         self._raw.update((r.id, r) for r in fresh)
         for i in gone:
@@ -101,21 +120,42 @@ class RunsFeed:
         touched: Iterable[int] = [r.id for r in fresh]
         if fresh or gone:
             bounds_before = list(self._bounds)
-            if gone or any(r.is_upper_bound or (r.id in self.rows and self.rows[r.id].is_upper_bound) for r in fresh):
+            if gone or any(
+                r.is_upper_bound or (r.id in self.rows and self.rows[r.id].is_upper_bound)
+                for r in fresh
+                if r.id in moved
+            ):
                 self._bounds = [merged[i] for i in sorted(merged) if merged[i].is_upper_bound]
-            if self._bounds != bounds_before or not self.rows:  # a joint run came, went or changed
+            if self._bounds != bounds_before or (self._bounds and not self.rows):  # a joint run came, went or changed
                 merged = {r.id: r for r in with_intransigence((merged[i] for i in sorted(merged)), self._bounds)}
                 touched = merged
             elif self._bounds:
                 merged.update((r.id, r) for r in with_intransigence(fresh, self._bounds))
             # (no joint run: no row has an I_last, and a fresh read has none to clear)
-        changed = bool(gone) or any(
-            self.rows.get(i) is not merged[i] and self.rows.get(i) != merged[i] for i in touched
-        )
-        rows_by_id = merged
-        if changed or not self._order:
-            self._order = [rows_by_id[i] for i in sorted(rows_by_id)]
-        self.rows = rows_by_id
+        before = self.rows
+        every = touched is merged  # every row re-derived (a joint run came, went or changed): no delta
+        if every:
+            updated = []
+            changed = bool(gone) or any(before.get(i) is not r and before.get(i) != r for i, r in merged.items())
+        else:
+            # a row read anew without a joint run is changed for sure (no field compare: 1,000 live runs)
+            sure = moved if not self._bounds else set()
+            updated = [
+                merged[i]
+                for i in touched
+                if (i in sure and before.get(i) is not None)
+                or (before.get(i) is not merged[i] and before.get(i) != merged[i])
+            ]
+            changed = bool(gone or updated)
+        if every or not self._order or gone or any(r.id not in before for r in updated):  # a run came or went
+            self._order = [merged[i] for i in sorted(merged)]
+            self._index = {r.id: n for n, r in enumerate(self._order)}
+        else:  # the same runs: the changed rows replaced in place
+            order, index = self._order, self._index
+            for r in updated:
+                order[index[r.id]] = r
+        self.delta = RunsDelta(tuple(updated), tuple(gone)) if before and not every else None
+        self.rows = merged
         return list(self._order), changed
 
 
@@ -173,6 +213,74 @@ def arrange(rows: list[RunRow], query: str, sort: str, descending: bool, archive
         final = [r for r in ordered if value(r)[0] and not r.partial]
         ordered = final + [r for r in ordered if value(r)[0] and r.partial] + [r for r in ordered if not value(r)[0]]
     return ordered
+
+
+class Arrangement:
+    """The rows the runs table shows, in order (what `arrange` gives), kept across reads so that a
+    read which changed a few rows costs those rows: `update` puts each changed row in its place —
+    in place when it still passes the filter and its sort key did not move, else taken out and
+    put back where the order wants it (a binary search) — and says whether any row moved.
+    FilterError (from the constructor) for a filter that cannot be read."""
+
+    def __init__(self, rows: Iterable[RunRow], query: str, sort: str, descending: bool, archived: bool = False):
+        self.key = (query, sort, descending, archived)
+        self._filter = parse_typed(query)
+        self._archived = archived or self._filter.names("archived")
+        self._sort_value = sort_key(sort)
+        self._descending = descending
+        self._grouped = sort not in SORT_KEYS and metric_registry.metric(sort).final_only
+        self.rows = arrange(list(rows), query, sort, descending, archived)
+        self._place = {r.id: n for n, r in enumerate(self.rows)}
+
+    def shows(self, row: RunRow) -> bool:
+        """Whether the row passes the filter (and the archived rule)."""
+        return (self._archived or not row.archived) and (not self._filter.terms or self._filter.accepts(row))
+
+    def _rank(self, row: RunRow) -> tuple[int, Any]:
+        """(its group, its sort value): final metrics first, then partial ones, then none."""
+        value = self._sort_value(row)
+        if not self._grouped:
+            return 0, value
+        return (0 if not row.partial else 1) if value[0] else 2, value
+
+    def _before(self, a: tuple[int, Any], b: tuple[int, Any]) -> bool:
+        """Whether rank `a` comes before rank `b` (groups always in order; values by direction)."""
+        if a[0] != b[0]:
+            return a[0] < b[0]
+        return bool(a[1] > b[1]) if self._descending else bool(a[1] < b[1])
+
+    def update(self, updated: Iterable[RunRow], gone: Iterable[int] = ()) -> bool:
+        """Take a read's changed rows and deleted ids; True when the order changed (a row came,
+        went or moved), False when every changed row was replaced where it stood."""
+        rows, place = self.rows, self._place
+        out: set[int] = {i for i in gone if i in place}
+        put: list[RunRow] = []
+        for row in updated:
+            at = place.get(row.id)
+            keep = self.shows(row)
+            if at is not None and keep and self._rank(rows[at]) == self._rank(row):
+                rows[at] = row
+                continue
+            if at is not None:
+                out.add(row.id)
+            if keep:
+                put.append(row)
+        if not out and not put:
+            return False
+        if out:
+            rows[:] = [r for r in rows if r.id not in out]
+        for row in put:
+            rank = self._rank(row)
+            lo, hi = 0, len(rows)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._before(self._rank(rows[mid]), rank):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            rows.insert(lo, row)
+        self._place = {r.id: n for n, r in enumerate(rows)}
+        return True
 
 
 # --------------------------------------------------------------------------- one run

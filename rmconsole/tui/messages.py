@@ -6,15 +6,17 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from .data import CompareView, RunRow, RunView
+from .data import CompareView, RunRow, RunsDelta, RunView
 
 
 @dataclass
 class RunsLoaded(Message):
-    """A fresh read of every run, for the runs table; `changed` is False when nothing moved."""
+    """A fresh read of every run, for the runs table; `changed` is False when nothing moved;
+    `delta`: the rows that changed and the runs that left (None: look at every row)."""
 
     rows: list[RunRow]
     changed: bool = True
+    delta: RunsDelta | None = None
 
 
 @dataclass

@@ -54,7 +54,9 @@ class RunsScreen(PollingScreen):
         super().__init__()
         self.feed = data.RunsFeed()  # used by one read thread at a time
         self.filter_error: str | None = None  # the `/` filter does not read (shown on the status line)
-        self._counted: tuple | None = None  # (rows, _counts()) of the last read
+        self._counted: tuple | None = None  # (rows, _counts(), the rows by id) of the last read
+        self._arranged: data.Arrangement | None = None  # the rows shown, kept across reads
+        self._delta: data.RunsDelta | None = None  # what the read being applied changed
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -71,7 +73,10 @@ class RunsScreen(PollingScreen):
         table = self.query_one(RunsTable)
         table.border_title = "runs"
         table.focus()
-        self.watch(self.app, "selected", self.show_rows, init=False)  # type: ignore[arg-type]  # the App (a DOMNode) typed as its Console face
+        self.watch(self.app, "selected", self._selection_changed, init=False)  # type: ignore[arg-type]  # the App (a DOMNode) typed as its Console face
+
+    def _selection_changed(self) -> None:
+        self.show_rows()
 
     def on_screen_resume(self) -> None:
         self.show_rows()
@@ -80,12 +85,18 @@ class RunsScreen(PollingScreen):
 
     def read(self) -> RunsLoaded:
         rows, changed = self.feed.read()
-        return RunsLoaded(rows, changed)
+        return RunsLoaded(rows, changed, self.feed.delta)
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
         self.problem = None
         if message.changed or not self.loaded:
-            self.rows = tuple(message.rows)
+            self._delta = message.delta if self.loaded else None  # (watch_rows applies just these rows)
+            rows = tuple(message.rows)
+            try:
+                self._count_delta(message.delta if self.loaded else None, rows)
+                self.rows = rows
+            finally:
+                self._delta = None
             self.app.rows = message.rows
             self.loaded = True
 
@@ -95,7 +106,7 @@ class RunsScreen(PollingScreen):
     # ------------------------------------------------------------------ drawing
 
     def watch_rows(self) -> None:
-        self.show_rows()
+        self.show_rows(self._delta)
 
     def watch_query_text(self) -> None:
         self.show_rows()
@@ -112,15 +123,27 @@ class RunsScreen(PollingScreen):
     def watch_problem(self) -> None:
         self.show_status()
 
-    def show_rows(self) -> None:
+    def show_rows(self, delta: data.RunsDelta | None = None) -> None:
+        """Arrange the rows and hand them to the table. With `delta` (a read that changed a few
+        rows, the filter and the sort as before) only those rows are placed and drawn, and the
+        table re-sorts only when one of them moved; otherwise everything is arranged anew."""
         column, descending = self.order
-        try:
-            shown = data.arrange(list(self.rows), self.query_text, column, descending, self.show_archived)
-            self.filter_error = None
-        except data.FilterError as err:  # shown on the status line until the filter reads
-            shown, self.filter_error = [], str(err)
+        key = (self.query_text, column, descending, self.show_archived)
         table = self.query_one(RunsTable)
-        table.runs, table.selected_ids, table.sorted_by = tuple(shown), frozenset(self.app.selected), self.order
+        arranged = self._arranged
+        if delta is not None and arranged is not None and arranged.key == key and self.filter_error is None:
+            moved = arranged.update(delta.updated, delta.gone)
+            shown = arranged.rows
+            table.selected_ids, table.sorted_by = frozenset(self.app.selected), self.order
+            table.patch(tuple(shown), None if moved else delta.updated)
+        else:
+            try:
+                self._arranged = arranged = data.Arrangement(self.rows, *key)
+                shown = arranged.rows
+                self.filter_error = None
+            except data.FilterError as err:  # shown on the status line until the filter reads
+                self._arranged, shown, self.filter_error = None, [], str(err)
+            table.runs, table.selected_ids, table.sorted_by = tuple(shown), frozenset(self.app.selected), self.order
         table.border_subtitle = f"sort: {SORT_LABELS.get(column, column)} {'▼' if descending else '▲'}"
         self.show_status(len(shown))
 
@@ -129,17 +152,42 @@ class RunsScreen(PollingScreen):
         line.problem = bool(self.problem or self.filter_error)
         line.text = self.status_text(n_shown)
 
+    def _count_delta(self, delta: data.RunsDelta | None, rows: tuple[data.RunRow, ...]) -> None:
+        """Keep `_counts` current for the new `rows` from a read's delta: the changed rows' old
+        counts out, their new ones in (without a delta, `_counts` counts every row again)."""
+        counted = self._counted
+        if delta is None or counted is None or counted[0] is not self.rows:
+            self._counted = None
+            return
+        _, statuses, archived, partial, by_id = counted
+        for run_id in delta.gone:
+            old = by_id.pop(run_id, None)
+            if old is not None:
+                statuses[old.status] -= 1
+                archived, partial = archived - old.archived, partial - old.partial
+        for row in delta.updated:
+            old = by_id.get(row.id)
+            if old is not None:
+                statuses[old.status] -= 1
+                archived, partial = archived - old.archived, partial - old.partial
+            statuses[row.status] += 1
+            archived, partial = archived + row.archived, partial + row.partial
+            by_id[row.id] = row
+        self._counted = (rows, +statuses, archived, partial, by_id)  # (+: drops a status counted down to 0)
+
     def _counts(self) -> tuple[Counter[str], int, bool]:
-        """(runs per status, archived runs, whether any run is partial), once per read."""
+        """(runs per status, archived runs, whether any run is partial), once per read (after a
+        read with a delta, already updated from its changed rows by `_count_delta`)."""
         if self._counted is None or self._counted[0] is not self.rows:
             rows = self.rows
             self._counted = (
                 rows,
                 Counter(map(attrgetter("status"), rows)),
                 sum(map(attrgetter("archived"), rows)),
-                any(map(attrgetter("partial"), rows)),
+                sum(map(attrgetter("partial"), rows)),
+                {r.id: r for r in rows},
             )  # (attrgetter: no Python frame per run)
-        return self._counted[1], self._counted[2], self._counted[3]
+        return self._counted[1], self._counted[2], self._counted[3] > 0
 
     def status_text(self, n_shown: int | None = None) -> Text:
         if self.problem:

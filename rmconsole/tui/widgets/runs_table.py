@@ -11,7 +11,7 @@ from rich.measure import Measurement
 from rich.text import Text
 from textual.reactive import var
 from textual.widgets import DataTable
-from textual.widgets.data_table import RowKey
+from textual.widgets.data_table import DuplicateKey, Row, RowKey
 
 from ... import metric_registry
 from ...cl.metric_catalog import mark_carrier
@@ -200,26 +200,48 @@ class RunsTable(DataTable):
     def on_resize(self) -> None:
         self._relayout()
 
-    def _facts(self) -> tuple[int, bool, frozenset[str]]:
+    def _facts(self, changed: list[RunRow] | None = None) -> tuple[int, bool, frozenset[str]]:
         """What the columns depend on: the longest run label, whether a task-free run (A_auc) is
         listed, and which optional compact metrics some run has. Counted incrementally per run
-        row object (`_fact_cache`), so a refresh looks only at the rows that changed."""
+        row object (`_fact_cache`), so a refresh looks only at the rows that changed: `changed`,
+        the rows that replaced shown rows in place (`patch`), else found by identity."""
         cache, lengths, flags = self._fact_cache, self._lengths, self._flags
         runs = self.runs
-        # the row objects not seen at the last call, found by set arithmetic on their identities
-        # (C speed over 10,000 rows; the loop below then visits only the rows that changed)
-        objects = dict(zip(map(id, runs), runs))
-        fresh = [objects[i] for i in objects.keys() - self._fact_objects.keys()]
-        self._fact_objects = objects
+        if changed is not None:
+            objects = self._fact_objects
+            fresh = []
+            for r in changed:
+                f = cache.get(r.id)
+                if f is None:  # not shown (filtered out): no fact of it
+                    continue
+                objects.pop(id(f[0]), None)
+                objects[id(r)] = r
+                fresh.append(r)
+        else:
+            # the row objects not seen at the last call, found by set arithmetic on their identities
+            # (C speed over 10,000 rows; the loop below then visits only the rows that changed)
+            objects = dict(zip(map(id, runs), runs))
+            fresh = [objects[i] for i in objects.keys() - self._fact_objects.keys()]
+            self._fact_objects = objects
         for r in fresh:
             f = cache.get(r.id)
             if f is not None and f[0] is r:
                 continue
+            metrics = r.metrics
+            if f is not None and f[0].metrics is metrics and f[0].label == r.label:  # (a live run's progress)
+                cache[r.id] = (r, *f[1:])
+                continue
+            new = (
+                len(r.label),
+                ("anytime",) if any(name in metrics for name in TASK_FREE_ONLY) else (),
+                tuple(name for name in COMPACT_METRICS if metrics.get(name) is not None),
+            )
             if f is not None:
+                if f[1:] == new:  # (most changes, a live run's progress: the same facts)
+                    cache[r.id] = (r, *new)
+                    continue
                 self._count(f, -1)
-            f = (r, len(r.label), ("anytime",) if any(name in r.metrics for name in TASK_FREE_ONLY) else ())
-            f = f + (tuple(name for name in COMPACT_METRICS if r.value(name) is not None),)
-            cache[r.id] = f
+            f = cache[r.id] = (r, *new)
             self._count(f, 1)
         if len(cache) != len(runs):  # rows left (a filter, a deleted run)
             keep = {r.id for r in runs}
@@ -233,8 +255,8 @@ class RunsTable(DataTable):
         for name in (*fact[2], *fact[3]):
             self._flags[name] += sign
 
-    def _wanted_layout(self, width: int) -> dict[str, int]:
-        run_width, anytime, present = self._facts()
+    def _wanted_layout(self, width: int, changed: list[RunRow] | None = None) -> dict[str, int]:
+        run_width, anytime, present = self._facts(changed)
         return layout(width, run_width, anytime, present)
 
     def _anytime(self) -> bool:
@@ -357,12 +379,30 @@ class RunsTable(DataTable):
     def watch_selected_ids(self) -> None:
         self._sync()
 
-    def _sync(self) -> None:
+    def patch(self, runs: tuple[RunRow, ...], changed: Iterable[RunRow] | None) -> None:
+        """Show `runs` (in display order) when only the rows in `changed` differ from the rows
+        shown and none of them moved: only their cells are rebuilt and compared (the rest, their
+        order and the cursor are left alone). `changed` None: look at every row, as setting
+        `runs` does (a row came, went or moved: the table re-sorts)."""
+        if changed is None or not self.is_mounted:
+            self.runs = runs
+            return
+        changed = list(changed)
+        self.set_reactive(RunsTable.runs, runs)  # (no watcher: the rows that changed are drawn below)
+        if self.size.width and self._wanted_layout(self.size.width, changed) != self._widths:
+            self._layout(self.size.width)  # (a longer run label arrived: everything is drawn again)
+            return
+        self._sync(changed)
+
+    def _sync(self, only: list[RunRow] | None = None) -> None:
         """Make the table show `runs` in this order, touching only rows and cells that changed.
 
         At most FIRST_BATCH (then ADD_BATCH) new rows are added per call, first rows first, so a
         big store shows its first screenful at once (DataTable measures every new cell); the rest
-        follow after each repaint."""
+        follow after each repaint. `only`: just these rows changed, in place (`patch`)."""
+        if only is not None:
+            self._sync_rows(only)
+            return
         self._sync_pending = False
         keep = self.cursor_run_id if self._keep is None else self._keep
         self._keep = None
@@ -374,6 +414,7 @@ class RunsTable(DataTable):
             self._dirty.pop(key, None)
         added, limit = 0, ADD_BATCH if self._cells else FIRST_BATCH
         pending = False
+        new_rows: list[tuple[str, tuple[RunRow, bool]]] = []
         top, bottom = self._visible_rows()
         # (locals: this loop visits every listed run, 10,000 on a big store; a reactive's
         # descriptor or an attribute lookup per run costs more than the loop itself)
@@ -393,20 +434,53 @@ class RunsTable(DataTable):
                     pending = True
                     continue
                 added += 1
+                new_rows.append((key, (row, selected)))  # (added together below)
+                continue
             elif not top <= (locations.get(key) or 0) < bottom:
                 dirty[key] = (row, selected)  # off screen: drawn when scrolled into view
                 continue
             self._draw(key, (row, selected), old)
+        self._add_rows(new_rows)
         order = [k for k in wanted if k in self._cells] if pending or len(self._cells) != len(wanted) else list(wanted)
         if order != self._order:
+            # new rows go to the bottom: a table whose rows were only appended in order is not re-sorted
+            appended = [k for k in self._order if k in self._cells] + [k for k, _ in new_rows]
             self._order = order
-            rank = {k: i for i, k in enumerate(order)}
-            self.sort("id", key=lambda cell: rank[_run_key(cell)])
+            if appended != order:
+                rank = {k: i for i, k in enumerate(order)}
+                self.sort("id", key=lambda cell: rank[_run_key(cell)])
         if keep is not None and str(keep) in self._cells:
             self.move_cursor(row=self.get_row_index(str(keep)), scroll=False)
         if pending and not self._sync_pending:
             self._sync_pending = True
             self.call_after_refresh(self._sync)  # a big store: the rest after this frame
+
+    def _sync_rows(self, rows: list[RunRow]) -> None:
+        """Draw these rows, which replaced shown rows where they stand (the `_sync` loop's body
+        for them alone: a row off screen waits in `_dirty`, one not added yet is added by the
+        pending `_sync` from `runs`)."""
+        selected_ids, shown_rows, dirty, drawn, keys = (
+            self.selected_ids,
+            self._shown,
+            self._dirty,
+            self._cells,
+            self._keys,
+        )
+        top, bottom = self._visible_rows()
+        locations = self._locations()
+        for row in rows:
+            key = keys.get(row.id)
+            old = drawn.get(key) if key is not None else None
+            if key is None or old is None:
+                continue  # not shown, or not added yet
+            selected = row.id in selected_ids
+            shown = shown_rows.get(key)
+            if shown is not None and shown[0] is row and shown[1] == selected:
+                continue
+            if not top <= (locations.get(key) or 0) < bottom:
+                dirty[key] = (row, selected)  # off screen: drawn when scrolled into view
+                continue
+            self._draw(key, (row, selected), old)
 
     def _locations(self) -> Mapping[str, int]:
         """Row key -> row index. DataTable keys it by RowKey, which hashes and compares as its
@@ -421,13 +495,18 @@ class RunsTable(DataTable):
 
     def _draw(self, key: str, state: tuple[RunRow, bool], old: tuple[tuple[object, ...], ...] | None) -> None:
         """Add the row, or update the cells of it that changed."""
+        if old is None:  # a new row: its cells are built when it is first drawn
+            self._add_rows([(key, state)])
+            return
         self._dirty.pop(key, None)
         self._shown[key] = state
-        if old is None:  # a new row: its cells are built when it is first drawn
-            lazy = _LazyRow(self, state)
-            self.add_row(*(_LazyCell(lazy, i, key) for i in range(len(self.columns))), key=key)
-            self._cells[key] = LAZY
-            return
+        if old is LAZY:  # a row added lazily: compared with the cells it drew, if it was ever drawn
+            drawn = self._lazy_row(key)
+            if drawn is not None and drawn.cells is None:
+                drawn.state = state  # never drawn: it will draw this state
+                return
+            if drawn is not None and drawn.cells is not None:
+                old = tuple(_signature(c) for c in drawn.cells)
         cells = self.row_cells(*state)
         signature = tuple(_signature(c) for c in cells)
         if old != signature:
@@ -436,6 +515,40 @@ class RunsTable(DataTable):
                 if new != was:
                     self.update_cell(key, column, cell)
         self._cells[key] = signature
+
+    def _add_rows(self, new_rows: list[tuple[str, tuple[RunRow, bool]]]) -> None:
+        """Add rows at the bottom, each drawn lazily (_LazyRow). What DataTable.add_row does per
+        row (the key maps, the Row, the cursor clamped, the caches invalidated, an idle check),
+        once for the batch: add_row's per-row share of that was most of the cost of 10,000 rows."""
+        if not new_rows:
+            return
+        columns = self.ordered_columns
+        locations, cells_of, rows = self._row_locations, self._data, self.rows
+        start = self.row_count
+        for offset, (key, state) in enumerate(new_rows):
+            row_key = RowKey(key)
+            if row_key in locations:
+                raise DuplicateKey(f"The row key {row_key!r} already exists.")
+            lazy = _LazyRow(self, state)
+            locations[row_key] = start + offset
+            cells_of[row_key] = {column.key: _LazyCell(lazy, i, key) for i, column in enumerate(columns)}
+            rows[row_key] = Row(row_key, 1, None, False)
+            self._new_rows.add(row_key)
+            self._dirty.pop(key, None)
+            self._shown[key] = state
+            self._cells[key] = LAZY
+        self._require_update_dimensions = True
+        self.cursor_coordinate = self.cursor_coordinate
+        if start == 0 and columns and self.show_cursor and self.cursor_type != "none":
+            self._highlight_cursor()  # (a cell to highlight where there was none)
+        self._update_count += 1
+        self.check_idle()
+
+    def _lazy_row(self, key: str) -> _LazyRow | None:
+        """The _LazyRow behind a row added lazily (None once a cell of it was replaced by a Text)."""
+        cells = cast("Mapping[str, Mapping[object, object]]", self._data).get(key)
+        first = next(iter(cells.values()), None) if cells else None
+        return first.row if isinstance(first, _LazyCell) else None
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         """DataTable measures every cell of every new row here (Rich's measure of each Text, most
