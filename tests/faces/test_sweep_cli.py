@@ -181,7 +181,7 @@ def test_three_methods_three_seeds_from_one_command(isolated_home, tmp_path) -> 
         "--seeds",
         "1,2,3",
         "--set",
-        "epochs=4",
+        "epochs=1",  # the sweep, the store and the reports are tested here, not what more epochs learn
         "--set",
         "threads=1",
         timeout=3600,

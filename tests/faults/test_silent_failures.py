@@ -23,6 +23,7 @@ import pytest
 import torch
 from conftest import rmconsole, train_in_process, wait_for
 from support.campaign import claim, garble_run_table
+from support.online_helpers import defaults_on_digits
 
 from rmconsole import cli, store
 from rmconsole.cl.data import load_digits
@@ -514,11 +515,16 @@ def test_defect_08_ranges_stay_ranges(isolated_home) -> None:
 
 @pytest.mark.parametrize(
     "method",
-    [m if m in ("rm", "finetune", "bic") else pytest.param(m, marks=pytest.mark.slow) for m in sorted(REGISTRY)],
+    # the default run: the task protocol's fit (rm, finetune), its after-task check (bic), the task-free driver's (er_ace)
+    [
+        m if m in ("rm", "finetune", "bic", "er_ace") else pytest.param(m, marks=pytest.mark.slow)
+        for m in sorted(REGISTRY)
+    ],
 )
 def test_defect_09_a_diverging_loss_stops_every_method(method) -> None:
     row = _claim("a loss that becomes infinite, every method", "test_defect_09_a_diverging_loss_stops_every_method")
-    _, cfg = load_config(None, {"method": method, "lr": 1e30, "epochs": 2, "uncertainty_views": 2, "device": "cpu"})
+    # under the method's own protocol: the task-free-only methods refuse the default preset's stream=online
+    cfg = defaults_on_digits(method, lr=1e30, epochs=2, uncertainty_views=2, device="cpu")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

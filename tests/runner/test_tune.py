@@ -230,9 +230,11 @@ def test_the_selection_reads_no_test_figure(monkeypatch: pytest.MonkeyPatch) -> 
 
 @needs_validation
 @pytest.mark.slow
-def test_a_killed_driver_continues_its_study() -> None:
+def test_a_killed_driver_continues_its_study(tmp_path) -> None:
     """SIGKILL the driver (and its trial's worker) mid-trial; `tune --study NAME` again resumes
-    that trial's run from its checkpoint and finishes the study."""
+    that trial's run from its checkpoint and finishes the study. Trial 1 (the second) is the
+    victim: the study then holds a complete trial, a killed one and one never started."""
+    tasks = 5  # digits' 10 classes split evenly (n_tasks=4 is refused: the driver exited at once)
     args = [
         sys.executable,
         "-m",
@@ -250,24 +252,35 @@ def test_a_killed_driver_continues_its_study() -> None:
         "random",
         "--pruner",
         "none",
-        *[arg for pair in ["epochs=3", "n_tasks=4", "val_fraction=0.2", 'augment="none"'] for arg in ("--set", pair)],
+        *[
+            arg
+            for pair in ["epochs=1", f"n_tasks={tasks}", "val_fraction=0.2", 'augment="none"']
+            for arg in ("--set", pair)
+        ],
     ]
-    driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
+    errors = tmp_path / "driver.err"  # a file, not an unread pipe, which would block a chatty driver
+    with errors.open("w") as err:
+        driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, text=True)
+    deadline = time.monotonic() + 300
     victim = None
-    while time.monotonic() < deadline and victim is None:
-        time.sleep(0.3)
+    while time.monotonic() < deadline and victim is None and driver.poll() is None:
+        time.sleep(0.2)
         try:
             runs = store.find_runs("study:k")
         except store.StoreError:
             continue
-        victim = next((r for r in runs if r.name == "k·t1" and 1 <= r.tasks_done < 4 and r.status == "running"), None)
+        # mid-run with at least a whole task left, so the kill below lands before its end
+        victim = next(
+            (r for r in runs if r.name == "k·t1" and 1 <= r.tasks_done < tasks - 1 and r.status == "running"), None
+        )
+    assert driver.poll() is None, f"the driver ended (exit {driver.returncode}) first: {errors.read_text()}"
     assert victim is not None, "trial 1 never got past its first task"
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=30)
     pid = store.get_run(victim.id).pid
     os.killpg(pid, signal.SIGKILL)  # its worker dies too: the run is left 'running' with nobody behind it
-    done = store.get_run(victim.id).tasks_done
+    done = next(r.tasks_done for r in store.find_runs("study:k") if r.id == victim.id)  # its last, after the kill
+    assert 1 <= done < tasks, done
     again = subprocess.run(args[:5] + ["k"], capture_output=True, text=True, timeout=400, check=False)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"run {victim.id} resumed at task {done + 1}" in again.stdout

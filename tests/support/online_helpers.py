@@ -52,6 +52,27 @@ def config(**over: Any) -> Any:
     return load_config(None, {**FOLLOW_UP, **over})[1]
 
 
+TASK_FREE_PRESET = "mnist-iblurry50-10"  # the follow-up's settings, each method's own ([methods.NAME])
+
+
+def defaults_on_digits(method: str, **over: Any) -> Any:
+    """`method`'s defaults on digits under a protocol it declares: the embedded default preset
+    (the task protocol, stream=online) where the method runs under it, else the follow-up's
+    task-free preset on digits with the default preset's memory size (a task-free-only method
+    refuses stream=online and the task protocol's cosine schedule; `protocol_of` says which)."""
+    from rmconsole.cl.methods import REGISTRY
+    from rmconsole.cl.protocols import protocol_of
+    from rmconsole.config import load_config
+
+    if REGISTRY[method].runs_under("task"):
+        cfg = load_config(None, {"method": method, **over})[1]
+    else:
+        digits_k = load_config(None, {})[1].memory_size
+        cfg = load_config(TASK_FREE_PRESET, {"dataset": "digits", "memory_size": digits_k, "method": method, **over})[1]
+    assert REGISTRY[method].runs_under(protocol_of(cfg)), (method, cfg.stream)
+    return cfg
+
+
 class Recorder(Reporter):
     def __init__(self) -> None:
         self.points: list[Any] = []
