@@ -65,7 +65,7 @@ def _taskfree(name: str, *tests: str) -> list[str]:
 def _survivors(method: str) -> list[str]:
     """The pins of tests/cl/test_method_state_and_schedules.py named test_<method>_..., written against the
     mutants the method's own tests let survive (one node id each, so a module runs only its own)."""
-    path = REPO / "tests" / "test_method_state_and_schedules.py"
+    path = REPO / "tests" / "cl" / "test_method_state_and_schedules.py"
     if not path.exists():
         return []
     tree = ast.parse(path.read_text())
