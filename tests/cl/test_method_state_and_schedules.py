@@ -412,3 +412,259 @@ def test_clib_lr_moves_only_on_a_significant_test(monkeypatch: pytest.MonkeyPatc
     _tick(m)
     assert (m.high_lr, m.low_lr) == (0.05, 0.025) and not m.lr_is_high
     assert m.current_lr == 0.025  # the rate in use follows the move (the switch had set the old high)
+
+
+# ------------------------------------------------------------------------------ Method (base.py)
+
+
+def _taskwise(method: str = "finetune", **over):  # type: ignore[no-untyped-def]
+    """A method of the task protocol on the tiny 8x8 data, as the loop builds it (no training)."""
+    from rmconsole.cl.loop import build_protocol, make_augmenter
+    from rmconsole.cl.methods import Setup, method_class
+    from rmconsole.config import load_config
+
+    _, cfg = load_config(
+        None,
+        {"method": method, "augment": "none", "epochs": 1, "batch_size": 8, "memory_size": 40, "threads": 1, **over},
+    )
+    data = tiny_data()
+    cpu = torch.device("cpu")
+    proto = build_protocol(cfg, data)
+    setup = Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, cpu, make_augmenter(cfg, data, cpu))
+    torch.manual_seed(cfg.seed)
+    return method_class(method)(setup), proto
+
+
+def test_base_optimiser_is_nesterov_sgd_at_the_runs_rate_over_the_head_only_when_trained() -> None:
+    m, _ = _taskwise(lr=0.07, weight_decay=3e-4)
+    group = m.make_optimizer().param_groups[0]
+    assert (float(group["lr"]), group["momentum"], group["nesterov"], group["weight_decay"]) == (0.07, 0.9, True, 3e-4)
+    assert {id(p) for p in group["params"]} == {id(p) for p in m.model.parameters()}
+    m, _ = _taskwise(train_head=False)
+    optimised = {id(p) for g in m.make_optimizer().param_groups for p in g["params"]}
+    assert optimised == {id(p) for n, p in m.model.named_parameters() if not n.startswith("fc.")}
+
+
+def test_base_shuffled_batches_drop_only_a_last_batch_of_one() -> None:
+    m, _ = _taskwise()
+    batches = m.shuffled_batches(torch.arange(10), 4)
+    assert [len(b) for b in batches] == [4, 4, 2] and sorted(torch.cat(batches).tolist()) == list(range(10))
+    assert [len(b) for b in m.shuffled_batches(torch.arange(9), 4)] == [4, 4]  # a batch of one: batch norm needs two
+
+
+def test_base_memory_and_batching_generator_is_seeded_seed_plus_one() -> None:
+    """The model is initialised from `seed`, the memory and batch draws from seed + 1: the
+    per-task accuracies of every task-protocol run depend on it."""
+    m, _ = _taskwise(seed=3)
+    assert torch.equal(m.gen.get_state(), torch.Generator().manual_seed(4).get_state())
+
+
+def test_base_schedule_online_is_one_stream_pass_then_memory_update_then_memory_epochs() -> None:
+    calls: list[tuple] = []
+    m, proto = _taskwise(stream="online", epochs=3)
+    m.memory.replace(torch.tensor([0, 1, 2]), torch.zeros(3, dtype=torch.long))
+    m.fit = lambda epochs, batches, phase, task, chunk_images=None: calls.append((phase, epochs, batches(0)))
+    m.update_memory = lambda task: calls.append(("update",))
+    m.learn_task(_task(0, proto.tasks[0]))
+    assert [c[:2] for c in calls] == [("stream", 1), ("update",), ("memory", 3)]
+    stream_pass = torch.cat(calls[0][2]).tolist()
+    assert sorted(stream_pass) == sorted(proto.tasks[0].tolist() + [0, 1, 2])  # stream and memory together
+    calls.clear()
+    m, proto = _taskwise(stream="offline", epochs=3)
+    m.fit = lambda epochs, batches, phase, task, chunk_images=None: calls.append((phase, epochs))
+    m.update_memory = lambda task: calls.append(("update",))
+    m.learn_task(_task(0, proto.tasks[0]))
+    assert calls == [("offline", 3), ("update",)]
+
+
+def test_base_cutmix_loss_weights_the_two_labels_by_lambda() -> None:
+    from types import SimpleNamespace
+
+    import torch.nn.functional as nnf
+
+    m, _ = _taskwise()
+    m.seen[:6] = True  # classes 6..9 masked
+    x = torch.rand(4, 1, 8, 8)
+    y_a, y_b = torch.tensor([0, 1, 2, 3]), torch.tensor([5, 4, 3, 2])
+    m.setup.augmenter = SimpleNamespace(maybe_cutmix=lambda x, y: (x, y_a, y_b, 0.3))
+    m.model.eval()
+    logits = m.mask_unseen(m.model(x))
+    expected = 0.3 * nnf.cross_entropy(logits, y_a) + 0.7 * nnf.cross_entropy(logits, y_b)
+    assert torch.allclose(m.step_loss(x, y_a), expected)
+    m.setup.augmenter = SimpleNamespace(maybe_cutmix=lambda x, y: None)
+    assert torch.allclose(m.step_loss(x, y_b), nnf.cross_entropy(logits, y_b))
+
+
+class _Progress(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.advanced = 0
+
+    def phase(self, task: int, name: str, total: int) -> None:
+        self.total = total
+
+    def advance(self, n: int) -> None:
+        self.advanced += n
+
+
+@pytest.mark.parametrize("policy", ["random", "uncertainty"])
+def test_base_memory_update_advances_its_progress_by_every_candidate_once(policy: str) -> None:
+    m, proto = _taskwise(memory_policy=policy)
+    m.setup.reporter = progress = _Progress()
+    m.memory.replace(torch.tensor([0, 1, 2]), proto.train_labels[:3].cpu())
+    task = _task(0, proto.tasks[0])
+    m.before_task(task)
+    m.update_memory(task)
+    assert progress.total == progress.advanced == len(task.stream) + 3
+    assert "memory_cached" not in m.memory_info  # an in-memory dataset keeps no decoded cache
+    m.setup.data.train.cache = lambda idx: f"{len(idx)} decoded"  # a streamed dataset's cache
+    m.update_memory(task)
+    assert m.memory_info["memory_cached"] == f"{len(m.memory)} decoded"
+
+
+def test_base_checkpoint_restores_the_optimiser_and_generator() -> None:
+    m, proto = _taskwise()
+    m.before_task(_task(0, proto.tasks[0]))
+    m.model(torch.rand(4, 1, 8, 8)).sum().backward()
+    m.optimizer.step()  # momentum buffers exist now
+    m.gen.manual_seed(11)
+    state = m.state_dict()
+    other, _ = _taskwise()
+    assert other.optimizer is None
+    other.load_state_dict(state)
+    assert other.optimizer is not None and torch.equal(other.gen.get_state(), m.gen.get_state())
+    saved = [s["momentum_buffer"] for s in m.optimizer.state.values()]
+    loaded = [s["momentum_buffer"] for s in other.optimizer.state.values()]
+    assert len(saved) == len(loaded) > 0 and all(torch.equal(a, b) for a, b in zip(saved, loaded))
+    state["optimizer"] = None  # a checkpoint before the first task: no optimiser to restore
+    third, _ = _taskwise()
+    third.load_state_dict(state)
+    assert third.optimizer is None
+
+
+def test_base_a_graphed_run_resumes_with_tensor_learning_rates(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmconsole.cl.methods.finetune import Finetune
+
+    m, proto = _taskwise(lr=0.07)
+    m.before_task(_task(0, proto.tasks[0]))
+    state = m.state_dict()
+    monkeypatch.setattr(Finetune, "uses_graphs", property(lambda self: True))
+    other, _ = _taskwise(lr=0.07)
+    other.load_state_dict(state)
+    lr = other.optimizer.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and float(lr) == pytest.approx(0.07)  # a captured step reads it
+
+
+def test_base_cuda_graphs_only_for_a_single_process_cuda_run_of_the_plain_step() -> None:
+    m, _ = _taskwise(cuda_graphs=True)
+    assert not m.uses_graphs  # on the CPU
+    m.device = torch.device("cuda")  # what a CUDA run's method holds (nothing runs on it here)
+    assert m.uses_graphs
+    m.dist = object()  # torchrun's ranks
+    assert not m.uses_graphs
+    m, _ = _taskwise(cuda_graphs=False)
+    m.device = torch.device("cuda")
+    assert not m.uses_graphs
+    m, _ = _taskwise("ewc", cuda_graphs=True)  # gradient hooks: not the plain step
+    m.device = torch.device("cuda")
+    assert not m.uses_graphs
+
+
+def test_base_plain_step_means_no_hook_of_the_step_overridden() -> None:
+    from rmconsole.cl.methods.base import Method
+    from rmconsole.cl.methods.finetune import Finetune
+
+    class OwnLoss(Finetune):
+        def step_loss(self, x, y):  # type: ignore[no-untyped-def]
+            return Method.step_loss(self, x, y)
+
+    class OwnMask(Finetune):
+        def mask_unseen(self, logits):  # type: ignore[no-untyped-def]
+            return logits
+
+    class Hooked(Finetune):
+        graphable_step = False
+
+    plain = {cls.__name__: object.__new__(cls).plain_step for cls in (Finetune, OwnLoss, OwnMask, Hooked)}
+    assert plain == {"Finetune": True, "OwnLoss": False, "OwnMask": False, "Hooked": False}
+
+
+def test_base_method_parameter_must_be_a_methodparams_class() -> None:
+    from rmconsole.cl.methods.base import Method
+    from rmconsole.cl.methods.ewc_params import EWCParams
+
+    class Good(Method[EWCParams]):
+        pass
+
+    assert Good.params_type is EWCParams
+    with pytest.raises(TypeError, match="must be a MethodParams class"):
+
+        class Bad(Method[int]):  # type: ignore[type-var]
+            pass
+
+
+# ------------------------------------------------------------------------------ EWC, Rwalk
+
+
+def test_ewc_fisher_draws_its_labels_from_the_methods_generator() -> None:
+    """y ~ p(.|x) comes from the method's generator (checkpointed, resumed): the same Fisher
+    whatever the global RNG, a different one from another generator state."""
+    from rmconsole.cl.methods.ewc import diagonal_fisher
+
+    m, _ = _taskwise("ewc")
+    m.seen[:] = True
+    idx = torch.arange(24)
+
+    def fisher(gen_seed: int, global_seed: int) -> list[torch.Tensor]:
+        m.gen.manual_seed(gen_seed)
+        torch.manual_seed(global_seed)
+        return diagonal_fisher(m, idx)
+
+    a, b, c = fisher(5, 0), fisher(5, 1), fisher(6, 0)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert any(not torch.equal(x, z) for x, z in zip(a, c))
+
+
+def _penalty_follows_penalty_step(method: str) -> None:
+    """A proximal step leaves the gradient alone; `penalty_step=gradient` adds the penalty's in backward."""
+    for step, pulled in (("proximal", False), ("gradient", True)):
+        m, _ = _taskwise(method, penalty_step=step)
+        q = m.quadratic
+        for w, c in zip(q.weights, q.centres):
+            w.fill_(1.0)
+            c.zero_()
+        q.scale, q.active = 2.0, True
+        p = m.trainable()[0]
+        (p * 0.0).sum().backward()
+        expected = 2 * 2.0 * p.detach() if pulled else torch.zeros_like(p)  # d/dp of scale * w * p^2
+        assert torch.allclose(p.grad, expected), step
+
+
+def test_ewc_penalty_is_a_proximal_step_unless_set_as_a_gradient() -> None:
+    _penalty_follows_penalty_step("ewc")
+
+
+def test_rwalk_penalty_is_a_proximal_step_unless_set_as_a_gradient() -> None:
+    _penalty_follows_penalty_step("rwalk")
+
+
+def test_rwalk_running_fisher_weights_the_newest_window_by_alpha() -> None:
+    """F <- alpha * F_window + (1 - alpha) * F at alpha = 0.3, each window the mean squared
+    task-loss gradient over its `rwalk_interval` steps (the first window is taken as it is)."""
+    m, proto = _taskwise("rwalk", rwalk_interval=2, rwalk_alpha=0.3)
+    m.before_task(_task(0, proto.tasks[0]))
+    p = m.trainable()[0]
+
+    def step(g: float) -> None:
+        p.grad = None
+        (p * g).sum().backward()  # task-loss gradient g everywhere (the penalty is not active yet)
+        m.after_step()
+
+    step(0.5)
+    step(0.5)
+    assert m.window_steps == 0 and torch.allclose(m.fisher[0], torch.full_like(p, 0.25))
+    step(1.0)
+    assert m.window_steps == 1 and torch.allclose(m.fisher[0], torch.full_like(p, 0.25))  # window still open
+    step(2.0)
+    assert m.window_steps == 0
+    assert torch.allclose(m.fisher[0], torch.full_like(p, 0.7 * 0.25 + 0.3 * (1.0 + 4.0) / 2))
