@@ -668,3 +668,129 @@ def test_rwalk_running_fisher_weights_the_newest_window_by_alpha() -> None:
     step(2.0)
     assert m.window_steps == 0
     assert torch.allclose(m.fisher[0], torch.full_like(p, 0.7 * 0.25 + 0.3 * (1.0 + 4.0) / 2))
+
+
+# ------------------------------------------------------------------------------ TaskFree (taskfree.py)
+
+
+def test_taskfree_optimiser_is_the_runs_adam_or_nesterov_sgd_at_its_rate() -> None:
+    m, _, _ = built("er", lr=0.002, weight_decay=1e-4)
+    assert isinstance(m.optimizer, torch.optim.Adam)
+    group = m.optimizer.param_groups[0]
+    assert (float(group["lr"]), group["weight_decay"]) == (0.002, 1e-4)
+    m, _, _ = built("er", optimizer="sgd", lr=0.03, schedule="constant")
+    assert isinstance(m.optimizer, torch.optim.SGD)
+    group = m.optimizer.param_groups[0]
+    assert (float(group["lr"]), group["momentum"], group["nesterov"]) == (0.03, 0.9, True)
+
+
+def test_taskfree_state_before_online_start_has_no_online_part() -> None:
+    from rmconsole.cl.loop import make_augmenter
+    from rmconsole.cl.methods import Setup, method_class
+    from rmconsole.cl.online import build_online_protocol
+
+    cfg, data = config(method="er"), tiny_data()
+    proto = build_online_protocol(cfg, data)
+    cpu = torch.device("cpu")
+    setup = Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, cpu, make_augmenter(cfg, data, cpu))
+    state = method_class("er")(setup).state_dict()  # constructed, not started: no temp batch yet
+    assert "online" not in state
+
+
+def test_taskfree_batches_are_augmented_in_chunks_of_at_most_chunk_images(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chunk decides the augmentation's draws: whole batches up to the chunk's images (the
+    pixel budget over one image's pixels, never less than the largest batch) share one call."""
+    from rmconsole.cl import accel
+
+    m, _, _ = built("er")  # 1x8x8 images: 64 pixels each
+    taken: list[int] = []
+    images_of = m.images_of
+    m.images_of = lambda idx: (taken.append(len(idx)), images_of(idx))[1]
+    six = [torch.arange(i, i + 6) for i in (0, 6, 12)]
+    uneven = [torch.arange(0, 6), torch.arange(6, 8), torch.arange(8, 10), torch.arange(10, 16)]
+    for batches, chunk, groups in (
+        (six, 10, [6, 6, 6]),
+        (six, 12, [12, 6]),
+        (six, 18, [18]),
+        (uneven, 1, [6, 4, 6]),  # a budget under one batch: chunks of the largest batch, 6
+    ):
+        monkeypatch.setattr(accel, "TRAIN_CHUNK_PIXELS", chunk * 64)
+        taken.clear()
+        steps = m.online_steps
+        m.train_batches(batches)  # no stream counts: the memory epochs' call
+        assert taken == groups and m.online_steps == steps + len(batches), (chunk, taken)
+
+
+def test_taskfree_exp_reset_rate_decays_per_step_unless_a_rate_is_given() -> None:
+    m, _, _ = built("er", lr=0.01, lr_gamma=0.5)
+    rates: list[float] = []
+    m.stepper = lambda x, y, w: rates.append(float(m.optimizer.param_groups[0]["lr"]))
+    m.lr_steps = 0
+    m.train_batches([torch.arange(i, i + 4) for i in (0, 4, 8)])
+    assert rates == pytest.approx([0.01, 0.005, 0.0025]) and m.lr_steps == 3
+    m.train_batches([torch.arange(4)], lr=0.2)  # the memory epochs' own rate: the schedule stands still
+    assert rates[-1] == pytest.approx(0.2) and m.lr_steps == 3
+
+
+def test_taskfree_memory_epochs_need_two_samples_and_an_epoch() -> None:
+    m, proto, _ = built("er")
+    calls: list[list[int]] = []
+    m.train_batches = lambda batches, stream_counts=None, lr=None: calls.append([len(b) for b in batches])
+    task = _task(0, proto.tasks[0])
+    m.memory.replace(torch.tensor([3]), torch.tensor([0]))
+    m.memory_epochs(task, 2, 4)
+    assert calls == []  # one sample: batch norm needs two
+    m.memory.replace(torch.tensor([3, 5]), torch.tensor([0, 1]))
+    m.memory_epochs(task, 0, 4)
+    assert calls == []
+    m.memory_epochs(task, 2, 4)
+    assert calls == [[2], [2]]
+
+
+def test_taskfree_new_class_head_rules_for_the_optimiser_state() -> None:
+    """extend: Adam's state of the head dropped (SGD's momentum zeroed); keep_moments: the
+    moments kept, the new class's row zeroed."""
+    import torch.nn.functional as nnf
+
+    def stepped(rule: str, **over):  # type: ignore[no-untyped-def]
+        m, _, _ = built("er", **over)
+        m.head_rule = rule
+        m.model.train()
+        nnf.cross_entropy(m.model(torch.rand(4, 1, 8, 8)), torch.tensor([0, 1, 2, 3])).backward()
+        m.optimizer.step()
+        return m
+
+    m = stepped("keep_moments")
+    fc = m.model.fc
+    before = {k: v.clone() for k, v in m.optimizer.state[fc.weight].items()}
+    m.head_takes(3)
+    after = m.optimizer.state[fc.weight]
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert not bool(before[key][3].eq(0).all()) and bool(after[key][3].eq(0).all())
+        assert torch.equal(after[key][:3], before[key][:3]) and torch.equal(after[key][4:], before[key][4:])
+    assert torch.equal(after["step"], before["step"])
+    m = stepped("extend")
+    m.head_takes(3)
+    assert m.model.fc.weight not in m.optimizer.state and m.model.fc.bias not in m.optimizer.state
+    m = stepped("extend", optimizer="sgd", lr=0.05, schedule="constant")
+    m.head_takes(3)
+    assert bool(m.optimizer.state[m.model.fc.weight]["momentum_buffer"].eq(0).all())
+
+
+def test_taskfree_new_class_row_is_drawn_as_nn_linear_draws_it_or_the_head_rebuilt() -> None:
+    import math
+
+    m, _, _ = built("er")
+    fc = m.model.fc
+    rows = fc.weight.detach().clone()
+    m.head_takes(3)
+    bound = 1.0 / math.sqrt(fc.in_features)
+    new = fc.weight.detach()[3]
+    assert torch.equal(fc.weight.detach()[:3], rows[:3]) and torch.equal(fc.weight.detach()[4:], rows[4:])
+    assert not torch.equal(new, rows[3]) and float(new.abs().max()) <= bound
+    assert float(new.min()) < 0 < float(new.max()) and float(fc.bias.detach().abs().max()) <= bound
+    optimizer = m.optimizer
+    m.head_rule = "rebuild"  # the RM port's rule: a new head and a new optimiser
+    m.head_takes(4)
+    assert m.model.fc is not fc and m.optimizer is not optimizer
+    assert any(p is m.model.fc.weight for g in m.optimizer.param_groups for p in g["params"])
