@@ -128,3 +128,17 @@ def test_unknown_measure_and_no_views_are_rejected() -> None:
         _score(lambda x: torch.zeros(len(x), 3), "mc")
     with pytest.raises(ValueError, match="at least one view"):
         _score(lambda x: torch.zeros(len(x), 3), "randaug", 0)
+
+
+@pytest.mark.parametrize("name", ["hflip", "vflip"])
+def test_vr_flip_happens_when_the_draw_is_strictly_below_one_half(name: str) -> None:
+    """torchvision's Random*Flip flips when rand < p: a draw of exactly 0.5 keeps its image
+    (the generator seeded 479 draws exactly 0.5 at sample 1395 of 4096)."""
+    from rmconsole.cl.uncertainty import _vr_view
+
+    shape = (1, 1, 1, 2) if name == "hflip" else (1, 1, 2, 1)
+    images = torch.tensor([0, 1], dtype=torch.uint8).view(shape).repeat(4096, 1, 1, 1)
+    out = _vr_view(name, images, torch.Generator().manual_seed(479))
+    draws = torch.rand(4096, generator=torch.Generator().manual_seed(479))
+    assert float(draws[1395]) == 0.5
+    assert torch.equal(out.flatten(1)[:, 0] == 1, draws < 0.5)
