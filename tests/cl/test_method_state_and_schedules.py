@@ -794,3 +794,23 @@ def test_taskfree_new_class_row_is_drawn_as_nn_linear_draws_it_or_the_head_rebui
     m.head_takes(4)
     assert m.model.fc is not fc and m.optimizer is not optimizer
     assert any(p is m.model.fc.weight for g in m.optimizer.param_groups for p in g["params"])
+
+
+# ------------------------------------------------------------------------------ ER (the task protocol's batches)
+
+
+def test_er_task_protocol_batches_replay_even_a_memory_of_one_from_the_methods_generator() -> None:
+    m, proto = _taskwise("er", batch_size=9)
+    stream = torch.arange(20)
+    m.memory.replace(torch.tensor([100]), torch.tensor([0]))
+    batches = m.stream_batches(_task(1, stream))
+    assert [b.tolist()[5:] for b in batches] == [[100]] * 4  # 5 stream + min(4, |memory|) memory
+    assert sorted(torch.cat([b[:5] for b in batches]).tolist()) == list(range(20))
+    m.memory.replace(torch.arange(100, 110), torch.zeros(10, dtype=torch.long))
+
+    def drawn(global_seed: int) -> list[list[int]]:
+        m.gen.manual_seed(7)
+        torch.manual_seed(global_seed)
+        return [b.tolist() for b in m.stream_batches(_task(1, stream))]
+
+    assert drawn(0) == drawn(1)  # every draw from the method's (checkpointed) generator
