@@ -512,7 +512,7 @@ def test_base_memory_update_advances_its_progress_by_every_candidate_once(policy
     m, proto = _taskwise(memory_policy=policy)
     m.setup.reporter = progress = _Progress()
     m.memory.replace(torch.tensor([0, 1, 2]), proto.train_labels[:3].cpu())
-    task = _task(0, proto.tasks[0])
+    task = _task(1, proto.tasks[1])  # (at task 0 the uncertainty policy picks at random: nothing scored)
     m.before_task(task)
     m.update_memory(task)
     assert progress.total == progress.advanced == len(task.stream) + 3
