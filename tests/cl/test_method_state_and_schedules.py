@@ -814,3 +814,83 @@ def test_er_task_protocol_batches_replay_even_a_memory_of_one_from_the_methods_g
         return [b.tolist() for b in m.stream_batches(_task(1, stream))]
 
     assert drawn(0) == drawn(1)  # every draw from the method's (checkpointed) generator
+
+
+# ------------------------------------------------------------------------------ iCaRL
+
+
+def test_icarl_loss_is_bce_summed_over_seen_classes_and_averaged_over_the_batch() -> None:
+    """Targets: the labels' one-hot (CutMix: lam * onehot(a) + (1 - lam) * onehot(b)); old
+    classes take the previous model's sigmoid instead; classes not seen yet do not count."""
+    import copy
+    from types import SimpleNamespace
+
+    import torch.nn.functional as nnf
+
+    m, _ = _taskwise("icarl")
+    m.seen[:6] = True
+    x = torch.rand(4, 1, 8, 8)
+    y_a, y_b = torch.tensor([0, 1, 2, 3]), torch.tensor([5, 4, 3, 2])
+    m.model.eval()
+    logits = m.model(x).detach()
+
+    def expected(target: torch.Tensor) -> torch.Tensor:
+        bce = nnf.binary_cross_entropy_with_logits(logits, target, reduction="none")
+        return (bce * m.seen).sum(1).mean()
+
+    def onehot(y: torch.Tensor) -> torch.Tensor:
+        return nnf.one_hot(y, 10).float()
+
+    m.setup.augmenter = SimpleNamespace(maybe_cutmix=lambda x, y: (x, y_a, y_b, 0.3))
+    assert torch.allclose(m.step_loss(x, y_a), expected(0.3 * onehot(y_a) + 0.7 * onehot(y_b)))
+    m.setup.augmenter = SimpleNamespace(maybe_cutmix=lambda x, y: None)
+    assert torch.allclose(m.step_loss(x, y_b), expected(onehot(y_b)))
+    teacher = copy.deepcopy(m.model)
+    with torch.no_grad():
+        teacher.fc.bias.add_(1.0)
+    m.previous_model, m.old_classes = teacher, torch.arange(10) < 3  # classes 0-2 distilled
+    target = torch.where(m.old_classes, torch.sigmoid(teacher(x)), onehot(y_b))
+    assert torch.allclose(m.step_loss(x, y_b), expected(target.detach()))
+
+
+def test_icarl_classes_without_exemplars_are_never_predicted() -> None:
+    m, proto = _taskwise("icarl")
+    labels = proto.train_labels.cpu()
+    kept = torch.cat([(labels == c).nonzero().flatten()[:4] for c in (0, 1)])  # exemplars of 0 and 1 only
+    m.memory.replace(kept, labels[kept])
+    m.seen[:] = True
+    scores = m.class_scores(m.setup.augmenter.test(m.setup.data.test.take(torch.arange(16))))
+    assert bool(torch.isfinite(scores[:, :2]).all()) and bool(torch.isneginf(scores[:, 2:]).all())
+
+
+def test_icarl_class_masks_are_boolean_from_construction() -> None:
+    m, _ = _taskwise("icarl")
+    state = m.state_dict()["icarl"]  # a checkpoint before the first task
+    assert state["new_classes"].dtype == state["old_classes"].dtype == torch.bool
+
+
+# ------------------------------------------------------------------------------ incremental.py (iCaRL's and BiC's)
+
+
+def test_incremental_teacher_is_a_frozen_eval_mode_copy() -> None:
+    from rmconsole.cl.methods.incremental import frozen_copy
+
+    m, _ = _taskwise("icarl")
+    m.model.train()
+    teacher = frozen_copy(m.model)
+    assert teacher is not m.model and not teacher.training and m.model.training
+    assert all(not p.requires_grad for p in teacher.parameters())
+    assert all(p.requires_grad for p in m.model.parameters())
+    x = torch.rand(6, 1, 8, 8)
+    before = [b.clone() for b in teacher.buffers()]
+    teacher(x)  # eval mode: batch norm reads its running statistics and leaves them alone
+    assert all(torch.equal(a, b) for a, b in zip(before, teacher.buffers()))
+
+
+def test_incremental_a_task_without_major_classes_has_only_unseen_ones_new() -> None:
+    from rmconsole.cl.methods.incremental import split_new_old
+
+    before = torch.tensor([1, 1, 0, 0], dtype=torch.bool)
+    now = torch.tensor([1, 1, 1, 0], dtype=torch.bool)
+    new, old = split_new_old(before, now, [], "task")
+    assert new.tolist() == [False, False, True, False] and old.tolist() == [True, True, False, False]
