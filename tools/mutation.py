@@ -201,7 +201,7 @@ MODULES: dict[str, list[str]] = {
     ),
     "rmconsole.cl.methods.incremental": _survivors("incremental")
     + _taskwise("bic", "test_new_class_rules", "test_bic_star_has_no_distillation"),
-    "rmconsole.cl.methods.joint": _taskwise("joint", "test_joint_sees_every_class_at_once"),
+    "rmconsole.cl.methods.joint": _survivors("joint") + _taskwise("joint", "test_joint_sees_every_class_at_once"),
     "rmconsole.cl.methods.finetune": _taskwise("finetune"),
     "rmconsole.cl.methods.spec": ["tests/cl/test_method_params.py", "tests/cl/test_method_interface.py"],
     "rmconsole.cl.methods": ["tests/cl/test_method_params.py", "tests/cl/test_method_interface.py"],

@@ -894,3 +894,15 @@ def test_incremental_a_task_without_major_classes_has_only_unseen_ones_new() -> 
     now = torch.tensor([1, 1, 1, 0], dtype=torch.bool)
     new, old = split_new_old(before, now, [], "task")
     assert new.tolist() == [False, False, True, False] and old.tolist() == [True, True, False, False]
+
+
+# ------------------------------------------------------------------------------ joint
+
+
+def test_joint_trains_its_epochs_over_the_whole_set_and_reports_no_memory() -> None:
+    for epochs, fits in ((1, [(1, "joint")]), (3, [(3, "joint")]), (0, [])):
+        m, proto = _taskwise("joint", epochs=epochs)
+        calls: list[tuple[int, str]] = []
+        m.fit = lambda epochs, batches, phase, task, chunk_images=None: calls.append((epochs, phase))
+        m.learn_task(_task(0, proto.tasks[0], 1))
+        assert calls == fits and m.memory_info == {"policy": "none (joint training keeps no memory)"}
