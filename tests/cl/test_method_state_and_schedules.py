@@ -906,3 +906,48 @@ def test_joint_trains_its_epochs_over_the_whole_set_and_reports_no_memory() -> N
         m.fit = lambda epochs, batches, phase, task, chunk_images=None: calls.append((epochs, phase))
         m.learn_task(_task(0, proto.tasks[0], 1))
         assert calls == fits and m.memory_info == {"policy": "none (joint training keeps no memory)"}
+
+
+def _pulled_back_after_every_step(method: str) -> None:
+    """With the penalty on (proximal, the default), each optimiser step ends with the prox step:
+    theta <- (theta + 2 t s w c) / (1 + 2 t s w), t = lr / (1 - momentum)."""
+    m, proto = _taskwise(method, lr=0.05)
+    m.before_task(_task(0, proto.tasks[0]))
+    q = m.quadratic
+    for w, c in zip(q.weights, q.centres):
+        w.fill_(1.0)
+        c.zero_()
+    q.scale, q.active = 2.0, True
+    before = [p.detach().clone() for p in m.trainable()]
+    m.after_step()
+    t = 0.05 / (1 - 0.9)
+    for p, b in zip(m.trainable(), before):
+        assert torch.allclose(p.detach(), b / (1 + 2 * t * 2.0), atol=1e-7)
+
+
+def _stops_when_diverged(method: str) -> None:
+    from rmconsole.cl.train import Diverged
+
+    m, proto = _taskwise(method)
+    task = _task(0, proto.tasks[0])
+    m.before_task(task)
+    with torch.no_grad():
+        m.trainable()[0].view(-1)[0] = float("nan")
+    with pytest.raises(Diverged, match="diverged in task 1"):
+        m.after_task(task)  # before the NaN is consolidated into the penalty
+
+
+def test_ewc_pulls_back_after_every_step() -> None:
+    _pulled_back_after_every_step("ewc")
+
+
+def test_rwalk_pulls_back_after_every_step() -> None:
+    _pulled_back_after_every_step("rwalk")
+
+
+def test_ewc_stops_a_diverged_run_at_the_task_end() -> None:
+    _stops_when_diverged("ewc")
+
+
+def test_rwalk_stops_a_diverged_run_at_the_task_end() -> None:
+    _stops_when_diverged("rwalk")
