@@ -903,7 +903,7 @@ def test_joint_trains_its_epochs_over_the_whole_set_and_reports_no_memory() -> N
     for epochs, fits in ((1, [(1, "joint")]), (3, [(3, "joint")]), (0, [])):
         m, proto = _taskwise("joint", epochs=epochs)
         calls: list[tuple[int, str]] = []
-        m.fit = lambda epochs, batches, phase, task, chunk_images=None: calls.append((epochs, phase))
+        m.fit = lambda epochs, batches, phase, task, chunk_images=None, calls=calls: calls.append((epochs, phase))
         m.learn_task(_task(0, proto.tasks[0], 1))
         assert calls == fits and m.memory_info == {"policy": "none (joint training keeps no memory)"}
 
@@ -951,3 +951,47 @@ def test_ewc_stops_a_diverged_run_at_the_task_end() -> None:
 
 def test_rwalk_stops_a_diverged_run_at_the_task_end() -> None:
     _stops_when_diverged("rwalk")
+
+
+def test_ewc_fisher_samples_are_the_memory_online_and_stream_plus_memory_offline() -> None:
+    for stream, expected in (("online", [100, 101]), ("offline", [0, 1, 2, 100, 101])):
+        m, _ = _taskwise("ewc", stream=stream)
+        m.memory.replace(torch.tensor([100, 101]), torch.zeros(2, dtype=torch.long))
+        assert m.fisher_samples(_task(0, torch.tensor([0, 1, 2]))).tolist() == expected
+
+
+def test_rwalk_a_parameter_without_a_gradient_scores_no_loss_decrease() -> None:
+    """-g * delta theta with g the step's own task gradient: a parameter that got none this step
+    (moved by weight decay or the prox step) adds nothing to the path integral."""
+    m, proto = _taskwise("rwalk", rwalk_interval=100)
+    m.before_task(_task(0, proto.tasks[0]))
+    p = m.trainable()[0]
+    (p * 0.5).sum().backward()
+    m.after_step()  # g = 0.5, p did not move
+    p.grad = None
+    with torch.no_grad():
+        p.sub_(0.1)  # moved without a task gradient
+    m.after_step()
+    assert not bool(m.small_omega[0].any())
+
+
+def test_rwalk_task_end_averages_the_scores_and_weights_normalised_fisher_plus_score() -> None:
+    """s <- (s + s_task) / 2 after the first task; w = minmax(F) + minmax(s), each scaled
+    jointly over all parameters to [0, 1]."""
+    m, proto = _taskwise("rwalk")
+    task = _task(1, proto.tasks[1])
+    m.before_task(task)
+    for f in m.fisher:
+        f.fill_(1.0)
+    m.fisher[0].view(-1)[:2] = torch.tensor([2.0, 5.0])  # F in [1, 5]: (F - 1) / 4
+    for s, t in zip(m.score, m.task_score):
+        s.fill_(1.0)
+        t.fill_(3.0)
+    m.task_score[1].view(-1)[0] = 11.0  # averaged: 2 everywhere, 6 there: (s - 2) / 4
+    m.consolidated = 1
+    m.after_task(task)
+    assert torch.allclose(m.score[0], torch.full_like(m.score[0], 2.0)) and float(m.score[1].view(-1)[0]) == 6.0
+    w0, w1 = m.weight[0].view(-1), m.weight[1].view(-1)
+    assert w0[:2].tolist() == [0.25, 1.0] and not bool(w0[2:].any())
+    assert float(w1[0]) == 1.0 and not bool(w1[1:].any()) and not any(bool(w.any()) for w in m.weight[2:])
+    assert m.consolidated == 2 and not any(bool(t.any()) for t in m.task_score)
