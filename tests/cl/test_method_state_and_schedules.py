@@ -995,3 +995,32 @@ def test_rwalk_task_end_averages_the_scores_and_weights_normalised_fisher_plus_s
     assert w0[:2].tolist() == [0.25, 1.0] and not bool(w0[2:].any())
     assert float(w1[0]) == 1.0 and not bool(w1[1:].any()) and not any(bool(w.any()) for w in m.weight[2:])
     assert m.consolidated == 2 and not any(bool(t.any()) for t in m.task_score)
+
+
+def test_ewc_fisher_is_the_mean_over_samples_of_squared_per_sample_gradients() -> None:
+    """F = 1/N sum_i (d log p(y_i | x_i) / d theta)^2, y_i ~ p(. | x_i), by hand (one backward per
+    sample) against the vmapped chunks (chunks of 5 here: the sum runs over chunks, not a mean per chunk)."""
+    import torch.nn.functional as nnf
+
+    from rmconsole.cl.methods.ewc import diagonal_fisher
+
+    m, _ = _taskwise("ewc")
+    m.seen[:] = True
+    idx = torch.arange(12)
+    n_params = sum(p.numel() for p in m.trainable())
+    m.gen.manual_seed(2)
+    fisher = diagonal_fisher(m, idx, max_floats=5 * n_params)  # chunks of 5, 5, 2
+    m.gen.manual_seed(2)
+    m.model.eval()
+    by_hand = [torch.zeros_like(p) for p in m.trainable()]
+    for part in idx.split(5):
+        x = m.setup.augmenter.test(m.images_of(part))
+        with torch.no_grad():
+            probs = torch.softmax(m.model(x), dim=-1)
+        y = torch.multinomial(probs.float(), 1, generator=m.gen).flatten()
+        for xi, yi in zip(x, y):
+            m.model.zero_grad()
+            nnf.log_softmax(m.model(xi.unsqueeze(0)), dim=-1)[0, yi].backward()
+            for acc, p in zip(by_hand, m.trainable()):
+                acc += p.grad.pow(2)
+    assert all(torch.allclose(f, h / 12, rtol=1e-4, atol=1e-9) for f, h in zip(fisher, by_hand))
