@@ -1024,3 +1024,17 @@ def test_ewc_fisher_is_the_mean_over_samples_of_squared_per_sample_gradients() -
             for acc, p in zip(by_hand, m.trainable()):
                 acc += p.grad.pow(2)
     assert all(torch.allclose(f, h / 12, rtol=1e-4, atol=1e-9) for f, h in zip(fisher, by_hand))
+
+
+def test_rwalk_a_task_starts_its_path_integral_from_its_first_parameters() -> None:
+    """theta before the first step (and the window's start) are the parameters the task starts
+    with, whatever moved them since the last step (a rebuilt head, a restore)."""
+    m, proto = _taskwise("rwalk")
+    m.before_task(_task(0, proto.tasks[0]))
+    with torch.no_grad():
+        for p in m.trainable():
+            p.add_(0.5)
+    m.before_task(_task(1, proto.tasks[1]))
+    params = [p.detach() for p in m.trainable()]
+    assert all(torch.equal(a, p) for a, p in zip(m.previous, params))
+    assert all(torch.equal(a, p) for a, p in zip(m.window_start, params))
