@@ -1038,3 +1038,18 @@ def test_rwalk_a_task_starts_its_path_integral_from_its_first_parameters() -> No
     params = [p.detach() for p in m.trainable()]
     assert all(torch.equal(a, p) for a, p in zip(m.previous, params))
     assert all(torch.equal(a, p) for a, p in zip(m.window_start, params))
+
+
+def test_rwalk_path_integral_sums_each_steps_own_move() -> None:
+    """small omega = sum over steps of -g_k * (theta_k - theta_{k-1}): each step's move is
+    measured from the step before it, not from the task's start."""
+    m, proto = _taskwise("rwalk", rwalk_interval=100)
+    m.before_task(_task(0, proto.tasks[0]))
+    p = m.trainable()[0]
+    for g, move in ((0.5, 0.1), (2.0, 0.3)):
+        p.grad = None
+        (p * g).sum().backward()
+        with torch.no_grad():
+            p.sub_(move)
+        m.after_step()
+    assert torch.allclose(m.small_omega[0], torch.full_like(p, 0.5 * 0.1 + 2.0 * 0.3))
