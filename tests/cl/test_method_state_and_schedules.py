@@ -1,6 +1,11 @@
 """Pins written against the mutants that survived the methods' own tests (issue 29 item 1):
 RM's batches, checkpoint and task ends; GDumb's task-free checkpoint keys; BiC's bias fitting
-and init; CLIB's adaptive learning rate. Tiny tensors, no real training."""
+and init; CLIB's adaptive learning rate; the base Method's optimiser, schedule, CutMix loss,
+progress, checkpoint and CUDA-graph gates; the task-free mixin's optimiser, augmentation chunks,
+exp_reset steps and head rules; EWC's Fisher and Rwalk's path integral, running Fisher and task
+end; iCaRL's loss and nearest-mean gaps; the incremental teacher; ER's and joint's schedules.
+Each test is named test_<method>_...: tools/mutation.py runs a module's own (`_survivors`).
+Tiny tensors, no real training."""
 
 from __future__ import annotations
 
