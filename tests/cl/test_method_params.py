@@ -272,3 +272,9 @@ def test_a_spec_whose_implementation_is_no_method_class_is_refused() -> None:
     for target in ("rmconsole.cl.settings:MethodParams", "rmconsole.cl.methods:method_class"):
         with pytest.raises(TypeError, match="is not a Method subclass"):
             method_class(MethodSpec("wrong", target))
+
+
+def test_methods_maps_every_registered_name_to_its_class() -> None:
+    from rmconsole.cl.methods import METHODS, method_class
+
+    assert set(METHODS) == set(REGISTRY) and METHODS["ewc"] is method_class("ewc")

@@ -142,3 +142,21 @@ def test_vr_flip_happens_when_the_draw_is_strictly_below_one_half(name: str) -> 
     draws = torch.rand(4096, generator=torch.Generator().manual_seed(479))
     assert float(draws[1395]) == 0.5
     assert torch.equal(out.flatten(1)[:, 0] == 1, draws < 0.5)
+
+
+@pytest.mark.parametrize("measure", ["none", "vr"])
+def test_progress_is_told_every_candidate_once_whatever_the_measure(measure: str) -> None:
+    images = _images(30)
+    told: list[int] = []
+    vote_uncertainty(
+        lambda x: x.float().flatten(1)[:, :3],
+        lambda idx: images[idx],
+        torch.arange(30),
+        measure,
+        4,
+        torch.Generator().manual_seed(0),
+        lambda x: x.float() / 255,
+        chunk_images=48,  # 12 candidates of 4 views a chunk (48 of one view for `none`)
+        progress=told.append,
+    )
+    assert told == ([30] if measure == "none" else [12, 12, 6])
