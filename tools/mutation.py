@@ -65,7 +65,7 @@ def _taskfree(name: str, *tests: str) -> list[str]:
 def _survivors(method: str) -> list[str]:
     """The pins of tests/cl/test_method_state_and_schedules.py named test_<method>_..., written against the
     mutants the method's own tests let survive (one node id each, so a module runs only its own)."""
-    path = REPO / "tests" / "test_method_state_and_schedules.py"
+    path = REPO / "tests" / "cl" / "test_method_state_and_schedules.py"
     if not path.exists():
         return []
     tree = ast.parse(path.read_text())
@@ -165,14 +165,17 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.methods.taskfree": [
         "tests/cl/test_taskfree_driver_and_anytime.py",
         "tests/cl/test_taskfree_protocol.py",
+        *_survivors("taskfree"),
     ],
-    "rmconsole.cl.methods.er": ["tests/cl/test_taskfree_protocol.py"],
+    "rmconsole.cl.methods.er": ["tests/cl/test_taskfree_protocol.py", *_survivors("er")],
     "rmconsole.cl.methods.base": [
         "tests/cl/test_method_update_rules.py",
+        *_survivors("base"),  # the fast pins first: most mutants die there
         *_taskwise("finetune", "ewc", "icarl", "bic"),
     ],
     "rmconsole.cl.methods.ewc": [
         "tests/cl/test_method_update_rules.py",
+        *_survivors("ewc"),  # the fast pins first: most mutants die there
         *_taskwise(
             "ewc",
             "test_ewc_consolidation_is_the_sum_of_per_task_penalties",
@@ -182,6 +185,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "rmconsole.cl.methods.rwalk": [
         "tests/cl/test_method_update_rules.py",
+        *_survivors("rwalk"),  # the fast pins first: most mutants die there
         *_taskwise(
             "rwalk",
             "test_rwalk_scores_accumulate_and_change",
@@ -189,13 +193,15 @@ MODULES: dict[str, list[str]] = {
             "test_regularised_methods_run_to_the_end_on_digits_with_their_defaults[rwalk]",
         ),
     ],
-    "rmconsole.cl.methods.icarl": _taskwise(
+    "rmconsole.cl.methods.icarl": _survivors("icarl")
+    + _taskwise(
         "icarl",
         "test_icarl_classifies_by_nearest_mean_of_exemplars",
         "test_icarl_distills_old_classes_and_labels_new_ones",
     ),
-    "rmconsole.cl.methods.incremental": _taskwise("bic", "test_new_class_rules", "test_bic_star_has_no_distillation"),
-    "rmconsole.cl.methods.joint": _taskwise("joint", "test_joint_sees_every_class_at_once"),
+    "rmconsole.cl.methods.incremental": _survivors("incremental")
+    + _taskwise("bic", "test_new_class_rules", "test_bic_star_has_no_distillation"),
+    "rmconsole.cl.methods.joint": _survivors("joint") + _taskwise("joint", "test_joint_sees_every_class_at_once"),
     "rmconsole.cl.methods.finetune": _taskwise("finetune"),
     "rmconsole.cl.methods.spec": ["tests/cl/test_method_params.py", "tests/cl/test_method_interface.py"],
     "rmconsole.cl.methods": ["tests/cl/test_method_params.py", "tests/cl/test_method_interface.py"],

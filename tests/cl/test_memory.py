@@ -342,3 +342,19 @@ def test_a_new_policy_is_one_class(monkeypatch: pytest.MonkeyPatch) -> None:
     learner.before_task(task)
     learner.update_memory(task)
     assert torch.equal(learner.memory.indices, task.stream[-200:]) and learner.memory_info["policy"] == "newest"
+
+
+def test_a_full_selection_is_not_topped_up_and_leaves_the_generator_alone() -> None:
+    """No slot left: no random fill, and no draw from the generator (the run's later memory and
+    batch draws depend on its state)."""
+    gen = torch.Generator().manual_seed(3)
+    before = gen.get_state()
+    chosen = torch.tensor([4, 1, 7])
+    out = M._fill_rest(chosen, torch.arange(10), 3, gen)
+    assert torch.equal(out, chosen) and torch.equal(gen.get_state(), before)
+
+
+def test_herding_with_no_slot_gives_an_empty_index() -> None:
+    """A class with no slot (more classes than memory slots): zero picks, still an index tensor."""
+    picks = M.herding_order(torch.rand(5, 3, generator=torch.Generator().manual_seed(0)), 0)
+    assert picks.dtype == torch.long and torch.arange(5)[picks].tolist() == []

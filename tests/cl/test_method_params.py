@@ -232,3 +232,49 @@ def test_a_method_whose_class_does_not_read_its_declared_params_is_refused() -> 
     with pytest.raises(TypeError, match="reads MethodParams but its spec declares BiCParams"):
         method_class(wrong)
     assert method_class(REGISTRY["bic_star"]).params_type is BiCParams  # inherited from BiC's Method[BiCParams]
+
+
+def test_a_method_spec_refuses_each_malformed_field_where_it_is_written() -> None:
+    """A MethodSpec takes one protocol or several (any sequence, kept as a tuple) and refuses, in
+    one ValueError naming it, a name that is no identifier, an implementation that is not
+    'package.module:Class', params that are not a MethodParams dataclass, protocols empty or
+    unknown, and a summary of more than one line."""
+    from rmconsole.cl.methods import MethodSpec
+
+    plain = MethodSpec("good", "pkg.mod:Cls")
+    assert plain.protocols == ("task",) and plain.runs_under("task") and not plain.runs_under("task-free")
+    assert MethodSpec("good", "pkg.mod:Cls", protocols="task-free").protocols == ("task-free",)
+    both = MethodSpec("good", "pkg.mod:Cls", protocols=["task", "task-free"], summary="one line")
+    assert type(both.protocols) is tuple and both.protocols == ("task", "task-free") and both.runs_under("task-free")
+
+    bad = [
+        ({"name": "two words"}, "must be an identifier"),
+        ({"name": 3}, "must be an identifier"),
+        ({"implementation": "pkg.mod"}, "must be 'package.module:Class'"),
+        ({"implementation": " :Cls"}, "must be 'package.module:Class'"),
+        ({"implementation": "pkg.mod: "}, "must be 'package.module:Class'"),
+        ({"implementation": ".mod:Cls"}, "must be 'package.module:Class'"),
+        ({"params": int}, "params must be a MethodParams dataclass"),
+        ({"params": 3}, "params must be a MethodParams dataclass"),
+        ({"protocols": ()}, "allowed: a tuple of"),
+        ({"protocols": ("task", "tasks")}, "allowed: a tuple of"),
+        ({"summary": "two\nlines"}, "the summary is one line"),
+    ]
+    for over, message in bad:
+        fields = {"name": "good", "implementation": "pkg.mod:Cls", **over}
+        with pytest.raises(ValueError, match=message):
+            MethodSpec(**fields)
+
+
+def test_a_spec_whose_implementation_is_no_method_class_is_refused() -> None:
+    from rmconsole.cl.methods import MethodSpec, method_class
+
+    for target in ("rmconsole.cl.settings:MethodParams", "rmconsole.cl.methods:method_class"):
+        with pytest.raises(TypeError, match="is not a Method subclass"):
+            method_class(MethodSpec("wrong", target))
+
+
+def test_methods_maps_every_registered_name_to_its_class() -> None:
+    from rmconsole.cl.methods import METHODS, method_class
+
+    assert set(METHODS) == set(REGISTRY) and METHODS["ewc"] is method_class("ewc")

@@ -393,3 +393,21 @@ def test_summarize_keeps_going_past_a_failing_plugin_metric() -> None:
     assert s == {"broken": None, "later": 2.5}
     line = next(f for f in C.failures() if "'broken'" in f)
     assert len(line) == 300 and line.startswith("metric 'broken' failed on a run's rows: ValueError: xxx")
+
+
+def test_a_task_checkpoint_records_the_validation_split_it_was_trained_without(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resume with another validation split is refused by this hash: every task checkpoint of a
+    run with `val_fraction` carries the hash of its held-out samples (none without one)."""
+    from rmconsole.cl import streams
+
+    first_label_predictor(monkeypatch)
+    data = skewed_data()
+    cfg = config(method="er", eval_period=10, n_tasks=5, val_fraction=0.2)
+    rec = Recorder()
+    online.run_online(cfg, data, torch.device("cpu"), rec)
+    held = online.build_online_protocol(cfg, data).held_out
+    assert held is not None and rec.checkpoints
+    assert all(c["val_hash"] == streams.stream_hash(held.validation) for c in rec.checkpoints)
+    rec = Recorder()
+    online.run_online(config(method="er", eval_period=10, n_tasks=5), data, torch.device("cpu"), rec)
+    assert all("val_hash" not in c for c in rec.checkpoints)

@@ -128,3 +128,35 @@ def test_unknown_measure_and_no_views_are_rejected() -> None:
         _score(lambda x: torch.zeros(len(x), 3), "mc")
     with pytest.raises(ValueError, match="at least one view"):
         _score(lambda x: torch.zeros(len(x), 3), "randaug", 0)
+
+
+@pytest.mark.parametrize("name", ["hflip", "vflip"])
+def test_vr_flip_happens_when_the_draw_is_strictly_below_one_half(name: str) -> None:
+    """torchvision's Random*Flip flips when rand < p: a draw of exactly 0.5 keeps its image
+    (the generator seeded 479 draws exactly 0.5 at sample 1395 of 4096)."""
+    from rmconsole.cl.uncertainty import _vr_view
+
+    shape = (1, 1, 1, 2) if name == "hflip" else (1, 1, 2, 1)
+    images = torch.tensor([0, 1], dtype=torch.uint8).view(shape).repeat(4096, 1, 1, 1)
+    out = _vr_view(name, images, torch.Generator().manual_seed(479))
+    draws = torch.rand(4096, generator=torch.Generator().manual_seed(479))
+    assert float(draws[1395]) == 0.5
+    assert torch.equal(out.flatten(1)[:, 0] == 1, draws < 0.5)
+
+
+@pytest.mark.parametrize("measure", ["none", "vr"])
+def test_progress_is_told_every_candidate_once_whatever_the_measure(measure: str) -> None:
+    images = _images(30)
+    told: list[int] = []
+    vote_uncertainty(
+        lambda x: x.float().flatten(1)[:, :3],
+        lambda idx: images[idx],
+        torch.arange(30),
+        measure,
+        4,
+        torch.Generator().manual_seed(0),
+        lambda x: x.float() / 255,
+        chunk_images=48,  # 12 candidates of 4 views a chunk (48 of one view for `none`)
+        progress=told.append,
+    )
+    assert told == ([30] if measure == "none" else [12, 12, 6])
