@@ -9,13 +9,14 @@ Click's CliRunner isolation and answers like `subprocess.run(..., capture_output
 text=True)`: `.returncode`, `.stdout`, `.stderr`.
 
 What does not leak from one call to the next: the environment (`env` and COLUMNS set only for
-the call), sys.argv, stdin/stdout/stderr (CliRunner's), the `--debug` flag, the store's pooled
+the call, and what the command itself sets), sys.argv, stdin/stdout/stderr (CliRunner's), the `--debug` flag, the store's pooled
 connections (a process's own: dropped after each call, as a fresh process would have none).
 The test's RMCONSOLE_HOME, cwd and PYTHONPATH are the autouse `isolated_home` fixture's.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -33,6 +34,7 @@ def in_process(
 
     full_env = {"COLUMNS": str(columns), **(env or {})}
     code: int = 0
+    environ = dict(os.environ)  # what a command sets for itself (os.environ.setdefault) ends with it
     with CliRunner().isolation(input=input, env=full_env) as (out, err, _):
         argv, sys.argv = sys.argv, ["rmconsole", *args]
         try:
@@ -43,6 +45,8 @@ def in_process(
             sys.stdout.flush()  # (print() writes through a buffered wrapper; a process's exit flushes it)
             sys.stderr.flush()
             sys.argv = argv
+            os.environ.clear()
+            os.environ.update(environ)
             errors._debug = False  # `--debug` is a module flag: a fresh process starts without it
             db.dispose_engines()  # a fresh process has no pooled connections (a replaced store is read anew)
         stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
