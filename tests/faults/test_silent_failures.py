@@ -445,7 +445,7 @@ def test_defect_07_a_run_whose_launcher_died_is_reaped_and_resumable(isolated_ho
     )
     assert killed.returncode == -signal.SIGKILL
     assert store.get_run(1).status == "queued"
-    out = rmconsole("runs")
+    out = in_process("runs")
     assert out.returncode == 0 and store.get_run(1).status == "failed", out.stderr
     line = next(line for line in out.stderr.splitlines() if "marked failed" in line)
     row.check(out.returncode, line)
@@ -467,7 +467,7 @@ def test_defect_07_a_queued_run_nobody_drives_is_resumable(isolated_home) -> Non
     row = _claim("a sweep's run with no queue runner", "test_defect_07_a_queued_run_nobody_drives_is_resumable")
     run_id = new_run(sweep_id="orphan")
     new_run(sweep_id="orphan")
-    listed = rmconsole("runs")
+    listed = in_process("runs")
     assert "no queue runner" in listed.stdout
     out = rmconsole("resume", str(run_id))
     assert out.returncode == 0 and store.get_run(run_id).status == "finished", out.stdout + out.stderr
