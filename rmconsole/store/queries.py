@@ -478,70 +478,52 @@ def anytime_evals(run_id: int) -> list[AnytimeEval]:
         return _anytime(session, run_id)
 
 
-def anytime_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
-    """(samples seen, accuracy) of every anytime evaluation of the given runs (empty for a run with none)."""
+def _per_run_rows(
+    run_ids: Iterable[int], table: type[TaskResult] | type[AnytimeEval], order: str, *values: str
+) -> dict[int, list[tuple[Any, ...]]]:
+    """The `values` columns of `table`'s rows for each given run (an empty list for a run with none),
+    in the order the run produced them (`order`: by task, or by samples seen): the one query every
+    curve reads."""
     run_ids = list(run_ids)
-    curves: dict[int, list[tuple[int, float]]] = {i: [] for i in run_ids}
+    rows: dict[int, list[tuple[Any, ...]]] = {i: [] for i in run_ids}
     with reading() as session:
-        rows = session.exec(
-            select(AnytimeEval.run_id, AnytimeEval.samples, AnytimeEval.accuracy)
-            .where(col(AnytimeEval.run_id).in_(run_ids))
-            .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))
+        found = session.exec(
+            select(table.run_id, *(getattr(table, v) for v in values))
+            .where(col(table.run_id).in_(run_ids))
+            .order_by(col(table.run_id), col(getattr(table, order)))
         ).all()
-    for run_id, samples, accuracy in rows:
-        if accuracy is not None:  # None: a run with evaluate_test=false scores no test sample
-            curves[run_id].append((samples, accuracy))
-    return curves
+    for run_id, *rest in found:
+        rows[run_id].append(tuple(rest))
+    return rows
+
+
+def anytime_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
+    """(samples seen, accuracy) of every anytime evaluation of the given runs (empty for a run with none;
+    a run with evaluate_test=false scores no test sample, so its points have none)."""
+    rows = _per_run_rows(run_ids, AnytimeEval, "samples", "samples", "accuracy")
+    return {i: [(s, a) for s, a in r if a is not None] for i, r in rows.items()}
 
 
 def accuracy_curves(run_ids: Iterable[int]) -> dict[int, list[float]]:
-    """The accuracy after each task of every given run (an empty list for a run with none)."""
-    run_ids = list(run_ids)
-    curves: dict[int, list[float]] = {i: [] for i in run_ids}
-    with reading() as session:
-        rows = session.exec(
-            select(TaskResult.run_id, TaskResult.accuracy)
-            .where(col(TaskResult.run_id).in_(run_ids))
-            .order_by(col(TaskResult.run_id), col(TaskResult.task))
-        ).all()
-    for run_id, accuracy in rows:
-        if accuracy is not None:  # None: a run with evaluate_test=false has no test curve
-            curves[run_id].append(accuracy)
-    return curves
+    """The accuracy after each task of every given run (an empty list for a run with none; a run with
+    evaluate_test=false has no test curve)."""
+    rows = _per_run_rows(run_ids, TaskResult, "task", "accuracy")
+    return {i: [a for (a,) in r if a is not None] for i, r in rows.items()}
 
 
 def validation_curves(run_ids: Iterable[int]) -> dict[int, list[float | None]]:
     """The VALIDATION accuracy after each task of every given run (val_fraction > 0; None for a
     task without one, an empty list for a run with no task done): what a search prunes on, read
     without a single test figure."""
-    run_ids = list(run_ids)
-    curves: dict[int, list[float | None]] = {i: [] for i in run_ids}
-    with reading() as session:
-        rows = session.exec(
-            select(TaskResult.run_id, TaskResult.val_accuracy)
-            .where(col(TaskResult.run_id).in_(run_ids))
-            .order_by(col(TaskResult.run_id), col(TaskResult.task))
-        ).all()
-    for run_id, accuracy in rows:
-        curves[run_id].append(accuracy)
-    return curves
+    rows = _per_run_rows(run_ids, TaskResult, "task", "val_accuracy")
+    return {i: [a for (a,) in r] for i, r in rows.items()}
 
 
 def anytime_validation_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
     """(samples seen, validation accuracy) of every anytime evaluation that measured one (task-free
     runs with val_fraction > 0), per given run."""
-    run_ids = list(run_ids)
-    curves: dict[int, list[tuple[int, float]]] = {i: [] for i in run_ids}
-    with reading() as session:
-        rows = session.exec(
-            select(AnytimeEval.run_id, AnytimeEval.samples, AnytimeEval.val_accuracy)
-            .where(col(AnytimeEval.run_id).in_(run_ids), col(AnytimeEval.val_accuracy).is_not(None))
-            .order_by(col(AnytimeEval.run_id), col(AnytimeEval.samples))
-        ).all()
-    for run_id, samples, accuracy in rows:
-        if accuracy is not None:  # (the query leaves none; the column is nullable)
-            curves[run_id].append((samples, accuracy))
-    return curves
+    rows = _per_run_rows(run_ids, AnytimeEval, "samples", "samples", "val_accuracy")
+    return {i: [(s, a) for s, a in r if a is not None] for i, r in rows.items()}
 
 
 def job_states(ids: Iterable[int]) -> dict[int, tuple[str, str, str | None]]:

@@ -741,6 +741,7 @@ async def test_defect_05_the_tui_shows_control_characters_never_obeys_them(isola
     from support import tui_store
 
     from rmconsole.tui import RMConsoleApp
+    from rmconsole.tui.widgets.status_line import StatusLine
 
     row = _claim("control characters in the TUI", "test_defect_05_the_tui_shows_control_characters_never_obeys_them")
     ids = tui_store.build()
@@ -752,6 +753,13 @@ async def test_defect_05_the_tui_shows_control_characters_never_obeys_them(isola
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause(1.0)
         screens.append(app.export_screenshot())  # what the terminal is sent, as an SVG of it
+        app.screen.query_text = "evil\x1b[2J\x9b31m"  # a filter pasted with escapes: the status line repeats it
+        await pilot.pause(0.5)
+        screens.append(app.export_screenshot())
+        status = str(app.screen.query_one(StatusLine).text)  # clean at its source, not only on the way out
+        assert "evil␛[2J" in status and _raw_controls(status) == [], status
+        app.screen.query_text = ""
+        await pilot.pause(0.3)
         for run_id in (ids["finished"], ids["failed"]):
             app.open_run(run_id)
             await pilot.pause(1.5)
@@ -759,8 +767,8 @@ async def test_defect_05_the_tui_shows_control_characters_never_obeys_them(isola
             await pilot.press("escape")
     for svg in screens:
         assert _raw_controls(svg) == [], _raw_controls(svg)
-    assert "␛]52;c;aGVsbG8=" in screens[1]  # shown, visibly
-    row.check(None, screens[1])
+    assert "evil␛[2J" in screens[1] and "␛]52;c;aGVsbG8=" in screens[2]  # shown, visibly
+    row.check(None, screens[2])
 
 
 def test_defect_01_every_way_to_the_stores_files_is_refused(isolated_home, tmp_path, monkeypatch, capsys) -> None:

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.reactive import var
 from textual.widgets import DataTable, Header, Input
 
+from ...sanitize import clean
 from .. import data
 from ..messages import RunsLoaded, StoreProblem
 from ..study import study_line
@@ -169,7 +170,7 @@ class RunsScreen(PollingScreen):
                 parts.append(best)
         if self.app.selected:
             parts.append(f"{len(self.app.selected)} selected (c compares)")
-        return Text(" · ".join(parts))
+        return Text(clean(" · ".join(parts)))  # the filter as typed or pasted, a study's values: shown, not obeyed
 
     # ------------------------------------------------------------------ filter
 
