@@ -382,8 +382,9 @@ ONE_WORKER = ("test_examples.py", "test_sweep_cli.py", "test_secrets_and_outages
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        if params.get("store_backend") == "postgresql" and item.nodeid.startswith(PG_SLOW_ONLY):
+        # (the PostgreSQL leg by the test's id, as the legs' times count it: test_sweep_cli's module
+        # fixture `swept` has a postgresql param of its own, not store_backend's)
+        if _leg(item.nodeid) == "postgresql" and item.nodeid.startswith(PG_SLOW_ONLY):
             item.add_marker(pytest.mark.slow)
         if item.path.name in ONE_WORKER:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))

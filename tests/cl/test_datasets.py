@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -241,21 +240,7 @@ def test_a_broken_plugin_is_one_line_and_the_others_keep_working(fake_plugins, n
 
 
 def test_the_cli_lists_what_is_registered(tmp_path: Path) -> None:
-    env_code = textwrap.dedent("""
-        import sys
-        from rmconsole import cli
-        sys.argv = ["rmconsole"] + sys.argv[1:]
-        cli.main()
-    """)
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-c", env_code, *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env={**__import__("os").environ, "COLUMNS": "200"},
-        )
+    from support.cli import in_process as run  # arguments and messages: the CLI in this process
 
     helped = run("data", "get", "--help")
     assert "mnist | fashion_mnist | cifar10 | cifar100" in helped.stdout, helped.stdout + helped.stderr

@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import rmconsole
 from PIL import Image
+from support.cli import in_process
 
 from rmconsole.cl import pipeline
 from rmconsole.cl.data import TensorImages, load_dataset
@@ -216,7 +217,7 @@ def test_cli_run_streams_an_imagefolder_dataset(tree: Path, isolated_home: Path)
         env={"RMCONSOLE_DATA": str(tree)},
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    detail = json.loads(rmconsole("show", "1", "--json").stdout)
+    detail = json.loads(in_process("show", "1", "--json").stdout)
     assert detail["status"] == "finished" and len(detail["tasks"]) == 5
     assert detail["config"]["data_pipeline"] == "stream"
     log = (isolated_home / "logs" / "run-1.log").read_text()

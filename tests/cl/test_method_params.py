@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import rmconsole, train_in_process
+from support.cli import in_process
 
 from rmconsole import plugins, store
 from rmconsole.cl.events import TaskOutcome
@@ -48,12 +49,12 @@ def test_a_sweep_key_that_no_run_of_the_sweep_reads_is_refused_naming_its_reader
 
 
 def test_the_cli_refuses_another_method_s_key_in_one_line() -> None:
-    out = rmconsole("run", "--set", "bic_temperature=3")
+    out = in_process("run", "--set", "bic_temperature=3")
     assert (
         out.returncode == 2
         and out.stderr.strip() == "error: bic_temperature=3: read by bic, bic_star, not by method=rm"
     )
-    sweep = rmconsole("run", "--set", "method=rm,er", "--set", "bic_temperature=3", "--detach")
+    sweep = in_process("run", "--set", "method=rm,er", "--set", "bic_temperature=3", "--detach")
     assert sweep.returncode == 2 and "no run of this sweep reads it" in sweep.stderr and sweep.stderr.count("\n") == 1
 
 
@@ -87,11 +88,11 @@ def test_an_old_style_stored_config_rebuilds_shows_reports_and_diffs() -> None:
 
     assert config_value(old, "bic_temperature") is None and config_value(old, "rm_variant") == "paper"
     assert config_value({"method": "bic"}, "bic_temperature") == 2.0  # stored before the key: its default
-    shown = rmconsole("show", str(ids[0]))
+    shown = in_process("show", str(ids[0]))
     assert shown.returncode == 0 and "epochs=1" in shown.stdout, shown.stderr
-    table = rmconsole("report", "--format", "csv")
+    table = in_process("report", "--format", "csv")
     assert table.returncode == 0 and "epochs" in table.stdout and "bic_" not in table.stdout, table.stderr
-    assert rmconsole("diff", str(ids[0]), str(ids[1])).returncode == 0
+    assert in_process("diff", str(ids[0]), str(ids[1])).returncode == 0
 
 
 def test_an_old_style_stored_run_resumes(isolated_home) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, install_fake_plugins, rmconsole
+from conftest import REPO, install_fake_plugins
+from support.cli import in_process
 
 from rmconsole import models as registry
 from rmconsole import plugins
@@ -151,7 +152,7 @@ def test_a_bad_weights_file_is_refused_in_one_line(tmp_path: Path) -> None:
         build_model("mlp400", (1, 8, 8), 10, weights=str(other))
     with pytest.raises(ConfigError, match=r"^model_weights='.*nowhere.pt': no such file"):
         load_config(None, {"model_weights": str(tmp_path / "nowhere.pt")})
-    done = rmconsole("run", "--set", f"model_weights={garbage}")
+    done = in_process("run", "--set", f"model_weights={garbage}")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("error: model_weights=") and "cannot be loaded as weights" in done.stderr
     assert isinstance(build_model("mlp400", (1, 8, 8), 10), Backbone)

@@ -153,17 +153,18 @@ def test_best_over_epochs_is_stored_and_shown_under_its_own_name(isolated_home) 
     import json
 
     from conftest import rmconsole
+    from support.cli import in_process
 
     done = rmconsole("run", "--set", "epochs=2", "--set", "n_tasks=2", "--set", "eval_every_epoch=true")
     assert done.returncode == 0, done.stdout + done.stderr
-    detail = json.loads(rmconsole("show", "1", "--json").stdout)
+    detail = json.loads(in_process("show", "1", "--json").stdout)
     tasks, metrics = detail["tasks"], detail["metrics"]
     assert metrics["A_last"] == tasks[-1]["accuracy"]
     assert metrics["A_last_best_epoch"] == tasks[-1]["best_epoch_accuracy"] >= metrics["A_last"]
     assert all(t["best_epoch_accuracy"] >= t["accuracy"] for t in tasks)
-    shown = rmconsole("show", "1").stdout
+    shown = in_process("show", "1").stdout
     assert "A_last " in shown and "best-over-epochs (test-set selected" in shown
-    listed = json.loads(rmconsole("runs", "--json").stdout)[0]["metrics"]
+    listed = json.loads(in_process("runs", "--json").stdout)[0]["metrics"]
     assert listed["A_last"] == metrics["A_last"] and listed["A_last_best_epoch"] == metrics["A_last_best_epoch"]
     assert "best-over-epochs (test-set selected" in done.stdout  # the run's own summary labels it too
 

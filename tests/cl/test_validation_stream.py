@@ -358,24 +358,24 @@ def test_report_select_by_and_show_and_diff_faces() -> None:
     """`report --select-by` prints the val-best configuration's test figures and a line saying what
     was selected among how many; a test metric is refused in one line; `show` and `diff` put
     validation beside test."""
-    from conftest import rmconsole
+    from support.cli import in_process
 
     ids = []
     for seed, (v1, t1, v2, t2) in enumerate([(80, 60, 70, 90), (82, 62, 71, 91)], start=1):
         ids.append(_stored_run({"method": "ewc", "lr": 0.01, "val_fraction": 0.1}, [0, t1], [0, v1], seed))
         ids.append(_stored_run({"method": "ewc", "lr": 0.1, "val_fraction": 0.1}, [0, t2], [0, v2], seed))
-    done = rmconsole("report", "--select-by", "val_A_last", "--format", "csv")
+    done = in_process("report", "--select-by", "val_A_last", "--format", "csv")
     assert done.returncode == 0, done.stderr
     assert (
         "61.0" in done.stdout and "90.5" not in done.stdout
     )  # the val-best's test A_last (60, 62), not the test-best's
     assert "method=ewc: selected lr=0.01 (val_A_last 81.00 over 2 seeds) among 2 configurations" in done.stderr
-    table = rmconsole("report", "--select-by", "val_A_last")
+    table = in_process("report", "--select-by", "val_A_last")
     assert table.returncode == 0 and "among 2 configurations" in table.stdout and "A_last (val)" in table.stdout
-    refused = rmconsole("report", "--select-by", "A_last")
+    refused = in_process("report", "--select-by", "A_last")
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "test set" in refused.stderr
-    show = rmconsole("show", str(ids[0]))
+    show = in_process("show", str(ids[0]))
     assert show.returncode == 0 and "val %" in show.stdout and "A_last (val) 80.00" in show.stdout
-    diff = rmconsole("diff", str(ids[0]), str(ids[1]))
+    diff = in_process("diff", str(ids[0]), str(ids[1]))
     assert diff.returncode == 0 and "val after T2" in diff.stdout and "val_A_last" in diff.stdout

@@ -4,6 +4,7 @@ import json
 
 import pytest
 from conftest import SHARED_DATA, needs_mnist, rmconsole
+from support.cli import in_process
 
 
 @pytest.mark.usefixtures("store_backend")  # on SQLite and on PostgreSQL
@@ -11,10 +12,10 @@ def test_default_run_end_to_end(isolated_home) -> None:
     done = rmconsole("run", "--set", "epochs=4")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "A_last" in done.stdout
-    listed = json.loads(rmconsole("runs", "--json").stdout)
+    listed = json.loads(in_process("runs", "--json").stdout)
     assert len(listed) == 1 and listed[0]["status"] == "finished"
     assert {"id", "status", "preset", "config", "metrics"} <= set(listed[0])
-    detail = json.loads(rmconsole("show", str(listed[0]["id"]), "--json").stdout)
+    detail = json.loads(in_process("show", str(listed[0]["id"]), "--json").stdout)
     assert detail["status"] == "finished"
     assert len(detail["tasks"]) == 5 and all(t["accuracy_row"] for t in detail["tasks"])
     assert len(detail["memory"]) == 5 and all(m["size"] == 200 for m in detail["memory"])
@@ -40,22 +41,22 @@ def test_detach_prints_the_id(isolated_home) -> None:
     ],
 )
 def test_bad_input_one_line_no_traceback_nothing_written(isolated_home, args, fragment) -> None:
-    out = rmconsole(*args, env={"RMCONSOLE_DATA": str(isolated_home / "empty")})
+    out = in_process(*args, env={"RMCONSOLE_DATA": str(isolated_home / "empty")})
     assert out.returncode == 2
     assert fragment in out.stderr
     assert out.stderr.strip().count("\n") == 0 and "Traceback" not in out.stderr
-    assert json.loads(rmconsole("runs", "--json").stdout) == []
+    assert json.loads(in_process("runs", "--json").stdout) == []
 
 
 @pytest.mark.usefixtures("store_backend")  # on SQLite and on PostgreSQL
 def test_missing_dataset_is_refused_before_storing(isolated_home, tmp_path) -> None:
-    out = rmconsole("run", "--preset", "mnist-blurry10-online", env={"RMCONSOLE_DATA": str(tmp_path / "nothing")})
+    out = in_process("run", "--preset", "mnist-blurry10-online", env={"RMCONSOLE_DATA": str(tmp_path / "nothing")})
     assert out.returncode == 2 and "dataset 'mnist' not found" in out.stderr and "Traceback" not in out.stderr
-    assert json.loads(rmconsole("runs", "--json").stdout) == []
+    assert json.loads(in_process("runs", "--json").stdout) == []
 
 
 def test_presets_listing() -> None:
-    out = rmconsole("presets", "--json")
+    out = in_process("presets", "--json")
     names = [p["name"] for p in json.loads(out.stdout)]
     assert "imagenet-blurry10" in names and "digits-blurry10-online" in names
 

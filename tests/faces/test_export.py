@@ -4,8 +4,8 @@ files, read back with the libraries themselves."""
 from __future__ import annotations
 
 import pytest
-from conftest import rmconsole
 from support import identity_store
+from support.cli import in_process
 
 
 def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
@@ -15,7 +15,7 @@ def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
 
     ids = identity_store.build()
     target = tmp_path / "mlruns"
-    out = rmconsole("export", str(ids["base"]), str(ids["partial"]), "--to", "mlflow", str(target))
+    out = in_process("export", str(ids["base"]), str(ids["partial"]), "--to", "mlflow", str(target))
     assert out.returncode == 0, out.stderr
     client = MlflowClient(tracking_uri=target.resolve().as_uri())
     experiment = client.get_experiment_by_name("rmconsole")
@@ -35,7 +35,7 @@ def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
     assert partial.data.tags["rmconsole.partial"] == "true"
     assert "A_last" not in partial.data.metrics  # a partial A_last is never exported as a final one
     assert partial.data.metrics["partial_A_last"] == pytest.approx(71.0 + 15.0)  # after task 3 of 5
-    again = rmconsole("export", str(ids["base"]), "--to", "mlflow", str(target))  # re-export replaces
+    again = in_process("export", str(ids["base"]), "--to", "mlflow", str(target))  # re-export replaces
     assert again.returncode == 0, again.stderr
     active = client.search_runs([experiment.experiment_id], filter_string=f"tags.`rmconsole.run_id` = '{ids['base']}'")
     assert len(active) == 1
@@ -46,9 +46,9 @@ def test_export_to_tensorboard_reads_back(tmp_path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     ids = identity_store.build()
-    out = rmconsole("export", "--sweep", "last", "--to", "tensorboard", "--dir", str(tmp_path / "tb"))
+    out = in_process("export", "--sweep", "last", "--to", "tensorboard", "--dir", str(tmp_path / "tb"))
     assert out.returncode == 0 and "exported 2 run(s)" in out.stdout, out.stderr
-    out = rmconsole("export", str(ids["noaug"]), "--to", "tensorboard", str(tmp_path / "tb"))
+    out = in_process("export", str(ids["noaug"]), "--to", "tensorboard", str(tmp_path / "tb"))
     assert out.returncode == 0, out.stderr
     folders = sorted(f.name for f in (tmp_path / "tb").iterdir())
     assert folders == sorted([f"run-{ids['sweep1']}", f"run-{ids['sweep2']}", f"run-{ids['noaug']}-no-augmentation"])
@@ -68,11 +68,11 @@ def test_export_to_tensorboard_reads_back(tmp_path) -> None:
 
 def test_export_refuses_bad_input_in_one_line(tmp_path) -> None:
     identity_store.build()
-    out = rmconsole("export", "1", "--to", "wandb", str(tmp_path))
+    out = in_process("export", "1", "--to", "wandb", str(tmp_path))
     assert out.returncode == 2 and "--to 'wandb': allowed: mlflow, tensorboard" in out.stderr
-    out = rmconsole("export", "1", "--to", "mlflow")
+    out = in_process("export", "1", "--to", "mlflow")
     assert out.returncode == 2 and "say where" in out.stderr
-    out = rmconsole("export", "99", "--to", "mlflow", str(tmp_path))
+    out = in_process("export", "99", "--to", "mlflow", str(tmp_path))
     assert out.returncode == 2 and "no run with id 99" in out.stderr and "Traceback" not in out.stderr
 
 

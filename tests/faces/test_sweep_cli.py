@@ -1,6 +1,7 @@
 """Sweeps and reports through the real CLI: real worker subprocesses training on digits with a
 tiny budget, the queue with two slots, a detached queue runner, and every report format
-checked against `show --json`."""
+checked against `show --json`. The sweeps start as processes (`rmconsole run`, its queue
+runner, its workers); what reads them back (runs, show, report, bad input) runs in-process."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 
 import pytest
 from conftest import REPO, drop_postgres_database, fresh_postgres_database, rmconsole
+from support.cli import in_process
 
 from rmconsole import store
 from rmconsole.runner import queue as Q
@@ -32,8 +34,8 @@ def swept(request, tmp_path_factory) -> dict:
         request.addfinalizer(lambda: drop_postgres_database(server, env["RMCONSOLE_DB"]))
     done = rmconsole("run", "--set", "method=finetune", "--seeds", "1,2", *TINY, "--parallel", "2", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    runs = json.loads(rmconsole("runs", "--json", env=env).stdout)
-    details = {r["id"]: json.loads(rmconsole("show", str(r["id"]), "--json", env=env).stdout) for r in runs}
+    runs = json.loads(in_process("runs", "--json", env=env).stdout)
+    details = {r["id"]: json.loads(in_process("show", str(r["id"]), "--json", env=env).stdout) for r in runs}
     return {"env": env, "out": done.stdout, "runs": runs, "details": details}
 
 
@@ -55,7 +57,7 @@ def test_sweep_runs_two_slots_side_by_side(swept) -> None:
 
 
 def test_runs_shows_the_queue_per_sweep(swept) -> None:
-    out = rmconsole("runs", env=swept["env"]).stdout
+    out = in_process("runs", env=swept["env"]).stdout
     assert f"sweep {swept['runs'][0]['sweep_id']} (digits-blurry10-online): 2/2 done — 2 finished" in out
 
 
@@ -64,7 +66,7 @@ def test_csv_and_json_give_back_the_numbers_of_show(swept, tmp_path) -> None:
     per_run = {m: [details[i]["metrics"][m] for i in sorted(details)] for m in METRICS}
     assert all(v is not None for values in per_run.values() for v in values)
 
-    out = rmconsole("report", "--sweep", "last", "--format", "csv", "--out", str(tmp_path / "t.csv"), env=env)
+    out = in_process("report", "--sweep", "last", "--format", "csv", "--out", str(tmp_path / "t.csv"), env=env)
     assert out.returncode == 0, out.stderr
     (row,) = list(csv.DictReader(io.StringIO((tmp_path / "t.csv").read_text())))
     assert row["method"] == "finetune"
@@ -73,7 +75,7 @@ def test_csv_and_json_give_back_the_numbers_of_show(swept, tmp_path) -> None:
         assert float(row[f"{metric} std"]) == pytest.approx(statistics.stdev(values), rel=1e-9)
         assert row[f"{metric} n"] == "2" and row[f"{metric} complete"] == "true"
 
-    data = json.loads(rmconsole("report", "--sweep", "last", "--format", "json", env=env).stdout)
+    data = json.loads(in_process("report", "--sweep", "last", "--format", "json", env=env).stdout)
     (cell,) = data["rows"][0]["cells"]
     assert cell["used_runs"] == sorted(details) and cell["complete"]
     for metric, values in per_run.items():
@@ -85,21 +87,21 @@ def test_csv_and_json_give_back_the_numbers_of_show(swept, tmp_path) -> None:
 def test_every_format_renders(swept, tmp_path) -> None:
     env = swept["env"]
     a_last = statistics.mean(d["metrics"]["A_last"] for d in swept["details"].values())
-    md = rmconsole("report", "--format", "md", "--metrics", "A_last,F_last,I_last", env=env).stdout.splitlines()
+    md = in_process("report", "--format", "md", "--metrics", "A_last,F_last,I_last", env=env).stdout.splitlines()
     assert md[0] == "| method | A_last ↑ | F_last ↓ | I_last ↓ |" and md[2].startswith(f"| finetune | {a_last:.2f} ± ")
-    latex = rmconsole("report", "--format", "latex", "--out", str(tmp_path / "t.tex"), env=env)
+    latex = in_process("report", "--format", "latex", "--out", str(tmp_path / "t.tex"), env=env)
     text = (tmp_path / "t.tex").read_text()
     assert latex.returncode == 0 and "\\toprule" in text and "\\bottomrule" in text and f"{a_last:.2f} $\\pm$" in text
-    table = rmconsole("report", "--cols", "seed", env=env)
+    table = in_process("report", "--cols", "seed", env=env)
     assert table.returncode == 0 and "seed=1" in table.stdout and "seed=2" in table.stdout
 
 
 def test_figures_are_written(swept, tmp_path) -> None:
     import matplotlib.image
 
-    out = rmconsole("report", "--plot", str(tmp_path / "acc.png"), env=swept["env"])
+    out = in_process("report", "--plot", str(tmp_path / "acc.png"), env=swept["env"])
     assert out.returncode == 0 and f"wrote {tmp_path / 'acc.png'}" in out.stderr
-    mem = rmconsole("report", "--runs", "1", "--memory-plot", str(tmp_path / "mem.png"), env=swept["env"])
+    mem = in_process("report", "--runs", "1", "--memory-plot", str(tmp_path / "mem.png"), env=swept["env"])
     assert mem.returncode == 0, mem.stderr
     for name in ("acc.png", "mem.png"):
         pixels = matplotlib.image.imread(tmp_path / name)
@@ -118,10 +120,10 @@ def test_figures_are_written(swept, tmp_path) -> None:
     ],
 )
 def test_bad_sweep_or_report_input_is_one_line_and_stores_nothing(isolated_home, args, fragment) -> None:
-    out = rmconsole(*args, env={"RMCONSOLE_DATA": str(isolated_home / "empty")})
+    out = in_process(*args, env={"RMCONSOLE_DATA": str(isolated_home / "empty")})
     assert out.returncode == 2 and fragment in out.stderr
     assert out.stderr.strip().count("\n") == 0 and "Traceback" not in out.stderr
-    assert json.loads(rmconsole("runs", "--json").stdout) == []
+    assert json.loads(in_process("runs", "--json").stdout) == []
 
 
 @pytest.mark.usefixtures("store_backend")
@@ -187,17 +189,17 @@ def test_three_methods_three_seeds_from_one_command(isolated_home, tmp_path) -> 
         timeout=3600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    runs = json.loads(rmconsole("runs", "--json", "--limit", "0").stdout)
+    runs = json.loads(in_process("runs", "--json", "--limit", "0").stdout)
     assert len(runs) == 9 and {r["status"] for r in runs} == {"finished"} and len({r["sweep_id"] for r in runs}) == 1
-    data = json.loads(rmconsole("report", "--sweep", "last", "--format", "json").stdout)
+    data = json.loads(in_process("report", "--sweep", "last", "--format", "json").stdout)
     assert [row["row"]["method"] for row in data["rows"]] == ["rm", "finetune", "er"]
     for row in data["rows"]:
         (cell,) = row["cells"]
         assert cell["complete"] and cell["metrics"]["A_last"]["n"] == 3
         for value in cell["metrics"]["A_last"]["values"]:
-            shown = json.loads(rmconsole("show", str(value["run"]), "--json").stdout)
+            shown = json.loads(in_process("show", str(value["run"]), "--json").stdout)
             assert shown["metrics"]["A_last"] == value["value"] and shown["method"] == row["row"]["method"]
     for fmt in ("table", "md", "csv", "latex"):
-        assert rmconsole("report", "--sweep", "last", "--format", fmt).returncode == 0
-    assert rmconsole("report", "--sweep", "last", "--plot", str(tmp_path / "acc.png")).returncode == 0
-    assert rmconsole("report", "--runs", "1", "--memory-plot", str(tmp_path / "mem.png")).returncode == 0
+        assert in_process("report", "--sweep", "last", "--format", fmt).returncode == 0
+    assert in_process("report", "--sweep", "last", "--plot", str(tmp_path / "acc.png")).returncode == 0
+    assert in_process("report", "--runs", "1", "--memory-plot", str(tmp_path / "mem.png")).returncode == 0

@@ -20,6 +20,7 @@ import pytest
 import torch
 from conftest import rmconsole, wait_for
 from support.campaign import claim
+from support.cli import in_process
 
 from rmconsole import store
 from rmconsole.cl.data import load_digits
@@ -49,7 +50,7 @@ def start_detached(*extra: str) -> int:
 
 
 def listed(run_id: int) -> dict:
-    out = rmconsole("runs", "--json")
+    out = in_process("runs", "--json")
     assert out.returncode == 0, out.stderr
     return next(r for r in json.loads(out.stdout) if r["id"] == run_id)
 

@@ -292,7 +292,7 @@ def test_defect_04_the_served_tui_needs_its_token_and_its_own_origin(isolated_ho
 
 
 def test_defect_06_an_unparsable_url_never_shows_its_password(isolated_home) -> None:
-    from conftest import rmconsole
+    from support.cli import in_process as rmconsole  # a message: the CLI in this process
 
     row = _claim(
         "an unparsable RMCONSOLE_DB with a password", "test_defect_06_an_unparsable_url_never_shows_its_password"

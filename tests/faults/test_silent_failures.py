@@ -6,6 +6,10 @@ its exit code and message against the row.
 A few faults need a file system of their own (read-only, full): those run their command in a
 user and mount namespace (`unshare -rm`) over a small tmpfs or a read-only bind mount, and are
 skipped where namespaces are not available.
+
+Faults of arguments and messages call the CLI in this process (support.cli.in_process); those of
+processes (a resume, a killed launcher, a lock held by another process, a pipe, /dev/stdout, the
+namespaces) start them.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pytest
 import torch
 from conftest import rmconsole, train_in_process, wait_for
 from support.campaign import claim, garble_run_table
+from support.cli import in_process
 from support.online_helpers import defaults_on_digits
 
 from rmconsole import cli, store
@@ -223,7 +228,7 @@ def test_defect_03_damaged_pages_are_one_line_naming_the_verdict(isolated_home) 
     forget_engines()
     garble_run_table(isolated_home / "rmconsole.db")
     for command in (["runs"], ["show", "1"], ["report"], ["run", "--detach"], ["stop", "1"], ["resume", "1"]):
-        out = rmconsole(*command)
+        out = in_process(*command)
         assert out.returncode == 2 and out.stderr.count("\n") == 1, (command, out.stderr)
         row.check(out.returncode, out.stderr)
 
@@ -244,7 +249,7 @@ def test_defect_04_integers_are_checked_at_the_edge(isolated_home) -> None:
         ["run", "--set", f"memory_size={big}"],
         ["runs", "--limit", big + "0"],
     ):
-        out = rmconsole(*command)
+        out = in_process(*command)
         if command[:2] == ["runs", "--limit"]:  # a huge limit is simply "all"
             assert out.returncode == 0, out.stderr
             continue
@@ -263,7 +268,7 @@ def test_defect_05_a_symlink_is_written_through(isolated_home, tmp_path) -> None
     target.write_text("old")
     link = tmp_path / "link.md"
     link.symlink_to(target)
-    out = rmconsole("report", "--format", "md", "--out", str(link))
+    out = in_process("report", "--format", "md", "--out", str(link))
     assert out.returncode == 0, out.stderr
     assert link.is_symlink() and os.readlink(link) == str(target)  # still a link...
     assert "| method |" in target.read_text()  # ...to the new report
@@ -441,7 +446,7 @@ def test_defect_07_a_run_whose_launcher_died_is_reaped_and_resumable(isolated_ho
     )
     assert killed.returncode == -signal.SIGKILL
     assert store.get_run(1).status == "queued"
-    out = rmconsole("runs")
+    out = in_process("runs")
     assert out.returncode == 0 and store.get_run(1).status == "failed", out.stderr
     line = next(line for line in out.stderr.splitlines() if "marked failed" in line)
     row.check(out.returncode, line)
@@ -463,7 +468,7 @@ def test_defect_07_a_queued_run_nobody_drives_is_resumable(isolated_home) -> Non
     row = _claim("a sweep's run with no queue runner", "test_defect_07_a_queued_run_nobody_drives_is_resumable")
     run_id = new_run(sweep_id="orphan")
     new_run(sweep_id="orphan")
-    listed = rmconsole("runs")
+    listed = in_process("runs")
     assert "no queue runner" in listed.stdout
     out = rmconsole("resume", str(run_id))
     assert out.returncode == 0 and store.get_run(run_id).status == "finished", out.stdout + out.stderr
@@ -505,7 +510,7 @@ def test_defect_08_ranges_stay_ranges(isolated_home) -> None:
     finished_run()
     code, peak_mb, seconds = run_bounded(["report", "--runs", "1-99999999999", "--format", "csv"], 1500, 120)
     assert code == 0 and peak_mb < 1500 and seconds < 120, (code, peak_mb, seconds)
-    out = rmconsole("report", "--runs", "1-99999999999", "--format", "csv")
+    out = in_process("report", "--runs", "1-99999999999", "--format", "csv")
     assert out.stdout.count("\n") == 2, out.stdout
     row.check(code, out.stderr)
 
@@ -551,7 +556,7 @@ def test_defect_09_a_refused_resume_keeps_the_original_error(isolated_home, tmp_
     run_id = store.create_run(cfg.to_dict(), "mnist-blurry10-online")
     store.mark_failed(run_id, "worker killed by signal SIGKILL; last phase: memory of task 3")
     before = store.get_run(run_id)
-    out = rmconsole("resume", str(run_id), env={"RMCONSOLE_DATA": str(tmp_path / "gone")})
+    out = in_process("resume", str(run_id), env={"RMCONSOLE_DATA": str(tmp_path / "gone")})
     after = store.get_run(run_id)
     assert out.returncode == 2 and (after.status, after.error, after.token) == (
         before.status,
@@ -622,7 +627,7 @@ def test_defect_11_the_url_is_built_not_pasted(tmp_path, monkeypatch) -> None:
     row = _claim("? and %41 in RMCONSOLE_HOME", "test_defect_11_the_url_is_built_not_pasted")
     home = tmp_path / "x?y%41"
     monkeypatch.setenv("RMCONSOLE_HOME", str(home))
-    out = rmconsole("run", "--set", "epochs=1", "--set", "threads=1")
+    out = in_process("run", "--set", "epochs=1", "--set", "threads=1")
     assert out.returncode == 0, out.stdout + out.stderr
     assert (home / "rmconsole.db").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "x?y%41"] or sorted(
@@ -634,7 +639,7 @@ def test_defect_11_the_url_is_built_not_pasted(tmp_path, monkeypatch) -> None:
 
 def test_defect_12_a_name_too_long_is_one_line(isolated_home) -> None:
     row = _claim("a 5000-character preset name", "test_defect_12_a_name_too_long_is_one_line")
-    out = rmconsole("run", "--preset", "x" * 5000)
+    out = in_process("run", "--preset", "x" * 5000)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and len(out.stderr) < 400, out.stderr
     row.check(out.returncode, out.stderr)
 
@@ -663,10 +668,10 @@ def test_defect_13_refresh_is_clamped(isolated_home, monkeypatch, capsys) -> Non
 def test_defect_13_usage_errors_are_one_line(isolated_home) -> None:
     row = _claim("a usage error", "test_defect_13_usage_errors_are_one_line")
     for args in (["runs", "--limt", "3"], ["show"], ["launch"], ["stop", "1", "--grace", "soon"]):
-        out = rmconsole(*args)
+        out = in_process(*args)
         assert out.returncode == 2 and out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr
         assert "╭" not in out.stderr and "Usage:" not in out.stderr
-    row.check(2, rmconsole("runs", "--limt", "3").stderr)
+    row.check(2, rmconsole("runs", "--limt", "3").stderr)  # the row: in a real terminal process
 
 
 def test_broken_pipe_is_quiet(isolated_home) -> None:

@@ -11,7 +11,8 @@ from typing import Literal
 
 import pytest
 import torch
-from conftest import REPO, rmconsole
+from conftest import REPO
+from support.cli import in_process
 
 from rmconsole import config
 from rmconsole.cl.methods import REGISTRY, MethodSpec, method_class
@@ -141,10 +142,10 @@ def test_the_keys_table_names_each_method_key_s_readers() -> None:
 
 
 def test_config_keys_command_prints_the_table_and_the_page() -> None:
-    table = rmconsole("config-keys")
+    table = in_process("config-keys")
     assert table.returncode == 0, table.stderr
     assert "rwalk_interval" in table.stdout and "bic_star" in table.stdout
-    page = rmconsole("config-keys", "--markdown")
+    page = in_process("config-keys", "--markdown")
     assert page.returncode == 0 and page.stdout == configuration_page()
 
 

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as tdist
 import torch.multiprocessing as mp
 from conftest import rmconsole
+from support.cli import in_process
 
 from rmconsole.cl import distributed
 from rmconsole.runner.multigpu import Rendezvous, launcher_argv, settle, torchrun_argv
@@ -176,15 +177,15 @@ def test_settle_tells_a_failed_rank_from_a_stop(isolated_home: Path) -> None:
     ],
 )
 def test_bad_multi_gpu_input_is_one_line_and_stores_nothing(args: list[str], fragment: str) -> None:
-    out = rmconsole(*args)
+    out = in_process(*args)
     assert out.returncode == 2, out.stdout + out.stderr
     assert fragment in out.stderr and "Traceback" not in out.stderr and out.stderr.strip().count("\n") == 0
-    assert json.loads(rmconsole("runs", "--json").stdout) == []
+    assert json.loads(in_process("runs", "--json").stdout) == []
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without GPUs")
 def test_gpus_without_gpus_is_refused() -> None:
-    out = rmconsole("run", "--gpus", "2")
+    out = in_process("run", "--gpus", "2")
     assert out.returncode == 2 and "this machine has 0 visible CUDA device(s)" in out.stderr
     assert "--set device=cpu" in out.stderr
 
@@ -206,12 +207,12 @@ def test_two_gloo_processes_run_the_digits_preset(isolated_home: Path) -> None:
         assert sorted(hashes) == [1, 2, 3, 4, 5], log
         assert all(len(set(per_rank.values())) == 1 and set(per_rank) == {0, 1} for per_rank in hashes.values()), hashes
     assert "differed between ranks" not in log
-    detail = json.loads(rmconsole("show", "1", "--json").stdout)
+    detail = json.loads(in_process("show", "1", "--json").stdout)
     assert detail["status"] == "finished" and detail["config"]["gpus"] == 2
     assert len(detail["tasks"]) == 5 and len(detail["memory"]) == 5  # one set of rows: rank 0's
     assert all(m["size"] == 200 for m in detail["memory"])
     assert detail["metrics"]["A_last"] > 20
-    assert len(json.loads(rmconsole("runs", "--json").stdout)) == 1
+    assert len(json.loads(in_process("runs", "--json").stdout)) == 1
     deadline = time.monotonic() + 30  # `run` returns when rank 0 has written `finished`; the launcher ends after
     while "launcher: torchrun exited" not in log and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 import torch
 from conftest import rmconsole, wait_for, worker_process
+from support.cli import in_process
 
 from rmconsole import runner, store
 from rmconsole.cl.data import load_digits
@@ -60,7 +61,7 @@ def test_bad_executor_options_are_one_line(name, options, per_gpu, says) -> None
 @pytest.mark.usefixtures("store_backend")
 def test_slurm_without_a_cluster_is_refused_before_anything_is_stored(monkeypatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")  # no sbatch here
-    out = rmconsole("run", "--executor", "slurm", "--slurm", "partition=gpu", env={"PATH": "/nonexistent"})
+    out = in_process("run", "--executor", "slurm", "--slurm", "partition=gpu", env={"PATH": "/nonexistent"})
     assert out.returncode == 2 and out.stderr.startswith("error: --executor slurm: sbatch is not on PATH")
     assert "Traceback" not in out.stderr and store.count_runs() == 0
 
@@ -231,7 +232,7 @@ def test_a_submitit_job_runs_is_stopped_and_resumed_exactly(isolated_home) -> No
     run = store.get_run(run_id)
     assert run.status == "finished" and run.job_id != job  # a new job
     assert [r.accuracy for r in store.task_results(run_id)] == uninterrupted_accuracies()
-    shown = json.loads(rmconsole("show", str(run_id), "--json").stdout)
+    shown = json.loads(in_process("show", str(run_id), "--json").stdout)
     assert shown["executor"] == "submitit-local:time=10" and shown["job_id"] == run.job_id
 
 

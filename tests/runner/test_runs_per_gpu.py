@@ -14,6 +14,7 @@ import json
 import pytest
 import torch
 from conftest import rmconsole
+from support.cli import in_process
 
 from rmconsole.cl import accel
 from rmconsole.cl.data import Dataset, TensorImages, load_digits
@@ -117,7 +118,7 @@ def test_two_digits_runs_share_a_slot_pair_and_train_as_alone(isolated_home) -> 
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 slot(s) on CPU, 2 per GPU" in out.stdout
     assert "started in slot 2/2 on CPU (1/2 of its memory)" in out.stdout
-    runs = json.loads(rmconsole("runs", "--json").stdout)
+    runs = json.loads(in_process("runs", "--json").stdout)
     assert [r["status"] for r in runs] == ["finished", "finished"]
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -127,7 +128,7 @@ def test_two_digits_runs_share_a_slot_pair_and_train_as_alone(isolated_home) -> 
             assert "memory share 0.5 of cpu: inference forward passes of up to 8192 CIFAR-sized images" in log
             _, cfg = load_config(None, {**settings, "seed": run["seed"]})
             alone = run_protocol(cfg, load_digits(), CPU)
-            shown = json.loads(rmconsole("show", str(run["id"]), "--json").stdout)
+            shown = json.loads(in_process("show", str(run["id"]), "--json").stdout)
             assert [t["accuracy"] for t in shown["tasks"]] == [o.accuracy for o in alone]
     finally:
         torch.set_num_threads(before)

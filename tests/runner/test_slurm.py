@@ -27,7 +27,12 @@ from rmconsole.cl.loop import run_protocol
 from rmconsole.config import load_config
 from rmconsole.runner.processes import process_argv
 
-pytestmark = pytest.mark.slurm
+# Slow as well: two real-cluster sweeps (108 s of CI's default run on a quiet machine, one xdist
+# worker held all along) that a developer need not run at every change: they need slurmctld,
+# slurmd and munge (a fresh clone without them skips them anyway); CI's slow leg runs them on its
+# cluster. The executors run in the default run (test_executors.py: the spec, a scripted scheduler
+# whose states become run statuses, the whole submitit path on submitit-local).
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 SETTINGS = {"epochs": 80, "threads": 1, "device": "cpu"}  # long enough to act on a run mid-way, even loaded
 ARGS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from conftest import rmconsole
+from support.cli import in_process
 
 from rmconsole import store
 from rmconsole.cl.events import TaskOutcome
@@ -69,7 +70,7 @@ def test_every_view_takes_the_same_joint_run(isolated_home) -> None:
     assert same_augmentation < newer_other < run
     views = {
         "show --json": store.run_detail(run)["metrics"]["I_last"],
-        "runs --json": next(r for r in json.loads(rmconsole("runs", "--json").stdout) if r["id"] == run)["metrics"][
+        "runs --json": next(r for r in json.loads(in_process("runs", "--json").stdout) if r["id"] == run)["metrics"][
             "I_last"
         ],
         "tui runs table": next(r for r in data.load_run_rows() if r.id == run).value("I_last"),
@@ -95,11 +96,11 @@ def test_i_last_against_a_joint_run_with_another_augmentation_is_marked(isolated
     assert store.run_detail(rm)["metrics"]["I_last_joint_differs"] == {
         "augment": {"run": ["cutmix", "autoaug"], "joint": []}
     }
-    shown = rmconsole("show", str(rm)).stdout
+    shown = in_process("show", str(rm)).stdout
     assert "I_last 16.00* (* vs joint run" in shown and "augment cutmix+autoaug here, none there" in " ".join(
         shown.split()
     )
-    listed = rmconsole("runs").stdout
+    listed = in_process("runs").stdout
     assert "16.00*" in listed and f"* run {rm}: I_last against joint run {joint}, which differs in augment" in " ".join(
         listed.split()
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import rmconsole
+from support.cli import in_process
 from test_intransigence_upper_bound import _stored
 
 from rmconsole import store
@@ -154,14 +154,14 @@ def test_cli_runs_and_report_take_the_filter(isolated_home) -> None:
     import json
 
     rm, ewc = _stored("rm", 70.0), _stored("ewc", 90.0)
-    listed = json.loads(rmconsole("runs", "--json", "A_last>80").stdout)
+    listed = json.loads(in_process("runs", "--json", "A_last>80").stdout)
     assert [r["id"] for r in listed] == [ewc]
-    both = json.loads(rmconsole("runs", "--json", "method:rm,ewc", "status:finished").stdout)
+    both = json.loads(in_process("runs", "--json", "method:rm,ewc", "status:finished").stdout)
     assert [r["id"] for r in both] == [rm, ewc]
-    table = json.loads(rmconsole("report", "method:rm", "--format", "json").stdout)
+    table = json.loads(in_process("report", "method:rm", "--format", "json").stdout)
     assert {run_id for row in table["rows"] for cell in row["cells"] for run_id in cell["runs"]} == {rm}
     for command in (["runs", "metod:rm"], ["report", "metod:rm"], ["runs", "A_last>high"]):
-        bad = rmconsole(*command)
+        bad = in_process(*command)
         assert bad.returncode != 0 and "Traceback" not in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith("error: "), bad.stderr
 
