@@ -51,6 +51,7 @@ EQUIVALENT = REPO / "tools" / "mutation_equivalent.toml"
 SCIENCE = ["tests/cl/test_known_science_bugs.py", "tests/cl/test_science_reference_values.py"]
 ONLINE_METHODS = "tests/cl/test_taskfree_methods.py::"
 BASELINES = "tests/cl/test_baselines.py::"
+DEVIATIONS = "tests/cl/test_followup_deviations.py::"  # the labelled deviations' options (mir_score_mode, scr_views)
 
 
 def _taskfree(name: str, *tests: str) -> list[str]:
@@ -113,7 +114,8 @@ MODULES: dict[str, list[str]] = {
     ),
     "rmconsole.cl.methods.mir": _taskfree(
         "mir", "test_mir_retrieves_the_candidates_whose_loss_rises_most", "test_mir_batches_are_stream_plus_retrieved"
-    ),
+    )
+    + [f"{DEVIATIONS}test_mir_train_mode_scoring_moves_batch_norm_statistics_and_eval_mode_does_not"],
     "rmconsole.cl.methods.er_ace": _taskfree(
         "er_ace",
         "test_er_ace_spares_the_logits_of_classes_absent_from_the_incoming_batch",
@@ -124,7 +126,8 @@ MODULES: dict[str, list[str]] = {
         "test_supervised_contrastive_loss_hand_case",
         "test_scr_predicts_the_nearest_class_mean_of_its_memory",
         "test_scr_trains_two_views_of_every_sample",
-    ),
+    )
+    + [f"{DEVIATIONS}test_scr_recipe_views_are_the_clean_batch_and_scrs_recipe_of_it"],
     "rmconsole.cl.methods.clib": _taskfree(
         "clib",
         "test_clib_evicts_the_least_important_sample_of_the_largest_class",

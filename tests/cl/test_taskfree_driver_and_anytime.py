@@ -411,3 +411,30 @@ def test_a_task_checkpoint_records_the_validation_split_it_was_trained_without(m
     rec = Recorder()
     online.run_online(config(method="er", eval_period=10, n_tasks=5), data, torch.device("cpu"), rec)
     assert all("val_hash" not in c for c in rec.checkpoints)
+
+
+def test_a_diverged_model_stops_at_the_first_anytime_evaluation() -> None:
+    """At lr=1e30 the first steps overflow: the driver stops at the first anytime evaluation after
+    them (not later, at a task end, after scoring chance for the rest of the task)."""
+    from rmconsole.cl.train import Diverged
+
+    cfg = config(method="er", eval_period=7, n_tasks=5, lr=1e30)
+    with pytest.raises(Diverged, match=r"^er diverged in task 1 \(at streamed sample (7|14|21)\)"):
+        online.run_online(cfg, skewed_data(train_per_class=40), torch.device("cpu"), Recorder())
+
+
+def test_a_task_ends_accuracy_row_is_per_task_group_and_absent_without_test_evaluation() -> None:
+    """The accuracy row after each task has one entry per task's major classes (A_last's matrix);
+    with evaluate_test=false the protocol holds no test label and the row is absent, not made up."""
+    data = skewed_data(train_per_class=20)
+    cfg = config(method="er", eval_period=50, n_tasks=5)
+    rec = Recorder()
+    online.run_online(cfg, data, torch.device("cpu"), rec)
+    assert [len(o.accuracy_row) for o in rec.outcomes] == [5] * 5
+    assert all(o.accuracy is not None for o in rec.outcomes)
+    blind = config(method="er", eval_period=50, n_tasks=5, evaluate_test=False, val_fraction=0.2)
+    proto = online.build_online_protocol(blind, data)
+    assert proto.test_labels.dtype == torch.long and proto.test_labels.numel() == 0
+    rec = Recorder()
+    online.run_online(blind, data, torch.device("cpu"), rec)
+    assert len(rec.outcomes) == 5 and all(o.accuracy_row is None and o.accuracy is None for o in rec.outcomes)
