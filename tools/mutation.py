@@ -127,7 +127,8 @@ MODULES: dict[str, list[str]] = {
         "test_scr_predicts_the_nearest_class_mean_of_its_memory",
         "test_scr_trains_two_views_of_every_sample",
     )
-    + [f"{DEVIATIONS}test_scr_recipe_views_are_the_clean_batch_and_scrs_recipe_of_it"],
+    + [f"{DEVIATIONS}test_scr_recipe_views_are_the_clean_batch_and_scrs_recipe_of_it"]
+    + _survivors("scr"),
     "rmconsole.cl.methods.clib": _taskfree(
         "clib",
         "test_clib_evicts_the_least_important_sample_of_the_largest_class",

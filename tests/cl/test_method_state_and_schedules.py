@@ -1058,3 +1058,52 @@ def test_rwalk_path_integral_sums_each_steps_own_move() -> None:
             p.sub_(move)
         m.after_step()
     assert torch.allclose(m.small_omega[0], torch.full_like(p, 0.5 * 0.1 + 2.0 * 0.3))
+
+
+def test_scr_task_free_optimiser_trains_the_projection_head_too() -> None:
+    """SCR's contrastive loss is taken on the projection head's output: task-free, its parameters
+    are a group of the run's optimiser (else the head stays at its random init)."""
+    m, _, _ = built("scr")
+    optimised = {id(p) for group in m.make_optimizer().param_groups for p in group["params"]}
+    assert {id(p) for p in m.projection.parameters()} <= optimised
+
+
+def test_scr_recipe_generator_is_its_own_seeded_from_the_run_and_checkpointed() -> None:
+    """The recipe's draws come from a generator seeded 7919 x (seed + 1), apart from the pipeline's;
+    a checkpoint carries its state, so a resumed run draws the same views."""
+    m, proto, _ = built("scr", scr_views="recipe", seed=3)
+    assert m.recipe_gen.initial_seed() == 7_919 * 4
+    feed(m, proto, 40)  # the recipe has drawn
+    state = m.state_dict()
+    fresh, _, _ = built("scr", scr_views="recipe", seed=3)
+    assert not torch.equal(fresh.recipe_gen.get_state(), m.recipe_gen.get_state())
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.recipe_gen.get_state(), m.recipe_gen.get_state())
+    old = {k: v for k, v in state.items() if k != "recipe_gen"}  # a checkpoint written before scr_views
+    older, _, _ = built("scr", scr_views="recipe", seed=3)
+    older.load_state_dict(old)
+    assert older.recipe_gen.initial_seed() == 7_919 * 4
+
+
+def test_scr_recipe_views_train_in_train_mode_on_any_batch_of_two_or_more() -> None:
+    """Each recipe step trains the model in train mode (batch norm's statistics move) on a batch of
+    at least two images; a batch of one is skipped, as train_batches does."""
+    m, proto, _ = built("scr", scr_views="recipe", augment="none")
+    feed(m, proto, 40)
+    steps = []
+    real = m.step_on
+
+    def counted(x, y):  # type: ignore[no-untyped-def]
+        steps.append(len(x))
+        return real(x, y)
+
+    m.step_on = counted
+    bn = next(layer for layer in m.model.modules() if isinstance(layer, torch.nn.BatchNorm1d))
+    m.model.eval()
+    before = bn.running_mean.clone()
+    one = torch.cat(proto.tasks)[:1]
+    m.train_recipe_views(one, 1, 3)  # one streamed + one from memory: a batch of two
+    assert steps == [4, 4, 4]  # two views of two images, three times
+    assert m.model.training and not torch.equal(bn.running_mean, before)
+    m.train_recipe_views(one, 0, 2)  # a batch of one
+    assert steps == [4, 4, 4]

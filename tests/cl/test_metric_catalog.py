@@ -317,3 +317,25 @@ def test_a_run_stored_before_the_catalogue_still_shows_and_reports(isolated_home
     rep = R.build_report([r.to_json() for r in store.find_runs()])
     assert rep.metrics == ["A_last", "A_avg", "F_last", "I_last"]
     assert R.cell_text(rep, rep.cell(0, 0), "A_last") == "86.00" and R.cell_text(rep, rep.cell(0, 0), "F_last") == "—"
+
+
+def test_a_run_is_tested_only_when_every_task_end_and_every_anytime_point_has_its_test_figure() -> None:
+    """Test metrics are absent, never 0, for a run that skipped any test evaluation: a task end or
+    an anytime point without one (evaluate_test=false) is enough."""
+    tasks = [TaskRow(0, 90.0, [90.0, None]), TaskRow(1, 60.0, [50.0, 70.0])]
+    points = [AnytimePoint(100, 80.0, 2), AnytimePoint(200, 70.0, 4)]
+    assert RunRows(config=TASK_FREE, tasks=tasks, anytime=points).tested
+    assert not RunRows(config=TASK_FREE, tasks=tasks, anytime=[*points, AnytimePoint(300, None, 4)]).tested
+    assert not RunRows(config=TASK_FREE, tasks=[*tasks, TaskRow(2, None, None)], anytime=points).tested
+
+
+def test_a_metrics_value_is_a_float_a_count_stays_an_int_and_a_flag_becomes_a_number() -> None:
+    """`Metric.value` hands the faces a number: a count (int) as it is, anything else as float —
+    a rule returning a bool gives 1.0 or 0.0, never True (which a report would print as 'True')."""
+
+    def metric(result: Any) -> Metric:
+        return Metric("m", "m", "m", compute=lambda rows: result)
+
+    assert metric(3).value(RunRows()) == 3 and type(metric(3).value(RunRows())) is int
+    assert type(metric(True).value(RunRows())) is float and metric(True).value(RunRows()) == 1.0
+    assert type(metric(2.5).value(RunRows())) is float
