@@ -441,11 +441,15 @@ class SubmititLocalExecutor(SubmititExecutor):
         return found
 
     def cancel(self, job_ids: list[str]) -> None:
-        for job_id in dict.fromkeys(job_ids):  # as submitit's LocalJob.cancel: SIGINT to the controller
+        # SIGTERM to the controller, which forwards it to its tasks (submitit's own handler), as
+        # scancel sends SIGTERM to a Slurm job; not submitit's LocalJob.cancel (SIGINT): a controller
+        # started from a shell's background job or nohup inherits SIGINT ignored, and that cancel
+        # did nothing (the run went on to `finished`)
+        for job_id in dict.fromkeys(job_ids):
             pid = int(job_id) if job_id.isdigit() else 0
             argv = process_argv(pid) if pid and pid_alive(pid) else None
             if argv is not None and "submitit.local._local" in argv:
-                os.kill(pid, signal.SIGINT)
+                os.kill(pid, signal.SIGTERM)
 
 
 EXECUTORS: dict[str, type[SubmititExecutor]] = {"slurm": SlurmExecutor, "submitit-local": SubmititLocalExecutor}

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -25,9 +27,7 @@ from rmconsole.runner.launch import STALE_AFTER_S
 
 SETTINGS = {"epochs": 48, "threads": 1, "device": "cpu"}  # long enough to stop a run mid-way, even loaded
 ARGS = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
-# the stop-and-resume test's run: 4x longer, so a local cancel lands before the run's end on an idle
-# machine too (at 48 epochs CI's quiet run finished first: `finished`, not `stopped`)
-STOPPABLE = {**SETTINGS, "epochs": 192}
+STOPPABLE = {**SETTINGS, "epochs": 96}  # the stop-and-resume test's run: 4 tasks left after the first take seconds
 
 
 # ---------------------------------------------------------------------------- the spec
@@ -219,7 +219,18 @@ def test_a_submitit_job_runs_is_stopped_and_resumed_exactly(isolated_home) -> No
     `rmconsole resume` submits a new job that continues from the task checkpoint to exactly the
     uninterrupted run's accuracies."""
     stoppable = [a for k, v in STOPPABLE.items() for a in ("--set", f"{k}={v}")]
-    out = rmconsole("run", *stoppable, "--executor", "submitit-local", "--slurm", "time=10", "--detach")
+    # submitted as from a script's background job (`rmconsole run ... &`) or nohup: SIGINT ignored, and
+    # inherited by the job's controller (no warm server: this process starts it); submitit's own cancel
+    # (SIGINT) did nothing there and the run went on to `finished`
+    out = subprocess.run(
+        [sys.executable, "-m", "rmconsole", "run", *stoppable, "--executor", "submitit-local", "--slurm", "time=10"]
+        + ["--detach"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RMCONSOLE_WARM": "0"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     run_id = int(out.stdout.strip())
     job = store.get_run(run_id).job_id
