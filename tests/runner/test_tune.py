@@ -29,9 +29,10 @@ def cli(*args: str) -> Any:
 
 
 def spec_of(
-    name: str, trials: int, params: list[str], sampler: str = "random", tasks: int = 2, **kw: Any
+    name: str, trials: int, params: list[str], sampler: str = "random", tasks: int = 2, epochs: int = 1, **kw: Any
 ) -> tuning.StudySpec:
     pairs = [p if not p.startswith("n_tasks=") else f"n_tasks={tasks}" for p in FAST]
+    pairs = [p if not p.startswith("epochs=") else f"epochs={epochs}" for p in pairs]
     spec, new = tuning.prepare(
         name, pairs=pairs, params=params, metric="val_A_last", trials=trials, sampler=sampler, **kw
     )
@@ -186,12 +187,14 @@ def test_a_small_study_finishes_and_its_trials_are_runs() -> None:
 
 @needs_validation
 def test_a_hopeless_trial_is_pruned_after_its_first_task() -> None:
-    spec = spec_of("prune", 2, ["lr=choice:0.05,1e-7"], pruner="median", tasks=5)  # 4 tasks of slack: a
-    # loaded machine's driver still sees task 1 before the run is through
+    # 4 tasks of slack at 8 epochs (seconds), the driver looking every 0.1 s: it sees task 1 before the
+    # run is through on a loaded machine and on a quiet one (at 1 epoch a quiet CI ran all 5 tasks, 0.09 s
+    # each, between two looks)
+    spec = spec_of("prune", 2, ["lr=choice:0.05,1e-7"], pruner="median", tasks=5, epochs=8)
     study = tuning.open_study(spec, create=True)
     study.enqueue_trial({"lr": 0.05})
     study.enqueue_trial({"lr": 1e-7})  # learns nothing: below the median after task 1
-    counts = tuning.StudyDriver(spec, study).run()
+    counts = tuning.StudyDriver(spec, study, poll_s=0.1).run()
     assert counts == {"complete": 1, "pruned": 1}
     pruned = next(t for t in tuning.summarize("prune").trials if t.state == "pruned")
     run = store.get_run(pruned.run_id)
