@@ -209,10 +209,15 @@ def arrange(rows: list[RunRow], query: str, sort: str, descending: bool, archive
         shown = list(compress(shown, map(not_, map(attrgetter("archived"), shown))))  # (C speed: 10,000 rows)
     value = sort_key(sort)
     ordered = sorted(shown, key=value, reverse=descending)
-    if sort not in SORT_KEYS and metric_registry.metric(sort).final_only:  # final, partial, then no value
-        final = [r for r in ordered if value(r)[0] and not r.partial]
-        ordered = final + [r for r in ordered if value(r)[0] and r.partial] + [r for r in ordered if not value(r)[0]]
+    if sort not in SORT_KEYS and metric_registry.metric(sort).final_only:  # (a stable sort keeps each group's order)
+        ordered.sort(key=lambda r: metric_group(r, value(r)))
     return ordered
+
+
+def metric_group(row: RunRow, value: Any) -> int:
+    """Sorted by a final metric: complete runs first (0), then partial ones (1), then runs without
+    the value (2); `value` is the row's `sort_key` value (its first item: whether it has one)."""
+    return (0 if not row.partial else 1) if value[0] else 2
 
 
 class Arrangement:
@@ -239,9 +244,7 @@ class Arrangement:
     def _rank(self, row: RunRow) -> tuple[int, Any]:
         """(its group, its sort value): final metrics first, then partial ones, then none."""
         value = self._sort_value(row)
-        if not self._grouped:
-            return 0, value
-        return (0 if not row.partial else 1) if value[0] else 2, value
+        return (metric_group(row, value) if self._grouped else 0), value
 
     def _before(self, a: tuple[int, Any], b: tuple[int, Any]) -> bool:
         """Whether rank `a` comes before rank `b` (groups always in order; values by direction)."""
