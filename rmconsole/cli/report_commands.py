@@ -165,6 +165,8 @@ def export(
 
     if to not in exporter.TARGETS:
         raise ConfigError(f"--to {to!r}: allowed: {', '.join(exporter.TARGETS)}")
+    if to == "mlflow" and not experiment.strip():
+        raise ConfigError(f"--experiment {experiment!r}: give the MLflow experiment a name")
     names = list(items or [])
     target = dir_
     if (
@@ -190,7 +192,8 @@ def export(
         if to == "mlflow":
             written = exporter.to_mlflow(details, target, experiment)
             console.print(
-                f"exported {len(written)} run(s) to MLflow at {escape(target)} (experiment {escape(repr(experiment))})",
+                f"exported {len(written)} run(s) to MLflow at {escape(exporter.shown_uri(target))} "
+                f"(experiment {escape(repr(experiment))})",
                 highlight=False,
                 soft_wrap=True,
             )
