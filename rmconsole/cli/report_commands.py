@@ -177,7 +177,7 @@ def export(
         raise ConfigError("export: say where: rmconsole export RUN... --to mlflow DIR (or --to tensorboard DIR)")
     ids = (
         [r.id for r in store.find_runs(where("sweep", [runner.resolve_sweep_id(sweep_)]), archived=True)]
-        if sweep_
+        if sweep_ is not None
         else []
     )
     ids += _chosen_runs(names) if names else []

@@ -123,7 +123,7 @@ def select_runs(
             raise ConfigError(f"--where {shorten(pair)!r}: expected KEY=VALUE or KEY=V1,V2")
         run_filter &= where(key.strip(), runner.split_values(raw.strip()))
     reap_quietly()
-    if sweep_:
+    if sweep_ is not None:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
     return store.find_runs(run_filter, archived=True if archived or run_ids is not None else None)
 
