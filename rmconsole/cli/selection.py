@@ -48,6 +48,10 @@ def _chosen_runs(items: list[str], where_: str | None = None, option: str = "RUN
             elif part:
                 chosen.append(_run_id(part))
     if where_ is not None:
+        if not where_.strip():  # (an unset shell variable: `--where "$F"` would mean every run)
+            raise ConfigError(
+                "--where '': give a run filter, e.g. method:rm tag:draft; an empty one would match every run"
+            )
         chosen.extend(r.id for r in store.find_runs(where_, archived=True))
     if not chosen:
         raise ConfigError(
