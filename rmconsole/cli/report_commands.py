@@ -85,6 +85,7 @@ def report(
     for option, path in (("--plot", plot), ("--memory-plot", memory_plot), ("--plot-epochs", plot_epochs)):
         if path is not None and path.suffix.lower() not in (".png", ".pdf", ".svg"):
             raise ConfigError(f"{option} {shorten(str(path))!r}: the file must end in .png (or .pdf, .svg)")
+    outputs: dict[Path, str] = {}
     for option, path in (
         ("--out", out),
         ("--plot", plot),
@@ -93,6 +94,9 @@ def report(
     ):
         if path is not None:
             reports.check_output(path, option)  # a folder, an unwritable place: refused before any work
+            same = outputs.setdefault(path.expanduser().resolve(), option)
+            if same != option:  # the second would overwrite the first
+                raise ConfigError(f"{same} and {option} are the same file ({shorten(str(path))}): give each its own")
     runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where_, filters, all_)
     if not runs:
         raise ConfigError(f"no runs match the filters ({store.count_runs()} runs are stored; see `rmconsole runs`)")
