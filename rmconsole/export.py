@@ -34,12 +34,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from . import metric_registry
+from .config import shorten
 from .store.records import format_value
 
 TARGETS = ("mlflow", "tensorboard")
@@ -101,12 +104,59 @@ def view_hint(to: str, where: str, experiment: str = "rmconsole", experiment_id:
 # ---------------------------------------------------------------------- MLflow
 
 
+def shown_uri(where: str) -> str:
+    """A tracking URI as it may be printed: its password masked (`http://me:***@host`)."""
+    password = _password(where)
+    if not password:
+        return where
+    parts = urlsplit(where)
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1)))
+
+
+def _password(where: str) -> str | None:
+    try:
+        return urlsplit(where).password if "://" in where else None
+    except ValueError:
+        return None
+
+
+def _mlflow_error(err: Exception, where: str) -> ExportError:
+    """MLflow's own words on one line, short, the URI's password masked wherever they quote it."""
+    text = " ".join(str(getattr(err, "message", None) or err).split()) or type(err).__name__
+    password = _password(where)
+    if password:
+        text = text.replace(password, "***")
+    return ExportError(f"MLflow at {shorten(shown_uri(where))}: {shorten(text, 300)}")
+
+
+def _check_server(where: str) -> None:
+    """An http(s) tracking server that does not answer is said at once: MLflow's client retries a
+    refused connection for about four minutes before it gives up."""
+    parts = urlsplit(where)
+    if parts.scheme not in ("http", "https"):
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ExportError(f"MLflow at {shorten(shown_uri(where))}: the port is not a number from 1 to 65535") from None
+    if not parts.hostname:
+        raise ExportError(f"MLflow at {shorten(shown_uri(where))}: the URI names no host (http://HOST:PORT)")
+    try:
+        socket.create_connection((parts.hostname, port), timeout=10).close()
+    except OSError as err:
+        reason = err.strerror or str(err) or type(err).__name__
+        raise ExportError(
+            f"cannot reach the MLflow tracking server at {shorten(shown_uri(where))}: {reason} (is it running?)"
+        ) from None
+
+
 def _mlflow_client(where: str) -> Any:
     try:
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise ExportError("--to mlflow needs MLflow: pip install 'rmconsole[mlflow]' (mlflow-skinny)") from None
     if "://" in where:  # a tracking server or a database URI
+        _check_server(where)
         return MlflowClient(tracking_uri=where)
     path = Path(where).expanduser().resolve()
     try:
@@ -121,13 +171,31 @@ def _mlflow_client(where: str) -> Any:
 
 def experiment_id_of(where: str, experiment: str = "rmconsole") -> str | None:
     """The id of `experiment` in the tracking store at `where` (what `mlflow runs list` asks for)."""
-    found = _mlflow_client(where).get_experiment_by_name(experiment)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        found = _mlflow_client(where).get_experiment_by_name(experiment)
+    except MlflowException as err:
+        raise _mlflow_error(err, where) from None
     return None if found is None else str(found.experiment_id)
 
 
 def to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str = "rmconsole") -> list[str]:
     """Write each run as an MLflow run in `experiment` of the tracking store at `where` (a
-    folder: a file store; or a tracking URI). Returns the MLflow run ids."""
+    folder: a file store; or a tracking URI). Returns the MLflow run ids. What MLflow refuses (a
+    URI of no store it knows, a server's error, an experiment name it does not take) is an
+    ExportError, one line, the URI's password masked."""
+    try:
+        from mlflow.exceptions import MlflowException
+    except ImportError:
+        raise ExportError("--to mlflow needs MLflow: pip install 'rmconsole[mlflow]' (mlflow-skinny)") from None
+    try:
+        return _to_mlflow(details, where, experiment)
+    except MlflowException as err:
+        raise _mlflow_error(err, where) from None
+
+
+def _to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str) -> list[str]:
     from mlflow.entities import Metric, Param, RunTag
 
     client = _mlflow_client(where)

@@ -63,7 +63,7 @@ def runs(
     if status is not None:
         run_filter &= where("status", [status])
     reap_quietly()
-    if sweep_:
+    if sweep_ is not None:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
     records = store.find_runs(run_filter, archived=True if all_ else None)
     if limit:

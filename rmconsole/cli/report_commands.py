@@ -85,6 +85,7 @@ def report(
     for option, path in (("--plot", plot), ("--memory-plot", memory_plot), ("--plot-epochs", plot_epochs)):
         if path is not None and path.suffix.lower() not in (".png", ".pdf", ".svg"):
             raise ConfigError(f"{option} {shorten(str(path))!r}: the file must end in .png (or .pdf, .svg)")
+    outputs: dict[Path, str] = {}
     for option, path in (
         ("--out", out),
         ("--plot", plot),
@@ -93,6 +94,9 @@ def report(
     ):
         if path is not None:
             reports.check_output(path, option)  # a folder, an unwritable place: refused before any work
+            same = outputs.setdefault(path.expanduser().resolve(), option)
+            if same != option:  # the second would overwrite the first
+                raise ConfigError(f"{same} and {option} are the same file ({shorten(str(path))}): give each its own")
     runs = select_runs(sweep_, preset, dataset, method, status, run_ids, where_, filters, all_)
     if not runs:
         raise ConfigError(f"no runs match the filters ({store.count_runs()} runs are stored; see `rmconsole runs`)")
@@ -165,6 +169,8 @@ def export(
 
     if to not in exporter.TARGETS:
         raise ConfigError(f"--to {to!r}: allowed: {', '.join(exporter.TARGETS)}")
+    if to == "mlflow" and not experiment.strip():
+        raise ConfigError(f"--experiment {experiment!r}: give the MLflow experiment a name")
     names = list(items or [])
     target = dir_
     if (
@@ -175,7 +181,7 @@ def export(
         raise ConfigError("export: say where: rmconsole export RUN... --to mlflow DIR (or --to tensorboard DIR)")
     ids = (
         [r.id for r in store.find_runs(where("sweep", [runner.resolve_sweep_id(sweep_)]), archived=True)]
-        if sweep_
+        if sweep_ is not None
         else []
     )
     ids += _chosen_runs(names) if names else []
@@ -190,7 +196,8 @@ def export(
         if to == "mlflow":
             written = exporter.to_mlflow(details, target, experiment)
             console.print(
-                f"exported {len(written)} run(s) to MLflow at {escape(target)} (experiment {escape(repr(experiment))})",
+                f"exported {len(written)} run(s) to MLflow at {escape(exporter.shown_uri(target))} "
+                f"(experiment {escape(repr(experiment))})",
                 highlight=False,
                 soft_wrap=True,
             )

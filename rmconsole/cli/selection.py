@@ -27,28 +27,44 @@ def _run_id(text: str) -> int:
 
 
 def _chosen_runs(items: list[str], where_: str | None = None, option: str = "RUN") -> list[int]:
-    """Run ids from `3 4 7`, `3-9`, `3,4`, `last`, and/or a `--where` run filter; every id must exist."""
-    ids: list[int] = []
+    """Run ids from `3 4 7`, `3-9`, `3,4`, `last`, and/or a `--where` run filter; every id must exist.
+
+    A range is checked before it is spelled out: `9-3` is refused (it holds no run, and beside
+    other ids it would be dropped unseen), and `1-99999999999` costs what the store holds, not
+    a list of 10^11 ids (its first id that is not stored is the error)."""
+    chosen: list[int | range] = []
     for item in items:
         for part in item.split(","):
             part = part.strip()
             first, dash, last = part.partition("-")
             if dash and first.isdigit() and last.isdigit():
-                ids.extend(range(int(first), int(last) + 1))
+                low, high = int(first), int(last)
+                if low > high:
+                    raise ConfigError(
+                        f"{option} {shorten(part)!r}: {shorten(low)}-{shorten(high)} is empty (the first id "
+                        f"is larger than the last; write {shorten(high)}-{shorten(low)})"
+                    )
+                chosen.append(range(check_run_id(low), check_run_id(high) + 1))
             elif part:
-                ids.append(_run_id(part))
+                chosen.append(_run_id(part))
     if where_ is not None:
-        ids.extend(r.id for r in store.find_runs(where_, archived=True))
-    if not ids:
+        if not where_.strip():  # (an unset shell variable: `--where "$F"` would mean every run)
+            raise ConfigError(
+                "--where '': give a run filter, e.g. method:rm tag:draft; an empty one would match every run"
+            )
+        chosen.extend(r.id for r in store.find_runs(where_, archived=True))
+    if not chosen:
         raise ConfigError(
             f"give the runs ({option}: ids like 3 4 7, 3-9 or last"
             + (", or --where FILTER)" if where_ is None else "); --where matched none")
         )
     known = set(store.run_statuses())
-    missing = [i for i in dict.fromkeys(ids) if i not in known]
-    if missing:
-        raise store.UnknownRun(missing[0])
-    return list(dict.fromkeys(ids))
+    for ids in chosen:
+        # (a range longer than the store has runs holds a missing id within its first len(known) + 1)
+        missing = next((i for i in ([ids] if isinstance(ids, int) else ids) if i not in known), None)
+        if missing is not None:
+            raise store.UnknownRun(missing)
+    return list(dict.fromkeys(i for ids in chosen for i in ([ids] if isinstance(ids, int) else ids)))
 
 
 def _listed(option: str, text: str | None) -> list[str] | None:
@@ -111,7 +127,7 @@ def select_runs(
             raise ConfigError(f"--where {shorten(pair)!r}: expected KEY=VALUE or KEY=V1,V2")
         run_filter &= where(key.strip(), runner.split_values(raw.strip()))
     reap_quietly()
-    if sweep_:
+    if sweep_ is not None:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
     return store.find_runs(run_filter, archived=True if archived or run_ids is not None else None)
 

@@ -127,6 +127,8 @@ def config_keys(
     from ..config import configuration_page, essential_keys_help, key_table
     from ..methods import method_specs
 
+    if markdown and essential:
+        raise ConfigError("config-keys: give --markdown (the whole page) or --essential (a dozen keys), not both")
     if markdown:  # the page documents rmconsole's own keys: no installed plug-in's
         print(configuration_page(), end="")
         return

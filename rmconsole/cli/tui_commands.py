@@ -16,6 +16,7 @@ MIN_REFRESH_S = 0.1
 
 @app.command()
 def tui(
+    ctx: typer.Context,
     refresh: float = typer.Option(1.0, "--refresh", help="Seconds between store reads."),
     serve: bool = typer.Option(False, "--serve", help="Serve the same TUI to a web browser (textual-serve)."),
     host: str = typer.Option(
@@ -27,6 +28,9 @@ def tui(
     stop, resume. With --serve, the same app in a browser (each browser tab runs its own copy)."""
     if not (refresh > 0 and math.isfinite(refresh)):
         raise ConfigError(f"--refresh {refresh}: must be a number of seconds above 0")
+    for option in ("host", "port"):  # (without --serve they were ignored, and the TUI opened here)
+        if not serve and getattr(ctx.get_parameter_source(option), "name", "") == "COMMANDLINE":
+            raise ConfigError(f"--{option} is where --serve listens: add --serve, or leave --{option} out")
     if refresh < MIN_REFRESH_S:  # a store read per 0.1 ms burns a core and shows nothing faster
         err_console.print(
             f"--refresh {refresh:g}: reading the store that often only costs CPU; using {MIN_REFRESH_S:g} s",

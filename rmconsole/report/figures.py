@@ -181,7 +181,7 @@ def plot_epochs(details: dict[int, dict[str, Any]], path: Path | str) -> Path:
         ax.grid(alpha=0.3)
     fig.suptitle("inside each task: mean training loss and learning rate per epoch", fontsize=10)
     fig.tight_layout()
-    out = _save(fig, Path(path))
+    out = _save(fig, Path(path), "--plot-epochs")
     plt.close(fig)
     return out
 

@@ -521,13 +521,16 @@ def check_runnable(cfg: Any, scheduled: bool = False) -> None:
         check_gpus(cfg.gpus, cfg.device)
 
 
+MAX_NAME = 200  # characters of a run's name (`--name`, `rename`; a sweep's name template's widths)
+
+
 def check_identity(name: str | None, tags: list[str] | None) -> list[str]:
     """A run name and tags as typed: one line, printable; tags one word each (`+`/`-` are how
     `rmconsole tag` adds and removes them). Returns the tags, each once."""
-    from ..config import ConfigError
+    from ..config import ConfigError, shorten
 
-    if name is not None and (not name.strip() or not name.isprintable() or len(name) > 200):
-        raise ConfigError(f"--name {name!r}: give one line of printable text (at most 200 characters)")
+    if name is not None and (not name.strip() or not name.isprintable() or len(name) > MAX_NAME):
+        raise ConfigError(f"--name {shorten(name)!r}: give one line of printable text (at most {MAX_NAME} characters)")
     out = []
     for tag in tags or []:
         if (

@@ -20,11 +20,12 @@ Several nodes: torchrun's rendezvous options pass through (`--nnodes --node-rank
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from ..config import ConfigError
+from ..config import ConfigError, shorten
 from .processes import PACKAGE, StopSignal, die_with_supervisor, entry_args, python_m
 
 
@@ -52,6 +53,8 @@ class Rendezvous:
             )
         if self.master_addr and self.rdzv_endpoint:
             raise ConfigError("give --master-addr (static rendezvous) or --rdzv-endpoint (c10d rendezvous), not both")
+        if self.rdzv_endpoint is not None:
+            check_endpoint(self.rdzv_endpoint)
         if self.nnodes > 1 or joining:
             if not (self.master_addr or self.rdzv_endpoint):
                 raise ConfigError(
@@ -89,6 +92,29 @@ class Rendezvous:
             if self.rdzv_id:
                 out += ["--rdzv-id", self.rdzv_id]
         return out + self.extra
+
+
+_HOST = re.compile(r"[\w.:-]+")
+
+
+def check_endpoint(endpoint: str) -> tuple[str, int | None]:
+    """`--rdzv-endpoint HOST[:PORT]` (IPv6 in brackets) as torchrun reads it, refused here in one
+    line: torchrun itself answers a bad one with a traceback, after the run is stored (`run`) or
+    on the terminal (`join`)."""
+    text = endpoint.strip()
+    host, port = text, None
+    if not (text.startswith("[") and text.endswith("]")) and ":" in text:
+        host, _, port_text = text.rpartition(":")
+        port = int(port_text) if port_text.isascii() and port_text.isdigit() else -1
+    bare = host[1:-1] if len(host) > 1 and host[0] == "[" and host[-1] == "]" else host
+    if not _HOST.fullmatch(bare):
+        raise ConfigError(
+            f"--rdzv-endpoint {shorten(endpoint)!r}: expected HOST:PORT (a host name, an IPv4 address or "
+            f"[an IPv6 address]), e.g. node0:29400"
+        )
+    if port is not None and not 1 <= port <= 65535:
+        raise ConfigError(f"--rdzv-endpoint {shorten(endpoint)!r}: the port must be 1 to 65535, e.g. node0:29400")
+    return bare, port
 
 
 def torchrun_argv(run_id: int, nproc: int, rendezvous: Rendezvous | None = None) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import re
 import secrets
+import string
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,12 +34,14 @@ from ..config import (
     method_of,
     not_read,
     read_preset,
+    shorten,
     show_value,
     split_override,
     twice,
 )
 from ..methods import UnknownMethod, method_spec, readers_of
 from ..plugins import PluginError
+from .launch import MAX_NAME
 
 
 def split_values(raw: str) -> list[str]:
@@ -165,6 +168,7 @@ def run_names(
     if template is None and (base is None or count < 2):
         return [name] * count
     template = template or default_name_template(plan)
+    _check_template(template)
     base = base or plan.preset
     names: list[str | None] = []
     for i, cfg in enumerate(plan.configs, 1):
@@ -178,6 +182,12 @@ def run_names(
             ) from None
         except (ValueError, IndexError, AttributeError) as err:
             raise ConfigError(f"--name-template {template!r}: {err} (fields are written {{method}})") from None
+    bad = next((n for n in names if n is not None and (not n.strip() or not n.isprintable())), None)
+    if bad is not None:  # the rule of `--name` (launch.check_identity): one line of printable text
+        raise ConfigError(
+            f"--name-template {shorten(template)!r}: makes the name {shorten(bad)!r}; a run's name is one "
+            f"line of printable text"
+        )
     repeated = sorted({n for n in names if n is not None and names.count(n) > 1})
     if repeated:
         raise ConfigError(
@@ -185,6 +195,30 @@ def run_names(
             f"{names.count(repeated[0])} times); add a varying field such as {{seed}} or {{method}}"
         )
     return names
+
+
+_WIDTH = re.compile(r"\d+")
+
+
+def _check_template(template: str) -> None:
+    """A name template's fields are plain names ({method}, not {method.__class__} or
+    {seed[0]}) and its format specs fit a name ({seed:>5}, not {seed:>99999999999}, which
+    would ask for 100 GB): refused in one line before any name is made."""
+    try:
+        fields = [(f, spec or "") for _, f, spec, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as err:
+        raise ConfigError(f"--name-template {shorten(template)!r}: {err} (fields are written {{method}})") from None
+    for field_name, spec in fields:
+        if not field_name.isidentifier():
+            raise ConfigError(
+                f"--name-template {shorten(template)!r}: {{{shorten(field_name, 40)}}} is not a field; fields are "
+                f"plain names: {', '.join('{' + f + '}' for f in NAME_FIELDS)} or a config key"
+            )
+        if "{" in spec or any(int(n) > MAX_NAME for n in _WIDTH.findall(spec)):
+            raise ConfigError(
+                f"--name-template {shorten(template)!r}: the format {{{field_name}:{shorten(spec, 40)}}} does not "
+                f"fit a name (widths up to {MAX_NAME}, no nested fields)"
+            )
 
 
 SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

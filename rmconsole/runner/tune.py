@@ -285,6 +285,9 @@ def check_metric(name: str) -> tuple[str, Literal["minimize", "maximize"]]:
 TRIAL_PAIRS = ("evaluate_test=false",)
 
 
+MAX_SAMPLER_SEED = 2**31 - 1  # a sampler is seeded with the seed + trials done (TPE, random): under 2**32
+
+
 def check_spec(spec: StudySpec) -> dict[str, Any]:
     """Validate a study before anything is stored: the name, sampler, pruner, metric, the base
     config, and every bound and choice of every parameter as a config value. Returns the
@@ -296,6 +299,8 @@ def check_spec(spec: StudySpec) -> dict[str, Any]:
         raise TuneError(f"--pruner {shorten(spec.pruner)!r}: allowed: {', '.join(PRUNERS)}")
     if not 1 <= spec.trials <= 100_000:
         raise TuneError(f"--trials {spec.trials}: allowed: 1 to 100000")
+    if not 0 <= spec.seed <= MAX_SAMPLER_SEED:  # numpy's limit, 2**32 - 1, less a seed for each trial
+        raise TuneError(f"--sampler-seed {shorten(spec.seed)} (a study file's seed): allowed: 0 to {MAX_SAMPLER_SEED}")
     if not spec.params:
         raise TuneError(
             "give the search space: --param KEY=log:LO..HI (or float/int/intlog/choice), repeatable, "

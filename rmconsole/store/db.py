@@ -137,8 +137,10 @@ class StoreUnreachable(StoreError):
 
 
 def home() -> Path:
-    """RMCONSOLE_HOME (default ./.rmconsole): the database, worker logs and checkpoints."""
-    return Path(os.environ.get("RMCONSOLE_HOME", ".rmconsole")).expanduser()
+    """RMCONSOLE_HOME (default ./.rmconsole): the database, worker logs and checkpoints. Set but
+    empty (`RMCONSOLE_HOME= rmconsole run`, an unset shell variable) is the default too, not the
+    current folder, which would take a store, logs/ and checkpoints/ among the user's files."""
+    return Path(os.environ.get("RMCONSOLE_HOME") or ".rmconsole").expanduser()
 
 
 # ---------------------------------------------------------------------- where the store is

@@ -136,3 +136,6 @@ def test_report_plot_epochs(isolated_home, tmp_path) -> None:
     out = in_process("report", "--runs", f"{ids['base']},{ids['partial']}", "--plot-epochs", str(tmp_path / "e.png"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "e.png").stat().st_size > 10_000
+    # a place that cannot be written is named by the option that asked for it (it said --plot)
+    out = in_process("report", "--runs", str(ids["base"]), "--plot-epochs", "/proc/rmconsole-epochs.png")
+    assert out.returncode == 2 and out.stderr.startswith("error: cannot write --plot-epochs /proc/"), out.stderr

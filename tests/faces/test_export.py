@@ -94,3 +94,28 @@ def test_the_view_hint_works_with_what_the_extra_installs(tmp_path) -> None:
     assert export.view_hint("tensorboard", "tb") == ["see them with: tensorboard --logdir tb"]
     assert export.run_folder({"id": 4, "name": "study·rm·s1"}) == "run-4-study-rm-s1"
     assert export.run_folder({"id": 4, "name": None}) == "run-4"
+
+
+def test_an_mlflow_server_that_does_not_answer_is_one_line_at_once_without_its_password(tmp_path) -> None:
+    """MLflow's client retried a refused connection for about four minutes, then the CLI said
+    "internal error: MlflowException: ... http://rm:secret@..." with the password in it; a URI of
+    no store MLflow knows and an empty experiment name were internal errors too."""
+    pytest.importorskip("mlflow")
+    import time
+
+    identity_store.build()
+    started = time.monotonic()
+    out = in_process("export", "1", "--to", "mlflow", "http://rm:secret@127.0.0.1:1")
+    assert time.monotonic() - started < 30
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "cannot reach the MLflow tracking server at http://rm:***@127.0.0.1:1" in out.stderr
+    assert "secret" not in out.stderr + out.stdout and "internal error" not in out.stderr
+    out = in_process("export", "1", "--to", "mlflow", "nosuchstore://x")
+    assert (
+        out.returncode == 2
+        and out.stderr.startswith("error: MLflow at nosuchstore://x: ")
+        and "internal" not in out.stderr
+    )
+    out = in_process("export", "1", "--to", "mlflow", str(tmp_path / "mlruns"), "--experiment", " ")
+    assert out.returncode == 2 and "--experiment ' ': give the MLflow experiment a name" in out.stderr
+    assert not (tmp_path / "mlruns").exists()  # refused before the store folder was made

@@ -131,6 +131,8 @@ def test_rendezvous_options_and_command_lines() -> None:
         "job7",
     ]
     Rendezvous(nnodes=2, node_rank=1, master_addr="node0").check(joining=True)
+    for endpoint in ("node0", "[::1]:29400", "10.0.0.7:1"):  # torchrun's HOST[:PORT], IPv6 in brackets
+        Rendezvous(nnodes=2, rdzv_endpoint=endpoint).check()
     from rmconsole.config import ConfigError
 
     for bad, joining, fragment in (
@@ -141,6 +143,10 @@ def test_rendezvous_options_and_command_lines() -> None:
         (Rendezvous(nnodes=2, master_addr="a"), False, "needs --node-rank"),
         (Rendezvous(nnodes=2, node_rank=0, master_addr="a", rdzv_endpoint="b:1"), False, "not both"),
         (Rendezvous(master_port=70000), False, "--master-port"),
+        (Rendezvous(nnodes=2, rdzv_endpoint="node0:99999"), False, "the port must be 1 to 65535"),
+        (Rendezvous(nnodes=2, rdzv_endpoint="node0:"), True, "the port must be 1 to 65535"),
+        (Rendezvous(nnodes=2, rdzv_endpoint="node 0:29400"), True, "expected HOST:PORT"),
+        (Rendezvous(nnodes=2, rdzv_endpoint=""), False, "expected HOST:PORT"),
     ):
         with pytest.raises(ConfigError, match=re.escape(fragment)):
             bad.check(joining)

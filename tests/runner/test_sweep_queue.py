@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -77,6 +78,26 @@ def test_sweep_runs_are_named_apart_by_what_varies() -> None:
         sweep.run_names(plan, "a", "{name}·{method}")
     with pytest.raises(ConfigError, match=r"unknown field \{nme\}; allowed: \{name\}, \{method\}"):
         sweep.run_names(plan, "a", "{nme}")
+
+
+@pytest.mark.parametrize(
+    "template, fragment",
+    [
+        ("{seed:>99999999999}", "does not fit a name (widths up to 200"),  # was a MemoryError (100 GB asked)
+        ("{seed:{n}}", "no nested fields"),
+        ("{seed.__class__}", "{seed.__class__} is not a field; fields are plain names"),
+        ("{seed[0]}", "{seed[0]} is not a field"),
+        ("{}", "{} is not a field"),
+        ("s\t{seed}", "makes the name 's\\t1'; a run's name is one line of printable text"),
+    ],
+)
+def test_a_name_template_is_refused_before_it_makes_names(template: str, fragment: str) -> None:
+    """A template's fields are plain names and its widths fit a name; the names it makes are
+    one printable line, as `--name` is (launch.check_identity)."""
+    plan = sweep.plan_sweep(None, ["epochs=1"], "1,2")
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        sweep.run_names(plan, "x", template)
+    assert sweep.run_names(plan, "x", "{name}-{seed:>3}") == ["x-  1", "x-  2"]  # a width that fits is kept
 
 
 def test_an_expanding_list_is_announced_with_the_plus_hint() -> None:

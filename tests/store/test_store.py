@@ -93,3 +93,19 @@ def test_a_store_from_an_older_rmconsole_gets_the_new_columns() -> None:
     token = store.ensure_token(1)  # a run of the older store gets a token when it is started
     assert token and store.get_run(1).token == token and store.ensure_token(1) == token
     claim("an older store", "test_store.py::test_a_store_from_an_older_rmconsole_gets_the_new_columns").check(None, "")
+
+
+def test_an_empty_rmconsole_home_is_the_default_not_the_current_folder(isolated_home, tmp_path, monkeypatch) -> None:
+    """`RMCONSOLE_HOME= rmconsole run` (a variable set but empty) put rmconsole.db, logs/ and
+    checkpoints/ straight into the current folder, among the user's files."""
+    from pathlib import Path
+
+    from rmconsole.store import db
+
+    monkeypatch.setenv("RMCONSOLE_HOME", "")
+    monkeypatch.delenv("RMCONSOLE_DB", raising=False)  # (the SQLite file in the home is what this is about)
+    assert store.home() == Path(".rmconsole")
+    db.dispose_engines()
+    assert store.count_runs() == 0
+    assert (tmp_path / ".rmconsole" / "rmconsole.db").is_file() and not (tmp_path / "rmconsole.db").exists()
+    db.dispose_engines()
