@@ -138,8 +138,9 @@ def config_keys(
     for problem in method_specs()[1]:  # a plug-in that cannot be used: named, the rest listed
         err_console.print(f"warning: {problem}", highlight=False, soft_wrap=True)
     table = Table()
-    for col in ("key", "type", "default", "allowed", "help", "methods"):
-        table.add_column(col)
+    table.add_column("key", no_wrap=True)  # the name `--set` takes (and `| grep lwf_` finds): never cut
+    for col in ("type", "default", "allowed", "help", "methods"):
+        table.add_column(col, overflow="fold")  # a long value folds onto the next line: never cut either
     for row in key_table():
         table.add_row(row.key, row.type, row.default, row.allowed, row.help, row.methods)
     console.print(table)
