@@ -483,3 +483,19 @@ def test_show_names_the_validation_auc_only_for_a_run_with_validation() -> None:
     assert first.startswith("A_auc 82.43 over 0 anytime evaluations") and "validation" not in first, first
     run["metrics"]["val_A_auc"] = 80.0
     assert anytime.anytime_lines(run)[0].startswith("A_auc 82.43  val_A_auc 80.00 over"), anytime.anytime_lines(run)
+
+
+def test_a_table_cut_to_the_terminal_says_so_and_names_the_whole_form(grid) -> None:
+    """At 80 columns a task-free sweep's table (13 columns) printed `56…`, `0.…`: figures cut with
+    nothing saying where to read them whole (`report --sweep last --plot anytime.png`)."""
+    from rich.console import Console
+
+    def printed(width: int) -> str:
+        console = Console(record=True, width=width)
+        console.print(R.rich_table(R.build_report(grid), width=width))
+        return console.export_text()
+
+    narrow = printed(36)
+    assert "…" in narrow and "cells ending in … are cut to fit 36 columns: --format md" in " ".join(narrow.split())
+    wide = printed(200)
+    assert "92.00 ± 2.00" in wide and "are cut" not in wide
