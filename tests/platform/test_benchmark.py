@@ -39,3 +39,22 @@ def test_throughput_script_prints_every_phase(capsys, monkeypatch) -> None:
         numbers = re.findall(r"[\d,]+\.?\d*", row.split(phase, 1)[1])
         assert int(numbers[0].replace(",", "")) == count, row
         assert float(numbers[2].replace(",", "")) > 0 and "MiB RSS" in row
+
+
+def test_every_benchmark_help_says_its_whole_first_sentence() -> None:
+    """`iblurry_table.py --help` (docs/anytime.md's table) said "... of a task-free preset, stored
+    as ordinary" and stopped: the description was the docstring's first line, not its sentence."""
+    import ast
+
+    cut = []
+    for script in sorted(BENCH.parent.glob("*.py")):
+        tree = ast.parse(script.read_text())
+        doc = ast.get_docstring(tree, clean=False) or ""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "ArgumentParser":
+                for kw in node.keywords:
+                    if kw.arg == "description":
+                        said = eval(compile(ast.Expression(kw.value), str(script), "eval"), {"__doc__": doc})
+                        if not said.rstrip().endswith((".", ")", ":")):
+                            cut.append(f"{script.name}: {said!r}")
+    assert not cut
