@@ -58,3 +58,30 @@ def test_every_benchmark_help_says_its_whole_first_sentence() -> None:
                         if not said.rstrip().endswith((".", ")", ":")):
                             cut.append(f"{script.name}: {said!r}")
     assert not cut
+
+
+def test_the_startup_benchmark_finds_the_warm_server_its_runs_start(tmp_path, monkeypatch) -> None:
+    """`benchmarks/startup.py --modes warm` (docs/performance.md) waited 300 s for a socket in
+    RMCONSOLE_HOME/warm: warm servers moved to one folder per user, so it never came, and the run
+    it timed was the user's own server's. The benchmark now gives its runs a servers folder of
+    its own and waits there."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("startup_benchmark", BENCH.parent / "startup.py")
+    assert spec is not None and spec.loader is not None
+    startup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(startup)
+    home = tmp_path / "home"
+    env = startup.env_for(home, BENCH.parents[1], warm=True)
+    for key in ("RMCONSOLE_WARM_DIR", "XDG_RUNTIME_DIR", "HOME"):
+        if key in env:
+            monkeypatch.setenv(key, env[key])
+        else:
+            monkeypatch.delenv(key, raising=False)
+    from rmconsole.runner import warm
+
+    socket = warm.servers_folder() / "server.sock"  # where a server started with the runs' env listens
+    assert tmp_path in socket.parents, socket  # never the user's own servers
+    socket.parent.mkdir(parents=True)
+    socket.touch()
+    startup.wait_for_server(home, BENCH.parents[1], timeout=2.0)
