@@ -395,3 +395,21 @@ def test_the_store_keeps_a_runs_plugins_with_its_versions_and_show_prints_them(i
     cli.show(str(builtin), as_json=False)
     shown = capsys.readouterr().out
     assert f"run {builtin}" in shown and "plug-in" not in shown
+
+
+def test_config_keys_names_the_installed_backbones_and_datasets(site: Path) -> None:
+    """docs/datasets.md: `config-keys` lists the models. With a backbone plug-in installed it said
+    "mlp400, resnet18, resnet32, resnet34, or an installed plug-in's" and never which: the names
+    are listed now (not imported), as the methods' are; the generated page keeps the built-ins."""
+    from rmconsole.config import key_table
+
+    write_dist(
+        site,
+        "plug-parts",
+        {"rmconsole.models": {"mlp7": "plugparts:SPEC"}, "rmconsole.datasets": {"birds": "plugparts:DATA"}},
+    )
+    allowed = {row.key: row.allowed for row in key_table()}
+    assert allowed["model"].endswith("(installed: mlp7)") and allowed["dataset"].endswith("(installed: birds)")
+    assert "plugparts" not in sys.modules  # listed without importing
+    page = {row.key: row.allowed for row in key_table(plugins_too=False)}
+    assert "mlp7" not in page["model"] and "birds" not in page["dataset"]
