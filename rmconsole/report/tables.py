@@ -323,9 +323,9 @@ def build_report(
         cells[(row_ids.index(row), col_ids.index(col))] = cell
 
     constants = {}
-    any_task_free = any(is_task_free(r.get("config") or {}) for r in runs)
+    all_task_free = all(is_task_free(r.get("config") or {}) for r in runs)
     for key in SETTING_KEYS:
-        if key in TASK_FREE_ONLY and not any_task_free:
+        if key in TASK_FREE_ONLY and not all_task_free:
             continue  # (disjoint_classes, online_iter, eval_period) a task run never reads: not its setting
         values = {key_value(r, key) for r in runs}
         if len(values) == 1 and key not in identity and key not in col_keys and None not in values:

@@ -468,6 +468,8 @@ def test_the_caption_names_no_task_free_key_for_runs_of_the_task_protocol(grid) 
     text = R.caption(R.build_report(grid))
     assert "blurry=10" in text and "stream=online" in text
     assert not any(key in text for key in ("disjoint_classes", "online_iter", "eval_period")), text
+    grid[0]["config"]["stream"] = "iblurry"  # one task-free run among task runs: still not theirs
+    assert "disjoint_classes" not in R.caption(R.build_report(grid))
     for run in grid:
         run["config"]["stream"] = "iblurry"  # the keys of the follow-up's protocol: its setting
     assert "disjoint_classes=50, online_iter=1, eval_period=100" in R.caption(R.build_report(grid))
