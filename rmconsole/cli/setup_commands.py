@@ -186,12 +186,12 @@ def data_list() -> None:
     """The registered datasets: name, classes, where they come from (plug-ins are imported to describe them)."""
     from .. import datasets, plugins
 
-    table = Table("dataset", "classes", "source", "description", box=None)
+    rows = []
     for name in datasets.names():
         try:
             spec = datasets.get(name)
         except ValueError as err:  # a broken plug-in is one row, the others are listed
-            table.add_row(name, "?", "plug-in", f"[red]{escape(str(err))}[/]")
+            rows.append((name, "?", "plug-in", f"[red]{escape(str(err))}[/]"))
             continue
         try:
             classes = str(spec.classes()) + ("" if spec.folder is None or spec.class_folders() else " (tree absent)")
@@ -199,11 +199,19 @@ def data_list() -> None:
             classes = "? (tree absent)"
         plugin = plugins.available("dataset").get(name)
         source = (
-            f"plug-in {plugin.package} {plugin.version}"
+            f"plug-in\n{plugin.package}\n{plugin.version}"  # (one per line: a long package name stays whole)
             if plugin and name not in datasets.builtin_names()
             else "built-in"
         )
-        table.add_row(name, classes, source, escape(spec.description))
+        rows.append((name, classes, source, escape(spec.description)))
+    table = Table(box=None)
+    table.add_column("dataset", no_wrap=True)  # the name a config takes: never cut
+    table.add_column("classes")
+    # a plug-in's package name, however long, is never cut (`rmconsole-mnist-fash…`)
+    table.add_column("source", min_width=max(len(line) for row in rows for line in row[2].splitlines()))
+    table.add_column("description")
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
     console.print(
         'Any ImageFolder tree: dataset = "folder:PATH" (train/ and val/, one folder per class; '
