@@ -9,7 +9,16 @@ Parts (each can be left out with --skip NAME, each has its own time limit):
   cifar     (a) a CIFAR10-shaped RM run end to end with its phase split
   imagenet  (b) ImageNet-shaped streaming throughput, ResNet34 at 224, nvJPEG on and off
   slots     (c) 1, 2, 4, 8 CIFAR-shaped runs at once on one GPU -> runs/hour
+  tiny      (d) the follow-up's Tiny-ImageNet i-Blurry-50-10 on the offline subset (the preset's GPU
+            settings: ResNet34 at 64x64, online_iter 3, batch 32, eval every 100): ER and CLIB
+            seed 1 by default, one process per run, A_auc and A_last beside the follow-up's figures.
+            A call cut by --tiny-limit keeps the finished runs and each run's last task checkpoint
+            under --tiny-home; the next call with the same --tiny-home resumes them (bit for bit).
 Writes OUT_DIR/gpu_suite.json, OUT_DIR/gpu_suite.md and OUT_DIR/gpu_suite.log (every part's output).
+
+--rehearse runs every part on this machine's CPU at toy sizes (minutes): the plumbing, the
+scripts' options and the summary checked before a GPU's minutes are spent on them. Its figures
+mean nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +36,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-PARTS = ("tests", "profile", "cifar", "imagenet", "slots")
+PARTS = ("tests", "profile", "cifar", "imagenet", "slots", "tiny")
+# the follow-up (i-Blurry, ICLR 2022) Table: Tiny-ImageNet A_auc on 500 images a class (PROTOCOL.md §9)
+FOLLOW_UP_TINY_A_AUC = {"rm": 5.74, "er": 22.45, "clib": 23.87}
 
 
 class Suite:
@@ -166,6 +177,8 @@ def _json_runs(s: Suite, label: str, variants: dict[str, list[str]], limit: floa
 
 def part_profile(s: Suite, args: argparse.Namespace) -> dict:
     script = [sys.executable, str(HERE / "profile_memory_epochs.py"), "--epochs", str(args.profile_epochs)]
+    if args.rehearse:
+        script += ["--memory", "32"]
     return _json_runs(
         s,
         "profile",
@@ -179,6 +192,7 @@ def part_cifar(s: Suite, args: argparse.Namespace) -> dict:
     argv = [sys.executable, str(HERE / "cifar_run.py"), "--data", args.cifar_data, "--json", str(out)]
     if args.cifar_epochs is not None:
         argv += ["--epochs", str(args.cifar_epochs)]
+    argv += REHEARSAL_CIFAR if args.rehearse else []
     code, sec = s.run("cifar", argv, args.cifar_limit)
     return {"exit": code, "seconds": sec, **_pop_json(out)}
 
@@ -194,6 +208,8 @@ def part_imagenet(s: Suite, args: argparse.Namespace) -> dict:
         "--train",
         str(args.imagenet_images),
     ]
+    if args.rehearse:
+        script += REHEARSAL_IMAGENET
     return _json_runs(
         s,
         "imagenet",
@@ -214,6 +230,7 @@ def part_slots(s: Suite, args: argparse.Namespace) -> dict:
             " & ".join(
                 f"{sys.executable} {HERE / 'cifar_run.py'} --epochs {args.slots_epochs} "
                 f"--seed {i + 1} --memory-share {1 / n!r} --json {o}"
+                + (" " + " ".join(REHEARSAL_CIFAR) if args.rehearse else "")
                 for i, o in enumerate(outs)
             )
             + " & wait"
@@ -238,6 +255,122 @@ def part_slots(s: Suite, args: argparse.Namespace) -> dict:
             row["projected_full_runs_per_hour"] = len(done) * 3600 / row["projected_full_run_s"]
         rows[str(n)] = row
     return rows
+
+
+REHEARSAL_IMAGENET = [
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--batch",
+    "16",
+    "--candidates",
+    "16",
+    "--views",
+    "2",
+    "--size",
+    "64",
+]
+REHEARSAL_IMAGENET += ["--synthetic-classes", "20", "--synthetic-val", "32"]
+REHEARSAL_CIFAR = [
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--train",
+    "64",
+    "--test",
+    "32",
+    "--memory",
+    "16",
+    "--views",
+    "2",
+]
+
+
+def part_tiny(s: Suite, args: argparse.Namespace) -> dict:
+    """(d) Tiny-ImageNet i-Blurry-50-10, one process per run (the runs share the GPU, as sweep
+    slots do), resumed where an earlier call under the same --tiny-home was cut off."""
+    home = args.tiny_home.resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    env = {"RMCONSOLE_HOME": str(home), "RMCONSOLE_DATA": str(args.tiny_data.resolve())}
+    sweep_file = home / "suite-sweep.txt"
+    script = [
+        sys.executable,
+        str(HERE / "iblurry_table.py"),
+        "--preset",
+        args.tiny_preset,
+        "--methods",
+        args.tiny_methods,
+    ]
+    n_runs = len(args.tiny_methods.split(",")) * len(args.tiny_seeds.split(","))
+    jobs = ["--jobs", str(args.tiny_jobs or n_runs)]
+    if sweep_file.exists():
+        sweep = sweep_file.read_text().strip()
+        argv = [*script, "--resume", sweep, *jobs]
+    else:
+        argv = [*script, "--seeds", args.tiny_seeds, *jobs, "--sweep-file", str(sweep_file)]
+    code, sec = s.run("tiny", argv, args.tiny_limit, env)
+    if not sweep_file.exists():
+        return {"exit": code, "seconds": sec, "runs": []}
+    sweep = sweep_file.read_text().strip()
+    rmconsole = [sys.executable, "-m", "rmconsole"]
+    listed = subprocess.run(
+        [*rmconsole, "runs", "--json", "--sweep", sweep, "--limit", "0"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **env},
+    )
+    runs = json.loads(listed.stdout) if listed.returncode == 0 else []
+    plot = s.out / "tiny-anytime.png"
+    subprocess.run(
+        [*rmconsole, "report", "--sweep", sweep, "--plot", str(plot)],
+        capture_output=True,
+        cwd=REPO,
+        env={**os.environ, **env},
+    )
+    rows = []
+    for run in runs:
+        cfg, metrics, progress = run["config"], run.get("metrics") or {}, run.get("progress") or {}
+        rows.append(
+            {
+                "run": run["id"],
+                "method": run["method"] + (f" ({cfg.get('rm_variant')})" if run["method"] == "rm" else ""),
+                "seed": run["seed"],
+                "status": run["status"]
+                if run["status"] == "finished" or code != 124
+                else "cut (the next call resumes it)",
+                "tasks_done": (progress.get("task", -1) + 1) if run["status"] == "finished" else progress.get("task"),
+                "n_tasks": cfg["n_tasks"],
+                "model": cfg["model"],
+                "image_size": cfg["image_size"],
+                "online_iter": cfg["online_iter"],
+                "device": run.get("device"),
+                **{k: metrics.get(k) for k in TINY_METRICS},
+                "follow_up_A_auc": FOLLOW_UP_TINY_A_AUC.get(run["method"]),
+            }
+        )
+    return {
+        "exit": code,
+        "seconds": sec,
+        "sweep": sweep,
+        "preset": args.tiny_preset,
+        "runs": rows,
+        "plot": plot.name if plot.exists() else None,
+    }
+
+
+TINY_METRICS = (
+    "A_auc",
+    "A_last",
+    "A_avg",
+    "F_last",
+    "train_seconds",
+    "eval_seconds",
+    "wall_seconds",
+    "train_samples_per_s",
+)
 
 
 def _pop_json(path: Path) -> dict:
@@ -329,7 +462,31 @@ def summary(r: dict) -> str:
                 f"{'—' if peak is None else f'{peak:.1f}'} |"
             )
         lines.append("")
+    if "tiny" in parts:
+        t = parts["tiny"]
+        lines += [
+            f"## (d) Tiny-ImageNet i-Blurry-50-10 ({t.get('preset')}; sweep {t.get('sweep')}; this call "
+            f"{t['seconds']:.0f} s, exit {t['exit']})",
+            "",
+            "100 train images a class (the offline subset), not the follow-up's 500; its A_auc beside each row "
+            "(Table 2 of the follow-up). A run not finished shows its metrics so far (tasks done / of).",
+            "",
+            "| run | method | seed | status | tasks | A_auc | follow-up A_auc | A_last | train s | eval s | "
+            "train samples/s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in t.get("runs", []):
+            lines.append(
+                f"| {r['run']} | {r['method']} | {r['seed']} | {r['status']} | {r['tasks_done']}/{r['n_tasks']} | "
+                f"{_num(r['A_auc'])} | {_num(r['follow_up_A_auc'])} | {_num(r['A_last'])} | "
+                f"{_num(r['train_seconds'], 0)} | {_num(r['eval_seconds'], 0)} | {_num(r['train_samples_per_s'], 0)} |"
+            )
+        lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,7 +504,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4, 8])
     parser.add_argument("--slots-epochs", type=int, default=16)
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/rmconsole-gpu-suite"))
+    parser.add_argument(
+        "--tiny-data",
+        type=Path,
+        default=Path(os.environ.get("RMCONSOLE_DATA") or "../shared/data"),
+        help="the folder that holds tiny-imagenet-200/ (default: RMCONSOLE_DATA)",
+    )
+    parser.add_argument("--tiny-preset", default="tiny-imagenet-iblurry50-10")
+    parser.add_argument("--tiny-methods", default="er,clib", help="as iblurry_table.py's --methods")
+    parser.add_argument("--tiny-seeds", default="1")
+    parser.add_argument("--tiny-jobs", type=int, default=None, help="processes (default: one per run)")
+    parser.add_argument("--tiny-limit", type=float, default=540)
+    parser.add_argument(
+        "--tiny-home",
+        type=Path,
+        default=None,
+        help="the tiny runs' store and checkpoints; a later call with the same folder resumes them "
+        "(default: SCRATCH/tiny-home)",
+    )
+    parser.add_argument("--rehearse", action="store_true", help="every part on this CPU at toy sizes")
     args = parser.parse_args(argv)
+    if args.tiny_home is None:
+        args.tiny_home = args.scratch / "tiny-home"
+    if args.rehearse:
+        args.profile_epochs, args.cifar_epochs, args.slots_epochs = 1, 1, 1
+        args.imagenet_images, args.slots = 32, [1, 2]
+        if args.tiny_preset == "tiny-imagenet-iblurry50-10":
+            args.tiny_preset = str(HERE / "presets" / "tiny-imagenet-iblurry50-10-cpu.toml")
+            args.tiny_methods = "er"
     suite = Suite(args.out)
     suite.results["environment"] = environment()
     print(json.dumps(suite.results["environment"]), flush=True)

@@ -11,6 +11,10 @@ worker's own `train(run_id)` (the same store rows, checkpoints and status transi
 `rmconsole run`), keeping the decoded dataset between runs: decoding the Tiny-ImageNet JPEGs
 again for every run would cost more than some runs. `--set KEY=VALUE` overrides every run;
 a `--methods` entry NAME:KEY=VALUE adds a row with an override (`rm:rm_variant=iblurry`).
+
+A call that was killed (a time limit: the GPU suite's tiny part) leaves its sweep's finished runs
+and each unfinished run's last task checkpoint; `--resume SWEEP` continues the unfinished ones,
+bit for bit as if never stopped. `--sweep-file F` writes the sweep id to F as soon as it exists.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -61,8 +66,54 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="KEY=VALUE for every run")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--resume", metavar="SWEEP", help="continue this sweep's unfinished runs instead")
+    ap.add_argument("--sweep-file", type=Path, help="write the sweep id here as soon as it exists")
     args = ap.parse_args()
+    if args.resume:
+        sweep_id, ids = args.resume, unfinished_runs(args.resume)
+        print(f"sweep {sweep_id}: resuming runs {', '.join(map(str, ids)) or 'none (all finished)'}", flush=True)
+    else:
+        sweep_id, ids = create_sweep(args)
+    if args.sweep_file is not None:
+        args.sweep_file.write_text(sweep_id + "\n")
+    # interleave the shares so each job gets a mix of slow and fast methods
+    shares = [ids[j :: args.jobs] for j in range(args.jobs)]
+    home = os.environ.get("RMCONSOLE_HOME")
+    started = time.perf_counter()
+    if args.jobs == 1:
+        _train_share(shares[0], home)
+    else:
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_train_share, args=(share, home)) for share in shares if share]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+    print(f"sweep {sweep_id} done in {time.perf_counter() - started:.0f} s", flush=True)
 
+
+def unfinished_runs(sweep_id: str) -> list[int]:
+    """The sweep's runs that did not finish, queued again: a killed worker's run is failed by
+    dead-run detection, then requeued; its worker resumes from the last task checkpoint."""
+    from rmconsole import store
+    from rmconsole.runner.launch import reap_dead
+
+    runs = store.list_runs(sweep_id=sweep_id)
+    if not runs:
+        sys.exit(f"error: no runs in sweep {sweep_id!r}")
+    reap_dead([r for r in runs if r.status in store.ACTIVE])
+    ids = []
+    for run in store.list_runs(sweep_id=sweep_id):
+        assert run.id is not None
+        if run.status in ("failed", "stopped"):
+            store.requeue_run(run.id, ("failed", "stopped"))
+        if store.get_run(run.id).status == "queued":
+            ids.append(run.id)
+    return ids
+
+
+def create_sweep(args: argparse.Namespace) -> tuple[str, list[int]]:
+    """A new sweep: one queued run per method row and seed."""
     from rmconsole import store
     from rmconsole.config import ConfigError, load_config, parse_overrides
 
@@ -80,20 +131,7 @@ def main() -> None:
     sweep_id = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     ids = store.create_runs(configs, name, sweep_id)
     print(f"sweep {sweep_id}: runs {ids[0]}-{ids[-1]} ({len(ids)})", flush=True)
-    # interleave the shares so each job gets a mix of slow and fast methods
-    shares = [ids[j :: args.jobs] for j in range(args.jobs)]
-    home = os.environ.get("RMCONSOLE_HOME")
-    started = time.perf_counter()
-    if args.jobs == 1:
-        _train_share(shares[0], home)
-    else:
-        ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=_train_share, args=(share, home)) for share in shares if share]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
-    print(f"sweep {sweep_id} done in {time.perf_counter() - started:.0f} s", flush=True)
+    return sweep_id, ids
 
 
 if __name__ == "__main__":

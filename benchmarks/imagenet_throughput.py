@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -43,13 +44,14 @@ def default_root() -> Path:
 def synthetic_tree(root: Path, n_train: int, n_val: int, classes: int = 1000, seed: int = 0) -> Path:
     """An ImageNet-format tree of JPEGs under root/imagenet: ImageNet-like sizes (about 500x375,
     varied), smooth random content (so files are ImageNet-sized, ~100 KB, not incompressible
-    noise). Written once; an existing tree with the same counts is reused."""
+    noise). Written once; an existing tree with the same counts is reused, another is replaced."""
     from torchvision.io import encode_jpeg
 
     base = root / "imagenet"
     stamp = base / f".synthetic-{n_train}-{n_val}-{classes}"
     if stamp.exists():
         return root
+    shutil.rmtree(base, ignore_errors=True)  # a tree of other counts (or half written) would mix in
     cuda = torch.cuda.is_available()
     where = "cuda" if cuda else "cpu"
     gen = torch.Generator(where).manual_seed(seed)
@@ -103,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="write N synthetic ImageNet-sized JPEGs (1000 classes) under --root and read those",
     )
+    parser.add_argument(
+        "--synthetic-classes", type=int, default=1000, help="classes of the synthetic tree (each needs an image)"
+    )
+    parser.add_argument("--synthetic-val", type=int, default=1000, help="val images of the synthetic tree")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     add_accel_options(parser)
     args = parser.parse_args(argv)
@@ -110,7 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     if args.synthetic:
-        args.root = synthetic_tree(args.root or Path("/tmp/rmconsole-synthetic"), args.synthetic, 1000)
+        if min(args.synthetic, args.synthetic_val) < args.synthetic_classes:
+            print(
+                "error: --synthetic and --synthetic-val need an image for each of --synthetic-classes", file=sys.stderr
+            )
+            return 2
+        root = args.root or Path("/tmp/rmconsole-synthetic")
+        args.root = synthetic_tree(root, args.synthetic, args.synthetic_val, args.synthetic_classes)
         args.dataset = "imagenet"
     try:
         cfg = build_config(
