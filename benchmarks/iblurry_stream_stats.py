@@ -93,7 +93,7 @@ def line(name: str, stats: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--ib-repo", type=Path, default=Path("/work/.mirror/naver-ai+i-Blurry/repo"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--tiny-root", type=Path, default=None, help="RMCONSOLE_DATA with the Tiny-ImageNet subset")

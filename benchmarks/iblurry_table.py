@@ -9,8 +9,8 @@ runs (one sweep id) so `rmconsole report` makes the table and the anytime figure
 Each job is one process that trains its share of the runs one after another through the
 worker's own `train(run_id)` (the same store rows, checkpoints and status transitions as
 `rmconsole run`), keeping the decoded dataset between runs: decoding the Tiny-ImageNet JPEGs
-again for every run would cost more than some runs. `--set` overrides every run (e.g.
-rm_variant=iblurry as one more row: `--methods rm,rm:rm_variant=iblurry`).
+again for every run would cost more than some runs. `--set KEY=VALUE` overrides every run;
+a `--methods` entry NAME:KEY=VALUE adds a row with an override (`rm:rm_variant=iblurry`).
 
 A call that was killed (a time limit: the GPU suite's tiny part) leaves its sweep's finished runs
 and each unfinished run's last task checkpoint; `--resume SWEEP` continues the unfinished ones,
@@ -60,7 +60,7 @@ def _train_share(run_ids: list[int], home: str | None) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--preset", required=True)
     ap.add_argument("--methods", required=True, help="comma-separated; NAME:KEY=VALUE adds a row with an override")
     ap.add_argument("--seeds", default="1,2,3")

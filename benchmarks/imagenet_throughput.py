@@ -86,7 +86,7 @@ def timed(device: torch.device, work) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--root", type=Path, default=None, help="data root holding tiny-imagenet-200/ (or imagenet/)")
     parser.add_argument("--dataset", default="tiny_imagenet", choices=["tiny_imagenet", "imagenet"])
     parser.add_argument("--device", default="auto")

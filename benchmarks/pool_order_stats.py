@@ -46,7 +46,7 @@ def summary(labels: torch.Tensor, split: S.BlurrySplit) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--seeds", type=int, nargs="+", default=[1])
     ap.add_argument("--datasets", nargs="+", default=["mnist", "tiny_imagenet"])
     args = ap.parse_args()

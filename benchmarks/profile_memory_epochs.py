@@ -28,7 +28,7 @@ from rmconsole.config import build_config
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--epochs", type=int, default=4, help="memory epochs profiled (after 2 of warm-up)")
     parser.add_argument("--memory", type=int, default=500)
     parser.add_argument("--model", default="resnet18")

@@ -11,7 +11,8 @@ and trained). Each run is then stopped. Modes:
 - cold-nocache: a fresh RMCONSOLE_HOME for every run, warm starts off: the worker imports torch
   and decodes the dataset (what every run paid before this benchmark existed);
 - cold: warm starts off, the dataset's tensor copy already in RMCONSOLE_HOME/cache;
-- warm: the home's warm-start server is up (runner/warm.py) and the tensor copy is there.
+- warm: a warm-start server of its own is up (runner/warm.py; RMCONSOLE_WARM_DIR in the
+  benchmark's temp folder) and the tensor copy is there.
 
 Threads are pinned to one (OMP_NUM_THREADS=1) as in the test suite; the machine's load is
 printed with the figures (on a shared machine the wall time moves with it). Beside the wall
@@ -41,6 +42,13 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def servers_dir(home: Path) -> Path:
+    """Where this benchmark's warm server listens: a folder of its own beside the home (warm
+    servers are one per user, in ~/.cache/rmconsole/warm unless RMCONSOLE_WARM_DIR says; the
+    user's own server, of another checkout or environment, is neither timed nor stopped)."""
+    return home.parent / "warm-servers"
+
+
 def env_for(home: Path, repo: Path, warm: bool) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -49,6 +57,7 @@ def env_for(home: Path, repo: Path, warm: bool) -> dict[str, str]:
         OMP_NUM_THREADS="1",
         PYTHONPATH=str(repo),
         RMCONSOLE_WARM="1" if warm else "0",
+        RMCONSOLE_WARM_DIR=str(servers_dir(home)),
     )
     env.pop("RMCONSOLE_DB", None)
     return env
@@ -116,14 +125,14 @@ def wait_for_server(home: Path, repo: Path, timeout: float = 300.0) -> None:
     sys.path.insert(0, str(repo))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any((home / "warm").glob("*.sock")):
+        if any(servers_dir(home).glob("*.sock")):
             return
         time.sleep(0.1)
     raise SystemExit("the warm-start server did not come up")
 
 
 def stop_servers(home: Path) -> None:
-    for pid_file in (home / "warm").glob("*.pid"):
+    for pid_file in servers_dir(home).glob("*.pid"):
         try:
             os.kill(int(pid_file.read_text()), 15)
         except (OSError, ValueError):

@@ -997,8 +997,19 @@ def key_table(plugins_too: bool = True) -> list[KeyRow]:
     validated. A plug-in that cannot be used is left out (`method_specs` says why)."""
     specs = method_specs()[0] if plugins_too else list(REGISTRY.values())
     rows = []
+    # the installed plug-ins' backbones and datasets by name (listed, not imported), as methods are
+    installed = (
+        {
+            "model": [n for n in plugins.available("model") if n not in BUILTIN_MODELS],
+            "dataset": [n for n in plugins.available("dataset") if n not in builtin_datasets()],
+        }
+        if plugins_too
+        else {}
+    )
     for key, field in RunConfig.model_fields.items():
         allowed = ", ".join(s.name for s in specs) if key == "method" else _allowed_text(field)
+        if installed.get(key):
+            allowed += f" (installed: {', '.join(sorted(installed[key]))})"
         rows.append(
             KeyRow(key, _type_text(field.annotation), _default_text(field), allowed, field.description or "", "all")
         )

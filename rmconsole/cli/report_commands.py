@@ -118,7 +118,7 @@ def report(
         paper=paper,
     )
     if fmt == "table":
-        console.print(reports.rich_table(table, digits))
+        console.print(reports.rich_table(table, digits, width=console.width))
     else:
         text = clean_block(reports.render(table, fmt, digits))  # a name with ESC sequences is shown, not obeyed
         if out is None:

@@ -140,8 +140,9 @@ def config_keys(
     for problem in method_specs()[1]:  # a plug-in that cannot be used: named, the rest listed
         err_console.print(f"warning: {problem}", highlight=False, soft_wrap=True)
     table = Table()
-    for col in ("key", "type", "default", "allowed", "help", "methods"):
-        table.add_column(col)
+    table.add_column("key", no_wrap=True)  # the name `--set` takes (and `| grep lwf_` finds): never cut
+    for col in ("type", "default", "allowed", "help", "methods"):
+        table.add_column(col, overflow="fold")  # a long value folds onto the next line: never cut either
     for row in key_table():
         table.add_row(row.key, row.type, row.default, row.allowed, row.help, row.methods)
     console.print(table)
@@ -187,12 +188,12 @@ def data_list() -> None:
     """The registered datasets: name, classes, where they come from (plug-ins are imported to describe them)."""
     from .. import datasets, plugins
 
-    table = Table("dataset", "classes", "source", "description", box=None)
+    rows = []
     for name in datasets.names():
         try:
             spec = datasets.get(name)
         except ValueError as err:  # a broken plug-in is one row, the others are listed
-            table.add_row(name, "?", "plug-in", f"[red]{escape(str(err))}[/]")
+            rows.append((name, "?", "plug-in", f"[red]{escape(str(err))}[/]"))
             continue
         try:
             classes = str(spec.classes()) + ("" if spec.folder is None or spec.class_folders() else " (tree absent)")
@@ -200,11 +201,19 @@ def data_list() -> None:
             classes = "? (tree absent)"
         plugin = plugins.available("dataset").get(name)
         source = (
-            f"plug-in {plugin.package} {plugin.version}"
+            f"plug-in\n{plugin.package}\n{plugin.version}"  # (one per line: a long package name stays whole)
             if plugin and name not in datasets.builtin_names()
             else "built-in"
         )
-        table.add_row(name, classes, source, escape(spec.description))
+        rows.append((name, classes, source, escape(spec.description)))
+    table = Table(box=None)
+    table.add_column("dataset", no_wrap=True)  # the name a config takes: never cut
+    table.add_column("classes")
+    # a plug-in's package name, however long, is never cut (`rmconsole-mnist-fash…`)
+    table.add_column("source", min_width=max(len(line) for row in rows for line in row[2].splitlines()))
+    table.add_column("description")
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
     console.print(
         'Any ImageFolder tree: dataset = "folder:PATH" (train/ and val/, one folder per class; '

@@ -96,7 +96,7 @@ def run_sweep(
                 sweep_id, runner.SweepQueue(sweep_id, slots, gpus=gpus, runs_per_gpu=launched.runs_per_gpu), plan
             )
     summaries = [r.to_json() for r in store.find_runs(where("sweep", [sweep_id]), archived=True)]
-    console.print(reports.rich_table(reports.build_report(summaries)))
+    console.print(reports.rich_table(reports.build_report(summaries), width=console.width))
     console.print(
         f"sweep {sweep_id}: "
         + ", ".join(f"{v} {k}" for k, v in counts.items())

@@ -36,7 +36,12 @@ def anytime_lines(detail: dict[str, Any]) -> list[str]:
     cfg, m = detail.get("config") or {}, detail.get("metrics") or {}
     points = detail.get("anytime") or []
     # the protocol's own metrics (A_auc: the catalogue's defaults of task-free runs only) and their note
-    own = [x for x in metric_registry.catalogue() if x.default_for == ("task-free",) and x.family == ""]
+    # (val_A_auc, listed only when measured, is left out of a run without validation, its note with it)
+    own = [
+        x
+        for x in metric_registry.catalogue()
+        if x.default_for == ("task-free",) and x.family == "" and not (x.when_measured and m.get(x.name) is None)
+    ]
     figures = "  ".join(f"{x.name} {x.text(m.get(x.name))}" for x in own)
     lines = [
         f"{figures} over {len(points)} anytime evaluations (every {cfg.get('eval_period')} streamed samples)"

@@ -224,9 +224,13 @@ def to_latex(report: Report, digits: int = 2) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rich_table(report: Report, digits: int = 2) -> Any:
-    """The terminal form: a Rich table with the caption underneath (as wide as the terminal)."""
-    from rich.console import Group
+def rich_table(report: Report, digits: int = 2, width: int | None = None) -> Any:
+    """The terminal form: a Rich table with the caption underneath (as wide as the terminal).
+    Given the terminal's `width`, a table wider than that (its cells then shown cut, `56…`) says
+    so under the caption and names the form that prints every figure whole."""
+    import io
+
+    from rich.console import Console, Group
     from rich.table import Table
     from rich.text import Text
 
@@ -236,6 +240,7 @@ def rich_table(report: Report, digits: int = 2) -> Any:
     for col, metric in _header(report):
         title = metric_title(metric)
         table.add_column(f"{col_title(report, col)}\n{title}" if report.col_keys else title, justify="right")
+    written = [str(column.header) for column in table.columns]  # what the table holds, before any cut
     for i, labels in enumerate(report.row_labels):
         values = [format_value(labels[k]) for k in report.label_keys]
         for j, _ in enumerate(report.cols):
@@ -244,7 +249,20 @@ def rich_table(report: Report, digits: int = 2) -> Any:
                 cell = report.cell(i, j)
                 values.append(f"[yellow]{text}[/]" if cell is not None and not cell.complete else text)
         table.add_row(*values)
-    return Group(table, Text(caption(report), style="dim"))
+        written.extend(values)
+    parts: list[Any] = [table, Text(caption(report), style="dim")]
+    if width is not None:  # render it as the terminal will: a `…` no cell holds is a cut one
+        rendered = Console(file=io.StringIO(), width=width, record=True)
+        rendered.print(table)
+        if rendered.export_text().count("…") > "".join(written).count("…"):
+            parts.append(
+                Text(
+                    f"cells ending in … are cut to fit {width} columns: --format md (or csv, latex, "
+                    "json) prints every figure whole",
+                    style="yellow",
+                )
+            )
+    return Group(*parts)
 
 
 def render(report: Report, fmt: str, digits: int = 2) -> str:

@@ -29,7 +29,7 @@ from .. import metric_registry
 from .. import paper as papers
 from ..cl.metric_catalog import mean_std
 from ..cl.protocols import is_task_free
-from ..config import method_reads
+from ..config import TASK_FREE_ONLY, method_reads
 from ..store.filters import config_value, format_value
 from ..store.filters import where as filter_where
 
@@ -323,7 +323,10 @@ def build_report(
         cells[(row_ids.index(row), col_ids.index(col))] = cell
 
     constants = {}
+    all_task_free = all(is_task_free(r.get("config") or {}) for r in runs)
     for key in SETTING_KEYS:
+        if key in TASK_FREE_ONLY and not all_task_free:
+            continue  # (disjoint_classes, online_iter, eval_period) a task run never reads: not its setting
         values = {key_value(r, key) for r in runs}
         if len(values) == 1 and key not in identity and key not in col_keys and None not in values:
             constants[key] = values.pop()

@@ -258,3 +258,14 @@ def test_config_keys_essential_and_run_help_name_the_keys_a_first_run_changes() 
     assert keys[:4] == ["dataset", "method", "memory_size", "n_tasks"] and "bic_temperature" not in out.output
     assert "epochs (default 256): memory epochs E" in out.output
     assert "dataset, method, memory_size (K), n_tasks" in invoke("run", "--help", width=200).output
+
+
+def test_config_keys_at_80_columns_keeps_every_key_and_value_whole() -> None:
+    """docs/extending.md greps it (`rmconsole config-keys | grep lwf_`): piped, the table is 80
+    columns wide, and it printed `lwf_tempe…`, `memory_si…`, `fashion_m…`, names no `--set` takes."""
+    from rmconsole.config import key_table
+
+    out = invoke("config-keys")
+    assert out.exit_code == 0 and "…" not in out.output
+    first_cells = {line.split("│")[1].strip() for line in out.output.splitlines() if line.startswith("│ ")}
+    assert {row.key for row in key_table()} <= first_cells

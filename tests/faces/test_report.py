@@ -457,3 +457,47 @@ def test_a_methods_own_parameter_shows_only_on_its_methods_rows() -> None:
     assert R.to_markdown(rep).splitlines()[2].startswith("| er | — | ")
     plain = R.build_report(runs[:2] + runs[3:], metrics=["A_last"])  # one RM variant: nothing to tell apart
     assert plain.label_keys == ["method"] and plain.rows == [("er",), ("rm",)]
+
+
+def test_the_caption_names_no_task_free_key_for_runs_of_the_task_protocol(grid) -> None:
+    """A task run's config holds disjoint_classes, online_iter and eval_period (at their defaults)
+    but never reads them; `show` leaves them out, and the caption (and the figures' title) said
+    `disjoint_classes=50, online_iter=1, eval_period=100` under every RM-protocol table."""
+    for run in grid:
+        run["config"].update(stream="online", blurry=10, disjoint_classes=50, online_iter=1.0, eval_period=100)
+    text = R.caption(R.build_report(grid))
+    assert "blurry=10" in text and "stream=online" in text
+    assert not any(key in text for key in ("disjoint_classes", "online_iter", "eval_period")), text
+    grid[0]["config"]["stream"] = "iblurry"  # one task-free run among task runs: still not theirs
+    assert "disjoint_classes" not in R.caption(R.build_report(grid))
+    for run in grid:
+        run["config"]["stream"] = "iblurry"  # the keys of the follow-up's protocol: its setting
+    assert "disjoint_classes=50, online_iter=1, eval_period=100" in R.caption(R.build_report(grid))
+
+
+def test_show_names_the_validation_auc_only_for_a_run_with_validation() -> None:
+    """`show` of a task-free run printed `A_auc 82.43  val_A_auc —` and the validation note for a
+    run with no validation stream; reports.md: validation metrics are listed when a run has them."""
+    from rmconsole.report import anytime
+
+    run = {"config": {"stream": "iblurry", "eval_period": 100}, "anytime": [], "metrics": {"A_auc": 82.43}}
+    first = anytime.anytime_lines(run)[0]
+    assert first.startswith("A_auc 82.43 over 0 anytime evaluations") and "validation" not in first, first
+    run["metrics"]["val_A_auc"] = 80.0
+    assert anytime.anytime_lines(run)[0].startswith("A_auc 82.43  val_A_auc 80.00 over"), anytime.anytime_lines(run)
+
+
+def test_a_table_cut_to_the_terminal_says_so_and_names_the_whole_form(grid) -> None:
+    """At 80 columns a task-free sweep's table (13 columns) printed `56…`, `0.…`: figures cut with
+    nothing saying where to read them whole (`report --sweep last --plot anytime.png`)."""
+    from rich.console import Console
+
+    def printed(width: int) -> str:
+        console = Console(record=True, width=width)
+        console.print(R.rich_table(R.build_report(grid), width=width))
+        return console.export_text()
+
+    narrow = printed(36)
+    assert "…" in narrow and "cells ending in … are cut to fit 36 columns: --format md" in " ".join(narrow.split())
+    wide = printed(200)
+    assert "92.00 ± 2.00" in wide and "are cut" not in wide

@@ -39,3 +39,49 @@ def test_throughput_script_prints_every_phase(capsys, monkeypatch) -> None:
         numbers = re.findall(r"[\d,]+\.?\d*", row.split(phase, 1)[1])
         assert int(numbers[0].replace(",", "")) == count, row
         assert float(numbers[2].replace(",", "")) > 0 and "MiB RSS" in row
+
+
+def test_every_benchmark_help_says_its_whole_first_sentence() -> None:
+    """`iblurry_table.py --help` (docs/anytime.md's table) said "... of a task-free preset, stored
+    as ordinary" and stopped: the description was the docstring's first line, not its sentence."""
+    import ast
+
+    cut = []
+    for script in sorted(BENCH.parent.glob("*.py")):
+        tree = ast.parse(script.read_text())
+        doc = ast.get_docstring(tree, clean=False) or ""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "ArgumentParser":
+                for kw in node.keywords:
+                    if kw.arg == "description":
+                        said = eval(compile(ast.Expression(kw.value), str(script), "eval"), {"__doc__": doc})
+                        if not said.rstrip().endswith((".", ")", ":")):
+                            cut.append(f"{script.name}: {said!r}")
+    assert not cut
+
+
+def test_the_startup_benchmark_finds_the_warm_server_its_runs_start(tmp_path, monkeypatch) -> None:
+    """`benchmarks/startup.py --modes warm` (docs/performance.md) waited 300 s for a socket in
+    RMCONSOLE_HOME/warm: warm servers moved to one folder per user, so it never came, and the run
+    it timed was the user's own server's. The benchmark now gives its runs a servers folder of
+    its own and waits there."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("startup_benchmark", BENCH.parent / "startup.py")
+    assert spec is not None and spec.loader is not None
+    startup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(startup)
+    home = tmp_path / "home"
+    env = startup.env_for(home, BENCH.parents[1], warm=True)
+    for key in ("RMCONSOLE_WARM_DIR", "XDG_RUNTIME_DIR", "HOME"):
+        if key in env:
+            monkeypatch.setenv(key, env[key])
+        else:
+            monkeypatch.delenv(key, raising=False)
+    from rmconsole.runner import warm
+
+    socket = warm.servers_folder() / "server.sock"  # where a server started with the runs' env listens
+    assert tmp_path in socket.parents, socket  # never the user's own servers
+    socket.parent.mkdir(parents=True)
+    socket.touch()
+    startup.wait_for_server(home, BENCH.parents[1], timeout=2.0)

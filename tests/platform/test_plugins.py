@@ -395,3 +395,42 @@ def test_the_store_keeps_a_runs_plugins_with_its_versions_and_show_prints_them(i
     cli.show(str(builtin), as_json=False)
     shown = capsys.readouterr().out
     assert f"run {builtin}" in shown and "plug-in" not in shown
+
+
+def test_config_keys_names_the_installed_backbones_and_datasets(site: Path) -> None:
+    """docs/datasets.md: `config-keys` lists the models. With a backbone plug-in installed it said
+    "mlp400, resnet18, resnet32, resnet34, or an installed plug-in's" and never which: the names
+    are listed now (not imported), as the methods' are; the generated page keeps the built-ins."""
+    from rmconsole.config import key_table
+
+    write_dist(
+        site,
+        "plug-parts",
+        {"rmconsole.models": {"mlp7": "plugparts:SPEC"}, "rmconsole.datasets": {"birds": "plugparts:DATA"}},
+    )
+    allowed = {row.key: row.allowed for row in key_table()}
+    assert allowed["model"].endswith("(installed: mlp7)") and allowed["dataset"].endswith("(installed: birds)")
+    assert "plugparts" not in sys.modules  # listed without importing
+    page = {row.key: row.allowed for row in key_table(plugins_too=False)}
+    assert "mlp7" not in page["model"] and "birds" not in page["dataset"]
+
+
+def test_data_list_shows_a_plugins_package_whole_at_80_columns(site: Path) -> None:
+    """docs/extending.md: `rmconsole data list` shows the plug-in "with its package"; at 80
+    columns it showed `plug-in rmconsole-mnist-fash… 0.1.0`."""
+    from typer.testing import CliRunner
+
+    from rmconsole import cli
+
+    (site / "plugbirds").mkdir()
+    (site / "plugbirds" / "__init__.py").write_text(
+        "from rmconsole.cl.datasets import DatasetSpec\n"
+        "SPEC = DatasetSpec(name='birds', description='my birds, an ImageFolder tree', folder='/nonexistent/birds')\n"
+    )
+    write_dist(
+        site, "rmconsole-birds-of-the-world", {"rmconsole.datasets": {"birds": "plugbirds:SPEC"}}, version="2.7.1"
+    )
+    plugins.forget()  # (importing the CLI read the installed plug-ins for its help texts)
+    out = CliRunner().invoke(cli.app, ["data", "list"], env={"COLUMNS": "80"})
+    assert out.exit_code == 0, out.output
+    assert "rmconsole-birds-of-the-world" in out.output and "2.7.1" in out.output, out.output
