@@ -484,10 +484,7 @@ def integrity_verdict(path: Path, limit: int = 3) -> str:
 def damaged_message(path: Path, error: str) -> str:
     recovered = path.with_name("recovered.db")
     if "not a database" in error:
-        return (
-            f"the store {path} is not an SQLite database ({error}): move that file away, or set "
-            f"RMCONSOLE_HOME to another folder"
-        )
+        return f"the store {path} is not an SQLite database ({error}): {_hint()}"
     return (
         f"the store {path} is damaged ({error}; PRAGMA integrity_check: {integrity_verdict(path)}): copy out "
         f"what it still holds with `sqlite3 {path} .recover | sqlite3 {recovered}` and put that file in its "
@@ -659,6 +656,63 @@ def _may_create_store() -> bool:
     return not os.environ.get(LEASE_ENV)
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+# the columns every rmconsole store's run table has had since the first one: how a store written
+# before store identities (issue 14) is still recognised as rmconsole's
+FIRST_RUN_COLUMNS = frozenset({"id", "status", "method", "dataset", "seed", "config"})
+
+
+def foreign_tables(present: set[str], run_columns: set[str]) -> list[str]:
+    """The tables of a database that is not an rmconsole store (empty when it is one, or holds no
+    table at all). Ours: the store's identity table (tables.StoreIdentity), or, in a store from
+    before identities, a `run` table with FIRST_RUN_COLUMNS. SQLite's own tables (sqlite_*) do not
+    count. rmconsole adds its tables to an empty database or to its own store only: another
+    program's database must not become a store, nor get tables it never asked for."""
+    tables = {t for t in present if not t.startswith("sqlite_")}
+    if not tables or StoreIdentity.__tablename__ in tables:
+        return []
+    if "run" in tables and FIRST_RUN_COLUMNS <= run_columns:
+        return []
+    return sorted(tables)
+
+
+def _foreign_error(url: URL, tables: list[str]) -> StoreError:
+    shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+    return StoreError(
+        f"cannot use the database {_where(url)} as the store: it holds another program's tables ({shown}) "
+        f"and is not an rmconsole store; rmconsole adds its tables only to an empty database or its own "
+        f"store ({_hint()})"
+    )
+
+
+def _check_existing_file(path: Path, url: URL) -> None:
+    """Refuse, before any connection that could write (journal_mode=WAL is a write), an existing
+    file that is not an SQLite database (SQLite would take a file shorter than a page, e.g. one
+    byte, for an empty database and write a store over it) and an SQLite database of another
+    program. A 0-byte file is an empty database, as SQLite defines it (also how `create_empty`
+    leaves a new store before its schema, and how a WAL database may look while its pages are
+    still in the -wal file): it becomes the store. The tables are read read-only (mode=ro)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as err:
+        raise StoreError(f"cannot open the store at {_where(url)}: {err.strerror} ({_hint()})") from None
+    if head and head != SQLITE_HEADER:
+        raise StoreDamaged(damaged_message(path, "file is not a database"))
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            run_columns = {r[1] for r in conn.execute("PRAGMA table_info(run)")} if "run" in present else set()
+        finally:
+            conn.close()
+    except sqlite3.Error as err:
+        raise store_error(err, url, "open") from None
+    foreign = foreign_tables(present, run_columns)
+    if foreign:
+        raise _foreign_error(url, foreign)
+
+
 def _prepare_sqlite_file(path: Path, url: URL) -> None:
     try:
         private.mkdir(path.parent)  # a new home is 0700
@@ -669,6 +723,7 @@ def _prepare_sqlite_file(path: Path, url: URL) -> None:
     if path.is_dir():
         raise StoreError(f"cannot open the store at {_where(url)}: it is a directory ({_hint()})")
     if path.exists():
+        _check_existing_file(path, url)
         return
     if not _may_create_store():
         raise StoreGone(f"the store {path} is gone (removed while this run's processes used it)")
@@ -771,6 +826,7 @@ def _create_schema(engine: Engine, url: URL) -> None:
             with bind.begin() as conn:
                 if engine.dialect.name == "postgresql":  # DDL is transactional: a waiter sees the tables
                     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
+                _refuse_foreign(conn, url)
                 SQLModel.metadata.create_all(conn)
                 _add_missing_columns(conn)
                 _relax_not_null(conn)
@@ -788,6 +844,18 @@ def _create_schema(engine: Engine, url: URL) -> None:
             raise
         except (SQLAlchemyError, OSError) as err:
             raise store_error(err, url, "open") from None
+
+
+def _refuse_foreign(conn: Connection, url: URL) -> None:
+    """Inside the schema transaction, before its first write: a database holding another
+    program's tables (a PostgreSQL database, or a SQLite file that got some since it was
+    checked) is refused and left as it was (the transaction ends with nothing written)."""
+    inspector = inspect(conn)
+    present = set(inspector.get_table_names())
+    run_columns = {c["name"] for c in inspector.get_columns("run")} if "run" in present else set()
+    foreign = foreign_tables(present, run_columns)
+    if foreign:
+        raise _foreign_error(url, foreign)
 
 
 def _add_identity(conn: Connection) -> None:
