@@ -668,16 +668,16 @@ def foreign_tables(present: set[str], run_columns: set[str]) -> list[str]:
     before identities, a `run` table with FIRST_RUN_COLUMNS. SQLite's own tables (sqlite_*) do not
     count. rmconsole adds its tables to an empty database or to its own store only: another
     program's database must not become a store, nor get tables it never asked for."""
-    tables = {t for t in present if not t.startswith("sqlite_")}
-    if not tables or StoreIdentity.__tablename__ in tables:
+    names = {t for t in present if not t.startswith("sqlite_")}
+    if not names or StoreIdentity.__tablename__ in names:
         return []
-    if "run" in tables and FIRST_RUN_COLUMNS <= run_columns:
+    if "run" in names and run_columns >= FIRST_RUN_COLUMNS:
         return []
-    return sorted(tables)
+    return sorted(names)
 
 
-def _foreign_error(url: URL, tables: list[str]) -> StoreError:
-    shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+def _foreign_error(url: URL, names: list[str]) -> StoreError:
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return StoreError(
         f"cannot use the database {_where(url)} as the store: it holds another program's tables ({shown}) "
         f"and is not an rmconsole store; rmconsole adds its tables only to an empty database or its own "
