@@ -55,6 +55,7 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 from sqlalchemy.orm import ORMExecuteState
+from sqlalchemy.pool import NullPool
 from sqlmodel import Session, SQLModel, col, create_engine
 
 from .. import private
@@ -685,7 +686,7 @@ def _foreign_error(url: URL, names: list[str]) -> StoreError:
     )
 
 
-def _check_existing_file(path: Path, url: URL) -> None:
+def _check_existing_file(path: Path, url: URL) -> set[str]:
     """Refuse, before any connection that could write (journal_mode=WAL is a write), an existing
     file that is not an SQLite database (SQLite would take a file shorter than a page, e.g. one
     byte, for an empty database and write a store over it) and an SQLite database of another
@@ -711,6 +712,7 @@ def _check_existing_file(path: Path, url: URL) -> None:
     foreign = foreign_tables(present, run_columns)
     if foreign:
         raise _foreign_error(url, foreign)
+    return present
 
 
 def _prepare_sqlite_file(path: Path, url: URL) -> None:
@@ -736,6 +738,60 @@ def _prepare_sqlite_file(path: Path, url: URL) -> None:
         raise store_error(err, url, "create") from None
 
 
+def _server_engine(url_obj: URL, **options: Any) -> Engine:
+    """An engine for a database that is not a SQLite file (PostgreSQL, or any SQLAlchemy URL)."""
+    if url_obj.get_backend_name() == "sqlite":
+        raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: not a SQLite file ({_hint()})")
+    if url_obj.get_backend_name() == "postgresql":
+        # every session in UTC: the store's timestamps are UTC, the server's zone may be anything
+        return create_engine(
+            engine_url(url_obj),
+            pool_pre_ping=True,
+            connect_args={
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "options": "-c timezone=UTC",
+                "application_name": "rmconsole",
+            },
+            **options,
+        )
+    return create_engine(engine_url(url_obj), pool_pre_ping=True, **options)
+
+
+def _unusable(url_obj: URL, err: BaseException) -> StoreError:
+    missing = _missing_driver(url_obj, err)
+    return StoreError(
+        f"cannot use the database {shown_url(url_obj)!r}: {missing or _one_line(err, url_obj)} ({_hint()})"
+    )
+
+
+def existing_tables(url: str | URL | None = None) -> set[str]:
+    """The tables in the store's database (default: RMCONSOLE_DB or the home's SQLite file), read
+    without creating or changing anything: no file, no schema, no identity. Empty for a missing or
+    empty SQLite file. For a command that must decide from what is stored before it validates all
+    it was asked (runner/tune.py: is there a study?), and so must write nothing when it refuses.
+    Another program's database, a file that is not SQLite: refused, as by `get_engine`."""
+    url_obj = database_url_object() if url is None else (_parse_env_url(url) if isinstance(url, str) else url)
+    key = url_obj.render_as_string(hide_password=False)
+    path = sqlite_file(url_obj)
+    engine = _ENGINES.get(key)
+    if engine is None and path is not None:
+        if path.is_dir():
+            raise StoreError(f"cannot open the store at {_where(url_obj)}: it is a directory ({_hint()})")
+        return _check_existing_file(path, url_obj) if path.exists() else set()
+    try:
+        probe = engine or _server_engine(url_obj, poolclass=NullPool)
+    except (SQLAlchemyError, ImportError, ValueError) as err:
+        raise _unusable(url_obj, err) from None
+    try:
+        with probe.connect() as conn:
+            return set(inspect(conn).get_table_names())
+    except (SQLAlchemyError, OSError, sqlite3.Error) as err:
+        raise store_error(err, url_obj, "open") from None
+    finally:
+        if engine is None:
+            probe.dispose()
+
+
 def get_engine(url: str | URL | None = None) -> Engine:
     """The process's engine for `url` (default: RMCONSOLE_DB or the SQLite file in
     RMCONSOLE_HOME), its schema checked (and created or extended) on first use."""
@@ -750,26 +806,10 @@ def get_engine(url: str | URL | None = None) -> Engine:
             file_url = URL.create("sqlite", database=f"file:{quote(str(path))}", query={"uri": "true", "mode": "rw"})
             engine = create_engine(file_url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
             _sqlite_events(engine, path)
-        elif url_obj.get_backend_name() == "sqlite":
-            raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: not a SQLite file ({_hint()})")
-        elif url_obj.get_backend_name() == "postgresql":
-            # every session in UTC: the store's timestamps are UTC, the server's zone may be anything
-            engine = create_engine(
-                engine_url(url_obj),
-                pool_pre_ping=True,
-                connect_args={
-                    "connect_timeout": CONNECT_TIMEOUT_S,
-                    "options": "-c timezone=UTC",
-                    "application_name": "rmconsole",
-                },
-            )
         else:
-            engine = create_engine(engine_url(url_obj), pool_pre_ping=True)
+            engine = _server_engine(url_obj)
     except (SQLAlchemyError, ImportError, ValueError) as err:
-        missing = _missing_driver(url_obj, err)
-        raise StoreError(
-            f"cannot use the database {shown_url(url_obj)!r}: {missing or _one_line(err, url_obj)} ({_hint()})"
-        ) from None
+        raise _unusable(url_obj, err) from None
     _ENGINE_URLS[id(engine)] = url_obj
     with _watched("write", path):
         _create_schema(engine, url_obj)

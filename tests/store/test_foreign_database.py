@@ -109,6 +109,22 @@ def test_an_empty_or_missing_file_becomes_a_store(tmp_path, monkeypatch) -> None
         db.dispose_engines()
 
 
+def test_existing_tables_reads_without_creating(tmp_path, monkeypatch, store_backend) -> None:
+    """What a command reads before it has validated all it was asked (runner/tune.py): nothing
+    is created, not the file, not a table; another program's database is refused as on opening."""
+    if store_backend == "sqlite":
+        path = tmp_path / "home" / "rmconsole.db"
+        assert store.existing_tables() == set() and not path.exists()
+    else:
+        assert store.existing_tables() == set()
+    assert store.count_runs() == 0
+    assert {"run", "store_identity"} <= store.existing_tables()
+    other = tmp_path / "other-app.db"
+    _other_program(other)
+    with pytest.raises(store.StoreError, match="another program's tables"):
+        store.existing_tables(f"sqlite:///{other}")
+
+
 def test_what_counts_as_rmconsoles_own_database() -> None:
     assert db.foreign_tables(set(), set()) == []  # empty: becomes a store
     assert db.foreign_tables({"sqlite_sequence", "sqlite_stat1"}, set()) == []  # SQLite's own tables
