@@ -123,10 +123,10 @@ def test_runs_per_gpu_is_checked_once_with_an_upper_bound(monkeypatch) -> None:
         with pytest.raises(ConfigError, match=r"allowed: 1 to 32 \(runs sharing one GPU"):
             executors.check_runs_per_gpu(bad)
         for entry in (
-            lambda: executors.parse_executor(None, (), bad),  # the CLI's first look, local or Slurm
-            lambda: executors.parse_executor("slurm", ["partition=gpu"], bad),
-            lambda: Q.SweepQueue("s", parallel=1, gpus=[], runs_per_gpu=bad),  # the queue runner's own process
-            lambda: Q.launch_sweep(None, ["method=rm,er"], runs_per_gpu=bad),  # before anything is planned
+            lambda bad=bad: executors.parse_executor(None, (), bad),  # the CLI's first look, local or Slurm
+            lambda bad=bad: executors.parse_executor("slurm", ["partition=gpu"], bad),
+            lambda bad=bad: Q.SweepQueue("s", parallel=1, gpus=[], runs_per_gpu=bad),  # the queue runner's own process
+            lambda bad=bad: Q.launch_sweep(None, ["method=rm,er"], runs_per_gpu=bad),  # before anything is planned
         ):
             with pytest.raises(ConfigError, match="allowed: 1 to 32"):
                 entry()
