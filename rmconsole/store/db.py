@@ -23,7 +23,9 @@ created anew), pooled connections are dropped and new ones open the new file; th
 identity row (tables.StoreIdentity, checked by transitions.py) then tells a process of the old
 store that it must stop. Connections never create a missing file (SQLite URI mode=rw): only
 `get_engine` creates a store, and never in a process that holds a run's lease (a worker whose
-store vanished must not make an empty one).
+store vanished must not make an empty one). Nor does it make one of a database that is not
+empty and not a store (another program's SQLite file or PostgreSQL database: `foreign_tables`),
+nor of a file that is not SQLite: both are refused before anything is written to them.
 """
 
 from __future__ import annotations
@@ -784,12 +786,18 @@ def existing_tables(url: str | URL | None = None) -> set[str]:
         raise _unusable(url_obj, err) from None
     try:
         with probe.connect() as conn:
-            return set(inspect(conn).get_table_names())
+            inspector = inspect(conn)
+            present = set(inspector.get_table_names())
+            run_columns = {c["name"] for c in inspector.get_columns("run")} if "run" in present else set()
     except (SQLAlchemyError, OSError, sqlite3.Error) as err:
         raise store_error(err, url_obj, "open") from None
     finally:
         if engine is None:
             probe.dispose()
+    foreign = foreign_tables(present, run_columns)
+    if foreign:
+        raise _foreign_error(url_obj, foreign)
+    return present
 
 
 def get_engine(url: str | URL | None = None) -> Engine:

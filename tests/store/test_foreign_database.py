@@ -119,6 +119,13 @@ def test_existing_tables_reads_without_creating(tmp_path, monkeypatch, store_bac
         assert store.existing_tables() == set()
     assert store.count_runs() == 0
     assert {"run", "store_identity"} <= store.existing_tables()
+    if store_backend != "sqlite":  # a PostgreSQL database with another program's table
+        db.dispose_engines()
+        with sqlalchemy.create_engine(db.engine_url(db.database_url()), poolclass=sqlalchemy.NullPool).begin() as conn:
+            conn.exec_driver_sql("DROP TABLE store_identity")
+            conn.exec_driver_sql("ALTER TABLE run DROP COLUMN config")  # not rmconsole's run table any more
+        with pytest.raises(store.StoreError, match="another program's tables"):
+            store.existing_tables()
     other = tmp_path / "other-app.db"
     _other_program(other)
     with pytest.raises(store.StoreError, match="another program's tables"):
