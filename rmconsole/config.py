@@ -1115,5 +1115,28 @@ def _allowed_text(field: Any) -> str:
     return " and ".join(bounds)
 
 
+def choices_of(key: str) -> tuple[str, ...] | None:
+    """A key every run has whose values are a closed set (a choice, a boolean, `auto`): those
+    values as `--set` writes them, with `none` where the key may be unset; None for an
+    open-ended key (a number, a name, a method or dataset a plug-in may add). The run filter
+    refuses `stream:nope` with these instead of matching no run."""
+    field = RunConfig.model_fields.get(key)
+    if field is None or (field.json_schema_extra or {}).get("allowed"):
+        return None
+    annotation = field.annotation
+    members = [annotation] if get_origin(annotation) is Literal or annotation is bool else get_args(annotation)
+    values: list[str] = []
+    for member in members:
+        if get_origin(member) is Literal:
+            values += [str(v) for v in get_args(member)]
+        elif member is bool:
+            values += ["true", "false"]
+        elif member is type(None):
+            values.append("none")
+        else:  # a number or a name beside the choices: open-ended
+            return None
+    return tuple(values) or None
+
+
 def _code(text: str) -> str:
     return f"`{text}`" if text not in ("required", "unset") else text
