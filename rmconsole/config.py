@@ -51,6 +51,7 @@ from .cl.modelspec import UnknownModel
 from .cl.protocols import is_task_free
 from .methods import UnknownMethod, method_names, method_spec, method_specs, readers_of
 from .tomlfile import TomlFileError, read_text
+from .tomlfile import literal as toml_literal
 from .tomlfile import loads as toml_loads
 
 DEFAULT_PRESET = "digits-blurry10-online"
@@ -725,7 +726,8 @@ def _one_line(err: ValidationError) -> str:
     if not loc:  # a model-level check already names its key
         return shorten(msg, 600)
     value = first.get("input")
-    shown = repr(value) if not isinstance(value, (dict, list)) else repr(str(value))
+    # as written (TOML): a preset's `epochs = 1979-05-27` is not echoed as datetime.date(1979, 5, 27)
+    shown = repr(value) if isinstance(value, str) else toml_literal(value)
     shown = shorten(shown) if len(shown) > 80 else shown
     if first["type"] == "literal_error":
         return f"{loc}={shown}: {msg.replace('Input should be', 'allowed:')}"

@@ -66,9 +66,11 @@ def _chosen_runs(items: list[str], where_: str | None = None, option: str = "RUN
 
 
 def _listed(option: str, text: str | None) -> list[str] | None:
+    """A comma list option (`--status`, `--preset`, `report --rows/--cols/--metrics`): its values
+    in order, each once (`--metrics A_last,A_last` is one column, as `tag 3 3` is one run)."""
     if text is None:
         return None
-    values = [v.strip() for v in text.split(",") if v.strip()]
+    values = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
     if not values:
         raise ConfigError(f"{option} {text!r}: expected one or more comma-separated values")
     return values
