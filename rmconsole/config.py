@@ -1123,7 +1123,8 @@ def choices_of(key: str) -> tuple[str, ...] | None:
     open-ended key (a number, a name, a method or dataset a plug-in may add). The run filter
     refuses `stream:nope` with these instead of matching no run."""
     field = RunConfig.model_fields.get(key)
-    if field is None or (field.json_schema_extra or {}).get("allowed"):
+    extra = field.json_schema_extra if field is not None else None
+    if field is None or (isinstance(extra, dict) and "allowed" in extra):
         return None
     annotation = field.annotation
     members = [annotation] if get_origin(annotation) is Literal or annotation is bool else get_args(annotation)

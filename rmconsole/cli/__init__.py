@@ -89,7 +89,7 @@ def _reflowed(doc: str) -> str:
 
 for _info in [
     *app.registered_commands,
-    *(c for g in app.registered_groups for c in g.typer_instance.registered_commands),
+    *(c for g in app.registered_groups if g.typer_instance for c in g.typer_instance.registered_commands),
 ]:
     if _info.help is None and _info.callback is not None and _info.callback.__doc__:
         _info.help = _reflowed(_info.callback.__doc__)
