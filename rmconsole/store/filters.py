@@ -20,6 +20,11 @@ Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free tex
 - free text (no operator) must occur in the run's id, status, preset, method, dataset, K, seed,
   sweep, name, tags, note or overrides; a number matches as a whole word (`12` is run 12 or
   seed=12, never the digits inside sweep id 20261124-221233-9ae0 or run 112).
+- run ids in the grammar every command reads (`run_id_spans`): `48-53`, `3,4,7`, `3-9,12` are
+  those runs (a lone `12` stays a word; so do a sweep id's words, `20260115-090000`).
+- a value of a closed set (`status`, `archived`, a choice config key such as `stream`) that is
+  not one of its values is an error naming them; open-ended keys (method, dataset, tag: plug-ins
+  and users add values) may match nothing.
 - archived runs are left out unless the filter names `archived` (`archived:true` shows only them).
 
 Pure: parsing and matching only; `queries.find_runs` applies a filter to the stored runs.
