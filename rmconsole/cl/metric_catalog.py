@@ -680,7 +680,13 @@ METRICS: tuple[Metric, ...] = (
         default=True,
     ),
     _online_figure("samples_seen", "samples seen", "samples", "streamed samples seen", digits=0),
-    _online_figure("samples_trained", "samples trained", "samples", "streamed samples trained on", digits=0),
+    _online_figure(
+        "samples_trained",
+        "samples trained",
+        "samples",
+        "streamed samples the learner received (seen minus skipped; CLIB and GDumb train on their memory)",
+        digits=0,
+    ),
     _online_figure(
         "samples_skipped",
         "samples skipped",
