@@ -47,7 +47,7 @@ def test_every_benchmark_help_says_its_whole_first_sentence() -> None:
     import ast
 
     cut = []
-    for script in sorted(BENCH.parent.glob("*.py")):
+    for script in sorted(BENCH.parent.rglob("*.py")):
         tree = ast.parse(script.read_text())
         doc = ast.get_docstring(tree, clean=False) or ""
         for node in ast.walk(tree):
