@@ -143,7 +143,7 @@ def measure(preset: str, method: str, samples: int, device: torch.device) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--preset", default="tiny-imagenet-iblurry50-10")
     ap.add_argument("--methods", default="er,clib")
     ap.add_argument("--samples", type=int, default=32, help="stream samples profiled, then as many timed")

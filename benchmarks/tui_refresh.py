@@ -56,8 +56,10 @@ N = int(sys.argv[1])
 marks = {}
 render_line = RunsTable.render_line
 
+SCREENFUL = min(36, N)  # the rows a 120x40 terminal shows; fewer runs than that: all of them
+
 def timed_render_line(self, y):  # the first frame that draws a screenful of runs
-    if self.row_count >= 36 and "first" not in marks:
+    if self.row_count >= SCREENFUL and "first" not in marks:
         marks["first"] = time.perf_counter() - t1
         marks["first_cpu"] = time.process_time() - c1
     return render_line(self, y)
@@ -197,6 +199,9 @@ def build_store(n_runs: int, n_tasks: int, n_epochs: int = 0) -> dict[str, int]:
     }
 
 
+MIN_RUNS = 10  # build_store makes every tenth run a running one; a refresh is measured on those
+
+
 def visible(n_runs: int) -> int:
     """The runs the table shows: the archived ones (every 50th, from the 7th) are hidden."""
     return n_runs - sum(1 for i in range(1, n_runs + 1) if i % 50 == 7)
@@ -290,6 +295,11 @@ def main() -> None:
         "--starts", type=int, default=7, help="fresh processes timed for the start-up (best and median)"
     )
     args = parser.parse_args()
+    if args.runs < MIN_RUNS or args.tasks < 1:  # (run 10 is the first running run a refresh measures)
+        raise SystemExit(
+            f"tui_refresh.py: --runs {args.runs} --tasks {args.tasks}: give at least {MIN_RUNS} runs (every "
+            "tenth is a running run, whose refresh is measured) and 1 task"
+        )
     with tempfile.TemporaryDirectory(prefix="rmconsole-bench-") as home:
         os.environ["RMCONSOLE_HOME"] = home
         os.environ.pop("RMCONSOLE_DB", None)

@@ -51,6 +51,7 @@ from .cl.modelspec import UnknownModel
 from .cl.protocols import is_task_free
 from .methods import UnknownMethod, method_names, method_spec, method_specs, readers_of
 from .tomlfile import TomlFileError, read_text
+from .tomlfile import literal as toml_literal
 from .tomlfile import loads as toml_loads
 
 DEFAULT_PRESET = "digits-blurry10-online"
@@ -725,7 +726,8 @@ def _one_line(err: ValidationError) -> str:
     if not loc:  # a model-level check already names its key
         return shorten(msg, 600)
     value = first.get("input")
-    shown = repr(value) if not isinstance(value, (dict, list)) else repr(str(value))
+    # as written (TOML): a preset's `epochs = 1979-05-27` is not echoed as datetime.date(1979, 5, 27)
+    shown = repr(value) if isinstance(value, str) else toml_literal(value)
     shown = shorten(shown) if len(shown) > 80 else shown
     if first["type"] == "literal_error":
         return f"{loc}={shown}: {msg.replace('Input should be', 'allowed:')}"
@@ -1113,6 +1115,30 @@ def _allowed_text(field: Any) -> str:
     symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
     bounds = [f"{symbols[name]} {getattr(m, name)}" for m in field.metadata for name in symbols if hasattr(m, name)]
     return " and ".join(bounds)
+
+
+def choices_of(key: str) -> tuple[str, ...] | None:
+    """A key every run has whose values are a closed set (a choice, a boolean, `auto`): those
+    values as `--set` writes them, with `none` where the key may be unset; None for an
+    open-ended key (a number, a name, a method or dataset a plug-in may add). The run filter
+    refuses `stream:nope` with these instead of matching no run."""
+    field = RunConfig.model_fields.get(key)
+    extra = field.json_schema_extra if field is not None else None
+    if field is None or (isinstance(extra, dict) and "allowed" in extra):
+        return None
+    annotation = field.annotation
+    members = [annotation] if get_origin(annotation) is Literal or annotation is bool else get_args(annotation)
+    values: list[str] = []
+    for member in members:
+        if get_origin(member) is Literal:
+            values += [str(v) for v in get_args(member)]
+        elif member is bool:
+            values += ["true", "false"]
+        elif member is type(None):
+            values.append("none")
+        else:  # a number or a name beside the choices: open-ended
+            return None
+    return tuple(values) or None
 
 
 def _code(text: str) -> str:

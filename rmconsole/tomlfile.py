@@ -109,3 +109,22 @@ def loads(text: str, where: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except RecursionError:  # (a bound the scan above missed)
         raise TomlFileError(f"{where} is nested too deeply to read") from None
+
+
+def literal(value: Any) -> str:
+    """A value read from TOML written back as TOML (`1979-05-27`, `07:32:00`, `"text"`, `[1, 2]`),
+    so that a message echoes what the user wrote, not Python's `datetime.date(1979, 5, 27)`."""
+    import json
+    from datetime import date, time
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (date, time)):  # (datetime is a date: `1979-05-27T07:32:00+00:00`)
+        return value.isoformat()
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {literal(v)}" for k, v in value.items()) + "}"
+    return repr(value)

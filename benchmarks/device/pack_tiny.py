@@ -43,7 +43,7 @@ def pack_one(src: Path, dst: Path) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("source", type=Path, help="an ImageFolder tree (train/ and val/)")
     ap.add_argument("dest", type=Path, help="where the packed tree goes (must not exist)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)

@@ -307,7 +307,9 @@ class Metric:
     the runs tables (`rmconsole runs`, the TUI's runs page) when > 0, the higher the sooner it is
     dropped on a narrow terminal (0: not a column); the first final-only one carries `@k/T`.
     split: the data it is measured on: "test", or "validation" (the held-out train samples of a
-    run with val_fraction > 0: what `report --select-by` may select on; selecting on test may not)."""
+    run with val_fraction > 0: what `report --select-by` may select on; selecting on test may not).
+    outside: why a run of a protocol it does not apply to has none (what a face writes beside
+    its `—`, e.g. I_last of a task-free run)."""
 
     name: str
     label: str
@@ -330,6 +332,7 @@ class Metric:
     missing: str = ""
     column: int = 0
     split: Literal["test", "validation"] = "test"
+    outside: str = ""
 
     @property
     def lower_is_better(self) -> bool:
@@ -348,6 +351,20 @@ class Metric:
 
     def applies_to(self, protocol: Protocol) -> bool:
         return protocol in self.protocols
+
+    def why_none(self, protocol: Protocol) -> str:
+        """Why a run of `protocol` has no value: `outside` when the metric is not of its protocol,
+        else the cross-run rule's `nothing` (I_last: no joint run to match), else `missing`."""
+        if not self.applies_to(protocol):
+            return self.outside or f"not measured for {protocol} runs"
+        return self.across.nothing if self.across is not None else self.missing
+
+    def cross(self, run: RunLike, index: Any, context: RuleContext) -> CrossValue:
+        """A cross-run metric's value for `run` (nothing for a run of a protocol it does not apply
+        to: the rule is never asked, so no face can show a number the metric does not define)."""
+        if self.across is None or not self.applies_to(protocol_of(run.config)):
+            return CrossValue()
+        return self.across.value(run, index, context)
 
     def value(self, rows: RunRows) -> float | None:
         """This metric of one run (None: not measured, or not of this run's protocol)."""
@@ -504,6 +521,13 @@ def _online_figure(
     )
 
 
+# Why a task-free run has no I_last (PROTOCOL §7, §9.3). The follow-up defines A_auc, A_avg,
+# A_last and F_last and nothing else, so there is no intransigence to follow; and no stored run
+# is a task-free run's upper bound: a joint run trains offline on every class of the training set
+# in the task protocol, while a task-free run's A_last is on the classes its stream exposed
+# (its class counts are floored to multiples of T, so it may leave classes out), labelled by first appearance, after an online pass.
+I_LAST_TASK_FREE = "not defined for task-free runs (the follow-up reports no intransigence, PROTOCOL §9.3)"
+
 TASK_FREE_NOTE = (
     "task-free runs: A_auc = mean anytime accuracy on the classes seen so far, A_last/A_avg at task "
     "ends, F_last class-wise (the follow-up's); train/eval s and samples/s are wall-clock"
@@ -548,13 +572,18 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "I_last",
         "I_last",
-        "intransigence: the matching joint run's A_last minus this run's",
+        "intransigence: the matching joint run's A_last minus this run's (task runs only)",
         across=JOINT_RULE,
         better="lower",
+        protocols=("task",),
         default_for=("task",),
         paper=True,
         column=8,
-        missing="I_last needs a finished joint run with the same dataset, model, seed and budget",
+        missing=(
+            f"I_last needs a finished joint run with the same {', '.join(JOINT_KEYS).replace('_', ' ')}; "
+            f"{I_LAST_TASK_FREE}"
+        ),
+        outside=I_LAST_TASK_FREE,
     ),
     Metric(
         "F_max",
@@ -642,9 +671,22 @@ METRICS: tuple[Metric, ...] = (
     ),
     _online_figure("train_seconds", "train s", "s", "wall-clock seconds spent training", better="lower", default=True),
     _online_figure("eval_seconds", "eval s", "s", "wall-clock seconds spent evaluating", better="lower", default=True),
-    _online_figure("wall_seconds", "wall s", "s", "wall-clock seconds of the whole run", better="lower", default=True),
+    _online_figure(
+        "wall_seconds",
+        "wall s",
+        "s",
+        "wall-clock seconds of the stream's tasks (training, evaluation, reports; not the setup before them)",
+        better="lower",
+        default=True,
+    ),
     _online_figure("samples_seen", "samples seen", "samples", "streamed samples seen", digits=0),
-    _online_figure("samples_trained", "samples trained", "samples", "streamed samples trained on", digits=0),
+    _online_figure(
+        "samples_trained",
+        "samples trained",
+        "samples",
+        "streamed samples the learner received (seen minus skipped; CLIB and GDumb train on their memory)",
+        digits=0,
+    ),
     _online_figure(
         "samples_skipped",
         "samples skipped",
@@ -653,8 +695,20 @@ METRICS: tuple[Metric, ...] = (
         better="lower",
         digits=0,
     ),
-    _online_figure("evaluations_per_s", "evaluations/s", "evaluations/s", "anytime evaluation throughput"),
-    _online_figure("image_passes", "image passes", "passes", "forward-backward passes over images", digits=0),
+    _online_figure(
+        "evaluations_per_s",
+        "evaluations/s",
+        "evaluations/s",
+        "anytime evaluations per second of eval s (eval s also holds the task-end evaluations)",
+    ),
+    _online_figure(
+        "image_passes",
+        "image passes",
+        "passes",
+        "training compute, compute_budget's unit: 3 per image per optimiser step (forward 1 + backward 2), "
+        "1 per image per forward-only pass (CLIB's importance update, MIR's candidate scoring)",
+        digits=0,
+    ),
     Metric(
         "anytime_evals",
         "anytime evaluations",

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 # the order of `rmconsole --help`'s commands (Typer lists them as registered; the modules
 # register them by responsibility, the help reads by what a user does first)
+import inspect
+
 from typer.models import CommandInfo
 
 from . import (  # noqa: F401
@@ -74,6 +76,23 @@ def _command_name(info: CommandInfo) -> str:
         return info.name
     return info.callback.__name__.replace("_", "-") if info.callback else ""
 
+
+def _reflowed(doc: str) -> str:
+    """A docstring as help: each paragraph one line that the terminal wraps. Typer joins the
+    first paragraph's lines but keeps the later ones' line breaks, which at 80 columns left a
+    stray break where the source's line ended (`tune --help`: "`--study NAME`" alone on a line)."""
+    return "\n\n".join(
+        part if part.startswith("\b") else " ".join(line.strip() for line in part.splitlines())
+        for part in inspect.cleandoc(doc).split("\n\n")
+    )
+
+
+for _info in [
+    *app.registered_commands,
+    *(c for g in app.registered_groups if g.typer_instance for c in g.typer_instance.registered_commands),
+]:
+    if _info.help is None and _info.callback is not None and _info.callback.__doc__:
+        _info.help = _reflowed(_info.callback.__doc__)
 
 app.registered_commands.sort(
     key=lambda info: HELP_ORDER.index(_command_name(info)) if _command_name(info) in HELP_ORDER else len(HELP_ORDER)

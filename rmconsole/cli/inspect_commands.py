@@ -14,7 +14,7 @@ from ..config import ConfigError, shorten
 from ..store.filters import where
 from .common import RUN_ID, app, console, dim, err_console
 from .printing import print_run, print_sweep_queues
-from .selection import _run_id, reap_quietly
+from .selection import _run_id, reap_quietly, status_filter
 
 
 @app.command(context_settings=RUN_ID)
@@ -47,7 +47,7 @@ def runs(
         "'A_last>85' or words.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    status: str | None = typer.Option(None, "--status", help="Only runs with this status."),
+    status: str | None = typer.Option(None, "--status", help="Only runs with one of these statuses (comma-separated)."),
     limit: int = typer.Option(50, "--limit", help="Show the newest N runs (0 = all)."),
     sweep_: str | None = typer.Option(None, "--sweep", help="Only the runs of this sweep (an id or 'last')."),
     all_: bool = typer.Option(False, "--all", "-a", help="Archived runs too."),
@@ -55,13 +55,9 @@ def runs(
     """All runs, newest last, and the queue of every sweep shown. A filter term is KEY:V1,V2 (any of
     them), KEY>N (also >= < <= = !=) or a word; KEY is a run column, tag, override, a metric or a
     config key. Partial metrics (a run not through all tasks) show as @k/T."""
-    if status is not None and status not in store.STATUSES:
-        raise ConfigError(f"--status {shorten(status)!r}: allowed: {', '.join(store.STATUSES)}")
     if limit < 0:
         raise ConfigError(f"--limit {shorten(limit)}: the newest N runs (N >= 1), or 0 for all")
-    run_filter = store.parse_run_filter(filters)
-    if status is not None:
-        run_filter &= where("status", [status])
+    run_filter = store.parse_run_filter(filters) & status_filter(status)
     reap_quietly()
     if sweep_ is not None:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])

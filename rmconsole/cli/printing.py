@@ -11,6 +11,7 @@ from rich.table import Table
 from .. import metric_registry, plugins, runner, store
 from .. import paper as papers
 from .. import report as reports
+from ..cl.protocols import protocol_of
 from ..config import config_view
 from ..numbers import fmt
 from ..recency import class_accuracy_by_age
@@ -57,6 +58,9 @@ def _show_metrics(detail: dict[str, Any]) -> tuple[list[Any], list[Any], list[An
 def _cross_text(detail: dict[str, Any], metric: Any) -> str:
     """A cross-run metric (I_last) in `show`: its value and the run it was measured against, or why none."""
     m = detail["metrics"]
+    protocol = protocol_of(detail["config"])
+    if m.get(metric.name) is None and not metric.applies_to(protocol):  # the catalogue's reason (I_last: task-free)
+        return f"— ({metric.why_none(protocol)})"
     if metric.name != "I_last":
         value = m.get(metric.name)
         return fmt(value) + (f" (vs run {m.get(metric.name + '_against')})" if value is not None else "")

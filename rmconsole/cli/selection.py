@@ -8,8 +8,8 @@ from typing import Any
 from rich.markup import escape
 
 from .. import runner, store
-from ..config import MAX_INT, ConfigError, shorten
-from ..store.filters import where, within
+from ..config import ConfigError, shorten
+from ..store.filters import RunFilter, run_id_spans, where, within
 from .common import check_run_id, err_console
 
 
@@ -17,36 +17,34 @@ def _run_id(text: str) -> int:
     """A run as typed: its id, or `last` (the newest run)."""
     text = text.strip()
     if text == "last":
-        try:
-            return store.newest_run_id()
-        except store.UnknownRun:
-            raise ConfigError("last: there is no run in the store yet") from None
+        return _newest()
     if not text.lstrip("-").isdigit() or text.count("-") > 1 or text.startswith("--"):
         raise ConfigError(f"run {shorten(text)!r}: expected a run id (see `rmconsole runs`) or 'last'")
     return check_run_id(int(text))
 
 
+def _newest() -> int:
+    try:
+        return store.newest_run_id()
+    except store.UnknownRun:
+        raise ConfigError("last: there is no run in the store yet") from None
+
+
+def _spans(text: str, option: str) -> list[tuple[int, int]]:
+    """`3,4`, `3-9`, `last` read by the one run-id grammar (store.filters.run_id_spans), `last` made an id."""
+    return [span if span is not None else (_newest(),) * 2 for span in run_id_spans(text, option)]
+
+
 def _chosen_runs(items: list[str], where_: str | None = None, option: str = "RUN") -> list[int]:
     """Run ids from `3 4 7`, `3-9`, `3,4`, `last`, and/or a `--where` run filter; every id must exist.
 
-    A range is checked before it is spelled out: `9-3` is refused (it holds no run, and beside
-    other ids it would be dropped unseen), and `1-99999999999` costs what the store holds, not
-    a list of 10^11 ids (its first id that is not stored is the error)."""
+    The ids are read by the grammar every command shares (store.filters.run_id_spans: `9-3`,
+    `1,,2` are refused). A range is checked before it is spelled out: `1-99999999999` costs what
+    the store holds, not a list of 10^11 ids (its first id that is not stored is the error)."""
     chosen: list[int | range] = []
     for item in items:
-        for part in item.split(","):
-            part = part.strip()
-            first, dash, last = part.partition("-")
-            if dash and first.isdigit() and last.isdigit():
-                low, high = int(first), int(last)
-                if low > high:
-                    raise ConfigError(
-                        f"{option} {shorten(part)!r}: {shorten(low)}-{shorten(high)} is empty (the first id "
-                        f"is larger than the last; write {shorten(high)}-{shorten(low)})"
-                    )
-                chosen.append(range(check_run_id(low), check_run_id(high) + 1))
-            elif part:
-                chosen.append(_run_id(part))
+        if item.strip():
+            chosen.extend(range(low, high + 1) for low, high in _spans(item, option))
     if where_ is not None:
         if not where_.strip():  # (an unset shell variable: `--where "$F"` would mean every run)
             raise ConfigError(
@@ -68,29 +66,30 @@ def _chosen_runs(items: list[str], where_: str | None = None, option: str = "RUN
 
 
 def _listed(option: str, text: str | None) -> list[str] | None:
+    """A comma list option (`--status`, `--preset`, `report --rows/--cols/--metrics`): its values
+    in order, each once (`--metrics A_last,A_last` is one column, as `tag 3 3` is one run)."""
     if text is None:
         return None
-    values = [v.strip() for v in text.split(",") if v.strip()]
+    values = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
     if not values:
         raise ConfigError(f"{option} {text!r}: expected one or more comma-separated values")
     return values
 
 
 def _run_id_ranges(text: str) -> list[tuple[int, int]]:
-    """`3,4,7` or `3-9` (or both) -> [(3, 3), (4, 4), (7, 7)] / [(3, 9)]: ranges stay ranges, so
-    `1-99999999999` costs nothing."""
-    ranges = []
-    for part in text.split(","):
-        first, dash, last = part.strip().partition("-")
-        if not first.isdigit() or (dash and not last.isdigit()):
-            raise ConfigError(f"--runs {shorten(text)!r}: expected run ids like 3,4,7 or 3-9")
-        low, high = int(first), int(last) if dash else int(first)
-        if low > high:
-            raise ConfigError(f"--runs {shorten(text)!r}: {low}-{high} is empty (the first id is larger than the last)")
-        if high > MAX_INT:
-            raise ConfigError(f"--runs {shorten(text)!r}: run ids go up to {MAX_INT}")
-        ranges.append((low, high))
-    return ranges
+    """`--runs 3,4,7` or `3-9` (or both, or last) -> [(3, 3), (4, 4), (7, 7)] / [(3, 9)]: ranges
+    stay ranges, so `1-99999999999` costs nothing. The same grammar as `tag 3-9` (run_id_spans)."""
+    return _spans(text, "--runs")
+
+
+def status_filter(text: str | None) -> RunFilter:
+    """`--status finished` or `--status running,queued` (any of them), read alike by `runs`,
+    `report` and `export`; an unknown status names the allowed ones. None: no condition."""
+    statuses = _listed("--status", text)
+    for value in statuses or []:
+        if value not in store.STATUSES:
+            raise ConfigError(f"--status {shorten(value)!r}: allowed: {', '.join(store.STATUSES)}")
+    return where("status", statuses) if statuses else RunFilter()
 
 
 def select_runs(
@@ -105,13 +104,8 @@ def select_runs(
     archived: bool = False,
 ) -> list[store.RunRecord]:
     """The stored runs that pass every option and filter term (comma-separated values mean any of them)."""
-    statuses = _listed("--status", status)
-    for value in statuses or []:
-        if value not in store.STATUSES:
-            raise ConfigError(f"--status {shorten(value)!r}: allowed: {', '.join(store.STATUSES)}")
-    run_filter = store.parse_run_filter(filters)
+    run_filter = store.parse_run_filter(filters) & status_filter(status)
     listed = {
-        "status": statuses,
         "preset": _listed("--preset", preset),
         "dataset": _listed("--dataset", dataset),
         "method": _listed("--method", method),

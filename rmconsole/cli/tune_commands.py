@@ -64,7 +64,16 @@ def tune(
         names = tuning.study_names()
         raise tuning.TuneError("give --study NAME (stored: " + (", ".join(names[-8:]) or "none yet") + ")")
     if show:
-        print_study(tuning.prepare(study or "", study_file=study_file)[0].name if study is None else study)
+        if study_file is None and not param and metric is None:
+            print_study(study or "")  # (one not stored: load_study says how to start it)
+            return
+        shown, new = tuning.prepare(study or "", params=list(param), metric=metric, study_file=study_file)
+        if new:  # the file (or --param/--metric) holds what it needs: the study has just not started
+            raise tuning.TuneError(
+                f"--show: study {shown.name} has not started yet, so it has no trials to show; "
+                "run the same command without --show to start it"
+            )
+        print_study(shown.name)
         return
     spec = runner.parse_executor(executor, slurm)
     asked, new = tuning.prepare(

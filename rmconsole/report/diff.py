@@ -26,10 +26,12 @@ def run_diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     `--set` writes them), metrics with B − A (only when both are final, never partial vs final),
     and the accuracy after each task. The same rows feed `rmconsole diff` and the TUI's compare."""
     identity = []
-    for key in ("name", "preset", "sweep_id", "status"):
+    # who the runs are, as `show`'s head line names it ("sweep", never `sweep_id`: that reads as
+    # a config key, and a run's sweep is where it was queued, not how it trained)
+    for label, key in (("name", "name"), ("preset", "preset"), ("sweep", "sweep_id"), ("status", "status")):
         va, vb = a.get(key), b.get(key)
         if va != vb:
-            identity.append((key, format_value(va), format_value(vb)))
+            identity.append((label, format_value(va), format_value(vb)))
     if a.get("tags") != b.get("tags"):
         identity.append(("tags", " ".join(a.get("tags") or []) or "—", " ".join(b.get("tags") or []) or "—"))
     ca, cb = a.get("config") or {}, b.get("config") or {}

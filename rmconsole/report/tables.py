@@ -28,7 +28,7 @@ from typing import Any
 from .. import metric_registry
 from .. import paper as papers
 from ..cl.metric_catalog import mean_std
-from ..cl.protocols import is_task_free
+from ..cl.protocols import Protocol, is_task_free, protocol_of
 from ..config import TASK_FREE_ONLY, method_reads
 from ..store.filters import config_value, format_value
 from ..store.filters import where as filter_where
@@ -173,6 +173,7 @@ class Report:
     constants: dict[str, Any]  # setting keys shared by every run (for the caption)
     n_runs: int
     with_paper: bool = False  # --paper: each metric the paper prints gets "paper" and "Δ" columns
+    protocols: frozenset[Protocol] = frozenset()  # the runs' protocols (a metric of another one: its `outside` reason)
 
     def cell(self, row: int, col: int) -> Cell | None:
         return self.cells.get((row, col))
@@ -346,6 +347,7 @@ def build_report(
         constants,
         len(runs),
         paper,
+        frozenset(protocol_of(r.get("config") or {}) for r in runs),
     )
 
 
@@ -436,6 +438,8 @@ def caption(report: Report) -> str:
     for m in shown:  # why a column is empty, and what a column means (the catalogue's words)
         if m.missing and all(c.stats[m.name].n == 0 for c in report.cells.values()):
             parts.append(m.missing)
+        elif m.outside and any(not m.applies_to(p) for p in report.protocols):  # e.g. I_last of task-free rows
+            parts.append(f"{m.name}: {m.outside}")
     parts += [m.note for m in shown if m.note]
     ks = sorted({c.topk for c in report.cells.values() if c.topk})
     if ks and any(m.family == "topk" for m in shown):

@@ -46,6 +46,7 @@ from typing import Any, Literal
 from .. import store
 from ..config import ConfigError, load_config, parse_value, shorten, split_override
 from ..tomlfile import TomlFileError, read_text
+from ..tomlfile import literal as toml_literal
 from ..tomlfile import loads as toml_loads
 from . import launch
 
@@ -381,7 +382,10 @@ def read_study_file(path: Path) -> dict[str, Any]:
         ("seed", int),
     ):
         if key in out and (not isinstance(out[key], kind) or isinstance(out[key], bool)):
-            raise TuneError(f"study file {path}: {key} = {shorten(out[key])!r}: expected a {kind.__name__}")
+            raise TuneError(
+                f"study file {path}: {key} = {shorten(toml_literal(out[key]))}: "
+                f"expected {'a whole number' if kind is int else 'a string'}"
+            )
     tags = table.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise TuneError(f"study file {path}: tags: expected a list of strings")
@@ -406,13 +410,8 @@ def read_study_file(path: Path) -> dict[str, Any]:
 
 
 def _toml_value(value: Any) -> str:
-    import json
-
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value) if isinstance(value, list) else repr(value)
+    """A study file's value as a `--set` literal: as TOML writes it (a date stays `1979-05-27`)."""
+    return toml_literal(value)
 
 
 # ---------------------------------------------------------------------- storage

@@ -20,6 +20,11 @@ Space-separated terms must all hold (AND). A term is `KEY OP VALUES` or free tex
 - free text (no operator) must occur in the run's id, status, preset, method, dataset, K, seed,
   sweep, name, tags, note or overrides; a number matches as a whole word (`12` is run 12 or
   seed=12, never the digits inside sweep id 20261124-221233-9ae0 or run 112).
+- run ids in the grammar every command reads (`run_id_spans`): `48-53`, `3,4,7`, `3-9,12` are
+  those runs (a lone `12` stays a word; so do a sweep id's words, `20260115-090000`).
+- a value of a closed set (`status`, `archived`, a choice config key such as `stream`) that is
+  not one of its values is an error naming them; open-ended keys (method, dataset, tag: plug-ins
+  and users add values) may match nothing.
 - archived runs are left out unless the filter names `archived` (`archived:true` shows only them).
 
 Pure: parsing and matching only; `queries.find_runs` applies a filter to the stored runs.
@@ -112,6 +117,24 @@ def _parse(raw: str) -> Any:
 # ---------------------------------------------------------------------- keys
 
 
+def closed_values(key: str) -> tuple[str, ...] | None:
+    """The values a (canonical) key can take when they are a closed set (a run's status, a
+    choice or boolean config key), as a term is compared (lower case); None when open-ended (a
+    method, a dataset, a tag: plug-ins and users add them, and a name that matches no run is an
+    answer, not an error). `status:nope` is refused with these, never "no runs match"."""
+    from ..config import choices_of
+    from .tables import STATUSES
+
+    if key == "status":
+        return STATUSES
+    if key in ("archived", "partial"):
+        return ("true", "false")
+    if key in RUN_KEYS or key in SET_KEYS or key in PROGRESS_KEYS:
+        return None
+    choices = choices_of(key)
+    return None if choices is None else tuple(c.casefold() for c in choices)
+
+
 def known_keys() -> list[str]:
     return list(dict.fromkeys([*RUN_KEYS, *SET_KEYS, "k", *metric_keys(), *config_keys()]))
 
@@ -194,6 +217,10 @@ def make_term(key: str, op: str, values: Iterable[str], shown: str | None = None
     if not values or any(not v for v in values):
         raise FilterError(f"{shown!r}: give a value after {given!r}, e.g. {key}{given}VALUE")
     wanted = tuple(Wanted.of(v) for v in values)
+    allowed = closed_values(key) if op in EQUALITY else None
+    for value, w in zip(values, wanted):
+        if allowed is not None and w.written not in allowed:
+            raise FilterError(f"{shown!r}: unknown {key} {value.strip()!r}; allowed: {', '.join(allowed)}")
     if op in ORDERING:
         if len(wanted) > 1:
             raise FilterError(f"{shown!r}: a comma list goes with ':', '=' or '!=', not {op!r}")
@@ -202,10 +229,62 @@ def make_term(key: str, op: str, values: Iterable[str], shown: str | None = None
     return Term(key, op, wanted)
 
 
+RUN_IDS_HELP = "run ids like 3,4,7, 3-9 or last"
+_ID_LIST = re.compile(r"[0-9,-]*[0-9][0-9,-]*")  # digits, commas and dashes only
+_SWEEP_PREFIX = re.compile(r"[0-9]{8}-[0-9]{6}")  # `runs 20260115-090000`: words of a sweep id, not a range
+
+
+def run_id_spans(text: str, option: str = "") -> list[tuple[int, int] | None]:
+    """The one run-id grammar of every command that takes run ids (`tag`, `archive`, `rm`,
+    `report RUN...`, `report --runs`, a `runs` term such as 48-53): comma-separated parts, each an
+    id `7`, a range `3-9` (inclusive) or `last` (None here: the caller that reads the store knows
+    which run is the newest). Ranges stay ranges (`1-99999999999` is two numbers). A part that is
+    empty (`1,,2`, `3,`), reversed (`9-3`) or beyond the store's integers is refused, in the same
+    words whichever command reads it; `option` (`--runs`, `RUN`) starts the message."""
+    from ..config import MAX_INT
+
+    said = f"{option} {text.strip()!r}" if option else repr(text.strip())
+    spans: list[tuple[int, int] | None] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part == "last":
+            spans.append(None)
+            continue
+        if not part:
+            raise FilterError(f"{said}: an empty run id between commas; expected {RUN_IDS_HELP}")
+        if re.fullmatch(r"-?[0-9]+", part):  # (`-7`, `0`: numbers, refused below as run ids)
+            low = high = int(part)
+        elif re.fullmatch(r"[0-9]+-[0-9]+", part):
+            low, high = (int(n) for n in part.split("-"))
+        else:
+            raise FilterError(f"{said}: {part!r} is not a run id; expected {RUN_IDS_HELP}")
+        if low > high:
+            raise FilterError(
+                f"{said}: {low}-{high} is empty (the first id is larger than the last; write {high}-{low})"
+            )
+        for number in (low, high):
+            if not 1 <= number <= MAX_INT:
+                raise FilterError(f"{said}: run ids are whole numbers from 1 to {MAX_INT} (see `rmconsole runs`)")
+        spans.append((low, high))
+    return spans
+
+
+def _id_term(text: str) -> Term | None:
+    """A bare term written in the run-id grammar (`48-53`, `3,4,7`, `1,,2`): the runs with those
+    ids. A lone number stays a word (`12` is run 12 or seed=12); so do a sweep id's words."""
+    if ("-" not in text and "," not in text) or not _ID_LIST.fullmatch(text) or _SWEEP_PREFIX.match(text):
+        return None
+    spans = [span for span in run_id_spans(text) if span is not None]
+    return Term("id", "in", ranges=tuple((float(lo), float(hi)) for lo, hi in spans))
+
+
 def parse_term(text: str) -> Term:
-    """One term: `KEY:V1,V2`, `KEY>NUMBER`..., or free text (no operator characters)."""
+    """One term: `KEY:V1,V2`, `KEY>NUMBER`..., run ids (`48-53`), or free text (no operator characters)."""
     text = text.strip()
     found = _TERM.fullmatch(text)
+    ids = _id_term(text) if found is None else None
+    if ids is not None:
+        return ids
     if found is None:
         if any(c in text for c in ":=<>!"):
             raise FilterError(f"cannot read the filter term {text!r}: expected KEY:VALUE, KEY>NUMBER or plain words")

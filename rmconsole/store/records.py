@@ -318,13 +318,13 @@ def with_intransigence(runs: Iterable[RunRecord], candidates: Iterable[RunRecord
     measured against, computed by the catalogue among `candidates` (default: the runs themselves)."""
     runs = list(runs)
     pool = runs if candidates is None else list(candidates)
-    rules = [(m.name, m.across, m.across.index(pool)) for m in metric_registry.cross_run_metrics() if m.across]
+    rules = [(m, m.across.index(pool)) for m in metric_registry.cross_run_metrics() if m.across]
     context = rule_context()
     out = []
     for run in runs:
         metrics, cross = dict(run.metrics), {}
-        for name, across, index in rules:
-            found = across.value(run, index, context)
+        for m, index in rules:
+            name, found = m.name, m.cross(run, index, context)  # (none for a run of another protocol)
             metrics.pop(name, None)
             if found.value is not None:
                 metrics[name] = found.value

@@ -359,7 +359,7 @@ def metrics_line(row: RunRow) -> Text:
         )
         text.append("   ")
         if m.across is not None and row.value(m.name) is None and row.tasks_done:
-            text.append(f"({m.name}: {m.across.nothing})", style="grey50")
+            text.append(f"({m.name}: {m.why_none(protocols[0])})", style="grey50")
     if row.partial:
         text.append(f"(@{row.progress_mark}: after task {row.tasks_done} of {row.n_tasks}, not final)", style="grey50")
     if row.topk:

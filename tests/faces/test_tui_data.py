@@ -84,7 +84,9 @@ def test_filter_terms_and_fields_then_sort() -> None:
     assert [r.id for r in data.arrange(rows, "status:running", "id", True)] == [ids["running"]]
     assert [r.id for r in data.arrange(rows, "finetune", "id", True)] == [ids["failed"]]
     assert [r.id for r in data.arrange(rows, "digits seed:3", "id", True)] == [ids["queued"]]
-    assert data.arrange(rows, "status:nothing", "id", True) == []
+    assert data.arrange(rows, "seed:99", "id", True) == []
+    with pytest.raises(data.FilterError, match="unknown status 'nothing'; allowed: queued, running"):
+        data.arrange(rows, "status:nothing", "id", True)  # a closed set: refused on the status line, as in the CLI
     assert [r.id for r in data.arrange(rows, "", "id", True)] == sorted(ids.values(), reverse=True)
     by_a_last = [r.id for r in data.arrange(rows, "", "A_last", True)]
     assert by_a_last[0] == ids["finished"]  # 86.0 is the best A_last; runs without one sort last

@@ -47,7 +47,7 @@ def test_every_benchmark_help_says_its_whole_first_sentence() -> None:
     import ast
 
     cut = []
-    for script in sorted(BENCH.parent.glob("*.py")):
+    for script in sorted(BENCH.parent.rglob("*.py")):
         tree = ast.parse(script.read_text())
         doc = ast.get_docstring(tree, clean=False) or ""
         for node in ast.walk(tree):
@@ -85,3 +85,25 @@ def test_the_startup_benchmark_finds_the_warm_server_its_runs_start(tmp_path, mo
     socket.parent.mkdir(parents=True)
     socket.touch()
     startup.wait_for_server(home, BENCH.parents[1], timeout=2.0)
+
+
+def test_the_tui_refresh_benchmark_takes_a_small_store_and_refuses_a_tiny_one(tmp_path) -> None:
+    """`tui_refresh.py --runs 20` ended in a traceback: its start-up child waited for a 36-row
+    screenful that 20 runs never fill. Now the screenful is min(36, runs); under 10 runs (no
+    running run to refresh) it says so in one line."""
+    import os
+    import subprocess
+
+    script = BENCH.parent / "tui_refresh.py"
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parents[1]), "RMCONSOLE_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    small = ["--tasks", "1", "--starts", "1", "--repeat", "1"]
+    done = subprocess.run(
+        [sys.executable, str(script), "--runs", "12", *small], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "all 12 rows in the table" in done.stdout and "one runs-page refresh" in done.stdout
+    tiny = subprocess.run([sys.executable, str(script), "--runs", "9", *small], capture_output=True, text=True, env=env)
+    assert tiny.returncode == 1 and tiny.stderr.strip().splitlines() == [
+        "tui_refresh.py: --runs 9 --tasks 1: give at least 10 runs (every tenth is a running run, whose refresh "
+        "is measured) and 1 task"
+    ]

@@ -263,11 +263,13 @@ def test_the_selection_reads_no_test_figure(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(
         records.RunRecord, "value", lambda self, name: real_value(self, name) if name.startswith("val_") else poisoned()
     )
-    spec = spec_of("blind", 2, ["lr=choice:0.05,1e-7"], pruner="median", tasks=5)
+    # 8 epochs a task and a look every 0.1 s: the driver sees a task before the trial is through
+    # (as test_a_hopeless_trial_is_pruned_after_its_first_task)
+    spec = spec_of("blind", 2, ["lr=choice:0.05,1e-7"], pruner="median", tasks=5, epochs=8)
     study = tuning.open_study(spec, create=True)
     for lr in (0.05, 1e-7):  # one completes, one is pruned: both paths read what they select on
         study.enqueue_trial({"lr": lr})
-    counts = tuning.StudyDriver(spec, study).run()
+    counts = tuning.StudyDriver(spec, study, poll_s=0.1).run()
     assert counts == {"complete": 1, "pruned": 1}
     monkeypatch.undo()  # the trials' workers read no test sample either: none was evaluated on test
     for run in store.find_runs("study:blind"):
