@@ -122,6 +122,10 @@ def test_a_refused_tune_writes_nothing(store_backend: str, isolated_home: Any, t
 
     bad_file = tmp_path / "study.toml"
     bad_file.write_text('metrc = "val_A_last"\n')
+    good_file = tmp_path / "good.toml"
+    good_file.write_text(
+        'name = "g"\nmetric = "val_A_last"\n[set]\nval_fraction = 0.2\n[params]\nlr = "log:1e-4..1e-1"\n'
+    )
     monkeypatch.setenv("RMCONSOLE_DATA", str(tmp_path / "no-data"))
     base = ["--study", "s", "--set", "val_fraction=0.2"]
     cases = [
@@ -131,6 +135,7 @@ def test_a_refused_tune_writes_nothing(store_backend: str, isolated_home: Any, t
         (["--file", str(bad_file)], "unknown key 'metrc'"),
         (["--study", "s", "--show"], "no such study"),
         (["--study", "s"], "a new study needs --metric"),
+        (["--file", str(good_file), "--show"], "has not started yet"),
         ([], "give --study NAME (stored: none yet)"),
         ([*base, "--param", "lr=log:1e-4..1e-1", "--metric", "val_A_last", "--set", "dataset=mnist"], "not found"),
         (
