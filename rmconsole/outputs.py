@@ -1,9 +1,13 @@
 """Where a command may write a file the user named: never onto rmconsole's own files.
 
-`report --out/--plot/--memory-plot/--plot-epochs` and `export` write where the user says. A
-typo or a symlink must not turn that into data loss: the store (and its -wal/-shm/-journal
+`report --out/--plot/--memory-plot/--plot-epochs`, `export` and `new --dir` write where the user
+says. A typo or a symlink must not turn that into data loss: the store (and its -wal/-shm/-journal
 files), a checkpoint, a log or the warm server's files are never written, whatever name or
-link leads there. A path is compared with them twice: by its resolved name, and by its file
+link leads there. Nor is anything else in RMCONSOLE_HOME, or the home folder itself: it is
+rmconsole's own folder (the store, logs/, checkpoints/, warm/, secrets/, sweeps/, jobs/,
+cache/, and whatever a later version keeps there), so a file or folder written into it could
+collide with one rmconsole writes now or later (an MLflow store exported into the home would
+also take logs/ and checkpoints/ for experiments). One rule for every output, file or folder. A path is compared with them twice: by its resolved name, and by its file
 identity (st_dev, st_ino), which also catches a hard link. A path through a link loop, through
 a link to a missing folder (which writing would create), a block device or a socket is refused
 too. Each refusal is `OutputRefused`: one line saying what the path is and what to do.
@@ -64,6 +68,12 @@ def _protected_folders() -> list[Path]:
     return [(db.home() / name).resolve() for name in PROTECTED_FOLDERS]
 
 
+def _home() -> Path:
+    from .store import db
+
+    return db.home().resolve()
+
+
 def _loop(path: Path, option: str) -> OutputRefused:
     return OutputRefused(f"{option} {_shown(path)}: a symbolic link loop; give a path that leads to a file")
 
@@ -115,25 +125,36 @@ def _refuse_own(path: Path, resolved: Path, option: str) -> None:
                 f"{option} {_shown(path)}: that is rmconsole's store ({_shown(store_file)}); "
                 f"writing there would destroy every run: give another file name"
             )
-    linked = ident is not None and os.stat(resolved).st_nlink > 1  # a hard link: one of ours under another name?
-    for folder in _protected_folders():
-        if linked and any(
-            _identity(Path(root) / name) == ident for root, _, names in os.walk(folder) for name in names
-        ):
+    home = _home()
+    linked = None  # a hard link: one of ours under another name?
+    if ident is not None and stat.S_ISREG((st := os.stat(resolved)).st_mode) and st.st_nlink > 1:
+        linked = next(
+            (
+                Path(root) / name
+                for root, _, names in os.walk(home)
+                for name in names
+                if _identity(Path(root) / name) == ident
+            ),
+            None,
+        )
+    chain = [resolved, *resolved.parents]
+    for folder in [*_protected_folders(), home]:  # the named folders first: their message is the more precise
+        what = (
+            f"rmconsole's {folder.name} folder ({_shown(folder)})"
+            if folder != home
+            else f"rmconsole's home folder (RMCONSOLE_HOME={_shown(folder)})"
+        )
+        if linked is not None and (folder == home or folder in linked.parents):
             raise OutputRefused(
-                f"{option} {_shown(path)}: that is inside rmconsole's {folder.name} folder "
-                f"({_shown(folder)}), under another name (a hard link), which only rmconsole writes: "
-                f"give a path elsewhere"
+                f"{option} {_shown(path)}: that is inside {what}, under another name "
+                f"(a hard link), which only rmconsole writes: give a path elsewhere"
             )
         folder_id = _identity(folder)
-        chain = [resolved, *resolved.parents]
         hit = next((p for p in chain if p == folder or (folder_id is not None and _identity(p) == folder_id)), None)
         if hit is not None:
-            where = "rmconsole's" if hit == resolved else "inside rmconsole's"
-            raise OutputRefused(
-                f"{option} {_shown(path)}: that is {where} {folder.name} folder ({_shown(folder)}), "
-                f"which only rmconsole writes: give a path elsewhere"
-            )
+            where = "" if hit == resolved else "inside "
+            whose = "which only rmconsole writes" if folder != home else "which holds the store, logs and checkpoints"
+            raise OutputRefused(f"{option} {_shown(path)}: that is {where}{what}, {whose}: give a path elsewhere")
 
 
 def check_file(path: Path | str, option: str = "--out") -> Path:

@@ -125,6 +125,9 @@ def new_package(kind: str, name: str, where: Path) -> Path:
         raise ConfigError(f"new {shorten(kind)!r}: allowed: {', '.join(KINDS)}")
     if not where.is_dir():
         raise ConfigError(f"new {kind} {shorten(name)!r}: --dir {shorten(str(where))!r} is not a folder")
+    from .outputs import check_folder
+
+    check_folder(where, "--dir")  # never into rmconsole's home: its folders are rmconsole's to name
     folder = where / name
     if NAME.match(name) and (folder.exists() or folder.is_symlink()):
         raise ConfigError(f"new {kind} {name!r}: {folder} exists; nothing was written (choose another name or --dir)")

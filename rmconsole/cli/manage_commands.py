@@ -43,13 +43,10 @@ def note(
     text: str = typer.Argument(..., help='The note ("" clears it).'),
 ) -> None:
     """Write a note on a run (shown by `show`, searched by the run filter's words)."""
+    note_ = runner.check_note(text)  # refused before the run is looked up: nothing read, nothing written
     run_id = _run_id(run)
-    if not text.isprintable():
-        raise ConfigError("note: give one line of printable text")
-    store.set_note([run_id], text.strip() or None)
-    console.print(
-        f"run {run_id}: " + (f"note “{escape(text.strip())}”" if text.strip() else "note cleared"), highlight=False
-    )
+    store.set_note([run_id], note_)
+    console.print(f"run {run_id}: " + (f"note “{escape(note_)}”" if note_ else "note cleared"), highlight=False)
 
 
 @app.command()

@@ -89,6 +89,7 @@ def tune(
         tags=list(tags),
         study_file=study_file,
     )
+    tuning.check_startable(asked, scheduled=spec is not None)  # (a refused study stores nothing)
     optuna_study = tuning.open_study(asked, create=new)
     if not new and trials is not None:
         optuna_study.set_user_attr(tuning.ATTR, asked.to_json())

@@ -51,6 +51,7 @@ _FACE = {
         "KEEP",
         "delete_run",
         "check_identity",
+        "check_note",
     ),
     "queue": (
         "launch_sweep",
@@ -89,6 +90,7 @@ if TYPE_CHECKING:  # the same names, for readers and type checkers
         StartedWorkers,
         StartFailed,
         check_identity,
+        check_note,
         delete_run,
         describe_os_error,
         follow_run,

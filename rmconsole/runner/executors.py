@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 
 from .. import private, store
 from ..config import ConfigError
-from .processes import GPU_SHARE_ENV, pid_alive, process_argv, python_m
+from .processes import GPU_SHARE_ENV, MAX_RUNS_PER_GPU, pid_alive, process_argv, python_m
 
 SCHEDULER_POLL_S = 2.0  # how often a follower asks the scheduler (squeue is a controller RPC)
 UNKNOWN_GRACE_S = 60.0  # a job the scheduler does not list yet (just submitted) is not dead yet
@@ -121,14 +121,28 @@ class ExecutorSpec:
         return cls(name, tuple(options), runs_per_gpu)
 
 
+def check_runs_per_gpu(runs_per_gpu: int | None) -> int:
+    """`--runs-per-gpu N` as N (1 when not given): the one check of it, for the local queue and
+    for Slurm alike; outside 1 to MAX_RUNS_PER_GPU it is one line (processes.py says why 32)."""
+    if runs_per_gpu is None:
+        return 1
+    if not 1 <= runs_per_gpu <= MAX_RUNS_PER_GPU:
+        from ..config import shorten
+
+        raise ConfigError(
+            f"--runs-per-gpu {shorten(runs_per_gpu)}: allowed: 1 to {MAX_RUNS_PER_GPU} "
+            f"(runs sharing one GPU, each given 1/N of its memory)"
+        )
+    return runs_per_gpu
+
+
 def parse_executor(
     name: str | None, options: Iterable[str] = (), runs_per_gpu: int | None = None
 ) -> ExecutorSpec | None:
     """`--executor NAME --slurm KEY=V,KEY=V --runs-per-gpu N` -> a spec (None: the local
     executor). Every bad value is one line naming it and what is allowed."""
     options = [o for o in options if o.strip()]
-    if runs_per_gpu is not None and runs_per_gpu < 1:
-        raise ConfigError(f"--runs-per-gpu {runs_per_gpu}: must be at least 1")
+    per_gpu = check_runs_per_gpu(runs_per_gpu)
     if name in (None, "local"):
         if options:
             raise ConfigError("--slurm applies to --executor slurm (or submitit-local)")
@@ -152,7 +166,7 @@ def parse_executor(
             if typed is None or not option.check(typed) or any(c in value for c in " \n'\""):
                 raise ConfigError(f"--slurm {key}={value!r}: expected {option.allowed}")
             parsed[key] = str(typed)
-    spec = ExecutorSpec(name, tuple(sorted(parsed.items())), runs_per_gpu or 1)
+    spec = ExecutorSpec(name, tuple(sorted(parsed.items())), per_gpu)
     if spec.runs_per_gpu > 1 and spec.get("gpus_per_run") > 1:
         raise ConfigError(
             f"--runs-per-gpu {spec.runs_per_gpu} packs runs on one GPU: "

@@ -522,6 +522,18 @@ def check_runnable(cfg: Any, scheduled: bool = False) -> None:
 
 
 MAX_NAME = 200  # characters of a run's name (`--name`, `rename`; a sweep's name template's widths)
+MAX_NOTE = 2000  # characters of a run's note (`rmconsole note`): a few sentences, shown on one line
+
+
+def check_note(text: str) -> str | None:
+    """A note as typed, stripped (None: clear it): one line of printable text of at most MAX_NOTE
+    characters. A note is shown whole by `show`, the TUI and every report row that carries it, and
+    searched by every run filter, so a pasted file (megabytes) is refused, as a too-long name is."""
+    from ..config import ConfigError, shorten
+
+    if not text.isprintable() or len(text.strip()) > MAX_NOTE:
+        raise ConfigError(f"note {shorten(text)!r}: give one line of printable text (at most {MAX_NOTE} characters)")
+    return text.strip() or None
 
 
 def check_identity(name: str | None, tags: list[str] | None) -> list[str]:

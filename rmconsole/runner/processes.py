@@ -21,6 +21,13 @@ PACKAGE = __name__.rpartition(".")[0]  # "rmconsole.runner"
 EXIT_SUPERSEDED = 3  # a worker that found its run owned or ended by someone else: it wrote nothing
 SUPERVISOR_PID_ENV = "RMCONSOLE_SUPERVISOR_PID"  # set by the supervisor for its child
 GPU_SHARE_ENV = "RMCONSOLE_GPU_SHARE"  # the share of its device a worker may use (1/N: --runs-per-gpu N)
+# The most runs that may share one GPU (`--runs-per-gpu N`, local queue and Slurm alike; checked by
+# executors.check_runs_per_gpu). Each run's worker is told 1/N of its GPU, but every process also
+# holds a CUDA context of its own outside that share (about 0.5 GiB with torch): at N = 32 a 16 GB
+# card's share is no bigger than a context, and 32 contexts alone take 16 GiB of an 80 GB one, so
+# beyond it the share no longer describes what a run may use. (Volta-and-later MPS also serves at
+# most 48 clients per GPU.) A typing error such as `--runs-per-gpu 400` is refused, not started.
+MAX_RUNS_PER_GPU = 32
 
 # A run's own process (`run.pid`) is its supervisor, or a worker started without one. Runs
 # started before the runner package existed carry the old flat module names in their argv

@@ -39,7 +39,7 @@ from .. import private, store
 from ..config import ConfigError
 from . import launch
 from .driver import driver_pid, lock_path
-from .executors import SCHEDULER_POLL_S
+from .executors import SCHEDULER_POLL_S, check_runs_per_gpu
 from .processes import GPU_SHARE_ENV, StopSignal, pid_alive, python_m
 from .sweep import SweepPlan, check_sweep_name, plan_sweep, run_names, status_counts, store_sweep
 
@@ -154,10 +154,8 @@ class SweepQueue:
     ) -> None:
         self.sweep_id = sweep_id
         self.gpus = visible_gpus() if gpus is None else list(gpus)
-        if runs_per_gpu < 1:
-            raise ValueError(f"--runs-per-gpu {runs_per_gpu}: must be at least 1")
-        self.runs_per_gpu = runs_per_gpu
-        self.parallel = parallel or default_parallel(self.gpus, runs_per_gpu)
+        self.runs_per_gpu = check_runs_per_gpu(runs_per_gpu)
+        self.parallel = parallel or default_parallel(self.gpus, self.runs_per_gpu)
         if self.parallel < 1:
             raise ValueError(f"--parallel {self.parallel}: must be at least 1")
         self.start = start or launch.start_worker
@@ -391,8 +389,7 @@ def launch_sweep(
     sweep (SweepDeclined)."""
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: must be at least 1")
-    if runs_per_gpu is not None and runs_per_gpu < 1:
-        raise ConfigError(f"--runs-per-gpu {runs_per_gpu}: must be at least 1")
+    per_gpu = check_runs_per_gpu(runs_per_gpu)
     tags = launch.check_identity(name, tags)
     if sweep_name is not None:
         check_sweep_name(sweep_name)
@@ -417,7 +414,6 @@ def launch_sweep(
         job_ids = submit_runs(executor, ids)
         return LaunchedSweep(sweep_id, ids, plan, len(set(job_ids)), [], None, executor.runs_per_gpu, executor, job_ids)
     gpus = visible_gpus()
-    per_gpu = runs_per_gpu or 1
     slots = parallel or default_parallel(gpus, per_gpu)
     sweep_id, ids = store_sweep(plan, sweep_name, name=name, tags=tags, name_template=name_template)
     runner = start_queue_runner(sweep_id, slots, gpus, per_gpu) if detach else None

@@ -451,9 +451,21 @@ def storage() -> Any:
         ) from None
 
 
+STUDIES_TABLE = "studies"  # one of Optuna's tables: there when a study was ever kept in this database
+
+
+def studies_kept() -> bool:
+    """Whether the store's database holds Optuna's tables, read without creating anything: a
+    command that is refused (a bad --param, a test-set metric, no such study) writes nothing, so
+    neither the store nor Optuna's tables may be created to answer "which studies are there"."""
+    return STUDIES_TABLE in store.existing_tables()
+
+
 def study_names() -> list[str]:
     import optuna
 
+    if not studies_kept():
+        return []
     return [s.study_name for s in optuna.get_all_study_summaries(storage()) if ATTR in s.user_attrs]
 
 
@@ -463,6 +475,8 @@ def load_study(name: str) -> tuple[Any, StudySpec]:
 
     check_name(name)
     try:
+        if not studies_kept():
+            raise KeyError(name)
         study = optuna.load_study(study_name=name, storage=storage())
     except KeyError:
         names = study_names()
@@ -492,6 +506,25 @@ def _pruner(spec: StudySpec) -> Any:
     if spec.pruner == "none":
         return optuna.pruners.NopPruner()
     return optuna.pruners.MedianPruner(n_startup_trials=min(5, max(1, spec.trials // 4)), n_warmup_steps=0)
+
+
+def check_startable(spec: StudySpec, *, scheduled: bool = False) -> None:
+    """Refuse, before the study is stored, a study whose trials could not start: a dataset that
+    is missing or corrupt, a CUDA device that is absent, a home that cannot be written (what
+    `run` and a sweep refuse before storing anything; `scheduled`: the device is a node's).
+    Checked for every bound and choice of the search space (one config per distinct dataset,
+    weights, device and GPU count: the rest cannot change the answer)."""
+    points: list[dict[str, Any]] = [{}]
+    for param in spec.params:
+        values = list(param.choices) if param.kind == "choice" else [param.low, param.high]
+        points += [{param.key: int(v) if param.kind in ("int", "intlog") else v} for v in values]
+    seen = set()
+    for point in points:
+        cfg = _config_with(spec, point)
+        key = (cfg.dataset, cfg.download, cfg.model_weights, cfg.device, getattr(cfg, "gpus", 1))
+        if key not in seen:
+            seen.add(key)
+            launch.check_runnable(cfg, scheduled=scheduled)
 
 
 def open_study(spec: StudySpec, *, create: bool) -> Any:

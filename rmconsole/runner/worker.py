@@ -43,7 +43,15 @@ from .checkpoints import (  # noqa: F401  (checkpoint_path, load_checkpoint, sav
     set_aside,
     write_checkpoint,
 )
-from .processes import EXIT_SUPERSEDED, GPU_SHARE_ENV, StopSignal, die_with_supervisor, entry_args, supervisor_pid
+from .processes import (
+    EXIT_SUPERSEDED,
+    GPU_SHARE_ENV,
+    MAX_RUNS_PER_GPU,
+    StopSignal,
+    die_with_supervisor,
+    entry_args,
+    supervisor_pid,
+)
 
 HEARTBEAT_S = 1.0
 
@@ -454,12 +462,13 @@ def memory_share_from_env() -> float:
     raw = os.environ.get(GPU_SHARE_ENV, "").strip()
     if not raw:
         return 1.0
+    allowed = f"expected a fraction from 1/{MAX_RUNS_PER_GPU} to 1 (1/N: --runs-per-gpu N)"
     try:
         share = float(raw)
     except ValueError:
-        raise ConfigError(f"{GPU_SHARE_ENV}={raw!r}: expected a fraction in (0, 1]") from None
-    if not 0 < share <= 1:
-        raise ConfigError(f"{GPU_SHARE_ENV}={raw!r}: expected a fraction in (0, 1]")
+        raise ConfigError(f"{GPU_SHARE_ENV}={raw!r}: {allowed}") from None
+    if not 1 / MAX_RUNS_PER_GPU <= share <= 1:
+        raise ConfigError(f"{GPU_SHARE_ENV}={raw!r}: {allowed}")
     return share
 
 

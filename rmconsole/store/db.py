@@ -23,7 +23,9 @@ created anew), pooled connections are dropped and new ones open the new file; th
 identity row (tables.StoreIdentity, checked by transitions.py) then tells a process of the old
 store that it must stop. Connections never create a missing file (SQLite URI mode=rw): only
 `get_engine` creates a store, and never in a process that holds a run's lease (a worker whose
-store vanished must not make an empty one).
+store vanished must not make an empty one). Nor does it make one of a database that is not
+empty and not a store (another program's SQLite file or PostgreSQL database: `foreign_tables`),
+nor of a file that is not SQLite: both are refused before anything is written to them.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 from sqlalchemy.orm import ORMExecuteState
+from sqlalchemy.pool import NullPool
 from sqlmodel import Session, SQLModel, col, create_engine
 
 from .. import private
@@ -484,10 +487,7 @@ def integrity_verdict(path: Path, limit: int = 3) -> str:
 def damaged_message(path: Path, error: str) -> str:
     recovered = path.with_name("recovered.db")
     if "not a database" in error:
-        return (
-            f"the store {path} is not an SQLite database ({error}): move that file away, or set "
-            f"RMCONSOLE_HOME to another folder"
-        )
+        return f"the store {path} is not an SQLite database ({error}): {_hint()}"
     return (
         f"the store {path} is damaged ({error}; PRAGMA integrity_check: {integrity_verdict(path)}): copy out "
         f"what it still holds with `sqlite3 {path} .recover | sqlite3 {recovered}` and put that file in its "
@@ -659,6 +659,64 @@ def _may_create_store() -> bool:
     return not os.environ.get(LEASE_ENV)
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+# the columns every rmconsole store's run table has had since the first one: how a store written
+# before store identities (issue 14) is still recognised as rmconsole's
+FIRST_RUN_COLUMNS = frozenset({"id", "status", "method", "dataset", "seed", "config"})
+
+
+def foreign_tables(present: set[str], run_columns: set[str]) -> list[str]:
+    """The tables of a database that is not an rmconsole store (empty when it is one, or holds no
+    table at all). Ours: the store's identity table (tables.StoreIdentity), or, in a store from
+    before identities, a `run` table with FIRST_RUN_COLUMNS. SQLite's own tables (sqlite_*) do not
+    count. rmconsole adds its tables to an empty database or to its own store only: another
+    program's database must not become a store, nor get tables it never asked for."""
+    names = {t for t in present if not t.startswith("sqlite_")}
+    if not names or StoreIdentity.__tablename__ in names:
+        return []
+    if "run" in names and run_columns >= FIRST_RUN_COLUMNS:
+        return []
+    return sorted(names)
+
+
+def _foreign_error(url: URL, names: list[str]) -> StoreError:
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return StoreError(
+        f"cannot use the database {_where(url)} as the store: it holds another program's tables ({shown}) "
+        f"and is not an rmconsole store; rmconsole adds its tables only to an empty database or its own "
+        f"store ({_hint()})"
+    )
+
+
+def _check_existing_file(path: Path, url: URL) -> set[str]:
+    """Refuse, before any connection that could write (journal_mode=WAL is a write), an existing
+    file that is not an SQLite database (SQLite would take a file shorter than a page, e.g. one
+    byte, for an empty database and write a store over it) and an SQLite database of another
+    program. A 0-byte file is an empty database, as SQLite defines it (also how `create_empty`
+    leaves a new store before its schema, and how a WAL database may look while its pages are
+    still in the -wal file): it becomes the store. The tables are read read-only (mode=ro)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as err:
+        raise StoreError(f"cannot open the store at {_where(url)}: {err.strerror} ({_hint()})") from None
+    if head and head != SQLITE_HEADER:
+        raise StoreDamaged(damaged_message(path, "file is not a database"))
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            run_columns = {r[1] for r in conn.execute("PRAGMA table_info(run)")} if "run" in present else set()
+        finally:
+            conn.close()
+    except sqlite3.Error as err:
+        raise store_error(err, url, "open") from None
+    foreign = foreign_tables(present, run_columns)
+    if foreign:
+        raise _foreign_error(url, foreign)
+    return present
+
+
 def _prepare_sqlite_file(path: Path, url: URL) -> None:
     try:
         private.mkdir(path.parent)  # a new home is 0700
@@ -669,6 +727,7 @@ def _prepare_sqlite_file(path: Path, url: URL) -> None:
     if path.is_dir():
         raise StoreError(f"cannot open the store at {_where(url)}: it is a directory ({_hint()})")
     if path.exists():
+        _check_existing_file(path, url)
         return
     if not _may_create_store():
         raise StoreGone(f"the store {path} is gone (removed while this run's processes used it)")
@@ -679,6 +738,66 @@ def _prepare_sqlite_file(path: Path, url: URL) -> None:
         sqlite3.connect(str(path)).close()  # an empty file; the schema follows
     except sqlite3.Error as err:
         raise store_error(err, url, "create") from None
+
+
+def _server_engine(url_obj: URL, **options: Any) -> Engine:
+    """An engine for a database that is not a SQLite file (PostgreSQL, or any SQLAlchemy URL)."""
+    if url_obj.get_backend_name() == "sqlite":
+        raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: not a SQLite file ({_hint()})")
+    if url_obj.get_backend_name() == "postgresql":
+        # every session in UTC: the store's timestamps are UTC, the server's zone may be anything
+        return create_engine(
+            engine_url(url_obj),
+            pool_pre_ping=True,
+            connect_args={
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "options": "-c timezone=UTC",
+                "application_name": "rmconsole",
+            },
+            **options,
+        )
+    return create_engine(engine_url(url_obj), pool_pre_ping=True, **options)
+
+
+def _unusable(url_obj: URL, err: BaseException) -> StoreError:
+    missing = _missing_driver(url_obj, err)
+    return StoreError(
+        f"cannot use the database {shown_url(url_obj)!r}: {missing or _one_line(err, url_obj)} ({_hint()})"
+    )
+
+
+def existing_tables(url: str | URL | None = None) -> set[str]:
+    """The tables in the store's database (default: RMCONSOLE_DB or the home's SQLite file), read
+    without creating or changing anything: no file, no schema, no identity. Empty for a missing or
+    empty SQLite file. For a command that must decide from what is stored before it validates all
+    it was asked (runner/tune.py: is there a study?), and so must write nothing when it refuses.
+    Another program's database, a file that is not SQLite: refused, as by `get_engine`."""
+    url_obj = database_url_object() if url is None else (_parse_env_url(url) if isinstance(url, str) else url)
+    key = url_obj.render_as_string(hide_password=False)
+    path = sqlite_file(url_obj)
+    engine = _ENGINES.get(key)
+    if engine is None and path is not None:
+        if path.is_dir():
+            raise StoreError(f"cannot open the store at {_where(url_obj)}: it is a directory ({_hint()})")
+        return _check_existing_file(path, url_obj) if path.exists() else set()
+    try:
+        probe = engine or _server_engine(url_obj, poolclass=NullPool)
+    except (SQLAlchemyError, ImportError, ValueError) as err:
+        raise _unusable(url_obj, err) from None
+    try:
+        with probe.connect() as conn:
+            inspector = inspect(conn)
+            present = set(inspector.get_table_names())
+            run_columns = {c["name"] for c in inspector.get_columns("run")} if "run" in present else set()
+    except (SQLAlchemyError, OSError, sqlite3.Error) as err:
+        raise store_error(err, url_obj, "open") from None
+    finally:
+        if engine is None:
+            probe.dispose()
+    foreign = foreign_tables(present, run_columns)
+    if foreign:
+        raise _foreign_error(url_obj, foreign)
+    return present
 
 
 def get_engine(url: str | URL | None = None) -> Engine:
@@ -695,26 +814,10 @@ def get_engine(url: str | URL | None = None) -> Engine:
             file_url = URL.create("sqlite", database=f"file:{quote(str(path))}", query={"uri": "true", "mode": "rw"})
             engine = create_engine(file_url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
             _sqlite_events(engine, path)
-        elif url_obj.get_backend_name() == "sqlite":
-            raise StoreError(f"cannot use the database {shown_url(url_obj)!r}: not a SQLite file ({_hint()})")
-        elif url_obj.get_backend_name() == "postgresql":
-            # every session in UTC: the store's timestamps are UTC, the server's zone may be anything
-            engine = create_engine(
-                engine_url(url_obj),
-                pool_pre_ping=True,
-                connect_args={
-                    "connect_timeout": CONNECT_TIMEOUT_S,
-                    "options": "-c timezone=UTC",
-                    "application_name": "rmconsole",
-                },
-            )
         else:
-            engine = create_engine(engine_url(url_obj), pool_pre_ping=True)
+            engine = _server_engine(url_obj)
     except (SQLAlchemyError, ImportError, ValueError) as err:
-        missing = _missing_driver(url_obj, err)
-        raise StoreError(
-            f"cannot use the database {shown_url(url_obj)!r}: {missing or _one_line(err, url_obj)} ({_hint()})"
-        ) from None
+        raise _unusable(url_obj, err) from None
     _ENGINE_URLS[id(engine)] = url_obj
     with _watched("write", path):
         _create_schema(engine, url_obj)
@@ -771,6 +874,7 @@ def _create_schema(engine: Engine, url: URL) -> None:
             with bind.begin() as conn:
                 if engine.dialect.name == "postgresql":  # DDL is transactional: a waiter sees the tables
                     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
+                _refuse_foreign(conn, url)
                 SQLModel.metadata.create_all(conn)
                 _add_missing_columns(conn)
                 _relax_not_null(conn)
@@ -788,6 +892,18 @@ def _create_schema(engine: Engine, url: URL) -> None:
             raise
         except (SQLAlchemyError, OSError) as err:
             raise store_error(err, url, "open") from None
+
+
+def _refuse_foreign(conn: Connection, url: URL) -> None:
+    """Inside the schema transaction, before its first write: a database holding another
+    program's tables (a PostgreSQL database, or a SQLite file that got some since it was
+    checked) is refused and left as it was (the transaction ends with nothing written)."""
+    inspector = inspect(conn)
+    present = set(inspector.get_table_names())
+    run_columns = {c["name"] for c in inspector.get_columns("run")} if "run" in present else set()
+    foreign = foreign_tables(present, run_columns)
+    if foreign:
+        raise _foreign_error(url, foreign)
 
 
 def _add_identity(conn: Connection) -> None:

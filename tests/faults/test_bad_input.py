@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import shutil
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -110,6 +111,15 @@ def _files(tmp: Path) -> None:
     (tmp / "broken-home").mkdir()
     (tmp / "broken-home" / "rmconsole.db").write_bytes(b"this is not SQLite" * 100)
     (tmp / "dir-home" / "rmconsole.db").mkdir(parents=True)
+    (tmp / "byte-home").mkdir()
+    (tmp / "byte-home" / "rmconsole.db").write_bytes(b"x")  # SQLite would take it for an empty database
+    (tmp / "one-byte.db").write_bytes(b"\n")
+    other = sqlite3.connect(tmp / "other-app.db")  # another program's database
+    other.execute("CREATE TABLE contacts (id INTEGER PRIMARY KEY, name TEXT)")
+    other.commit()
+    other.close()
+    (tmp / "other-home").mkdir()
+    shutil.copy(tmp / "other-app.db", tmp / "other-home" / "rmconsole.db")
     _damaged_store(tmp / "damaged-home")
     _mnist_files(tmp / "bad-data" / "MNIST" / "raw", 10, truncate=True)  # a broken download
     _mnist_files(tmp / "label-data" / "MNIST" / "raw", 10, label=12)  # sizes fine, a label 12

@@ -823,6 +823,40 @@ def test_defect_01_every_way_to_the_stores_files_is_refused(isolated_home, tmp_p
     assert digest(other) == before
 
 
+def test_no_output_is_written_into_rmconsole_home(isolated_home, tmp_path, monkeypatch, capsys) -> None:
+    """Only checkpoints/, logs/ and warm/ were refused: a report or an export could be written into
+    the home itself or its other folders (secrets/, sweeps/, cache/...), and a hard link outside
+    the home to one of their files was written through. The whole home is rmconsole's now."""
+    finished_run()
+    (isolated_home / "sweeps").mkdir()
+    lock = isolated_home / "sweeps" / "s1.lock"
+    lock.write_text("4242\n")
+    os.link(lock, tmp_path / "innocent.md")
+    before = sorted(str(p.relative_to(isolated_home)) for p in isolated_home.rglob("*") if "rmconsole.db" not in p.name)
+    attempts = [
+        ("report", "--format", "md", "--out", str(isolated_home / "table.md")),
+        ("report", "--format", "csv", "--out", str(isolated_home / "sweeps" / "s1.lock")),
+        ("report", "--format", "md", "--out", str(tmp_path / "innocent.md")),
+        ("report", "--plot", str(isolated_home / "cache" / "acc.png")),
+        ("report", "--plot-epochs", str(isolated_home / "loss.png")),
+        ("report", "--runs", "1", "--memory-plot", str(isolated_home / "secrets" / "mem.png")),
+        ("export", "1", "--to", "tensorboard", str(isolated_home)),
+        ("export", "1", "--to", "mlflow", str(isolated_home / "mlruns")),
+        ("new", "method", "mymethod", "--dir", str(isolated_home)),
+    ]
+    (tmp_path / "home-link").symlink_to(isolated_home)  # and through a link to the home
+    attempts.append(("report", "--format", "md", "--out", str(tmp_path / "home-link" / "table.md")))
+    for argv in attempts:
+        code, out, err = main(monkeypatch, capsys, *argv)
+        assert code == 2 and err.count("\n") == 1, (argv, err)
+        assert "rmconsole's home folder (RMCONSOLE_HOME=" in err and "give a path elsewhere" in err, (argv, err)
+    assert lock.read_text() == "4242\n"
+    after = sorted(str(p.relative_to(isolated_home)) for p in isolated_home.rglob("*") if "rmconsole.db" not in p.name)
+    assert after == before
+    code, _, err = main(monkeypatch, capsys, "report", "--format", "md", "--out", str(tmp_path / "table.md"))
+    assert code == 0 and (tmp_path / "table.md").is_file(), err  # beside the home: written
+
+
 # =========================================================================== 8: bounded preset reading
 
 

@@ -52,7 +52,8 @@ def test_a_spec_round_trips_through_the_run_row() -> None:
         ("slurm", ["partition=a b"], None, "--slurm partition='a b': expected a partition name"),
         ("slurm", ["gpus_per_run=2"], 2, "--runs-per-gpu 2 packs runs on one GPU: gpus_per_run=2 must be 1"),
         (None, ["time=5"], None, "--slurm applies to --executor slurm"),
-        ("slurm", [], 0, "--runs-per-gpu 0: must be at least 1"),
+        ("slurm", [], 0, "--runs-per-gpu 0: allowed: 1 to 32"),
+        ("slurm", [], 33, "--runs-per-gpu 33: allowed: 1 to 32"),
     ],
 )
 def test_bad_executor_options_are_one_line(name, options, per_gpu, says) -> None:

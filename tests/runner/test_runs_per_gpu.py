@@ -108,6 +108,37 @@ def test_slots_share_gpus_round_robin_with_their_share() -> None:
     assert Q.slot_env(0, gpus, "auto") == {"CUDA_VISIBLE_DEVICES": "0"}  # one run per GPU: no share
 
 
+def test_runs_per_gpu_is_checked_once_with_an_upper_bound(monkeypatch) -> None:
+    """--runs-per-gpu had no upper limit (`--runs-per-gpu 400` started 400 workers on one GPU,
+    each told 1/400 of it) and its "at least 1" was written out in three places: the local
+    queue, the sweep launcher and the Slurm executor now share one check and one bound."""
+    from rmconsole.config import ConfigError
+    from rmconsole.runner import executors
+    from rmconsole.runner.processes import MAX_RUNS_PER_GPU
+    from rmconsole.runner.worker import memory_share_from_env
+
+    assert MAX_RUNS_PER_GPU == 32
+    assert executors.check_runs_per_gpu(None) == 1 and executors.check_runs_per_gpu(32) == 32
+    for bad in (0, -1, 33, 400, 10**20):
+        with pytest.raises(ConfigError, match=r"allowed: 1 to 32 \(runs sharing one GPU"):
+            executors.check_runs_per_gpu(bad)
+        for entry in (
+            lambda bad=bad: executors.parse_executor(None, (), bad),  # the CLI's first look, local or Slurm
+            lambda bad=bad: executors.parse_executor("slurm", ["partition=gpu"], bad),
+            lambda bad=bad: Q.SweepQueue("s", parallel=1, gpus=[], runs_per_gpu=bad),  # the queue runner's own process
+            lambda bad=bad: Q.launch_sweep(None, ["method=rm,er"], runs_per_gpu=bad),  # before anything is planned
+        ):
+            with pytest.raises(ConfigError, match="allowed: 1 to 32"):
+                entry()
+    assert executors.parse_executor("slurm", ["partition=gpu"], 32).runs_per_gpu == 32
+    monkeypatch.setenv(GPU_SHARE_ENV, repr(1.0 / 32))
+    assert memory_share_from_env() == 1 / 32
+    for bad in ("0.01", "0", "1.5", "half"):  # a worker given less than 1/32 of its GPU refuses to start
+        monkeypatch.setenv(GPU_SHARE_ENV, bad)
+        with pytest.raises(ConfigError, match="expected a fraction from 1/32 to 1"):
+            memory_share_from_env()
+
+
 @pytest.mark.usefixtures("store_backend")
 def test_two_digits_runs_share_a_slot_pair_and_train_as_alone(isolated_home) -> None:
     """The CPU path with N=2: `--runs-per-gpu 2` gives two slots, both workers run at once with a

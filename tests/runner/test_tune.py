@@ -113,6 +113,55 @@ def test_bad_studies_are_refused_before_anything_is_stored(capsys: pytest.Captur
     assert store.count_runs() == 0
 
 
+@needs_validation
+def test_a_refused_tune_writes_nothing(store_backend: str, isolated_home: Any, tmp_path: Any, monkeypatch: Any) -> None:
+    """A refused `tune` (a bad param, a test-set metric, a bad study file, no such study, a missing
+    dataset) created the store and Optuna's tables before it validated what it was asked: now
+    nothing is written, on SQLite (no file at all) and on PostgreSQL (no table at all)."""
+    from rmconsole.cli import main
+
+    bad_file = tmp_path / "study.toml"
+    bad_file.write_text('metrc = "val_A_last"\n')
+    good_file = tmp_path / "good.toml"
+    good_file.write_text(
+        'name = "g"\nmetric = "val_A_last"\n[set]\nval_fraction = 0.2\n[params]\nlr = "log:1e-4..1e-1"\n'
+    )
+    monkeypatch.setenv("RMCONSOLE_DATA", str(tmp_path / "no-data"))
+    base = ["--study", "s", "--set", "val_fraction=0.2"]
+    cases = [
+        ([*base, "--param", "lr=lg:1..2", "--metric", "val_A_last"], "unknown kind 'lg'"),
+        ([*base, "--param", "lr=log:1e-4..1e-1", "--metric", "A_last"], "a test-set metric"),
+        ([*base, "--param", "memory_size=int:-5..3", "--metric", "val_A_last"], "-5 is refused"),
+        (["--file", str(bad_file)], "unknown key 'metrc'"),
+        (["--study", "s", "--show"], "no such study"),
+        (["--study", "s"], "a new study needs --metric"),
+        (["--file", str(good_file), "--show"], "has not started yet"),
+        ([], "give --study NAME (stored: none yet)"),
+        ([*base, "--param", "lr=log:1e-4..1e-1", "--metric", "val_A_last", "--set", "dataset=mnist"], "not found"),
+        (
+            [*base, "--param", "lr=log:1e-4..1e-1", "--metric", "val_A_last", "--param", "dataset=choice:digits,mnist"],
+            "dataset 'mnist' not found",
+        ),
+    ]
+    for args, says in cases:
+        code, err = _tune(monkeypatch, main, args)
+        assert code == 2 and says in err and err.count("\n") == 1, (args, err)
+    assert store.existing_tables() == set()  # neither the store's tables nor Optuna's
+    if store_backend == "sqlite":
+        assert not (isolated_home / "rmconsole.db").exists()
+
+
+def _tune(monkeypatch: Any, main: Any, args: list[str]) -> tuple[int, str]:
+    import io
+
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exit_, monkeypatch.context() as patched:
+        patched.setattr(sys, "argv", ["rmconsole", "tune", *args])
+        patched.setattr(sys, "stderr", err)
+        main()
+    return int(exit_.value.code or 0), err.getvalue()
+
+
 def test_the_study_file_reads_like_the_options(tmp_path: Any) -> None:
     path = tmp_path / "study.toml"
     path.write_text(
