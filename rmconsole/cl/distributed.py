@@ -254,8 +254,18 @@ def restore_rank_state(augmenter: Any, resume: dict[str, Any] | None, seed: int,
     reseed_augmenter(augmenter, seed, d.rank, 0 if resume is None else int(resume["task"]) + 1)
 
 
-def shutdown() -> None:
+def shutdown(finished: bool = False) -> None:
+    """Tear the process group down. `finished`: every rank got through its run, so they first
+    meet at a barrier. Without it, a rank that destroys its gloo group while another still has
+    work in flight can abort at exit ("terminate called without an active exception", SIGABRT,
+    seen once in CI after a finished run): torchrun then reports a failure for a run that
+    finished. After a failure there is no barrier, since a dead rank would never come."""
     if dist.is_available() and dist.is_initialized():
+        if finished:
+            try:
+                dist.barrier()
+            except Exception as err:  # noqa: BLE001 - exiting anyway
+                print(f"barrier before teardown failed: {err}", file=sys.stderr, flush=True)
         try:
             dist.destroy_process_group()
         except Exception as err:  # noqa: BLE001 - exiting anyway

@@ -83,10 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         from . import worker
 
         return worker.main([str(run_id)])
+    code = 1
     try:
-        return _rank0(run_id, dist) if dist.is_main else _follower(run_id, dist)
+        code = _rank0(run_id, dist) if dist.is_main else _follower(run_id, dist)
+        return code
     finally:
-        distributed.shutdown()
+        distributed.shutdown(finished=code == 0)
 
 
 if __name__ == "__main__":
