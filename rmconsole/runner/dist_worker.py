@@ -10,6 +10,7 @@ store. Started by `rmconsole.runner.multigpu`, never by hand (except `rmconsole 
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from typing import Any
@@ -92,4 +93,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Leave without interpreter finalization: gloo's threads can still hold tensors then, and
+    # freeing them while Python tears down aborts the rank (SIGABRT, "terminate called without
+    # an active exception", after a finished run, twice in CI), so torchrun reports a finished
+    # run as failed. Everything is written and the group destroyed by now; flush and go.
+    exit_code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
