@@ -10,16 +10,13 @@ where torch needs an index, an index past the visible devices, an RNG state of t
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from support.cuda_standin import COVERED, NotEmulated, StrictCuda, install, redirect_to_cpu
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from cuda_standin import COVERED, NotEmulated, StrictCuda, install, redirect_to_cpu  # noqa: E402
-
-from rmconsole.cl import accel  # noqa: E402
+from rmconsole.cl import accel
 
 REPO = Path(__file__).resolve().parents[2]
 

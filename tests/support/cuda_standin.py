@@ -183,7 +183,7 @@ def _cpu(device: Any) -> Any:
     return device
 
 
-class redirect_to_cpu(TorchFunctionMode):  # noqa: N801 - used as a context manager, like torch's modes
+class redirect_to_cpu(TorchFunctionMode):  # a context manager, lower-case as torch.s own modes
     """Tensors asked for on a CUDA device are made on the CPU; `pin_memory()` returns its tensor."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
