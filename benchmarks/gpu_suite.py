@@ -5,16 +5,22 @@
 Parts (each can be left out with --skip NAME, each has its own time limit):
   tests     pytest -m gpu (resumed-run determinism, bf16 parity on MNIST, sweep GPU slots,
             SyncBatchNorm on one NCCL rank, --gpus 1 under torchrun)
+  steps     milliseconds an update of every task-free method (one process, a row per method as it
+            ends; no profiler: benchmarks/online_step_ops.py --time-only)
   profile   torch.profiler over RM's memory epochs (what bounds the batch-8 steps)
   cifar     (a) a CIFAR10-shaped RM run end to end with its phase split
   imagenet  (b) ImageNet-shaped streaming throughput, ResNet34 at 224, nvJPEG on and off
-  slots     (c) 1, 2, 4, 8 CIFAR-shaped runs at once on one GPU -> runs/hour
+  slots     (c) 1, 2, 4, 8 CIFAR-shaped runs at once on one GPU -> runs/hour (--mps: under NVIDIA MPS
+            when its daemon can be started; the summary says whether it was)
   tiny      (d) the follow-up's Tiny-ImageNet i-Blurry-50-10 on the offline subset (the preset's GPU
             settings: ResNet34 at 64x64, online_iter 3, batch 32, eval every 100): ER and CLIB
             seed 1 by default, one process per run, A_auc and A_last beside the follow-up's figures.
             A call cut by --tiny-limit keeps the finished runs and each run's last task checkpoint
             under --tiny-home; the next call with the same --tiny-home resumes them (bit for bit).
-Writes OUT_DIR/gpu_suite.json, OUT_DIR/gpu_suite.md and OUT_DIR/gpu_suite.log (every part's output).
+Writes OUT_DIR/gpu_suite.json, OUT_DIR/gpu_suite.md and OUT_DIR/gpu_suite.log (every part's output),
+the first two again as each part ends, so a call cut short keeps every part that finished.
+--total-limit S caps the whole command: each part gets its own limit or what is left, whichever is
+less, and a part left under 15 s is skipped. benchmarks/device/gpu_check.sh is the 8-minute check.
 
 --rehearse runs every part on this machine's CPU at toy sizes (minutes): the plumbing, the
 scripts' options and the summary checked before a GPU's minutes are spent on them. Its figures
@@ -36,7 +42,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-PARTS = ("tests", "profile", "cifar", "imagenet", "slots", "tiny")
+PARTS = ("tests", "steps", "profile", "cifar", "imagenet", "slots", "tiny")
+MIN_PART_S = 15.0  # a part left less than this by --total-limit is skipped (said in the summary)
 # the follow-up (i-Blurry, ICLR 2022) Table: Tiny-ImageNet A_auc on 500 images a class (PROTOCOL.md §9)
 FOLLOW_UP_TINY_A_AUC = {"rm": 5.74, "er": 22.45, "clib": 23.87}
 
@@ -47,12 +54,20 @@ class Suite:
         out.mkdir(parents=True, exist_ok=True)
         self.log = (out / "gpu_suite.log").open("a")
         self.results: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "parts": {}}
+        self.deadline: float | None = None  # time.monotonic() by which the whole command ends
+
+    def limit(self, own: float) -> float:
+        """A part's (or a step's) time limit: its own, or what is left of --total-limit."""
+        if self.deadline is None:
+            return own
+        return max(0.0, min(own, self.deadline - time.monotonic()))
 
     def run(self, name: str, argv: list[str], limit_s: float, env: dict | None = None) -> tuple[int, float]:
         """Run one command, its output teed to the log; (exit code, seconds). 124 = over its limit."""
         self.log.write(f"\n===== {name}: {' '.join(argv)}\n")
         self.log.flush()
-        print(f"== {name}", flush=True)
+        limit_s = self.limit(limit_s)
+        print(f"== {name} (limit {limit_s:.0f} s)", flush=True)
         start = time.perf_counter()
         proc = subprocess.Popen(
             argv,
@@ -162,7 +177,48 @@ def part_tests(s: Suite, args: argparse.Namespace) -> dict:
                 {"test": case.get("name"), "outcome": outcome, "seconds": float(case.get("time", 0)), "detail": detail}
             )
         xml.unlink()
+    else:  # killed at its limit: the -v lines it printed say which tests ended
+        log = (s.out / "gpu_suite.log").read_text().split("===== tests:")[-1]
+        for line in log.splitlines():
+            for outcome in ("PASSED", "FAILED", "SKIPPED", "ERROR"):
+                if f" {outcome}" in line and "::" in line:
+                    name = line.split("::", 1)[1].split(" ", 1)[0]
+                    cases.append({"test": name, "outcome": outcome.lower(), "seconds": 0.0, "detail": "(from the log)"})
     return {"exit": code, "seconds": sec, "cases": cases}
+
+
+def task_free_methods() -> list[str]:
+    """Every registered method that runs under the task-free protocol (built-ins and plug-ins)."""
+    sys.path.insert(0, str(REPO))
+    from rmconsole.cl.methods import REGISTRY
+
+    return [name for name, spec in REGISTRY.items() if "task-free" in spec.protocols]
+
+
+def part_steps(s: Suite, args: argparse.Namespace) -> dict:
+    rows_file = s.out / "steps.jsonl"
+    rows_file.unlink(missing_ok=True)
+    methods = args.steps_methods or ",".join(task_free_methods())
+    argv = [
+        sys.executable,
+        str(HERE / "online_step_ops.py"),
+        "--time-only",
+        "--methods",
+        methods,
+        "--samples",
+        str(args.steps_samples),
+        "--preset",
+        args.steps_preset,
+        "--jsonl",
+        str(rows_file),
+    ]
+    argv += ["--device", "cpu"] if args.rehearse else []
+    code, sec = s.run("steps", argv, args.steps_limit)
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()] if rows_file.exists() else []
+    rows_file.unlink(missing_ok=True)
+    done = {r["method"] for r in rows}
+    missing = [m for m in methods.split(",") if m not in done]
+    return {"exit": code, "seconds": sec, "preset": args.steps_preset, "rows": rows, "not_reached": missing}
 
 
 def _json_runs(s: Suite, label: str, variants: dict[str, list[str]], limit: float) -> dict:
@@ -223,8 +279,53 @@ def part_slots(s: Suite, args: argparse.Namespace) -> dict:
     per-run wall times -> runs/hour of that workload and, scaled, of the full 256-epoch run. Each
     of the N gets 1/N of the GPU, as `--runs-per-gpu N` gives its workers (the allocator capped,
     the forward passes shrunk)."""
-    rows = {}
+    rows: dict = {}
+    mps_env, mps_note = start_mps(s.out) if args.mps else ({}, "not asked for (--mps)")
+    rows["mps"] = mps_note
+    part_deadline = time.monotonic() + s.limit(args.part_limit)
+    try:
+        _slots(s, args, rows, mps_env, part_deadline)
+    finally:
+        if mps_env:
+            stop_mps(mps_env)
+    return rows
+
+
+def start_mps(out: Path) -> tuple[dict, str]:
+    """NVIDIA MPS for the packed runs: its control daemon started with pipe and log folders of its
+    own; ({}, why not) where it cannot be (no daemon binary, no permission, no GPU)."""
+    import shutil
+
+    binary = shutil.which("nvidia-cuda-mps-control")
+    if binary is None:
+        return {}, "not started: nvidia-cuda-mps-control is not on PATH"
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(out / "mps-pipe"), "CUDA_MPS_LOG_DIRECTORY": str(out / "mps-log")}
+    for folder in env.values():
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run([binary, "-d"], env={**os.environ, **env}, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return {}, f"not started: {type(err).__name__}: {err}"
+    if done.returncode != 0:
+        return {}, f"not started: exit {done.returncode}: {' '.join((done.stderr or done.stdout).split())[:200]}"
+    return env, "started (nvidia-cuda-mps-control -d)"
+
+
+def stop_mps(env: dict) -> None:
+    try:
+        subprocess.run(
+            ["nvidia-cuda-mps-control"], input="quit\n", env={**os.environ, **env}, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+def _slots(s: Suite, args: argparse.Namespace, rows: dict, mps_env: dict, part_deadline: float) -> None:
     for n in args.slots:
+        left = part_deadline - time.monotonic()
+        if left < MIN_PART_S:
+            rows[str(n)] = {"skipped": f"{left:.0f} s left of the part's limit"}
+            continue
         outs = [s.out / f"slot-{n}-{i}.json" for i in range(n)]
         argv = (
             " & ".join(
@@ -235,7 +336,7 @@ def part_slots(s: Suite, args: argparse.Namespace) -> dict:
             )
             + " & wait"
         )
-        code, sec = s.run(f"slots {n}", ["bash", "-c", argv], args.part_limit)
+        code, sec = s.run(f"slots {n}", ["bash", "-c", argv], left, mps_env)
         runs = [_pop_json(o) for o in outs]
         done = [r for r in runs if r]
         row = {"exit": code, "wall_s": sec, "finished": len(done)}
@@ -253,8 +354,10 @@ def part_slots(s: Suite, args: argparse.Namespace) -> dict:
             row["runs_per_hour"] = len(done) * 3600 / sec
             row["projected_full_run_s"] = sum(full_run_s(r) for r in done) / len(done)
             row["projected_full_runs_per_hour"] = len(done) * 3600 / row["projected_full_run_s"]
+            row["memory_samples_per_s"] = sum(r["phases"].get("memory", {}).get("per_s", 0.0) for r in done)
         rows[str(n)] = row
-    return rows
+        s.results["parts"]["slots"] = rows  # saved as each N ends
+        s.save()
 
 
 REHEARSAL_IMAGENET = [
@@ -392,7 +495,7 @@ def summary(r: dict) -> str:
         "",
     ]
     parts = r["parts"]
-    if "tests" in parts:
+    if "tests" in parts and "skipped" not in parts["tests"]:
         t = parts["tests"]
         lines += ["## Tests marked gpu", "", "| test | outcome | seconds |", "|---|---|---|"]
         lines += [
@@ -419,7 +522,7 @@ def summary(r: dict) -> str:
                 f"| {name} | {p['samples']:,} | {p['seconds']:.1f} | {p['per_s']:,.0f}{extra} | {p['peak_gib']:.2f} |"
             )
         lines.append("")
-    if "profile" in parts:
+    if "profile" in parts and "skipped" not in parts["profile"]:
         lines += [
             "## Memory epochs (K=500, batch 8, ResNet18, CutMix+AutoAugment), torch.profiler",
             "",
@@ -433,7 +536,7 @@ def summary(r: dict) -> str:
                     f"{p['launches_per_step']:.1f} | {p['accel']} |"
                 )
         lines.append("")
-    if "imagenet" in parts:
+    if "imagenet" in parts and "skipped" not in parts["imagenet"]:
         lines += [
             "## (b) ImageNet-shaped streaming (synthetic JPEGs, ResNet34 at 224)",
             "",
@@ -446,23 +549,50 @@ def summary(r: dict) -> str:
                     f"| {decode} | {name} | {p['images']:,} | {p['images_per_s']:,.0f} | {p['peak_gib']:.2f} |"
                 )
         lines.append("")
-    if "slots" in parts:
+    skipped = {name: p["skipped"] for name, p in parts.items() if isinstance(p, dict) and "skipped" in p}
+    if skipped:
+        lines += ["## Parts not run", ""] + [f"- {name}: {why}" for name, why in skipped.items()] + [""]
+    if parts.get("steps", {}).get("rows") is not None:
+        st = parts["steps"]
         lines += [
-            "## (c) Runs per GPU (each with 1/N of its memory)",
+            f"## Task-free updates ({st['preset']}; no profiler; exit {st['exit']}, {st['seconds']:.0f} s)",
             "",
-            "| runs at once | finished | wall s | runs/hour (short) | projected full-run s | "
-            "projected full runs/hour | peak reserved GiB per run |",
-            "|---|---|---|---|---|---|---|",
+            "| method | updates timed | ms/update | model | image | batch |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in st["rows"]:
+            if "error" in r:
+                lines.append(f"| {r['method']} | failed: {r['error']} | | | | |")
+            else:
+                lines.append(
+                    f"| {r['method']} | {r['updates']} | {r['ms_per_update']:.2f} | {r['model']} | {r['image_size']} | "
+                    f"{r['batch_size']} |"
+                )
+        lines += [f"| {m} | not reached in the part's limit | | | | |" for m in st.get("not_reached", [])]
+        lines.append("")
+    if "slots" in parts and "skipped" not in parts["slots"]:
+        lines += [
+            f"## (c) Runs per GPU (each with 1/N of its memory; MPS {parts['slots'].get('mps', 'not asked for')})",
+            "",
+            "| runs at once | finished | wall s | memory samples/s (all runs) | runs/hour (short) | "
+            "projected full-run s | projected full runs/hour | peak reserved GiB per run |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for n, row in parts["slots"].items():
+            if n == "mps":
+                continue
+            if "skipped" in row:
+                lines.append(f"| {n} | skipped: {row['skipped']} | | | | | | |")
+                continue
             peak = row.get("peak_reserved_gib")
             lines.append(
-                f"| {n} | {row['finished']} | {row['wall_s']:.0f} | {row.get('runs_per_hour', 0):.1f} | "
+                f"| {n} | {row['finished']} | {row['wall_s']:.0f} | {row.get('memory_samples_per_s', 0):,.0f} | "
+                f"{row.get('runs_per_hour', 0):.1f} | "
                 f"{row.get('projected_full_run_s', 0):.0f} | {row.get('projected_full_runs_per_hour', 0):.1f} | "
                 f"{'—' if peak is None else f'{peak:.1f}'} |"
             )
         lines.append("")
-    if "tiny" in parts:
+    if "tiny" in parts and "skipped" not in parts["tiny"]:
         t = parts["tiny"]
         lines += [
             f"## (d) Tiny-ImageNet i-Blurry-50-10 ({t.get('preset')}; sweep {t.get('sweep')}; this call "
@@ -495,6 +625,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", action="append", default=[], choices=PARTS)
     parser.add_argument("--only", action="append", default=[], choices=PARTS)
     parser.add_argument("--tests-limit", type=float, default=480)
+    parser.add_argument(
+        "--total-limit",
+        type=float,
+        default=None,
+        help="seconds for the whole command (each part: its own or what is left)",
+    )
+    parser.add_argument("--steps-limit", type=float, default=60)
+    parser.add_argument("--steps-samples", type=int, default=64, help="stream samples timed per method")
+    parser.add_argument("--steps-preset", default="tiny-imagenet-iblurry50-10")
+    parser.add_argument("--steps-methods", default=None, help="comma list (default: every task-free method)")
+    parser.add_argument("--mps", action="store_true", help="the slots part under NVIDIA MPS when it can be started")
     parser.add_argument("--part-limit", type=float, default=300)
     parser.add_argument("--cifar-limit", type=float, default=600)
     parser.add_argument("--cifar-epochs", type=int, default=None, help="memory epochs (default: the paper's 256)")
@@ -528,16 +669,25 @@ def main(argv: list[str] | None = None) -> int:
         args.tiny_home = args.scratch / "tiny-home"
     if args.rehearse:
         args.profile_epochs, args.cifar_epochs, args.slots_epochs = 1, 1, 1
+        args.steps_samples = 8
+        if args.steps_preset == "tiny-imagenet-iblurry50-10":
+            args.steps_preset = str(HERE / "presets" / "tiny-imagenet-iblurry50-10-cpu.toml")
         args.imagenet_images, args.slots = 32, [1, 2]
         if args.tiny_preset == "tiny-imagenet-iblurry50-10":
             args.tiny_preset = str(HERE / "presets" / "tiny-imagenet-iblurry50-10-cpu.toml")
             args.tiny_methods = "er"
     suite = Suite(args.out)
+    if args.total_limit is not None:
+        suite.deadline = time.monotonic() + args.total_limit
     suite.results["environment"] = environment()
     print(json.dumps(suite.results["environment"]), flush=True)
     chosen = [p for p in (args.only or PARTS) if p not in args.skip]
     for name in chosen:
-        suite.results["parts"][name] = globals()[f"part_{name}"](suite, args)
+        left = suite.limit(float("inf"))
+        if left < MIN_PART_S:
+            suite.results["parts"][name] = {"skipped": f"{left:.0f} s left of --total-limit"}
+        else:
+            suite.results["parts"][name] = globals()[f"part_{name}"](suite, args)
         suite.save()
     suite.save()
     print((args.out / "gpu_suite.md").read_text())

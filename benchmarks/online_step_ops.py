@@ -13,9 +13,12 @@ needed); the stream is the preset's first task on them, `online_iter` updates pe
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import torch
 from common import sync
@@ -81,7 +84,7 @@ def synthetic(n_classes: int, size: int, per_class: int, test_per_class: int) ->
     return Dataset("synthetic", split(per_class), split(test_per_class), names, (0.5,) * 3, (0.5,) * 3)
 
 
-def measure(preset: str, method: str, samples: int, device: torch.device) -> dict:
+def measure(preset: str, method: str, samples: int, device: torch.device, profiled: bool = True) -> dict:
     _, cfg = load_config(preset, {"method": method, "device": str(device)})
     data = synthetic(200, cfg.image_size or 64, 100, 2).to(device)
     protocol = build_online_protocol(cfg, data)
@@ -108,7 +111,7 @@ def measure(preset: str, method: str, samples: int, device: torch.device) -> dic
     sync(device)
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU]) if profiled else contextlib.nullcontext() as prof:
         feed(warm, warm + samples)
         sync(device)
 
@@ -121,7 +124,8 @@ def measure(preset: str, method: str, samples: int, device: torch.device) -> dic
             parent = parent.cpu_parent
         return True
 
-    ops = Counter(e.name for e in prof.events() if e.name.startswith("aten::") and top_level(e))
+    events = prof.events() if profiled else []
+    ops = Counter(e.name for e in events if e.name.startswith("aten::") and top_level(e))
     launching = Counter({name: n for name, n in ops.items() if name not in NO_KERNEL})
     sync(device)
     started = time.perf_counter()
@@ -133,8 +137,8 @@ def measure(preset: str, method: str, samples: int, device: torch.device) -> dic
         "method": method,
         "updates": updates,
         "ms_per_update": 1000 * seconds / updates,
-        "ops_per_update": sum(ops.values()) / updates,
-        "kernel_ops_per_update": sum(launching.values()) / updates,
+        "ops_per_update": sum(ops.values()) / updates if profiled else None,
+        "kernel_ops_per_update": sum(launching.values()) / updates if profiled else None,
         "top_ops": launching.most_common(5),
         "model": cfg.model,
         "image_size": cfg.image_size,
@@ -149,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=32, help="stream samples profiled, then as many timed")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--time-only", action="store_true", help="no profiler: milliseconds an update only (a GPU check)")
+    ap.add_argument("--jsonl", type=Path, default=None, help="append each method's row to this file as it ends")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.device == "auto":
@@ -156,16 +162,30 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     print(f"{args.preset} on {device}, {args.threads} CPU thread(s)")
     print("method | updates timed | ms/update | operators/update (of which may launch kernels) | most called of those")
+    failed = 0
     for method in args.methods.split(","):
-        r = measure(args.preset, method, args.samples, device)
-        common = ", ".join(f"{name.removeprefix('aten::')} {n}" for name, n in r["top_ops"])
-        print(
-            f"{method} | {r['updates']:g} | {r['ms_per_update']:.1f} | {r['ops_per_update']:.0f} "
-            f"({r['kernel_ops_per_update']:.0f}) | {common}"
-            f"  ({r['model']} at {r['image_size']}, batch {r['batch_size']})",
-            flush=True,
-        )
-    return 0
+        try:
+            r = measure(args.preset, method, args.samples, device, profiled=not args.time_only)
+        except Exception as err:  # noqa: BLE001 - one method's failure is its row; the others still run
+            failed += 1
+            r = {"method": method, "error": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
+            print(f"{method} | failed: {r['error']}", flush=True)
+        else:
+            common = ", ".join(f"{name.removeprefix('aten::')} {n}" for name, n in r["top_ops"])
+            ops = (
+                "not profiled"
+                if r["ops_per_update"] is None
+                else (f"{r['ops_per_update']:.0f} ({r['kernel_ops_per_update']:.0f}) | {common}")
+            )
+            print(
+                f"{method} | {r['updates']:g} | {r['ms_per_update']:.1f} | {ops}"
+                f"  ({r['model']} at {r['image_size']}, batch {r['batch_size']})",
+                flush=True,
+            )
+        if args.jsonl is not None:
+            with args.jsonl.open("a") as out:
+                out.write(json.dumps({**r, "device": str(device)}) + "\n")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -44,7 +44,17 @@ def set_memory_share(share: float, device: torch.device | str | None = None) -> 
         raise ValueError(f"memory share {share}: must be in (0, 1]")
     _memory_share = float(share)
     if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
-        torch.cuda.set_per_process_memory_fraction(_memory_share, torch.device(device))
+        torch.cuda.set_per_process_memory_fraction(_memory_share, cuda_index(device))
+
+
+def cuda_index(device: torch.device | str | int) -> int:
+    """The index of a CUDA device; `cuda` alone is the current one (the GPU its slot's
+    CUDA_VISIBLE_DEVICES left first). torch.cuda's calls whose device is optional read `cuda` so
+    themselves; the others (`set_per_process_memory_fraction`, `set_device`) refuse it."""
+    if isinstance(device, int):
+        return device
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
 
 
 def memory_share() -> float:

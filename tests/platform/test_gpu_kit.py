@@ -119,3 +119,20 @@ def test_the_suite_rehearses_on_cpu_and_resumes_a_cut_tiny_run_exactly(tmp_path:
     for decode in ("nvjpeg", "cpu_decode"):
         assert imagenet[decode]["exit"] == 0
         assert imagenet[decode]["phases"]["decode + resize"]["images"] == 32
+
+
+def test_a_part_the_total_limit_leaves_no_time_is_skipped_and_said(tmp_path: Path) -> None:
+    """--total-limit caps the whole check: parts it leaves under 15 s are skipped with the reason,
+    and the summary says so (a cut call keeps its finished parts and names the rest)."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_suite.py"), str(out), "--rehearse", "--total-limit", "0",
+         "--only", "tests", "--only", "steps", "--only", "slots"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    parts = json.loads((out / "gpu_suite.json").read_text())["parts"]
+    assert list(parts) == ["tests", "steps", "slots"]
+    assert all(p["skipped"].endswith("s left of --total-limit") for p in parts.values())
+    summary = (out / "gpu_suite.md").read_text()
+    assert "## Parts not run" in summary and "- steps: 0 s left of --total-limit" in summary

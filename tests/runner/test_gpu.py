@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
+import statistics
 from pathlib import Path
 
 import pytest
@@ -57,23 +59,44 @@ def test_a_resumed_cuda_run_continues_exactly(model: str) -> None:
     assert _facts(resumed.outcomes) == _facts(full.outcomes[2:])
 
 
+# Float32 A_last of RM on real MNIST (mnist-blurry10-online, 32 memory epochs): seeds 1-3 on a CPU
+# (2026-11-26) and seed 1 on an H100 (2026-11-27, benchmarks/results/h100-2026-11-27/). The two
+# seed-1 runs differ by 3.7 points from summation order alone, so one run's spread is that of the
+# seed and the device together: all four measurements go into it. The old bar ("float32 > 80 and
+# |bf16 - float32| <= 2" on one seed) came from one run and failed one run in three or four.
+F32_MEASURED = {"cpu seed 1": 82.48, "cpu seed 2": 81.13, "cpu seed 3": 79.63, "h100 seed 1": 78.79}
+RUN_SD = statistics.stdev(F32_MEASURED.values())  # 1.63 points
+MEAN_SD = RUN_SD / math.sqrt(3)  # 0.94: the spread of a mean over seeds 1-3
+F32_FLOOR = statistics.mean(F32_MEASURED.values()) - 3 * MEAN_SD  # 80.51 - 2.83 = 77.68
+BF16_BOUND = 3 * math.sqrt(2) * MEAN_SD  # 4.00: |mean bf16 - mean float32|, both over seeds 1-3
+
+
 @needs_mnist
-def test_bf16_autocast_keeps_mnist_accuracy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """RM on real MNIST (32 memory epochs): bf16 autocast within 2 points of float32."""
+def test_bf16_autocast_keeps_mnist_accuracy(isolated_home: Path) -> None:
+    """RM on real MNIST (32 memory epochs), seeds 1-3 in float32 and in bf16: the float32 mean above
+    its measured floor, the bf16 mean within 3 standard deviations of a difference of two 3-seed
+    means of float32 (F32_MEASURED above). The six runs are one sweep packed on the GPU
+    (`--runs-per-gpu 6`), so they take about one run's time."""
     from conftest import SHARED_DATA
 
-    from rmconsole.cl.data import load_run_dataset
-
-    monkeypatch.setenv("RMCONSOLE_DATA", str(SHARED_DATA))
-    last = {}
-    for amp in ("off", "bf16"):
-        _, cfg = load_config("mnist-blurry10-online", {"epochs": 32, "amp": amp, "device": "cuda"})
-        rec = Recorder()
-        run_protocol(cfg, load_run_dataset(cfg), CUDA, rec)
-        assert any(f"amp={amp}" in line for line in rec.logs)
-        last[amp] = rec.outcomes[-1].accuracy
-    print(f"A_last float32 {last['off']:.2f}, bf16 {last['bf16']:.2f}")
-    assert last["off"] > 80 and abs(last["bf16"] - last["off"]) <= 2.0, last
+    out = rmconsole(
+        "run", "--preset", "mnist-blurry10-online", "--set", "amp=off,bf16", "--seeds", "1,2,3",
+        "--set", "epochs=32", "--set", "device=cuda", "--runs-per-gpu", "6",
+        env={"RMCONSOLE_DATA": str(SHARED_DATA)}, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    a_last: dict[str, list[float]] = {"off": [], "bf16": []}
+    for run in json.loads(rmconsole("runs", "--json").stdout):
+        shown = json.loads(rmconsole("show", str(run["id"]), "--json").stdout)
+        amp = shown["config"]["amp"]
+        log = (isolated_home / "logs" / f"run-{run['id']}.log").read_text()
+        assert f"amp={amp}" in log, log[-2000:]
+        a_last[amp].append(shown["tasks"][-1]["accuracy"])
+    assert [len(v) for v in a_last.values()] == [3, 3], a_last
+    f32, bf16 = statistics.mean(a_last["off"]), statistics.mean(a_last["bf16"])
+    print(f"A_last float32 {a_last['off']} mean {f32:.2f}; bf16 {a_last['bf16']} mean {bf16:.2f}")
+    assert f32 > F32_FLOOR, (f32, F32_FLOOR)
+    assert abs(bf16 - f32) <= BF16_BOUND, (bf16, f32, BF16_BOUND)
 
 
 def test_sweep_slots_get_their_gpu(isolated_home: Path) -> None:

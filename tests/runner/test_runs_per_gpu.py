@@ -163,3 +163,44 @@ def test_two_digits_runs_share_a_slot_pair_and_train_as_alone(isolated_home) -> 
             assert [t["accuracy"] for t in shown["tasks"]] == [o.accuracy for o in alone]
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.slow  # about 20 s alone, 70 s on a loaded 2-core machine: six processes import torch
+def test_a_runs_per_gpu_4_sweep_trains_through_the_cuda_standin(isolated_home) -> None:
+    """The crash the H100 found, on this CPU: a `--runs-per-gpu 4` sweep on one (stand-in) GPU.
+    Its workers resolve `device=auto` to CUDA and cap their allocator at a quarter of it through
+    the strict stand-in of torch.cuda (tests/support/cuda_standin.py, installed in every process
+    of the sweep by tests/support/cuda_site/sitecustomize.py), then train on the CPU to the end.
+    Before the fix each worker died at start: torch refuses the index-less `cuda` device that
+    `set_per_process_memory_fraction` was given. (No CUDA graphs: a capture needs a real GPU.)"""
+    import os
+    from pathlib import Path
+
+    site = Path(__file__).resolve().parents[1] / "support" / "cuda_site"
+    env = {
+        "RMCONSOLE_TEST_CUDA_STANDIN": "1",
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    }
+    env_off = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    settings = {"epochs": 1, "n_tasks": 2, "threads": 1, "cuda_graphs": "false"}
+    args = [a for k, v in settings.items() for a in ("--set", f"{k}={v}")]
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "rmconsole", "run", "--seeds", "1,2", *args, "--runs-per-gpu", "4"],
+        capture_output=True,
+        text=True,
+        env={**env_off, "COLUMNS": "200", **env},
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "4 per GPU" in out.stdout
+    runs = json.loads(in_process("runs", "--json").stdout)
+    assert [r["status"] for r in runs] == ["finished", "finished"]
+    for run in runs:
+        log = (isolated_home / "logs" / f"run-{run['id']}.log").read_text()
+        assert "memory share 0.25 of cuda (CUDA allocator capped)" in log, log
+        shown = json.loads(in_process("show", str(run["id"]), "--json").stdout)
+        assert shown["device"] == "cuda" and shown["versions"]["gpu"] == "Stand-in CUDA device 0"
+        assert len(shown["tasks"]) == 2
