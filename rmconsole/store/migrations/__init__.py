@@ -23,7 +23,8 @@ from typing import Any
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
-VERSION_TABLE = "rmconsole_schema_version"  # not `alembic_version`: Optuna's storage owns that one
+from ..tables import VERSION_TABLE  # not `alembic_version`: Optuna's storage owns that one
+
 BASELINE = "0001"  # the schema of main at a168f0c, the last store written without a version
 FOLDER = Path(__file__).resolve().parent
 
