@@ -1,12 +1,11 @@
-"""What exists: method, augmentation, memory-policy and uncertainty names. Plain Python
-(no torch), so the CLI can validate a config and list runs without paying for importing torch.
-Datasets are declared one file each in `cl/datasets/`, backbones in `cl/modelspec.py`."""
+"""What exists: augmentation, memory-policy and uncertainty names. Plain Python (no torch, no
+import of the package), so the CLI can validate a config and list runs without paying for
+importing torch. Methods are declared in the method registry (`rmconsole.methods`: the built-ins'
+`cl/methods` REGISTRY and plug-ins'), datasets one file each in `cl/datasets/`, backbones in
+`cl/modelspec.py`."""
 
 from __future__ import annotations
 
-from .methods import REGISTRY as METHOD_REGISTRY
-
-METHOD_NAMES = tuple(METHOD_REGISTRY)
 MEMORY_POLICIES = ("uncertainty", "random", "reservoir", "prototype", "class_balanced", "greedy_balanced")
 MEASURES = ("randaug", "autoaug", "vr", "none")
 AUGMENTATIONS = ("none", "cutmix", "randaug", "autoaug")

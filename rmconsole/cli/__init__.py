@@ -46,7 +46,7 @@ from .inspect_commands import runs, show
 from .printing import epoch_lines, print_run, print_sweep_queues, sparkline
 from .run_commands import follow
 from .selection import reap_quietly, select_runs
-from .sweeps import follow_sweep, run_sweep
+from .sweeps import follow_launched_sweep, follow_sweep
 
 HELP_ORDER = (
     "run",
@@ -111,12 +111,12 @@ __all__ = [
     "epoch_lines",
     "err_console",
     "follow",
+    "follow_launched_sweep",
     "follow_sweep",
     "main",
     "print_run",
     "print_sweep_queues",
     "reap_quietly",
-    "run_sweep",
     "runs",
     "select_runs",
     "show",

@@ -27,7 +27,7 @@ USER_ERRORS = (
     runner.StartFailed,
     store.LeaseLost,
 )
-MAX_SLOTS = 1024  # --parallel, --gpus and --nnodes beyond this are typing errors, not machines
+MAX_SLOTS = runner.MAX_SLOTS  # --parallel, --gpus and --nnodes beyond this are typing errors (runner/request.py)
 RUN_ID = {"ignore_unknown_options": True}  # `show -1` is a run id to refuse, not an unknown option
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
+import typing
 from typing import Any
 
 import typer
@@ -24,145 +26,67 @@ from .common import (
 )
 from .printing import print_run
 from .selection import _run_id
-from .sweeps import run_sweep
+from .sweeps import follow_launched_sweep
 
 
-@app.command()
-def run(
-    preset: str | None = typer.Option(
-        None, "--preset", "-p", help="Preset name or TOML file (default: the digits demo)."
-    ),
-    set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key: KEY=VALUE (repeatable)."),
-    seed: int | None = typer.Option(None, "--seed", help="Random seed (class order, stream, init)."),
-    device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda | cuda:N"),
-    detach: bool = typer.Option(False, "--detach", "-d", help="Start the run and return at once."),
-    seeds: str | None = typer.Option(None, "--seeds", help="A sweep over seeds: 1,2,3."),
-    parallel: int | None = typer.Option(
-        None, "--parallel", "-j", help="Sweep slots (default: one per visible GPU, 1 on CPU)."
-    ),
-    gpus: int | None = typer.Option(
-        None,
-        "--gpus",
-        help="Train on N GPUs of this node under torchrun (data parallel); "
-        "with --set device=cpu, N CPU processes on gloo.",
-    ),
-    nnodes: int = typer.Option(1, "--nnodes", help="Nodes in a multi-node run (torchrun; see `rmconsole join`)."),
-    node_rank: int | None = typer.Option(None, "--node-rank", help="This node's rank (0 for `run`)."),
-    master_addr: str | None = typer.Option(None, "--master-addr", help="Node 0's address (static rendezvous)."),
-    master_port: int | None = typer.Option(None, "--master-port", help="Node 0's port (torchrun's default 29500)."),
-    rdzv_endpoint: str | None = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of a c10d rendezvous."),
-    rdzv_id: str | None = typer.Option(None, "--rdzv-id", help="Job id shared by the nodes of a c10d rendezvous."),
-    executor: str | None = typer.Option(
-        None,
-        "--executor",
-        help="Where the runs' workers run: local (this "
-        "machine, the default), slurm (a job per run, through submitit), "
-        "submitit-local (the same job on this machine).",
-    ),
-    slurm: list[str] = typer.Option(
-        [],
-        "--slurm",
-        help="Job options for --executor slurm: partition=P,time=MINUTES,"
-        "gpus_per_run=N,cpus_per_run=N,mem_gb=G,account=A,qos=Q,constraint=C.",
-    ),
-    runs_per_gpu: int | None = typer.Option(
-        None,
-        "--runs-per-gpu",
-        help="Runs sharing each GPU, each capped at "
-        "1/N of its memory (local queue: N slots per GPU; slurm: N runs per job).",
-    ),
-    name: str | None = typer.Option(
-        None, "--name", "-n", help="What to call the run (a sweep: the start of each run's name, see --name-template)."
-    ),
-    tags: list[str] = typer.Option([], "--tag", "-t", help="A tag for the run (repeatable): filter with tag:T."),
-    sweep_name: str | None = typer.Option(
-        None,
-        "--sweep-name",
-        help="Name the sweep (its id: `runs --sweep NAME`, `stop --sweep NAME`, `report --sweep NAME`).",
-    ),
-    name_template: str | None = typer.Option(
-        None,
-        "--name-template",
-        help="Each sweep run's name: {name}, "
-        "{method}, {seed}, {sweep}, {n} or any config key (default: the "
-        "name then what varies, e.g. {name}·{method}·s{seed}).",
-    ),
-    yes: bool = typer.Option(
+def _launch_parameters() -> list[inspect.Parameter]:
+    """`run`'s options, derived from runner.LaunchRequest's fields (each declares its flags and
+    help once, runner/request.py), then the CLI's own --yes."""
+    hints = typing.get_type_hints(runner.LaunchRequest)
+    parameters = []
+    for f, spec in runner.LaunchRequest.options():
+        annotation = list[str] if spec.repeatable else hints[f.name]
+        default = [] if spec.repeatable else f.default
+        option = typer.Option(default, *spec.flags, help=spec.help)
+        parameters.append(
+            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+        )
+    yes = typer.Option(
         False,
         "--yes",
         "-y",
         help="Start a --set list's runs without asking (at a terminal "
         "`run` asks first; elsewhere it says how many and starts them).",
-    ),
-) -> None:
+    )
+    parameters.append(inspect.Parameter("yes", inspect.Parameter.KEYWORD_ONLY, default=yes, annotation=bool))
+    return parameters
+
+
+def run(**options: Any) -> None:
     """Train one run, or a sweep: comma-separated --set values and --seeds make a grid of runs.
 
     Keys a first run changes: dataset, method, memory_size (K), n_tasks, blurry, stream, epochs, augment ('+'-joined: cutmix+autoaug), seed, lr, batch_size, device (`rmconsole config-keys --essential` says what each means; `config-keys` lists every key and the methods that read it). `--set epochs=8 --set augment=none`; a comma makes a sweep: `--set method=rm,er --seeds 1,2`."""
-    check_count("--gpus", gpus, 1, MAX_SLOTS)
-    check_count("--parallel", parallel, 1, MAX_SLOTS)
-    check_count("--nnodes", nnodes, 1, MAX_SLOTS)
-    check_count("--node-rank", node_rank, 0, MAX_SLOTS)
-    check_count("--master-port", master_port, 1, 65535)
-    rendezvous = runner.Rendezvous(nnodes, node_rank, master_addr, master_port, rdzv_endpoint, rdzv_id).check()
-    spec = runner.parse_executor(executor, slurm, runs_per_gpu)
-    if seed is not None and seeds is not None:
-        raise ConfigError("give either --seed or --seeds, not both")
-    pairs, seeds = runner.fold_seed(list(set_), seeds)  # `--seeds 3`: one run, not a sweep
-    if runner.is_sweep(pairs, seeds):
-        if (gpus or 1) > 1 or rendezvous.multi_node:
-            raise ConfigError(
-                "--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
-                "(--parallel slots); start multi-GPU runs one at a time"
-            )
-        run_sweep(
-            preset,
-            pairs,
-            seed,
-            seeds,
-            device,
-            detach,
-            parallel,
-            runs_per_gpu,
-            spec,
-            name,
-            list(tags),
-            sweep_name=sweep_name,
-            name_template=name_template,
-            confirm=lambda plan: _confirm(plan, yes),
-        )
+    yes = options.pop("yes")
+    request = runner.LaunchRequest.of(**options)
+    try:
+        launched = runner.launch_request(request, confirm=lambda plan: _confirm(plan, yes))
+    except runner.SweepDeclined as declined:
+        err_console.print(str(declined), highlight=False)
+        raise typer.Exit(1) from None
+    if isinstance(launched, runner.LaunchedSweep):
+        follow_launched_sweep(launched, request.detach)
         return
-    for option, value in (("--sweep-name", sweep_name), ("--name-template", name_template)):
-        if value is not None:
-            raise ConfigError(
-                f"{option} is for a sweep, and this starts one run (a sweep: comma-separated "
-                f"--set values or --seeds 1,2)"
-            )
-    launched = runner.launch_run(
-        preset,
-        pairs,
-        seed=seed,
-        device=device,
-        gpus=gpus,  # shared with the TUI
-        rendezvous=rendezvous,
-        executor=spec,
-        name=name,
-        tags=list(tags),
-    )
+    spec = request.executor_spec()
     run_id, cfg, proc = launched.run_id, launched.config, launched.process
-    if detach:
+    if request.detach:
         if launched.job_id is not None and spec is not None:
             err_console.print(f"run {run_id}: submitted as {spec.name} job {launched.job_id}", highlight=False)
         console.print(run_id)
         return
     where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None and spec is not None else ""
     console.print(
-        f"run [bold]{run_id}[/] ({escape(name or launched.preset)}): {cfg.method} on {cfg.dataset}, "
+        f"run [bold]{run_id}[/] ({escape(request.name or launched.preset)}): {cfg.method} on {cfg.dataset}, "
         f"K={cfg.memory_size}, {cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}"
     )
     status = follow(run_id, proc)
     print_run(run_id, brief=True)  # (the progress was shown live: no epoch lines, the memory's latest update)
     console.print(f"[dim]log {escape(str(runner.log_path(run_id)))}[/]", highlight=False)
     raise typer.Exit(0 if status == "finished" else 1)
+
+
+run.__signature__ = inspect.Signature(_launch_parameters(), return_annotation=None)  # type: ignore[attr-defined]
+run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}  # type: ignore[attr-defined]
+app.command()(run)
 
 
 def at_terminal() -> bool:

@@ -3,7 +3,6 @@ queue runner, or a scheduler's jobs (the queue itself is runner.queue)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -15,47 +14,10 @@ from ..store.filters import where
 from .common import console, err_console
 
 
-def run_sweep(
-    preset: str | None,
-    pairs: list[str],
-    seed: int | None,
-    seeds: str | None,
-    device: str | None,
-    detach: bool,
-    parallel: int | None,
-    runs_per_gpu: int | None = None,
-    spec: Any = None,
-    name: str | None = None,
-    tags: list[str] | None = None,
-    *,
-    sweep_name: str | None = None,
-    name_template: str | None = None,
-    confirm: Callable[[Any], bool] | None = None,
-) -> None:
-    """Validate every grid point, store the grid as queued runs, then drive the queue here (showing
-    progress) or, with --detach, in a queue runner process that outlives this command; with an
-    executor (--executor slurm) submit them and follow the scheduler instead. `confirm(plan)` is
-    asked before anything is stored (no: nothing is started, exit 1)."""
-    try:
-        launched = runner.launch_sweep(
-            preset,
-            pairs,
-            seeds=seeds,
-            seed=seed,
-            device=device,
-            parallel=parallel,
-            detach=detach,
-            runs_per_gpu=runs_per_gpu,
-            executor=spec,
-            name=name,
-            tags=tags,
-            sweep_name=sweep_name,
-            name_template=name_template,
-            confirm=confirm,
-        )
-    except runner.SweepDeclined as declined:
-        err_console.print(str(declined), highlight=False)
-        raise typer.Exit(1) from None
+def follow_launched_sweep(launched: Any, detach: bool) -> None:
+    """A sweep `runner.launch_request` stored: with --detach say where it runs and return; else
+    drive its queue here (showing progress), or follow its scheduler's jobs with an executor."""
+    spec = launched.executor
     sweep_id, ids, plan, slots, gpus = (
         launched.sweep_id,
         launched.run_ids,

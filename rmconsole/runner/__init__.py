@@ -8,7 +8,8 @@
 The modules, each importing only those below it (processes imports none of them):
 
     launch       start, follow, stop, resume, reap and delete runs (the face's run half)
-    queue        a sweep's queue: N worker slots, the driver lock, launch/stop a sweep;
+    queue        launch_request (what both faces call: a LaunchRequest started as one run or a
+                 sweep); a sweep's queue: N worker slots, the driver lock, launch/stop a sweep;
                  `python -m rmconsole.runner.queue SWEEP_ID` drives one
     sweep        a grid of runs: expansion, validation, storing
     multigpu     torchrun command lines and rendezvous; `python -m ...multigpu`, its launcher
@@ -21,6 +22,8 @@ The modules, each importing only those below it (processes imports none of them)
     driver       who drives a sweep (its lock file), asked by launch and queue
     warm         warm starts, the launcher's side: ask this home's server to fork a run
     warm_server  `python -m ...warm_server SOCKET`: torch imported once, forks supervisor + worker
+    request      LaunchRequest: every option of a launch, declared once with its flags, help,
+                 form field and check (the CLI's options and the TUI's form are derived from it)
     processes    process facts (liveness, whose process, exit reasons, dying with the parent)
                  and what every entry point does first (argv, stop signals)
 
@@ -54,6 +57,7 @@ _FACE = {
         "check_note",
     ),
     "queue": (
+        "launch_request",
         "launch_sweep",
         "LaunchedSweep",
         "stop_sweep",
@@ -67,6 +71,7 @@ _FACE = {
     "multigpu": ("Rendezvous", "join_run"),
     "processes": ("pid_alive",),
     "executors": ("parse_executor", "ExecutorSpec", "EXECUTORS"),
+    "request": ("LaunchRequest", "MAX_SLOTS"),
 }
 _MODULE_OF = {name: module for module, names in _FACE.items() for name in names}
 __all__ = sorted(_MODULE_OF)
@@ -111,7 +116,9 @@ if TYPE_CHECKING:  # the same names, for readers and type checkers
         SweepDeclined,
         SweepQueue,
         driver_pid,
+        launch_request,
         launch_sweep,
         stop_sweep,
     )
+    from .request import MAX_SLOTS, LaunchRequest
     from .sweep import expansion_notice, fold_seed, is_sweep, resolve_sweep_id, split_values, status_counts

@@ -39,6 +39,7 @@ from ..cl.datasets import data_root
 from ..store.db import password_by_file
 from .multigpu import worker_command
 from .processes import exit_reason, is_run_process, pid_alive, process_argv, python_m
+from .request import LaunchRequest, check_name, check_tags
 
 STALE_AFTER_S = 30.0
 
@@ -521,7 +522,6 @@ def check_runnable(cfg: Any, scheduled: bool = False) -> None:
         check_gpus(cfg.gpus, cfg.device)
 
 
-MAX_NAME = 200  # characters of a run's name (`--name`, `rename`; a sweep's name template's widths)
 MAX_NOTE = 2000  # characters of a run's note (`rmconsole note`): a few sentences, shown on one line
 
 
@@ -538,27 +538,10 @@ def check_note(text: str) -> str | None:
 
 def check_identity(name: str | None, tags: list[str] | None) -> list[str]:
     """A run name and tags as typed: one line, printable; tags one word each (`+`/`-` are how
-    `rmconsole tag` adds and removes them). Returns the tags, each once."""
-    from ..config import ConfigError, shorten
-
-    if name is not None and (not name.strip() or not name.isprintable() or len(name) > MAX_NAME):
-        raise ConfigError(f"--name {shorten(name)!r}: give one line of printable text (at most {MAX_NAME} characters)")
-    out = []
-    for tag in tags or []:
-        if (
-            not tag
-            or not tag.isprintable()
-            or any(c.isspace() for c in tag)
-            or tag[0] in "+-"
-            or "," in tag
-            or len(tag) > 64
-        ):
-            raise ConfigError(
-                f"--tag {tag!r}: a tag is one word of printable characters without commas, "
-                f"not starting with + or - (at most 64)"
-            )
-        out.append(tag)
-    return list(dict.fromkeys(out))
+    `rmconsole tag` adds and removes them). Returns the tags, each once (request.py's checks)."""
+    check_name(name)
+    check_tags(tags)
+    return list(dict.fromkeys(tags or []))
 
 
 def launch_run(
@@ -573,17 +556,24 @@ def launch_run(
     executor: Any = None,
     name: str | None = None,
     tags: list[str] | None = None,
+    request: LaunchRequest | None = None,
 ) -> Launched:
     """Preset + overrides → validated config → stored run → started worker (or, with an
     `executor` spec, a submitted job): the one path the CLI's `run` and the TUI's launch screen
-    share. A bad config, a missing dataset or an unavailable device is refused (ConfigError /
-    DatasetMissing) before anything is stored."""
+    share (through `queue.launch_request`, which hands over the `request` too: what it declares
+    `shared` is stored with the run). A bad config, a missing dataset or an unavailable device is
+    refused (ConfigError / DatasetMissing) before anything is stored."""
     from ..config import ConfigError, load_config, overrides_of
 
     tags = check_identity(name, tags)
     preset_name, cfg = load_config(preset, overrides, seed=seed, device=device, gpus=gpus)
     config = cfg.to_dict()
-    identity: dict[str, Any] = {"name": name, "tags": tags, "overrides": overrides_of(preset, config)}
+    identity: dict[str, Any] = {
+        **(request.shared() if request is not None else {}),
+        "name": name,
+        "tags": tags,
+        "overrides": overrides_of(preset, config),
+    }
     if executor is not None:
         from .executors import check_scheduler, submit_runs
 

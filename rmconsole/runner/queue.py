@@ -41,7 +41,8 @@ from . import launch
 from .driver import driver_pid, lock_path
 from .executors import SCHEDULER_POLL_S, check_runs_per_gpu
 from .processes import GPU_SHARE_ENV, StopSignal, pid_alive, python_m
-from .sweep import SweepPlan, check_sweep_name, plan_sweep, run_names, status_counts, store_sweep
+from .request import LaunchRequest
+from .sweep import SweepPlan, check_sweep_name, fold_seed, is_sweep, plan_sweep, run_names, status_counts, store_sweep
 
 Starter = Callable[[int, dict | None], Any]
 
@@ -378,6 +379,7 @@ def launch_sweep(
     sweep_name: str | None = None,
     name_template: str | None = None,
     confirm: Callable[[SweepPlan], bool] | None = None,
+    request: LaunchRequest | None = None,
 ) -> LaunchedSweep:
     """Validate every grid point and refuse what cannot run here (a missing dataset or GPU,
     gpus > 1) before anything is stored; store the grid as queued runs; with `detach` start a
@@ -386,7 +388,8 @@ def launch_sweep(
     follows an `executors.ScheduledSweep`, or nobody with `detach`). `sweep_name` is the sweep's
     id (checked: `check_sweep_name`); each run is named by `name_template` (`run_names`).
     `confirm(plan)`, asked once the grid is valid and before anything is stored, may refuse the
-    sweep (SweepDeclined)."""
+    sweep (SweepDeclined). What the `request` declares `shared` is stored with every run."""
+    shared = request.shared() if request is not None else {}
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: must be at least 1")
     per_gpu = check_runs_per_gpu(runs_per_gpu)
@@ -410,14 +413,64 @@ def launch_sweep(
                 f"the scheduler runs the jobs (pack runs with --runs-per-gpu)"
             )
         check_scheduler(executor)
-        sweep_id, ids = store_sweep(plan, sweep_name, name=name, tags=tags, name_template=name_template)
+        sweep_id, ids = store_sweep(
+            plan, sweep_name, name=name, name_template=name_template, **{**shared, "tags": tags}
+        )
         job_ids = submit_runs(executor, ids)
         return LaunchedSweep(sweep_id, ids, plan, len(set(job_ids)), [], None, executor.runs_per_gpu, executor, job_ids)
     gpus = visible_gpus()
     slots = parallel or default_parallel(gpus, per_gpu)
-    sweep_id, ids = store_sweep(plan, sweep_name, name=name, tags=tags, name_template=name_template)
+    sweep_id, ids = store_sweep(plan, sweep_name, name=name, name_template=name_template, **{**shared, "tags": tags})
     runner = start_queue_runner(sweep_id, slots, gpus, per_gpu) if detach else None
     return LaunchedSweep(sweep_id, ids, plan, slots, gpus, runner, per_gpu)
+
+
+def launch_request(
+    request: LaunchRequest, confirm: Callable[[SweepPlan], bool] | None = None
+) -> launch.Launched | LaunchedSweep:
+    """Launch what a request asks (the one call of `rmconsole run` and the TUI's launch form): its
+    options checked, then one run (`launch.launch_run`) or, when --set values or --seeds make a
+    grid, a sweep (`launch_sweep`; `confirm` as there). Nothing is stored when it is refused."""
+    request.check()
+    rendezvous = request.rendezvous()
+    executor = request.executor_spec()
+    pairs, seeds = fold_seed(list(request.overrides), request.seeds)  # `--seeds 3`: one run, not a sweep
+    if is_sweep(pairs, seeds):
+        if (request.gpus or 1) > 1 or rendezvous.multi_node:
+            raise ConfigError(
+                "--gpus/--nnodes apply to a single run: a sweep runs one GPU per run "
+                "(--parallel slots); start multi-GPU runs one at a time"
+            )
+        return launch_sweep(
+            request.preset,
+            pairs,
+            seeds=seeds,
+            seed=request.seed,
+            device=request.device,
+            parallel=request.parallel,
+            detach=request.detach,
+            runs_per_gpu=request.runs_per_gpu,
+            executor=executor,
+            name=request.name,
+            tags=list(request.tags),
+            sweep_name=request.sweep_name,
+            name_template=request.name_template,
+            confirm=confirm,
+            request=request,
+        )
+    request.check_one_run()
+    return launch.launch_run(
+        request.preset,
+        pairs,
+        seed=request.seed,
+        device=request.device,
+        gpus=request.gpus,
+        rendezvous=rendezvous,
+        executor=executor,
+        name=request.name,
+        tags=list(request.tags),
+        request=request,
+    )
 
 
 def stop_sweep(sweep_id: str, grace_s: float = 10.0) -> dict[str, int]:

@@ -41,7 +41,7 @@ from ..config import (
 )
 from ..methods import UnknownMethod, method_spec, readers_of
 from ..plugins import PluginError
-from .launch import MAX_NAME
+from .request import MAX_NAME, check_sweep_name_form
 
 
 def split_values(raw: str) -> list[str]:
@@ -221,18 +221,10 @@ def _check_template(template: str) -> None:
             )
 
 
-SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
 def check_sweep_name(name: str) -> str:
-    """A sweep's name (`--sweep-name study`) becomes its id: letters, digits, '.', '_' and '-',
-    not 'last', not a sweep id already in the store (then `--sweep study` is unambiguous)."""
-    if not SWEEP_NAME.fullmatch(name):
-        raise ConfigError(
-            f"--sweep-name {name!r}: allowed: 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
-        )
-    if name == "last":
-        raise ConfigError("--sweep-name 'last': that word means the newest sweep; choose another name")
+    """A sweep's name (`--sweep-name study`) becomes its id: its form (request.py), and not a sweep
+    id already in the store (then `--sweep study` is unambiguous)."""
+    check_sweep_name_form(name)
     if name in sweep_ids():
         raise ConfigError(
             f"--sweep-name {name!r}: a sweep of that name is already in the store; choose another "
@@ -348,9 +340,11 @@ def store_sweep(
     name: str | None = None,
     tags: list[str] | None = None,
     name_template: str | None = None,
+    **shared: Any,
 ) -> tuple[str, list[int]]:
     """Store every grid point as a queued run sharing one sweep id, all in one transaction
-    (each with its overrides of the preset, its name from `run_names`, `tags` on every one)."""
+    (each with its overrides of the preset, its name from `run_names`, `tags` and the launch's
+    other `shared` options on every one)."""
     from ..config import overrides_of
 
     named = sweep_id is not None  # the caller's sweep id is a user's name (`--sweep-name`)
@@ -359,7 +353,12 @@ def store_sweep(
     preset = plan.source or plan.preset
     names = run_names(plan, name, name_template, sweep_id, named)
     return sweep_id, store.create_runs(
-        configs, plan.preset, sweep_id, names=names, tags=tags, overrides=[overrides_of(preset, c) for c in configs]
+        configs,
+        plan.preset,
+        sweep_id,
+        names=names,
+        overrides=[overrides_of(preset, c) for c in configs],
+        **{**shared, "tags": tags},
     )
 
 

@@ -10,8 +10,9 @@ every connection speaks UTC, and the schema is created under an advisory lock. P
 URLs are masked in every message (`shown_url`, and scrubbed from the driver's own words).
 
 Reads never need the write lock: in WAL mode readers are never blocked by a writer, and the
-schema is checked with a read first (created or extended under the write lock only when
-something is missing). A store operation blocked for more than WAIT_NOTICE_S says what it waits
+schema's revision is checked with a read first (brought to the head by Alembic revisions,
+store/migrations, under the write lock only when it is behind; a store newer than this code is
+refused, nothing written). A store operation blocked for more than WAIT_NOTICE_S says what it waits
 on (`on_wait`: one line, naming the process that holds SQLite's write lock when Linux can tell).
 
 Every error of the database is one line (`StoreError` and its kinds: locked, full, damaged,
@@ -58,10 +59,10 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.orm import ORMExecuteState
 from sqlalchemy.pool import NullPool
-from sqlmodel import Session, SQLModel, col, create_engine
+from sqlmodel import Session, col, create_engine
 
 from .. import private
-from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+from . import migrations, tables  # noqa: F401  (tables registers the tables on SQLModel.metadata)
 from .tables import StoreIdentity
 
 T = TypeVar("T")
@@ -838,30 +839,40 @@ def dispose_engines() -> None:
     _ENGINE_URLS.clear()
 
 
-def _schema_complete(engine: Engine) -> bool:
-    """Whether every table and column is there and the store has its identity: a read only."""
+def _schema_complete(engine: Engine, url: URL) -> bool:
+    """Whether the store is at the head revision and has its identity: a read only. A store at a
+    revision this code does not know (a newer rmconsole wrote it) is refused here, before anything
+    is written."""
     with engine.connect() as conn:
-        inspector = inspect(conn)
-        present = set(inspector.get_table_names())
-        for table in SQLModel.metadata.sorted_tables:
-            if table.name not in present:
-                return False
-            columns = {c["name"]: c for c in inspector.get_columns(table.name)}
-            if any(column.name not in columns for column in table.columns):
-                return False
-            if any(
-                not columns[column.name]["nullable"] for column in table.columns if (table.name, column.name) in RELAXED
-            ):
-                return False
+        revision = migrations.current(conn)
+        _refuse_newer(revision, url)
+        if revision != migrations.head():
+            return False
         return conn.execute(select(col(StoreIdentity.store_id))).first() is not None
 
 
+class StoreTooNew(StoreError):
+    """The store was written by a newer rmconsole: its schema revision is not one this code knows."""
+
+
+def _refuse_newer(revision: str | None, url: URL) -> None:
+    if revision is None or migrations.known(revision):
+        return
+    raise StoreTooNew(
+        f"the store at {_where(url)} is at schema revision {revision}, which this rmconsole does not know "
+        f"(its newest is {migrations.head()}): a newer rmconsole wrote it; upgrade rmconsole to use it "
+        f"(pip install -U rmconsole), or point {'RMCONSOLE_DB' if os.environ.get('RMCONSOLE_DB') else 'RMCONSOLE_HOME'} "
+        f"at another store; it was left as it is"
+    )
+
+
 def _create_schema(engine: Engine, url: URL) -> None:
-    """Check the schema with a read; only when something is missing, create it in one write
-    transaction (BEGIN IMMEDIATE on SQLite), so processes starting together queue on the lock
-    instead of racing to create the same table; retried on lock errors."""
+    """Check the schema's revision with a read; only when it is behind, bring it to the head
+    (store/migrations: Alembic revisions) in one write transaction (BEGIN IMMEDIATE on SQLite),
+    so processes starting together queue on the lock instead of racing to create the same
+    table; retried on lock errors. A store newer than this code is refused, nothing written."""
     try:
-        if _schema_complete(engine):
+        if _schema_complete(engine, url):
             return
     except StoreError:
         raise
@@ -875,9 +886,8 @@ def _create_schema(engine: Engine, url: URL) -> None:
                 if engine.dialect.name == "postgresql":  # DDL is transactional: a waiter sees the tables
                     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
                 _refuse_foreign(conn, url)
-                SQLModel.metadata.create_all(conn)
-                _add_missing_columns(conn)
-                _relax_not_null(conn)
+                _refuse_newer(migrations.current(conn), url)  # (another process may have moved it on)
+                migrations.upgrade(conn)  # Alembic revisions, in this transaction
                 _add_identity(conn)
             return
         except OperationalError as err:
@@ -912,58 +922,6 @@ def _add_identity(conn: Connection) -> None:
     table = StoreIdentity.__table__  # type: ignore[attr-defined]  # set on table=True classes; sqlmodel does not declare it
     if conn.execute(select(table.c.store_id)).first() is None:
         conn.execute(table.insert().values(id=1, store_id=uuid.uuid4().hex))
-
-
-def _add_missing_columns(conn: Connection) -> None:
-    """A store written by an older rmconsole gets the columns added since (new columns are
-    nullable or have a server default, so old rows read as "not recorded"). Additive only:
-    nothing is renamed or dropped, so an older rmconsole can still read the store."""
-    from sqlalchemy import text
-    from sqlalchemy.schema import CreateColumn
-
-    inspector = inspect(conn)
-    for table in SQLModel.metadata.sorted_tables:
-        present = {c["name"] for c in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name not in present:
-                ddl = CreateColumn(column).compile(dialect=conn.dialect)
-                conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
-
-
-# columns once NOT NULL that may now be empty: a run with evaluate_test=false stores no test
-# accuracy (issue 30: a tuning trial never reads the test split)
-RELAXED = frozenset({("taskresult", "accuracy"), ("anytimeeval", "accuracy")})
-
-
-def _relax_not_null(conn: Connection) -> None:
-    """A store written before `RELAXED` lets those columns be NULL. PostgreSQL drops the
-    constraint in place; SQLite cannot, so the table is rebuilt as SQLite's documentation
-    prescribes (the old one renamed, the new one created with its indexes, the rows copied,
-    the old one dropped), inside the schema transaction. Nothing references these tables."""
-    from sqlalchemy import text
-
-    inspector = inspect(conn)
-    for table in SQLModel.metadata.sorted_tables:
-        strict = [
-            c["name"]
-            for c in inspector.get_columns(table.name)
-            if (table.name, c["name"]) in RELAXED and not c["nullable"]
-        ]
-        if not strict:
-            continue
-        if conn.dialect.name != "sqlite":
-            for name in strict:
-                conn.execute(text(f"ALTER TABLE {table.name} ALTER COLUMN {name} DROP NOT NULL"))
-            continue
-        columns = ", ".join(c["name"] for c in inspector.get_columns(table.name))
-        for index in inspector.get_indexes(table.name):
-            if index.get("name"):
-                conn.execute(text(f"DROP INDEX {index['name']}"))
-        old = f"_{table.name}_before_relax"
-        conn.execute(text(f"ALTER TABLE {table.name} RENAME TO {old}"))
-        table.create(conn)
-        conn.execute(text(f"INSERT INTO {table.name} ({columns}) SELECT {columns} FROM {old}"))
-        conn.execute(text(f"DROP TABLE {old}"))
 
 
 @contextmanager

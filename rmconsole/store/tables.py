@@ -114,7 +114,7 @@ class TaskResult(SQLModel, table=True):
     run_id: int = Field(foreign_key="run.id", index=True)
     task: int
     # the TEST figures; None / JSON null: the run did not evaluate on the test set
-    # (evaluate_test=false; the column was NOT NULL before, relaxed by db._relax_not_null)
+    # (evaluate_test=false; the column was NOT NULL before, relaxed by schema revision 0001)
     accuracy: float | None = None
     accuracy_row: list[float | None] | None = Field(sa_column=Column(JSON, nullable=False))
     class_accuracy: list[float | None] | None = Field(sa_column=Column(JSON, nullable=False))
@@ -179,14 +179,18 @@ class AnytimeEval(SQLModel, table=True):
     run_id: int = Field(foreign_key="run.id", index=True)
     task: int
     samples: int  # streamed samples so far
-    accuracy: float | None = None  # None: evaluate_test=false (nullable since; db._relax_not_null)
+    accuracy: float | None = None  # None: evaluate_test=false (nullable since; revision 0001)
     n_classes: int  # classes exposed so far
     class_accuracy: list[float | None] | None = Field(default=None, sa_column=Column(JSON))
     seconds: float = 0.0
     val_accuracy: float | None = None  # on the held-out samples of the same classes (val_fraction > 0)
 
 
+VERSION_TABLE = "rmconsole_schema_version"  # the schema's revision (store/migrations); not Optuna's `alembic_version`
+
+
 def table_names() -> frozenset[str]:
-    """The tables this store owns (created and checked by db.py): another library keeping its
-    own tables in the same database (Optuna's studies, runner/tune.py) must use other names."""
-    return frozenset(SQLModel.metadata.tables)
+    """The tables this store owns (created and checked by db.py, its schema revision included):
+    another library keeping its own tables in the same database (Optuna's studies,
+    runner/tune.py) must use other names."""
+    return frozenset(SQLModel.metadata.tables) | {VERSION_TABLE}

@@ -4,12 +4,13 @@ it started); each page is a Screen in screens/, each panel a widget in widgets/.
 Pages that show the store are `PollingScreen`s: their reads run in thread workers started by
 a timer and come back as typed messages; the UI thread never waits on SQLite. Pages see the App
 through `console.Console`, so nothing below imports this module. Launching, stopping, resuming
-and reaping go through the runner (`runner.launch_run`, `stop_run`, `resume_run`, `reap_dead`,
+and reaping go through the runner (`runner.launch_request`, `stop_run`, `resume_run`, `reap_dead`,
 `record_exit`), the same calls as the CLI.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
@@ -21,6 +22,7 @@ from textual.reactive import var
 from textual.screen import Screen
 
 from .. import runner, store
+from ..runner.request import LaunchRequest
 from .commands import RunCommands
 from .data import RunRow
 from .messages import LaunchFailed, RunLaunched, RunStopped, SweepLaunched
@@ -227,46 +229,19 @@ class RMConsoleApp(App[None]):
     # ------------------------------------------------------------------ launch / stop (thread workers)
 
     @work(thread=True, group="launch", exit_on_error=False)
-    def launch_run(
-        self, preset: str, overrides: list[str], name: str | None = None, tags: list[str] | None = None
-    ) -> None:
-        """Store and start a run exactly as `rmconsole run --detach` does."""
+    def launch(self, request: LaunchRequest) -> None:
+        """Store and start what the launch form asks (one run, or a sweep's queue runner) exactly as
+        `rmconsole run --detach` with the same options does: the same `runner.launch_request`."""
         try:
-            launched = runner.launch_run(preset, overrides, name=name, tags=tags)
+            launched = runner.launch_request(dataclasses.replace(request, detach=True))
         except Exception as err:  # noqa: BLE001 - every refusal is one line for the launch screen
             self.post_message(LaunchFailed(str(err).splitlines()[0] if str(err) else type(err).__name__))
+            return
+        if isinstance(launched, runner.LaunchedSweep):
+            self.post_message(SweepLaunched(launched.sweep_id, len(launched.run_ids), launched.plan.shape()))
             return
         self.workers_started.add(launched.run_id, launched.process)
         self.post_message(RunLaunched(launched.run_id, launched.preset))
-
-    @work(thread=True, group="launch", exit_on_error=False)
-    def launch_sweep(
-        self,
-        preset: str,
-        overrides: list[str],
-        seeds: str | None,
-        name: str | None,
-        tags: list[str],
-        sweep_name: str | None = None,
-        name_template: str | None = None,
-    ) -> None:
-        """Store a grid of runs and start its queue runner exactly as `rmconsole run --seeds ... --detach
-        [--sweep-name S] [--name-template T]`."""
-        try:
-            launched = runner.launch_sweep(
-                preset,
-                overrides,
-                seeds=seeds,
-                detach=True,
-                name=name,
-                tags=tags,
-                sweep_name=sweep_name,
-                name_template=name_template,
-            )
-        except Exception as err:  # noqa: BLE001 - every refusal is one line for the launch screen
-            self.post_message(LaunchFailed(str(err).splitlines()[0] if str(err) else type(err).__name__))
-            return
-        self.post_message(SweepLaunched(launched.sweep_id, len(launched.run_ids), launched.plan.shape()))
 
     def on_sweep_launched(self, message: SweepLaunched) -> None:
         from .screens.launch import LaunchScreen

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
+from ..runner.request import LaunchRequest
 from .data import RunRow
 
 
@@ -38,19 +39,6 @@ class Console(Protocol):
 
     def resume_run(self, run_id: int) -> Any: ...
 
-    def launch_sweep(
-        self,
-        preset: str,
-        overrides: list[str],
-        seeds: str | None,
-        name: str | None,
-        tags: list[str],
-        sweep_name: str | None = None,
-        name_template: str | None = None,
-    ) -> Any: ...
+    def launch(self, request: LaunchRequest) -> Any: ...  # a run or a sweep, as `rmconsole run --detach`
 
     def toggle_selected(self, run_id: int) -> None: ...
-
-    def launch_run(
-        self, preset: str, overrides: list[str], name: str | None = None, tags: list[str] | None = None
-    ) -> Any: ...

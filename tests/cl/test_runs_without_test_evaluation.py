@@ -185,6 +185,7 @@ def _make_strict(engine: Any) -> None:
     from sqlalchemy import text
 
     with engine.begin() as conn:
+        conn.execute(text("DROP TABLE rmconsole_schema_version"))  # (and before schema versions)
         if engine.dialect.name == "postgresql":
             for table in ("taskresult", "anytimeeval"):
                 conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN accuracy SET NOT NULL"))

@@ -122,7 +122,7 @@ def test_one_seed_is_one_run_and_does_not_take_over_sweep_last(monkeypatch, no_q
         seen.update(pairs=pairs, **kwargs)
         return SimpleNamespace(run_id=99, config=None, process=None, job_id=None, preset="p")
 
-    monkeypatch.setattr(runner, "launch_run", launch_run)
+    monkeypatch.setattr(runner.launch, "launch_run", launch_run)  # (what runner.launch_request calls)
     out = invoke("run", "--seeds", "3", "--set", "epochs=1", "--detach")
     assert out.exit_code == 0 and out.output.strip() == "99"
     assert seen["pairs"] == ["epochs=1", "seed=3"] and seen["seed"] is None

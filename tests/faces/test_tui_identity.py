@@ -8,6 +8,7 @@ from support import identity_store
 from test_tui import cell, table_ids, until
 
 from rmconsole import store
+from rmconsole.runner.request import LaunchRequest
 from rmconsole.tui import RMConsoleApp
 from rmconsole.tui.screens.compare import CompareScreen
 from rmconsole.tui.screens.confirm import ConfirmScreen
@@ -97,7 +98,7 @@ async def test_clone_a_run_into_the_launch_screen() -> None:
         assert str(preview.get_cell("augment", "from")) == "override"
         # a comma list and seeds make the same form launch a sweep
         launched: list[tuple] = []
-        app.launch_sweep = lambda *args: launched.append(args)  # type: ignore[method-assign]
+        app.launch = lambda request: launched.append(request)  # type: ignore[method-assign]
         screen.query_one("#overrides").value = "augment=none epochs=64 method=rm,er"
         screen.query_one("#seeds").value = "1,2,3"
         await pilot.pause()
@@ -106,7 +107,7 @@ async def test_clone_a_run_into_the_launch_screen() -> None:
         # the sweep name and run-name template of `rmconsole run --sweep-name --name-template`
         screen.query_one("#sweep-name").value = "last"
         await pilot.pause()
-        assert not screen.valid and "sweep name 'last'" in str(screen.query_one("#launch-error").render())
+        assert not screen.valid and "--sweep-name 'last'" in str(screen.query_one("#launch-error").render())
         screen.query_one("#sweep-name").value = "aug-study"
         screen.query_one("#name-template").value = "{name}-{bogus}"
         await pilot.pause()
@@ -115,15 +116,15 @@ async def test_clone_a_run_into_the_launch_screen() -> None:
         await pilot.pause()
         assert screen.valid and "named rm-1, er-1, …" in screen.what
         await pilot.press("ctrl+s")
-        assert launched == [
-            (
-                "digits-blurry10-online",
-                ["augment=none", "epochs=64", "method=rm,er"],
-                "1,2,3",
-                "no augmentation",
-                ["ablation"],
-                "aug-study",
-                "{method}-{seed}",
+        assert launched == [  # one request, as `rmconsole run` makes from the same options
+            LaunchRequest(
+                preset="digits-blurry10-online",
+                overrides=("augment=none", "epochs=64", "method=rm,er"),
+                seeds="1,2,3",
+                name="no augmentation",
+                tags=("ablation",),
+                sweep_name="aug-study",
+                name_template="{method}-{seed}",
             )
         ]
 

@@ -72,8 +72,9 @@ def test_concurrent_writers_lose_nothing() -> None:
 
 
 def test_a_store_from_an_older_rmconsole_gets_the_new_columns() -> None:
-    """Columns added to a table since a store was written are added when it is opened (additive
-    migration); its rows stay and read the new column as not recorded."""
+    """Columns added to a table since a store was written are added when it is opened (the
+    baseline revision completes an unversioned store of an older shape, store/migrations); its
+    rows stay and read the new column as not recorded."""
     import sqlalchemy
 
     from rmconsole.store import db
@@ -84,6 +85,7 @@ def test_a_store_from_an_older_rmconsole_gets_the_new_columns() -> None:
         conn.exec_driver_sql("ALTER TABLE run DROP COLUMN eta_s")
         conn.exec_driver_sql("ALTER TABLE run DROP COLUMN token")  # (and before store identities and run tokens)
         conn.exec_driver_sql("DROP TABLE store_identity")
+        conn.exec_driver_sql("DROP TABLE rmconsole_schema_version")  # (and before schema versions)
     db.dispose_engines()  # a new process opens the old store
     run = store.get_run(1)
     assert run.method == "rm" and run.samples_per_s is None and run.eta_s is None and run.token is None

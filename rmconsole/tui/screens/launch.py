@@ -1,11 +1,12 @@
 """Launch a run or a sweep: pick a preset, edit overrides (as `rmconsole run --set`; a comma list
 makes a grid), seeds (`--seeds`), a name and tags; check the resulting config; start it through
-the same `runner.launch_run` / `runner.launch_sweep` as the CLI. `LaunchScreen.cloning(run)`
-opens it filled with a stored run's preset, overrides, name and tags."""
+the same `runner.launch_request` as the CLI. The form's inputs are derived from the launch
+options that declare a form field (runner/request.py: `LaunchRequest`), and read back into one.
+`LaunchScreen.cloning(run)` opens it filled with a stored run's preset, overrides, name and tags."""
 
 from __future__ import annotations
 
-import shlex
+from itertools import groupby
 from typing import Any
 
 from rich.text import Text
@@ -26,17 +27,10 @@ from ...config import (
     preset_names,
     read_preset,
 )
+from ...runner.request import LaunchRequest, check_sweep_name_form, split_overrides
 from ...store.records import RunRecord, format_value
 from ..console import Console
 from ..widgets.footer import Footer
-
-
-def split_overrides(text: str) -> list[str]:
-    """`epochs=2 seed=3 augment="cutmix+autoaug"` → ['epochs=2', 'seed=3', 'augment="cutmix+autoaug"'] (shell quoting)."""
-    try:
-        return shlex.split(text, posix=False)
-    except ValueError as err:
-        raise ConfigError(f"overrides {text!r}: {err}") from None
 
 
 def preview(
@@ -47,7 +41,7 @@ def preview(
     sweep name's form and the run-name template are checked as `rmconsole run --sweep-name
     --name-template` check them (ConfigError, one line) and the first runs' names are shown; that
     no sweep of that name is stored yet is checked at launch (it reads the store)."""
-    from ...runner.sweep import SWEEP_NAME, fold_seed, is_sweep, plan_sweep, run_names
+    from ...runner.sweep import fold_seed, is_sweep, plan_sweep, run_names
 
     pairs, seed_list = fold_seed(split_overrides(overrides_text), seeds.strip() or None)  # one seed: one run
     overridden = {p.partition("=")[0].strip() for p in pairs}
@@ -68,16 +62,13 @@ def preview(
             for k in config
         }
         what = f"a sweep of {len(plan.configs)} runs ({plan.shape()})"
-        if sweep_name and (not SWEEP_NAME.fullmatch(sweep_name) or sweep_name == "last"):
-            raise ConfigError(
-                f"sweep name {sweep_name!r}: allowed: 1-64 letters, digits, '.', '_' or '-', starting "
-                f"with a letter or digit, not 'last'"
-            )
+        check_sweep_name_form(sweep_name or None)  # the runner's rule (its form; the store's names at launch)
         names = run_names(plan, name or None, name_template or None, sweep_name, bool(sweep_name))
         if any(names):
             more = ", …" if len(names) > 2 else ""
             what += f" named {', '.join(str(n) for n in names[:2])}{more}"
         return config, sources, what + "; the table shows its first run"
+    LaunchRequest(sweep_name=sweep_name or None, name_template=name_template or None).check_one_run()
     _, cfg = load_config(preset, pairs)
     from_preset = for_method(table, {"method": cfg.method})
     config = cfg.to_dict()  # the keys every run has, then the method's own
@@ -128,7 +119,7 @@ class LaunchScreen(Screen):
     ) -> None:
         super().__init__()
         self.preset = preset if preset in preset_names() else preset_names()[0]
-        self.initial = {"overrides": overrides, "name": name, "tags": tags, "seeds": seeds}
+        self.initial = {"overrides": overrides, "name": name, "tags": tags, "seeds": seeds}  # by option
         self.cloned_from = cloned_from
         self.valid = False
         self._starting = False
@@ -146,28 +137,7 @@ class LaunchScreen(Screen):
             yield Label("Preset")
             yield Select([(name, name) for name in preset_names()], value=self.preset, allow_blank=False, id="preset")
             yield Static(id="description")
-            yield Label("Overrides")
-            yield Input(
-                self.initial["overrides"], placeholder="epochs=2 memory_size=500 augment=cutmix+autoaug", id="overrides"
-            )
-            yield Static(
-                Text(
-                    "KEY=VALUE pairs separated by spaces, as `rmconsole run --set KEY=VALUE`; a comma "
-                    "list (method=rm,er) makes a sweep.",
-                    style="grey62",
-                ),
-                id="overrides-help",
-            )
-            yield Label("Seeds (a sweep over them: 1,2,3)")
-            yield Input(self.initial["seeds"], placeholder="1,2,3", id="seeds")
-            yield Label("Name and tags")
-            with Horizontal(id="identity"):
-                yield Input(self.initial["name"], placeholder="name (optional)", id="name")
-                yield Input(self.initial["tags"], placeholder="tags: base k500", id="tags")
-            yield Label("Sweep name and run-name template (a sweep only)")
-            with Horizontal(id="sweep-identity"):
-                yield Input(placeholder="sweep name (its id)", id="sweep-name")
-                yield Input(placeholder="e.g. {method}-s{seed}", id="name-template")
+            yield from self._fields()
             yield Static(id="launch-error")
             with Horizontal(id="launch-buttons"):
                 yield Button("Start run (ctrl+s)", variant="success", id="start")
@@ -178,6 +148,31 @@ class LaunchScreen(Screen):
         preview_table.border_title = "config that will be stored"
         yield preview_table
         yield Footer()
+
+    def _fields(self) -> ComposeResult:
+        """The inputs of the launch options that declare a form field, in their order: options
+        with the same label share a row (side by side in its container)."""
+        fields = [(f.name, spec.form) for f, spec in LaunchRequest.options() if spec.form is not None]
+        for label, grouped in groupby(fields, key=lambda item: item[1].label):
+            row = list(grouped)
+            yield Label(label)
+            inputs = [Input(self.initial.get(name, ""), placeholder=form.placeholder, id=form.id) for name, form in row]
+            if len(inputs) == 1:
+                yield inputs[0]
+            else:
+                with Horizontal(id=row[0][1].row_id):
+                    yield from inputs
+            for _, form in row:
+                if form.help:
+                    yield Static(Text(form.help, style="grey62"), id=f"{form.id}-help")
+
+    def _texts(self) -> dict[str, str]:
+        """What each form field holds, by option name."""
+        return {
+            f.name: self.query_one(f"#{spec.form.id}", Input).value
+            for f, spec in LaunchRequest.options()
+            if spec.form is not None
+        }
 
     def on_mount(self) -> None:
         self.sub_title = f"launch: a clone of run {self.cloned_from}" if self.cloned_from else "launch a run"
@@ -193,7 +188,7 @@ class LaunchScreen(Screen):
         self.preset = str(event.value)
         self.update_preview()
 
-    @on(Input.Changed, "#overrides, #seeds, #name, #sweep-name, #name-template")
+    @on(Input.Changed)
     def _overrides_changed(self) -> None:
         self.update_preview()
 
@@ -205,12 +200,15 @@ class LaunchScreen(Screen):
         """Validate on every keystroke (pure and fast: no store, no torch)."""
         self.query_one("#description", Static).update(Text(preset_description(self.preset), style="grey62"))
         table = self.query_one("#config-preview", DataTable)
+        texts = self._texts()
         try:
             config, sources, what = preview(
                 self.preset,
-                self.query_one("#overrides", Input).value,
-                self.query_one("#seeds", Input).value,
-                *self._sweep_identity(),
+                texts["overrides"],
+                texts["seeds"],
+                texts["name"].strip(),
+                texts["sweep_name"].strip(),
+                texts["name_template"].strip(),
             )
         except ConfigError as err:
             self.valid = False
@@ -231,13 +229,6 @@ class LaunchScreen(Screen):
                 Text(key, style=style), Text(format_value(config[key]), style=style), Text(source, style=style), key=key
             )
 
-    def _sweep_identity(self) -> tuple[str, str, str]:
-        """(run name, sweep name, run-name template) as typed, stripped."""
-        name, sweep_name, template = (
-            self.query_one(f"#{key}", Input).value.strip() for key in ("name", "sweep-name", "name-template")
-        )
-        return name, sweep_name, template
-
     def show_error(self, text: str | None) -> None:
         box = self.query_one("#launch-error", Static)
         self._starting = False if text else self._starting
@@ -250,21 +241,14 @@ class LaunchScreen(Screen):
         self.update_preview()
         if not self.valid:
             return
-        name = self.query_one("#name", Input).value.strip() or None
-        tags = self.query_one("#tags", Input).value.replace(",", " ").split()
-        from ...runner.sweep import fold_seed
-
-        pairs, seeds = fold_seed(
-            split_overrides(self.query_one("#overrides", Input).value),
-            self.query_one("#seeds", Input).value.strip() or None,
-        )  # one seed: one run, no sweep
+        try:
+            request = LaunchRequest.from_form(self.preset, self._texts())
+        except ConfigError as err:
+            self.show_error(str(err))
+            return
         self._starting = True
         self.query_one("#launch-error", Static).update(Text(f"starting {self.what}…", style="cyan"))
-        if self.what != "one run":
-            _, sweep_name, template = self._sweep_identity()
-            self.app.launch_sweep(self.preset, pairs, seeds, name, tags, sweep_name or None, template or None)
-        else:
-            self.app.launch_run(self.preset, pairs, name, tags)
+        self.app.launch(request)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":
