@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from .. import train
+from ..compute import ledger_of
 from ..accel import train_chunk
 from ..graphs import graph_ready_optimizer, set_lr
 from ..learner import Task
@@ -246,6 +247,7 @@ class TaskFree(_MethodBase):
             self.lr_steps += 1
         self.online_steps += 1
         self.cost += 3 * len(x)
+        ledger_of(self).add("train", x.shape)  # (a host count: measured later, cl/compute.py)
 
     def memory_epochs(self, task: Task, epochs: int, batch_size: int) -> None:
         """`epochs` passes over the memory alone (RM's and GDumb's training): epoch 0 at 0.1 x lr,
