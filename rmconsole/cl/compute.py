@@ -85,7 +85,9 @@ def measure(model: nn.Module, kind: str, shape: Sequence[int]) -> int:
 
 @torch._dynamo.disable  # a compiled backbone runs eagerly here: the counter sees every op
 def _count(model: nn.Module, kind: str, shape: Shape) -> int:
-    params = {n: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad) for n, p in model.named_parameters()}
+    params = {
+        n: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad) for n, p in model.named_parameters()
+    }
     buffers = {n: torch.empty_like(b, device="meta") for n, b in model.named_buffers()}
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     x = torch.zeros(shape, dtype=dtype, device="meta")
@@ -188,16 +190,16 @@ def sample_bytes(image_shape: Sequence[int]) -> int:
     return n + LABEL_BYTES
 
 
-def summary(
-    method: Any, samples_trained: int, seconds: float, devices: int = 1, flops_at: dict[str, int] | None = None
-) -> dict[str, Any]:
+def summary(method: Any, samples_trained: int, seconds: float, devices: int = 1) -> dict[str, Any]:
     """The run's compute so far, as the metric catalogue reads it (stored with each task's result):
     training and evaluation TFLOP, GFLOP per trained sample (per sample the learner received)
-    and per evaluated sample, memory bytes, device-seconds."""
+    and per evaluated sample, memory bytes, device-seconds. With several ranks (`devices`), each
+    counts its own shard of every batch: rank 0's count times the ranks (shards differ by at most
+    a sample)."""
     ledger = ledger_of(method)
-    train = ledger.flops(method.model, TRAINING) if flops_at is None else flops_at["train"]
-    evaluation = ledger.flops(method.model, ("eval",)) if flops_at is None else flops_at["eval"]
-    evaluated = ledger.samples("eval")
+    train = ledger.flops(method.model, TRAINING) * devices
+    evaluation = ledger.flops(method.model, ("eval",)) * devices
+    evaluated = ledger.samples("eval") * devices
     kept = state_bytes(method)
     memory = len(method.memory) * sample_bytes(method.setup.data.image_shape)
     return {
@@ -251,8 +253,8 @@ def budgeted(settings: Any, model: nn.Module, image_shape: Sequence[int]) -> Any
 
 __all__ = [
     "KINDS",
-    "Budgeted",
     "TRAINING",
+    "Budgeted",
     "Ledger",
     "architecture",
     "budget_iterations",

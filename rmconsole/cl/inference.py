@@ -15,8 +15,8 @@ from torch import Tensor
 
 from . import metrics
 from .accel import inference_batch
-from .compute import ledger_of
 from .augment import Augmenter
+from .compute import ledger_of
 from .data import Dataset
 from .learner import Learner
 from .pipeline import iter_batches, prefetching

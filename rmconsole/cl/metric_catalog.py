@@ -762,7 +762,11 @@ METRICS: tuple[Metric, ...] = (
         4,
     ),
     _compute_figure(
-        "eval_tflop", "eval TFLOP", "TFLOP", "evaluation compute: the forward passes of every test and validation evaluation", 4
+        "eval_tflop",
+        "eval TFLOP",
+        "TFLOP",
+        "evaluation compute: the forward passes of every test and validation evaluation",
+        4,
     ),
     _compute_figure(
         "gflop_per_train_sample",
@@ -772,7 +776,11 @@ METRICS: tuple[Metric, ...] = (
         5,
     ),
     _compute_figure(
-        "gflop_per_eval_sample", "GFLOP/evaluated sample", "GFLOP", "evaluation GFLOP per evaluated image (a forward pass)", 5
+        "gflop_per_eval_sample",
+        "GFLOP/evaluated sample",
+        "GFLOP",
+        "evaluation GFLOP per evaluated image (a forward pass)",
+        5,
     ),
     _compute_figure(
         "memory_bytes",

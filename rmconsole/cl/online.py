@@ -159,15 +159,13 @@ def run_online(
         start = restore(resume, cfg, protocol, method, augmenter, device)
         clock = Clock.from_state(resume.get("online_clock", {}))
         compute.ledger_of(method).load(resume.get("compute"))
+    derived = cfg.train_gflop_per_sample is not None  # online_iter from a compute budget per sample
     reporter.log(
         f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
-        f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}, "
-        f"eval_period={cfg.eval_period}" + (f", compute_budget={cfg.compute_budget:g}" if cfg.compute_budget else "")
-        + (
-            f" (derived from train_gflop_per_sample={cfg.train_gflop_per_sample:g})"
-            if cfg.train_gflop_per_sample is not None
-            else ""
-        )
+        f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}"
+        + (f" (from train_gflop_per_sample={cfg.train_gflop_per_sample:g})" if derived else "")
+        + f", eval_period={cfg.eval_period}"
+        + (f", compute_budget={cfg.compute_budget:g}" if cfg.compute_budget else "")
     )
     plans = protocol.plans(data.n_classes)
     held = protocol.held_out

@@ -410,6 +410,8 @@ def cell_text(
         mean = cell.stats[base].mean
         return "" if mean is None else f"{mean - figure.mean:+.{digits}f}" + ("" if cell.complete else mark)
     stat = cell.stats[metric]
+    if metric_registry.metric(metric).family == "compute":  # TFLOP, bytes: at the catalogue's own precision
+        digits = metric_registry.metric(metric).digits
     if stat.mean is None:
         text = "—"
     elif stat.std is None:

@@ -38,8 +38,8 @@ import torch
 from torch import Tensor
 
 from .. import train
-from ..compute import ledger_of
 from ..accel import train_chunk
+from ..compute import ledger_of
 from ..graphs import graph_ready_optimizer, set_lr
 from ..learner import Task
 from ..memory import slots_per_class
