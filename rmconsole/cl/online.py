@@ -254,7 +254,8 @@ def run_online(
         clock.eval_seconds += time.perf_counter() - evaluated
         method.memory_report(task)
         clock.wall_seconds += time.perf_counter() - task_started
-        extra = {"memory": dict(method.memory_info), "online": online_summary(clock, method)}
+        figures = compute.summary(method, clock.observed, clock.train_seconds + clock.eval_seconds)  # FLOPs, bytes
+        extra = {"memory": dict(method.memory_info), "online": {**online_summary(clock, method), **figures}}
         outcome = TaskOutcome(
             t,
             task_acc,
@@ -302,6 +303,4 @@ def online_summary(clock: Clock, method: Any) -> dict[str, Any]:
         "A_auc": metrics_anytime.area_under_curve(clock.anytime_accuracies),
         "optimiser_steps": method.online_steps,
         "image_passes": method.cost,
-        "online_iter": method.cfg.online_iter,  # (derived from train_gflop_per_sample when that is set)
-        **compute.summary(method, clock.observed, clock.train_seconds + clock.eval_seconds),
     }
