@@ -70,22 +70,22 @@ def test_every_distinct_shape_is_measured_and_counted() -> None:
 def test_clib_cost_grows_with_its_memory_and_is_measured_per_size() -> None:
     """CLIB scores its whole memory: its forward passes come at every memory size it reaches,
     each counted at its own shape; the run's figures and the anytime points agree with them."""
-    data = tiny_data(per_class=12, test_per_class=2)
+    data = tiny_data(per_class=8, test_per_class=2)
     rec = Recorder()
-    cfg = config(method="clib", memory_size=30, eval_period=40, n_tasks=2, online_iter=0.5)
+    cfg = config(method="clib", memory_size=20, eval_period=40, n_tasks=2, online_iter=0.5)
     outcomes = run_protocol(cfg, data, torch.device("cpu"), rec)
     online = outcomes[-1].extra["online"]
     ledger = compute.Ledger()
     ledger.load(rec.checkpoints[-1]["compute"])  # what the run counted (checkpointed with it)
     sizes = sorted({shape[0] for (kind, shape) in ledger.counts if kind == "forward"})
-    assert len(sizes) > 5 and sizes[-1] == 30  # the memory filled up: every size scored, the full one last
+    assert len(sizes) > 5 and sizes[-1] == 20  # the memory filled up: every size scored, the full one last
     model = build_model("mlp400", (1, 8, 8), 10)
     expected = sum(n * compute.measure(model, k, s) for (k, s), n in ledger.counts.items() if k != "eval")
     assert online["train_tflop"] * 1e12 == pytest.approx(expected)
     flops = [p.train_flops for p in rec.points]
     assert flops == sorted(flops) and 0 < flops[-1] <= expected
     # memory bytes: the memory's samples (64-byte image + 8-byte label) and CLIB's per-slot state
-    assert online["memory_bytes"] == 30 * 72 + online["state_bytes"] and online["state_bytes"] >= 2 * 30 * 8
+    assert online["memory_bytes"] == 20 * 72 + online["state_bytes"] and online["state_bytes"] >= 2 * 20 * 8
 
 
 def test_the_curve_is_read_at_the_last_point_within_the_budget() -> None:
@@ -135,3 +135,14 @@ class Kept:
 def test_state_bytes_sum_what_a_method_declares() -> None:
     assert compute.state_bytes(Kept()) == 10 * 4 + 5 * 8 + 12 * 4
     assert compute.sample_bytes((3, 32, 32)) == 3 * 32 * 32 + 8
+
+
+def test_a_budget_per_sample_derives_the_online_iterations() -> None:
+    """train_gflop_per_sample / (GFLOP of one step at batch_size) = online_iter; every other key
+    is the run's own."""
+    cfg = config(method="er", batch_size=8, train_gflop_per_sample=0.5)
+    model = build_model("mlp400", (1, 8, 8), 10)
+    step = compute.measure(model, "train", (8, 1, 8, 8)) / 1e9
+    budgeted = compute.budgeted(cfg, model, (1, 8, 8))
+    assert budgeted.online_iter == pytest.approx(0.5 / step) and budgeted.seed == cfg.seed
+    assert compute.budgeted(config(method="er"), model, (1, 8, 8)).online_iter == 1.0  # no budget: its own
