@@ -42,7 +42,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.func import functional_call
-from torch.utils.flop_counter import FlopCounterMode
 
 KINDS = ("train", "forward", "eval")
 LABEL_BYTES = 8  # an int64 label per stored sample
@@ -76,15 +75,23 @@ def measure(model: nn.Module, kind: str, shape: Sequence[int]) -> int:
     key = (architecture(model), kind, shape)
     if key in _MEASURED:
         return _MEASURED[key]
-    flops = _count(_plain(model), kind, shape)
+    model = _plain(model)
+    compiled = any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+    if compiled:  # a compiled backbone (compile=true) runs eagerly here, so the counter sees every op
+        import torch._dynamo  # (already imported by the compile; never at start-up otherwise)
+
+        flops = torch._dynamo.disable(_count)(model, kind, shape)
+    else:
+        flops = _count(model, kind, shape)
     if len(_MEASURED) >= _MEASURED_LIMIT:
         _MEASURED.clear()
     _MEASURED[key] = flops
     return flops
 
 
-@torch._dynamo.disable  # a compiled backbone runs eagerly here: the counter sees every op
 def _count(model: nn.Module, kind: str, shape: Shape) -> int:
+    from torch.utils.flop_counter import FlopCounterMode  # (imported when first measured, not at start-up)
+
     params = {
         n: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad) for n, p in model.named_parameters()
     }
