@@ -90,7 +90,10 @@ def measure(model: nn.Module, kind: str, shape: Sequence[int]) -> int:
 
 
 def _count(model: nn.Module, kind: str, shape: Shape) -> int:
-    from torch.utils.flop_counter import FlopCounterMode  # (imported when first measured, not at start-up)
+    # (imported when first measured, not at start-up. The meta kernels of addmm, batch norm and the
+    # loss are Python and import torch._dynamo on first use, ~1 s of CPU; a run has imported it by
+    # then anyway: ER task-free and RM/ER task-protocol runs on main do, measured 2026-11-27)
+    from torch.utils.flop_counter import FlopCounterMode
 
     params = {
         n: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad) for n, p in model.named_parameters()
