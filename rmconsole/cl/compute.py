@@ -65,14 +65,14 @@ def _plain(model: nn.Module) -> nn.Module:
     return getattr(model, "_orig_mod", model)  # a compiled wrapper: its module
 
 
-def measure(model: nn.Module, kind: str, shape: Sequence[int]) -> int:
+def measure(model: nn.Module, kind: str, shape: Sequence[int], arch: tuple[Any, ...] | None = None) -> int:
     """FLOPs of one `kind` pass of `model` on a batch of `shape` (cached by architecture, kind and
     shape). The pass runs on meta tensors standing in for the model's parameters and buffers:
     the real model's weights, statistics, gradients and hooks are left as they were."""
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}: allowed: {', '.join(KINDS)}")
     shape = tuple(int(d) for d in shape)
-    key = (architecture(model), kind, shape)
+    key = (architecture(model) if arch is None else arch, kind, shape)  # (`arch`: the caller's, computed once)
     if key in _MEASURED:
         return _MEASURED[key]
     model = _plain(model)
@@ -135,8 +135,8 @@ class Ledger:
 
     def flops(self, model: nn.Module, kinds: Iterable[str]) -> int:
         """Total FLOPs of the passes of `kinds`: each distinct shape measured once on `model`."""
-        wanted = set(kinds)
-        return sum(count * measure(model, k, shape) for (k, shape), count in self.counts.items() if k in wanted)
+        wanted, arch = set(kinds), architecture(model)
+        return sum(count * measure(model, k, shape, arch) for (k, shape), count in self.counts.items() if k in wanted)
 
     def state(self) -> list[list[Any]]:
         return [[k, list(shape), count] for (k, shape), count in self.counts.items()]
