@@ -162,6 +162,14 @@ class RunKeys(BaseModel):
         "(forward 1 + backward 2); a slower method skips the samples that arrive while it is "
         "busy (real-time evaluation, Ghunaim et al. 2023); unset = no limit",
     )
+    train_gflop_per_sample: float | None = Field(
+        default=None,
+        gt=0,
+        description="task-free streams: training compute per streamed sample in GFLOP (matmul and "
+        "convolution FLOPs of forward + backward, measured on the run's model); sets online_iter "
+        "to it divided by one training step's GFLOP at batch_size, as the budgeted-CL papers "
+        "derive their iterations (method overheads come on top, docs/compute.md); unset = online_iter",
+    )
     augment: tuple[str, ...] = Field(
         default=("cutmix", "autoaug"),
         description="training augmentation, '+'-joined",
@@ -478,6 +486,7 @@ TASK_FREE_ONLY = (
     "eval_period",
     "anytime_class_accuracy",
     "compute_budget",
+    "train_gflop_per_sample",
     "optimizer",
     "lr_gamma",
 )

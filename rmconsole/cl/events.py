@@ -75,6 +75,7 @@ class AnytimePoint:
     class_accuracy: list[float | None] | None = None  # per exposed class, when the run records it
     seconds: float = 0.0  # this evaluation's wall time
     val_accuracy: float | None = None  # percent on the held-out samples of those classes (val_fraction > 0)
+    train_flops: float | None = None  # training FLOPs spent so far (cl/compute.py): where `report --budget` reads
 
 
 class Reporter:

@@ -16,6 +16,7 @@ from torch import Tensor
 from . import metrics
 from .accel import inference_batch
 from .augment import Augmenter
+from .compute import ledger_of
 from .data import Dataset
 from .learner import Learner
 from .pipeline import iter_batches, prefetching
@@ -42,6 +43,7 @@ def uncertainty_of(
     images_of = prefetching(train, list(local.split(per_chunk)))
 
     def logits(x: Tensor) -> Tensor:
+        ledger_of(method).add("forward", x.shape)  # (per image: a split batch costs the same)
         if len(x) <= forward:
             return method.logits(accel.prepare(x))
         return torch.cat([method.logits(accel.prepare(part)) for part in x.split(forward)])
@@ -149,6 +151,7 @@ def _measure(
     with accel.autocast():
         for batch in iter_batches(images, local.split(batch_size)):
             x = accel.prepare(augmenter.test(batch))
+            ledger_of(method).add("eval", x.shape)
             if topk > 1:
                 scores = method.class_scores(x)
                 preds.append(scores.argmax(-1).cpu())

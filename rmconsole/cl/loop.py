@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import distributed, metrics, streams
+from . import compute, distributed, metrics, streams
 from .data import Dataset
 from .events import Reporter, TaskOutcome, TaskPlan
 from .inference import evaluate, evaluation, validation
@@ -99,8 +99,11 @@ def run_protocol(
         resume = dist.broadcast_object(resume)
     method = method_class(cfg.method_spec)(setup)
     start = 0
+    spent = {"samples": 0, "seconds": 0.0}  # stream samples trained on and task seconds, for the compute figures
     if resume is not None:
         start = restore(resume, cfg, protocol, method, augmenter, device)
+        compute.ledger_of(method).load(resume.get("compute"))
+        spent.update(resume.get("compute_spent") or {})
     if dist:
         dist.sync_module(method.model)
         distributed.restore_rank_state(augmenter, resume, cfg.seed, dist)
@@ -133,6 +136,7 @@ def run_protocol(
                 f"model after task {t + 1}",
                 torch.tensor(list(bytes.fromhex(distributed.module_hash(method.model))), dtype=torch.uint8),
             )
+        spent["samples"] += len(task.stream)
         if cfg.evaluate_test:
             reporter.phase(t, "evaluation", int(torch.isin(test_labels, torch.tensor(classes, device=device)).sum()))
             result = evaluation(method, data, test_labels, classes, augmenter, topk=cfg.topk)
@@ -170,6 +174,9 @@ def run_protocol(
             val = validation(method, data, held.validation, train_labels, classes, augmenter)
             outcome.val_accuracy, outcome.val_class_accuracy = val.accuracy, val.class_accuracy
             outcome.val_accuracy_row = metrics.task_accuracy_row(val.class_accuracy, protocol.groups)
+        spent["seconds"] += time.perf_counter() - started
+        figures = compute.summary(method, int(spent["samples"]), float(spent["seconds"]), dist.world if dist else 1)
+        outcome.extra = {**(outcome.extra or {}), "online": figures}  # the run's compute so far (the catalogue's)
         checkpoint = {
             "task": t,
             "method": method.state_dict(),
@@ -177,6 +184,8 @@ def run_protocol(
             "torch_rng": torch.get_rng_state(),
             "method_name": cfg.method,
             "stream_hashes": [p.stream_hash for p in plans],
+            "compute": compute.ledger_of(method).state(),
+            "compute_spent": dict(spent),
         }
         if held is not None:
             checkpoint["val_hash"] = streams.stream_hash(held.validation)

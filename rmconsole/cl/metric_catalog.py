@@ -533,6 +533,50 @@ TASK_FREE_NOTE = (
     "ends, F_last class-wise (the follow-up's); train/eval s and samples/s are wall-clock"
 )
 
+# What the compute figures count (cl/compute.py, docs/compute.md): said wherever they are shown.
+COMPUTE_NOTE = (
+    "FLOPs: matmul and convolution only (torch.utils.flop_counter, 2 per multiply-add), measured "
+    "on the run's model at each pass's shape; training = forward + backward of every step plus "
+    "the forward passes a method makes while learning; not counted: element-wise work (batch norm, "
+    "activations, loss, optimiser, augmentation)"
+)
+BUDGET_NOTE = (
+    "at budget: each task-free run's anytime curve read at the last evaluation whose cumulative "
+    "training FLOPs are within the budget (Prabhu et al., CVPR 2023); ▲ a run of the cell spent "
+    "more than the budget (its curve was cut there)"
+)
+
+
+def _compute_figure(name: str, label: str, unit: str, help: str, digits: int, better: Better = "lower") -> Metric:
+    return Metric(
+        name,
+        label,
+        help,
+        compute=_online(name),
+        unit=unit,
+        better=better,
+        final_only=False,
+        digits=digits,
+        family="compute",
+        note=COMPUTE_NOTE,
+    )
+
+
+def _at_budget(name: str, label: str, help: str) -> Metric:
+    """A figure read at a compute budget: `report --budget` gives it per run (no stored value)."""
+    return Metric(
+        name,
+        label,
+        help,
+        protocols=("task-free",),
+        final_only=False,
+        filterable=False,
+        family="budget",
+        note=BUDGET_NOTE,
+        missing="read only by `report --budget TFLOP`, from anytime evaluations that recorded their FLOPs",
+    )
+
+
 METRICS: tuple[Metric, ...] = (
     Metric(
         "A_auc",
@@ -708,6 +752,56 @@ METRICS: tuple[Metric, ...] = (
         "training compute, compute_budget's unit: 3 per image per optimiser step (forward 1 + backward 2), "
         "1 per image per forward-only pass (CLIB's importance update, MIR's candidate scoring)",
         digits=0,
+    ),
+    _compute_figure(
+        "train_tflop",
+        "train TFLOP",
+        "TFLOP",
+        "training compute: forward + backward of every step and the forward passes a method makes "
+        "while learning (matmul and convolution FLOPs, measured on the run's model)",
+        4,
+    ),
+    _compute_figure(
+        "eval_tflop",
+        "eval TFLOP",
+        "TFLOP",
+        "evaluation compute: the forward passes of every test and validation evaluation",
+        4,
+    ),
+    _compute_figure(
+        "gflop_per_train_sample",
+        "GFLOP/trained sample",
+        "GFLOP",
+        "training GFLOP per stream sample the learner received (all its epochs, replay and scoring included)",
+        5,
+    ),
+    _compute_figure(
+        "gflop_per_eval_sample",
+        "GFLOP/evaluated sample",
+        "GFLOP",
+        "evaluation GFLOP per evaluated image (a forward pass)",
+        5,
+    ),
+    _compute_figure(
+        "memory_bytes",
+        "memory bytes",
+        "bytes",
+        "the replay memory's samples x bytes each (uint8 image + int64 label) plus the state the method "
+        "declares it keeps (Fisher, anchors, importance, old model, class means)",
+        0,
+    ),
+    _compute_figure(
+        "device_seconds", "device-seconds", "s", "seconds of training and evaluation x devices used (wall-clock)", 1
+    ),
+    _at_budget(
+        "A_budget",
+        "A at budget",
+        "anytime accuracy at the last evaluation within the training budget (report --budget TFLOP)",
+    ),
+    _at_budget(
+        "A_auc_budget",
+        "A_auc at budget",
+        "mean anytime accuracy over the evaluations within the training budget (report --budget TFLOP)",
     ),
     Metric(
         "anytime_evals",

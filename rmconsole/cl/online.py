@@ -29,12 +29,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import metrics, metrics_anytime, streams, streams_iblurry
+from . import compute, metrics, metrics_anytime, streams, streams_iblurry
 from .data import Dataset
 from .events import AnytimePoint, Reporter, TaskOutcome, TaskPlan
 from .inference import evaluate, validation
 from .learner import Setup, Task
 from .methods import method_class
+from .models import build_model
 from .resume import make_augmenter, restore
 from .settings import RunSettings
 from .train import check_finite
@@ -140,6 +141,8 @@ def run_online(
     from .methods.taskfree import TaskFree
 
     reporter = reporter or Reporter()
+    if cfg.train_gflop_per_sample is not None:  # a compute budget per sample sets the iterations
+        cfg = compute.budgeted(cfg, build_model(cfg.model, data.image_shape, data.n_classes), data.image_shape)
     torch.manual_seed(cfg.seed)
     protocol = build_online_protocol(cfg, data)
     data = data.to(device)
@@ -155,10 +158,14 @@ def run_online(
     if resume is not None:
         start = restore(resume, cfg, protocol, method, augmenter, device)
         clock = Clock.from_state(resume.get("online_clock", {}))
+        compute.ledger_of(method).load(resume.get("compute"))
+    derived = cfg.train_gflop_per_sample is not None  # online_iter from a compute budget per sample
     reporter.log(
         f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
-        f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}, "
-        f"eval_period={cfg.eval_period}" + (f", compute_budget={cfg.compute_budget:g}" if cfg.compute_budget else "")
+        f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}"
+        + (f" (from train_gflop_per_sample={cfg.train_gflop_per_sample:g})" if derived else "")
+        + f", eval_period={cfg.eval_period}"
+        + (f", compute_budget={cfg.compute_budget:g}" if cfg.compute_budget else "")
     )
     plans = protocol.plans(data.n_classes)
     held = protocol.held_out
@@ -200,6 +207,7 @@ def run_online(
                 class_acc[: clock.exposed] if cfg.anytime_class_accuracy and class_acc is not None else None,
                 round(seconds, 4),
                 val_acc,
+                float(compute.ledger_of(method).flops(method.model, compute.TRAINING)),
             )
         )
 
@@ -246,7 +254,8 @@ def run_online(
         clock.eval_seconds += time.perf_counter() - evaluated
         method.memory_report(task)
         clock.wall_seconds += time.perf_counter() - task_started
-        extra = {"memory": dict(method.memory_info), "online": online_summary(clock, method)}
+        figures = compute.summary(method, clock.observed, clock.train_seconds + clock.eval_seconds)  # FLOPs, bytes
+        extra = {"memory": dict(method.memory_info), "online": {**online_summary(clock, method), **figures}}
         outcome = TaskOutcome(
             t,
             task_acc,
@@ -268,6 +277,7 @@ def run_online(
             "method_name": cfg.method,
             "stream_hashes": [p.stream_hash for p in plans],
             "online_clock": clock.state(),
+            "compute": compute.ledger_of(method).state(),
         }
         if held is not None:
             checkpoint["val_hash"] = streams.stream_hash(held.validation)

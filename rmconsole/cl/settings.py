@@ -39,6 +39,7 @@ class RunSettings(Protocol):
     eval_period: int  # task-free streams: samples between anytime evaluations
     anytime_class_accuracy: bool
     compute_budget: float | None
+    train_gflop_per_sample: float | None  # task-free streams: derives online_iter (cl/compute.py)
     augment: tuple[str, ...]
     uncertainty: str
     uncertainty_views: int

@@ -34,6 +34,7 @@ from torch.optim import optimizer as optim_hooks
 
 from .accel import train_chunk
 from .augment import Augmenter, TrainDraw
+from .compute import ledger_of
 from .distributed import Dist
 from .events import EpochStats
 from .graphs import GraphedStep, launch_bound, set_lr
@@ -138,10 +139,12 @@ def fit(
             sizes = [len(part) for part, _ in chunk.shard]
             if sizes:
                 n = sum(sizes)
+                ledger = ledger_of(method)  # host counts of the steps' shapes (cl/compute.py)
                 for x, y, (_, weight) in zip(
                     images[offset : offset + n].split(sizes), labels[offset : offset + n].split(sizes), chunk.shard
                 ):
                     epoch.step(step(x, y, weight), len(x))
+                    ledger.add("train", x.shape)
                 offset += n
                 steps += len(sizes)
                 method.report.advance(chunk.samples)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from .. import metric_registry, runner, store
 from .. import report as reports
 from ..config import ConfigError, shorten
 from ..report import anytime as anytime_report
+from ..report import budget as budget_report
 from ..report import select_by as select_by_validation
 from ..sanitize import clean_block
 from ..store.filters import where
@@ -74,6 +76,14 @@ def report(
         "(val_A_last, val_A_avg, val_A_auc: runs with val_fraction > 0), "
         "mean over seeds; its test figures are reported.",
     ),
+    budget: float | None = typer.Option(
+        None,
+        "--budget",
+        metavar="TFLOP",
+        help="Compare at equal training compute (Prabhu et al. 2023): each task-free run's anytime curve "
+        "read at the last evaluation within TFLOP of training (A_budget, A_auc_budget); ▲ marks a cell "
+        "with a run that spent more. FLOPs: matmul and convolution, forward + backward (docs/compute.md).",
+    ),
 ) -> None:
     """Tables of stored runs: cells are mean ± std over seeds; also the paper's figures as PNG."""
     if fmt not in reports.FORMATS:
@@ -82,6 +92,8 @@ def report(
         raise ConfigError("--out writes a file: choose --format md, csv, latex or json")
     if not 0 <= digits <= 6:
         raise ConfigError(f"--digits {digits}: allowed: 0 to 6")
+    if budget is not None and not (budget > 0 and math.isfinite(budget)):
+        raise ConfigError(f"--budget {shorten(budget)}: a training budget in TFLOP, a number > 0")
     for option, path in (("--plot", plot), ("--memory-plot", memory_plot), ("--plot-epochs", plot_epochs)):
         if path is not None and path.suffix.lower() not in (".png", ".pdf", ".svg"):
             raise ConfigError(f"{option} {shorten(str(path))!r}: the file must end in .png (or .pdf, .svg)")
@@ -109,13 +121,20 @@ def report(
             summaries, select_by, [*(_listed("--rows", rows) or ["method"]), *(_listed("--cols", cols) or ())]
         )
         summaries = chosen.runs
+    over: frozenset[int] = frozenset()
+    if budget is not None:  # every run's curve read at the budget (A_budget, A_auc_budget)
+        summaries, over = budget_report.read_at_budget(
+            summaries, store.anytime_compute_curves([s["id"] for s in summaries]), budget
+        )
     table = reports.build_report(
         summaries,
         rows=_listed("--rows", rows),
         cols=_listed("--cols", cols) or (),
-        metrics=_listed("--metrics", metrics),
+        metrics=_listed("--metrics", metrics) or (list(budget_report.BUDGET_METRICS) if budget is not None else None),
         only_changed=only_changed,
         paper=paper,
+        budget=budget,
+        over_budget=over,
     )
     if fmt == "table":
         console.print(reports.rich_table(table, digits, width=console.width))

@@ -67,6 +67,7 @@ SETTING_KEYS = (
     "image_size",
 )
 INCOMPLETE = "†"
+OVER_BUDGET = "▲"  # --budget: a run of the cell spent more than the budget (read where its curve reached it)
 
 
 class ReportError(ValueError):
@@ -154,6 +155,7 @@ class Cell:
     # (empty: the paper's experiment, and only then a Δ is shown)
     paper_differs: dict[str, papers.PaperComparison] = field(default_factory=dict)
     topk: int | None = None  # k of the cell's top-k metrics
+    over_budget: list[int] = field(default_factory=list)  # with --budget: used runs that spent more
 
 
 @dataclass
@@ -174,6 +176,7 @@ class Report:
     n_runs: int
     with_paper: bool = False  # --paper: each metric the paper prints gets "paper" and "Δ" columns
     protocols: frozenset[Protocol] = frozenset()  # the runs' protocols (a metric of another one: its `outside` reason)
+    budget: float | None = None  # --budget: the training budget in TFLOP the budget metrics are read at
 
     def cell(self, row: int, col: int) -> Cell | None:
         return self.cells.get((row, col))
@@ -206,6 +209,8 @@ def build_report(
     metrics: Sequence[str] | None = None,
     only_changed: bool = True,
     paper: bool = False,
+    budget: float | None = None,
+    over_budget: frozenset[int] = frozenset(),
 ) -> Report:
     """Group runs into rows × column groups and average each cell's metrics over seeds."""
     if not runs:
@@ -295,6 +300,7 @@ def build_report(
         cell = Cell(
             [r["id"] for r in group], [r["id"] for r in used], sorted(newest_finished), unfinished, complete, expected
         )
+        cell.over_budget = [r["id"] for r in used if r["id"] in over_budget]
         for metric in metrics:
             cell.stats[metric] = Stat(
                 [
@@ -348,6 +354,7 @@ def build_report(
         len(runs),
         paper,
         frozenset(protocol_of(r.get("config") or {}) for r in runs),
+        budget,
     )
 
 
@@ -403,6 +410,8 @@ def cell_text(
         mean = cell.stats[base].mean
         return "" if mean is None else f"{mean - figure.mean:+.{digits}f}" + ("" if cell.complete else mark)
     stat = cell.stats[metric]
+    if metric_registry.metric(metric).family == "compute":  # TFLOP, bytes: at the catalogue's own precision
+        digits = metric_registry.metric(metric).digits
     if stat.mean is None:
         text = "—"
     elif stat.std is None:
@@ -411,6 +420,8 @@ def cell_text(
         text = f"{stat.mean:.{digits}f} {pm} {stat.std:.{digits}f}"
     if metric == "I_last" and cell.i_last_differs and stat.mean is not None:
         text += "*"
+    if cell.over_budget and metric_registry.metric(metric).family == "budget" and stat.mean is not None:
+        text += OVER_BUDGET
     if stat.n and stat.n != len(cell.expected):
         text += f" (n={stat.n})"
     if not cell.complete:
@@ -462,6 +473,11 @@ def caption(report: Report) -> str:
             + "; Δ = this table's mean minus the paper's, only where "
             "the runs follow the paper's protocol (dataset, model, K, tasks, stream, blurry, epochs, "
             "augment); elsewhere ≠ names the keys that differ (run≠paper)"
+        )
+    if report.budget is not None:
+        over = sum(len(c.over_budget) for c in report.cells.values())
+        parts.append(
+            f"budget {report.budget:g} TFLOP of training: {over} run{'s' if over != 1 else ''} spent more ({OVER_BUDGET})"
         )
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")

@@ -552,6 +552,13 @@ def anytime_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]
     return {i: [(s, a) for s, a in r if a is not None] for i, r in rows.items()}
 
 
+def anytime_compute_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float, float]]]:
+    """(samples seen, accuracy, training FLOPs by then) of every anytime evaluation of the given runs
+    that has both (what `report --budget` reads; a point stored before FLOPs were counted has none)."""
+    rows = _per_run_rows(run_ids, AnytimeEval, "samples", "samples", "accuracy", "train_flops")
+    return {i: [(s, a, f) for s, a, f in r if a is not None and f is not None] for i, r in rows.items()}
+
+
 def accuracy_curves(run_ids: Iterable[int]) -> dict[int, list[float]]:
     """The accuracy after each task of every given run (an empty list for a run with none; a run with
     evaluate_test=false has no test curve)."""

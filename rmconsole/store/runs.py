@@ -328,6 +328,7 @@ def record_anytime(run_id: int, points: list[Any], lease: Lease | None = None) -
                     class_accuracy=p.class_accuracy,
                     seconds=p.seconds,
                     val_accuracy=getattr(p, "val_accuracy", None),
+                    train_flops=getattr(p, "train_flops", None),
                 )
             )
         session.flush()

@@ -184,6 +184,7 @@ class AnytimeEval(SQLModel, table=True):
     class_accuracy: list[float | None] | None = Field(default=None, sa_column=Column(JSON))
     seconds: float = 0.0
     val_accuracy: float | None = None  # on the held-out samples of the same classes (val_fraction > 0)
+    train_flops: float | None = None  # training FLOPs spent by then (issue 40; None: stored before it was counted)
 
 
 VERSION_TABLE = "rmconsole_schema_version"  # the schema's revision (store/migrations); not Optuna's `alembic_version`

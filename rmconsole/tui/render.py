@@ -369,6 +369,10 @@ def metrics_line(row: RunRow) -> Text:
             "  ".join(f"{m.label.removesuffix(' top-k')} {row.metric_text(m.name, mark=True)}" for m in figures),
             style="bold",
         )
+    compute = metric_registry.listed(protocols, row.metrics, family="compute")  # TFLOP, memory bytes (issue 40)
+    if compute:
+        text.append("\ncompute ", style="grey62")
+        text.append("  ".join(f"{m.label} {row.metric_text(m.name, mark=False)}" for m in compute), style="bold")
     found = [
         (m, row.value(m.name), paper.paper_comparison(row.config, m.name))
         for m in metric_registry.catalogue()

@@ -195,6 +195,7 @@ def test_driver_calls_every_hook_counts_the_clock_and_checkpoints(
             "method_name",
             "stream_hashes",
             "online_clock",
+            "compute",  # the FLOP ledger's counts (cl/compute.py): a resume continues them
         }
         assert point["task"] == t and point["method_name"] == "er"
         assert point["stream_hashes"] == [p.stream_hash for p in rec.plans]

@@ -60,6 +60,7 @@ ANYTIME_CLIP_NORM = 10.0
 
 class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
     name = "bic"
+    kept_state: tuple[str, ...] = ("previous", "alpha", "beta")  # old model and its correction (memory bytes)
     default_memory_policy = "prototype"
     distill: bool = True
 

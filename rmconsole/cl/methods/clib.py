@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
+from ..compute import ledger_of
 from .base import Method
 from .clib_params import CLIBParams
 from .taskfree import TaskFree
@@ -52,6 +53,7 @@ class CLIB(TaskFree, Method[CLIBParams]):
     default_memory_policy = "reservoir"  # (its own rule below; the name is what the panel shows)
     head_rule = "keep_moments"
     full_capacity = True
+    kept_state: tuple[str, ...] = ("importance", "loss", "prev_loss")  # per memory slot (cl/compute.py: memory bytes)
 
     def online_start(self) -> None:
         super().online_start()
@@ -121,6 +123,7 @@ class CLIB(TaskFree, Method[CLIBParams]):
         out = []
         for chunk in self.memory.indices.split(512):
             x = self.accel.prepare(self.setup.augmenter.test(self.images_of(chunk)))
+            ledger_of(self).add("forward", x.shape)  # grows with the memory: each size measured
             out.append(
                 nnf.cross_entropy(self.mask_unseen(self.model(x)).float(), self.labels_of(chunk), reduction="none")
                 .double()

@@ -26,6 +26,7 @@ class EWCpp(TaskFree, Method[EWCppParams]):
     name = "ewcpp"
     default_memory_policy = "reservoir"
     graphable_step = False
+    kept_state: tuple[str, ...] = ("fisher", "anchor", "importance")  # (memory bytes)
 
     def online_start(self) -> None:
         super().online_start()

@@ -31,6 +31,7 @@ from .incremental import NewOldClasses
 
 class ICaRL(NewOldClasses[ICaRLParams], Method[ICaRLParams]):
     name = "icarl"
+    kept_state: tuple[str, ...] = ("previous_model", "class_means")  # (memory bytes)
     default_memory_policy = "prototype"
 
     def __init__(self, setup: Any) -> None:

@@ -30,6 +30,7 @@ import torch.nn.functional as nnf
 from torch import Tensor
 from torch.func import functional_call
 
+from ..compute import ledger_of
 from .base import Method
 from .mir_params import MIRParams
 from .taskfree import TaskFree
@@ -80,4 +81,6 @@ class MIR(TaskFree, Method[MIRParams]):
             )
         self.model.train()
         self.cost += 3 * len(x_s) + 2 * len(x_c)
+        ledger_of(self).add("train", x_s.shape)  # the look-ahead's forward + backward
+        ledger_of(self).add("forward", x_c.shape, 2)  # the candidates at theta and theta'
         return candidates[torch.argsort(after - before, descending=True, stable=True)[:k]]

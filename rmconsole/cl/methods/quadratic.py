@@ -41,6 +41,7 @@ class Regularised(Generic[RP]):
 
     default_reg_weight: float
     graphable_step = False  # the penalty's gradient hooks must run eagerly, step by step
+    kept_state: tuple[str, ...] = ("quadratic.weights", "quadratic.centres")  # Fisher and anchor (memory bytes)
     params: RP  # EWC's params, or Rwalk's (which extend them)
     model: Backbone
     quadratic: QuadraticPenalty

@@ -41,6 +41,11 @@ class Rwalk(Regularised[RwalkParams], Method[RwalkParams]):
     # near-zero importances) diverged (MNIST Blurry10-Online seed 1, task 2). The default proximal
     # step is stable for any lambda; 1 stays the default: the RWalk authors' own value.
     default_reg_weight = 1.0
+    kept_state: tuple[str, ...] = (
+        *Regularised.kept_state,
+        *("fisher", "window_grad_sq", "small_omega", "task_score", "score", "task_grad"),
+        *("previous", "window_start", "_delta"),
+    )  # its scores and windows (memory bytes)
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)

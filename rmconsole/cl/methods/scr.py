@@ -52,6 +52,7 @@ class SCR(TaskFree, Method[SCRParams]):
     name = "scr"
     default_memory_policy = "reservoir"
     graphable_step = False
+    kept_state: tuple[str, ...] = ("projection", "_means")  # projection head, class means (memory bytes)
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)

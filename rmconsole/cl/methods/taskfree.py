@@ -39,6 +39,7 @@ from torch import Tensor
 
 from .. import train
 from ..accel import train_chunk
+from ..compute import ledger_of
 from ..graphs import graph_ready_optimizer, set_lr
 from ..learner import Task
 from ..memory import slots_per_class
@@ -246,6 +247,7 @@ class TaskFree(_MethodBase):
             self.lr_steps += 1
         self.online_steps += 1
         self.cost += 3 * len(x)
+        ledger_of(self).add("train", x.shape)  # (a host count: measured later, cl/compute.py)
 
     def memory_epochs(self, task: Task, epochs: int, batch_size: int) -> None:
         """`epochs` passes over the memory alone (RM's and GDumb's training): epoch 0 at 0.1 x lr,
