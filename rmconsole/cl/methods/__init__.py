@@ -22,6 +22,7 @@ from .clib_params import CLIBParams
 from .ewc_params import EWCParams
 from .ewcpp_params import EWCppParams
 from .icarl_params import ICaRLParams
+from .knn_params import KNNParams
 from .mir_params import MIRParams
 from .rm_params import RMParams
 from .rwalk_params import RwalkParams
@@ -123,6 +124,13 @@ REGISTRY: dict[str, MethodSpec] = {
             CLIBParams,
             ("task-free",),
             "CLIB (Koh et al., ICLR 2022): sample-wise importance memory, adaptive learning rate",
+        ),
+        _spec(
+            "knn",
+            "knn:KNN",
+            KNNParams,
+            ("task-free",),
+            "kNN on frozen features (Prabhu et al. 2023, ACM): every streamed sample's feature stored, k-NN vote",
         ),
     ]
 }
