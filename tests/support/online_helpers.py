@@ -53,6 +53,13 @@ def config(**over: Any) -> Any:
 
 
 TASK_FREE_PRESET = "mnist-iblurry50-10"  # the follow-up's settings, each method's own ([methods.NAME])
+# methods that prompt a Vision Transformer run the generic tests on the small ViT (cl/vit.py)
+VIT_METHODS = ("l2p",)
+
+
+def method_model(method: str) -> dict[str, str]:
+    """The model override a method needs in a generic test: {} or the small ViT."""
+    return {"model": "vit_tiny"} if method in VIT_METHODS else {}
 
 
 def defaults_on_digits(method: str, **over: Any) -> Any:
@@ -64,6 +71,7 @@ def defaults_on_digits(method: str, **over: Any) -> Any:
     from rmconsole.cl.protocols import protocol_of
     from rmconsole.config import load_config
 
+    over = {**method_model(method), **over}
     if REGISTRY[method].runs_under("task"):
         cfg = load_config(None, {"method": method, **over})[1]
     else:

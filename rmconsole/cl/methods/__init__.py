@@ -23,6 +23,7 @@ from .ewc_params import EWCParams
 from .ewcpp_params import EWCppParams
 from .icarl_params import ICaRLParams
 from .knn_params import KNNParams
+from .l2p_params import L2PParams
 from .mir_params import MIRParams
 from .rm_params import RMParams
 from .rwalk_params import RwalkParams
@@ -131,6 +132,13 @@ REGISTRY: dict[str, MethodSpec] = {
             KNNParams,
             ("task-free",),
             "kNN on frozen features (Prabhu et al. 2023, ACM): every streamed sample's feature stored, k-NN vote",
+        ),
+        _spec(
+            "l2p",
+            "l2p:L2P",
+            L2PParams,
+            ("task-free",),
+            "L2P (Wang et al., CVPR 2022): a prompt pool on a frozen ViT, prompts chosen by key-query matching",
         ),
     ]
 }
