@@ -54,12 +54,15 @@ def config(**over: Any) -> Any:
 
 TASK_FREE_PRESET = "mnist-iblurry50-10"  # the follow-up's settings, each method's own ([methods.NAME])
 # methods that prompt a Vision Transformer run the generic tests on the small ViT (cl/vit.py)
-VIT_METHODS = ("l2p",)
+VIT_METHODS = ("l2p", "dualprompt")
 
 
-def method_model(method: str) -> dict[str, str]:
-    """The model override a method needs in a generic test: {} or the small ViT."""
-    return {"model": "vit_tiny"} if method in VIT_METHODS else {}
+def method_model(method: str) -> dict[str, object]:
+    """The overrides a method needs in a generic test: {} or the small ViT (2 layers: DualPrompt's
+    G-prompt on layer 0, its E-prompts on layer 1)."""
+    if method not in VIT_METHODS:
+        return {}
+    return {"model": "vit_tiny", **({"dp_g_end": 1, "dp_e_end": 2} if method == "dualprompt" else {})}
 
 
 def defaults_on_digits(method: str, **over: Any) -> Any:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..settings import MethodParams
 from .bic_params import BiCParams
 from .clib_params import CLIBParams
+from .dualprompt_params import DualPromptParams
 from .ewc_params import EWCParams
 from .ewcpp_params import EWCppParams
 from .icarl_params import ICaRLParams
@@ -139,6 +140,13 @@ REGISTRY: dict[str, MethodSpec] = {
             L2PParams,
             ("task-free",),
             "L2P (Wang et al., CVPR 2022): a prompt pool on a frozen ViT, prompts chosen by key-query matching",
+        ),
+        _spec(
+            "dualprompt",
+            "dualprompt:DualPrompt",
+            DualPromptParams,
+            ("task-free",),
+            "DualPrompt (Wang et al., ECCV 2022): G- and E-prompts as attention prefixes of a frozen ViT",
         ),
     ]
 }
