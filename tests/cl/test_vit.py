@@ -62,4 +62,5 @@ def test_features_are_the_normed_cls_token_and_small_inputs_are_resized() -> Non
     small = torch.randn(2, 3, 8, 8)
     resized = torch.nn.functional.interpolate(small, size=(32, 32), mode="bilinear", align_corners=False)
     assert torch.equal(vit(small), vit(resized))
-    assert build_model("vit_b16", (3, 32, 32), 3).features.pos_embed.shape == (1, 197, 768)  # ViT-B/16 at 224
+    b16 = ViT(224, 16, 3, 768, 0, 12)  # vit_b16's embedding (its 12 layers left out: seconds to build)
+    assert b16.pos_embed.shape == (1, 197, 768) and b16.patch_embed.proj.weight.shape == (768, 3, 16, 16)
