@@ -54,7 +54,7 @@ def config(**over: Any) -> Any:
 
 TASK_FREE_PRESET = "mnist-iblurry50-10"  # the follow-up's settings, each method's own ([methods.NAME])
 # methods that prompt a Vision Transformer run the generic tests on the small ViT (cl/vit.py)
-VIT_METHODS = ("l2p", "dualprompt")
+VIT_METHODS = ("l2p", "dualprompt", "coda")
 
 
 def method_model(method: str) -> dict[str, object]:
@@ -62,7 +62,8 @@ def method_model(method: str) -> dict[str, object]:
     G-prompt on layer 0, its E-prompts on layer 1)."""
     if method not in VIT_METHODS:
         return {}
-    return {"model": "vit_tiny", **({"dp_g_end": 1, "dp_e_end": 2} if method == "dualprompt" else {})}
+    small = {"dualprompt": {"dp_g_end": 1, "dp_e_end": 2}, "coda": {"coda_layers": 2, "coda_components": 10}}
+    return {"model": "vit_tiny", **small.get(method, {})}
 
 
 def defaults_on_digits(method: str, **over: Any) -> Any:

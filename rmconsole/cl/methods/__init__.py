@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..settings import MethodParams
 from .bic_params import BiCParams
 from .clib_params import CLIBParams
+from .coda_params import CODAParams
 from .dualprompt_params import DualPromptParams
 from .ewc_params import EWCParams
 from .ewcpp_params import EWCppParams
@@ -147,6 +148,13 @@ REGISTRY: dict[str, MethodSpec] = {
             DualPromptParams,
             ("task-free",),
             "DualPrompt (Wang et al., ECCV 2022): G- and E-prompts as attention prefixes of a frozen ViT",
+        ),
+        _spec(
+            "coda",
+            "coda:CODAPrompt",
+            CODAParams,
+            ("task-free",),
+            "CODA-Prompt (Smith et al., CVPR 2023): attention-weighted orthogonal prompt components, prefix-tuned",
         ),
     ]
 }
