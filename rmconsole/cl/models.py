@@ -165,6 +165,9 @@ def load_weights(model: Backbone, path: str | Path, name: str) -> None:
     only when its shape is the run's head) or of its features alone. Every feature parameter must be
     there with its shape (WeightsError, one line, otherwise)."""
     state = read_weights(path)
+    adapt = getattr(model, "adapt_state", None)  # a model that reads another layout (cl/vit.py: timm's)
+    if adapt is not None:
+        state = adapt(state, path)
     features, fc = model.features, model.fc
     whole = any(k.startswith("features.") for k in state)
     feats = (

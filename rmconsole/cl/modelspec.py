@@ -74,6 +74,17 @@ BUILTINS: dict[str, ModelSpec] = {
             "torchvision's ResNet34 (7x7 stem) for ImageNet-scale images, 512 features",
             "rmconsole.cl.models:resnet34",
         ),
+        ModelSpec(
+            "vit_b16",
+            "ViT-B/16 at 224 px in timm's layout (vit_base_patch16_224; load a timm state dict with model_weights), "
+            "768 features",
+            "rmconsole.cl.vit:vit_b16",
+        ),
+        ModelSpec(
+            "vit_tiny",
+            "a small ViT of the same layout for tests (32 px, patch 8, 2 layers, width 64), 64 features",
+            "rmconsole.cl.vit:vit_tiny",
+        ),
     )
 }
 _registered: dict[str, ModelSpec] = {}

@@ -19,7 +19,17 @@ from rmconsole.cl import streams
 from rmconsole.cl.data import load_run_dataset
 from rmconsole.config import ConfigError, load_config
 
-BUILTINS = ["digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "tiny_imagenet", "imagenet"]
+BUILTINS = [
+    "digits",
+    "mnist",
+    "fashion_mnist",
+    "cifar10",
+    "cifar100",
+    "tiny_imagenet",
+    "imagenet",
+    "imagenet_r",
+    "cub200",
+]
 
 
 def write_tree(base: Path, classes: list[str], train: int = 2, val: int = 1, side: int = 6) -> Path:
@@ -38,7 +48,7 @@ def write_tree(base: Path, classes: list[str], train: int = 2, val: int = 1, sid
 def test_the_registry_lists_the_builtins_without_importing_torch() -> None:
     code = (
         "import sys; from rmconsole import datasets; import rmconsole.config as c; "
-        "print(datasets.names()[:7], datasets.classes('cifar100'), datasets.orders('mnist')[2][:2], "
+        "print(datasets.names()[:9], datasets.classes('cifar100'), datasets.orders('mnist')[2][:2], "
         "'torch' in sys.modules, 'torchvision' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
@@ -56,6 +66,8 @@ def test_every_builtin_is_one_spec_with_its_facts() -> None:
         "cifar100": 100,
         "tiny_imagenet": 200,
         "imagenet": 1000,
+        "imagenet_r": 200,
+        "cub200": 200,
     }  # a folder dataset whose tree is absent: its declared count
     assert [n for n in BUILTINS if specs[n].downloadable] == ["mnist", "fashion_mnist", "cifar10", "cifar100"]
     assert [n for n in BUILTINS if specs[n].cacheable] == ["digits", "mnist", "fashion_mnist", "cifar10", "cifar100"]
@@ -248,4 +260,7 @@ def test_the_cli_lists_what_is_registered(tmp_path: Path) -> None:
     assert all(name in listed.stdout for name in BUILTINS) and "folder:PATH" in listed.stdout
     refused = run("run", "--set", "dataset=svhn")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
-    assert "registered: digits, mnist, fashion_mnist, cifar10, cifar100, tiny_imagenet, imagenet" in refused.stderr
+    assert (
+        "registered: digits, mnist, fashion_mnist, cifar10, cifar100, tiny_imagenet, imagenet, imagenet_r, cub200"
+        in refused.stderr
+    )

@@ -20,7 +20,7 @@ from rmconsole.cl.data import load_digits
 from rmconsole.cl.models import Backbone, WeightsError, build_model
 from rmconsole.config import ConfigError, load_config
 
-BUILTINS = ["mlp400", "resnet18", "resnet32", "resnet34"]
+BUILTINS = ["mlp400", "resnet18", "resnet32", "resnet34", "vit_b16", "vit_tiny"]
 
 
 def test_the_registry_lists_the_builtins_without_importing_torch() -> None:

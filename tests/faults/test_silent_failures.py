@@ -522,7 +522,14 @@ def test_defect_08_ranges_stay_ranges(isolated_home) -> None:
     "method",
     # the default run: the task protocol's fit (rm, finetune), its after-task check (bic), the task-free driver's (er_ace)
     [
-        m if m in ("rm", "finetune", "bic", "er_ace") else pytest.param(m, marks=pytest.mark.slow)
+        m
+        if m in ("rm", "finetune", "bic", "er_ace")
+        else pytest.param(
+            m,
+            marks=pytest.mark.skip(reason="knn trains nothing (a frozen backbone's features): no loss to diverge")
+            if m == "knn"
+            else pytest.mark.slow,
+        )
         for m in sorted(REGISTRY)
     ],
 )

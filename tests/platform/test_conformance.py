@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from support.online_helpers import method_model
 
 from rmconsole.cl.methods import REGISTRY, MethodSpec
 from rmconsole.cl.methods import base as base_module
@@ -94,7 +95,7 @@ BUILT_IN = [
 
 @pytest.mark.parametrize("method,protocol", BUILT_IN)
 def test_every_built_in_method_conforms(method: str, protocol: str) -> None:
-    report = check_method(method, protocols=[protocol])
+    report = check_method(method, protocols=[protocol], settings=method_model(method))
     assert report.protocols == (protocol,) and set(report.rules) == set(RULES)
     assert report.runs == (2 if report.skipped else 3)
 

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 import torch
+from support.online_helpers import VIT_METHODS, method_model
 
 from rmconsole import store
 from rmconsole.cl.data import load_digits
@@ -81,7 +82,13 @@ def test_every_method_resumes_exactly(method: str) -> None:
     _resumed_equals_uninterrupted({"method": method, "epochs": 1}, after_tasks=(1,))
 
 
-@pytest.mark.parametrize("method", sorted(m for m in METHODS if "task-free" in REGISTRY[m].protocols))
+@pytest.mark.parametrize(
+    "method",
+    [  # a ViT method's resume is seconds of CPU: slow (the conformance kit checks it too)
+        pytest.param(m, marks=pytest.mark.slow) if m in VIT_METHODS else m
+        for m in sorted(m for m in METHODS if "task-free" in REGISTRY[m].protocols)
+    ],
+)
 def test_every_task_free_method_resumes_exactly(method: str) -> None:
     """The task-free protocol checkpoints at task boundaries: the method's online state (temp
     batch, update budget, per-sample generator, CLIB's importances and lr phases, EWC++'s Fisher)
@@ -101,6 +108,7 @@ def test_every_task_free_method_resumes_exactly(method: str) -> None:
             "augment": "cutmix",
             "batch_size": 8,
             **over,
+            **method_model(method),
         },
         after_tasks=(2,),
     )

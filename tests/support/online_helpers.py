@@ -53,6 +53,17 @@ def config(**over: Any) -> Any:
 
 
 TASK_FREE_PRESET = "mnist-iblurry50-10"  # the follow-up's settings, each method's own ([methods.NAME])
+# methods that prompt a Vision Transformer run the generic tests on the small ViT (cl/vit.py)
+VIT_METHODS = ("l2p", "dualprompt", "coda")
+
+
+def method_model(method: str) -> dict[str, object]:
+    """The overrides a method needs in a generic test: {} or the small ViT (2 layers: DualPrompt's
+    G-prompt on layer 0, its E-prompts on layer 1)."""
+    if method not in VIT_METHODS:
+        return {}
+    small = {"dualprompt": {"dp_g_end": 1, "dp_e_end": 2}, "coda": {"coda_layers": 2, "coda_components": 10}}
+    return {"model": "vit_tiny", **small.get(method, {})}
 
 
 def defaults_on_digits(method: str, **over: Any) -> Any:
@@ -64,6 +75,7 @@ def defaults_on_digits(method: str, **over: Any) -> Any:
     from rmconsole.cl.protocols import protocol_of
     from rmconsole.config import load_config
 
+    over = {**method_model(method), **over}
     if REGISTRY[method].runs_under("task"):
         cfg = load_config(None, {"method": method, **over})[1]
     else:

@@ -6,8 +6,8 @@ check its files, the paper's class orders and whether its decoded tensors may be
 CLI validates a config, lists datasets and checks files from specs alone; `cl.data.load_dataset`
 calls a spec's loader.
 
-Built-ins: digits, mnist, fashion_mnist, cifar10, cifar100, tiny_imagenet, imagenet (one module
-each beside this one). Any ImageFolder tree is a dataset too, by path: `folder:PATH` (absolute,
+Built-ins: digits, mnist, fashion_mnist, cifar10, cifar100, tiny_imagenet, imagenet, imagenet_r,
+cub200 (one module each beside this one). Any ImageFolder tree is a dataset too, by path: `folder:PATH` (absolute,
 `~/...`, or relative to the data root), its classes the class folders of `PATH/train`. Plug-in
 packages add specs through the `rmconsole.datasets` entry-point group; `rmconsole.datasets`
 (outside the science) resolves those and `register()`s them here, so that the science finds
@@ -297,7 +297,17 @@ def _folder_orders(spec: DatasetSpec, root: Path | None) -> dict[int, list[int]]
 
 # --------------------------------------------------------------------------- the registry (science side)
 
-BUILTIN_MODULES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "tiny_imagenet", "imagenet")
+BUILTIN_MODULES = (
+    "digits",
+    "mnist",
+    "fashion_mnist",
+    "cifar10",
+    "cifar100",
+    "tiny_imagenet",
+    "imagenet",
+    "imagenet_r",
+    "cub200",
+)
 _registered: dict[str, DatasetSpec] = {}
 
 

@@ -59,9 +59,6 @@ def load_tree(spec: DatasetSpec, root: Path, options: LoadOptions) -> Dataset:
     """An ImageFolder dataset: streamed from disk (`pipeline.StreamingFolder`) or, when it fits
     (`data_pipeline`), decoded once by the same pipeline into in-memory tensors. Its classes are
     its tree's class folders, whatever the spec's nominal count."""
-    from ..images import Dataset, ImageSource, TensorImages
-    from ..pipeline import StreamingFolder, choose_in_memory
-
     base = spec.base(root)
     train_dir, test_dir = base / "train", base / "val"
     if not train_dir.is_dir() or not test_dir.is_dir():
@@ -69,9 +66,26 @@ def load_tree(spec: DatasetSpec, root: Path, options: LoadOptions) -> Dataset:
             f"dataset {spec.name!r} not found: expected ImageFolder trees {train_dir} and {test_dir} "
             f"(one folder per class); {spec.get_hint(root)}"
         )
-    size = options.image_size or spec.image_size or 224
     train_paths, train_labels, classes = _image_folder(train_dir)
     test_paths, test_labels, _ = _image_folder(test_dir, classes)
+    return load_lists(spec, options, (train_paths, train_labels), (test_paths, test_labels), classes)
+
+
+def load_lists(
+    spec: DatasetSpec,
+    options: LoadOptions,
+    train_split: tuple[list[str], Tensor],
+    test_split: tuple[list[str], Tensor],
+    classes: list[str],
+) -> Dataset:
+    """A dataset of image files given as (paths, labels) per split (an ImageFolder tree's, or a
+    split read from a dataset's own list files: CUB-200, ImageNet-R), streamed or decoded into
+    memory like any folder dataset (`data_pipeline`)."""
+    from ..images import Dataset, ImageSource, TensorImages
+    from ..pipeline import StreamingFolder, choose_in_memory
+
+    size = options.image_size or spec.image_size or 224
+    (train_paths, train_labels), (test_paths, test_labels) = train_split, test_split
     workers, gpu_decode = options.loader_workers, options.gpu_decode
     train = StreamingFolder(train_paths, train_labels, size, workers=workers, gpu_decode=gpu_decode)
     test = StreamingFolder(test_paths, test_labels, size, workers=workers, gpu_decode=gpu_decode)

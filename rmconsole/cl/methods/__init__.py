@@ -19,9 +19,13 @@ from typing import TYPE_CHECKING, Any
 from ..settings import MethodParams
 from .bic_params import BiCParams
 from .clib_params import CLIBParams
+from .coda_params import CODAParams
+from .dualprompt_params import DualPromptParams
 from .ewc_params import EWCParams
 from .ewcpp_params import EWCppParams
 from .icarl_params import ICaRLParams
+from .knn_params import KNNParams
+from .l2p_params import L2PParams
 from .mir_params import MIRParams
 from .rm_params import RMParams
 from .rwalk_params import RwalkParams
@@ -123,6 +127,34 @@ REGISTRY: dict[str, MethodSpec] = {
             CLIBParams,
             ("task-free",),
             "CLIB (Koh et al., ICLR 2022): sample-wise importance memory, adaptive learning rate",
+        ),
+        _spec(
+            "knn",
+            "knn:KNN",
+            KNNParams,
+            ("task-free",),
+            "kNN on frozen features (Prabhu et al. 2023, ACM): every streamed sample's feature stored, k-NN vote",
+        ),
+        _spec(
+            "l2p",
+            "l2p:L2P",
+            L2PParams,
+            ("task-free",),
+            "L2P (Wang et al., CVPR 2022): a prompt pool on a frozen ViT, prompts chosen by key-query matching",
+        ),
+        _spec(
+            "dualprompt",
+            "dualprompt:DualPrompt",
+            DualPromptParams,
+            ("task-free",),
+            "DualPrompt (Wang et al., ECCV 2022): G- and E-prompts as attention prefixes of a frozen ViT",
+        ),
+        _spec(
+            "coda",
+            "coda:CODAPrompt",
+            CODAParams,
+            ("task-free",),
+            "CODA-Prompt (Smith et al., CVPR 2023): attention-weighted orthogonal prompt components, prefix-tuned",
         ),
     ]
 }
