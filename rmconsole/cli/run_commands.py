@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
 from .. import runner, store
+from ..cl.protocols import setting_label
 from ..config import ConfigError
 from ..numbers import duration
 from .common import (
@@ -157,7 +158,7 @@ def run(
     where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None and spec is not None else ""
     console.print(
         f"run [bold]{run_id}[/] ({escape(name or launched.preset)}): {cfg.method} on {cfg.dataset}, "
-        f"K={cfg.memory_size}, {cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}"
+        f"K={cfg.memory_size}, {cfg.n_tasks} tasks, {setting_label(cfg.to_dict())}, seed {cfg.seed}{where}"
     )
     status = follow(run_id, proc)
     print_run(run_id, brief=True)  # (the progress was shown live: no epoch lines, the memory's latest update)

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .. import plugins
 from ..cl.datasets import DatasetMissing
-from ..cl.protocols import is_task_free
+from ..cl.protocols import setting_label
 from ..config import (
     ConfigError,
     plugin_presets,
@@ -58,12 +58,7 @@ def presets(
     table.add_column("setting", ratio=1)  # wraps between words at 80 columns
     for item in items:
         c = item["config"]
-        stream = c.get("stream", "online")
-        how = (
-            f"{stream}{c.get('disjoint_classes', 50)}-{c.get('blurry', 10)} task-free"
-            if is_task_free(stream)
-            else f"blurry{c.get('blurry', 10)} {stream}"
-        )
+        how = setting_label(c)
         setting = Text(
             f"{c.get('dataset', '?')} · {c.get('model', '?')} · {c.get('method', 'rm')} · "
             f"K={c.get('memory_size', '?')} · {c.get('n_tasks', 5)} tasks · {how}"

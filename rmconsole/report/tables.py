@@ -418,6 +418,10 @@ def cell_text(
     return text
 
 
+# where every mark of a table, `show` and the TUI is explained (± and its granularity, @k/T, †, Δ)
+GLOSSARY_POINTER = "symbols and the granularity of ±: docs/glossary.md"
+
+
 def caption(report: Report) -> str:
     """What the numbers are: the shared setting, the seeds, and the marks used."""
     setting = ", ".join(f"{k}={format_value(v)}" for k, v in report.constants.items())
@@ -465,6 +469,7 @@ def caption(report: Report) -> str:
         )
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")
+    parts.append(GLOSSARY_POINTER)
     return "; ".join(dict.fromkeys(parts))  # (metrics that share a note, e.g. the validation ones: said once)
 
 
