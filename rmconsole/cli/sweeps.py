@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from .. import report as reports
 from .. import runner, store
 from ..store.filters import where
-from .common import console, err_console
+from .common import console, err_console, working
 
 
 def run_sweep(
@@ -37,22 +37,24 @@ def run_sweep(
     executor (--executor slurm) submit them and follow the scheduler instead. `confirm(plan)` is
     asked before anything is stored (no: nothing is started, exit 1)."""
     try:
-        launched = runner.launch_sweep(
-            preset,
-            pairs,
-            seeds=seeds,
-            seed=seed,
-            device=device,
-            parallel=parallel,
-            detach=detach,
-            runs_per_gpu=runs_per_gpu,
-            executor=spec,
-            name=name,
-            tags=tags,
-            sweep_name=sweep_name,
-            name_template=name_template,
-            confirm=confirm,
-        )
+        with working("checking and storing the sweep…") as status:
+            launched = _launch(
+                status,
+                preset,
+                pairs,
+                seeds=seeds,
+                seed=seed,
+                device=device,
+                parallel=parallel,
+                detach=detach,
+                runs_per_gpu=runs_per_gpu,
+                executor=spec,
+                name=name,
+                tags=tags,
+                sweep_name=sweep_name,
+                name_template=name_template,
+                confirm=confirm,
+            )
     except runner.SweepDeclined as declined:
         err_console.print(str(declined), highlight=False)
         raise typer.Exit(1) from None
@@ -104,6 +106,17 @@ def run_sweep(
         highlight=False,
     )
     raise typer.Exit(0 if set(counts) == {"finished"} else 1)
+
+
+def _launch(status: Any, *args: Any, confirm: Callable[[Any], bool] | None = None, **kwargs: Any) -> Any:
+    """runner.launch_sweep with the spinner stopped before a question is asked."""
+
+    def asked(plan: Any) -> bool:
+        if status is not None:
+            status.stop()
+        return confirm(plan) if confirm is not None else True
+
+    return runner.launch_sweep(*args, confirm=asked if confirm is not None else None, **kwargs)
 
 
 def follow_sweep(sweep_id: str, queue: Any, plan: Any = None, poll_s: float = 0.5) -> dict[str, int]:
