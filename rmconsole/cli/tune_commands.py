@@ -31,7 +31,10 @@ def tune(
     ),
     sampler: str | None = typer.Option(None, "--sampler", help="tpe (default), random or grid."),
     pruner: str | None = typer.Option(
-        None, "--pruner", help="median (default: on per-task validation accuracy) or none."
+        None,
+        "--pruner",
+        help="median (default: on per-task validation accuracy), median:startup=N,warmup=M (prune "
+        "nothing before N trials finished, nor in a trial's first M tasks), or none.",
     ),
     sampler_seed: int | None = typer.Option(
         None, "--sampler-seed", help="The sampler's seed (default 0; a run's seed is --set seed=N)."
