@@ -140,15 +140,31 @@ def print_study(name: str) -> None:
         title_justify="left",
     )
     for column in ("trial", "state", "run", *keys, summary.spec.metric, "tasks"):
-        table.add_column(column, justify="right" if column not in ("state",) else "left")
+        table.add_column(
+            column, justify="right" if column not in ("state",) else "left", no_wrap=column == summary.spec.metric
+        )
     for row in summary.trials:
         best = summary.best is not None and row.number == summary.best.number
         cells: list[Any] = [str(row.number), row.state + (" *" if best else ""), str(row.run_id or "—")]
         cells += [_value(row.params.get(k)) for k in keys]
-        # a pruned trial's value is Optuna's last reported step, not the metric: not shown as one
-        cells += [fmt(row.value) if row.state == "complete" else MISSING, str(row.steps)]
+        # a pruned trial's value is Optuna's last reported step, not the metric: shown as such,
+        # `@2 61.50` (the validation accuracy after task 2, where the pruner stopped it)
+        if row.state == "complete":
+            shown = fmt(row.value)
+        elif row.state == "pruned" and row.last is not None:
+            shown = f"@{row.last[0] + 1} {fmt(row.last[1])}"
+        else:
+            shown = MISSING
+        cells += [shown, str(row.steps)]
         table.add_row(*cells, style="bold" if best else "")
     console.print(table)
+    if any(row.state == "pruned" and row.last is not None for row in summary.trials):
+        console.print(
+            "[dim]@k v: a pruned trial's validation accuracy after task k, where the pruner stopped it "
+            "(not its metric)[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(tuning.best_line(name) or "", highlight=False, soft_wrap=True)
     if summary.driver is not None:
         console.print(f"driven now by process {summary.driver}", highlight=False)

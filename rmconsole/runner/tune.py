@@ -905,6 +905,7 @@ class TrialRow:
     params: dict[str, Any]
     value: float | None
     steps: int  # per-task validation values reported
+    last: tuple[int, float] | None = None  # (task, value) of the last one: where a pruned trial stopped
 
 
 @dataclass
@@ -929,6 +930,7 @@ def summarize(name: str) -> StudySummary:
             {k: spec_param(spec, k).as_config(v) for k, v in t.params.items()},
             t.value,
             len(t.intermediate_values),
+            max(t.intermediate_values.items()) if t.intermediate_values else None,
         )
         for t in study.get_trials(deepcopy=False)
     ]

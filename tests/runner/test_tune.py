@@ -236,7 +236,7 @@ def test_a_small_study_finishes_and_its_trials_are_runs() -> None:
 
 
 @needs_validation
-def test_a_hopeless_trial_is_pruned_after_its_first_task() -> None:
+def test_a_hopeless_trial_is_pruned_after_its_first_task(capsys: pytest.CaptureFixture[str]) -> None:
     # 4 tasks of slack at 8 epochs (seconds), the driver looking every 0.1 s: it sees task 1 before the
     # run is through on a loaded machine and on a quiet one (at 1 epoch a quiet CI ran all 5 tasks, 0.09 s
     # each, between two looks)
@@ -250,6 +250,14 @@ def test_a_hopeless_trial_is_pruned_after_its_first_task() -> None:
     run = store.get_run(pruned.run_id)
     assert run.status == "stopped" and "pruned" in run.tags
     assert 1 <= len(store.task_results(pruned.run_id)) < 5  # stopped before its last task
+    # where it was pruned and at what validation accuracy, as `tune --show` prints it (issue 42: it showed —)
+    assert pruned.last is not None and pruned.last[0] == pruned.steps - 1
+    from rmconsole.cli.tune_commands import print_study
+
+    capsys.readouterr()
+    print_study("prune")
+    shown = capsys.readouterr().out
+    assert f"@{pruned.last[0] + 1} {pruned.last[1]:.2f}" in shown and "where the pruner stopped it" in shown
 
 
 @needs_validation
