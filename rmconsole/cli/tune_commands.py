@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .. import runner, store
@@ -56,6 +57,12 @@ def tune(
     slurm: list[str] = typer.Option([], "--slurm", help="Job options for --executor slurm (as for `run`)."),
     tags: list[str] = typer.Option([], "--tag", "-t", help="A tag for every trial's run (besides study:NAME)."),
     show: bool = typer.Option(False, "--show", help="Print the study's trials and its best so far; start nothing."),
+    plot: Path | None = typer.Option(
+        None,
+        "--plot",
+        help="With --show: write the study's optimisation history, parameter importance and parallel "
+        "coordinates into this folder (history.png, importance.png, parallel.png).",
+    ),
 ) -> None:
     """Search config keys with Optuna on a validation metric; every trial is a run.
 
@@ -66,9 +73,11 @@ def tune(
     if study is None and study_file is None:
         names = tuning.study_names()
         raise tuning.TuneError("give --study NAME (stored: " + (", ".join(names[-8:]) or "none yet") + ")")
+    if plot is not None and not show:
+        raise tuning.TuneError("--plot: give it with --show (the figures of a study's trials so far)")
     if show:
         if study_file is None and not param and metric is None:
-            print_study(study or "")  # (one not stored: load_study says how to start it)
+            print_study(study or "", plot)  # (one not stored: load_study says how to start it)
             return
         shown, new = tuning.prepare(study or "", params=list(param), metric=metric, study_file=study_file)
         if new:  # the file (or --param/--metric) holds what it needs: the study has just not started
@@ -76,7 +85,7 @@ def tune(
                 f"--show: study {shown.name} has not started yet, so it has no trials to show; "
                 "run the same command without --show to start it"
             )
-        print_study(shown.name)
+        print_study(shown.name, plot)
         return
     spec = runner.parse_executor(executor, slurm)
     asked, new = tuning.prepare(
@@ -131,9 +140,18 @@ def tune(
         raise typer.Exit(1)
 
 
-def print_study(name: str) -> None:
-    """The trials (number, state, run, searched values, metric, validation steps) and the best line."""
+def print_study(name: str, plot: Path | None = None) -> None:
+    """The trials (number, state, run, searched values, metric, validation steps) and the best line;
+    with `plot`, the study's figures written there (report/study.py)."""
     summary = tuning.summarize(name)
+    if plot is not None:
+        from ..outputs import check_folder
+        from ..report.study import write_figures
+
+        check_folder(str(plot), "--plot")
+        study, _ = tuning.load_study(name)
+        written = write_figures(study, summary.spec.metric, summary.direction == "maximize", plot)
+        console.print("wrote " + ", ".join(escape(str(p)) for p in written), highlight=False, soft_wrap=True)
     keys = [p.key for p in summary.spec.params]
     table = Table(
         title=f"study {name}: {summary.direction} {summary.spec.metric}, {summary.spec.sampler} sampler",

@@ -441,3 +441,29 @@ def test_the_median_pruner_takes_optunas_startup_and_warmup() -> None:
     ):
         with pytest.raises(tuning.TuneError, match=re.escape(says)):
             tuning.pruner_options(bad, 20)
+
+
+def test_a_study_as_figures_history_importance_parallel_coordinates(tmp_path: Any) -> None:
+    """`tune --show --plot DIR` (issue 42): six trials made without training, as Optuna records them."""
+    import optuna
+
+    from rmconsole.report.study import FIGURES, importance
+
+    spec = spec_of("figs", 6, ["lr=log:1e-4..1e-1", "memory_size=int:100..500"])
+    study = tuning.open_study(spec, create=True)
+    dists = {p.key: p.distribution() for p in spec.params}
+    for i in range(6):  # the value follows lr (log) closely, memory_size hardly at all
+        lr, k = 10 ** (-4 + 0.6 * i), 100 + 37 * ((i * 5) % 6)
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"lr": lr, "memory_size": k}, distributions=dists, value=40.0 + 8 * i + 0.01 * k
+            )
+        )
+    found = importance(study)
+    assert set(found) == {"lr", "memory_size"} and found["lr"] > found["memory_size"]
+    shown = CliRunner().invoke(app, ["tune", "--study", "figs", "--show", "--plot", str(tmp_path / "figs")])
+    assert shown.exit_code == 0, shown.output
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == sorted(FIGURES)
+    assert all((tmp_path / "figs" / f).stat().st_size > 5000 for f in FIGURES)
+    refused = CliRunner().invoke(app, ["tune", "--study", "figs", "--plot", str(tmp_path / "x")])
+    assert refused.exit_code != 0 and not (tmp_path / "x").exists()
