@@ -3,9 +3,15 @@ files, read back with the libraries themselves."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from support import identity_store
 from support.cli import in_process
+
+from rmconsole import store
+
+TRAINED = (datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), datetime(2026, 1, 2, 3, 9, 7, tzinfo=UTC))
 
 
 def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
@@ -14,6 +20,7 @@ def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
     from mlflow.tracking import MlflowClient
 
     ids = identity_store.build()
+    store.update_run(ids["base"], started_at=TRAINED[0], finished_at=TRAINED[1])
     target = tmp_path / "mlruns"
     out = in_process("export", str(ids["base"]), str(ids["partial"]), "--to", "mlflow", str(target))
     assert out.returncode == 0, out.stderr
@@ -23,6 +30,8 @@ def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
     assert set(runs) == {str(ids["base"]), str(ids["partial"])}
     base = runs[str(ids["base"])]
     assert base.info.run_name == "baseline" and base.info.status == "FINISHED"
+    # when it trained (set below, before the export), not when it was exported (issue 42)
+    assert (base.info.start_time, base.info.end_time) == (TRAINED[0].timestamp() * 1000, TRAINED[1].timestamp() * 1000)
     assert base.data.params["epochs"] == "16" and base.data.params["augment"] == "cutmix+autoaug"
     assert base.data.tags["tag.base"] == "true" and base.data.tags["rmconsole.overrides"] == "epochs=16"
     assert base.data.metrics["A_last"] == 86.0
