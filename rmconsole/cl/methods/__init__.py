@@ -23,6 +23,7 @@ from .ewc_params import EWCParams
 from .ewcpp_params import EWCppParams
 from .icarl_params import ICaRLParams
 from .mir_params import MIRParams
+from .pcr_params import PCRParams
 from .rm_params import RMParams
 from .rwalk_params import RwalkParams
 from .scr_params import SCRParams
@@ -123,6 +124,13 @@ REGISTRY: dict[str, MethodSpec] = {
             CLIBParams,
             ("task-free",),
             "CLIB (Koh et al., ICLR 2022): sample-wise importance memory, adaptive learning rate",
+        ),
+        _spec(
+            "pcr",
+            "pcr:PCR",
+            PCRParams,
+            ("task-free",),
+            "PCR (Lin et al., CVPR 2023): proxy-based contrastive replay, a cosine classifier",
         ),
     ]
 }
