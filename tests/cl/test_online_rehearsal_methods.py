@@ -97,3 +97,133 @@ def test_pcr_runs_the_protocol_to_its_end() -> None:
     outcomes = run_protocol(config(method="pcr", eval_period=60), tiny_data(per_class=16), torch.device("cpu"), rec)
     assert len(outcomes) == 5 and rec.points and all(0 <= p.accuracy <= 100 for p in rec.points)
     assert rec.points[-1].accuracy > 30  # it learns: chance on 10 classes is 10
+
+
+# ------------------------------------------------------------------------------ GSA
+
+
+def test_gsa_weight_is_its_gradient_ratio_through_the_authors_sigmoid() -> None:
+    from rmconsole.cl.methods.gsa import gsa_class_weights
+
+    count = torch.tensor([4.0, 2.0, 3.0])
+    positive = torch.tensor([3.0, 1.0, 0.0])  # sum of p_c over class c's samples
+    negative = torch.tensor([1.0, 2.0, 1.5])  # sum of p_c over the other classes' samples
+    w = gsa_class_weights(count, positive, negative)
+    ant = torch.tensor([1.0, 0.5, 2.0])  # (N - pos) / neg
+    assert torch.allclose(w, 2 / (1 + torch.exp(1 - ant)))
+    assert float(w[0]) == pytest.approx(1.0) and float(w[1]) < 1.0 < float(w[2])
+
+
+def test_gsa_new_class_loss_touches_only_the_new_classes_and_their_rows() -> None:
+    from rmconsole.cl.methods.gsa import new_class_loss
+
+    new = torch.tensor([False, False, True, True, False])
+    logits = torch.randn(4, 5, requires_grad=True)
+    y = torch.tensor([2, 3, 0, 2])  # row 2 is an earlier class (a blurry minority sample)
+    loss = new_class_loss(logits, y, new)
+    loss.backward()
+    g = logits.grad
+    assert g is not None
+    assert torch.all(g[:, [0, 1, 4]] == 0)  # the earlier classes' logits are never pushed
+    assert torch.all(g[2] == 0)  # nor trained on from a row of an earlier class
+    rows = torch.tensor([0, 1, 3])
+    expected = nnf.cross_entropy(logits.detach()[rows][:, 2:4], y[rows] - 2)
+    assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+    none = new_class_loss(logits.detach(), torch.tensor([0, 1]).repeat(2), new)
+    assert float(none) == 0.0  # no row of a new class: no loss (and no division by zero)
+
+
+def test_gsa_replay_loss_weights_each_target_by_its_class() -> None:
+    from rmconsole.cl.methods.gsa import weighted_replay_loss
+
+    logits = torch.randn(3, 4)
+    y = torch.tensor([0, 2, 2])
+    w = torch.tensor([0.5, 9.0, 1.5, 9.0])
+    log_p = nnf.log_softmax(logits, dim=1)
+    expected = -(0.5 * log_p[0, 0] + 1.5 * log_p[1, 2] + 1.5 * log_p[2, 2]) / 3
+    assert float(weighted_replay_loss(logits, y, w)) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_gsa_step_accumulates_the_gradient_statistics_and_weights_after_the_warm_up() -> None:
+    m, proto, _ = built("gsa", gsa_warmup_steps=1)
+    feed(m, proto, 24)
+    m.count.zero_(), m.positive.zero_(), m.negative.zero_()
+    m.seen[:4] = True
+    m.new.zero_()
+    m.new[2:4] = True
+    m.task_steps = 0
+    torch.manual_seed(1)
+    x = torch.randn(7, 1, 8, 8)
+    y = torch.tensor([2, 3, 2, 0, 1, 3, 0])  # A = 3 rows, B = 4 rows
+    m.stream_count = 3
+
+    def expected(weight: torch.Tensor) -> float:
+        with torch.no_grad():
+            logits = m.model(x)
+            mixed = m.mask_unseen(logits[3:])
+            log_p = nnf.log_softmax(mixed, dim=1)[torch.arange(4), y[3:]]
+            l_p = nnf.cross_entropy(logits[:3, 2:4], y[:3] - 2)
+        return float(2 * -(weight[y[3:]] * log_p).mean() + l_p)
+
+    first = m.step_loss(x, y)  # warm-up: weight 1
+    assert float(first.detach()) == pytest.approx(expected(torch.ones(m.n_classes)), rel=1e-4)
+    with torch.no_grad():
+        p = torch.softmax(m.mask_unseen(m.model(x)[3:]), dim=1)
+    onehot = nnf.one_hot(y[3:], m.n_classes).float()
+    assert torch.allclose(m.count, onehot.sum(0))
+    assert torch.allclose(m.positive, (p * onehot).sum(0), atol=1e-6)
+    assert torch.allclose(m.negative, (p * (1 - onehot)).sum(0), atol=1e-6)
+    second = m.step_loss(x, y)  # past the warm-up: the ratio's weights over both steps' sums
+    ant = (2 * onehot.sum(0) - 2 * (p * onehot).sum(0)) / (2 * (p * (1 - onehot)).sum(0)).clamp_min(1e-12)
+    weight = 2 / (1 + torch.exp(1 - ant))
+    assert float(second.detach()) == pytest.approx(expected(weight), rel=1e-4)
+    assert m.task_steps == 2
+    m.stream_count = 7
+    with torch.no_grad():
+        alone = nnf.cross_entropy(m.model(x)[[0, 1, 2, 5]][:, 2:4], y[[0, 1, 2, 5]] - 2)
+    assert float(m.step_loss(x, y).detach()) == pytest.approx(float(alone), rel=1e-4)  # A alone: L_p only
+    assert float(m.count.sum()) == 8.0
+
+
+def test_gsa_batches_are_current_task_data_then_the_mixed_batch() -> None:
+    m, proto, _ = built("gsa", gsa_current_memory=3, gsa_mixed_batch=6)
+    from rmconsole.cl.learner import Task
+
+    seen_batches: list[tuple[list[int], list[int]]] = []
+    original = m.train_batches
+
+    def spy(b, stream_counts=None, lr=None):  # type: ignore[no-untyped-def]
+        seen_batches.extend((x.tolist(), [n]) for x, n in zip(b, stream_counts))
+        return original(b, stream_counts, lr)
+
+    m.train_batches = spy
+    feed(m, proto, 4)
+    assert seen_batches[0] == (torch.cat(proto.tasks)[:4].tolist(), [4])  # the memory empty: A = the stream
+    feed(m, proto, 36)
+    m.online_task_end(Task(0, proto.tasks[0], 5))
+    m.online_task_start(Task(1, proto.tasks[1], 5))
+    assert m.new_host == set() and not bool(m.new.any())
+    earlier = set(m.memory.indices.tolist())
+    assert all(t == 0 for t in m.slot_task)
+    seen_batches.clear()
+    stream = proto.tasks[1][:4].tolist()
+    for index in stream:
+        label = int(proto.train_labels[index])
+        if not bool(m.seen[label]):
+            m.online_new_class(label)
+        m.online_observe(index, label)
+    (batch, (n_a,)) = seen_batches[0]
+    n_seen, n_new = int(m.seen.sum()), len(m.new_host)
+    rate = n_new / n_seen
+    assert n_a == 4 and batch[:4] == stream  # no memory sample of task 1 yet
+    prev, cur = batch[4 : 4 + int(6 * (1 - rate))], batch[4 + int(6 * (1 - rate)) :]
+    assert set(prev) <= earlier and len(prev) == int(6 * (1 - rate))
+    assert cur == stream[: int(6 * rate)]
+    assert all(t in (0, 1) for t in m.slot_task) and 1 in m.slot_task  # the newcomers tagged with task 1
+
+
+def test_gsa_runs_the_protocol_to_its_end() -> None:
+    rec = Recorder()
+    outcomes = run_protocol(config(method="gsa", eval_period=60), tiny_data(per_class=16), torch.device("cpu"), rec)
+    assert len(outcomes) == 5 and rec.points and all(0 <= p.accuracy <= 100 for p in rec.points)
+    assert rec.points[-1].accuracy > 30

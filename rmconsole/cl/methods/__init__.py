@@ -21,6 +21,7 @@ from .bic_params import BiCParams
 from .clib_params import CLIBParams
 from .ewc_params import EWCParams
 from .ewcpp_params import EWCppParams
+from .gsa_params import GSAParams
 from .icarl_params import ICaRLParams
 from .mir_params import MIRParams
 from .pcr_params import PCRParams
@@ -131,6 +132,13 @@ REGISTRY: dict[str, MethodSpec] = {
             PCRParams,
             ("task-free",),
             "PCR (Lin et al., CVPR 2023): proxy-based contrastive replay, a cosine classifier",
+        ),
+        _spec(
+            "gsa",
+            "gsa:GSA",
+            GSAParams,
+            ("task-free",),
+            "GSA (Guo et al., CVPR 2023): new-class loss plus a replay loss weighted by each class's gradient ratio",
         ),
     ]
 }
