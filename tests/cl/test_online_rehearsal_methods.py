@@ -112,6 +112,9 @@ def test_gsa_weight_is_its_gradient_ratio_through_the_authors_sigmoid() -> None:
     ant = torch.tensor([1.0, 0.5, 2.0])  # (N - pos) / neg
     assert torch.allclose(w, 2 / (1 + torch.exp(1 - ant)))
     assert float(w[0]) == pytest.approx(1.0) and float(w[1]) < 1.0 < float(w[2])
+    small = gsa_class_weights(torch.tensor([1.0, 1.0]), torch.tensor([0.5, 0.5]), torch.tensor([0.25, 0.0]))
+    assert float(small[0]) == pytest.approx(2 / (1 + math.exp(1 - 2.0)))  # a negative sum under 1 is used as is
+    assert float(small[1]) == pytest.approx(2.0)  # none: the ratio is huge, the weight its bound 2
 
 
 def test_gsa_new_class_loss_touches_only_the_new_classes_and_their_rows() -> None:
@@ -129,6 +132,8 @@ def test_gsa_new_class_loss_touches_only_the_new_classes_and_their_rows() -> Non
     rows = torch.tensor([0, 1, 3])
     expected = nnf.cross_entropy(logits.detach()[rows][:, 2:4], y[rows] - 2)
     assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+    one = new_class_loss(logits.detach(), torch.tensor([3, 0, 1, 4]), new)  # one row of a new class
+    assert float(one) == pytest.approx(float(nnf.cross_entropy(logits.detach()[:1, 2:4], torch.tensor([1]))), rel=1e-5)
     none = new_class_loss(logits.detach(), torch.tensor([0, 1]).repeat(2), new)
     assert float(none) == 0.0  # no row of a new class: no loss (and no division by zero)
 
@@ -220,6 +225,69 @@ def test_gsa_batches_are_current_task_data_then_the_mixed_batch() -> None:
     assert set(prev) <= earlier and len(prev) == int(6 * (1 - rate))
     assert cur == stream[: int(6 * rate)]
     assert all(t in (0, 1) for t in m.slot_task) and 1 in m.slot_task  # the newcomers tagged with task 1
+
+
+def test_gsa_online_train_composes_its_two_parts_from_the_task_tags() -> None:
+    from rmconsole.cl.learner import Task
+
+    m, proto, _ = built("gsa", gsa_current_memory=1, gsa_mixed_batch=6)
+    m.task_steps = 7
+    m.online_task_start(Task(1, proto.tasks[1], 5))
+    assert m.task_index == 1 and m.task_steps == 0 and m.new_host == set()
+    for label in (0, 1):  # seen in task 0
+        m.seen_host.add(label)
+    m.task_index = 0
+    for index, label in [(100, 0), (101, 0), (102, 1), (103, 1)]:
+        m.online_store(index, label)
+    m.task_index = 1
+    m.online_new_class(2)
+    assert bool(m.new[2]) and m.new_host == {2} and m.seen_host == {0, 1, 2} and int(m.new.sum()) == 1
+    m.online_store(104, 2)
+    assert m.slot_task == [0, 0, 0, 0, 1]
+    batches: list[tuple[list[int], int]] = []
+    m.train_batches = lambda b, counts=None, lr=None: batches.extend(zip([x.tolist() for x in b], counts))
+    state = m.gen.get_state()
+    m.online_train(torch.tensor([200, 201, 202, 203]), 1)
+    assert not torch.equal(m.gen.get_state(), state)  # the draws come from the method's generator
+    ((batch, n_a),) = batches
+    assert n_a == 5 and batch[:5] == [200, 201, 202, 203, 104]  # A: the stream + 1 current-task sample
+    rate = 1 / 3  # one new class of three seen
+    assert sorted(batch[5 : 5 + int(6 * (1 - rate))]) == [100, 101, 102, 103]  # B: 4 of the earlier tasks
+    assert batch[5 + int(6 * (1 - rate)) :] == [200, 201]  # and int(6 r) = 2 of A
+    # one class seen, new in this task, one memory sample (of task 0): B is the current data alone
+    m2, _, _ = built("gsa", gsa_current_memory=0, gsa_mixed_batch=6)
+    m2.task_index = 0
+    m2.online_store(100, 0)
+    m2.task_index = 1
+    m2.online_new_class(0)
+    batches.clear()
+    m2.train_batches = lambda b, counts=None, lr=None: batches.extend(zip([x.tolist() for x in b], counts))
+    m2.online_train(torch.tensor([200, 201, 202]), 2)
+    assert batches == [([200, 201, 202, 200, 201, 202], 3)] * 2  # rate 1: no earlier sample, A[:6]
+
+
+def test_gsa_state_round_trips_through_a_checkpoint() -> None:
+    from rmconsole.cl.learner import Task
+
+    m, proto, _ = built("gsa")
+    feed(m, proto, 40)
+    m.online_task_start(Task(1, proto.tasks[1], 5))
+    stream = proto.tasks[1][:12].tolist()
+    for index in stream:
+        label = int(proto.train_labels[index])
+        if not bool(m.seen[label]):
+            m.online_new_class(label)
+        m.online_observe(index, label)
+    state = m.state_dict()
+    fresh, _, _ = built("gsa")
+    fresh.load_state_dict(state)
+    for key in ("count", "positive", "negative", "new"):
+        assert torch.equal(getattr(fresh, key), getattr(m, key)), key
+    assert float(m.count.sum()) > 0 and bool(m.new.any())
+    assert fresh.new_host == m.new_host and fresh.seen_host == m.seen_host
+    assert fresh.slot_task == m.slot_task and 1 in fresh.slot_task
+    assert (fresh.task_index, fresh.task_steps) == (m.task_index, m.task_steps) == (1, m.task_steps)
+    assert m.task_steps > 0
 
 
 def test_gsa_runs_the_protocol_to_its_end() -> None:
