@@ -30,7 +30,8 @@ disjoint tasks have none), and is in B's current share.
 Deviations from the authors' code (labelled in docs/anytime.md):
 - each sample is seen once, augmented by the run's pipeline, A and B in one forward (theirs:
   each sample and its horizontal flip, A also greyscale + resized crop, two forwards);
-- the head covers every class from the start, unseen classes masked (theirs grows per task);
+- the head covers every class from the start, unseen classes masked (theirs grows by a task's
+  classes at its start, so its new-class loss also covers the task's classes not yet arrived);
 - the ratio's denominator is clamped at 1e-12 (theirs divides as is);
 - the run's optimiser and stream batch (the follow-up's Adam 3e-4, batch/2 stream samples;
   theirs Adam 1e-3 with weight decay 1e-4, 10 stream samples).

@@ -27,6 +27,8 @@ Deviations from the authors' code (labelled in docs/anytime.md):
   differs only for a model with batch norm), and the loss on the stream alone while the memory
   is empty (theirs skips the first batch: its loss is 0 x cross-entropy until the memory has
   samples);
+- predictions over the classes seen (theirs: the arg-max over every class's proxy, the mask
+  commented out in their evaluation), as every method of this protocol predicts;
 - the run's optimiser (the follow-up's Adam 3e-4 in the i-Blurry presets; theirs SGD 0.1) and
   the follow-up's batch (batch/2 + batch/2; theirs 10 + 10).
 """
