@@ -92,6 +92,7 @@ def test_pcr_trains_two_views_of_stream_plus_memory_and_keeps_a_new_class_proxy(
     assert len(stream) == 40
 
 
+@pytest.mark.slow  # a whole task-free run (6-9 s); the mechanics above are the default suite's
 def test_pcr_runs_the_protocol_to_its_end() -> None:
     rec = Recorder()
     outcomes = run_protocol(config(method="pcr", eval_period=60), tiny_data(per_class=16), torch.device("cpu"), rec)
@@ -290,6 +291,7 @@ def test_gsa_state_round_trips_through_a_checkpoint() -> None:
     assert m.task_steps > 0
 
 
+@pytest.mark.slow  # a whole task-free run (6-9 s); the mechanics above are the default suite's
 def test_gsa_runs_the_protocol_to_its_end() -> None:
     rec = Recorder()
     outcomes = run_protocol(config(method="gsa", eval_period=60), tiny_data(per_class=16), torch.device("cpu"), rec)
