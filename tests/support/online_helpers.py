@@ -55,11 +55,13 @@ def config(**over: Any) -> Any:
 TASK_FREE_PRESET = "mnist-iblurry50-10"  # the follow-up's settings, each method's own ([methods.NAME])
 # methods that prompt a Vision Transformer run the generic tests on the small ViT (cl/vit.py)
 VIT_METHODS = ("l2p",)
+VIT_METHODS += ("mvp",)
+SHALLOW_VIT = {"mvp": {"mvp_g_end": 1, "mvp_e_end": 2}}  # vit_tiny has 2 layers: G-prompt on 0, E on 1
 
 
-def method_model(method: str) -> dict[str, str]:
+def method_model(method: str) -> dict[str, Any]:
     """The model override a method needs in a generic test: {} or the small ViT."""
-    return {"model": "vit_tiny"} if method in VIT_METHODS else {}
+    return {"model": "vit_tiny", **SHALLOW_VIT.get(method, {})} if method in VIT_METHODS else {}
 
 
 def defaults_on_digits(method: str, **over: Any) -> Any:

@@ -25,6 +25,7 @@ from .icarl_params import ICaRLParams
 from .knn_params import KNNParams
 from .l2p_params import L2PParams
 from .mir_params import MIRParams
+from .mvp_params import MVPParams
 from .rm_params import RMParams
 from .rwalk_params import RwalkParams
 from .scr_params import SCRParams
@@ -139,6 +140,9 @@ REGISTRY: dict[str, MethodSpec] = {
             L2PParams,
             ("task-free",),
             "L2P (Wang et al., CVPR 2022): a prompt pool on a frozen ViT, prompts chosen by key-query matching",
+        ),
+        _spec(
+            "mvp", "mvp:MVP", MVPParams, ("task-free",), "MVP (Moon et al., ICCV 2023): prompts, logit masks, L_CVPT"
         ),
     ]
 }
