@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.nn.functional as nnf
 
@@ -220,3 +221,23 @@ def test_eq8_only_prompts_keys_masks_and_head_learn_the_vit_stays_bit_identical(
     assert all(torch.equal(vit[k], file[f"features.{k}"]) for k in vit)  # the file's weights, bit for bit
     learned = ("features.g_prompts", "features.e_prompts", "features.keys", "features.masks", "fc.weight")
     assert all(not torch.equal(before[k], after[k]) for k in learned)
+
+
+def test_a_training_step_never_reads_a_tensor_on_the_host(tmp_path: Path) -> None:
+    """No .item(), bool(tensor), int/float(tensor), .tolist(), .cpu() or .nonzero() in a step (each
+    is a device-to-host sync on an accelerator): they raise here while the step and its backward run."""
+    m = method(tmp_path)
+    m.seen = torch.tensor([True, True, True, True, False])
+    x, y = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 1, 3])
+
+    def host(*_: object, **__: object) -> None:
+        raise AssertionError("host sync inside a training step")
+
+    patch = pytest.MonkeyPatch()
+    for name in ("item", "__bool__", "__int__", "__float__", "tolist", "cpu", "nonzero"):
+        patch.setattr(torch.Tensor, name, host)
+    try:
+        m.step_loss(x, y).backward()
+    finally:
+        patch.undo()
+    assert features_of(m).keys.grad is not None
