@@ -2,9 +2,9 @@
 on Stochastic Blurry Task Boundary via Mask and Visual Prompt Tuning": the Si-Blurry paper), on a
 frozen ViT (cl/vit.py), on the follow-up's task-free streams (i-Blurry, Si-Blurry).
 
-Specification: the paper and the authors' code (KHU-AGI/Si-Blurry, models/mvp.py and
-methods/mvp.py, read, not copied). The mechanics, equation by equation (docs/prompts.md maps each to
-its test in tests/cl/test_mvp.py):
+Specification: the authors' code (KHU-AGI/Si-Blurry, models/mvp.py and methods/mvp.py, read, not
+copied) and the paper's abstract (its full text was not at hand: the numbering is rmconsole's). The
+mechanics, equation by equation (docs/prompts.md maps each to its test in tests/cl/test_mvp.py):
 
 (1) prompts, DualPrompt's layout as the authors' MVP builds it: one G-prompt (L_g tokens per layer)
     for layers [0, g_end), a pool of M E-prompts (L_e tokens per layer) for layers [g_end, e_end),
