@@ -32,7 +32,7 @@ def method(tmp_path: Path, **params: object) -> MVP:
     m = MVP.__new__(MVP)
     m.params = MVPParams(**{"mvp_g_end": 1, "mvp_e_end": 2, "mvp_e_length": 3, **params})  # type: ignore[arg-type]
     m.n_classes, m.device, m.dist = C, torch.device("cpu"), None
-    m.cfg = SimpleNamespace(  # type: ignore[assignment]
+    m.cfg = SimpleNamespace(
         model="vit_tiny",
         model_weights=str(weights_file(tmp_path)),
         optimizer="adam",
@@ -67,7 +67,7 @@ def test_eq1_g_and_e_prompts_keys_and_masks_one_per_task_masks_start_at_minus_on
 def test_eq2_prompts_are_appended_per_layer_and_dropped_after_it_without_position_embeddings() -> None:
     torch.manual_seed(0)
     vit = ViT(32, 8, 3, 64, 2, 4).eval()
-    f = MVPFeatures(vit, MVPParams(mvp_g_end=1, mvp_e_end=2, mvp_g_length=2, mvp_e_length=3), C, 4)  # type: ignore[call-arg]
+    f = MVPFeatures(vit, MVPParams(mvp_g_end=1, mvp_e_end=2, mvp_g_length=2, mvp_e_length=3), C, 4)
     x, chosen = torch.randn(2, 3, 32, 32), torch.tensor([3, 1])
     with torch.no_grad():
         tokens = vit.embed(x)

@@ -62,6 +62,8 @@ def distance(a: Tensor, b: Tensor) -> Tensor:
 class MVPFeatures(nn.Module):
     """features(x): the prompted, normed [CLS] output, the E-prompt chosen by its key (1)-(4)."""
 
+    counts: Tensor  # n_j, the times key j was chosen in training (a buffer: checkpointed with the model)
+
     def __init__(self, vit: ViT, params: MVPParams, n_classes: int, pool: int) -> None:
         super().__init__()
         if not 0 <= params.mvp_g_end < params.mvp_e_end <= vit.depth:
