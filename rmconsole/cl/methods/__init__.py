@@ -29,6 +29,7 @@ from .knn_params import KNNParams
 from .l2p_params import L2PParams
 from .mir_params import MIRParams
 from .pcr_params import PCRParams
+from .mvp_params import MVPParams
 from .rm_params import RMParams
 from .rwalk_params import RwalkParams
 from .scr_params import SCRParams
@@ -171,6 +172,9 @@ REGISTRY: dict[str, MethodSpec] = {
             GSAParams,
             ("task-free",),
             "GSA (Guo et al., CVPR 2023): new-class loss plus a replay loss weighted by each class's gradient ratio",
+        ),
+        _spec(
+            "mvp", "mvp:MVP", MVPParams, ("task-free",), "MVP (Moon et al., ICCV 2023): prompts, logit masks, L_CVPT"
         ),
     ]
 }
