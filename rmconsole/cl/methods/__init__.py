@@ -28,8 +28,8 @@ from .icarl_params import ICaRLParams
 from .knn_params import KNNParams
 from .l2p_params import L2PParams
 from .mir_params import MIRParams
-from .pcr_params import PCRParams
 from .mvp_params import MVPParams
+from .pcr_params import PCRParams
 from .rm_params import RMParams
 from .rwalk_params import RwalkParams
 from .scr_params import SCRParams
