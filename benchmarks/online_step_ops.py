@@ -1,13 +1,22 @@
-"""What one task-free update costs: operator calls (on a GPU, about one kernel launch each) and
-milliseconds, per method, at a preset's model, image size and batch.
+"""What one task-free update costs the host, per method, at a preset's model, image size and
+batch: operators (on a GPU, about one kernel launch each), host synchronisations and milliseconds.
 
     python benchmarks/online_step_ops.py --methods er,clib                    # CPU: counts, slow steps
     python benchmarks/online_step_ops.py --device cuda --samples 960           # a GPU: ms per update
 
-Task-free steps run eager (no CUDA graphs), so on a GPU a small model's update is bound by how
-fast the host issues operators, not by the GPU: the operator count per update, times the
-framework's cost per operator, is the floor. Synthetic images of the preset's shape (no dataset
-needed); the stream is the preset's first task on them, `online_iter` updates per sample.
+Columns, per update (a training step of the method; its per-sample work, memory included, is
+shared out over them):
+- top-level: operators the host issued itself (the profiler's, not those inside another operator);
+- dispatcher: every operator that reached the dispatcher (composites decomposed, autograd's
+  backward included: what a CUDA graph would have to capture);
+- kernels outside: those of the dispatcher's that may launch a kernel (views and metadata left
+  out, `step_audit.NO_KERNEL`), issued outside a region the code declares capturable;
+- syncs: host synchronisations (`step_audit.StepAudit`: `.item()`, `bool(tensor)`, `nonzero`,
+  boolean-mask indexing... on device data);
+- CPU ms: the process's CPU time (what a laptop pays; stable on a shared machine), and wall ms.
+Synthetic images of the preset's shape (no dataset needed); the stream is the preset's first
+task on them, `online_iter` updates per sample. The same script measures an older checkout
+(without `online.feed` it feeds samples as the driver then did).
 """
 
 from __future__ import annotations
@@ -26,47 +35,17 @@ from rmconsole.cl.learner import Setup, Task
 from rmconsole.cl.methods import method_class
 from rmconsole.cl.online import build_online_protocol
 from rmconsole.cl.resume import make_augmenter
+from rmconsole.cl.step_audit import NO_KERNEL, StepAudit
 from rmconsole.config import load_config
 
-# operators that launch no kernel: views, allocations, metadata (counted apart)
-NO_KERNEL = {
-    "aten::" + n
-    for n in [
-        "detach",
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "view",
-        "reshape",
-        "_reshape_alias",
-        "slice",
-        "select",
-        "expand",
-        "t",
-        "transpose",
-        "as_strided",
-        "alias",
-        "unsqueeze",
-        "squeeze",
-        "permute",
-        "lift_fresh",
-        "to",
-        "_to_copy_noop",
-        "resolve_conj",
-        "resolve_neg",
-        "unbind",
-        "split",
-        "chunk",
-        "narrow",
-        "flatten",
-        "unflatten",
-        "contiguous_noop",
-        "result_type",
-        "size",
-        "stride",
-        "numel",
-    ]
-}
+try:
+    from rmconsole.cl.online import feed as drive
+except ImportError:  # a checkout before issue 43: the driver's code of then
+
+    def drive(method: object, index: int, label: int) -> None:
+        if not bool(method.seen[label]):  # type: ignore[attr-defined]
+            method.online_new_class(label)  # type: ignore[attr-defined]
+        method.online_observe(index, label)  # type: ignore[attr-defined]
 
 
 def synthetic(n_classes: int, size: int, per_class: int, test_per_class: int) -> Dataset:
@@ -97,9 +76,7 @@ def measure(preset: str, method: str, samples: int, device: torch.device) -> dic
 
     def feed(lo: int, hi: int) -> None:
         for index, label in zip(stream[lo:hi], labels[lo:hi]):
-            if not bool(learner.seen[label]):
-                learner.online_new_class(label)
-            learner.online_observe(index, label)
+            drive(learner, index, label)
 
     chunk = max(1, cfg.batch_size // 2)  # updates come when this many stream samples are in
     samples = max(chunk, samples // chunk * chunk)
@@ -108,9 +85,11 @@ def measure(preset: str, method: str, samples: int, device: torch.device) -> dic
     sync(device)
     from torch.profiler import ProfilerActivity, profile
 
+    steps = learner.online_steps
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         feed(warm, warm + samples)
         sync(device)
+    updates = max(learner.online_steps - steps, 1)
 
     def top_level(event: object) -> bool:
         """An operator the host issued itself, not one called inside another operator."""
@@ -121,21 +100,33 @@ def measure(preset: str, method: str, samples: int, device: torch.device) -> dic
             parent = parent.cpu_parent
         return True
 
-    ops = Counter(e.name for e in prof.events() if e.name.startswith("aten::") and top_level(e))
-    launching = Counter({name: n for name, n in ops.items() if name not in NO_KERNEL})
+    top = sum(1 for e in prof.events() if e.name.startswith("aten::") and top_level(e))
+    audit = StepAudit(device).mark_method(learner)
+    steps = learner.online_steps
+    with audit:
+        feed(warm + samples, warm + 2 * samples)
+        sync(device)
+    audited = max(learner.online_steps - steps, 1)
+    kernels: Counter[str] = audit.kernel_ops()
+    inside = getattr(audit, "capturable_ops", 0)
     sync(device)
-    started = time.perf_counter()
-    feed(warm + samples, warm + 2 * samples)
+    steps = learner.online_steps
+    wall, cpu = time.perf_counter(), time.process_time()
+    feed(warm + 2 * samples, warm + 3 * samples)
     sync(device)
-    seconds = time.perf_counter() - started
-    updates = samples * cfg.online_iter
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    timed = max(learner.online_steps - steps, 1)
     return {
         "method": method,
-        "updates": updates,
-        "ms_per_update": 1000 * seconds / updates,
-        "ops_per_update": sum(ops.values()) / updates,
-        "kernel_ops_per_update": sum(launching.values()) / updates,
-        "top_ops": launching.most_common(5),
+        "updates": timed,
+        "top_ops": top / updates,
+        "dispatch_ops": audit.n_dispatch_ops / audited,
+        "kernels_outside": (sum(kernels.values()) - inside) / audited,
+        "syncs": audit.n_syncs / audited,
+        "where": audit.where.most_common(3),
+        "cpu_ms": 1000 * cpu / timed,
+        "wall_ms": 1000 * wall / timed,
+        "common": [(n, c) for n, c in kernels.most_common(5) if n not in NO_KERNEL],
         "model": cfg.model,
         "image_size": cfg.image_size,
         "batch_size": cfg.batch_size,
@@ -155,14 +146,19 @@ def main(argv: list[str] | None = None) -> int:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(args.device)
     print(f"{args.preset} on {device}, {args.threads} CPU thread(s)")
-    print("method | updates timed | ms/update | operators/update (of which may launch kernels) | most called of those")
+    print(
+        "method | updates timed | top-level ops | dispatcher ops | kernel ops outside a capturable region "
+        "| host syncs | CPU ms | wall ms (all per update) | most called kernels; where the syncs are"
+    )
     for method in args.methods.split(","):
         r = measure(args.preset, method, args.samples, device)
-        common = ", ".join(f"{name.removeprefix('aten::')} {n}" for name, n in r["top_ops"])
+        common = ", ".join(f"{name} {n}" for name, n in r["common"])
+        where = "; ".join(f"{w} x{n}" for w, n in r["where"])
         print(
-            f"{method} | {r['updates']:g} | {r['ms_per_update']:.1f} | {r['ops_per_update']:.0f} "
-            f"({r['kernel_ops_per_update']:.0f}) | {common}"
-            f"  ({r['model']} at {r['image_size']}, batch {r['batch_size']})",
+            f"{method} | {r['updates']:g} | {r['top_ops']:.0f} | {r['dispatch_ops']:.0f} | {r['kernels_outside']:.0f} "
+            f"| {r['syncs']:.2f} | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | {common}"
+            + (f"; syncs: {where}" if where else "")
+            + f"  ({r['model']} at {r['image_size']}, batch {r['batch_size']})",
             flush=True,
         )
     return 0

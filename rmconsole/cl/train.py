@@ -247,7 +247,8 @@ class Stepper:
             self.sgd = _plain_fused_sgd(optimizer)
             self.mlp = MLPStep.of(method.model, optimizer) if self.manual else None
         if self.mlp is not None and method.model.training:  # the default step, its kernels called directly
-            loss = self.mlp(x, y, method.setup.augmenter.maybe_cutmix(x, y), method.seen)
+            seen = None if getattr(method, "all_seen", False) else method.seen
+            loss = self.mlp(x, y, method.setup.augmenter.maybe_cutmix(x, y), seen)
             if self.sgd is None or not _fused_sgd_step(optimizer, self.sgd):
                 optimizer.step()
             method.after_step()

@@ -80,4 +80,6 @@ class MIR(TaskFree, Method[MIRParams]):
             )
         self.model.train()
         self.cost += 3 * len(x_s) + 2 * len(x_c)
-        return candidates[torch.argsort(after - before, descending=True, stable=True)[:k]]
+        # the choice stays on the device (train indices index the device's images): no host sync
+        order = torch.argsort(after - before, descending=True, stable=True)[:k]
+        return candidates.to(order.device)[order]

@@ -151,7 +151,7 @@ class TaskFree(_MethodBase):
 
     def online_new_class(self, label: int) -> None:
         """The first sample of class `label` arrived: expose it and give the head its row."""
-        self.seen[label] = True
+        self.expose(label)
         self.head_takes(label)
         if self.cfg.schedule == "exp_reset":
             self.lr_steps = 0
@@ -287,7 +287,7 @@ class TaskFree(_MethodBase):
 
     def memory_report(self, task: Task, info: dict[str, Any] | None = None) -> None:
         """The memory as it is now, as a memory-panel snapshot."""
-        n_seen = int(self.seen.sum())
+        n_seen = self.n_seen
         self.memory_info = {"policy": type(self).__name__.lower(), "samples_seen": self.memory.seen, **(info or {})}
         self.report.memory_updated(
             task.index,
