@@ -10,7 +10,10 @@ shared out over them):
 - dispatcher: every operator that reached the dispatcher (composites decomposed, autograd's
   backward included: what a CUDA graph would have to capture);
 - kernels outside: those of the dispatcher's that may launch a kernel (views and metadata left
-  out, `step_audit.NO_KERNEL`), issued outside a region the code declares capturable;
+  out, `step_audit.NO_KERNEL`), issued outside the step a CUDA graph replays on a GPU
+  (`step_audit.graphable`: a plain step of a method whose step is the default one; on CPU it
+  runs eagerly, its operators counted apart; its graph body is kept capturable by
+  tests/cl/test_step_syncs.py);
 - syncs: host synchronisations (`step_audit.StepAudit`: `.item()`, `bool(tensor)`, `nonzero`,
   boolean-mask indexing... on device data);
 - CPU ms: the process's CPU time (what a laptop pays; stable on a shared machine), and wall ms.
@@ -108,7 +111,7 @@ def measure(preset: str, method: str, samples: int, device: torch.device) -> dic
         sync(device)
     audited = max(learner.online_steps - steps, 1)
     kernels: Counter[str] = audit.kernel_ops()
-    inside = getattr(audit, "capturable_ops", 0)
+    inside = getattr(audit, "graphable_ops", 0)
     sync(device)
     steps = learner.online_steps
     wall, cpu = time.perf_counter(), time.process_time()

@@ -27,6 +27,7 @@ data) or an operator whose shapes differ from the previous update's raises `NotC
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
 from collections import Counter
@@ -40,7 +41,16 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["NO_KERNEL", "SYNC_METHODS", "SYNC_OPS", "Capturable", "DeclaredSync", "NotCapturable", "StepAudit"]
+__all__ = [
+    "NO_KERNEL",
+    "SYNC_METHODS",
+    "SYNC_OPS",
+    "Capturable",
+    "DeclaredSync",
+    "NotCapturable",
+    "StepAudit",
+    "graphable",
+]
 
 # operators that wait for the device's result whatever their inputs hold
 SYNC_OPS = frozenset(
@@ -190,6 +200,8 @@ class _Dispatch(TorchDispatchMode):
         name = _op_name(func)
         if audit.active:
             audit.dispatch_ops[name] += 1
+            if audit.in_graphable and name not in NO_KERNEL:
+                audit.graphable_ops += 1
         flat_in, _ = tree_flatten((args, kwargs))
         on_device = audit.tags.any(flat_in)
         if on_device and audit.inside_method == 0 and audit.active:
@@ -233,6 +245,25 @@ class _Function(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+_ACTIVE: list[StepAudit] = []  # the audits entered, innermost last (the `graphable` marker reports to it)
+
+
+@contextlib.contextmanager
+def graphable() -> Iterator[None]:
+    """Marks the step a CUDA graph replays on a GPU (train.Stepper wraps a plain step in it):
+    inside, an active audit counts kernel-launching operators as `graphable_ops` (the benchmark's
+    "outside" column leaves them out). Nothing when no audit is active (one list check)."""
+    if not _ACTIVE:
+        yield
+        return
+    audit = _ACTIVE[-1]
+    audit.in_graphable += 1
+    try:
+        yield
+    finally:
+        audit.in_graphable -= 1
+
+
 class StepAudit:
     """Counts host syncs and operators inside `with audit:` (see the module's docstring).
     `device`: the training device (factories that name it make device tensors)."""
@@ -245,6 +276,8 @@ class StepAudit:
         self.dispatch_ops: Counter[str] = Counter()
         self.inside_method = 0
         self.active = True  # False: operators run (and tags propagate) but nothing is counted
+        self.in_graphable = 0
+        self.graphable_ops = 0  # kernel-launching operators inside `graphable()` regions
         self.capturable: Capturable | None = None
         self._modes: list[Any] = []
 
@@ -304,6 +337,7 @@ class StepAudit:
         self.syncs.clear()
         self.where.clear()
         self.dispatch_ops.clear()
+        self.graphable_ops = 0
         self.tags.prune()
 
     # ------------------------------------------------------------------ the modes
@@ -312,9 +346,11 @@ class StepAudit:
         self._modes = [_Function(self), _Dispatch(self)]
         for m in self._modes:
             m.__enter__()
+        _ACTIVE.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        _ACTIVE.remove(self)
         for m in reversed(self._modes):
             m.__exit__(*exc)
         self._modes = []

@@ -41,6 +41,7 @@ from .learner import Learner, Task
 from .mlp_step import MLPStep
 from .pipeline import iter_batches
 from .schedule import epoch_lr
+from .step_audit import graphable
 
 # method class -> whether its step draws CutMix exactly once (learned on its first chunk)
 _MIX_PER_STEP: dict[type, bool] = {}
@@ -225,6 +226,7 @@ class Stepper:
     def __init__(self, method: Learner) -> None:
         self.method = method
         self.graphs = method.uses_graphs
+        self.plain = method.plain_step and method.dist is None
         self.manual = (
             method.plain_step and method.dist is None and method.accel.amp_dtype is None and method.device.type == "cpu"
         )
@@ -239,6 +241,13 @@ class Stepper:
         if self.graphs and len(x) > 1 and (method.cfg.cuda_graphs is True or launch_bound(len(x), x.shape[1:])):
             graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
             return None
+        if self.plain:  # what a CUDA graph replays on a GPU (counted apart by an active step_audit)
+            with graphable():
+                return self._eager(x, y, weight)
+        return self._eager(x, y, weight)
+
+    def _eager(self, x: Tensor, y: Tensor, weight: float) -> Tensor:
+        method = self.method
         optimizer = method.optimizer
         assert optimizer is not None
         head = getattr(method.model, "fc", None)

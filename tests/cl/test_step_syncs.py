@@ -199,3 +199,115 @@ def test_a_capturable_region_refuses_syncs_copies_and_new_shapes() -> None:
         host = torch.arange(4.0)
         with pytest.raises(NotCapturable, match="host tensor"), Capturable(audit):
             weight.add_(host)
+
+
+def test_the_head_state_restarted_in_place_steps_as_a_dropped_one() -> None:
+    """A new class restarts Adam's head state in place (a captured step keeps its tensors): the
+    next update is the one a dropped state (the follow-up's new fc) gives, bit for bit."""
+    pair = [built("er", eval_period=1000) for _ in range(2)]
+    m, other = pair[0][0], pair[1][0]
+    proto = pair[0][1]
+    for learner in (m, other):
+        torch.manual_seed(0)  # a new class's head row is drawn from the global generator
+        for i in torch.cat(proto.tasks)[:24].tolist():
+            feed(learner, i, int(proto.train_labels[i]))
+    new = m.n_seen
+    for learner, drop in ((m, False), (other, True)):
+        torch.manual_seed(1)
+        learner.online_new_class(new)
+        if drop:
+            for p in (learner.model.fc.weight, learner.model.fc.bias):
+                del learner.optimizer.state[p]
+        learner.model.train()
+        x, y = torch.rand(6, 1, 8, 8), torch.tensor([0, 1, new, 0, 1, new])
+        learner.optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(learner.model(x), y).backward()
+        learner.optimizer.step()
+    for a, b in zip(m.model.parameters(), other.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def _graph_body_updates(m: Any, proto: Any, n: int, audit: StepAudit | None) -> list[torch.Tensor]:
+    """n task-free ER updates through the captured step's body (`GraphedStep`: load, then the
+    step a CUDA graph replays), a new class arriving half-way; under `audit` the body is a
+    `Capturable` region. Returns the parameters after."""
+    import contextlib
+
+    from rmconsole.cl.graphs import GraphedStep, graph_ready_optimizer, set_lr
+
+    assert m.optimizer is not None
+    graph_ready_optimizer(m.optimizer)
+    aug, (h, w) = m.setup.augmenter, m.setup.data.image_shape[-2:]
+    step = GraphedStep(m.model, m.optimizer, m.seen, 8, m.setup.data.image_shape, False, contextlib.nullcontext)
+    region = None
+    if audit is not None:  # the step's static buffers and the tensor lr are the device's
+        audit.mark(m.optimizer, *[v for v in vars(step).values() if isinstance(v, torch.Tensor)])
+        region = Capturable(audit)
+    stream = torch.cat(proto.tasks)[24:].tolist()
+    m.model.train()
+    for k in range(n):
+        if k == n // 2:
+            m.online_new_class(m.n_seen)  # the head's row and its Adam state restart in place
+        batch = torch.tensor(stream[8 * k : 8 * k + 8])
+        x, y = aug.train(m.images_of(batch)), m.labels_of(batch)
+        set_lr(m.optimizer, m.step_lr())
+        m.lr_steps += 1
+        step.load(x, y, aug.draw_mix(8, h, w))
+        with region if region is not None else contextlib.nullcontext():
+            step._eager()
+    return [p.detach().clone() for p in m.model.parameters()]
+
+
+def test_a_task_free_update_is_capturable() -> None:
+    """The body a CUDA graph replays for a task-free update (forward, CutMix as data, loss,
+    backward, Adam with its lr and state on the device) runs on CPU under the checker: no host
+    sync, no host<->device copy, the same operators on the same shapes from update to update,
+    across a new class (the head restarted in place) and a changing learning rate."""
+    m, proto, _ = built("er", augment="cutmix", eval_period=1000)
+    for i in torch.cat(proto.tasks)[:24].tolist():
+        feed(m, i, int(proto.train_labels[i]))
+    audit = StepAudit().mark_method(m)
+    with audit:
+        _graph_body_updates(m, proto, 6, audit)
+    assert not audit.syncs
+
+
+@pytest.mark.parametrize("name", ["er", "clib", "mir", "rm", "gdumb"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_graphed_task_free_updates_give_the_eager_weights(name: str) -> None:
+    """On CUDA a task-free method's default updates are replayed as CUDA graphs (cuda_graphs):
+    the weights after a stretch of the stream are the eager run's (Adam's tensor-lr kernel may
+    round apart in the last bits: a tolerance)."""
+    from support.online_helpers import config
+
+    from rmconsole.cl.loop import make_augmenter
+    from rmconsole.cl.online import build_online_protocol
+
+    data, cuda = tiny_data().to("cuda"), torch.device("cuda")
+    weights = []
+    for graphs in (True, False):
+        cfg = config(method=name, augment="cutmix", eval_period=1000, epochs=2, cuda_graphs=graphs, device="cuda")
+        torch.manual_seed(cfg.seed)
+        proto = build_online_protocol(cfg, data)
+        setup = Setup(
+            cfg,
+            data,
+            proto.train_labels.to(cuda),
+            proto.test_labels.to(cuda),
+            proto.groups,
+            cuda,
+            make_augmenter(cfg, data, cuda),
+        )
+        m = method_class(name)(setup)
+        m.online_start()
+        assert m.uses_graphs is graphs
+        stream = torch.cat(proto.tasks)
+        for i, y in zip(stream[:120].tolist(), proto.train_labels[stream[:120]].tolist()):
+            feed(m, i, y)
+        m.online_before_eval()
+        if graphs and name not in ("gdumb",):
+            assert m.graphs and any(g.graph is not None for g in m.graphs.values()), "no update was graphed"
+        weights.append([p.detach().float().cpu() for p in m.model.parameters()])
+    for a, b in zip(*weights):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
