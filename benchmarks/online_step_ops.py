@@ -63,8 +63,10 @@ def synthetic(n_classes: int, size: int, per_class: int, test_per_class: int) ->
     return Dataset("synthetic", split(per_class), split(test_per_class), names, (0.5,) * 3, (0.5,) * 3)
 
 
-def measure(preset: str, method: str, samples: int, device: torch.device) -> dict:
-    _, cfg = load_config(preset, {"method": method, "device": str(device)})
+def measure(
+    preset: str, method: str, samples: int, device: torch.device, warm_batches: int = 4, sets: dict | None = None
+) -> dict:
+    _, cfg = load_config(preset, {"method": method, "device": str(device), **(sets or {})})
     data = synthetic(200, cfg.image_size or 64, 100, 2).to(device)
     protocol = build_online_protocol(cfg, data)
     train_labels, test_labels = protocol.train_labels.to(device), protocol.test_labels.to(device)
@@ -83,7 +85,7 @@ def measure(preset: str, method: str, samples: int, device: torch.device) -> dic
 
     chunk = max(1, cfg.batch_size // 2)  # updates come when this many stream samples are in
     samples = max(chunk, samples // chunk * chunk)
-    warm = 4 * chunk
+    warm = warm_batches * chunk
     feed(0, warm)  # the memory fills, the first updates allocate
     sync(device)
     from torch.profiler import ProfilerActivity, profile
@@ -143,18 +145,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=32, help="stream samples profiled, then as many timed")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--warm-batches", type=int, default=4, help="temp batches streamed before measuring")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(args.device)
-    print(f"{args.preset} on {device}, {args.threads} CPU thread(s)")
+    print(f"{args.preset} on {device}, {args.threads} CPU thread(s); overrides {args.set or 'none'}")
     print(
         "method | updates timed | top-level ops | dispatcher ops | kernel ops outside a capturable region "
         "| host syncs | CPU ms | wall ms (all per update) | most called kernels; where the syncs are"
     )
     for method in args.methods.split(","):
-        r = measure(args.preset, method, args.samples, device)
+        sets = dict(kv.split("=", 1) for kv in args.set)
+        r = measure(args.preset, method, args.samples, device, args.warm_batches, sets)
         common = ", ".join(f"{name} {n}" for name, n in r["common"])
         where = "; ".join(f"{w} x{n}" for w, n in r["where"])
         print(
