@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     print(f"{args.preset} on {device}, {args.threads} CPU thread(s); overrides {args.set or 'none'}")
     print(
-        "method | updates timed | top-level ops | dispatcher ops | kernel ops outside a capturable region "
+        "method | updates timed | top-level ops | dispatcher ops | kernel ops outside the graphed step "
         "| host syncs | CPU ms | wall ms (all per update) | most called kernels; where the syncs are"
     )
     for method in args.methods.split(","):
