@@ -138,6 +138,16 @@ def measure(
     }
 
 
+def _value(text: str) -> object:
+    """A --set value as the config takes it: a number or boolean when it reads as one."""
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--preset", default="tiny-imagenet-iblurry50-10")
@@ -158,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "| host syncs | CPU ms | wall ms (all per update) | most called kernels; where the syncs are"
     )
     for method in args.methods.split(","):
-        sets = dict(kv.split("=", 1) for kv in args.set)
+        sets = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
         r = measure(args.preset, method, args.samples, device, args.warm_batches, sets)
         common = ", ".join(f"{name} {n}" for name, n in r["common"])
         where = "; ".join(f"{w} x{n}" for w, n in r["where"])
