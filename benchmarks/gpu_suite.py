@@ -557,7 +557,7 @@ def summary(r: dict) -> str:
         lines += [
             f"## Task-free updates ({st['preset']}; no profiler; exit {st['exit']}, {st['seconds']:.0f} s)",
             "",
-            "| method | updates timed | ms/update | model | image | batch |",
+            "| method | updates timed | ms/update (wall) | model | image | batch |",
             "|---|---|---|---|---|---|",
         ]
         for r in st["rows"]:
@@ -565,7 +565,7 @@ def summary(r: dict) -> str:
                 lines.append(f"| {r['method']} | failed: {r['error']} | | | | |")
             else:
                 lines.append(
-                    f"| {r['method']} | {r['updates']} | {r['ms_per_update']:.2f} | {r['model']} | {r['image_size']} | "
+                    f"| {r['method']} | {r['updates']} | {r['wall_ms']:.2f} | {r['model']} | {r['image_size']} | "
                     f"{r['batch_size']} |"
                 )
         lines += [f"| {m} | not reached in the part's limit | | | | |" for m in st.get("not_reached", [])]

@@ -1,19 +1,30 @@
-"""What one task-free update costs: operator calls (on a GPU, about one kernel launch each) and
-milliseconds, per method, at a preset's model, image size and batch.
+"""What one task-free update costs the host, per method, at a preset's model, image size and
+batch: operators (on a GPU, about one kernel launch each), host synchronisations and milliseconds.
 
     python benchmarks/online_step_ops.py --methods er,clib                    # CPU: counts, slow steps
     python benchmarks/online_step_ops.py --device cuda --samples 960           # a GPU: ms per update
 
-Task-free steps run eager (no CUDA graphs), so on a GPU a small model's update is bound by how
-fast the host issues operators, not by the GPU: the operator count per update, times the
-framework's cost per operator, is the floor. Synthetic images of the preset's shape (no dataset
-needed); the stream is the preset's first task on them, `online_iter` updates per sample.
+Columns, per update (a training step of the method; its per-sample work, memory included, is
+shared out over them):
+- top-level: operators the host issued itself (the profiler's, not those inside another operator);
+- dispatcher: every operator that reached the dispatcher (composites decomposed, autograd's
+  backward included: what a CUDA graph would have to capture);
+- kernels outside: those of the dispatcher's that may launch a kernel (views and metadata left
+  out, `step_audit.NO_KERNEL`), issued outside the step a CUDA graph replays on a GPU
+  (`step_audit.graphable`: a plain step of a method whose step is the default one; on CPU it
+  runs eagerly, its operators counted apart; its graph body is kept capturable by
+  tests/cl/test_step_syncs.py);
+- syncs: host synchronisations (`step_audit.StepAudit`: `.item()`, `bool(tensor)`, `nonzero`,
+  boolean-mask indexing... on device data);
+- CPU ms: the process's CPU time (what a laptop pays; stable on a shared machine), and wall ms.
+Synthetic images of the preset's shape (no dataset needed); the stream is the preset's first
+task on them, `online_iter` updates per sample. The same script measures an older checkout
+(without `online.feed` it feeds samples as the driver then did).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -29,47 +40,17 @@ from rmconsole.cl.learner import Setup, Task
 from rmconsole.cl.methods import method_class
 from rmconsole.cl.online import build_online_protocol
 from rmconsole.cl.resume import make_augmenter
+from rmconsole.cl.step_audit import NO_KERNEL, StepAudit
 from rmconsole.config import load_config
 
-# operators that launch no kernel: views, allocations, metadata (counted apart)
-NO_KERNEL = {
-    "aten::" + n
-    for n in [
-        "detach",
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "view",
-        "reshape",
-        "_reshape_alias",
-        "slice",
-        "select",
-        "expand",
-        "t",
-        "transpose",
-        "as_strided",
-        "alias",
-        "unsqueeze",
-        "squeeze",
-        "permute",
-        "lift_fresh",
-        "to",
-        "_to_copy_noop",
-        "resolve_conj",
-        "resolve_neg",
-        "unbind",
-        "split",
-        "chunk",
-        "narrow",
-        "flatten",
-        "unflatten",
-        "contiguous_noop",
-        "result_type",
-        "size",
-        "stride",
-        "numel",
-    ]
-}
+try:
+    from rmconsole.cl.online import feed as drive
+except ImportError:  # a checkout before issue 43: the driver's code of then
+
+    def drive(method: object, index: int, label: int) -> None:
+        if not bool(method.seen[label]):  # type: ignore[attr-defined]
+            method.online_new_class(label)  # type: ignore[attr-defined]
+        method.online_observe(index, label)  # type: ignore[attr-defined]
 
 
 def synthetic(n_classes: int, size: int, per_class: int, test_per_class: int) -> Dataset:
@@ -84,8 +65,19 @@ def synthetic(n_classes: int, size: int, per_class: int, test_per_class: int) ->
     return Dataset("synthetic", split(per_class), split(test_per_class), names, (0.5,) * 3, (0.5,) * 3)
 
 
-def measure(preset: str, method: str, samples: int, device: torch.device, profiled: bool = True) -> dict:
-    _, cfg = load_config(preset, {"method": method, "device": str(device)})
+def measure(
+    preset: str,
+    method: str,
+    samples: int,
+    device: torch.device,
+    warm_batches: int = 4,
+    sets: dict | None = None,
+    counted: bool = True,
+) -> dict:
+    """Operators and syncs per update (`counted`: the profiler and the audit, each over `samples`
+    stream samples), then the CPU and wall milliseconds of as many more. The GPU check times only:
+    the profiler over a GPU update is slower than the call's minutes allow."""
+    _, cfg = load_config(preset, {"method": method, "device": str(device), **(sets or {})})
     data = synthetic(200, cfg.image_size or 64, 100, 2).to(device)
     protocol = build_online_protocol(cfg, data)
     train_labels, test_labels = protocol.train_labels.to(device), protocol.test_labels.to(device)
@@ -100,20 +92,36 @@ def measure(preset: str, method: str, samples: int, device: torch.device, profil
 
     def feed(lo: int, hi: int) -> None:
         for index, label in zip(stream[lo:hi], labels[lo:hi]):
-            if not bool(learner.seen[label]):
-                learner.online_new_class(label)
-            learner.online_observe(index, label)
+            drive(learner, index, label)
 
     chunk = max(1, cfg.batch_size // 2)  # updates come when this many stream samples are in
     samples = max(chunk, samples // chunk * chunk)
-    warm = 4 * chunk
+    warm = warm_batches * chunk
     feed(0, warm)  # the memory fills, the first updates allocate
     sync(device)
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) if profiled else contextlib.nullcontext() as prof:
+    if not counted:
+        steps = learner.online_steps
+        wall, cpu = time.perf_counter(), time.process_time()
         feed(warm, warm + samples)
         sync(device)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        timed = max(learner.online_steps - steps, 1)
+        return {
+            "method": method,
+            "updates": timed,
+            "cpu_ms": 1000 * cpu / timed,
+            "wall_ms": 1000 * wall / timed,
+            "model": cfg.model,
+            "image_size": cfg.image_size,
+            "batch_size": cfg.batch_size,
+        }
+    steps = learner.online_steps
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        feed(warm, warm + samples)
+        sync(device)
+    updates = max(learner.online_steps - steps, 1)
 
     def top_level(event: object) -> bool:
         """An operator the host issued itself, not one called inside another operator."""
@@ -124,26 +132,47 @@ def measure(preset: str, method: str, samples: int, device: torch.device, profil
             parent = parent.cpu_parent
         return True
 
-    events = prof.events() if profiled else []
-    ops = Counter(e.name for e in events if e.name.startswith("aten::") and top_level(e))
-    launching = Counter({name: n for name, n in ops.items() if name not in NO_KERNEL})
+    top = sum(1 for e in prof.events() if e.name.startswith("aten::") and top_level(e))
+    audit = StepAudit(device).mark_method(learner)
+    steps = learner.online_steps
+    with audit:
+        feed(warm + samples, warm + 2 * samples)
+        sync(device)
+    audited = max(learner.online_steps - steps, 1)
+    kernels: Counter[str] = audit.kernel_ops()
+    inside = getattr(audit, "graphable_ops", 0)
     sync(device)
-    started = time.perf_counter()
-    feed(warm + samples, warm + 2 * samples)
+    steps = learner.online_steps
+    wall, cpu = time.perf_counter(), time.process_time()
+    feed(warm + 2 * samples, warm + 3 * samples)
     sync(device)
-    seconds = time.perf_counter() - started
-    updates = samples * cfg.online_iter
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    timed = max(learner.online_steps - steps, 1)
     return {
         "method": method,
-        "updates": updates,
-        "ms_per_update": 1000 * seconds / updates,
-        "ops_per_update": sum(ops.values()) / updates if profiled else None,
-        "kernel_ops_per_update": sum(launching.values()) / updates if profiled else None,
-        "top_ops": launching.most_common(5),
+        "updates": timed,
+        "top_ops": top / updates,
+        "dispatch_ops": audit.n_dispatch_ops / audited,
+        "kernels_outside": (sum(kernels.values()) - inside) / audited,
+        "syncs": audit.n_syncs / audited,
+        "where": audit.where.most_common(3),
+        "cpu_ms": 1000 * cpu / timed,
+        "wall_ms": 1000 * wall / timed,
+        "common": [(n, c) for n, c in kernels.most_common(5) if n not in NO_KERNEL],
         "model": cfg.model,
         "image_size": cfg.image_size,
         "batch_size": cfg.batch_size,
     }
+
+
+def _value(text: str) -> object:
+    """A --set value as the config takes it: a number or boolean when it reads as one."""
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,39 +182,49 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=32, help="stream samples profiled, then as many timed")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--time-only", action="store_true", help="no profiler: milliseconds an update only (a GPU check)")
+    ap.add_argument("--warm-batches", type=int, default=4, help="temp batches streamed before measuring")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
+    ap.add_argument("--time-only", action="store_true", help="no profiler, no audit: milliseconds only (the GPU check)")
     ap.add_argument("--jsonl", type=Path, default=None, help="append each method's row to this file as it ends")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(args.device)
-    print(f"{args.preset} on {device}, {args.threads} CPU thread(s)")
-    print("method | updates timed | ms/update | operators/update (of which may launch kernels) | most called of those")
+    print(f"{args.preset} on {device}, {args.threads} CPU thread(s); overrides {args.set or 'none'}")
+    print(
+        "method | updates timed | top-level ops | dispatcher ops | kernel ops outside the graphed step "
+        "| host syncs | CPU ms | wall ms (all per update) | most called kernels; where the syncs are"
+    )
     failed = 0
+    sets = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     for method in args.methods.split(","):
         try:
-            r = measure(args.preset, method, args.samples, device, profiled=not args.time_only)
+            r = measure(args.preset, method, args.samples, device, args.warm_batches, sets, not args.time_only)
         except Exception as err:  # noqa: BLE001 - one method's failure is its row; the others still run
             failed += 1
             r = {"method": method, "error": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
             print(f"{method} | failed: {r['error']}", flush=True)
         else:
-            common = ", ".join(f"{name.removeprefix('aten::')} {n}" for name, n in r["top_ops"])
-            ops = (
-                "not profiled"
-                if r["ops_per_update"] is None
-                else (f"{r['ops_per_update']:.0f} ({r['kernel_ops_per_update']:.0f}) | {common}")
-            )
-            print(
-                f"{method} | {r['updates']:g} | {r['ms_per_update']:.1f} | {ops}"
-                f"  ({r['model']} at {r['image_size']}, batch {r['batch_size']})",
-                flush=True,
-            )
+            print(_row(r), flush=True)
         if args.jsonl is not None:
             with args.jsonl.open("a") as out:
                 out.write(json.dumps({**r, "device": str(device)}) + "\n")
     return 1 if failed else 0
+
+
+def _row(r: dict) -> str:
+    shape = f"  ({r['model']} at {r['image_size']}, batch {r['batch_size']})"
+    if "syncs" not in r:  # --time-only
+        return f"{r['method']} | {r['updates']:g} | — | — | — | — | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | not counted{shape}"
+    common = ", ".join(f"{name} {n}" for name, n in r["common"])
+    where = "; ".join(f"{w} x{n}" for w, n in r["where"])
+    return (
+        f"{r['method']} | {r['updates']:g} | {r['top_ops']:.0f} | {r['dispatch_ops']:.0f} | {r['kernels_outside']:.0f} "
+        f"| {r['syncs']:.2f} | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | {common}"
+        + (f"; syncs: {where}" if where else "")
+        + shape
+    )
 
 
 if __name__ == "__main__":

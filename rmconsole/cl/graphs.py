@@ -14,8 +14,11 @@ as a box mask). The graph computes what the eager step computes:
 
 (selection is exact, 1 * a + 0 * b == a in floating point, and unseen classes are masked
 with the same fill), so a graphed run and an eager one give the same numbers up to the
-choice of GPU kernels. Only steps that are plain cross-entropy + SGD are graphed: methods
-with their own loss or per-step hooks (EWC, Rwalk, iCaRL, BiC) and multi-process runs stay eager.
+choice of GPU kernels. Only steps that are plain cross-entropy + SGD or Adam (capturable, its
+state and lr on the device) are graphed, under both protocols (a task-free run's updates too:
+a new class's head row is re-initialised in place, the lr is a device tensor the schedule
+fills): methods with their own loss or per-step hooks (EWC, Rwalk, iCaRL, BiC, EWC++, ER-ACE,
+SCR) and multi-process runs stay eager.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from torch import Tensor, nn
 from .augment import CutMixDraw
 
 WARMUP_STEPS = 2  # real steps run eagerly (on a side stream) before capture: cuDNN/cuBLAS set-up
-GRAPHED_PIXELS = 64 * 3 * 32 * 32  # `launch_bound`: input pixels of the largest step graphed by default
+GRAPHED_PIXELS = 32 * 3 * 64 * 64  # `launch_bound`: input pixels of the largest step graphed by default
 
 
 class GraphedStep:
@@ -145,9 +148,11 @@ class GraphedStep:
 
 def launch_bound(batch: int, image_shape: tuple[int, ...]) -> bool:
     """A step small enough to be bound by kernel launches, where `cuda_graphs=auto` graphs it:
-    up to 64 CIFAR-sized images. Measured on an H100: a graphed batch-8 ResNet18 step at 32x32
-    takes 1.7 ms with the GPU busy 73% of it (eager, it launches a few hundred kernels from
-    Python); a ResNet34 step of 256 images at 224 is bound by arithmetic, and its capture failed
+    up to the Tiny-ImageNet preset's 32 images at 64x64 (128 CIFAR-sized). Measured on an H100: a
+    graphed batch-8 ResNet18 step at 32x32 takes 1.7 ms with the GPU busy 73% of it (eager, it
+    launches a few hundred kernels from Python); an eager ER update of ResNet34 on 32 images at
+    64x64 took about 16 ms for about 58 GFLOP (a fraction of a millisecond of arithmetic: host
+    bound); a ResNet34 step of 256 images at 224 is bound by arithmetic, and its capture failed
     in cuDNN (CUDNN_STATUS_INTERNAL_ERROR)."""
     pixels = 1
     for d in image_shape:
@@ -157,8 +162,11 @@ def launch_bound(batch: int, image_shape: tuple[int, ...]) -> bool:
 
 def graph_ready_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """Learning rates as float32 tensors on the parameters' device (same values as the float
-    the eager step passes), so a captured step reads the current one."""
+    the eager step passes), so a captured step reads the current one; an optimiser with a
+    `capturable` flag (Adam) has it set (a portable checkpoint's state turned it off)."""
     for group in optimizer.param_groups:
+        if "capturable" in group:
+            group["capturable"] = True
         device = group["params"][0].device
         lr = group["lr"]
         if not (isinstance(lr, Tensor) and lr.device == device):
@@ -167,9 +175,11 @@ def graph_ready_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optim
 
 
 def portable_optimizer_state(state: dict) -> dict:
-    """An optimiser state dict with tensor learning rates as floats, so a checkpoint written by
-    a graphed run loads anywhere (CPU or GPU, graphed or not)."""
+    """An optimiser state dict with tensor learning rates as floats and Adam's `capturable` off,
+    so a checkpoint written by a graphed run loads anywhere (CPU or GPU, graphed or not)."""
     for group in state.get("param_groups", []):
+        if group.get("capturable"):
+            group["capturable"] = False
         if isinstance(group.get("lr"), Tensor):
             group["lr"] = float(group["lr"])
     return state

@@ -87,13 +87,15 @@ class MLPStep:
         self.lowest = torch.finfo(fc.weight.dtype).min
         self._mask: tuple[Tensor, int, Tensor | None] | None = None  # (seen, its version, ~seen or None)
 
-    def unseen_of(self, seen: Tensor) -> Tensor | None:
-        """~seen, or None when every class is seen; recomputed only when `seen` is another
-        tensor or has been written to (its version counter moves with every in-place write),
-        so no host sync per step."""
+    def unseen_of(self, seen: Tensor | None) -> Tensor | None:
+        """~seen, or None when every class is seen (`seen` None: the caller's host mirror knows
+        it); recomputed only when `seen` is another tensor or has been written to (its version
+        counter moves with every in-place write), never read by the host."""
+        if seen is None:
+            return None
         cached = self._mask
         if cached is None or cached[0] is not seen or cached[1] != seen._version:
-            cached = self._mask = (seen, seen._version, None if bool(seen.all()) else ~seen)
+            cached = self._mask = (seen, seen._version, ~seen)
         return cached[2]
 
     @classmethod
@@ -129,11 +131,11 @@ class MLPStep:
 
     @torch.no_grad()
     def __call__(
-        self, x: Tensor, y: Tensor, mixed: tuple[Tensor, Tensor, Tensor, float] | None, seen: Tensor
+        self, x: Tensor, y: Tensor, mixed: tuple[Tensor, Tensor, Tensor, float] | None, seen: Tensor | None
     ) -> Tensor:
         """Set `.grad` of every parameter to what `loss.backward()` of the default step gives
         (and update the batch-norm statistics as its forward does). `mixed` is the batch's
-        CutMix (`Augmenter.maybe_cutmix`), `seen` the mask of exposed classes. Returns the
+        CutMix (`Augmenter.maybe_cutmix`), `seen` the mask of exposed classes (None: all are). Returns the
         step's loss (a 0-d tensor, no host sync)."""
         if mixed is None:
             terms: list[tuple[Tensor, float | None]] = [(y, None)]

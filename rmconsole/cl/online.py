@@ -227,9 +227,7 @@ def run_online(
             if budget is not None and method.cost > budget * clock.arrivals:
                 clock.skipped += 1
             else:
-                if not bool(method.seen[label]):
-                    method.online_new_class(label)
-                method.online_observe(index, label)
+                feed(method, index, label)
                 clock.observed += 1
             since_advance += 1
             if since_advance == ADVANCE_EVERY:
@@ -286,6 +284,14 @@ def run_online(
         reporter.task_finished(outcome, checkpoint)
         outcomes.append(outcome)
     return outcomes
+
+
+def feed(method: Any, index: int, label: int) -> None:
+    """What the driver does with a streamed sample the learner receives (benchmarks and tests
+    call it too). Whether its class is new is the host's own record (`seen_host`): no sync."""
+    if not method.seen_host[label]:
+        method.online_new_class(label)
+    method.online_observe(index, label)
 
 
 def online_summary(clock: Clock, method: Any) -> dict[str, Any]:

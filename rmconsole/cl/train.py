@@ -42,6 +42,7 @@ from .learner import Learner, Task
 from .mlp_step import MLPStep
 from .pipeline import iter_batches
 from .schedule import epoch_lr
+from .step_audit import graphable
 
 # method class -> whether its step draws CutMix exactly once (learned on its first chunk)
 _MIX_PER_STEP: dict[type, bool] = {}
@@ -228,6 +229,7 @@ class Stepper:
     def __init__(self, method: Learner) -> None:
         self.method = method
         self.graphs = method.uses_graphs
+        self.plain = method.plain_step and method.dist is None
         self.manual = (
             method.plain_step and method.dist is None and method.accel.amp_dtype is None and method.device.type == "cpu"
         )
@@ -242,6 +244,13 @@ class Stepper:
         if self.graphs and len(x) > 1 and (method.cfg.cuda_graphs is True or launch_bound(len(x), x.shape[1:])):
             graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
             return None
+        if self.plain:  # what a CUDA graph replays on a GPU (counted apart by an active step_audit)
+            with graphable():
+                return self._eager(x, y, weight)
+        return self._eager(x, y, weight)
+
+    def _eager(self, x: Tensor, y: Tensor, weight: float) -> Tensor:
+        method = self.method
         optimizer = method.optimizer
         assert optimizer is not None
         head = getattr(method.model, "fc", None)
@@ -250,7 +259,8 @@ class Stepper:
             self.sgd = _plain_fused_sgd(optimizer)
             self.mlp = MLPStep.of(method.model, optimizer) if self.manual else None
         if self.mlp is not None and method.model.training:  # the default step, its kernels called directly
-            loss = self.mlp(x, y, method.setup.augmenter.maybe_cutmix(x, y), method.seen)
+            seen = None if getattr(method, "all_seen", False) else method.seen
+            loss = self.mlp(x, y, method.setup.augmenter.maybe_cutmix(x, y), seen)
             if self.sgd is None or not _fused_sgd_step(optimizer, self.sgd):
                 optimizer.step()
             method.after_step()

@@ -96,7 +96,7 @@ def bare_ewcpp(alpha: float) -> Any:
     p = torch.nn.Parameter(torch.zeros(3))
     m.penalised = [p]
     m.fisher = [torch.zeros(3)]
-    m.started = [False]
+    m.started = [torch.tensor(False)]  # per parameter, on the device (no host sync per step)
     m.anchor = None
     m.importance = None
     m.device = torch.device("cpu")
@@ -169,10 +169,10 @@ def test_ewcpp_skips_parameters_without_a_gradient_and_goes_on() -> None:
     q = torch.nn.Parameter(torch.zeros(2))
     m.penalised = [p, q]
     m.fisher = [torch.zeros(3), torch.zeros(2)]
-    m.started = [False, False]
+    m.started = [torch.tensor(False), torch.tensor(False)]
     q.grad = torch.tensor([2.0, 3.0])  # p has no gradient: skipped, q still updated
     m.after_step()
-    assert torch.equal(m.fisher[0], torch.zeros(3)) and m.started == [False, True]
+    assert torch.equal(m.fisher[0], torch.zeros(3)) and [bool(s) for s in m.started] == [False, True]
     assert torch.allclose(m.fisher[1], torch.tensor([4.0, 9.0]))
 
 
@@ -213,11 +213,15 @@ def test_ewcpp_checkpoint_round_trip() -> None:
     m, _, _ = built("ewcpp", ewcpp_alpha=0.2)
     for f in m.fisher:
         f.uniform_()
-    m.started = [i % 2 == 0 for i in range(len(m.started))]
+    m.started = [torch.tensor(i % 2 == 0) for i in range(len(m.started))]
     fresh, _, _ = built("ewcpp", ewcpp_alpha=0.2)
     fresh.load_state_dict(m.state_dict())  # before a boundary: no anchor, no importance
     assert all(torch.equal(a, b) for a, b in zip(fresh.fisher, m.fisher))
-    assert fresh.started == m.started and fresh.anchor is None and fresh.importance is None
+    assert (
+        [bool(s) for s in fresh.started] == [bool(s) for s in m.started]
+        and fresh.anchor is None
+        and fresh.importance is None
+    )
     m.anchor = [p.detach().clone() + 1 for p in m.penalised]
     m.importance = [f.clone() * 2 for f in m.fisher]
     state = m.state_dict()

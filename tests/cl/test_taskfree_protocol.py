@@ -130,7 +130,8 @@ def test_new_class_head_and_lr_reset() -> None:
     assert not torch.equal(w[new], w_before[new])  # the new row is re-initialised
     assert torch.equal(torch.cat([w[:new], w[new + 1 :]]), torch.cat([w_before[:new], w_before[new + 1 :]]))
     assert not torch.equal(m.model.fc.bias.detach(), b_before)  # the bias too, as the follow-up rebuilds fc
-    assert m.model.fc.weight not in m.optimizer.state  # Adam's state of the head starts over
+    # Adam's state of the head starts over (in place: step 0, zero moments)
+    assert all(bool(v.eq(0).all()) for v in m.optimizer.state[m.model.fc.weight].values())
 
 
 def test_er_rm_protocol_batches_are_half_memory() -> None:

@@ -118,6 +118,8 @@ class Method(Generic[P]):
     default_memory_policy: ClassVar[str] = "random"
     single_task: ClassVar[bool] = False
     graphable_step: ClassVar[bool] = True
+    # host syncs its step needs by its published algorithm (step_audit.DeclaredSync; docs/performance.md)
+    declared_syncs: ClassVar[tuple[Any, ...]] = ()
     params_type: ClassVar[type[MethodParams]] = MethodParams  # P of Method[P] (set by __init_subclass__)
     params: P
 
@@ -145,6 +147,7 @@ class Method(Generic[P]):
         self.memory = M.Memory(self.cfg.memory_size)
         self.memory_policy: str = self.cfg.memory_policy or self.default_memory_policy
         self.seen = torch.zeros(self.n_classes, dtype=torch.bool, device=self.device)
+        self._seen_mirror: tuple[Tensor, int, list[bool], int] | None = None  # see `seen_host`
         self.gen = torch.Generator().manual_seed(self.cfg.seed + 1)  # memory / batching draws
         self.optimizer: torch.optim.Optimizer | None = None
         self.memory_info: dict[str, Any] = {}
@@ -198,9 +201,40 @@ class Method(Generic[P]):
         """uint8 train images of `idx` (one batch now; the engine decodes whole plans ahead)."""
         return self.setup.data.train.take(idx)
 
+    @property
+    def seen_host(self) -> list[bool]:
+        """`seen` as the host knows it, read without a host sync: the host decides which classes
+        are exposed (`expose`, `before_task`), so it keeps a mirror. Code that writes `seen`
+        directly (its version counter moves) or replaces it makes the mirror read the device
+        once, outside any step."""
+        seen, mirror = self.seen, self._seen_mirror
+        if mirror is None or mirror[0] is not seen or mirror[1] != seen._version:
+            values = [bool(v) for v in seen.tolist()]
+            mirror = self._seen_mirror = (seen, seen._version, values, sum(values))
+        return mirror[2]
+
+    @property
+    def n_seen(self) -> int:
+        """How many classes are exposed (the host mirror's count)."""
+        self.seen_host  # noqa: B018  (refreshes the mirror when `seen` was written directly)
+        assert self._seen_mirror is not None
+        return self._seen_mirror[3]
+
+    @property
+    def all_seen(self) -> bool:
+        return self.n_seen == self.n_classes
+
+    def expose(self, label: int) -> None:
+        """Class `label` is seen from now on: the device mask written, the host mirror kept."""
+        values = self.seen_host
+        count = self.n_seen + (not values[label])
+        values[label] = True
+        self.seen[label] = True
+        self._seen_mirror = (self.seen, self.seen._version, values, count)
+
     def mask_unseen(self, logits: Tensor) -> Tensor:
         """Classes not yet exposed get no probability: the authors' growing head, in effect."""
-        if bool(self.seen.all()):
+        if self.all_seen:
             return logits
         return logits.masked_fill(~self.seen, torch.finfo(logits.dtype).min)
 
@@ -260,6 +294,7 @@ class Method(Generic[P]):
 
     def before_task(self, task: Task) -> None:
         self.seen |= torch.bincount(self.labels_of(task.stream), minlength=self.n_classes).bool()
+        self.seen_host  # noqa: B018  (the host mirror reads the new mask here, before any step)
         if self.cfg.reset_head:
             self.reset_head()
         self.optimizer = self.make_optimizer()  # optimiser and schedule reset each task
@@ -296,7 +331,7 @@ class Method(Generic[P]):
 
     @property
     def seen_classes(self) -> list[int]:
-        return self.seen.nonzero().flatten().tolist()
+        return [c for c, seen in enumerate(self.seen_host) if seen]
 
     def update_memory(self, task: Task) -> None:
         """Refill the memory from the stream and the current memory by the run's policy."""
@@ -389,6 +424,7 @@ class Method(Generic[P]):
         self.model.load_state_dict(state["model"])
         self.memory.load_state_dict(state["memory"])
         self.seen = state["seen"].to(self.device)
+        self.seen_host  # noqa: B018  (the host mirror, read here rather than in a step)
         self.gen.set_state(state["gen"])
         if state.get("optimizer") is not None:
             self.optimizer = self.make_optimizer()

@@ -97,6 +97,7 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
         # stage 1 trains the new classes uncorrected; their (alpha, beta) is fitted in stage 2
         self.alpha = torch.where(self.new_classes, torch.ones_like(self.alpha), self.alpha)
         self.beta = torch.where(self.new_classes, torch.zeros_like(self.beta), self.beta)
+        self.old_index()  # read once here, not in the task's first step
 
     def learn_task(self, task: Task) -> None:
         held_out = self.hold_out(task)
@@ -139,11 +140,21 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
         if not self.distill or self.previous is None:
             return classification
         old_model, old_alpha, old_beta = self.previous
+        old = self.old_index()
         with torch.no_grad():
-            old_logits = self.correct(old_model(x), old_alpha, old_beta)[:, self.old_classes]
-        distillation = self.distillation(old_logits, logits[:, self.old_classes])
-        lam = float(self.old_classes.sum()) / float(self.seen.sum())
+            old_logits = self.correct(old_model(x), old_alpha, old_beta).index_select(1, old)
+        distillation = self.distillation(old_logits, logits.index_select(1, old))
+        lam = len(old) / self.n_seen
         return lam * distillation + (1 - lam) * classification
+
+    def old_index(self) -> Tensor:
+        """The old classes as indices (what `[:, old_classes]` selects, without its host sync),
+        read from the device once per value of `old_classes` (a task's start), not per step."""
+        old = self.old_classes
+        cached = getattr(self, "_old_index", None)
+        if cached is None or cached[0] is not old or cached[1] != old._version:
+            cached = self._old_index = (old, old._version, old.nonzero().flatten())
+        return cached[2]
 
     def anytime_step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         """Task-free: CE (CutMix) on the uncorrected logits, plus (from the second task) the
@@ -257,7 +268,7 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
             self.snapshot()  # before the class gets its head row: the teacher knows the older classes
         super().online_new_class(label)
         self.task_classes[self.task_index].append(label)
-        n_seen = int(self.seen.sum())
+        n_seen = self.n_seen
         if n_seen > 1:
             self.held_out_share = self.online_val_capacity // n_seen
             for y, kept in self.held_out.items():
@@ -280,7 +291,7 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
         if len(kept) >= self.held_out_share:
             return False
         kept.append(index)
-        if sum(len(v) for v in self.held_out.values()) == self.held_out_share * int(self.seen.sum()):
+        if sum(len(v) for v in self.held_out.values()) == self.held_out_share * self.n_seen:
             self.held_out_full = True
         return True
 
@@ -291,7 +302,7 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
         if self.distill:
             self.snapshot()
         self.fit_task_layer()  # the task-end evaluation refits it too, as theirs
-        n_seen, held = int(self.seen.sum()), sum(len(v) for v in self.held_out.values())
+        n_seen, held = self.n_seen, sum(len(v) for v in self.held_out.values())
         fitted = self.anytime_fits[-1] if self.anytime_fits and self.anytime_fits[-1]["task"] == task.index else None
         layer = (
             f"alpha {fitted['alpha']}, beta {fitted['beta']}"
@@ -314,7 +325,7 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
 
     def snapshot(self) -> None:
         self.teacher = frozen_copy(self.model)
-        self.teacher_classes = int(self.seen.sum())
+        self.teacher_classes = self.n_seen
 
     def teacher_layer(self) -> tuple[Tensor, Tensor]:
         """The previous task's layer as per-class vectors, built once per value of that layer

@@ -28,13 +28,15 @@ produce NaN there).
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
 from ..compute import ledger_of
+from ..step_audit import DeclaredSync
 from .base import Method
 from .clib_params import CLIBParams
 from .taskfree import TaskFree
@@ -54,6 +56,16 @@ class CLIB(TaskFree, Method[CLIBParams]):
     head_rule = "keep_moments"
     full_capacity = True
     kept_state: tuple[str, ...] = ("importance", "loss", "prev_loss")  # per memory slot (cl/compute.py: memory bytes)
+    host_tensors: ClassVar[tuple[str, ...]] = ("importance", "loss", "prev_loss")  # host values by design
+    declared_syncs: ClassVar[tuple[DeclaredSync, ...]] = (
+        DeclaredSync(
+            "Tensor.cpu at clib.py",
+            lambda m: math.ceil(m.cfg.memory_size / 512) / m.params.imp_update_period,
+            "the importance update reads the whole memory's per-sample losses (one read per 512 "
+            "samples, every imp_update_period iterations): which sample a full memory evicts, the "
+            "importance EMA and the adaptive lr's t-test are host decisions in CLIB's algorithm",
+        ),
+    )
 
     def online_start(self) -> None:
         super().online_start()

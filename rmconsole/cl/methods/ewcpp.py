@@ -32,7 +32,8 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         super().online_start()
         self.penalised = [p for n, p in self.model.named_parameters() if not n.startswith("fc.")]
         self.fisher = [torch.zeros_like(p) for p in self.penalised]
-        self.started = [False] * len(self.penalised)  # a parameter's first gradient sets F = g^2
+        # per parameter, on the device: whether a finite gradient came yet (the first sets F = g^2)
+        self.started = [torch.zeros((), dtype=torch.bool, device=self.device) for _ in self.penalised]
         self.anchor: list[Tensor] | None = None  # theta* at the last task boundary
         self.importance: list[Tensor] | None = None  # F at the last task boundary
 
@@ -51,15 +52,17 @@ class EWCpp(TaskFree, Method[EWCppParams]):
 
     @torch.no_grad()
     def after_step(self) -> None:
+        """F <- (1 - alpha) F + alpha g^2 (a parameter's first finite gradient: F = g^2); a
+        gradient with a non-finite element is skipped. Decided on the device: no host sync."""
         alpha = self.params.ewcpp_alpha
-        for i, (p, f) in enumerate(zip(self.penalised, self.fisher)):
-            if p.grad is None or not torch.isfinite(p.grad).all():
+        for p, f, started in zip(self.penalised, self.fisher, self.started):
+            if p.grad is None:
                 continue
-            if self.started[i]:
-                f.mul_(1 - alpha).add_(p.grad.pow(2), alpha=alpha)
-            else:
-                f.copy_(p.grad.pow(2))
-                self.started[i] = True
+            g2 = p.grad.pow(2)
+            finite = torch.isfinite(p.grad).all()
+            update = torch.where(started, f.mul(1 - alpha).add_(g2, alpha=alpha), g2)
+            f.copy_(torch.where(finite, update, f))
+            started.logical_or_(finite)
 
     def online_task_end(self, task: Task) -> None:
         self.anchor = [p.detach().clone() for p in self.penalised]
@@ -75,7 +78,7 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         if self.task_free:
             state["ewcpp"] = {
                 "fisher": [f.cpu() for f in self.fisher],
-                "started": list(self.started),
+                "started": [bool(s) for s in self.started],
                 "anchor": None if self.anchor is None else [a.cpu() for a in self.anchor],
                 "importance": None if self.importance is None else [f.cpu() for f in self.importance],
             }
@@ -88,6 +91,7 @@ class EWCpp(TaskFree, Method[EWCppParams]):
             return
         for f, s in zip(self.fisher, saved["fisher"]):
             f.copy_(s)
-        self.started = list(saved["started"])
+        for s, value in zip(self.started, saved["started"]):
+            s.fill_(bool(value))
         self.anchor = None if saved["anchor"] is None else [a.to(self.device) for a in saved["anchor"]]
         self.importance = None if saved["importance"] is None else [f.to(self.device) for f in saved["importance"]]

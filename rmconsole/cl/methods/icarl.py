@@ -29,6 +29,11 @@ from .icarl_params import ICaRLParams
 from .incremental import NewOldClasses
 
 
+def _one_hot(y: Tensor, n_classes: int) -> Tensor:
+    """float one-hot rows (`one_hot(y, n).float()`; its range check reads y's min and max on the host)."""
+    return torch.zeros(len(y), n_classes, device=y.device).scatter_(1, y[:, None], 1.0)
+
+
 class ICaRL(NewOldClasses[ICaRLParams], Method[ICaRLParams]):
     name = "icarl"
     kept_state: tuple[str, ...] = ("previous_model", "class_means")  # (memory bytes)
@@ -57,12 +62,10 @@ class ICaRL(NewOldClasses[ICaRLParams], Method[ICaRLParams]):
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         mixed = self.setup.augmenter.maybe_cutmix(x, y)
         if mixed is None:
-            onehot = nnf.one_hot(y, self.n_classes).float()
+            onehot = _one_hot(y, self.n_classes)
         else:
             x, y_a, y_b, lam = mixed
-            onehot = (
-                lam * nnf.one_hot(y_a, self.n_classes).float() + (1 - lam) * nnf.one_hot(y_b, self.n_classes).float()
-            )
+            onehot = lam * _one_hot(y_a, self.n_classes) + (1 - lam) * _one_hot(y_b, self.n_classes)
         logits = self.model(x)
         bce = nnf.binary_cross_entropy_with_logits(logits, self.targets(x, onehot), reduction="none")
         return (bce * self.seen).sum(1).mean()  # summed over seen classes, like CE's scale

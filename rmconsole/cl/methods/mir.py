@@ -83,4 +83,6 @@ class MIR(TaskFree, Method[MIRParams]):
         self.cost += 3 * len(x_s) + 2 * len(x_c)
         ledger_of(self).add("train", x_s.shape)  # the look-ahead's forward + backward
         ledger_of(self).add("forward", x_c.shape, 2)  # the candidates at theta and theta'
-        return candidates[torch.argsort(after - before, descending=True, stable=True)[:k]]
+        # the choice stays on the device (train indices index the device's images): no host sync
+        order = torch.argsort(after - before, descending=True, stable=True)[:k]
+        return candidates.to(order.device)[order]

@@ -43,9 +43,9 @@ def supervised_contrastive_loss(z: Tensor, y: Tensor, temperature: float) -> Ten
     log_prob = sim - torch.logsumexp(sim, dim=1, keepdim=True)
     positives = (y[:, None] == y[None, :]) & ~self_mask
     counts = positives.sum(1)
-    has = counts > 0
-    per_anchor = -(log_prob.masked_fill(~positives, 0.0).sum(1)[has] / counts[has])
-    return per_anchor.mean() if bool(has.any()) else sim.new_zeros(())
+    # anchors without a positive contribute 0 and are not counted: no boolean indexing, no host sync
+    per_anchor = -(log_prob.masked_fill(~positives, 0.0).sum(1) / counts.clamp(min=1))
+    return per_anchor.sum() / (counts > 0).sum().clamp(min=1)
 
 
 class SCR(TaskFree, Method[SCRParams]):

@@ -19,7 +19,7 @@ run, each on the whole temp batch (re-augmented) plus min(|memory|, batch_size/2
 samples drawn uniformly without replacement, the fraction of the budget carries over, and
 then each temp sample is offered to the reservoir memory (capacity K - batch_size/2, as the
 follow-up's code keeps K for memory + temp batch). A new class's head row and the head's bias
-are re-initialised and the head's optimiser state dropped, as the follow-up rebuilds its fc;
+are re-initialised and the head's optimiser state restarted (in place), as the follow-up rebuilds its fc;
 with `schedule = exp_reset` the learning rate is multiplied by `lr_gamma` after every step
 and returns to `lr` when a new class arrives.
 
@@ -99,11 +99,6 @@ class TaskFree(_MethodBase):
         return is_task_free(self.cfg.stream)
 
     @property
-    def uses_graphs(self) -> bool:
-        # a task-free step changes the head, the lr and the optimiser state between steps
-        return False if self.task_free else super().uses_graphs
-
-    @property
     def temp_batch_size(self) -> int:
         return max(1, self.cfg.batch_size // 2)
 
@@ -133,7 +128,13 @@ class TaskFree(_MethodBase):
         params = [p for name, p in self.model.named_parameters() if self.cfg.train_head or not name.startswith("fc.")]
         fused = self.device.type in ("cuda", "cpu")
         if self.cfg.optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=fused)
+            # graphed (CUDA): its state and learning rate live on the device, so a captured step
+            # reads the lr the schedule set and the head's moments reset in place (`head_takes`)
+            graphed = self.uses_graphs
+            adam = torch.optim.Adam(
+                params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=fused, capturable=graphed
+            )
+            return graph_ready_optimizer(adam) if graphed else adam
         optimizer = torch.optim.SGD(
             params, lr=self.cfg.lr, momentum=0.9, nesterov=True, weight_decay=self.cfg.weight_decay, fused=fused
         )
@@ -152,7 +153,7 @@ class TaskFree(_MethodBase):
 
     def online_new_class(self, label: int) -> None:
         """The first sample of class `label` arrived: expose it and give the head its row."""
-        self.seen[label] = True
+        self.expose(label)
         self.head_takes(label)
         if self.cfg.schedule == "exp_reset":
             self.lr_steps = 0
@@ -280,16 +281,18 @@ class TaskFree(_MethodBase):
                 for key in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
                     if key in state[p] and state[p][key] is not None:
                         state[p][key][label] = 0
-            elif state[p].get("momentum_buffer") is not None:
-                # SGD: a zero buffer is what a dropped one restarts as (buf = grad), and fused SGD
-                # needs every buffer once it has begun
-                state[p]["momentum_buffer"].zero_()
             else:
-                del state[p]  # Adam: moments and step count start over for the head, as the follow-up's new fc
+                # SGD: a zero buffer is what a dropped one restarts as (buf = grad), and fused SGD
+                # needs every buffer once it has begun; Adam: moments and step count start over for
+                # the head, as the follow-up's new fc, reset in place (the same numbers as a dropped
+                # state, whose first step makes zeros) so a captured step keeps its tensors
+                for value in state[p].values():
+                    if isinstance(value, Tensor):
+                        value.zero_()
 
     def memory_report(self, task: Task, info: dict[str, Any] | None = None) -> None:
         """The memory as it is now, as a memory-panel snapshot."""
-        n_seen = int(self.seen.sum())
+        n_seen = self.n_seen
         short = self.cfg.memory_size - self.memory.capacity
         why = (
             {

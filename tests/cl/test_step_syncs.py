@@ -1,0 +1,315 @@
+"""No training step waits for the host (issue 43): every method, under every protocol it declares,
+makes 0 host synchronisations per update, apart from the syncs its class declares
+(`declared_syncs`: where, how many per update, why; docs/performance.md lists them).
+
+A tiny MLP on the 8x8 synthetic digits stream; `StepAudit` counts the syncs (cl/step_audit.py).
+Task-free: the driver's per-sample code (`online.feed`: the new-class check, the method's
+observe: its memory, its updates), plus the training a method does at an evaluation or at a task
+boundary (GDumb's fresh model, RM's memory epochs), counted inside its steps. Task protocol:
+every `train.Stepper` call of one task's `learn_task`."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from support.online_helpers import built, tiny_data
+
+from rmconsole.cl import train
+from rmconsole.cl.learner import Task
+from rmconsole.cl.methods import REGISTRY, Setup, method_class
+from rmconsole.cl.online import feed
+from rmconsole.cl.step_audit import Capturable, NotCapturable, StepAudit
+
+# the default suite audits a few methods (the CI budget), the slow tests every one
+FAST = {"task-free": {"er", "er_ace", "ewcpp", "clib"}, "task": {"bic", "icarl"}}
+
+
+def methods_under(protocol: str) -> list[Any]:
+    return [
+        name if name in FAST[protocol] else pytest.param(name, marks=pytest.mark.slow)
+        for name, spec in REGISTRY.items()
+        if spec.runs_under(protocol)
+    ]
+
+
+TASK_FREE = methods_under("task-free")
+TASK = methods_under("task")
+
+
+@contextlib.contextmanager
+def counting_steps(audit: StepAudit, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Inside: the audit counts only inside `train.Stepper` calls; yields [steps so far]."""
+    steps = [0]
+    step = train.Stepper.__call__
+
+    def counted(self: Any, *args: Any) -> Any:
+        audit.active = True
+        try:
+            return step(self, *args)
+        finally:
+            audit.active = False
+            steps[0] += 1
+
+    with monkeypatch.context() as m:
+        m.setattr(train.Stepper, "__call__", counted)
+        audit.active = False
+        with audit:
+            yield steps
+        audit.active = True
+
+
+def allowed(method: Any, updates: int) -> dict[str, float]:
+    return {d.where: d.per_update(method) * updates for d in type(method).declared_syncs}
+
+
+def check(audit: StepAudit, method: Any, updates: int) -> None:
+    assert updates > 0
+    limits = allowed(method, updates)
+    counts: dict[str, int] = {}
+    for where, n in audit.where.items():
+        key = where.rsplit(":", 1)[0]
+        counts[key] = counts.get(key, 0) + n
+    unexpected = {k: n for k, n in counts.items() if k not in limits}
+    assert not unexpected, f"{method.name}: host syncs in its step over {updates} updates: {dict(audit.where)}"
+    for key, n in counts.items():
+        assert n <= math.ceil(limits[key]), (
+            f"{method.name}: {key} {n} times in {updates} updates (declared {limits[key]})"
+        )
+
+
+@pytest.mark.parametrize("name", TASK_FREE)
+def test_task_free_updates_make_no_host_sync(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # RM's iblurry variant: the paper variant's steps are the same, its uncertainty scoring is slow
+    extra = {"rm_variant": "iblurry"} if name == "rm" else {}
+    m, proto, _ = built(name, augment="cutmix", eval_period=1000, epochs=1, uncertainty_views=2, **extra)
+    stream = torch.cat(proto.tasks)
+    indices, labels = stream.tolist(), proto.train_labels[stream].tolist()
+    for i, y in zip(indices[:16], labels[:16]):  # the memory fills, the first updates allocate
+        feed(m, i, y)
+    audit = StepAudit().mark_method(m)
+    before = m.online_steps
+    with audit:
+        for i, y in zip(indices[16:32], labels[16:32]):
+            feed(m, i, y)
+    updates = m.online_steps - before
+    if updates:
+        check(audit, m, updates)
+    # training a method does at an evaluation or a task boundary (GDumb, RM), counted in its steps
+    audit = StepAudit().mark_method(m)
+    with counting_steps(audit, monkeypatch) as steps:
+        m.online_before_eval()
+        m.online_task_end(Task(0, proto.tasks[0], len(proto.tasks)))
+    if steps[0]:
+        audit.mark_method(m)
+        check(audit, m, steps[0])
+    assert updates or steps[0], f"{name} trained nothing"
+
+
+@pytest.mark.parametrize("name", TASK)
+def test_task_protocol_steps_make_no_host_sync(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmconsole.cl.loop import build_protocol
+    from rmconsole.cl.resume import make_augmenter
+    from rmconsole.config import load_config
+
+    cfg = load_config(
+        None,
+        {
+            "method": name,
+            "epochs": 1,
+            "memory_size": 20,
+            "batch_size": 8,
+            "n_tasks": 2,
+            "augment": "cutmix",
+            "uncertainty_views": 2,
+        },
+    )[1]
+    data, cpu = tiny_data(per_class=12, test_per_class=2, n_classes=4), torch.device("cpu")
+    torch.manual_seed(0)
+    proto = build_protocol(cfg, data)
+    setup = Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, cpu, make_augmenter(cfg, data, cpu))
+    m = method_class(name)(setup)
+    total = 0
+    for t in range(len(proto.tasks)):  # the second task has old classes (distillation, penalties)
+        task = Task(t, proto.tasks[t], len(proto.tasks))
+        m.before_task(task)
+        audit = StepAudit().mark_method(m)
+        with counting_steps(audit, monkeypatch) as steps:
+            m.learn_task(task)
+        m.after_task(task)
+        if steps[0]:
+            check(audit, m, steps[0])
+        total += steps[0]
+    assert total, f"{name} took no step"
+
+
+def test_the_audit_counts_a_sync_put_back_into_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests above bite: an `.item()` of the loss in every step is one sync per update."""
+    step = train.Stepper.__call__
+
+    def with_item(self: Any, *args: Any) -> Any:
+        loss = step(self, *args)
+        self.last_loss = loss.item()
+        return loss
+
+    monkeypatch.setattr(train.Stepper, "__call__", with_item)
+    m, proto, _ = built("er", augment="cutmix", eval_period=1000)
+    stream = torch.cat(proto.tasks)
+    audit = StepAudit().mark_method(m)
+    with audit:
+        for i in stream[:24].tolist():
+            feed(m, i, int(proto.train_labels[i]))
+    assert m.online_steps and audit.where
+    with pytest.raises(AssertionError, match="host syncs in its step"):
+        check(audit, m, m.online_steps)
+    assert audit.syncs["Tensor.item"] == m.online_steps
+
+
+def test_the_audit_tells_device_data_from_host_values() -> None:
+    device_value = torch.ones(3)
+    audit = StepAudit().mark(device_value)
+    with audit:
+        host = torch.tensor([1, 2, 3])
+        host.tolist(), int(host[0]), bool(host.sum() > 0)  # the host's own values: no sync
+        derived = device_value * 2
+        assert not audit.syncs
+        derived.tolist()
+        bool(derived[0])
+        derived[derived > 1]
+        derived.nonzero()
+        float(derived.sum())
+    assert audit.syncs == {"Tensor.tolist": 1, "Tensor.__bool__": 1, "index": 1, "nonzero": 1, "Tensor.__float__": 1}
+
+
+def test_a_capturable_region_refuses_syncs_copies_and_new_shapes() -> None:
+    weight = torch.ones(4)
+    audit = StepAudit().mark(weight)
+    region = Capturable(audit)
+    with audit:
+        for _ in range(2):
+            with region:
+                weight.mul_(0.5).add_(torch.zeros(4))  # an allocation inside the region is the graph's
+        assert region.entries == 2 and region.ops >= 4
+        with pytest.raises(NotCapturable, match="changed"), region:
+            weight[:2].mul_(0.5)
+        with pytest.raises(NotCapturable, match="host sync"), Capturable(audit):
+            float(weight.sum())
+        host = torch.arange(4.0)
+        with pytest.raises(NotCapturable, match="host tensor"), Capturable(audit):
+            weight.add_(host)
+
+
+def test_the_head_state_restarted_in_place_steps_as_a_dropped_one() -> None:
+    """A new class restarts Adam's head state in place (a captured step keeps its tensors): the
+    next update is the one a dropped state (the follow-up's new fc) gives, bit for bit."""
+    pair = [built("er", eval_period=1000) for _ in range(2)]
+    m, other = pair[0][0], pair[1][0]
+    proto = pair[0][1]
+    for learner in (m, other):
+        torch.manual_seed(0)  # a new class's head row is drawn from the global generator
+        for i in torch.cat(proto.tasks)[:24].tolist():
+            feed(learner, i, int(proto.train_labels[i]))
+    new = m.n_seen
+    for learner, drop in ((m, False), (other, True)):
+        torch.manual_seed(1)
+        learner.online_new_class(new)
+        if drop:
+            for p in (learner.model.fc.weight, learner.model.fc.bias):
+                del learner.optimizer.state[p]
+        learner.model.train()
+        x, y = torch.rand(6, 1, 8, 8), torch.tensor([0, 1, new, 0, 1, new])
+        learner.optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(learner.model(x), y).backward()
+        learner.optimizer.step()
+    for a, b in zip(m.model.parameters(), other.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def _graph_body_updates(m: Any, proto: Any, n: int, audit: StepAudit | None) -> list[torch.Tensor]:
+    """n task-free ER updates through the captured step's body (`GraphedStep`: load, then the
+    step a CUDA graph replays), a new class arriving half-way; under `audit` the body is a
+    `Capturable` region. Returns the parameters after."""
+    import contextlib
+
+    from rmconsole.cl.graphs import GraphedStep, graph_ready_optimizer, set_lr
+
+    assert m.optimizer is not None
+    graph_ready_optimizer(m.optimizer)
+    aug, (h, w) = m.setup.augmenter, m.setup.data.image_shape[-2:]
+    step = GraphedStep(m.model, m.optimizer, m.seen, 8, m.setup.data.image_shape, False, contextlib.nullcontext)
+    region = None
+    if audit is not None:  # the step's static buffers and the tensor lr are the device's
+        audit.mark(m.optimizer, *[v for v in vars(step).values() if isinstance(v, torch.Tensor)])
+        region = Capturable(audit)
+    stream = torch.cat(proto.tasks)[24:].tolist()
+    m.model.train()
+    for k in range(n):
+        if k == n // 2:
+            m.online_new_class(m.n_seen)  # the head's row and its Adam state restart in place
+        batch = torch.tensor(stream[8 * k : 8 * k + 8])
+        x, y = aug.train(m.images_of(batch)), m.labels_of(batch)
+        set_lr(m.optimizer, m.step_lr())
+        m.lr_steps += 1
+        step.load(x, y, aug.draw_mix(8, h, w))
+        with region if region is not None else contextlib.nullcontext():
+            step._eager()
+    return [p.detach().clone() for p in m.model.parameters()]
+
+
+def test_a_task_free_update_is_capturable() -> None:
+    """The body a CUDA graph replays for a task-free update (forward, CutMix as data, loss,
+    backward, Adam with its lr and state on the device) runs on CPU under the checker: no host
+    sync, no host<->device copy, the same operators on the same shapes from update to update,
+    across a new class (the head restarted in place) and a changing learning rate."""
+    m, proto, _ = built("er", augment="cutmix", eval_period=1000)
+    for i in torch.cat(proto.tasks)[:24].tolist():
+        feed(m, i, int(proto.train_labels[i]))
+    audit = StepAudit().mark_method(m)
+    with audit:
+        _graph_body_updates(m, proto, 6, audit)
+    assert not audit.syncs
+
+
+@pytest.mark.parametrize("name", ["er", "clib", "mir", "rm", "gdumb"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_graphed_task_free_updates_give_the_eager_weights(name: str) -> None:
+    """On CUDA a task-free method's default updates are replayed as CUDA graphs (cuda_graphs):
+    the weights after a stretch of the stream are the eager run's (Adam's tensor-lr kernel may
+    round apart in the last bits: a tolerance)."""
+    from support.online_helpers import config
+
+    from rmconsole.cl.loop import make_augmenter
+    from rmconsole.cl.online import build_online_protocol
+
+    data, cuda = tiny_data().to("cuda"), torch.device("cuda")
+    weights = []
+    for graphs in (True, False):
+        cfg = config(method=name, augment="cutmix", eval_period=1000, epochs=2, cuda_graphs=graphs, device="cuda")
+        torch.manual_seed(cfg.seed)
+        proto = build_online_protocol(cfg, data)
+        setup = Setup(
+            cfg,
+            data,
+            proto.train_labels.to(cuda),
+            proto.test_labels.to(cuda),
+            proto.groups,
+            cuda,
+            make_augmenter(cfg, data, cuda),
+        )
+        m = method_class(name)(setup)
+        m.online_start()
+        assert m.uses_graphs is graphs
+        stream = torch.cat(proto.tasks)
+        for i, y in zip(stream[:120].tolist(), proto.train_labels[stream[:120]].tolist()):
+            feed(m, i, y)
+        m.online_before_eval()
+        if graphs and name not in ("gdumb",):
+            assert m.graphs and any(g.graph is not None for g in m.graphs.values()), "no update was graphed"
+        weights.append([p.detach().float().cpu() for p in m.model.parameters()])
+    for a, b in zip(*weights):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
