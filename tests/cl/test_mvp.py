@@ -32,6 +32,7 @@ def method(tmp_path: Path, **params: object) -> MVP:
     m = MVP.__new__(MVP)
     m.params = MVPParams(**{"mvp_g_end": 1, "mvp_e_end": 2, "mvp_e_length": 3, **params})  # type: ignore[arg-type]
     m.n_classes, m.device, m.dist = C, torch.device("cpu"), None
+    m._seen_mirror = None  # (base.Method.__init__ sets it: the host mirror of `seen`)
     m.cfg = SimpleNamespace(
         model="vit_tiny",
         model_weights=str(weights_file(tmp_path)),

@@ -236,13 +236,13 @@ def test_gsa_online_train_composes_its_two_parts_from_the_task_tags() -> None:
     m.online_task_start(Task(1, proto.tasks[1], 5))
     assert m.task_index == 1 and m.task_steps == 0 and m.new_host == set()
     for label in (0, 1):  # seen in task 0
-        m.seen_host.add(label)
+        m.seen_set.add(label)
     m.task_index = 0
     for index, label in [(100, 0), (101, 0), (102, 1), (103, 1)]:
         m.online_store(index, label)
     m.task_index = 1
     m.online_new_class(2)
-    assert bool(m.new[2]) and m.new_host == {2} and m.seen_host == {0, 1, 2} and int(m.new.sum()) == 1
+    assert bool(m.new[2]) and m.new_host == {2} and m.seen_set == {0, 1, 2} and int(m.new.sum()) == 1
     m.online_store(104, 2)
     assert m.slot_task == [0, 0, 0, 0, 1]
     batches: list[tuple[list[int], int]] = []
@@ -285,7 +285,7 @@ def test_gsa_state_round_trips_through_a_checkpoint() -> None:
     for key in ("count", "positive", "negative", "new"):
         assert torch.equal(getattr(fresh, key), getattr(m, key)), key
     assert float(m.count.sum()) > 0 and bool(m.new.any())
-    assert fresh.new_host == m.new_host and fresh.seen_host == m.seen_host
+    assert fresh.new_host == m.new_host and fresh.seen_set == m.seen_set
     assert fresh.slot_task == m.slot_task and 1 in fresh.slot_task
     assert (fresh.task_index, fresh.task_steps) == (m.task_index, m.task_steps) == (1, m.task_steps)
     assert m.task_steps > 0

@@ -83,7 +83,7 @@ class GSA(TaskFree, Method[GSAParams]):
         self.negative = torch.zeros(self.n_classes, device=self.device)  # sum of p_c over other classes' samples
         self.new = torch.zeros(self.n_classes, dtype=torch.bool, device=self.device)  # new in this task
         self.new_host: set[int] = set()
-        self.seen_host: set[int] = set()  # the classes seen, on the host (the batch sizes' rate)
+        self.seen_set: set[int] = set()  # the classes seen, on the host (the batch sizes' rate)
         self.slot_task: list[int] = []  # the task each memory slot's sample arrived in
         self.task_index = 0
         self.task_steps = 0  # steps since the task began (the warm-up)
@@ -97,7 +97,7 @@ class GSA(TaskFree, Method[GSAParams]):
     def online_new_class(self, label: int) -> None:
         super().online_new_class(label)
         self.new_host.add(label)
-        self.seen_host.add(label)
+        self.seen_set.add(label)
         self.new[label] = True
 
     def online_store(self, index: int, label: int) -> None:
@@ -119,7 +119,7 @@ class GSA(TaskFree, Method[GSAParams]):
 
     def online_train(self, stream: Tensor, iterations: int) -> None:
         batches, counts = [], []
-        rate = len(self.new_host) / max(len(self.seen_host), 1)
+        rate = len(self.new_host) / max(len(self.seen_set), 1)
         for _ in range(iterations):
             part_a = torch.cat([stream, self._draw_slots(True, self.params.gsa_current_memory)])
             part_b = torch.empty(0, dtype=torch.long)
@@ -141,7 +141,7 @@ class GSA(TaskFree, Method[GSAParams]):
         mixed, y_b = self.mask_unseen(logits[n_a:]), y[n_a:]
         with torch.no_grad():
             p = torch.softmax(mixed.float(), dim=1)
-            onehot = nnf.one_hot(y_b, self.n_classes).to(p.dtype)
+            onehot = torch.zeros_like(p).scatter_(1, y_b[:, None], 1.0)  # (one_hot: a host sync)
             self.count += onehot.sum(0)
             self.positive += (p * onehot).sum(0)
             self.negative += (p * (1 - onehot)).sum(0)
@@ -171,7 +171,7 @@ class GSA(TaskFree, Method[GSAParams]):
         self.positive = gsa["positive"].to(self.device)
         self.negative = gsa["negative"].to(self.device)
         self.new_host = set(gsa["new"])
-        self.seen_host = set(self.seen.nonzero().flatten().tolist())
+        self.seen_set = set(self.seen.nonzero().flatten().tolist())
         self.new = torch.zeros_like(self.new)
         self.new[sorted(self.new_host)] = True
         self.slot_task = list(gsa["slot_task"])

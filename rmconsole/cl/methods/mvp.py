@@ -147,7 +147,8 @@ def focal_scores(features: Tensor, y: Tensor, logits: Tensor, factor: Tensor) ->
     """(7) s_i = 1 - cos(g_i, g_B): per-sample against batch-mean gradient of the cross-entropy of
     `logits` with respect to the head row W_y (logits = (W f + b) * factor, masked), in closed form."""
     with torch.no_grad():
-        residual = (torch.softmax(logits, dim=1) - nnf.one_hot(y, logits.shape[1]).to(logits.dtype)) * factor
+        target = torch.zeros_like(logits).scatter_(1, y[:, None], 1.0)  # (one_hot checks y's range: a host sync)
+        residual = (torch.softmax(logits, dim=1) - target) * factor
         batch = residual.T @ features / len(y)  # (C, D): d mean loss / d W
         own = residual.gather(1, y[:, None]) * features  # (B, D): d loss_i / d W_{y_i}
         return 1 - nnf.cosine_similarity(own, batch[y], dim=1)
