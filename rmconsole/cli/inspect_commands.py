@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import typer
@@ -11,6 +10,7 @@ from rich.table import Table
 
 from .. import metric_registry, runner, store
 from ..config import ConfigError, shorten
+from ..sanitize import json_text
 from ..store.filters import where
 from .common import RUN_ID, app, console, dim, err_console
 from .printing import print_run, print_sweep_queues
@@ -28,7 +28,7 @@ def show(
     reap_quietly([store.get_run(run_id)])
     detail = store.run_detail(run_id)
     if as_json:
-        print(json.dumps(detail, indent=2))
+        print(json_text(detail, indent=2))
         return
     print_run(run_id, detail)
 
@@ -65,7 +65,7 @@ def runs(
     if limit:
         records = records[-limit:]
     if as_json:
-        print(json.dumps([r.to_json() for r in records], indent=2))
+        print(json_text([r.to_json() for r in records], indent=2))
         return
     if not records:  # a header over nothing says nothing: say what matched none
         _say_none_match(filters, status, sweep_, all_)

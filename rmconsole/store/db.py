@@ -30,6 +30,8 @@ nor of a file that is not SQLite: both are refused before anything is written to
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import random
 import re
@@ -740,6 +742,27 @@ def _prepare_sqlite_file(path: Path, url: URL) -> None:
         raise store_error(err, url, "create") from None
 
 
+def _json_safe(value: Any) -> Any:
+    """`value` with every float that is not finite (inf, -inf, NaN) as None: JSON has no such
+    numbers (PostgreSQL refuses the `Infinity` Python writes, every strict reader too)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def store_json(value: Any) -> str:
+    """How every JSON column is written (both backends): strict JSON, a non-finite float as null,
+    so no value a plug-in or a method hands over can make a row unreadable or a write fail."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_json_safe(value), allow_nan=False)
+
+
 def _server_engine(url_obj: URL, **options: Any) -> Engine:
     """An engine for a database that is not a SQLite file (PostgreSQL, or any SQLAlchemy URL)."""
     if url_obj.get_backend_name() == "sqlite":
@@ -749,6 +772,7 @@ def _server_engine(url_obj: URL, **options: Any) -> Engine:
         return create_engine(
             engine_url(url_obj),
             pool_pre_ping=True,
+            json_serializer=store_json,
             connect_args={
                 "connect_timeout": CONNECT_TIMEOUT_S,
                 "options": "-c timezone=UTC",
@@ -756,7 +780,7 @@ def _server_engine(url_obj: URL, **options: Any) -> Engine:
             },
             **options,
         )
-    return create_engine(engine_url(url_obj), pool_pre_ping=True, **options)
+    return create_engine(engine_url(url_obj), pool_pre_ping=True, json_serializer=store_json, **options)
 
 
 def _unusable(url_obj: URL, err: BaseException) -> StoreError:
@@ -812,7 +836,11 @@ def get_engine(url: str | URL | None = None) -> Engine:
         if path is not None:
             _prepare_sqlite_file(path, url_obj)
             file_url = URL.create("sqlite", database=f"file:{quote(str(path))}", query={"uri": "true", "mode": "rw"})
-            engine = create_engine(file_url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
+            engine = create_engine(
+                file_url,
+                json_serializer=store_json,
+                connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
+            )
             _sqlite_events(engine, path)
         else:
             engine = _server_engine(url_obj)

@@ -1,0 +1,177 @@
+"""A plug-in's values are checked at the border (issue 38): a metric value that is not a finite
+number is stored as missing with one line naming the metric, never as `Infinity`; a stored row no
+reader can use never breaks `runs`, `show` or `report`; `--json` is strict JSON on both backends.
+
+Plug-ins are faked in this process (conftest.install_fake_plugins): no pip, milliseconds each."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import install_fake_plugins
+from support.cli import in_process
+
+from rmconsole import metric_registry, store
+from rmconsole.cl import metric_catalog as C
+from rmconsole.cl.events import TaskOutcome
+from rmconsole.config import load_config
+
+
+def strict(text: str) -> Any:
+    """json.loads that refuses Infinity, -Infinity and NaN (what jq, JavaScript and Go refuse)."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+# ---------------------------------------------------------------------- the value itself
+
+ODD = {
+    "inf": float("inf"),
+    "-inf": float("-inf"),
+    "huge int": 10**400,
+    "huger int": 10**5000,  # (its repr alone raises past 4300 digits)
+    "string": "abc",
+    "numeric string": "inf",
+    "bytes": b"1",
+    "object": object(),
+    "list": [1.0],
+}
+
+
+@pytest.mark.parametrize("case", list(ODD))
+def test_a_plugin_metric_that_is_not_a_finite_number_is_missing_with_one_line(case: str) -> None:
+    odd = C.Metric(f"odd_{case.replace(' ', '_').replace('-', 'minus')}", "o", "o", compute=lambda rows: ODD[case])
+    summary = C.summarize(C.RunRows(), (odd, C.Metric("fine", "f", "f", compute=lambda rows: 2.5)))
+    assert summary == {odd.name: None, "fine": 2.5}
+    line = next(f for f in C.failures() if f"{odd.name!r}" in f)
+    assert "\n" not in line and len(line) <= 300 and "stored as missing" in line, line
+    assert "Traceback" not in line
+
+
+def test_nan_is_not_measured_a_count_stays_an_int_and_a_big_finite_int_is_kept() -> None:
+    assert C.checked_value("m", float("nan")) is None
+    assert C.checked_value("m", 7) == 7 and type(C.checked_value("m", 7)) is int
+    assert C.checked_value("m", 2**100) == 2**100  # finite as a float: kept
+    assert C.checked_value("m", True) == 1.0
+    with pytest.raises(C.NotFinite, match=r"metric 'm' returned an integer of 1329 bits, not a finite number"):
+        C.checked_value("m", 10**400)
+
+
+def test_what_a_plugin_metric_prints_goes_to_stderr_not_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    def noisy(rows: C.RunRows) -> float:
+        print("hello from the plug-in")
+        return 1.0
+
+    assert C.summarize(C.RunRows(), (C.Metric("noisy", "n", "n", compute=noisy),)) == {"noisy": 1.0}
+    out, err = capsys.readouterr()
+    assert out == "" and "hello from the plug-in" in err
+
+
+# ---------------------------------------------------------------------- through the store
+
+PLUGIN_SOURCE = """
+from rmconsole.cl.metric_catalog import Metric
+INF = Metric("boundless", "boundless", "inf", compute=lambda rows: float("inf"), column=9)
+HUGE = Metric("enormous", "enormous", "10**400", compute=lambda rows: 10**400)
+WORD = Metric("wordy", "wordy", "a string", compute=lambda rows: "high")
+FINE = Metric("fine_one", "fine", "a number", compute=lambda rows: 42.0)
+"""
+
+
+@pytest.fixture
+def odd_metrics(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    install_fake_plugins(
+        monkeypatch,
+        tmp_path,
+        "metric",
+        "plugborder",
+        PLUGIN_SOURCE,
+        "plug-border",
+        {
+            "boundless": "plugborder:INF",
+            "enormous": "plugborder:HUGE",
+            "wordy": "plugborder:WORD",
+            "fine_one": "plugborder:FINE",
+        },
+    )
+    monkeypatch.setattr(C, "_failures", {})
+
+
+def one_finished_run() -> int:
+    _, cfg = load_config(None, {"n_tasks": 1})
+    run_id = store.create_run(cfg.to_dict(), "r")
+    store.record_task(run_id, TaskOutcome(0, 80.0, [80.0], [80.0] * 10, list(range(10)), 1.0))
+    return run_id
+
+
+@pytest.mark.usefixtures("store_backend", "odd_metrics")
+def test_runs_json_is_strict_json_on_a_store_holding_a_plugins_inf(store_backend: str) -> None:
+    """The reproduction: a metric plug-in returning inf made `runs --json` print `Infinity` (SQLite)
+    and every task write fail (PostgreSQL, 0 tasks stored). Now the value is missing, said once."""
+    run_id = one_finished_run()
+    assert store.task_results(run_id), "the task row was not stored"
+    record = store.run_record(run_id)
+    assert record.value("fine_one") == 42.0 and record.value("A_last") == 80.0
+    for name in ("boundless", "enormous", "wordy"):
+        assert record.value(name) is None
+        assert any(f"{name!r}" in line for line in metric_registry.problems()), name
+    for args in (("runs", "--json"), ("show", str(run_id), "--json"), ("report", "--format", "json")):
+        done = in_process(*args)
+        assert done.returncode == 0, (args, done.stderr)
+        parsed = strict(done.stdout)
+        assert parsed, args
+    runs = strict(in_process("runs", "--json").stdout)
+    assert runs[0]["metrics"]["fine_one"] == 42.0 and runs[0]["metrics"].get("boundless") is None
+    table = in_process("runs")
+    assert table.returncode == 0 and "Traceback" not in table.stderr
+
+
+def test_the_store_writes_strict_json_whatever_it_is_handed() -> None:
+    """Any JSON column (a method's memory info, online figures) written through the store: a
+    non-finite float becomes null, never the `Infinity` PostgreSQL refuses."""
+    from rmconsole.store.db import store_json
+
+    assert store_json({"a": [1.0, float("inf"), {"b": float("nan")}], "c": -float("inf")}) == (
+        '{"a": [1.0, null, {"b": null}], "c": null}'
+    )
+    assert store_json({"a": 1}) == '{"a": 1}'
+
+
+def rows_no_reader_can_use(home: Path) -> None:
+    """Three runs whose stored metrics an older version or another writer left unreadable."""
+    _, cfg = load_config(None)
+    for name in "abc":
+        store.create_run(cfg.to_dict(), name)
+    con = sqlite3.connect(home / "rmconsole.db")
+    try:
+        con.execute(
+            "update run set metrics = ? where id = 1",
+            ('{"A_last": Infinity, "A_avg": 1' + "0" * 400 + ', "F_last": NaN, "tasks_done": 1}',),
+        )
+        con.execute("update run set metrics = ? where id = 2", ('{"A_last": "abc", "tasks_done": "x", "topk": "y"}',))
+        con.execute("update run set metrics = ? where id = 3", ("[1, 2]",))
+        con.commit()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("runs",), ("runs", "--json"), ("show", "1", "--json"), ("show", "2"), ("report",), ("report", "--format", "csv")],
+)
+def test_a_stored_row_no_reader_can_use_never_breaks_a_read_command(isolated_home: Path, args: tuple[str, ...]) -> None:
+    """A stored 10**400 made `runs`, `show` and `report` fail with an internal OverflowError
+    (every read command, for every run); a stored "x" as tasks_done made `show` refuse."""
+    rows_no_reader_can_use(isolated_home)
+    done = in_process(*args)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    if "--json" in args:
+        strict(done.stdout)
