@@ -12,7 +12,7 @@ from .. import metric_registry, runner, store
 from ..config import ConfigError, shorten
 from ..sanitize import json_text
 from ..store.filters import where
-from .common import RUN_ID, app, console, dim, err_console
+from .common import RUN_ID, app, console, dim, err_console, say_metric_problems
 from .printing import print_run, print_sweep_queues
 from .selection import _run_id, reap_quietly, status_filter
 
@@ -27,6 +27,7 @@ def show(
     run_id = _run_id(run)
     reap_quietly([store.get_run(run_id)])
     detail = store.run_detail(run_id)
+    say_metric_problems()
     if as_json:
         print(json_text(detail, indent=2))
         return
@@ -62,6 +63,7 @@ def runs(
     if sweep_ is not None:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
     records = store.find_runs(run_filter, archived=True if all_ else None)
+    say_metric_problems()
     if limit:
         records = records[-limit:]
     if as_json:

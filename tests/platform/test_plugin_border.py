@@ -175,3 +175,72 @@ def test_a_stored_row_no_reader_can_use_never_breaks_a_read_command(isolated_hom
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
     if "--json" in args:
         strict(done.stdout)
+
+
+# ---------------------------------------------------------------------- importing a plug-in
+
+NOISY_SOURCE = """
+print("hello from plugnoisy at import")
+from rmconsole.cl.metric_catalog import Metric
+M = Metric("noisy_metric", "noisy", "prints at import", compute=lambda rows: 1.0)
+"""
+
+SLOW_SOURCE = """
+import time
+time.sleep(20)
+from rmconsole.cl.metric_catalog import Metric
+M = Metric("slow_metric", "slow", "hangs at import", compute=lambda rows: 1.0)
+"""
+
+
+def test_what_a_plugin_prints_at_import_never_mixes_into_json_or_csv(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    install_fake_plugins(
+        monkeypatch, tmp_path, "metric", "plugnoisy", NOISY_SOURCE, "plug-noisy", {"noisy_metric": "plugnoisy:M"}
+    )
+    one_finished_run()
+    monkeypatch.delitem(__import__("sys").modules, "plugnoisy", raising=False)
+    from rmconsole import plugins
+
+    plugins.forget()
+    for args in (("runs", "--json"), ("report", "--format", "csv"), ("show", "1", "--json")):
+        done = in_process(*args)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "hello from plugnoisy" not in done.stdout, args
+        if "--json" in args:
+            strict(done.stdout)
+        plugins.forget()
+        monkeypatch.delitem(__import__("sys").modules, "plugnoisy", raising=False)
+
+
+def test_a_plugin_whose_import_hangs_is_skipped_after_the_limit_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import time
+
+    install_fake_plugins(
+        monkeypatch, tmp_path, "metric", "plugslow", SLOW_SOURCE, "plug-slow", {"slow_metric": "plugslow:M"}
+    )
+    started = time.monotonic()
+    done = in_process("runs", "--json", env={"RMCONSOLE_PLUGIN_IMPORT_S": "0.3"})
+    assert time.monotonic() - started < 10
+    assert done.returncode == 0, done.stderr
+    assert strict(done.stdout) == []
+    lines = [line for line in done.stderr.splitlines() if "slow_metric" in line]
+    assert len(lines) == 1, done.stderr
+    assert "took longer than 0.3 s; skipped" in lines[0] and "plug-slow" in lines[0]
+    assert "RMCONSOLE_PLUGIN_IMPORT_S" in lines[0]
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf"])
+def test_a_bad_import_limit_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    from rmconsole import plugins
+
+    monkeypatch.setenv("RMCONSOLE_PLUGIN_IMPORT_S", value)
+    with pytest.raises(plugins.PluginError, match=r"RMCONSOLE_PLUGIN_IMPORT_S=.*allowed: seconds >= 0"):
+        plugins.import_limit_s()
+    monkeypatch.setenv("RMCONSOLE_PLUGIN_IMPORT_S", "0")
+    assert plugins.import_limit_s() == 0
+    monkeypatch.delenv("RMCONSOLE_PLUGIN_IMPORT_S")
+    assert plugins.import_limit_s() == 10
