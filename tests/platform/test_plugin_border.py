@@ -244,3 +244,98 @@ def test_a_bad_import_limit_is_one_line_naming_the_variable(monkeypatch: pytest.
     assert plugins.import_limit_s() == 0
     monkeypatch.delenv("RMCONSOLE_PLUGIN_IMPORT_S")
     assert plugins.import_limit_s() == 10
+
+
+# ---------------------------------------------------------------------- a dataset plug-in's data
+
+DATASET_SOURCE = """
+import os
+from rmconsole.cl.datasets import DatasetSpec
+
+SPEC = DatasetSpec(name="shifty", description="ten declared classes", load="plugshifty:load", n_classes=10,
+                   image_shape=(1, 8, 8), mean=(0.5,), std=(0.25,))
+
+
+def load(spec, root, options):
+    import torch
+    from rmconsole.cl.data import Dataset, TensorImages
+
+    fault = os.environ.get("SHIFTY_FAULT", "")
+    names = [str(c) for c in range(10)]
+    def split(n):
+        labels = torch.arange(10).repeat(n)
+        if fault == "labels 5-14":
+            labels = labels + 5
+        if fault == "negative label":
+            labels = labels - 1
+        if fault == "float labels":
+            labels = labels.float()
+        if fault == "2-d labels":
+            labels = labels.view(-1, 1)
+        images = torch.zeros(len(labels), 1, 8, 8, dtype=torch.uint8)
+        if fault == "wrong shape":
+            images = torch.zeros(len(labels), 3, 8, 8, dtype=torch.uint8)
+        return TensorImages(images, labels)
+    if fault == "15 names":
+        names = [str(c) for c in range(15)]
+    test = split(2)
+    if fault == "test of another shape":
+        test = TensorImages(torch.zeros(20, 1, 9, 9, dtype=torch.uint8), torch.arange(10).repeat(2))
+    if fault == "empty test":
+        test = TensorImages(torch.zeros(0, 1, 8, 8, dtype=torch.uint8), torch.zeros(0, dtype=torch.int64))
+    mean, std = ((0.5, 0.5, 0.5), (0.2, 0.2, 0.2)) if fault == "3 means" else (spec.mean, spec.std)
+    return Dataset(spec.name, split(5), test, names, mean, std)
+"""
+
+DATASET_FAULTS = {
+    "labels 5-14": "its train labels run from 5 to 14, but it has 10 classes; labels must be 0 to 9",
+    "negative label": "its train labels run from -1 to 8, but it has 10 classes",
+    "15 names": "declares 10 classes but its loader returned 15 class names",
+    "wrong shape": "declares images of shape (1, 8, 8) but its loader returned train (3, 8, 8)",
+    "test of another shape": "declares images of shape (1, 8, 8) but its loader returned train (1, 8, 8), test (1, 9, 9)",
+    "float labels": "its train labels are torch.float32 of shape (50,); they must be int64 of one dimension",
+    "2-d labels": "its train labels are torch.int64 of shape (50, 1); they must be int64 of one dimension",
+    "empty test": "its test split is empty",
+    "3 means": "its mean and std have 3 and 3 values for 1 channels",
+}
+
+
+@pytest.fixture
+def shifty(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from rmconsole.cl import datasets as science
+
+    from rmconsole import datasets
+
+    install_fake_plugins(
+        monkeypatch, tmp_path, "dataset", "plugshifty", DATASET_SOURCE, "plug-shifty", {"shifty": "plugshifty:SPEC"}
+    )
+    science._registered.clear()
+    datasets.get("shifty")  # (registered as a config naming it would)
+    yield
+    science._registered.clear()
+
+
+@pytest.mark.usefixtures("shifty")
+@pytest.mark.parametrize("fault", list(DATASET_FAULTS))
+def test_a_dataset_plugins_data_is_checked_against_its_declaration(monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
+    """The reproduction: a plug-in declaring 10 classes and yielding labels 5-14 trained silently
+    as a 15-class run; the built-ins' loaders refuse labels out of range. Now every loader is
+    checked against its spec, in one line naming the dataset and its loader."""
+    from rmconsole.cl.data import DatasetInvalid, DatasetMissing, load_dataset
+
+    monkeypatch.setenv("SHIFTY_FAULT", fault)
+    with pytest.raises(DatasetInvalid) as err:
+        load_dataset("shifty")
+    text = str(err.value)
+    assert isinstance(err.value, DatasetMissing)  # (what the CLI and the worker say in one line)
+    assert text.startswith("dataset 'shifty' (loader 'plugshifty:load'): ") and "\n" not in text
+    assert DATASET_FAULTS[fault] in text, text
+
+
+@pytest.mark.usefixtures("shifty")
+def test_a_dataset_plugin_that_keeps_its_declaration_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmconsole.cl.data import load_dataset
+
+    monkeypatch.delenv("SHIFTY_FAULT", raising=False)
+    data = load_dataset("shifty")
+    assert data.n_classes == 10 and int(data.train.labels.max()) == 9
