@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -301,10 +302,9 @@ DATASET_FAULTS = {
 
 
 @pytest.fixture
-def shifty(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from rmconsole.cl import datasets as science
-
+def shifty(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     from rmconsole import datasets
+    from rmconsole.cl import datasets as science
 
     install_fake_plugins(
         monkeypatch, tmp_path, "dataset", "plugshifty", DATASET_SOURCE, "plug-shifty", {"shifty": "plugshifty:SPEC"}
