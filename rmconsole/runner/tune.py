@@ -526,7 +526,7 @@ def _grid_sampler(space: dict[str, list[Any]], seed: int) -> Any:
     grid's last `tell` made `tune --sampler grid` exit 1). The driver asks `is_exhausted` itself."""
     import optuna
 
-    class Grid(optuna.samplers.GridSampler):  # type: ignore[misc]
+    class Grid(optuna.samplers.GridSampler):
         def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
             return None
 
