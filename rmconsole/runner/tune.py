@@ -778,6 +778,10 @@ class StudyDriver:
                 self.study.tell(frozen.number, state=TrialState.FAIL)
                 self.log(f"trial {frozen.number}: no run was started; failed")
                 continue
+            if trial_run(self.spec.name, frozen.number, run_id) is None:  # removed, its id maybe another run's
+                self.study.tell(frozen.number, state=TrialState.FAIL)
+                self.log(f"trial {frozen.number}: its run {run_id} was removed (or is another run now); failed")
+                continue
             trial = Trial(self.study, frozen._trial_id)
             entry = Active(trial, int(run_id), reported=set(frozen.intermediate_values))
             launch.reap_dead([store.get_run(entry.run_id)])
@@ -934,7 +938,7 @@ def summarize(name: str) -> StudySummary:
         TrialRow(
             t.number,
             t.state.name.lower(),
-            t.user_attrs.get(RUN_ATTR),
+            trial_run(name, t.number, t.user_attrs.get(RUN_ATTR)),
             {k: spec_param(spec, k).as_config(v) for k, v in t.params.items()},
             t.value,
             len(t.intermediate_values),
@@ -944,6 +948,21 @@ def summarize(name: str) -> StudySummary:
     best = best_trial(study)
     best_row = next((r for r in rows if best is not None and r.number == best.number), None)
     return StudySummary(spec, study.direction.name.lower(), rows, best_row, driver_pid(lock_id(name)))
+
+
+def trial_run(study: str, number: int, run_id: Any) -> int | None:
+    """The run of trial `number` of `study` when run `run_id` is still that trial's (its name and
+    tag say so), else None: after `rm` of a trial's run, a new run may get its id (SQLite reuses
+    the highest id), and a study must never show another run's figures as its trial's."""
+    if not isinstance(run_id, int):
+        return None
+    try:
+        record = store.run_record(run_id)
+    except store.UnknownRun:
+        return None
+    if record.name != trial_name(study, number) or study_tag(study) not in record.tags:
+        return None
+    return run_id
 
 
 def spec_param(spec: StudySpec, key: str) -> Param:
@@ -966,7 +985,8 @@ def best_line(name: str) -> str | None:
     head = f"study {name}: {done}/{summary.spec.trials} trials done"
     if best is None:
         return head + "; no completed trial yet"
+    run = f"run {best.run_id}" if best.run_id is not None else "its run was removed"
     return (
-        f"{head}; best so far: trial {best.number} (run {best.run_id}) {summary.spec.metric} "
+        f"{head}; best so far: trial {best.number} ({run}) {summary.spec.metric} "
         f"{best.value:.2f} — {_describe(best.params)}"
     )

@@ -190,3 +190,32 @@ def test_anytime_validation_is_scored_on_the_exposed_classes_only(monkeypatch: p
     assert any(n < data.n_classes for n, _ in calls.points), "every point saw every class: the test cannot tell"
     for n_classes, used in calls.points:
         assert used == list(range(n_classes)), (n_classes, used)
+
+
+# ---------------------------------------------------------------------- a trial's run is its own
+
+
+def test_a_study_never_shows_another_run_as_its_trial_after_rm() -> None:
+    """The reproduction: after `rm` of a study's trial runs, a new run reused id 1 (SQLite reuses
+    the highest id) and `tune --study` reported it as its best trial."""
+    from rmconsole.config import load_config
+    from rmconsole.runner import launch
+
+    spec = prepare("ids", ["lr=choice:0.01,0.1"], sampler="grid")
+    study = tuning.open_study(spec, create=True)
+    _, cfg = load_config(None, {"val_fraction": 0.2})
+    trial = study.ask(tuning.StudyDriver(spec, study).distributions)
+    run_id = store.create_run(
+        cfg.to_dict(), None, name=tuning.trial_name("ids", trial.number), tags=[tuning.study_tag("ids")]
+    )
+    trial.set_user_attr(tuning.RUN_ATTR, run_id)
+    study.tell(trial, 80.0)
+    store.mark_failed(run_id, "(a trial's run, ended for the test)")
+    assert tuning.summarize("ids").best.run_id == run_id
+    launch.delete_run(run_id)
+    other = store.create_run(cfg.to_dict(), None, name="someone else's")
+    assert other == run_id  # (the id reused: what made the study point at it)
+    summary = tuning.summarize("ids")
+    assert summary.best is not None and summary.best.run_id is None
+    line = tuning.best_line("ids")
+    assert line is not None and "its run was removed" in line and f"run {other}" not in line
