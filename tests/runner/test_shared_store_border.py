@@ -1,0 +1,71 @@
+"""No finished work lost (issue 38): two RMCONSOLE_HOMEs sharing one RMCONSOLE_DB — a run stopped in
+home A after task 1 resumed from home B with "no checkpoint: no task had finished" and trained
+task 1 again. Now B finds A's checkpoint beside the run's log (vouched for by the store's
+checksums) or refuses naming the paths it expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import train_in_process
+
+from rmconsole import store
+from rmconsole.config import load_config
+from rmconsole.runner import checkpoints, launch
+from rmconsole.store import db
+
+
+def stopped_after_task_one(home_a: Path) -> int:
+    _, cfg = load_config(None, {"epochs": 1, "n_tasks": 2, "augment": "none", "memory_size": 50})
+    run_id = store.create_run(cfg.to_dict(), "two homes")
+    store.update_run(run_id, log_path=str(launch.log_path(run_id)))  # (what starting its worker records)
+    train_in_process(run_id, fail_after_task=0)
+    assert checkpoints.checkpoint_path(run_id).is_file() and store.checkpoint_checksums(run_id)
+    return run_id
+
+
+@pytest.fixture
+def home_b(isolated_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Home B, on home A's (isolated_home's) store."""
+    home = tmp_path / "home-b"
+    monkeypatch.setenv("RMCONSOLE_DB", f"sqlite:///{isolated_home / 'rmconsole.db'}")
+    return home
+
+
+def switch_to(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db.dispose_engines()
+    monkeypatch.setenv("RMCONSOLE_HOME", str(home))
+
+
+def no_worker(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a worker was started: the finished task would be trained again")
+
+
+def test_resume_from_another_home_finds_the_finished_tasks_checkpoint(
+    isolated_home: Path, home_b: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = stopped_after_task_one(isolated_home)
+    switch_to(home_b, monkeypatch)
+    assert store.get_run(run_id).status == "failed"  # the same store, seen from B
+    found = checkpoints.adopt_checkpoint(run_id)
+    assert found == isolated_home / "checkpoints" / f"run-{run_id}.pt"
+    state = checkpoints.load_checkpoint(run_id)  # B's copy, verified against the store
+    assert state is not None and state["task"] == 0
+    assert checkpoints.adopt_checkpoint(run_id) is None  # here now: nothing to bring
+
+
+def test_resume_from_another_home_without_its_checkpoint_refuses_naming_the_paths(
+    isolated_home: Path, home_b: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = stopped_after_task_one(isolated_home)
+    (isolated_home / "checkpoints" / f"run-{run_id}.pt").unlink()  # home A's disk is gone
+    switch_to(home_b, monkeypatch)
+    monkeypatch.setattr(launch, "start_worker", no_worker)
+    with pytest.raises(checkpoints.CheckpointError) as err:
+        launch.resume_run(run_id)
+    text = str(err.value)
+    assert f"run {run_id} finished task 1 in another home" in text and "\n" not in text
+    assert str(home_b / "checkpoints" / f"run-{run_id}.pt") in text
+    assert str(isolated_home / "checkpoints" / f"run-{run_id}.pt") in text
+    assert store.get_run(run_id).status == "failed"  # untouched
