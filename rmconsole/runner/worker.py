@@ -422,11 +422,13 @@ def train(run_id: int) -> str:
             + f": inference forward passes of up to {inference_batch((3, 32, 32), device)} CIFAR-sized images",
             flush=True,
         )
+    # the plug-ins that trained its earlier tasks (a resumed run), kept beside this attempt's
+    earlier = (run.versions or {}).get("plugins")
     fields: dict[str, Any] = dict(
         status="running",
         host=socket.gethostname(),
         device=str(device),
-        versions=package_versions(),
+        versions={**package_versions(), **({"plugins": earlier} if earlier else {})},
         git_commit=git_commit(),
         started_at=store.utcnow(),
         heartbeat_at=store.utcnow(),

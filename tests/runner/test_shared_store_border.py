@@ -69,3 +69,39 @@ def test_resume_from_another_home_without_its_checkpoint_refuses_naming_the_path
     assert str(home_b / "checkpoints" / f"run-{run_id}.pt") in text
     assert str(isolated_home / "checkpoints" / f"run-{run_id}.pt") in text
     assert store.get_run(run_id).status == "failed"  # untouched
+
+
+# ---------------------------------------------------------------------- every plug-in that trained it
+
+V02 = {"kind": "method", "name": "mine", "package": "plug-mine", "version": "0.2"}
+V03 = {"kind": "method", "name": "mine", "package": "plug-mine", "version": "0.3"}
+
+
+def test_a_resumed_run_records_every_plugin_version_that_trained_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reproduction: a run resumed after its method plug-in went from 0.2 to 0.3 recorded only
+    0.3. The worker's claim keeps the earlier attempts' plug-ins; the new start adds its own."""
+    from rmconsole.cl.events import TaskPlan
+    from rmconsole.runner import worker
+
+    _, cfg = load_config(None)
+    run_id = store.create_run(cfg.to_dict(), "digits")
+    store.claim_run(run_id, versions={"rmconsole": "0.1.0"})
+    plans = [TaskPlan(t, 10, [t], [1] * 5, f"h{t}") for t in range(5)]
+    store.record_start(run_id, plans, list(range(5)), [str(i) for i in range(5)], ["normalize"], plugins=[V02])
+    store.mark_failed(run_id, "stopped after task 2 (simulated)")
+    claimed: dict = {}
+
+    def claim(run: int, fields: dict, lease: object) -> str:  # the resumed worker's claim, captured
+        claimed.update(fields)
+        store.claim_run(run, **fields)
+        return "stopped"  # (and it goes no further)
+
+    store.requeue_run(run_id, ("failed",))
+    monkeypatch.setattr(worker, "_claim", claim)
+    with pytest.raises(worker.Superseded):
+        worker.train(run_id)
+    assert claimed["versions"]["plugins"] == [V02]
+    store.record_start(run_id, plans, list(range(5)), [str(i) for i in range(5)], ["normalize"], plugins=[V03])
+    assert store.get_run(run_id).versions["plugins"] == [V02, V03]
+    store.record_start(run_id, plans, list(range(5)), [str(i) for i in range(5)], ["normalize"], plugins=[V03])
+    assert store.get_run(run_id).versions["plugins"] == [V02, V03]  # (once each)
