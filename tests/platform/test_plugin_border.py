@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 from conftest import install_fake_plugins
+from support.campaign import claim
 from support.cli import in_process
 
 from rmconsole import metric_registry, store
 from rmconsole.cl import metric_catalog as C
 from rmconsole.cl.events import TaskOutcome
 from rmconsole.config import load_config
+
+HERE = "test_plugin_border.py::"
 
 
 def strict(text: str) -> Any:
@@ -120,14 +123,30 @@ def test_runs_json_is_strict_json_on_a_store_holding_a_plugins_inf(store_backend
     assert store.task_results(run_id), "the task row was not stored"
     record = store.run_record(run_id)
     assert record.value("fine_one") == 42.0 and record.value("A_last") == 80.0
-    for name in ("boundless", "enormous", "wordy"):
+    rows = {
+        "boundless": claim(
+            "a metric plug-in returns inf", HERE + "test_runs_json_is_strict_json_on_a_store_holding_a_plugins_inf"
+        ),
+        "enormous": claim(
+            "a metric plug-in returns 10**400", HERE + "test_runs_json_is_strict_json_on_a_store_holding_a_plugins_inf"
+        ),
+        "wordy": claim(
+            "a metric plug-in returns a string", HERE + "test_runs_json_is_strict_json_on_a_store_holding_a_plugins_inf"
+        ),
+    }
+    for name, row in rows.items():
         assert record.value(name) is None
-        assert any(f"{name!r}" in line for line in metric_registry.problems()), name
+        line = next(line for line in metric_registry.problems() if f"{name!r}" in line)
+        row.check(None, line)
     for args in (("runs", "--json"), ("show", str(run_id), "--json"), ("report", "--format", "json")):
         done = in_process(*args)
         assert done.returncode == 0, (args, done.stderr)
         parsed = strict(done.stdout)
         assert parsed, args
+    claim(
+        "runs --json with a plug-in's inf stored",
+        HERE + "test_runs_json_is_strict_json_on_a_store_holding_a_plugins_inf",
+    ).check(0, "")
     runs = strict(in_process("runs", "--json").stdout)
     assert runs[0]["metrics"]["fine_one"] == 42.0 and runs[0]["metrics"].get("boundless") is None
     table = in_process("runs")
@@ -170,9 +189,12 @@ def rows_no_reader_can_use(home: Path) -> None:
 def test_a_stored_row_no_reader_can_use_never_breaks_a_read_command(isolated_home: Path, args: tuple[str, ...]) -> None:
     """A stored 10**400 made `runs`, `show` and `report` fail with an internal OverflowError
     (every read command, for every run); a stored "x" as tasks_done made `show` refuse."""
+    row = claim(
+        "a stored metric no reader can use", HERE + "test_a_stored_row_no_reader_can_use_never_breaks_a_read_command"
+    )
     rows_no_reader_can_use(isolated_home)
     done = in_process(*args)
-    assert done.returncode == 0, done.stderr
+    row.check(done.returncode, done.stderr)
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
     if "--json" in args:
         strict(done.stdout)
@@ -205,9 +227,10 @@ def test_what_a_plugin_prints_at_import_never_mixes_into_json_or_csv(
     from rmconsole import plugins
 
     plugins.forget()
+    row = claim("a plug-in prints at import", HERE + "test_what_a_plugin_prints_at_import_never_mixes_into_json_or_csv")
     for args in (("runs", "--json"), ("report", "--format", "csv"), ("show", "1", "--json")):
         done = in_process(*args)
-        assert done.returncode == 0, (args, done.stderr)
+        row.check(done.returncode, done.stderr)
         assert "hello from plugnoisy" not in done.stdout, args
         if "--json" in args:
             strict(done.stdout)
@@ -226,7 +249,9 @@ def test_a_plugin_whose_import_hangs_is_skipped_after_the_limit_with_one_line(
     started = time.monotonic()
     done = in_process("runs", "--json", env={"RMCONSOLE_PLUGIN_IMPORT_S": "0.3"})
     assert time.monotonic() - started < 10
-    assert done.returncode == 0, done.stderr
+    claim(
+        "a plug-in's import hangs", HERE + "test_a_plugin_whose_import_hangs_is_skipped_after_the_limit_with_one_line"
+    ).check(done.returncode, done.stderr)
     assert strict(done.stdout) == []
     lines = [line for line in done.stderr.splitlines() if "slow_metric" in line]
     assert len(lines) == 1, done.stderr
@@ -239,8 +264,11 @@ def test_a_bad_import_limit_is_one_line_naming_the_variable(monkeypatch: pytest.
     from rmconsole import plugins
 
     monkeypatch.setenv("RMCONSOLE_PLUGIN_IMPORT_S", value)
-    with pytest.raises(plugins.PluginError, match=r"RMCONSOLE_PLUGIN_IMPORT_S=.*allowed: seconds >= 0"):
+    with pytest.raises(plugins.PluginError, match=r"RMCONSOLE_PLUGIN_IMPORT_S=.*allowed: seconds >= 0") as err:
         plugins.import_limit_s()
+    claim("a bad RMCONSOLE_PLUGIN_IMPORT_S", HERE + "test_a_bad_import_limit_is_one_line_naming_the_variable").check(
+        None, str(err.value)
+    )
     monkeypatch.setenv("RMCONSOLE_PLUGIN_IMPORT_S", "0")
     assert plugins.import_limit_s() == 0
     monkeypatch.delenv("RMCONSOLE_PLUGIN_IMPORT_S")
@@ -323,10 +351,24 @@ def test_a_dataset_plugins_data_is_checked_against_its_declaration(monkeypatch: 
     checked against its spec, in one line naming the dataset and its loader."""
     from rmconsole.cl.data import DatasetInvalid, DatasetMissing, load_dataset
 
+    test = HERE + "test_a_dataset_plugins_data_is_checked_against_its_declaration"
+    rows = {
+        "labels 5-14": claim("a dataset plug-in's labels 5-14 for 10 classes", test),
+        "negative label": claim("a dataset plug-in's negative label", test),
+        "15 names": claim("a dataset plug-in returns more classes than it declares", test),
+        "wrong shape": claim("a dataset plug-in's images of another shape", test),
+        "test of another shape": claim("a dataset plug-in's test images of another shape", test),
+        "float labels": claim("a dataset plug-in's float labels", test),
+        "2-d labels": claim("a dataset plug-in's labels of two dimensions", test),
+        "empty test": claim("a dataset plug-in's empty test split", test),
+        "3 means": claim("a dataset plug-in's mean and std for other channels", test),
+    }
+    row = rows[fault]
     monkeypatch.setenv("SHIFTY_FAULT", fault)
     with pytest.raises(DatasetInvalid) as err:
         load_dataset("shifty")
     text = str(err.value)
+    row.check(None, text)
     assert isinstance(err.value, DatasetMissing)  # (what the CLI and the worker say in one line)
     assert text.startswith("dataset 'shifty' (loader 'plugshifty:load'): ") and "\n" not in text
     assert DATASET_FAULTS[fault] in text, text

@@ -7,6 +7,7 @@ import errno
 from pathlib import Path
 
 import pytest
+from support.campaign import claim
 
 from rmconsole import scaffold
 from rmconsole.config import ConfigError
@@ -32,6 +33,9 @@ def test_new_on_a_full_disk_leaves_nothing_and_the_retry_works(
         with pytest.raises(ConfigError) as err:
             scaffold.new_package(kind, "mything", where)
     text = str(err.value)
+    claim(
+        "new on a full disk", "test_scaffold_atomic.py::test_new_on_a_full_disk_leaves_nothing_and_the_retry_works"
+    ).check(None, text)
     assert "No space left on device" in text and "nothing was written" in text and "\n" not in text
     assert written and list(where.iterdir()) == []  # no package folder, no staging folder
     folder = scaffold.new_package(kind, "mything", where)  # the retry

@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 from conftest import train_in_process
+from support.campaign import claim
 
 from rmconsole import store
 from rmconsole.config import load_config
 from rmconsole.runner import checkpoints, launch
 from rmconsole.store import db
+
+HERE = "test_shared_store_border.py::"
 
 
 def stopped_after_task_one(home_a: Path) -> int:
@@ -53,6 +56,10 @@ def test_resume_from_another_home_finds_the_finished_tasks_checkpoint(
     state = checkpoints.load_checkpoint(run_id)  # B's copy, verified against the store
     assert state is not None and state["task"] == 0
     assert checkpoints.adopt_checkpoint(run_id) is None  # here now: nothing to bring
+    claim(
+        "resume in another home sharing the store",
+        HERE + "test_resume_from_another_home_finds_the_finished_tasks_checkpoint",
+    ).check(None, "")
 
 
 def test_resume_from_another_home_without_its_checkpoint_refuses_naming_the_paths(
@@ -69,6 +76,10 @@ def test_resume_from_another_home_without_its_checkpoint_refuses_naming_the_path
     assert str(home_b / "checkpoints" / f"run-{run_id}.pt") in text
     assert str(isolated_home / "checkpoints" / f"run-{run_id}.pt") in text
     assert store.get_run(run_id).status == "failed"  # untouched
+    claim(
+        "resume in another home, the checkpoint nowhere",
+        HERE + "test_resume_from_another_home_without_its_checkpoint_refuses_naming_the_paths",
+    ).check(None, text)
 
 
 # ---------------------------------------------------------------------- every plug-in that trained it
@@ -91,13 +102,13 @@ def test_a_resumed_run_records_every_plugin_version_that_trained_it(monkeypatch:
     store.mark_failed(run_id, "stopped after task 2 (simulated)")
     claimed: dict = {}
 
-    def claim(run: int, fields: dict, lease: object) -> str:  # the resumed worker's claim, captured
+    def captured(run: int, fields: dict, lease: object) -> str:  # the resumed worker's claim, captured
         claimed.update(fields)
         store.claim_run(run, **fields)
         return "stopped"  # (and it goes no further)
 
     store.requeue_run(run_id, ("failed",))
-    monkeypatch.setattr(worker, "_claim", claim)
+    monkeypatch.setattr(worker, "_claim", captured)
     with pytest.raises(worker.Superseded):
         worker.train(run_id)
     assert claimed["versions"]["plugins"] == [V02]
@@ -105,3 +116,7 @@ def test_a_resumed_run_records_every_plugin_version_that_trained_it(monkeypatch:
     assert store.get_run(run_id).versions["plugins"] == [V02, V03]
     store.record_start(run_id, plans, list(range(5)), [str(i) for i in range(5)], ["normalize"], plugins=[V03])
     assert store.get_run(run_id).versions["plugins"] == [V02, V03]  # (once each)
+    claim(
+        "a run resumed after its plug-in was upgraded",
+        HERE + "test_a_resumed_run_records_every_plugin_version_that_trained_it",
+    ).check(None, "")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import install_fake_plugins
+from support.campaign import claim
 from support.online_helpers import config as tf_config
 from support.online_helpers import tiny_data
 
@@ -20,6 +21,7 @@ from rmconsole.cl.events import Reporter
 from rmconsole.report import select_by
 from rmconsole.runner import tune as tuning
 
+HERE = "test_tune_border.py::"
 FAST = ["epochs=1", "n_tasks=2", "val_fraction=0.2", 'augment="none"']
 
 
@@ -52,6 +54,9 @@ def test_searching_val_fraction_is_one_line_exit_2_on_the_command_line() -> None
         *[a for pair in FAST if not pair.startswith("val_fraction") for a in ("--set", pair)],
     )  # fmt: skip
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    claim(
+        "tune searches val_fraction", HERE + "test_searching_val_fraction_is_one_line_exit_2_on_the_command_line"
+    ).check(done.returncode, done.stderr)
     assert "val_fraction decides which samples are held out" in done.stderr
 
 
@@ -83,8 +88,12 @@ def declared_metrics(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_tune_and_select_by_follow_the_declared_split_not_the_name() -> None:
     """The reproduction: `tune` took `val_*` names as validation and `report --select-by` the
     declared split, so they disagreed on plug-in metrics (a test metric named val_x was tunable)."""
-    with pytest.raises(tuning.TuneError, match="a test-set metric"):
+    with pytest.raises(tuning.TuneError, match="a test-set metric") as err:
         tuning.check_metric("val_peek")
+    claim(
+        "tune --metric on a test metric named val_…",
+        HERE + "test_tune_and_select_by_follow_the_declared_split_not_the_name",
+    ).check(None, str(err.value))
     with pytest.raises(select_by.SelectionError, match="measured on the test set"):
         select_by.check_metric("val_peek")
     assert tuning.check_metric("heldout_acc") == ("heldout_acc", "maximize")
@@ -116,6 +125,9 @@ def test_the_grid_sampler_ends_its_grid_without_an_error() -> None:
         study.tell(trial, float(len(told)))  # raised RuntimeError on the last point
         told.append(tuple(sorted(trial.params.items())))
     assert len(told) == 4 and len(set(told)) == 4
+    claim(
+        "tune --sampler grid reaches the grid's end", HERE + "test_the_grid_sampler_ends_its_grid_without_an_error"
+    ).check(None, "")
     assert driver.counts() == {"complete": 4}
 
 
@@ -219,3 +231,7 @@ def test_a_study_never_shows_another_run_as_its_trial_after_rm() -> None:
     assert summary.best is not None and summary.best.run_id is None
     line = tuning.best_line("ids")
     assert line is not None and "its run was removed" in line and f"run {other}" not in line
+    claim(
+        "a study's trial run removed, its id reused",
+        HERE + "test_a_study_never_shows_another_run_as_its_trial_after_rm",
+    ).check(None, line)
