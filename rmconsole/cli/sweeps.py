@@ -11,6 +11,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
 from .. import report as reports
 from .. import runner, store
+from ..store.db import holding_as_a_run
 from ..store.filters import where
 from .common import console, err_console
 
@@ -75,7 +76,8 @@ def run_sweep(
             console.print(sweep_id, highlight=False)
             return
         console.print(line, highlight=False)
-        counts = follow_sweep(sweep_id, runner.ScheduledSweep(sweep_id), plan)
+        with holding_as_a_run():  # a database outage is waited out as the workers wait it out
+            counts = follow_sweep(sweep_id, runner.ScheduledSweep(sweep_id), plan)
     else:
         line = (
             f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
@@ -91,7 +93,7 @@ def run_sweep(
             console.print(sweep_id, highlight=False)
             return
         console.print(line, highlight=False)
-        with runner.DriverLock(sweep_id):
+        with runner.DriverLock(sweep_id), holding_as_a_run():  # an outage waited out as its workers do
             counts = follow_sweep(
                 sweep_id, runner.SweepQueue(sweep_id, slots, gpus=gpus, runs_per_gpu=launched.runs_per_gpu), plan
             )

@@ -549,6 +549,25 @@ def hold_through_outages(seconds: float) -> None:
     _outage_hold["s"] = seconds
 
 
+@contextmanager
+def holding_as_a_run() -> Iterator[None]:
+    """In this block the process holds on through a database outage as a run's own processes do
+    (RMCONSOLE_DB_GRACE_S, default OUTAGE_GRACE_S): a sweep driven in the foreground (`run --seeds
+    1,2,3`) waits out a database restart with its workers instead of exiting and leaving the
+    other runs queued."""
+    raw = os.environ.get(GRACE_ENV)
+    try:
+        seconds = max(0.0, float(raw)) if raw else OUTAGE_GRACE_S
+    except ValueError:
+        seconds = OUTAGE_GRACE_S
+    before = _outage_hold["s"]
+    _outage_hold["s"] = seconds if before is None else max(before, seconds)
+    try:
+        yield
+    finally:
+        _outage_hold["s"] = before
+
+
 def outage_grace_s() -> float:
     """How long this process holds on through a database outage: RMCONSOLE_DB_GRACE_S, else
     OUTAGE_GRACE_S in a run's processes (they hold its lease: a worker holds its results, a

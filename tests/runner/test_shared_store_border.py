@@ -120,3 +120,41 @@ def test_a_resumed_run_records_every_plugin_version_that_trained_it(monkeypatch:
         "a run resumed after its plug-in was upgraded",
         HERE + "test_a_resumed_run_records_every_plugin_version_that_trained_it",
     ).check(None, "")
+
+
+# ---------------------------------------------------------------------- a database outage
+
+
+def test_a_foreground_sweep_waits_out_a_database_outage_as_its_workers_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reproduction: PostgreSQL stopped for 13 s during `run --seeds 1,2,3`: the running worker
+    waited it out, the sweep's driver exited at once and the other runs stayed queued. Now the
+    driver holds on for the workers' grace (RMCONSOLE_DB_GRACE_S, default 60 s)."""
+    from support.cli import in_process
+
+    from rmconsole.cli import sweeps
+
+    seen: dict = {}
+
+    def outage_then_answers(sweep_id: str, queue: object, plan: object = None) -> dict[str, int]:
+        seen["grace"] = db.outage_grace_s()
+        failures = iter(range(2))
+
+        def attempt() -> str:
+            if next(failures, None) is not None:
+                raise db.StoreUnreachable("the database postgresql://x is unreachable", "x", "server closed")
+            return "answered"
+
+        seen["result"] = db._within_grace(attempt)
+        return {"finished": 2}
+
+    monkeypatch.setattr(sweeps, "follow_sweep", outage_then_answers)
+    monkeypatch.delenv("RMCONSOLE_DB_GRACE_S", raising=False)
+    done = in_process("run", "--seeds", "1,2", "--set", "epochs=1", "--set", "n_tasks=2")
+    assert seen.get("result") == "answered", done.stderr
+    assert seen["grace"] == db.OUTAGE_GRACE_S  # a worker's default
+    assert "the database x is unreachable" in done.stderr and "answers again" in done.stderr
+    assert db._outage_hold["s"] is None  # (held only while it drives)
+    claim(
+        "a database outage during a foreground sweep",
+        HERE + "test_a_foreground_sweep_waits_out_a_database_outage_as_its_workers_do",
+    ).check(None, done.stderr)
