@@ -643,15 +643,16 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _sqlite_events(engine: Engine, path: Path) -> None:
+def _sqlite_events(engine: Engine, path: Path, writable: bool = True) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
         record.info["file_id"] = _file_id(path)
         dbapi_conn.isolation_level = None  # let the "begin" hook below issue BEGIN itself
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        cur.execute("PRAGMA journal_mode = WAL")
-        cur.execute("PRAGMA synchronous = NORMAL")
+        if writable:  # (setting WAL is a write: a read-only store is read as it is)
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
 
@@ -709,6 +710,23 @@ def _foreign_error(url: URL, names: list[str]) -> StoreError:
     )
 
 
+def _read_only(path: Path) -> str | None:
+    """How an existing store file this process may not write is opened: "ro" (the file is not
+    writable; its folder is, for SQLite's -shm), "immutable" (its folder is not writable either:
+    a read-only mount, a snapshot; SQLite is told nothing changes it, so no -shm is needed), or
+    None (writable: opened read-write as always)."""
+    if not path.is_file():
+        return None
+    if not os.access(path.parent, os.W_OK):
+        wal = path.with_name(path.name + "-wal")
+        try:  # pages still in a -wal file: read through it (immutable would not see them)
+            pending = wal.stat().st_size > 0
+        except OSError:
+            pending = False
+        return "ro" if pending else "immutable"
+    return None if os.access(path, os.W_OK) else "ro"
+
+
 def _check_existing_file(path: Path, url: URL) -> set[str]:
     """Refuse, before any connection that could write (journal_mode=WAL is a write), an existing
     file that is not an SQLite database (SQLite would take a file shorter than a page, e.g. one
@@ -724,7 +742,8 @@ def _check_existing_file(path: Path, url: URL) -> set[str]:
     if head and head != SQLITE_HEADER:
         raise StoreDamaged(damaged_message(path, "file is not a database"))
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        immutable = "&immutable=1" if _read_only(path) == "immutable" else ""
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro{immutable}", uri=True, timeout=BUSY_TIMEOUT_S)
         try:
             present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             run_columns = {r[1] for r in conn.execute("PRAGMA table_info(run)")} if "run" in present else set()
@@ -851,21 +870,37 @@ def get_engine(url: str | URL | None = None) -> Engine:
     if key in _ENGINES:
         return _ENGINES[key]
     path = sqlite_file(url_obj)
+    read_only = _read_only(path) if path is not None else None
     try:
         if path is not None:
             _prepare_sqlite_file(path, url_obj)
-            file_url = URL.create("sqlite", database=f"file:{quote(str(path))}", query={"uri": "true", "mode": "rw"})
+            query = {"uri": "true", "mode": "rw"}
+            if read_only is not None:  # every read works; a write is one line ("readonly database")
+                query = {"uri": "true", "mode": "ro", **({"immutable": "1"} if read_only == "immutable" else {})}
+            file_url = URL.create("sqlite", database=f"file:{quote(str(path))}", query=query)
             engine = create_engine(
                 file_url,
                 json_serializer=store_json,
                 connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
             )
-            _sqlite_events(engine, path)
+            _sqlite_events(engine, path, writable=read_only is None)
         else:
             engine = _server_engine(url_obj)
     except (SQLAlchemyError, ImportError, ValueError) as err:
         raise _unusable(url_obj, err) from None
     _ENGINE_URLS[id(engine)] = url_obj
+    if read_only is not None and path is not None:
+        try:
+            complete = _schema_complete(engine)
+        except (SQLAlchemyError, OSError, sqlite3.Error) as err:
+            raise store_error(err, url_obj, "open") from None
+        if not complete:
+            raise StoreError(
+                f"the store {path} is read-only and older than this version (its schema needs a write): "
+                f"open it once where it is writable ({_hint()})"
+            )
+        _ENGINES[key] = engine
+        return engine
     with _watched("write", path):
         _create_schema(engine, url_obj)
     _ENGINES[key] = engine

@@ -158,3 +158,44 @@ def test_a_foreground_sweep_waits_out_a_database_outage_as_its_workers_do(monkey
         "a database outage during a foreground sweep",
         HERE + "test_a_foreground_sweep_waits_out_a_database_outage_as_its_workers_do",
     ).check(None, done.stderr)
+
+
+# ---------------------------------------------------------------------- a read-only store
+
+
+@pytest.mark.parametrize("how", ["immutable", "ro"])
+def test_a_store_on_a_read_only_mount_can_be_read(
+    isolated_home: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The reproduction: a store on a read-only mount could not be read at all ("unable to open
+    database file"). Now reads open it read-only (immutable when its folder cannot be written
+    either); a write is one line. (As root, a mount's read-only-ness is what os.access reports.)"""
+    import os
+
+    from support.cli import in_process
+
+    _, cfg = load_config(None, {"n_tasks": 1})
+    run_id = store.create_run(cfg.to_dict(), "kept")
+    db.dispose_engines()
+    real = os.access
+    denied = {isolated_home} if how == "immutable" else {isolated_home / "rmconsole.db"}
+
+    def access(path: object, mode: int, *args: object, **kwargs: object) -> bool:
+        if mode & os.W_OK and Path(str(path)).resolve() in {p.resolve() for p in denied}:
+            return False
+        return real(path, mode, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(db.os, "access", access)
+    assert db._read_only(isolated_home / "rmconsole.db") == how
+    listed = in_process("runs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [r["id"] for r in __import__("json").loads(listed.stdout)] == [run_id]
+    shown = in_process("show", str(run_id))
+    assert shown.returncode == 0 and "kept" in shown.stdout, shown.stderr
+    tagged = in_process("tag", str(run_id), "+x")
+    assert tagged.returncode != 0 and "Traceback" not in tagged.stderr
+    assert len(tagged.stderr.strip().splitlines()) == 1 and "readonly" in tagged.stderr.replace("read-only", "readonly")
+    claim(
+        "a store on a read-only mount",
+        HERE + "test_a_store_on_a_read_only_mount_can_be_read",
+    ).check(listed.returncode, listed.stderr)
