@@ -715,7 +715,10 @@ def _read_only(path: Path) -> str | None:
     writable; its folder is, for SQLite's -shm), "immutable" (its folder is not writable either:
     a read-only mount, a snapshot; SQLite is told nothing changes it, so no -shm is needed), or
     None (writable: opened read-write as always)."""
-    if not path.is_file():
+    try:
+        if not path.is_file():
+            return None
+    except OSError:  # (a name too long...: said by the usual checks that follow)
         return None
     if not os.access(path.parent, os.W_OK):
         wal = path.with_name(path.name + "-wal")
