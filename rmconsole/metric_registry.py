@@ -92,6 +92,12 @@ def cross_run_metrics() -> list[Metric]:
     return catalog.cross_run_metrics(catalogue())
 
 
+def validation_metrics() -> list[Metric]:
+    """The metrics measured on the validation stream, by the split each declares (plug-ins
+    included): the one rule for what `tune --metric` and `report --select-by` may select on."""
+    return catalog.validation_metrics(catalogue())
+
+
 def filterable() -> list[Metric]:
     return [m for m in catalogue() if m.filterable]
 
@@ -116,4 +122,5 @@ __all__ = [
     "report_default",
     "sortable",
     "summarize",
+    "validation_metrics",
 ]

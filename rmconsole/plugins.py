@@ -23,13 +23,16 @@ of TOML files (one preset per file, named by its stem), found without importing 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
@@ -228,12 +231,56 @@ def used_by(config: Any) -> list[dict[str, Any]]:
     return out
 
 
-def import_target(target: str, what: str) -> Any:
-    """`module:attribute` (dots allowed after the colon) imported, any failure one line naming `what`."""
+IMPORT_LIMIT_ENV = "RMCONSOLE_PLUGIN_IMPORT_S"
+IMPORT_LIMIT_S = 10.0  # the default: seconds a plug-in's import may take before it is skipped
+
+
+def import_limit_s() -> float:
+    """How long a plug-in's import may take (RMCONSOLE_PLUGIN_IMPORT_S, default 10 s; 0: no limit)."""
+    text = os.environ.get(IMPORT_LIMIT_ENV, "").strip()
+    if not text:
+        return IMPORT_LIMIT_S
     try:
-        return targets.import_target(target)
-    except Exception as err:  # noqa: BLE001 - whatever a plug-in raises on import is its error, said in one line
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise PluginError(f"{IMPORT_LIMIT_ENV}={text[:40]!r}: allowed: seconds >= 0 (0: no limit; default 10)")
+    return value
+
+
+def import_target(target: str, what: str) -> Any:
+    """`module:attribute` (dots allowed after the colon) imported, any failure one line naming `what`.
+    What the import prints goes to stderr (never into a command's --json or CSV on stdout), and an
+    import that takes longer than `import_limit_s()` is given up on: PluginError, one line naming it
+    (a hung import would otherwise hang `runs`; its thread is left behind, a daemon)."""
+    limit = import_limit_s()
+    found: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            found["value"] = targets.import_target(target)
+        except BaseException as err:  # noqa: BLE001 - said in one line below
+            found["error"] = err
+
+    with contextlib.redirect_stdout(sys.stderr):
+        if limit == 0:
+            work()
+        else:
+            thread = threading.Thread(target=work, name=f"rmconsole import {target}", daemon=True)
+            thread.start()
+            thread.join(limit)
+            if thread.is_alive():
+                raise PluginError(
+                    f"{what}: importing {target!r} took longer than {limit:g} s; skipped "
+                    f"(raise the limit with {IMPORT_LIMIT_ENV}=SECONDS, 0 for none)"
+                )
+    err = found.get("error")
+    if err is not None:
+        if not isinstance(err, Exception):  # (KeyboardInterrupt, SystemExit: not a plug-in's failure to hide)
+            raise err
         raise PluginError(f"{what} failed to load {target!r}: {targets.failure(err)}") from None
+    return found["value"]
 
 
 def provenance(kind: str, name: str) -> dict[str, Any] | None:

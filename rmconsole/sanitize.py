@@ -16,6 +16,8 @@ consoles are SafeConsoles, so no command can print a raw control character.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -69,3 +71,23 @@ class SafeConsole(Console):
             segment if segment.control or is_clean(segment.text) else Segment(clean_block(segment.text), segment.style)
             for segment in buffer
         )
+
+
+def _finite_only(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_only(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_only(v) for v in value]
+    return value
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """`json.dumps` as every --json and JSON report prints: strict JSON, a float that is not finite
+    (a row an older version stored as Infinity or NaN) written as null, never `Infinity`/`NaN`,
+    which strict parsers (json.loads with parse_constant, jq, JavaScript) refuse."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(_finite_only(value), allow_nan=False, **options)

@@ -18,6 +18,8 @@ import dataclasses
 import importlib.util
 import keyword
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -140,11 +142,26 @@ def new_package(kind: str, name: str, where: Path) -> Path:
     if kind in PRESETS:
         stem, preset = PRESETS[kind]
         files[f"{name}/presets/{stem.format(name=name)}.toml"] = preset(name)
-    folder.mkdir()
-    for rel, text in files.items():
-        path = folder / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    # written whole into a hidden folder beside it, then renamed into place: a full disk or any
+    # failure half-way leaves nothing (a half-written package would refuse the retry: "exists")
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.new-", dir=where))
+    try:
+        for rel, text in files.items():
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        if folder.exists() or folder.is_symlink():  # (made meanwhile: never replaced)
+            raise ConfigError(
+                f"new {kind} {name!r}: {folder} exists; nothing was written (choose another name or --dir)"
+            )
+        staging.rename(folder)
+    except OSError as err:
+        raise ConfigError(
+            f"new {kind} {name!r}: could not write {folder} ({err.strerror or type(err).__name__}); nothing was written"
+        ) from None
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
     return folder
 
 

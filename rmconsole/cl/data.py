@@ -148,7 +148,53 @@ def load_dataset(
         loader_workers=loader_workers,
         gpu_decode=gpu_decode,
     )
-    return spec.loader()(spec, root, options)
+    return checked(spec, spec.loader()(spec, root, options))
+
+
+class DatasetInvalid(DatasetMissing):
+    """A loader's dataset disagrees with its declaration (classes, image shape, label range): one line."""
+
+
+def checked(spec: DatasetSpec, data: Dataset) -> Dataset:
+    """What a loader returned, checked against its spec as the built-ins' loaders check their
+    files: as many class names as the declared classes, the declared image shape, train and test
+    of one shape, labels int64 of one dimension and within 0..n_classes-1 (labels 5-14 of a
+    10-class dataset would otherwise train silently as a 15-class run). DatasetInvalid, one line."""
+    what = f"dataset {spec.name!r} (loader {spec.load!r})"
+    n = data.n_classes
+    if spec.n_classes is not None and spec.folder is None and n != spec.n_classes:
+        raise DatasetInvalid(f"{what}: declares {spec.n_classes} classes but its loader returned {n} class names")
+    if n < 1:
+        raise DatasetInvalid(f"{what}: its loader returned no class names")
+    shapes = {split: tuple(part.shape) for split, part in (("train", data.train), ("test", data.test))}
+    if spec.image_shape is not None and any(shape != tuple(spec.image_shape) for shape in shapes.values()):
+        raise DatasetInvalid(
+            f"{what}: declares images of shape {tuple(spec.image_shape)} but its loader returned "
+            f"train {shapes['train']}, test {shapes['test']}"
+        )
+    if shapes["train"] != shapes["test"]:
+        raise DatasetInvalid(f"{what}: train images are {shapes['train']} but test images are {shapes['test']}")
+    for split, part in (("train", data.train), ("test", data.test)):
+        labels = part.labels
+        if labels.dtype != torch.int64 or labels.dim() != 1:
+            raise DatasetInvalid(
+                f"{what}: its {split} labels are {labels.dtype} of shape {tuple(labels.shape)}; "
+                f"they must be int64 of one dimension"
+            )
+        if len(labels) == 0:
+            raise DatasetInvalid(f"{what}: its {split} split is empty")
+        low, high = int(labels.min()), int(labels.max())
+        if low < 0 or high >= n:
+            raise DatasetInvalid(
+                f"{what}: its {split} labels run from {low} to {high}, but it has {n} classes; "
+                f"labels must be 0 to {n - 1}"
+            )
+    channels = shapes["train"][0] if shapes["train"] else None
+    if channels is not None and (len(data.mean) != channels or len(data.std) != channels):
+        raise DatasetInvalid(
+            f"{what}: its mean and std have {len(data.mean)} and {len(data.std)} values for {channels} channels"
+        )
+    return data
 
 
 def load_run_dataset(cfg: RunSettings, cache_dir: Path | None = None) -> Dataset:

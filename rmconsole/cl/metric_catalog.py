@@ -20,7 +20,9 @@ A_auc and class-wise F_last); each row here names the function it uses.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -370,10 +372,33 @@ class Metric:
         """This metric of one run (None: not measured, or not of this run's protocol)."""
         if self.compute is None or not self.applies_to(rows.protocol):
             return None
-        value = self.compute(rows)
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return None
-        return value if isinstance(value, int) and not isinstance(value, bool) else float(value)  # a count stays one
+        return checked_value(self.name, self.compute(rows))
+
+
+class NotFinite(ValueError):
+    """A metric's computation returned something that is not a finite number (inf, a string, an
+    int past a float's range): the value is refused at the border, never stored."""
+
+
+def checked_value(name: str, value: Any) -> float | None:
+    """A computed metric value as the store keeps it: None for None or NaN (not measured), a count
+    (int) as it is, anything else as float; NotFinite (one line naming the metric) for inf, a
+    string, or a number no float can hold (10**400), which JSON, PostgreSQL and every reader refuse."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    big = isinstance(value, int) and value.bit_length() > 64  # (repr of a huge int can itself raise)
+    shown = f"an integer of {value.bit_length()} bits" if big else repr(value)
+    if isinstance(value, (str, bytes)):
+        raise NotFinite(f"metric {name!r} returned {shown[:60]}, not a number; stored as missing")
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise NotFinite(f"metric {name!r} returned {shown[:60]}, not a finite number; stored as missing") from None
+    if math.isnan(number):
+        return None
+    if not math.isfinite(number):
+        raise NotFinite(f"metric {name!r} returned {shown[:60]}, not a finite number; stored as missing")
+    return value if isinstance(value, int) and not isinstance(value, bool) else number  # a count stays one
 
 
 # ---------------------------------------------------------------------- computations of the built-ins
@@ -835,7 +860,11 @@ def summarize(rows: RunRows, metrics: Sequence[Metric] = METRICS) -> dict[str, f
             out[m.name] = m.value(rows)
             continue
         try:
-            out[m.name] = m.value(rows)
+            with contextlib.redirect_stdout(sys.stderr):  # what a plug-in prints never mixes into --json/CSV
+                out[m.name] = m.value(rows)
+        except NotFinite as err:
+            _failures[m.name] = str(err)[:300]
+            out[m.name] = None
         except Exception as err:  # noqa: BLE001 - a plug-in's bug must not stop a run's summary
             _failures[m.name] = f"metric {m.name!r} failed on a run's rows: {type(err).__name__}: {err}"[:300]
             out[m.name] = None

@@ -66,3 +66,13 @@ def check_count(option: str, value: int | None, low: int, high: int = MAX_INT) -
 
 def dim(text: str, style: str) -> str:
     return f"[{style}]{text}[/]" if style else text
+
+
+def say_metric_problems() -> None:
+    """One line on stderr for each metric plug-in a read command left out (it failed to import, or
+    its import took longer than RMCONSOLE_PLUGIN_IMPORT_S), never on stdout beside --json or CSV."""
+    from .. import metric_registry
+
+    metric_registry.catalogue()  # (every metric plug-in imported now, each within its time limit)
+    for line in metric_registry.problems():
+        err_console.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import typer
@@ -11,8 +10,9 @@ from rich.table import Table
 
 from .. import metric_registry, runner, store
 from ..config import ConfigError, shorten
+from ..sanitize import json_text
 from ..store.filters import where
-from .common import RUN_ID, app, console, dim, err_console
+from .common import RUN_ID, app, console, dim, err_console, say_metric_problems
 from .printing import print_run, print_sweep_queues
 from .selection import _run_id, reap_quietly, status_filter
 
@@ -27,8 +27,9 @@ def show(
     run_id = _run_id(run)
     reap_quietly([store.get_run(run_id)])
     detail = store.run_detail(run_id)
+    say_metric_problems()
     if as_json:
-        print(json.dumps(detail, indent=2))
+        print(json_text(detail, indent=2))
         return
     print_run(run_id, detail)
 
@@ -62,10 +63,11 @@ def runs(
     if sweep_ is not None:
         run_filter &= where("sweep", [runner.resolve_sweep_id(sweep_)])
     records = store.find_runs(run_filter, archived=True if all_ else None)
+    say_metric_problems()
     if limit:
         records = records[-limit:]
     if as_json:
-        print(json.dumps([r.to_json() for r in records], indent=2))
+        print(json_text([r.to_json() for r in records], indent=2))
         return
     if not records:  # a header over nothing says nothing: say what matched none
         _say_none_match(filters, status, sweep_, all_)

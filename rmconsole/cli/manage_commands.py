@@ -3,7 +3,6 @@ archive, rm, diff."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import typer
@@ -13,6 +12,7 @@ from rich.table import Table
 from .. import metric_registry, runner, store
 from ..cl.metric_catalog import mark_carrier
 from ..config import ConfigError, shorten
+from ..sanitize import json_text
 from .common import app, console, err_console
 from .selection import _chosen_runs, _run_id
 
@@ -135,7 +135,7 @@ def diff(
     first, second = store.run_detail(_run_id(a)), store.run_detail(_run_id(b))
     result = run_diff(first, second)
     if as_json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result, indent=2))
         return
     table = Table(box=None, padding=(0, 1), header_style="bold")
     table.add_column("key", style="cyan", no_wrap=True)

@@ -17,7 +17,7 @@ from ..report import budget as budget_report
 from ..report import select_by as select_by_validation
 from ..sanitize import clean_block
 from ..store.filters import where
-from .common import app, console, err_console, working
+from .common import app, console, err_console, say_metric_problems, working
 from .selection import _chosen_runs, _listed, select_runs
 
 
@@ -115,6 +115,7 @@ def report(
     if memory_plot is not None and len(runs) != 1:
         raise ConfigError(f"--memory-plot draws one run, but {len(runs)} match: choose it with --runs ID")
     summaries = [r.to_json() for r in runs]
+    say_metric_problems()
     chosen = None
     if select_by is not None:  # per row (and column group), the validation-best configuration's runs
         chosen = select_by_validation.select(

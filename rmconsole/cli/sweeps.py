@@ -10,6 +10,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
 from .. import report as reports
 from .. import runner, store
+from ..store.db import holding_as_a_run
 from ..store.filters import where
 from .common import console, err_console
 
@@ -37,7 +38,8 @@ def follow_launched_sweep(launched: Any, detach: bool) -> None:
             console.print(sweep_id, highlight=False)
             return
         console.print(line, highlight=False)
-        counts = follow_sweep(sweep_id, runner.ScheduledSweep(sweep_id), plan)
+        with holding_as_a_run():  # a database outage is waited out as the workers wait it out
+            counts = follow_sweep(sweep_id, runner.ScheduledSweep(sweep_id), plan)
     else:
         line = (
             f"sweep {sweep_id} ({plan.preset}): {len(ids)} runs ({plan.shape()}), ids {ids[0]}-{ids[-1]}, "
@@ -53,7 +55,7 @@ def follow_launched_sweep(launched: Any, detach: bool) -> None:
             console.print(sweep_id, highlight=False)
             return
         console.print(line, highlight=False)
-        with runner.DriverLock(sweep_id):
+        with runner.DriverLock(sweep_id), holding_as_a_run():  # an outage waited out as its workers do
             counts = follow_sweep(
                 sweep_id, runner.SweepQueue(sweep_id, slots, gpus=gpus, runs_per_gpu=launched.runs_per_gpu), plan
             )

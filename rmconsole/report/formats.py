@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from typing import Any
 
 from .. import metric_registry
+from ..sanitize import json_text
 from ..store.filters import format_value
 from .tables import (
     Report,
@@ -156,7 +156,7 @@ def to_dict(report: Report) -> dict[str, Any]:
 
 
 def to_json(report: Report) -> str:
-    return json.dumps(to_dict(report), indent=2) + "\n"
+    return json_text(to_dict(report), indent=2) + "\n"
 
 
 _LATEX_SPECIAL = {

@@ -93,10 +93,10 @@ def check_metric(name: str) -> Any:
     try:
         metric = metric_registry.metric(name)
     except metric_registry.UnknownMetric:
-        allowed = ", ".join(m.name for m in metric_registry.catalogue() if m.split == "validation")
+        allowed = ", ".join(m.name for m in metric_registry.validation_metrics())
         raise SelectionError(f"--select-by {name!r}: not a metric; allowed: {allowed}") from None
     if metric.split != "validation":
-        allowed = ", ".join(m.name for m in metric_registry.catalogue() if m.split == "validation")
+        allowed = ", ".join(m.name for m in metric_registry.validation_metrics())
         raise SelectionError(
             f"--select-by {name}: measured on the test set, and selecting on test is what "
             f"--select-by prevents; choose a validation metric: {allowed} (runs with val_fraction > 0)"

@@ -152,6 +152,60 @@ def verified_bytes(run_id: int, path: Path | None = None) -> tuple[bytes, int | 
     return data, recorded[digest]
 
 
+def adopt_checkpoint(run_id: int) -> Path | None:
+    """A run that trained in another home (two RMCONSOLE_HOMEs sharing one RMCONSOLE_DB: its log
+    is there) and has no checkpoint here although the store records one (a task finished with its
+    checksum): its checkpoint is looked for beside that log, in the home it ran in, and a copy the
+    store's checksums vouch for is copied into this home (atomically) before the resume reads it;
+    returns where it was found. Nowhere to be found: CheckpointError naming the paths it expected,
+    so a finished task is never trained again in silence. None when nothing is missing (a run of
+    this home keeps its rule: no checkpoint here, no task to continue after)."""
+    path = checkpoint_path(run_id)
+    if path.exists() or path.is_symlink():
+        return None
+    run = store.get_run(run_id)
+    if not run.log_path:
+        return None
+    other_home = Path(run.log_path).parent.parent
+    try:
+        same = other_home.resolve() == store.home().resolve()
+    except OSError:
+        same = False
+    if same:
+        return None
+    recorded = store.checkpoint_checksums(run_id)
+    if not recorded:
+        return None
+    other = other_home / "checkpoints" / path.name
+    try:
+        data = other.read_bytes()
+    except OSError:
+        data = None
+    if data is not None and sha256_of(data) in recorded:
+        private.mkdir(path.parent)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:
+            with private.open_new(tmp) as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise CheckpointError(
+                f"run {run_id}'s checkpoint {other} could not be copied to {path} ({err.strerror}); "
+                f"copy it there and resume again"
+            ) from None
+        return other
+    last = max(recorded.values()) + 1
+    found = "does not match the checksums the store recorded" if data is not None else "is not there either"
+    raise CheckpointError(
+        f"run {run_id} finished task {last} in another home (its log is {run.log_path}), but its "
+        f"checkpoint is not at {path} and {other} {found}: copy the checkpoint to {path} and resume "
+        f"again (a finished task is not trained again in silence)"
+    )
+
+
 def load_checkpoint(run_id: int) -> dict[str, Any] | None:
     """The last task checkpoint of a run, verified against the store, or None when it has none."""
     path = checkpoint_path(run_id)

@@ -644,7 +644,7 @@ def resume_run(run_id: int, rendezvous: Any = None, executor: Any = KEEP) -> Res
     recorded error stays. A queued run that nobody will start (a sweep's, with no queue runner)
     is started here too."""
     from ..config import build_config
-    from .checkpoints import check_checkpoint, load_checkpoint
+    from .checkpoints import adopt_checkpoint, check_checkpoint, load_checkpoint
     from .executors import check_scheduler, spec_of, submit_runs
 
     reap_dead([store.get_run(run_id)])
@@ -654,6 +654,7 @@ def resume_run(run_id: int, rendezvous: Any = None, executor: Any = KEEP) -> Res
         raise ValueError(f"run {run_id} is {run.status}: only failed or stopped runs can be resumed")
     cfg = build_config(run.config)  # a config this version refuses is one line here, not a failed worker
     check_runnable(cfg)  # the dataset, the device and RMCONSOLE_HOME, as for a new run
+    adopt_checkpoint(run_id)  # trained in another home sharing this store: its checkpoint brought here
     checkpoint = load_checkpoint(run_id)  # verified against the checksum recorded in the store
     if checkpoint is not None:
         check_checkpoint(checkpoint, run_id, run.config)

@@ -12,7 +12,9 @@ tables (`studies`, `trials`, `trial_params`, `version_info`, `alembic_version`, 
 tables (`run`, `taskresult`, ... on `SQLModel.metadata`) are a disjoint set of names, created and
 checked by store/db.py only; `check_disjoint` proves it on every start.
 
-What a study selects on: a validation metric only (`val_*` rows of the catalogue). A test metric
+What a study selects on: a validation metric only (a catalogue row whose split is "validation"; the
+same rule as `report --select-by`; `val_fraction`, which decides the held-out samples, is never
+searched). A test metric
 is refused in one line: choosing a configuration by its test score is the very selection bias
 this command exists to avoid. Pruning reads the per-task validation accuracy of the trial's run
 (each task's row as it lands in the store): after each task the driver calls `trial.report` and
@@ -57,7 +59,6 @@ STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ATTR = "rmconsole"  # the study's user attribute holding what `tune` was asked (JSON)
 RUN_ATTR = "run_id"  # a trial's user attribute: its run
 PRUNED_TAG = "pruned"
-VAL_PREFIX = "val_"
 GRID_LIMIT = 10_000
 
 
@@ -259,26 +260,38 @@ def check_name(name: str) -> str:
 
 
 def validation_metrics() -> list[str]:
-    """The catalogue's validation metrics (what a study may select on)."""
-    from ..metric_registry import metric_names
+    """The catalogue's validation metrics (what a study may select on): by the split each metric
+    declares, the one rule `report --select-by` follows too (metric_registry.validation_metrics),
+    never by a name's `val_` prefix."""
+    from ..metric_registry import validation_metrics as declared
 
-    return [name for name in metric_names() if name.startswith(VAL_PREFIX)]
+    return [m.name for m in declared()]
 
 
 def check_metric(name: str) -> tuple[str, Literal["minimize", "maximize"]]:
     """(metric, direction) of a validation metric; a test metric or an unknown name is one line."""
-    from ..metric_registry import metric, metric_names
+    from ..metric_registry import PluginError, metric, metric_names
 
     allowed = validation_metrics()
     shown = ", ".join(allowed) or "none in this version"
     if name not in metric_names():
         raise TuneError(f"--metric {shorten(name)!r}: not a metric; a study selects on a validation metric: {shown}")
-    if name not in allowed:
+    try:
+        declared = metric(name)
+    except PluginError as err:
+        raise TuneError(f"--metric {name}: {err}") from None
+    if declared.split != "validation":
         raise TuneError(
             f"--metric {name}: a test-set metric; a study selects on validation only "
             f"(choosing by test accuracy is the bias it avoids): {shown}"
         )
     return name, "minimize" if metric(name).lower_is_better else "maximize"
+
+
+# the key that decides the held-out validation samples (streams.hold_out(labels, val_fraction, seed);
+# the seed is refused as a parameter already): searched, each trial would be scored on other
+# samples and no two trials could be ranked
+SPLIT_KEYS = ("val_fraction",)
 
 
 # what every trial's run gets beside the study's own keys: no test-set evaluation at all, so a
@@ -312,6 +325,13 @@ def check_spec(spec: StudySpec) -> dict[str, Any]:
             raise TuneError(
                 f"{shorten(pair)}: a study's trials never evaluate on the test set (evaluate_test=false "
                 f"is set for them); report the selected configuration on test with ordinary runs"
+            )
+    for param in spec.params:  # (before anything else about val_fraction: searched, it is never right)
+        if param.key in SPLIT_KEYS:
+            raise TuneError(
+                f"--param {param.spec}: {param.key} decides which samples are held out for validation; "
+                f"searching it would score each trial on another validation set, so trials could not be "
+                f"ranked; fix it with --set {param.key}=VALUE"
             )
     _, base = load_config(spec.preset, list(spec.pairs))
     val_fraction = getattr(base, "val_fraction", None)
@@ -492,7 +512,7 @@ def _sampler(spec: StudySpec, done: int) -> Any:
     import optuna
 
     if spec.sampler == "grid":
-        return optuna.samplers.GridSampler({p.key: p.grid_values() for p in spec.params}, seed=spec.seed)
+        return _grid_sampler({p.key: p.grid_values() for p in spec.params}, spec.seed)
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=spec.seed + done)
     # a continued study draws on from where it stood, not the same numbers again
@@ -521,6 +541,19 @@ def pruner_options(text: str, trials: int) -> dict[str, int] | None:
             )
         chosen[PRUNER_OPTIONS[key.strip()]] = int(value)
     return chosen
+
+
+def _grid_sampler(space: dict[str, list[Any]], seed: int) -> Any:
+    """Optuna's GridSampler, less its `Study.stop()` after the last grid point: that call ends an
+    `optimize` loop, which this driver does not use, and outside one it raises RuntimeError (the
+    grid's last `tell` made `tune --sampler grid` exit 1). The driver asks `is_exhausted` itself."""
+    import optuna
+
+    class Grid(optuna.samplers.GridSampler):
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            return None
+
+    return Grid(space, seed=seed)
 
 
 def _pruner(spec: StudySpec) -> Any:
@@ -769,6 +802,10 @@ class StudyDriver:
                 self.study.tell(frozen.number, state=TrialState.FAIL)
                 self.log(f"trial {frozen.number}: no run was started; failed")
                 continue
+            if trial_run(self.spec.name, frozen.number, run_id) is None:  # removed, its id maybe another run's
+                self.study.tell(frozen.number, state=TrialState.FAIL)
+                self.log(f"trial {frozen.number}: its run {run_id} was removed (or is another run now); failed")
+                continue
             trial = Trial(self.study, frozen._trial_id)
             entry = Active(trial, int(run_id), reported=set(frozen.intermediate_values))
             launch.reap_dead([store.get_run(entry.run_id)])
@@ -926,7 +963,7 @@ def summarize(name: str) -> StudySummary:
         TrialRow(
             t.number,
             t.state.name.lower(),
-            t.user_attrs.get(RUN_ATTR),
+            trial_run(name, t.number, t.user_attrs.get(RUN_ATTR)),
             {k: spec_param(spec, k).as_config(v) for k, v in t.params.items()},
             t.value,
             len(t.intermediate_values),
@@ -937,6 +974,21 @@ def summarize(name: str) -> StudySummary:
     best = best_trial(study)
     best_row = next((r for r in rows if best is not None and r.number == best.number), None)
     return StudySummary(spec, study.direction.name.lower(), rows, best_row, driver_pid(lock_id(name)))
+
+
+def trial_run(study: str, number: int, run_id: Any) -> int | None:
+    """The run of trial `number` of `study` when run `run_id` is still that trial's (its name and
+    tag say so), else None: after `rm` of a trial's run, a new run may get its id (SQLite reuses
+    the highest id), and a study must never show another run's figures as its trial's."""
+    if not isinstance(run_id, int):
+        return None
+    try:
+        record = store.run_record(run_id)
+    except store.UnknownRun:
+        return None
+    if record.name != trial_name(study, number) or study_tag(study) not in record.tags:
+        return None
+    return run_id
 
 
 def spec_param(spec: StudySpec, key: str) -> Param:
@@ -959,7 +1011,8 @@ def best_line(name: str) -> str | None:
     head = f"study {name}: {done}/{summary.spec.trials} trials done"
     if best is None:
         return head + "; no completed trial yet"
+    run = f"run {best.run_id}" if best.run_id is not None else "its run was removed"
     return (
-        f"{head}; best so far: trial {best.number} (run {best.run_id}) {summary.spec.metric} "
+        f"{head}; best so far: trial {best.number} ({run}) {summary.spec.metric} "
         f"{best.value:.2f} — {_describe(best.params)}"
     )

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .. import __version__, plugins, store
+from .. import __version__, metric_registry, plugins, store
 from ..cl.data import DatasetMissing, load_dataset, load_run_dataset  # noqa: F401  (load_dataset: re-exported)
 from ..cl.events import AnytimePoint, EpochStats, Reporter, TaskOutcome, TaskPlan
 from ..cl.loop import CheckpointMismatch, run_protocol
@@ -147,9 +147,18 @@ class StoreReporter(Reporter):
         self.epochs: list[dict[str, Any]] = []  # epoch rows not yet written (flushed with the heartbeat)
         self.first_phase_seen = False
         self.anytime: list[AnytimePoint] = []  # task-free runs: evaluations not yet written (the heartbeat writes them)
+        self.said: set[str] = set()  # the metric plug-ins' problem lines already in the log
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self.thread.start()
+
+    def say_metric_problems(self) -> None:
+        """One line in the run's log for each metric plug-in whose value was refused at the border
+        (inf, NaN, a string, 10**400: stored as missing) or whose computation failed, once each."""
+        for line in metric_registry.problems():
+            if line not in self.said:
+                self.said.add(line)
+                print(f"warning: {line}", flush=True)
 
     # heartbeat ------------------------------------------------------------
     def _progress(self) -> dict[str, Any]:
@@ -336,6 +345,7 @@ class StoreReporter(Reporter):
             raise
         if pending is not None:
             pending.commit()
+        self.say_metric_problems()
         with self.lock:
             self.task_seconds.append(outcome.seconds)
         auc = f", A_auc so far {summary['A_auc']:.2f}" if summary.get("A_auc") is not None else ""
@@ -412,11 +422,13 @@ def train(run_id: int) -> str:
             + f": inference forward passes of up to {inference_batch((3, 32, 32), device)} CIFAR-sized images",
             flush=True,
         )
+    # the plug-ins that trained its earlier tasks (a resumed run), kept beside this attempt's
+    earlier = (run.versions or {}).get("plugins")
     fields: dict[str, Any] = dict(
         status="running",
         host=socket.gethostname(),
         device=str(device),
-        versions=package_versions(),
+        versions={**package_versions(), **({"plugins": earlier} if earlier else {})},
         git_commit=git_commit(),
         started_at=store.utcnow(),
         heartbeat_at=store.utcnow(),

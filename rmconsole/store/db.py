@@ -31,6 +31,8 @@ nor of a file that is not SQLite: both are refused before anything is written to
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import random
 import re
@@ -548,6 +550,25 @@ def hold_through_outages(seconds: float) -> None:
     _outage_hold["s"] = seconds
 
 
+@contextmanager
+def holding_as_a_run() -> Iterator[None]:
+    """In this block the process holds on through a database outage as a run's own processes do
+    (RMCONSOLE_DB_GRACE_S, default OUTAGE_GRACE_S): a sweep driven in the foreground (`run --seeds
+    1,2,3`) waits out a database restart with its workers instead of exiting and leaving the
+    other runs queued."""
+    raw = os.environ.get(GRACE_ENV)
+    try:
+        seconds = max(0.0, float(raw)) if raw else OUTAGE_GRACE_S
+    except ValueError:
+        seconds = OUTAGE_GRACE_S
+    before = _outage_hold["s"]
+    _outage_hold["s"] = seconds if before is None else max(before, seconds)
+    try:
+        yield
+    finally:
+        _outage_hold["s"] = before
+
+
 def outage_grace_s() -> float:
     """How long this process holds on through a database outage: RMCONSOLE_DB_GRACE_S, else
     OUTAGE_GRACE_S in a run's processes (they hold its lease: a worker holds its results, a
@@ -623,15 +644,16 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _sqlite_events(engine: Engine, path: Path) -> None:
+def _sqlite_events(engine: Engine, path: Path, writable: bool = True) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
         record.info["file_id"] = _file_id(path)
         dbapi_conn.isolation_level = None  # let the "begin" hook below issue BEGIN itself
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        cur.execute("PRAGMA journal_mode = WAL")
-        cur.execute("PRAGMA synchronous = NORMAL")
+        if writable:  # (setting WAL is a write: a read-only store is read as it is)
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
 
@@ -689,6 +711,26 @@ def _foreign_error(url: URL, names: list[str]) -> StoreError:
     )
 
 
+def _read_only(path: Path) -> str | None:
+    """How an existing store file this process may not write is opened: "ro" (the file is not
+    writable; its folder is, for SQLite's -shm), "immutable" (its folder is not writable either:
+    a read-only mount, a snapshot; SQLite is told nothing changes it, so no -shm is needed), or
+    None (writable: opened read-write as always)."""
+    try:
+        if not path.is_file():
+            return None
+    except OSError:  # (a name too long...: said by the usual checks that follow)
+        return None
+    if not os.access(path.parent, os.W_OK):
+        wal = path.with_name(path.name + "-wal")
+        try:  # pages still in a -wal file: read through it (immutable would not see them)
+            pending = wal.stat().st_size > 0
+        except OSError:
+            pending = False
+        return "ro" if pending else "immutable"
+    return None if os.access(path, os.W_OK) else "ro"
+
+
 def _check_existing_file(path: Path, url: URL) -> set[str]:
     """Refuse, before any connection that could write (journal_mode=WAL is a write), an existing
     file that is not an SQLite database (SQLite would take a file shorter than a page, e.g. one
@@ -704,7 +746,8 @@ def _check_existing_file(path: Path, url: URL) -> set[str]:
     if head and head != SQLITE_HEADER:
         raise StoreDamaged(damaged_message(path, "file is not a database"))
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        immutable = "&immutable=1" if _read_only(path) == "immutable" else ""
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro{immutable}", uri=True, timeout=BUSY_TIMEOUT_S)
         try:
             present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             run_columns = {r[1] for r in conn.execute("PRAGMA table_info(run)")} if "run" in present else set()
@@ -741,6 +784,27 @@ def _prepare_sqlite_file(path: Path, url: URL) -> None:
         raise store_error(err, url, "create") from None
 
 
+def _json_safe(value: Any) -> Any:
+    """`value` with every float that is not finite (inf, -inf, NaN) as None: JSON has no such
+    numbers (PostgreSQL refuses the `Infinity` Python writes, every strict reader too)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def store_json(value: Any) -> str:
+    """How every JSON column is written (both backends): strict JSON, a non-finite float as null,
+    so no value a plug-in or a method hands over can make a row unreadable or a write fail."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_json_safe(value), allow_nan=False)
+
+
 def _server_engine(url_obj: URL, **options: Any) -> Engine:
     """An engine for a database that is not a SQLite file (PostgreSQL, or any SQLAlchemy URL)."""
     if url_obj.get_backend_name() == "sqlite":
@@ -750,6 +814,7 @@ def _server_engine(url_obj: URL, **options: Any) -> Engine:
         return create_engine(
             engine_url(url_obj),
             pool_pre_ping=True,
+            json_serializer=store_json,
             connect_args={
                 "connect_timeout": CONNECT_TIMEOUT_S,
                 "options": "-c timezone=UTC",
@@ -757,7 +822,7 @@ def _server_engine(url_obj: URL, **options: Any) -> Engine:
             },
             **options,
         )
-    return create_engine(engine_url(url_obj), pool_pre_ping=True, **options)
+    return create_engine(engine_url(url_obj), pool_pre_ping=True, json_serializer=store_json, **options)
 
 
 def _unusable(url_obj: URL, err: BaseException) -> StoreError:
@@ -809,17 +874,37 @@ def get_engine(url: str | URL | None = None) -> Engine:
     if key in _ENGINES:
         return _ENGINES[key]
     path = sqlite_file(url_obj)
+    read_only = _read_only(path) if path is not None else None
     try:
         if path is not None:
             _prepare_sqlite_file(path, url_obj)
-            file_url = URL.create("sqlite", database=f"file:{quote(str(path))}", query={"uri": "true", "mode": "rw"})
-            engine = create_engine(file_url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
-            _sqlite_events(engine, path)
+            query = {"uri": "true", "mode": "rw"}
+            if read_only is not None:  # every read works; a write is one line ("readonly database")
+                query = {"uri": "true", "mode": "ro", **({"immutable": "1"} if read_only == "immutable" else {})}
+            file_url = URL.create("sqlite", database=f"file:{quote(str(path))}", query=query)
+            engine = create_engine(
+                file_url,
+                json_serializer=store_json,
+                connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
+            )
+            _sqlite_events(engine, path, writable=read_only is None)
         else:
             engine = _server_engine(url_obj)
     except (SQLAlchemyError, ImportError, ValueError) as err:
         raise _unusable(url_obj, err) from None
     _ENGINE_URLS[id(engine)] = url_obj
+    if read_only is not None and path is not None:
+        try:
+            complete = _schema_complete(engine, url_obj)
+        except (SQLAlchemyError, OSError, sqlite3.Error) as err:
+            raise store_error(err, url_obj, "open") from None
+        if not complete:
+            raise StoreError(
+                f"the store {path} is read-only and older than this version (its schema needs a write): "
+                f"open it once where it is writable ({_hint()})"
+            )
+        _ENGINES[key] = engine
+        return engine
     with _watched("write", path):
         _create_schema(engine, url_obj)
     _ENGINES[key] = engine

@@ -21,7 +21,7 @@ from sqlmodel import Session, col, select
 from .. import metric_registry
 from .db import reading
 from .filters import RunFilter, parse_run_filter
-from .records import RunRecord, candidate_filters, iso, stored_metrics, with_intransigence
+from .records import RunRecord, candidate_filters, count, iso, stored_metrics, with_intransigence
 from .tables import ACTIVE, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
 
 
@@ -204,7 +204,7 @@ def _overrides_of(raw: Any) -> Mapping[str, Any]:
 def _record(row: Any, names: set[str]) -> RunRecord:
     """A record from the record's columns, by position (_RECORD_COLUMNS' order); `names`: the
     metric catalogue's (what `run.metrics` keys are metrics, whichever version stored them)."""
-    stored = row[15] or {}
+    stored = row[15] if isinstance(row[15], dict) else {}  # (a row no version of ours wrote: no metrics)
     config = _config_of(row[6])
     return RunRecord(
         id=row[0],
@@ -222,7 +222,7 @@ def _record(row: Any, names: set[str]) -> RunRecord:
         samples_per_s=row[13],
         eta_s=row[14],
         metrics=MappingProxyType(stored_metrics(stored, names)),
-        tasks_done=int(stored.get("tasks_done", 0)),
+        tasks_done=count(stored.get("tasks_done", 0)),
         sweep_id=row[7],
         error=row[16],
         created_at=row[17],
@@ -234,7 +234,7 @@ def _record(row: Any, names: set[str]) -> RunRecord:
         pid=row[23],
         log_path=row[24],
         config=config,
-        topk=stored.get("topk"),
+        topk=count(stored.get("topk")) or None,
         name=row[25],
         tags=_tags_of(row[26]),
         note=row[27],

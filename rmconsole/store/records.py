@@ -25,11 +25,21 @@ BUDGET_KEYS = JOINT_KEYS  # the spine's name for the joint rule's matching keys,
 
 
 def finite(value: Any) -> float | None:
-    """A stored metric as a number, or None when it is missing or NaN (nothing to show or compare)."""
-    if value is None:
+    """A stored metric as a number, or None when it is missing, NaN, infinite, or not a number a
+    float can hold (a row an older version or a plug-in wrote: 10**400, "abc"), so one bad row
+    never breaks a read command."""
+    if value is None or isinstance(value, (str, bytes)):
         return None
-    value = float(value)
-    return None if math.isnan(value) else value
+    try:
+        value = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def count(value: Any) -> int:
+    """A stored count (tasks_done) as an int, 0 when it is not a sensible one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else 0
 
 
 def format_value(value: Any) -> str:

@@ -169,6 +169,14 @@ def update_run(run_id: int, lease: Lease | None = None, **fields: Any) -> None:
     write(apply)
 
 
+def merged_plugins(earlier: Any, now: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every plug-in provenance that trained a run: those of its earlier attempts (a resumed run
+    whose method plug-in went from 0.2 to 0.3 records both), then this attempt's new ones."""
+    out = [e for e in earlier if isinstance(e, dict)] if isinstance(earlier, list) else []
+    out += [e for e in now if e not in out]
+    return out
+
+
 def record_start(
     run_id: int,
     plans: list[Any],
@@ -180,7 +188,7 @@ def record_start(
 ) -> None:
     """The stream plan of every task (replacing any from an earlier attempt) and run facts; the
     plug-ins the run uses (plugins.provenance of each) join the worker's `versions`, as
-    versions["plugins"] (a built-in run has none: no key)."""
+    versions["plugins"] (a built-in run has none: no key), after those of its earlier attempts."""
 
     def apply(session: Session) -> None:
         checked_run(session, run_id, lease)
@@ -205,7 +213,10 @@ def record_start(
         run.class_order, run.class_names, run.pipeline = class_order, class_names, pipeline
         run.n_tasks = len(plans)
         if plugins:  # (a new dict: the JSON column is written when the attribute is assigned)
-            run.versions = {**(run.versions or {}), "plugins": plugins}
+            run.versions = {
+                **(run.versions or {}),
+                "plugins": merged_plugins((run.versions or {}).get("plugins"), plugins),
+            }
         session.add(run)
 
     write(apply)
