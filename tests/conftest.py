@@ -90,6 +90,19 @@ needs_mnist = pytest.mark.skipif(not has_mnist(), reason=f"MNIST not found under
 
 
 @pytest.fixture(autouse=True)
+def no_metric_problems_left_over() -> Iterator[None]:
+    """What a test's fake metric plug-ins left in the process's records of plug-in problems (the
+    warnings `runs`, `show` and `report` print) is forgotten after it: a later in-process command
+    on the same worker must not warn about a plug-in that test invented."""
+    yield
+    from rmconsole import metric_registry
+    from rmconsole.cl import metric_catalog
+
+    metric_registry._problems.clear()
+    metric_catalog._failures.clear()
+
+
+@pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own RMCONSOLE_HOME (store, logs, checkpoints)."""
     home = tmp_path / "home"

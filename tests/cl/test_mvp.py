@@ -32,7 +32,6 @@ def method(tmp_path: Path, **params: object) -> MVP:
     m = MVP.__new__(MVP)
     m.params = MVPParams(**{"mvp_g_end": 1, "mvp_e_end": 2, "mvp_e_length": 3, **params})  # type: ignore[arg-type]
     m.n_classes, m.device, m.dist = C, torch.device("cpu"), None
-    m._seen_mirror = None  # (base.Method.__init__ sets it: the host mirror of `seen`)
     m.cfg = SimpleNamespace(
         model="vit_tiny",
         model_weights=str(weights_file(tmp_path)),
@@ -192,16 +191,16 @@ def test_eq7_the_loss_is_the_focal_weighted_cross_entropy_on_scaled_features_plu
     with torch.no_grad():
         feature, factor, key_loss = f.prompted(x, count=False)
         fc = m.model.fc
-        plain = m.exposed(fc(feature) * factor)
+        plain = m.seen_only(fc(feature) * factor)
         scores = focal_scores(feature, y, plain, factor)
         scale = 1 - nnf.cosine_similarity(fc.weight[y], feature, dim=1) + 0.25
-        ce = nnf.cross_entropy(m.exposed(fc(feature / scale[:, None]) * factor), y, reduction="none")
+        ce = nnf.cross_entropy(m.seen_only(fc(feature / scale[:, None]) * factor), y, reduction="none")
         expected = (ce * (0.7 + 0.3 * scores**1.5)).mean() + key_loss
         assert torch.allclose(m.step_loss(x, y), expected, atol=1e-5)
         off = method(tmp_path, mvp_gsf=False, mvp_afs=False, mvp_mask=False)
         g = features_of(off)
         feature, _, key_loss = g.prompted(x, count=False)
-        expected = nnf.cross_entropy(off.exposed(off.model.fc(feature)), y) + key_loss
+        expected = nnf.cross_entropy(off.seen_only(off.model.fc(feature)), y) + key_loss
         assert torch.allclose(off.step_loss(x, y), expected, atol=1e-5)
 
 

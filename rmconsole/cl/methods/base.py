@@ -207,7 +207,7 @@ class Method(Generic[P]):
         are exposed (`expose`, `before_task`), so it keeps a mirror. Code that writes `seen`
         directly (its version counter moves) or replaces it makes the mirror read the device
         once, outside any step."""
-        seen, mirror = self.seen, self._seen_mirror
+        seen, mirror = self.seen, getattr(self, "_seen_mirror", None)  # (a test may build a method bare)
         if mirror is None or mirror[0] is not seen or mirror[1] != seen._version:
             values = [bool(v) for v in seen.tolist()]
             mirror = self._seen_mirror = (seen, seen._version, values, sum(values))

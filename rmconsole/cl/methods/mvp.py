@@ -170,7 +170,7 @@ class MVP(TaskFree, Method[MVPParams]):
     def online_store(self, index: int, label: int) -> None:
         """Rehearsal-free: nothing is stored."""
 
-    def exposed(self, logits: Tensor) -> Tensor:
+    def seen_only(self, logits: Tensor) -> Tensor:
         """Classes not yet exposed masked out (no host sync: masked_fill with the seen mask)."""
         return logits.masked_fill(~self.seen, torch.finfo(logits.dtype).min)
 
@@ -181,13 +181,13 @@ class MVP(TaskFree, Method[MVPParams]):
         factor = factor if p.mvp_mask else torch.ones_like(factor)
         fc = model.fc
         if p.mvp_gsf:
-            plain = self.exposed(fc(feature.detach()) * factor.detach())
+            plain = self.seen_only(fc(feature.detach()) * factor.detach())
             scores = focal_scores(feature.detach(), y, plain, factor.detach())
         head_in = feature
         if p.mvp_afs:
             w = fc.weight.detach()[y]
             head_in = feature / (1 - nnf.cosine_similarity(w, feature.detach(), dim=1) + p.mvp_margin)[:, None]
-        losses = nnf.cross_entropy(self.exposed(fc(head_in) * factor), y, reduction="none")
+        losses = nnf.cross_entropy(self.seen_only(fc(head_in) * factor), y, reduction="none")
         if p.mvp_gsf:
             losses = losses * ((1 - p.mvp_alpha) + p.mvp_alpha * scores**p.mvp_gamma)
         return losses.mean() + key_loss
