@@ -312,7 +312,8 @@ class SyncedBatchNorm(nn.modules.batchnorm._BatchNorm):
 
     def forward(self, x: Tensor) -> Tensor:
         d = self.dist
-        if not self.training or d is None or not self.affine or not self.track_running_stats:
+        # (meta tensors: cl/compute.py measuring a pass's FLOPs, which must not meet the other ranks)
+        if not self.training or d is None or not self.affine or not self.track_running_stats or x.is_meta:
             return super().forward(x)
         dims = [0, *range(2, x.dim())]
         # track_running_stats (checked above): the three buffers exist
