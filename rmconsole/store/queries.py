@@ -22,7 +22,17 @@ from .. import metric_registry
 from .db import reading
 from .filters import RunFilter, parse_run_filter
 from .records import RunRecord, candidate_filters, iso, stored_metrics, with_intransigence
-from .tables import ACTIVE, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
+from .tables import (
+    ACTIVE,
+    AnytimeEval,
+    EpochMetric,
+    MemorySnapshot,
+    Run,
+    StoreIdentity,
+    SystemSample,
+    TaskResult,
+    TaskStream,
+)
 
 
 class UnknownRun(Exception):
@@ -526,6 +536,49 @@ def anytime_evals(run_id: int) -> list[AnytimeEval]:
         return _anytime(session, run_id)
 
 
+def system_samples(run_id: int) -> list[SystemSample]:
+    """A run's system-load samples, oldest first (none: not sampled, or a store before revision 0003)."""
+    with reading() as session:
+        return list(
+            session.exec(select(SystemSample).where(SystemSample.run_id == run_id).order_by(col(SystemSample.at))).all()
+        )
+
+
+def _system_summary(session: Session, run_id: int) -> dict[str, Any] | None:
+    s = SystemSample
+    row = session.exec(
+        select(
+            func.count(s.id),
+            func.min(s.at),
+            func.max(s.at),
+            func.avg(s.cpu_percent),
+            func.max(s.cpu_percent),
+            func.max(s.rss_bytes),
+            func.avg(s.load1),
+            func.max(s.load1),
+            func.avg(s.gpu_util),
+            func.max(s.gpu_util),
+            func.max(s.gpu_mem_bytes),
+        ).where(s.run_id == run_id)
+    ).one()
+    if not row[0]:
+        return None
+    names = ("cpu_mean", "cpu_peak", "rss_peak_bytes", "load1_mean", "load1_peak")
+    names += ("gpu_util_mean", "gpu_util_peak", "gpu_mem_peak_bytes")
+    summary: dict[str, Any] = {"samples": row[0], "first_at": iso(row[1]), "last_at": iso(row[2])}
+    for name, value in zip(names, row[3:], strict=True):
+        summary[name] = None if value is None else (int(value) if name.endswith("bytes") else round(float(value), 2))
+    return summary
+
+
+def system_summary(run_id: int) -> dict[str, Any] | None:
+    """A run's system load in brief (`show`, the run page): samples, first/last time, mean and
+    peak CPU % (of one core) and load, peak RSS, mean/peak GPU utilisation and peak GPU memory
+    (None where not measured); None when the run has no samples."""
+    with reading() as session:
+        return _system_summary(session, run_id)
+
+
 def _per_run_rows(
     run_ids: Iterable[int], table: type[TaskResult] | type[AnytimeEval], order: str, *values: str
 ) -> dict[int, list[tuple[Any, ...]]]:
@@ -704,6 +757,7 @@ PARTS: dict[str, Any] = {
     "memory": MemorySnapshot,
     "epochs": EpochMetric,
     "anytime": AnytimeEval,
+    "system": SystemSample,
 }
 
 
@@ -724,6 +778,7 @@ class RunParts:
     epochs: list[EpochMetric] | None = None
     epochs_appended: bool = False  # True: `epochs` holds only the rows after the caller's marks
     anytime: list[AnytimeEval] | None = None
+    system: dict[str, Any] | None = None  # system_summary, when samples were added since the marks
 
 
 def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
@@ -778,4 +833,5 @@ def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
             epochs=epochs,
             epochs_appended=appended,
             anytime=_anytime(session, run_id) if stale["anytime"] else None,
+            system=_system_summary(session, run_id) if stale["system"] else None,
         )
