@@ -218,3 +218,40 @@ class Recorder:
         self._stop.set()
         self._thread.join(timeout=5.0)
         self.flush()
+
+
+# ---------------------------------------------------------------------------- shown
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n}B"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0f}%"
+
+
+def summary_text(summary: dict[str, Any] | None) -> str | None:
+    """One line of a run's system load (`store.system_summary`): CPU % mean/peak (of one core:
+    200% = two cores busy), the process tree's peak resident memory, the load average mean/peak,
+    and on a GPU its utilisation mean/peak and the tree's peak GPU memory. None: not sampled."""
+    if not summary:
+        return None
+    load = summary.get("load1_mean"), summary.get("load1_peak")
+    parts = [
+        f"CPU {_pct(summary.get('cpu_mean'))}/{_pct(summary.get('cpu_peak'))} mean/peak",
+        f"RSS {_bytes(summary.get('rss_peak_bytes'))} peak",
+        "load " + ("—" if load[0] is None else f"{load[0]:.1f}/{load[1]:.1f}"),
+    ]
+    if summary.get("gpu_util_mean") is not None or summary.get("gpu_mem_peak_bytes") is not None:
+        parts.append(
+            f"GPU {_pct(summary.get('gpu_util_mean'))}/{_pct(summary.get('gpu_util_peak'))} "
+            f"mem {_bytes(summary.get('gpu_mem_peak_bytes'))} peak"
+        )
+    parts.append(f"{summary['samples']} samples")
+    return " · ".join(parts)

@@ -660,6 +660,7 @@ def run_detail(run_id: int) -> dict[str, Any]:
         snapshots = _snapshots(session, run_id)
         epochs = _epochs(session, run_id)
         anytime = _anytime(session, run_id)
+        system = _system_summary(session, run_id)
     order, names = run.class_order or [], run.class_names or []
     tasks = []
     for stream in streams:
@@ -724,6 +725,9 @@ def run_detail(run_id: int) -> dict[str, Any]:
             "class_order": run.class_order,
             "class_names": run.class_names,
             "pipeline": run.pipeline,
+            # the system load its supervisor sampled (system_summary); absent for a run with no
+            # samples (an older store's, or sampling off), so such a run's JSON is as before
+            **({"system": system} if system is not None else {}),
             "validation": run.validation,
             "versions": run.versions,
             "git_commit": run.git_commit,
