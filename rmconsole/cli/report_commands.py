@@ -211,9 +211,10 @@ def export(
 
         check_folder(target, "export")
     details = [store.run_detail(i) for i in dict.fromkeys(ids)]
+    system = {d["id"]: store.system_json(d["id"]) for d in details}  # sampled by each run's supervisor
     try:
         if to == "mlflow":
-            written = exporter.to_mlflow(details, target, experiment)
+            written = exporter.to_mlflow(details, target, experiment, system)
             console.print(
                 f"exported {len(written)} run(s) to MLflow at {escape(exporter.shown_uri(target))} "
                 f"(experiment {escape(repr(experiment))})",
@@ -222,7 +223,7 @@ def export(
             )
             hint = exporter.view_hint("mlflow", target, experiment, exporter.experiment_id_of(target, experiment))
         else:
-            folders = exporter.to_tensorboard(details, target)
+            folders = exporter.to_tensorboard(details, target, system)
             console.print(f"exported {len(folders)} run(s) to {escape(target)}", highlight=False, soft_wrap=True)
             hint = exporter.view_hint("tensorboard", target)
         for line in hint:  # (commands to copy: never wrapped)

@@ -544,6 +544,26 @@ def system_samples(run_id: int) -> list[SystemSample]:
         )
 
 
+SYSTEM_FIELDS = ("cpu_percent", "rss_bytes", "load1", "gpu_util", "gpu_mem_bytes")
+
+
+def system_json(run_id: int) -> list[dict[str, Any]]:
+    """A run's system-load samples as JSON rows: `at` (ISO time), `seconds` (since the first
+    sample) and each measured field (a field not measured left out)."""
+    rows = system_samples(run_id)
+    if not rows:
+        return []
+    first = rows[0].at.timestamp()
+    return [
+        {
+            "at": iso(r.at),
+            "seconds": round(r.at.timestamp() - first, 3),
+            **{k: getattr(r, k) for k in SYSTEM_FIELDS if getattr(r, k) is not None},
+        }
+        for r in rows
+    ]
+
+
 def _system_summary(session: Session, run_id: int) -> dict[str, Any] | None:
     s = SystemSample
     row = session.exec(
