@@ -212,7 +212,9 @@ class Recorder:
 
             store.record_system(self.run_id, rows)
         except Exception as err:  # noqa: BLE001 - the run matters more than its load figures
-            print(f"supervisor: could not record system samples of run {self.run_id}: {err}", file=sys.stderr, flush=True)
+            print(
+                f"supervisor: could not record system samples of run {self.run_id}: {err}", file=sys.stderr, flush=True
+            )
 
     def stop(self) -> None:
         self._stop.set()

@@ -566,24 +566,14 @@ def system_json(run_id: int) -> list[dict[str, Any]]:
 
 def _system_summary(session: Session, run_id: int) -> dict[str, Any] | None:
     s = SystemSample
-    row = session.exec(
-        select(
-            func.count(s.id),
-            func.min(s.at),
-            func.max(s.at),
-            func.avg(s.cpu_percent),
-            func.max(s.cpu_percent),
-            func.max(s.rss_bytes),
-            func.avg(s.load1),
-            func.max(s.load1),
-            func.avg(s.gpu_util),
-            func.max(s.gpu_util),
-            func.max(s.gpu_mem_bytes),
-        ).where(s.run_id == run_id)
-    ).one()
+    aggregates = [func.count(col(s.id)), func.min(s.at), func.max(s.at)]
+    aggregates += [func.avg(s.cpu_percent), func.max(s.cpu_percent), func.max(s.rss_bytes)]
+    aggregates += [func.avg(s.load1), func.max(s.load1)]
+    aggregates += [func.avg(s.gpu_util), func.max(s.gpu_util), func.max(s.gpu_mem_bytes)]
+    row = session.exec(select(*aggregates).where(s.run_id == run_id)).one()  # one round trip
     if not row[0]:
         return None
-    names = ("cpu_mean", "cpu_peak", "rss_peak_bytes", "load1_mean", "load1_peak")
+    names: tuple[str, ...] = ("cpu_mean", "cpu_peak", "rss_peak_bytes", "load1_mean", "load1_peak")
     names += ("gpu_util_mean", "gpu_util_peak", "gpu_mem_peak_bytes")
     summary: dict[str, Any] = {"samples": row[0], "first_at": iso(row[1]), "last_at": iso(row[2])}
     for name, value in zip(names, row[3:], strict=True):

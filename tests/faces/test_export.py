@@ -89,7 +89,10 @@ def test_export_to_tensorboard_reads_back(tmp_path) -> None:
     assert [s for s, _ in accuracy] == [1, 2, 3, 4, 5] and accuracy[-1][1] == pytest.approx(77.0)
     assert len(events.Scalars("epoch/lr")) == 5 * 17
     cpu = events.Scalars("system/cpu_percent")
-    assert [(e.step, e.value, e.wall_time) for e in cpu] == [(5, 180.0, T0.timestamp() + 5), (10, 95.5, T0.timestamp() + 10)]
+    assert [(e.step, e.value, e.wall_time) for e in cpu] == [
+        (5, 180.0, T0.timestamp() + 5),
+        (10, 95.5, T0.timestamp() + 10),
+    ]
     assert tags["histograms"] == ["memory/classes"]  # one histogram, stepped by task, not a tag per task
     memory = events.Histograms("memory/classes")
     assert [h.step for h in memory] == [1, 2, 3, 4, 5]
