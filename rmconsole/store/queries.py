@@ -566,7 +566,7 @@ def system_json(run_id: int) -> list[dict[str, Any]]:
 
 def _system_summary(session: Session, run_id: int) -> dict[str, Any] | None:
     s = SystemSample
-    aggregates = [func.count(col(s.id)), func.min(s.at), func.max(s.at)]
+    aggregates: list[Any] = [func.count(col(s.id)), func.min(s.at), func.max(s.at)]
     aggregates += [func.avg(s.cpu_percent), func.max(s.cpu_percent), func.max(s.rss_bytes)]
     aggregates += [func.avg(s.load1), func.max(s.load1)]
     aggregates += [func.avg(s.gpu_util), func.max(s.gpu_util), func.max(s.gpu_mem_bytes)]

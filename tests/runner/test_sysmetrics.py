@@ -101,3 +101,19 @@ def test_samples_are_stored_summarised_shown_and_deleted_with_their_run() -> Non
     assert [s["seconds"] for s in store.system_json(run_id)] == [0.0, 5.0, 10.0]
     store.update_run(run_id, status="finished")
     assert store.delete_run(run_id).applied and store.system_samples(run_id) == []
+
+
+def test_the_supervisor_samples_its_worker_while_it_runs(monkeypatch) -> None:
+    """One real supervisor over a 1.5 s child that burns CPU, sampling every 0.2 s."""
+    import subprocess
+    import sys
+
+    ids = identity_store.build()
+    monkeypatch.setenv(sysmetrics.PERIOD_ENV, "0.2")
+    burn = "import time\nt = time.time() + 1.5\nwhile time.time() < t: pass"
+    command = [sys.executable, "-m", "rmconsole.runner.supervise", str(ids["base"]), "--", sys.executable, "-c", burn]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rows = store.system_samples(ids["base"])
+    assert len(rows) >= 2 and all(r.rss_bytes and r.rss_bytes > 0 for r in rows)
+    assert max(r.cpu_percent or 0 for r in rows) > 20  # the busy loop shows (a loaded machine gives it less)
