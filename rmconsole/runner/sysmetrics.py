@@ -180,6 +180,7 @@ class Recorder:
         self.run_id, self.period = run_id, period
         self.sampler = sampler if sampler is not None else Sampler(pid)
         self.pending: list[dict[str, Any]] = []
+        self.lost = False  # the store or the run's attempt is no longer ours: write nothing more
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sysmetrics", daemon=True)
 
@@ -205,12 +206,14 @@ class Recorder:
 
     def flush(self) -> None:
         rows, self.pending = self.pending, []
-        if not rows:
+        if not rows or self.lost:
             return
-        try:
-            from .. import store
+        from .. import store
 
-            store.record_system(self.run_id, rows)
+        try:  # with the lease the supervisor was started with: never into another store or attempt
+            store.record_system(self.run_id, rows, lease=store.Lease.from_env(self.run_id))
+        except store.LeaseLost:
+            self.lost = True
         except Exception as err:  # noqa: BLE001 - the run matters more than its load figures
             print(
                 f"supervisor: could not record system samples of run {self.run_id}: {err}", file=sys.stderr, flush=True

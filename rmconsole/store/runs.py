@@ -156,13 +156,16 @@ def record_epochs(run_id: int, rows: list[dict[str, Any]], lease: Lease | None =
     write(apply)
 
 
-def record_system(run_id: int, rows: list[dict[str, Any]]) -> None:
+def record_system(run_id: int, rows: list[dict[str, Any]], lease: Lease | None = None) -> None:
     """Append system-load samples (SystemSample's fields less run_id: at, cpu_percent, rss_bytes,
-    load1, gpu_util, gpu_mem_bytes), written by the run's supervisor (runner/sysmetrics.py)."""
+    load1, gpu_util, gpu_mem_bytes), written by the run's supervisor (runner/sysmetrics.py) with
+    the lease it was started with (LeaseLost: the store or the run's attempt is another's)."""
     if not rows:
         return
 
     def apply(session: Session) -> None:
+        if lease is not None:
+            checked_run(session, run_id, lease)
         session.add_all([SystemSample(run_id=run_id, **row) for row in rows])
 
     write(apply)

@@ -117,3 +117,12 @@ def test_the_supervisor_samples_its_worker_while_it_runs(monkeypatch) -> None:
     rows = store.system_samples(ids["base"])
     assert len(rows) >= 2 and all(r.rss_bytes and r.rss_bytes > 0 for r in rows)
     assert max(r.cpu_percent or 0 for r in rows) > 20  # the busy loop shows (a loaded machine gives it less)
+
+
+def test_samples_of_a_lease_no_longer_held_are_not_written(monkeypatch) -> None:
+    ids = identity_store.build()
+    monkeypatch.setenv(store.db.LEASE_ENV, "a-token-of-another-attempt")
+    recorder = sysmetrics.Recorder(ids["base"], 0, 1.0, sampler=fake_sampler([]))
+    recorder.pending = [{"at": T0, "cpu_percent": 10.0}]
+    recorder.flush()
+    assert recorder.lost and store.system_samples(ids["base"]) == []
