@@ -490,6 +490,15 @@ TASK_FREE_ONLY = (
     "optimizer",
     "lr_gamma",
 )
+# keys of the task protocol that, on a task-free stream, only these built-in methods read: only
+# RM and GDumb run memory epochs there (cl/methods/taskfree.py memory_epochs, gdumb.py), only RM
+# scores uncertainty. A task-free ER or CLIB run's listing leaves them out; a plug-in's shows them.
+TASK_FREE_READERS: dict[str, tuple[str, ...]] = {
+    "epochs": ("rm", "gdumb"),
+    "memory_batch_size": ("rm", "gdumb"),
+    "uncertainty": ("rm",),
+    "uncertainty_views": ("rm",),
+}
 RUNTIME_KEYS = ("device", "threads", "download", *(k for k in RunConfig.model_fields if k not in RunKeys.model_fields))
 # the keys a newcomer changes first: `rmconsole config-keys` (curated), `run --help`
 ESSENTIAL_KEYS = (
@@ -586,6 +595,8 @@ def config_view(config: dict[str, Any]) -> list[tuple[str, str, bool]]:
             continue
         if key in TASK_FREE_ONLY and not task_free:
             continue
+        if task_free and not reads_on_task_free(method, key):
+            continue
         default = defaults.get(key)
         if isinstance(default, tuple):
             default = list(default)
@@ -604,6 +615,15 @@ def config_view(config: dict[str, Any]) -> list[tuple[str, str, bool]]:
             continue
         out.append((key, show_value(value), changed))
     return out
+
+
+def reads_on_task_free(method: Any, key: str) -> bool:
+    """Whether a task-free run of `method` reads `key` (False only for a built-in method that a
+    TASK_FREE_READERS row leaves out: ER's `epochs`; a plug-in's reads are not known: True)."""
+    from .cl.methods import REGISTRY
+
+    readers = TASK_FREE_READERS.get(key)
+    return readers is None or method not in REGISTRY or method in readers
 
 
 def essential_keys_help() -> list[str]:

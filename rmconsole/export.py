@@ -180,6 +180,18 @@ def experiment_id_of(where: str, experiment: str = "rmconsole") -> str | None:
     return None if found is None else str(found.experiment_id)
 
 
+def _epoch_ms(stamp: str | None) -> int | None:
+    """`2026-11-27T17:11:50Z` (how show --json writes a time) as MLflow's milliseconds; None: now."""
+    from datetime import datetime
+
+    if not stamp:
+        return None
+    try:
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
 def _system_points(samples: Iterable[dict[str, Any]]) -> list[tuple[str, float, int, int]]:
     """(name, value, timestamp in ms, step = whole seconds since the first sample) of each measured
     figure of each system-load sample (`store.system_json`): system/cpu_percent, system/rss_bytes,
@@ -246,7 +258,9 @@ def _to_mlflow(
             tags["mlflow.note.content"] = detail["note"]
         for tag in detail.get("tags") or []:
             tags[f"tag.{tag}"] = "true"
-        run = client.create_run(experiment_id, run_name=_label(detail), tags=tags)
+        # the run's own times (`show --json`), not the export's: MLflow's start and end are in ms
+        started = _epoch_ms(detail.get("started_at") or detail.get("created_at"))
+        run = client.create_run(experiment_id, start_time=started, run_name=_label(detail), tags=tags)
         run_id = run.info.run_id
         params = [Param(k, format_value(v)[:6000]) for k, v in (detail.get("config") or {}).items()]
         metrics = []
@@ -282,7 +296,7 @@ def _to_mlflow(
         client.log_text(run_id, json.dumps(detail, indent=1, default=str), "rmconsole/show.json")
         status = {"finished": "FINISHED", "failed": "FAILED", "stopped": "KILLED"}.get(detail["status"], "RUNNING")
         if status != "RUNNING":
-            client.set_terminated(run_id, status)
+            client.set_terminated(run_id, status, end_time=_epoch_ms(detail.get("finished_at")))
         out.append(run_id)
     return out
 

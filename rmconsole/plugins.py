@@ -29,6 +29,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
@@ -80,6 +81,22 @@ def _read_text(dist: metadata.Distribution, name: str) -> str:
         return ""
 
 
+IGNORE_VARIABLE = "RMCONSOLE_PLUGIN_IGNORE"
+
+
+def _real(folder: str) -> str:
+    return os.path.normcase(os.path.realpath(folder or "."))
+
+
+def _searched_folders() -> list[str]:
+    """The sys.path folders whose distributions are read: all of them, less those listed in
+    RMCONSOLE_PLUGIN_IGNORE (os.pathsep-separated). The test suite lists its interpreter's
+    site-packages there, so a plug-in the user installed never changes what a test sees (the
+    suite's own fakes live in other folders)."""
+    ignored = {_real(f) for f in os.environ.get(IGNORE_VARIABLE, "").split(os.pathsep) if f}
+    return [f for f in sys.path if _real(f) not in ignored] if ignored else list(sys.path)
+
+
 def _scan() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[str]]]:
     """(kind -> name -> Plugin, (kind, name) -> the packages when two or more declare one name),
     from every installed distribution's entry points: metadata only, nothing imported."""
@@ -89,7 +106,7 @@ def _scan() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[st
         return found, clashes
     group_kind = {group: kind for kind, group in GROUPS.items()}
     seen: set[str] = set()
-    for dist in metadata.distributions():
+    for dist in metadata.distributions(path=_searched_folders()):
         name = dist.metadata["Name"] or "?"
         if _normalised(name) in seen:  # the same distribution on two sys.path entries: the first wins, as import does
             continue

@@ -41,6 +41,29 @@ os.environ.setdefault("RMCONSOLE_WAIT_NOTICE_S", "120")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def _interpreter_sites() -> list[str]:
+    import site
+    import sysconfig
+
+    user = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
+    found = [*site.getsitepackages(), *user, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    return list(dict.fromkeys(found))
+
+
+# The suite never reads the plug-ins installed in its interpreter (a user who followed
+# docs/extending.md has one there, and tests that list names would see it): rmconsole reads entry
+# points only from sys.path folders not in RMCONSOLE_PLUGIN_IGNORE (rmconsole/plugins.py). The
+# suite's own plug-ins live elsewhere (dist-info folders in tmp_path, a throwaway venv's
+# site-packages: tests/support/plugin_venv.py), so they are still found; the processes a test starts
+# inherit the variable. A test about the user's real installation opts in with `installed_plugins`.
+INTERPRETER_SITES = _interpreter_sites()
+os.environ["RMCONSOLE_PLUGIN_IGNORE"] = os.pathsep.join(
+    dict.fromkeys(
+        p for p in (*INTERPRETER_SITES, *os.environ.get("RMCONSOLE_PLUGIN_IGNORE", "").split(os.pathsep)) if p
+    )
+)
+
+
 # Test files import helpers from test files of other layer folders (store/test_run_filters.py and
 # faults/test_silent_failures.py from faces/test_tui.py); pytest puts only a test file's own folder on sys.path, so every layer folder goes there.
 # Moving those helpers into tests/support/ makes this block unnecessary.
@@ -79,6 +102,18 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PYTHONPATH", repo_on_path(os.environ.get("PYTHONPATH", "")))
     monkeypatch.chdir(tmp_path)
     return home
+
+
+@pytest.fixture
+def installed_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Opt in to the plug-ins installed in the test interpreter (the suite ignores them otherwise)."""
+    from rmconsole import plugins
+
+    monkeypatch.delenv("RMCONSOLE_PLUGIN_IGNORE")
+    plugins.forget()
+    yield
+    monkeypatch.undo()
+    plugins.forget()
 
 
 def install_fake_plugins(

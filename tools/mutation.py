@@ -79,6 +79,18 @@ def _survivors(method: str) -> list[str]:
     ]
 
 
+def _rehearsal(method: str) -> list[str]:
+    """The tests of tests/cl/test_online_rehearsal_methods.py named test_<method>_... (issue 40's
+    methods: PCR, GSA, OnPro, OCM), in file order: the pure pins first, the protocol run last."""
+    path = REPO / "tests" / "cl" / "test_online_rehearsal_methods.py"
+    tree = ast.parse(path.read_text())
+    return [
+        f"tests/cl/test_online_rehearsal_methods.py::{f.name}"
+        for f in tree.body
+        if isinstance(f, ast.FunctionDef) and f.name.startswith(f"test_{method}_")
+    ]
+
+
 def _taskwise(*names: str) -> list[str]:
     """A method of the RM paper's protocol: its tests in test_baselines.py (names), its short digits
     run and its resume (method names)."""
@@ -168,6 +180,8 @@ MODULES: dict[str, list[str]] = {
         "bic", "test_bic_holds_out_validation_and_trains_and_uses_the_bias", "test_bic_star_has_no_distillation"
     )
     + _survivors("bic"),
+    "rmconsole.cl.methods.pcr": _rehearsal("pcr"),
+    "rmconsole.cl.methods.gsa": _rehearsal("gsa"),
     "rmconsole.cl.methods.taskfree": [
         "tests/cl/test_taskfree_driver_and_anytime.py",
         "tests/cl/test_taskfree_protocol.py",

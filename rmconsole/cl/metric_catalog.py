@@ -526,7 +526,7 @@ def _online_figure(
 # is a task-free run's upper bound: a joint run trains offline on every class of the training set
 # in the task protocol, while a task-free run's A_last is on the classes its stream exposed
 # (its class counts are floored to multiples of T, so it may leave classes out), labelled by first appearance, after an online pass.
-I_LAST_TASK_FREE = "not defined for task-free runs (the follow-up reports no intransigence, PROTOCOL §9.3)"
+I_LAST_TASK_FREE = "not defined for task-free runs (the follow-up reports no intransigence, docs/protocol.md §9.3)"
 
 TASK_FREE_NOTE = (
     "task-free runs: A_auc = mean anytime accuracy on the classes seen so far, A_last/A_avg at task "

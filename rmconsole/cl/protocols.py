@@ -40,3 +40,13 @@ def protocol_of(stream_or_config: str | Mapping[str, Any] | Any) -> Protocol:
 
 def is_task_free(stream_or_config: str | Mapping[str, Any] | Any) -> bool:
     return protocol_of(stream_or_config) == "task-free"
+
+
+def setting_label(config: Mapping[str, Any]) -> str:
+    """A run's stream as its protocol names it: `blurry10 online` (the RM paper's task protocol),
+    `iblurry50-10 task-free` (i-Blurry-N-M: N% disjoint classes, M% blurry). One label for the
+    run's header, `run`'s first line and `presets`."""
+    stream = str(config.get("stream") or "online")
+    if is_task_free(stream):
+        return f"{stream}{config.get('disjoint_classes', 50)}-{config.get('blurry', 10)} task-free"
+    return f"blurry{config.get('blurry', 10)} {stream}"

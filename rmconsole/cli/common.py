@@ -3,6 +3,10 @@ shown, never obeyed), the errors that are the user's, and the checks of counts a
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import typer
 
 from .. import runner, store
@@ -27,6 +31,21 @@ USER_ERRORS = (
     runner.StartFailed,
     store.LeaseLost,
 )
+
+
+@contextlib.contextmanager
+def working(what: str) -> Iterator[Any]:
+    """A spinner and `what` on stderr while a command that may take seconds works (listing presets
+    or keys reads every installed plug-in; an export, a detached sweep's validation), removed when
+    it ends. Only when stderr is a terminal: never in a pipe, a log or on `--json`'s stdout.
+    Yields the status (`.stop()` before asking a question), or None."""
+    if not err_console.is_terminal:
+        yield None
+        return
+    with err_console.status(what, spinner="dots") as status:
+        yield status
+
+
 MAX_SLOTS = runner.MAX_SLOTS  # --parallel, --gpus and --nnodes beyond this are typing errors (runner/request.py)
 RUN_ID = {"ignore_unknown_options": True}  # `show -1` is a run id to refuse, not an unknown option
 

@@ -77,6 +77,13 @@ def runs(
     columns = [
         m for m in metric_registry.columns() if "task" in m.protocols or any(m.name in r.metrics for r in records)
     ]
+    # the validation figures when a listed run has them (a `tune` trial evaluates no test set: its
+    # A_last is —, its A_last (val) is what the study selected by)
+    columns += [
+        m
+        for m in metric_registry.catalogue()
+        if m.split == "validation" and m not in columns and any(r.metrics.get(m.name) is not None for r in records)
+    ][:2]
     jobs = store.job_states([r.id for r in records if r.status == "queued"])
     marked = []
     rows = []

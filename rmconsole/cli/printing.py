@@ -18,6 +18,7 @@ from ..recency import class_accuracy_by_age
 from ..report import anytime as anytime_report
 from ..report import budget as budget_report
 from ..runner import sysmetrics
+from ..sanitize import clean
 from .common import console, err_console
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -273,6 +274,9 @@ def print_run(run_id: int, detail: dict[str, Any] | None = None, brief: bool = F
                 f"  T{m['task'] + 1} {m['size']}/{m['slots_per_class']}: {' '.join(map(str, m['histogram']))}",
                 highlight=False,
             )
+        notes = dict.fromkeys((m.get("info") or {}).get("note") for m in detail["memory"])
+        for note in (n for n in notes if n):  # (why a memory is below K: a task-free ER's, docs/protocol.md §9.2)
+            console.print(f"  [dim]{escape(clean(note))}[/]", highlight=False)
     for line in class_accuracy_lines(detail, console.width):
         console.print(escape(line), highlight=False)
     if detail.get("epochs") and not brief:
@@ -300,7 +304,7 @@ def print_run(run_id: int, detail: dict[str, Any] | None = None, brief: bool = F
     if m.get("partial"):
         console.print(
             f"[yellow]partial:[/] metrics after task {m['tasks_done']} of {detail['progress']['n_tasks']} "
-            f"(A@k/T is the accuracy after task k, not a final A_last)",
+            f"(A@k/T is the accuracy after task k, not a final A_last; symbols: docs/glossary.md)",
             highlight=False,
         )
     for line in paper_lines(detail):

@@ -17,7 +17,7 @@ from ..report import budget as budget_report
 from ..report import select_by as select_by_validation
 from ..sanitize import clean_block
 from ..store.filters import where
-from .common import app, console, err_console
+from .common import app, console, err_console, working
 from .selection import _chosen_runs, _listed, select_runs
 
 
@@ -210,11 +210,13 @@ def export(
         from ..outputs import check_folder
 
         check_folder(target, "export")
-    details = [store.run_detail(i) for i in dict.fromkeys(ids)]
-    system = {d["id"]: store.system_json(d["id"]) for d in details}  # sampled by each run's supervisor
     try:
+        with working(f"exporting {len(set(ids))} run(s) to {to}…"):
+            details = [store.run_detail(i) for i in dict.fromkeys(ids)]
+            system = {d["id"]: store.system_json(d["id"]) for d in details}  # sampled by each run's supervisor
+            written = exporter.to_mlflow(details, target, experiment, system) if to == "mlflow" else []
+            folders = exporter.to_tensorboard(details, target, system) if to != "mlflow" else []
         if to == "mlflow":
-            written = exporter.to_mlflow(details, target, experiment, system)
             console.print(
                 f"exported {len(written)} run(s) to MLflow at {escape(exporter.shown_uri(target))} "
                 f"(experiment {escape(repr(experiment))})",
@@ -223,7 +225,6 @@ def export(
             )
             hint = exporter.view_hint("mlflow", target, experiment, exporter.experiment_id_of(target, experiment))
         else:
-            folders = exporter.to_tensorboard(details, target, system)
             console.print(f"exported {len(folders)} run(s) to {escape(target)}", highlight=False, soft_wrap=True)
             hint = exporter.view_hint("tensorboard", target)
         for line in hint:  # (commands to copy: never wrapped)

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
 from .. import runner, store
+from ..cl.protocols import setting_label
 from ..config import ConfigError
 from ..numbers import duration
 from .common import (
@@ -23,6 +24,7 @@ from .common import (
     check_run_id,
     console,
     err_console,
+    working,
 )
 from .printing import print_run
 from .selection import _run_id
@@ -59,7 +61,14 @@ def run(**options: Any) -> None:
     yes = options.pop("yes")
     request = runner.LaunchRequest.of(**options)
     try:
-        launched = runner.launch_request(request, confirm=lambda plan: _confirm(plan, yes))
+        with working("checking and storing…") as status:
+
+            def asked(plan: Any) -> bool:
+                if status is not None:
+                    status.stop()  # (the question is asked on a clean line)
+                return _confirm(plan, yes)
+
+            launched = runner.launch_request(request, confirm=asked)
     except runner.SweepDeclined as declined:
         err_console.print(str(declined), highlight=False)
         raise typer.Exit(1) from None
@@ -76,7 +85,7 @@ def run(**options: Any) -> None:
     where = f"; {spec.name} job {launched.job_id}" if launched.job_id is not None and spec is not None else ""
     console.print(
         f"run [bold]{run_id}[/] ({escape(request.name or launched.preset)}): {cfg.method} on {cfg.dataset}, "
-        f"K={cfg.memory_size}, {cfg.n_tasks} tasks, blurry{cfg.blurry} {cfg.stream}, seed {cfg.seed}{where}"
+        f"K={cfg.memory_size}, {cfg.n_tasks} tasks, {setting_label(cfg.to_dict())}, seed {cfg.seed}{where}"
     )
     status = follow(run_id, proc)
     print_run(run_id, brief=True)  # (the progress was shown live: no epoch lines, the memory's latest update)

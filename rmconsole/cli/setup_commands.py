@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .. import plugins
 from ..cl.datasets import DatasetMissing
-from ..cl.protocols import is_task_free
+from ..cl.protocols import setting_label
 from ..config import (
     ConfigError,
     plugin_presets,
@@ -21,7 +21,7 @@ from ..config import (
     preset_names,
     read_preset,
 )
-from .common import app, console, err_console
+from .common import app, console, err_console, working
 
 
 @app.command()
@@ -32,22 +32,23 @@ def presets(
     """The bundled presets and the installed plug-ins' (names as `--preset` takes them; --long adds
     what each one is)."""
     items: list[dict[str, Any]] = []
-    shipped, problems = plugin_presets()
-    problems = [*plugins.problems(), *problems]  # (a package whose entry points cannot be read at all)
-    for name in preset_names():
-        try:
-            _, config = read_preset(name)
-        except ConfigError as err:  # a plug-in's unreadable preset: said, the others listed
-            problems.append(str(err))
-            continue
-        items.append(
-            {
-                "name": name,
-                "description": preset_description(name),
-                "config": config,
-                **({"package": shipped[name][1]} if name in shipped else {}),
-            }
-        )
+    with working("reading the presets…"):
+        shipped, problems = plugin_presets()
+        problems = [*plugins.problems(), *problems]  # (a package whose entry points cannot be read at all)
+        for name in preset_names():
+            try:
+                _, config = read_preset(name)
+            except ConfigError as err:  # a plug-in's unreadable preset: said, the others listed
+                problems.append(str(err))
+                continue
+            items.append(
+                {
+                    "name": name,
+                    "description": preset_description(name),
+                    "config": config,
+                    **({"package": shipped[name][1]} if name in shipped else {}),
+                }
+            )
     for problem in problems:
         err_console.print(f"[yellow]{escape(problem)}[/]", highlight=False)
     if as_json:
@@ -58,12 +59,7 @@ def presets(
     table.add_column("setting", ratio=1)  # wraps between words at 80 columns
     for item in items:
         c = item["config"]
-        stream = c.get("stream", "online")
-        how = (
-            f"{stream}{c.get('disjoint_classes', 50)}-{c.get('blurry', 10)} task-free"
-            if is_task_free(stream)
-            else f"blurry{c.get('blurry', 10)} {stream}"
-        )
+        how = setting_label(c)
         setting = Text(
             f"{c.get('dataset', '?')} · {c.get('model', '?')} · {c.get('method', 'rm')} · "
             f"K={c.get('memory_size', '?')} · {c.get('n_tasks', 5)} tasks · {how}"
@@ -137,13 +133,16 @@ def config_keys(
             console.print(escape(line), highlight=False)
         console.print("[dim]every key, and the methods that read it: rmconsole config-keys[/]", highlight=False)
         return
-    for problem in method_specs()[1]:  # a plug-in that cannot be used: named, the rest listed
+    with working("reading the methods' keys…"):
+        unusable = method_specs()[1]
+        rows = key_table()
+    for problem in unusable:  # a plug-in that cannot be used: named, the rest listed
         err_console.print(f"warning: {problem}", highlight=False, soft_wrap=True)
     table = Table()
     table.add_column("key", no_wrap=True)  # the name `--set` takes (and `| grep lwf_` finds): never cut
     for col in ("type", "default", "allowed", "help", "methods"):
         table.add_column(col, overflow="fold")  # a long value folds onto the next line: never cut either
-    for row in key_table():
+    for row in rows:
         table.add_row(row.key, row.type, row.default, row.allowed, row.help, row.methods)
     console.print(table)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .. import runner, store
@@ -31,7 +32,10 @@ def tune(
     ),
     sampler: str | None = typer.Option(None, "--sampler", help="tpe (default), random or grid."),
     pruner: str | None = typer.Option(
-        None, "--pruner", help="median (default: on per-task validation accuracy) or none."
+        None,
+        "--pruner",
+        help="median (default: on per-task validation accuracy), median:startup=N,warmup=M (prune "
+        "nothing before N trials finished, nor in a trial's first M tasks), or none.",
     ),
     sampler_seed: int | None = typer.Option(
         None, "--sampler-seed", help="The sampler's seed (default 0; a run's seed is --set seed=N)."
@@ -53,6 +57,12 @@ def tune(
     slurm: list[str] = typer.Option([], "--slurm", help="Job options for --executor slurm (as for `run`)."),
     tags: list[str] = typer.Option([], "--tag", "-t", help="A tag for every trial's run (besides study:NAME)."),
     show: bool = typer.Option(False, "--show", help="Print the study's trials and its best so far; start nothing."),
+    plot: Path | None = typer.Option(
+        None,
+        "--plot",
+        help="With --show: write the study's optimisation history, parameter importance and parallel "
+        "coordinates into this folder (history.png, importance.png, parallel.png).",
+    ),
 ) -> None:
     """Search config keys with Optuna on a validation metric; every trial is a run.
 
@@ -63,9 +73,11 @@ def tune(
     if study is None and study_file is None:
         names = tuning.study_names()
         raise tuning.TuneError("give --study NAME (stored: " + (", ".join(names[-8:]) or "none yet") + ")")
+    if plot is not None and not show:
+        raise tuning.TuneError("--plot: give it with --show (the figures of a study's trials so far)")
     if show:
         if study_file is None and not param and metric is None:
-            print_study(study or "")  # (one not stored: load_study says how to start it)
+            print_study(study or "", plot)  # (one not stored: load_study says how to start it)
             return
         shown, new = tuning.prepare(study or "", params=list(param), metric=metric, study_file=study_file)
         if new:  # the file (or --param/--metric) holds what it needs: the study has just not started
@@ -73,7 +85,7 @@ def tune(
                 f"--show: study {shown.name} has not started yet, so it has no trials to show; "
                 "run the same command without --show to start it"
             )
-        print_study(shown.name)
+        print_study(shown.name, plot)
         return
     spec = runner.parse_executor(executor, slurm)
     asked, new = tuning.prepare(
@@ -128,24 +140,49 @@ def tune(
         raise typer.Exit(1)
 
 
-def print_study(name: str) -> None:
-    """The trials (number, state, run, searched values, metric, validation steps) and the best line."""
+def print_study(name: str, plot: Path | None = None) -> None:
+    """The trials (number, state, run, searched values, metric, validation steps) and the best line;
+    with `plot`, the study's figures written there (report/study.py)."""
     summary = tuning.summarize(name)
+    if plot is not None:
+        from ..outputs import check_folder
+        from ..report.study import write_figures
+
+        check_folder(str(plot), "--plot")
+        study, _ = tuning.load_study(name)
+        written = write_figures(study, summary.spec.metric, summary.direction == "maximize", plot)
+        console.print("wrote " + ", ".join(escape(str(p)) for p in written), highlight=False, soft_wrap=True)
     keys = [p.key for p in summary.spec.params]
     table = Table(
         title=f"study {name}: {summary.direction} {summary.spec.metric}, {summary.spec.sampler} sampler",
         title_justify="left",
     )
     for column in ("trial", "state", "run", *keys, summary.spec.metric, "tasks"):
-        table.add_column(column, justify="right" if column not in ("state",) else "left")
+        table.add_column(
+            column, justify="right" if column not in ("state",) else "left", no_wrap=column == summary.spec.metric
+        )
     for row in summary.trials:
         best = summary.best is not None and row.number == summary.best.number
         cells: list[Any] = [str(row.number), row.state + (" *" if best else ""), str(row.run_id or "—")]
         cells += [_value(row.params.get(k)) for k in keys]
-        # a pruned trial's value is Optuna's last reported step, not the metric: not shown as one
-        cells += [fmt(row.value) if row.state == "complete" else MISSING, str(row.steps)]
+        # a pruned trial's value is Optuna's last reported step, not the metric: shown as such,
+        # `@2 61.50` (the validation accuracy after task 2, where the pruner stopped it)
+        if row.state == "complete":
+            shown = fmt(row.value)
+        elif row.state == "pruned" and row.last is not None:
+            shown = f"@{row.last[0] + 1} {fmt(row.last[1])}"
+        else:
+            shown = MISSING
+        cells += [shown, str(row.steps)]
         table.add_row(*cells, style="bold" if best else "")
     console.print(table)
+    if any(row.state == "pruned" and row.last is not None for row in summary.trials):
+        console.print(
+            "[dim]@k v: a pruned trial's validation accuracy after task k, where the pruner stopped it "
+            "(not its metric)[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(tuning.best_line(name) or "", highlight=False, soft_wrap=True)
     if summary.driver is not None:
         console.print(f"driven now by process {summary.driver}", highlight=False)

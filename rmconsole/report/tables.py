@@ -29,7 +29,7 @@ from .. import metric_registry
 from .. import paper as papers
 from ..cl.metric_catalog import mean_std
 from ..cl.protocols import Protocol, is_task_free, protocol_of
-from ..config import TASK_FREE_ONLY, method_reads
+from ..config import TASK_FREE_ONLY, method_reads, reads_on_task_free
 from ..store.filters import config_value, format_value
 from ..store.filters import where as filter_where
 
@@ -334,6 +334,8 @@ def build_report(
     for key in SETTING_KEYS:
         if key in TASK_FREE_ONLY and not all_task_free:
             continue  # (disjoint_classes, online_iter, eval_period) a task run never reads: not its setting
+        if all_task_free and not any(reads_on_task_free(r.get("method"), key) for r in runs):
+            continue  # (epochs) no run's method reads it on a task-free stream (ER, CLIB): not its setting
         values = {key_value(r, key) for r in runs}
         if len(values) == 1 and key not in identity and key not in col_keys and None not in values:
             constants[key] = values.pop()
@@ -429,6 +431,10 @@ def cell_text(
     return text
 
 
+# where every mark of a table, `show` and the TUI is explained (± and its granularity, @k/T, †, Δ)
+GLOSSARY_POINTER = "symbols and the granularity of ±: docs/glossary.md"
+
+
 def caption(report: Report) -> str:
     """What the numbers are: the shared setting, the seeds, and the marks used."""
     setting = ", ".join(f"{k}={format_value(v)}" for k, v in report.constants.items())
@@ -481,6 +487,7 @@ def caption(report: Report) -> str:
         )
     if report.auto_keys:
         parts.append(f"rows also split by {', '.join(report.auto_keys)} (they differ between runs)")
+    parts.append(GLOSSARY_POINTER)
     return "; ".join(dict.fromkeys(parts))  # (metrics that share a note, e.g. the validation ones: said once)
 
 

@@ -296,8 +296,7 @@ def check_spec(spec: StudySpec) -> dict[str, Any]:
     check_name(spec.name)
     if spec.sampler not in SAMPLERS:
         raise TuneError(f"--sampler {shorten(spec.sampler)!r}: allowed: {', '.join(SAMPLERS)}")
-    if spec.pruner not in PRUNERS:
-        raise TuneError(f"--pruner {shorten(spec.pruner)!r}: allowed: {', '.join(PRUNERS)}")
+    pruner_options(spec.pruner, spec.trials)  # (TuneError when it cannot be read)
     if not 1 <= spec.trials <= 100_000:
         raise TuneError(f"--trials {spec.trials}: allowed: 1 to 100000")
     if not 0 <= spec.seed <= MAX_SAMPLER_SEED:  # numpy's limit, 2**32 - 1, less a seed for each trial
@@ -500,12 +499,37 @@ def _sampler(spec: StudySpec, done: int) -> Any:
     return optuna.samplers.TPESampler(seed=spec.seed + done, n_startup_trials=min(10, max(2, spec.trials // 4)))
 
 
+PRUNER_OPTIONS = {"startup": "n_startup_trials", "warmup": "n_warmup_steps"}  # Optuna's MedianPruner's
+
+
+def pruner_options(text: str, trials: int) -> dict[str, int] | None:
+    """`none` -> None; `median[:startup=N,warmup=M]` -> MedianPruner's keyword arguments: prune
+    nothing until N trials have finished (default: a quarter of --trials, 1 to 5) and never before
+    task M + 1 of a trial (steps are 0-based tasks; default 0). TuneError when it cannot be read."""
+    name, _, rest = text.partition(":")
+    if name not in PRUNERS or (name == "none" and rest):
+        raise TuneError(f"--pruner {shorten(text)!r}: allowed: {', '.join(PRUNERS)}, or median:startup=N,warmup=M")
+    if name == "none":
+        return None
+    chosen = {"n_startup_trials": min(5, max(1, trials // 4)), "n_warmup_steps": 0}
+    for pair in filter(None, rest.split(",")):
+        key, eq, value = pair.partition("=")
+        if key.strip() not in PRUNER_OPTIONS or not eq or not value.strip().isdigit() or int(value) > 100_000:
+            raise TuneError(
+                f"--pruner {shorten(text)!r}: {shorten(pair)!r}: allowed: startup=N (trials finished "
+                f"before any is pruned), warmup=M (tasks of a trial never pruned), whole numbers 0 to 100000"
+            )
+        chosen[PRUNER_OPTIONS[key.strip()]] = int(value)
+    return chosen
+
+
 def _pruner(spec: StudySpec) -> Any:
     import optuna
 
-    if spec.pruner == "none":
+    options = pruner_options(spec.pruner, spec.trials)
+    if options is None:
         return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=min(5, max(1, spec.trials // 4)), n_warmup_steps=0)
+    return optuna.pruners.MedianPruner(**options)
 
 
 def check_startable(spec: StudySpec, *, scheduled: bool = False) -> None:
@@ -881,6 +905,7 @@ class TrialRow:
     params: dict[str, Any]
     value: float | None
     steps: int  # per-task validation values reported
+    last: tuple[int, float] | None = None  # (task, value) of the last one: where a pruned trial stopped
 
 
 @dataclass
@@ -905,6 +930,7 @@ def summarize(name: str) -> StudySummary:
             {k: spec_param(spec, k).as_config(v) for k, v in t.params.items()},
             t.value,
             len(t.intermediate_values),
+            max(t.intermediate_values.items()) if t.intermediate_values else None,
         )
         for t in study.get_trials(deepcopy=False)
     ]

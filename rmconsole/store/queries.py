@@ -608,6 +608,34 @@ def _per_run_rows(
     return rows
 
 
+# what `rows_of_runs` reads: each per-run table and the columns that give its rows' order
+RUN_TABLES: dict[str, tuple[type[Any], tuple[str, ...]]] = {
+    "results": (TaskResult, ("task",)),
+    "anytime": (AnytimeEval, ("samples", "id")),
+    "epochs": (EpochMetric, ("task", "id")),
+    "memory": (MemorySnapshot, ("id",)),
+}
+
+
+def rows_of_runs(table: str, run_ids: Iterable[int], chunk: int = 500) -> list[dict[str, Any]]:
+    """Every stored row of one per-run table (`RUN_TABLES`: results, anytime, epochs, memory) for
+    the given runs, as plain dicts of its columns, by run id and then in the order the run produced
+    them: what rmconsole.api turns into DataFrames (a few queries however many runs)."""
+    model, order = RUN_TABLES[table]
+    ids = sorted(set(run_ids))
+    names = list(model.model_fields)
+    out: list[dict[str, Any]] = []
+    with reading() as session:
+        for start in range(0, len(ids), chunk):
+            found = session.exec(
+                select(model)
+                .where(col(model.run_id).in_(ids[start : start + chunk]))
+                .order_by(col(model.run_id), *(col(getattr(model, o)) for o in order))
+            ).all()
+            out += [{n: getattr(row, n) for n in names} for row in found]
+    return out
+
+
 def anytime_curves(run_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
     """(samples seen, accuracy) of every anytime evaluation of the given runs (empty for a run with none;
     a run with evaluate_test=false scores no test sample, so its points have none)."""

@@ -379,3 +379,20 @@ def test_report_select_by_and_show_and_diff_faces() -> None:
     assert show.returncode == 0 and "val %" in show.stdout and "A_last (val) 80.00" in show.stdout
     diff = in_process("diff", str(ids[0]), str(ids[1]))
     assert diff.returncode == 0 and "val after T2" in diff.stdout and "val_A_last" in diff.stdout
+
+
+def test_runs_lists_the_validation_figures_when_a_run_has_them() -> None:
+    """Issue 42: a `tune` trial evaluates no test set; `runs` showed its A_last — and nothing else."""
+    from support.cli import in_process
+
+    without = _stored_run({}, [50.0, 70.0], None)
+    assert "(val)" not in in_process("runs").stdout
+    with_val = _stored_run({"val_fraction": 0.1}, [50.0, 70.0], [55.0, 75.0])
+    listed = in_process("runs").stdout
+    assert "A_last (val)" in listed and "A_avg (val)" in listed
+    row = next(line for line in listed.splitlines() if line.strip().startswith(str(with_val)))
+    assert row.split()[-2:] == ["75.00", "65.00"]
+    assert next(line for line in listed.splitlines() if line.strip().startswith(str(without))).split()[-2:] == [
+        "—",
+        "—",
+    ]

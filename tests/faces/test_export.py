@@ -25,6 +25,9 @@ def _sampled(run_id: int) -> None:
     )
 
 
+TRAINED = (datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), datetime(2026, 1, 2, 3, 9, 7, tzinfo=UTC))
+
+
 def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # (MLflow 3 reads its file store behind this switch)
@@ -32,6 +35,7 @@ def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
 
     ids = identity_store.build()
     _sampled(ids["base"])
+    store.update_run(ids["base"], started_at=TRAINED[0], finished_at=TRAINED[1])
     target = tmp_path / "mlruns"
     out = in_process("export", str(ids["base"]), str(ids["partial"]), "--to", "mlflow", str(target))
     assert out.returncode == 0, out.stderr
@@ -41,6 +45,8 @@ def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
     assert set(runs) == {str(ids["base"]), str(ids["partial"])}
     base = runs[str(ids["base"])]
     assert base.info.run_name == "baseline" and base.info.status == "FINISHED"
+    # when it trained (set below, before the export), not when it was exported (issue 42)
+    assert (base.info.start_time, base.info.end_time) == (TRAINED[0].timestamp() * 1000, TRAINED[1].timestamp() * 1000)
     assert base.data.params["epochs"] == "16" and base.data.params["augment"] == "cutmix+autoaug"
     assert base.data.tags["tag.base"] == "true" and base.data.tags["rmconsole.overrides"] == "epochs=16"
     assert base.data.metrics["A_last"] == 86.0

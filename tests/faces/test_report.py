@@ -475,6 +475,18 @@ def test_the_caption_names_no_task_free_key_for_runs_of_the_task_protocol(grid) 
     assert "disjoint_classes=50, online_iter=1, eval_period=100" in R.caption(R.build_report(grid))
 
 
+def test_a_task_free_caption_names_epochs_only_when_a_method_reads_them(grid) -> None:
+    """Issue 42: ER and CLIB never read `epochs` on a task-free stream (only RM's and GDumb's memory
+    epochs do); the caption said `epochs=32` under their table."""
+    for run in grid:
+        run["config"].update(stream="iblurry", blurry=10, disjoint_classes=50, epochs=32)
+    er = [r for r in grid if r["method"] != "rm"]
+    for run in er:
+        run["method"] = run["config"]["method"] = "er"
+    assert "epochs" not in R.caption(R.build_report(er))
+    assert "epochs=32" in R.caption(R.build_report(grid))  # RM's runs among them read it
+
+
 def test_show_names_the_validation_auc_only_for_a_run_with_validation() -> None:
     """`show` of a task-free run printed `A_auc 82.43  val_A_auc —` and the validation note for a
     run with no validation stream; reports.md: validation metrics are listed when a run has them."""

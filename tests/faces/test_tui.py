@@ -409,3 +409,25 @@ async def test_resume_a_stopped_run_from_the_command_palette() -> None:
         assert launch.stop_run(run_id) == "stopped"
         await until(pilot, lambda: not app.workers_started, what="the worker to be reaped")
     assert store.get_run(run_id).status == "stopped" and "SIGTERM" in store.get_run(run_id).error
+
+
+@pytest.mark.asyncio
+async def test_a_run_without_a_test_set_shows_its_validation_per_task() -> None:
+    """Issue 42: a `tune` trial (evaluate_test=false) showed `—%` for every task on its run page."""
+    from sqlmodel import select
+
+    ids = tui_store.build()
+
+    def untested(session) -> None:
+        for result in session.exec(select(TaskResult).where(TaskResult.run_id == ids["running"])).all():
+            result.accuracy, result.val_accuracy = None, 61.5 + result.task
+            session.add(result)
+
+    store.write(untested)
+    app = RMConsoleApp(refresh_s=0.1)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(table_ids(app)) == 4, what="rows")
+        app.open_run(ids["running"])
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view is not None, what="run view")
+        lines = app.screen.query_one(TaskStreamPanel).render().plain.splitlines()
+        assert "val  61.5%" in lines[0] and "val  62.5%" in lines[1] and "—%" not in "".join(lines)

@@ -209,3 +209,15 @@ async def test_the_log_panel_wraps_again_after_a_resize() -> None:
         await pilot.pause()
         await pilot.pause()
         assert len(panel.lines) > wide  # the same line, wrapped again at the new width
+
+
+def test_at_80_columns_the_run_column_fits_the_longest_name_and_an_ellipsis() -> None:
+    """docs/tui.md: the run's name or preset is never cut at 80×24 (issue 42 saw
+    `digits-blurry10-onl…`); method·K·seed and the status narrow first, then I_last, F_last leave."""
+    from rmconsole.tui.widgets.runs_table import layout
+
+    for longest in (8, 22, 30):
+        widths = layout(80, longest, False, frozenset({"A_last", "F_last", "I_last"}))
+        assert widths["preset"] >= longest + 1 and "A_last" in widths
+        assert sum(w + 2 for w in widths.values()) + 4 <= 82  # (the scrollbar's 2 cells only with many runs)
+    assert "F_last" in layout(80, 22, False, frozenset({"A_last", "F_last"}))

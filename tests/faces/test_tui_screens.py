@@ -131,9 +131,14 @@ def test_run_screen_of_a_finished_run(snap_compare, ids) -> None:
 
 
 def test_compare_screen_at_80x24(snap_compare, ids) -> None:
+    """The metrics lead (issue 42: at 80 columns the table showed the runs' identity and no metric)."""
+
     async def compared(pilot) -> None:
         pilot.app.open_compare([ids["finished"], ids["running"], ids["failed"]])
         await settle(pilot, lambda: isinstance(pilot.app.screen, CompareScreen) and pilot.app.screen.view is not None)
+        table = pilot.app.screen.query_one("#metrics")
+        assert [str(c.label) for c in table.ordered_columns][:3] == ["run", "A_last", "A_avg"]
+        assert sum(c.get_render_width(table) for c in table.ordered_columns[:5]) < SMALL[0] - 4  # all on screen
 
     assert snap_compare(frozen_app(), terminal_size=SMALL, run_before=compared)
 

@@ -137,6 +137,29 @@ def test_escape_hatch_lists_nothing(site: Path, monkeypatch: pytest.MonkeyPatch)
     assert plugins.available("method") == {}
 
 
+def test_packages_in_an_ignored_folder_are_not_read(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RMCONSOLE_PLUGIN_IGNORE: what the suite sets to its interpreter's site-packages (conftest), so
+    a plug-in the user installed there never shows in a test."""
+    import conftest
+
+    assert set(conftest.INTERPRETER_SITES) <= set(os.environ["RMCONSOLE_PLUGIN_IGNORE"].split(os.pathsep))
+    write_dist(site, "plug-one", {"rmconsole.methods": {"one": "plugone:METHOD"}})
+    other = tmp_path / "user site"
+    other.mkdir()
+    monkeypatch.syspath_prepend(str(other))
+    write_dist(other, "plug-theirs", {"rmconsole.methods": {"theirs": "plugtheirs:METHOD"}})
+    plugins.forget()
+    assert sorted(plugins.available("method")) == ["one", "theirs"]
+    ignored = os.environ["RMCONSOLE_PLUGIN_IGNORE"].split(os.pathsep)
+    monkeypatch.setenv(
+        "RMCONSOLE_PLUGIN_IGNORE", os.pathsep.join([*ignored, "/nowhere", str(other / ".." / "user site")])
+    )
+    plugins.forget()
+    assert list(plugins.available("method")) == ["one"]
+
+
 def test_provenance_of_an_editable_checkout_names_its_commit_and_dirtiness(site: Path, tmp_path: Path) -> None:
     checkout = tmp_path / "my checkout"
     (checkout / "plugprov").mkdir(parents=True)

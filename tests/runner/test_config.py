@@ -156,3 +156,23 @@ def test_config_view_lists_the_keys_the_method_reads_and_marks_non_defaults() ->
     _, free = load_config("cifar100-iblurry50-10", ["method=er"])
     view = {key: changed for key, _, changed in config_view(free.to_dict())}
     assert view["online_iter"] and view["optimizer"] and "rm_variant" not in view
+
+
+def test_the_digits_task_free_preset_lists_only_what_its_method_reads() -> None:
+    """digits-iblurry50-10: i-Blurry on the embedded digits, valid without overrides; its listing
+    (run, show) and its label name the task-free protocol; ER's run shows no `epochs` (only RM and
+    GDumb run memory epochs on a task-free stream), RM's does."""
+    from rmconsole.cl.protocols import setting_label
+    from rmconsole.config import config_view
+
+    _, er = load_config("digits-iblurry50-10")
+    assert (er.dataset, er.stream, er.method, er.schedule) == ("digits", "iblurry", "er", "exp_reset")
+    shown = {key for key, _, _ in config_view(er.to_dict())}
+    assert "epochs" not in shown and "uncertainty" not in shown and "eval_period" in shown
+    _, rm = load_config("digits-iblurry50-10", ["method=rm"])
+    assert rm.schedule == "constant" and {"epochs", "uncertainty"} <= {k for k, _, _ in config_view(rm.to_dict())}
+    assert setting_label(er.to_dict()) == "iblurry50-10 task-free"
+    _, task = load_config(None)
+    assert setting_label(task.to_dict()) == "blurry10 online" and "epochs" in {
+        k for k, _, _ in config_view(task.to_dict())
+    }

@@ -5,6 +5,7 @@ figure. Digits-sized runs (2 tasks, 1 memory epoch), one trial at a time."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -236,7 +237,7 @@ def test_a_small_study_finishes_and_its_trials_are_runs() -> None:
 
 
 @needs_validation
-def test_a_hopeless_trial_is_pruned_after_its_first_task() -> None:
+def test_a_hopeless_trial_is_pruned_after_its_first_task(capsys: pytest.CaptureFixture[str]) -> None:
     # 4 tasks of slack at 8 epochs (seconds), the driver looking every 0.1 s: it sees task 1 before the
     # run is through on a loaded machine and on a quiet one (at 1 epoch a quiet CI ran all 5 tasks, 0.09 s
     # each, between two looks)
@@ -250,6 +251,14 @@ def test_a_hopeless_trial_is_pruned_after_its_first_task() -> None:
     run = store.get_run(pruned.run_id)
     assert run.status == "stopped" and "pruned" in run.tags
     assert 1 <= len(store.task_results(pruned.run_id)) < 5  # stopped before its last task
+    # where it was pruned and at what validation accuracy, as `tune --show` prints it (issue 42: it showed —)
+    assert pruned.last is not None and pruned.last[0] == pruned.steps - 1
+    from rmconsole.cli.tune_commands import print_study
+
+    capsys.readouterr()
+    print_study("prune")
+    shown = capsys.readouterr().out
+    assert f"@{pruned.last[0] + 1} {pruned.last[1]:.2f}" in shown and "where the pruner stopped it" in shown
 
 
 @needs_validation
@@ -412,3 +421,50 @@ async def test_the_runs_page_filters_a_study_and_shows_its_best_so_far() -> None
             await pilot.pause(0.1)
         assert shown == ids
         assert f"study look: 2/3 trials done; best so far: trial 1 (run {ids[1]}) val_A_last 80.00" in line
+
+
+def test_the_median_pruner_takes_optunas_startup_and_warmup() -> None:
+    """`--pruner median:startup=N,warmup=M` (issue 42: with one finished trial the median pruner cut
+    3 of 4, a near-twin of the best among them); the defaults as before; bad options in one line."""
+    from types import SimpleNamespace
+
+    assert tuning.pruner_options("median", 20) == {"n_startup_trials": 5, "n_warmup_steps": 0}
+    assert tuning.pruner_options("median", 4) == {"n_startup_trials": 1, "n_warmup_steps": 0}
+    assert tuning.pruner_options("median:startup=3,warmup=2", 20) == {"n_startup_trials": 3, "n_warmup_steps": 2}
+    assert tuning.pruner_options("none", 20) is None
+    built = tuning._pruner(SimpleNamespace(pruner="median:warmup=1,startup=4", trials=6))
+    assert (built._n_startup_trials, built._n_warmup_steps) == (4, 1)
+    for bad, says in (
+        ("mean", "allowed: median, none, or median:startup=N,warmup=M"),
+        ("median:startup=-1", "'startup=-1': allowed: startup=N"),
+        ("median:patience=2", "'patience=2'"),
+        ("none:startup=1", "allowed: median, none"),
+    ):
+        with pytest.raises(tuning.TuneError, match=re.escape(says)):
+            tuning.pruner_options(bad, 20)
+
+
+def test_a_study_as_figures_history_importance_parallel_coordinates(tmp_path: Any) -> None:
+    """`tune --show --plot DIR` (issue 42): six trials made without training, as Optuna records them."""
+    import optuna
+
+    from rmconsole.report.study import FIGURES, importance
+
+    spec = spec_of("figs", 6, ["lr=log:1e-4..1e-1", "memory_size=int:100..500"])
+    study = tuning.open_study(spec, create=True)
+    dists = {p.key: p.distribution() for p in spec.params}
+    for i in range(6):  # the value follows lr (log) closely, memory_size hardly at all
+        lr, k = 10 ** (-4 + 0.6 * i), 100 + 37 * ((i * 5) % 6)
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"lr": lr, "memory_size": k}, distributions=dists, value=40.0 + 8 * i + 0.01 * k
+            )
+        )
+    found = importance(study)
+    assert set(found) == {"lr", "memory_size"} and found["lr"] > found["memory_size"]
+    shown = CliRunner().invoke(app, ["tune", "--study", "figs", "--show", "--plot", str(tmp_path / "figs")])
+    assert shown.exit_code == 0, shown.output
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == sorted(FIGURES)
+    assert all((tmp_path / "figs" / f).stat().st_size > 5000 for f in FIGURES)
+    refused = CliRunner().invoke(app, ["tune", "--study", "figs", "--plot", str(tmp_path / "x")])
+    assert refused.exit_code != 0 and not (tmp_path / "x").exists()

@@ -54,16 +54,18 @@ def config(**over: Any) -> Any:
 
 TASK_FREE_PRESET = "mnist-iblurry50-10"  # the follow-up's settings, each method's own ([methods.NAME])
 # methods that prompt a Vision Transformer run the generic tests on the small ViT (cl/vit.py)
-VIT_METHODS = ("l2p", "dualprompt", "coda")
+VIT_METHODS = ("l2p", "dualprompt", "coda", "mvp")
+# vit_tiny has 2 layers: DualPrompt's and MVP's G-prompt on layer 0, their E-prompts on layer 1
+SHALLOW_VIT: dict[str, dict[str, Any]] = {
+    "dualprompt": {"dp_g_end": 1, "dp_e_end": 2},
+    "coda": {"coda_layers": 2, "coda_components": 10},
+    "mvp": {"mvp_g_end": 1, "mvp_e_end": 2},
+}
 
 
-def method_model(method: str) -> dict[str, object]:
-    """The overrides a method needs in a generic test: {} or the small ViT (2 layers: DualPrompt's
-    G-prompt on layer 0, its E-prompts on layer 1)."""
-    if method not in VIT_METHODS:
-        return {}
-    small = {"dualprompt": {"dp_g_end": 1, "dp_e_end": 2}, "coda": {"coda_layers": 2, "coda_components": 10}}
-    return {"model": "vit_tiny", **small.get(method, {})}
+def method_model(method: str) -> dict[str, Any]:
+    """The overrides a method needs in a generic test: {} or the small ViT with its layer settings."""
+    return {"model": "vit_tiny", **SHALLOW_VIT.get(method, {})} if method in VIT_METHODS else {}
 
 
 def defaults_on_digits(method: str, **over: Any) -> Any:

@@ -23,10 +23,13 @@ from .coda_params import CODAParams
 from .dualprompt_params import DualPromptParams
 from .ewc_params import EWCParams
 from .ewcpp_params import EWCppParams
+from .gsa_params import GSAParams
 from .icarl_params import ICaRLParams
 from .knn_params import KNNParams
 from .l2p_params import L2PParams
 from .mir_params import MIRParams
+from .mvp_params import MVPParams
+from .pcr_params import PCRParams
 from .rm_params import RMParams
 from .rwalk_params import RwalkParams
 from .scr_params import SCRParams
@@ -155,6 +158,23 @@ REGISTRY: dict[str, MethodSpec] = {
             CODAParams,
             ("task-free",),
             "CODA-Prompt (Smith et al., CVPR 2023): attention-weighted orthogonal prompt components, prefix-tuned",
+        ),
+        _spec(
+            "pcr",
+            "pcr:PCR",
+            PCRParams,
+            ("task-free",),
+            "PCR (Lin et al., CVPR 2023): proxy-based contrastive replay, a cosine classifier",
+        ),
+        _spec(
+            "gsa",
+            "gsa:GSA",
+            GSAParams,
+            ("task-free",),
+            "GSA (Guo et al., CVPR 2023): new-class loss plus a replay loss weighted by each class's gradient ratio",
+        ),
+        _spec(
+            "mvp", "mvp:MVP", MVPParams, ("task-free",), "MVP (Moon et al., ICCV 2023): prompts, logit masks, L_CVPT"
         ),
     ]
 }

@@ -290,7 +290,21 @@ class TaskFree(_MethodBase):
     def memory_report(self, task: Task, info: dict[str, Any] | None = None) -> None:
         """The memory as it is now, as a memory-panel snapshot."""
         n_seen = int(self.seen.sum())
-        self.memory_info = {"policy": type(self).__name__.lower(), "samples_seen": self.memory.seen, **(info or {})}
+        short = self.cfg.memory_size - self.memory.capacity
+        why = (
+            {
+                "note": f"holds {self.memory.capacity} = K {self.cfg.memory_size} - {short} "
+                f"(batch_size/2: the stream batch's share of the budget, as the follow-up's ER; docs/protocol.md §9.2)"
+            }
+            if short > 0
+            else {}
+        )
+        self.memory_info = {
+            "policy": type(self).__name__.lower(),
+            "samples_seen": self.memory.seen,
+            **why,
+            **(info or {}),
+        }
         self.report.memory_updated(
             task.index,
             self.memory.histogram(self.n_classes),

@@ -27,7 +27,9 @@ def _greyed(name: str) -> bool:
     return m.final_only and m.across is None
 
 
-RUN_COLUMNS = ("run", "status", "name/preset", "method", "K", "seed", "progress")
+# the run's id first, then its metrics (what a comparison is for: on an 80-column terminal they
+# are what shows), then what identifies the run, which the table scrolls to
+AFTER_METRICS = ("name/preset", "status", "progress", "method", "K", "seed")
 
 
 def metric_columns(rows: tuple[data.RunRow, ...]) -> tuple[str, ...]:
@@ -77,7 +79,8 @@ class CompareScreen(PollingScreen):
         if view is None:
             return
         table = self.query_one("#metrics", DataTable)
-        columns = RUN_COLUMNS + metric_columns(view.rows)
+        metrics_shown = metric_columns(view.rows)
+        columns = ("run", *metrics_shown, *AFTER_METRICS)
         if tuple(str(c.value) for c in table.columns) != columns:  # (a run measured another metric)
             table.clear(columns=True)
             for name in columns:
@@ -85,19 +88,19 @@ class CompareScreen(PollingScreen):
         for i, row in enumerate(view.rows):
             r, g, b = LINE_COLOURS[i % len(LINE_COLOURS)]
             partial = "grey50" if row.partial else ""
-            metrics = [
-                Text(row.metric_text(name), style=partial if _greyed(name) else "")
-                for name in columns[len(RUN_COLUMNS) :]
-            ]
+            metrics = [Text(row.metric_text(name), style=partial if _greyed(name) else "") for name in metrics_shown]
+            identity = {
+                "name/preset": row.label,
+                "status": status_text(row.status),
+                "progress": progress_text(row),
+                "method": row.method,
+                "K": str(row.memory_size),
+                "seed": str(row.seed),
+            }
             cells = (
                 Text(f"● #{row.id}", style=f"bold rgb({r},{g},{b})"),
-                status_text(row.status),
-                row.label,
-                row.method,
-                str(row.memory_size),
-                str(row.seed),
-                progress_text(row),
                 *metrics,
+                *(identity[c] for c in AFTER_METRICS),
             )
             key = str(row.id)
             if key in table.rows:

@@ -93,7 +93,14 @@ class KeysScreen(ModalScreen[None]):
         with VerticalScroll(id="keys") as box:
             box.border_title = "rmconsole keys (? or Esc closes)"
             yield Static(table)
-            yield Static(Text("Enter opens a run; numbers with @k/T are partial (after task k of T).", style="grey62"))
+            yield Static(
+                Text(
+                    "Enter opens a run; numbers with @k/T are partial (after task k of T). Every symbol the "
+                    "pages print (A_last, A@2/5, F@2/5, A_auc, '0/10 at share', old/new, ± and its "
+                    "granularity): docs/glossary.md",
+                    style="grey62",
+                )
+            )
 
     def action_close(self) -> None:
         self.dismiss(None)

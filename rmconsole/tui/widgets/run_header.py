@@ -9,6 +9,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from ...cl.protocols import is_task_free, setting_label
+from ...config import reads_on_task_free
 from ...numbers import duration
 from ..data import RunRow, RunView
 from ..render import bar, status_text
@@ -31,8 +33,13 @@ def describe(view: RunView) -> Text:
         text.append(f"  partial: {row.progress_mark} tasks", style="grey50")
     text.append(
         f"\n{row.method} on {row.dataset} · {cfg.get('model', '?')} · K={row.memory_size} · "
-        f"{row.n_tasks or cfg.get('n_tasks')} tasks · blurry{cfg.get('blurry')} {cfg.get('stream')} · "
-        f"epochs {cfg.get('epochs')} · seed {row.seed}",
+        f"{row.n_tasks or cfg.get('n_tasks')} tasks · {setting_label(cfg)} · "
+        + (
+            f"epochs {cfg.get('epochs')} · "
+            if not is_task_free(cfg) or reads_on_task_free(row.method, "epochs")
+            else ""
+        )
+        + f"seed {row.seed}",
         style="grey70",
     )
     return text

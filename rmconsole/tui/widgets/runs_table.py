@@ -70,7 +70,7 @@ def layout(
     run is listed, so the A_auc column is wanted (a store of the RM paper's runs never shows it)."""
     run_width = max(6, min(run_width, MAX_RUN_WIDTH))
     if width < COMPACT_WIDTH:
-        return compact_layout(width, anytime, present)
+        return compact_layout(width, anytime, present, run_width)
     kept = [c for c in COLUMNS if anytime or c[0] not in TASK_FREE_ONLY]
 
     def need(cols: list[tuple[str, str, int, str, int]]) -> int:
@@ -88,11 +88,13 @@ def layout(
 
 
 def compact_layout(
-    width: int, anytime: bool = False, present: frozenset[str] = frozenset(COMPACT_METRICS)
+    width: int, anytime: bool = False, present: frozenset[str] = frozenset(COMPACT_METRICS), run_width: int = 8
 ) -> dict[str, int]:
     """The folded columns of a narrow terminal (COMPACT_COLUMNS and A/F/I_last, A_auc too for a
     task-free run), `present`: the metrics some listed run has (the others are left out); the
-    run column takes what is left (at least 8)."""
+    run column takes what is left (at least 8), and at least `run_width` (the longest name or
+    preset, up to MAX_RUN_WIDTH: never cut, docs/tui.md): to make room, method·K·seed and the
+    status narrow to their headers' and `finished`'s widths, then I_last and F_last leave."""
     widths = {key: w for key, _, w, _, _ in COMPACT_COLUMNS}
     metrics = [m for m in METRICS if m.name in COMPACT_METRICS and (m.name == "A_last" or m.name in present)]
     if anytime:
@@ -101,6 +103,17 @@ def compact_layout(
         widths[m.name] = 9 if m is CARRIER else max(5, len(m.label))
     used = sum(w + 2 for w in widths.values()) + 2 + 2  # + the scrollbar and the border
     widths["preset"] = max(8, widths["preset"] + width - used + 2)  # (the scrollbar's 2 cells only with many runs)
+    short = min(run_width, MAX_RUN_WIDTH) + 1 - widths["preset"]  # (+ 1: an ellipsis cuts the changes, not the name)
+    for column, least in (("method", len("method·K·seed")), ("status", len("finished"))):
+        give = max(0, min(short, widths[column] - least))
+        widths[column] -= give
+        widths["preset"] += give
+        short -= give
+    for name in ("I_last", "F_last"):
+        if short > 0 and name in widths:
+            freed = widths.pop(name) + 2
+            widths["preset"] += freed
+            short -= freed
     return widths
 
 

@@ -63,7 +63,10 @@ class TaskStreamPanel(Widget):
         tails = {}
         for i in indices:
             s, state, tail = view.streams[i], states[i], Text()
-            if state == "done":
+            if state == "done" and done[s.task].accuracy is None and done[s.task].val_accuracy is not None:
+                # no test set evaluated (a `tune` trial): the validation figure, labelled, not `—%`
+                tail.append(f"val {fmt(done[s.task].val_accuracy, 1):>5}%", style="bold green")
+            elif state == "done":
                 tail.append(f"{fmt(done[s.task].accuracy, 1):>5}%", style="bold green")
             elif state == "current":
                 tail.append(f"{row.phase or ''}", style="bold cyan")
