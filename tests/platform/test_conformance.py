@@ -557,7 +557,7 @@ def test_a_memory_grown_inside_one_hook_is_caught(monkeypatch: pytest.MonkeyPatc
         task.seen,
     ), task.seen
     assert re.search(
-        r"in one call of a hook \(up to 341\), first \\d{3} distinct past samples in one call of "
+        r"in one call of a hook \(up to 341\), first \d{3} distinct past samples in one call of "
         r"online_task_end \(task 0\)",
         free.seen,
     ), free.seen
