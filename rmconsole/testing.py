@@ -15,11 +15,25 @@ a few seconds per protocol on a CPU), and checks the rules in RULES:
 
     memory-bound        the memory never holds more than memory_size (K) samples: after every
                         hook the protocol calls (every streamed sample, task-free) and in every
-                        memory snapshot the method reports
-    no-test-peeking     no test image is taken outside the protocol's own evaluations (after a
-                        task, and every eval_period samples task-free)
+                        memory snapshot the method reports; and the model is never given more
+                        than K distinct past samples to train on: the train split is guarded,
+                        every take() is counted by index, per task (task protocol: past = not in
+                        the task's stream) or per call of a hook (task-free: past = not among the
+                        latest batch_size streamed samples)
+    no-test-peeking     no test data is used outside the protocol's own evaluations (after a
+                        task, and every eval_period samples task-free): no test image taken, no
+                        attribute of the test split read (its labels included), setup.test_labels
+                        not read, neither load_dataset nor a registry loader called, none of the
+                        dataset's files opened (an audit hook)
     same-seed-same-run  two runs with the same seed give the same outcomes, anytime points,
                         memory snapshots and final checkpoint, bit for bit
+    clock-independent   the second of those runs has its wall clock (time, datetime) 12 hours
+                        later; a difference is told from an unseeded draw by a third run
+    same-decisions-any-threads
+                        a run at 2 torch threads (its first two tasks) takes the same train
+                        samples in the same order and batches, and keeps the same memory, as at 1
+                        thread, up to the first decision taken on models that already differ
+                        (floats may differ between thread counts)
     resume-exact        a run stopped after a task and resumed from its checkpoint (through
                         torch.save / torch.load(weights_only=True), as the worker writes and reads
                         it) in a fresh method object continues bit for bit
@@ -32,14 +46,14 @@ every rule broken, each as what was seen and what to do; it returns a `Conforman
 every rule holds. `check_hooks(name)` is the static rule alone (no training).
 
 How it looks, without changing what it looks at: the method's class is wrapped in a subclass
-that only records its instance (same name, same hooks), the hooks the driver calls are watched
-on that instance (the memory's size after each), and the dataset's test split is wrapped so a
-`take` is recorded with the code that asked for it unless the protocol's driver (cl/loop.py,
-cl/online.py) is evaluating through cl/inference.py.
+that only records its instance (same name, same hooks) and hands it a copy of the Setup whose
+test_labels are watched; the hooks the driver calls are watched on that instance (the memory's
+size after each); both dataset splits are wrapped so a take or an attribute read is recorded
+with the code that asked for it, unless the protocol's driver (cl/loop.py, cl/online.py) is
+evaluating through cl/inference.py or building its stream.
 
-What it does not see: samples a method keeps outside `self.memory` (count them against K
-yourself: BiC's held-out set does), the test labels the driver's `Setup` carries, and
-device-only paths (it trains on the CPU: CUDA graphs and mixed precision are not exercised).
+What it does not see is listed in docs/extending.md ("What the kit does not guarantee"): images
+a method caches itself, deliberate introspection, device-only paths (it trains on the CPU).
 """
 
 from __future__ import annotations
@@ -527,7 +541,7 @@ class _Watch:
         """The task's train takes, the memory's samples now and the model's fingerprint; the next
         task starts a new record."""
         indices = getattr(getattr(self.method, "memory", None), "indices", None)
-        kept = [int(i) for i in indices.tolist()] if hasattr(indices, "tolist") else None
+        kept = [int(i) for i in indices.tolist()] if indices is not None and hasattr(indices, "tolist") else None
         takes, self.takes = self.takes, []
         return takes, kept, _fingerprint(getattr(self.method, "model", None))
 
@@ -723,15 +737,15 @@ def _sources_watched(watch: _Watch) -> Iterator[None]:
     if not _OPENS["installed"]:
         sys.addaudithook(_audit)
         _OPENS["installed"] = True
-    data_module.lookup = watched_lookup  # type: ignore[assignment]
-    data_module.load_cached = opened_by_load_dataset  # type: ignore[assignment]
+    data_module.lookup = watched_lookup
+    data_module.load_cached = opened_by_load_dataset
     DatasetSpec.loader = watched_loader  # type: ignore[assignment,method-assign]
     _OPENS["watch"] = watch
     try:
         yield
     finally:
         _OPENS["watch"] = None
-        data_module.lookup, data_module.load_cached = original_lookup, original_load_cached  # type: ignore[assignment]
+        data_module.lookup, data_module.load_cached = original_lookup, original_load_cached
         DatasetSpec.loader = original_loader  # type: ignore[method-assign]
 
 
@@ -751,7 +765,7 @@ def _clock_shifted(seconds: float, modules: Iterable[ModuleType]) -> Iterator[No
     def now_s() -> float:
         return float(real["time"]()) + seconds
 
-    class ShiftedDatetime(real_datetime):
+    class ShiftedDatetime(dt.datetime):
         @classmethod
         def now(cls, tz: Any = None) -> Any:
             return real_datetime.fromtimestamp(now_s(), tz)
@@ -764,7 +778,7 @@ def _clock_shifted(seconds: float, modules: Iterable[ModuleType]) -> Iterator[No
         def today(cls) -> Any:
             return real_datetime.fromtimestamp(now_s())
 
-    class ShiftedDate(real_date):
+    class ShiftedDate(dt.date):
         @classmethod
         def today(cls) -> Any:
             return real_date.fromtimestamp(now_s())
