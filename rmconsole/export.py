@@ -192,22 +192,45 @@ def _epoch_ms(stamp: str | None) -> int | None:
         return None
 
 
-def to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str = "rmconsole") -> list[str]:
+def _system_points(samples: Iterable[dict[str, Any]]) -> list[tuple[str, float, int, int]]:
+    """(name, value, timestamp in ms, step = whole seconds since the first sample) of each measured
+    figure of each system-load sample (`store.system_json`): system/cpu_percent, system/rss_bytes,
+    system/load1, system/gpu_util, system/gpu_mem_bytes."""
+    from datetime import datetime
+
+    points = []
+    for s in samples:
+        stamp = int(datetime.fromisoformat(s["at"].replace("Z", "+00:00")).timestamp() * 1000)
+        for key in ("cpu_percent", "rss_bytes", "load1", "gpu_util", "gpu_mem_bytes"):
+            if s.get(key) is not None:
+                points.append((f"system/{key}", float(s[key]), stamp, int(s["seconds"])))
+    return points
+
+
+def to_mlflow(
+    details: Iterable[dict[str, Any]],
+    where: str,
+    experiment: str = "rmconsole",
+    system: dict[int, list[dict[str, Any]]] | None = None,
+) -> list[str]:
     """Write each run as an MLflow run in `experiment` of the tracking store at `where` (a
     folder: a file store; or a tracking URI). Returns the MLflow run ids. What MLflow refuses (a
     URI of no store it knows, a server's error, an experiment name it does not take) is an
-    ExportError, one line, the URI's password masked."""
+    ExportError, one line, the URI's password masked. `system`: each run's system-load samples
+    (`store.system_json`), logged as system/* metrics at the times they were taken."""
     try:
         from mlflow.exceptions import MlflowException
     except ImportError:
         raise ExportError("--to mlflow needs MLflow: pip install 'rmconsole[mlflow]' (mlflow-skinny)") from None
     try:
-        return _to_mlflow(details, where, experiment)
+        return _to_mlflow(details, where, experiment, system or {})
     except MlflowException as err:
         raise _mlflow_error(err, where) from None
 
 
-def _to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str) -> list[str]:
+def _to_mlflow(
+    details: Iterable[dict[str, Any]], where: str, experiment: str, system: dict[int, list[dict[str, Any]]]
+) -> list[str]:
     from mlflow.entities import Metric, Param, RunTag
 
     client = _mlflow_client(where)
@@ -256,6 +279,8 @@ def _to_mlflow(details: Iterable[dict[str, Any]], where: str, experiment: str) -
             ):
                 if reading is not None:
                     metrics.append(Metric(key, float(reading), 0, step))
+        for key, value, stamp, step in _system_points(system.get(detail["id"], ())):
+            metrics.append(Metric(key, value, stamp, step))
         for i in range(0, max(len(params), len(metrics), 1), 900):  # MLflow takes at most 1000 metrics per batch
             client.log_batch(
                 run_id,
@@ -292,9 +317,12 @@ def _log_memory_plot(client: Any, run_id: str, detail: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------- TensorBoard
 
 
-def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
+def to_tensorboard(
+    details: Iterable[dict[str, Any]], where: str, system: dict[int, list[dict[str, Any]]] | None = None
+) -> list[Path]:
     """Write each run's event files into DIR/run-ID (one folder per run, so TensorBoard lists
-    them as runs). Returns the folders."""
+    them as runs). Returns the folders. `system`: each run's system-load samples
+    (`store.system_json`), written as system/* scalars stepped by seconds, at their wall time."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
@@ -343,6 +371,8 @@ def to_tensorboard(details: Iterable[dict[str, Any]], where: str) -> list[Path]:
             ):
                 if reading is not None:
                     writer.add_scalar(f"epoch/{key}", reading, step)
+        for key, value, stamp, step in _system_points((system or {}).get(detail["id"], ())):
+            writer.add_scalar(key, value, step, walltime=stamp / 1000)
         for snap in detail.get("memory") or []:
             hist = snap["histogram"]
             if sum(hist):

@@ -15,11 +15,25 @@ a few seconds per protocol on a CPU), and checks the rules in RULES:
 
     memory-bound        the memory never holds more than memory_size (K) samples: after every
                         hook the protocol calls (every streamed sample, task-free) and in every
-                        memory snapshot the method reports
-    no-test-peeking     no test image is taken outside the protocol's own evaluations (after a
-                        task, and every eval_period samples task-free)
+                        memory snapshot the method reports; and the model is never given more
+                        than K distinct past samples to train on: the train split is guarded,
+                        every take() is counted by index, per task (task protocol: past = not in
+                        the task's stream) or per call of a hook (task-free: past = not among the
+                        latest batch_size streamed samples)
+    no-test-peeking     no test data is used outside the protocol's own evaluations (after a
+                        task, and every eval_period samples task-free): no test image taken, no
+                        attribute of the test split read (its labels included), setup.test_labels
+                        not read, neither load_dataset nor a registry loader called, none of the
+                        dataset's files opened (an audit hook)
     same-seed-same-run  two runs with the same seed give the same outcomes, anytime points,
                         memory snapshots and final checkpoint, bit for bit
+    clock-independent   the second of those runs has its wall clock (time, datetime) 12 hours
+                        later; a difference is told from an unseeded draw by a third run
+    same-decisions-any-threads
+                        a run at 2 torch threads (its first two tasks) takes the same train
+                        samples in the same order and batches, and keeps the same memory, as at 1
+                        thread, up to the first decision taken on models that already differ
+                        (floats may differ between thread counts)
     resume-exact        a run stopped after a task and resumed from its checkpoint (through
                         torch.save / torch.load(weights_only=True), as the worker writes and reads
                         it) in a fresh method object continues bit for bit
@@ -32,19 +46,20 @@ every rule broken, each as what was seen and what to do; it returns a `Conforman
 every rule holds. `check_hooks(name)` is the static rule alone (no training).
 
 How it looks, without changing what it looks at: the method's class is wrapped in a subclass
-that only records its instance (same name, same hooks), the hooks the driver calls are watched
-on that instance (the memory's size after each), and the dataset's test split is wrapped so a
-`take` is recorded with the code that asked for it unless the protocol's driver (cl/loop.py,
-cl/online.py) is evaluating through cl/inference.py.
+that only records its instance (same name, same hooks) and hands it a copy of the Setup whose
+test_labels are watched; the hooks the driver calls are watched on that instance (the memory's
+size after each); both dataset splits are wrapped so a take or an attribute read is recorded
+with the code that asked for it, unless the protocol's driver (cl/loop.py, cl/online.py) is
+evaluating through cl/inference.py or building its stream.
 
-What it does not see: samples a method keeps outside `self.memory` (count them against K
-yourself: BiC's held-out set does), the test labels the driver's `Setup` carries, and
-device-only paths (it trains on the CPU: CUDA graphs and mixed precision are not exercised).
+What it does not see is listed in docs/extending.md ("What the kit does not guarantee"): images
+a method caches itself, deliberate introspection, device-only paths (it trains on the CPU).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import difflib
 import functools
@@ -54,9 +69,10 @@ import math
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .cl.events import AnytimePoint, Reporter, TaskOutcome
@@ -77,9 +93,14 @@ __all__ = [
 ]
 
 RULES: dict[str, str] = {
-    "memory-bound": "the memory never holds more than memory_size (K) samples",
-    "no-test-peeking": "no test sample is taken outside the protocol's evaluations",
+    "memory-bound": "the memory never holds more than memory_size (K) samples, and the model is never given more "
+    "than K distinct past samples between two stream samples",
+    "no-test-peeking": "no test data (images, labels, the dataset's loader or files) reaches a method outside the "
+    "protocol's evaluations",
     "same-seed-same-run": "two runs with the same seed are the same run, bit for bit",
+    "clock-independent": "a run whose wall clock is 12 hours later is the same run, bit for bit",
+    "same-decisions-any-threads": "at 1 and 2 torch threads the run takes the same samples, in the same order and "
+    "batches, and keeps the same memory",
     "resume-exact": "a run stopped after a task and resumed from its checkpoint continues bit for bit",
     "known-hooks": "every public method the class defines is a hook its protocols call or a building block",
 }
@@ -123,6 +144,8 @@ _WATCHED_HOOKS: dict[str, tuple[str, ...]] = {
         "online_task_end",
     ),
 }
+_THREAD_TASKS = 2  # the thread check's run trains the first tasks only (decisions show from the first)
+_MORE_THREADS = 2
 _HOOK_PREFIXES = ("before_", "after_", "on_", "online_")
 _TYPO_CUTOFF = 0.8  # difflib ratio above which a name is taken for a misspelt hook ("after_taks")
 
@@ -316,33 +339,45 @@ def _short(path: str) -> str:
 
 @functools.cache
 def _files() -> dict[str, Any]:
-    """The files whose frames the test-split guard tells apart."""
+    """The files whose frames the guards tell apart."""
+    import importlib.util
+    import sysconfig
+
     import torch
 
-    from .cl import data, inference, loop, online, pipeline
+    from .cl import data, datasets, images, inference, loop, online, pipeline
 
+    libraries = [os.path.dirname(os.path.abspath(torch.__file__)) + os.sep]
+    for name in ("numpy", "sklearn", "scipy"):  # what a method may load files through
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            libraries.append(os.path.dirname(os.path.abspath(spec.origin)) + os.sep)
     return {
         "drivers": {os.path.abspath(loop.__file__), os.path.abspath(online.__file__)},
         "inference": os.path.abspath(inference.__file__),
-        "plumbing": {os.path.abspath(f) for f in (data.__file__, pipeline.__file__, inference.__file__, _THIS_FILE)},
-        "library": (
-            os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
-            os.path.abspath(contextlib.__file__),
-            os.path.abspath(functools.__file__),
-        ),
+        "plumbing": {
+            os.path.abspath(f)
+            for f in (data.__file__, datasets.__file__, images.__file__, pipeline.__file__, inference.__file__)
+        }
+        | {_THIS_FILE},
+        "library": tuple(libraries),
+        "stdlib": os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep,
     }
 
 
 def _is_library(filename: str) -> bool:
-    torch_dir, *stdlib = _files()["library"]
+    """torch, numpy, scikit-learn and the standard library (not what is installed beside it)."""
+    if filename.startswith("<"):  # <frozen importlib._bootstrap>, <string>
+        return True
+    files = _files()
     path = os.path.abspath(filename)
-    return path.startswith(torch_dir) or path in stdlib
+    return path.startswith(files["library"]) or (path.startswith(files["stdlib"]) and "-packages" not in path)
 
 
 def _protocol_is_evaluating(frame: FrameType | None) -> bool:
-    """True when the stack shows the protocol's driver calling cl/inference.py's evaluate or
-    evaluation (directly, through torch's decorators): the protocol's own test pass. A method
-    that calls `evaluate` itself is not the driver doing it."""
+    """True when the stack shows the protocol's driver calling cl/inference.py's evaluate,
+    evaluation or validation (directly, through torch's decorators): the protocol's own pass. A
+    method that calls `evaluate` itself is not the driver doing it."""
     files = _files()
     callee: FrameType | None = None
     while frame is not None:
@@ -351,7 +386,7 @@ def _protocol_is_evaluating(frame: FrameType | None) -> bool:
             return (
                 callee is not None
                 and os.path.abspath(callee.f_code.co_filename) == files["inference"]
-                and callee.f_code.co_name in ("evaluate", "evaluation")
+                and callee.f_code.co_name in ("evaluate", "evaluation", "validation")
             )
         if not _is_library(filename):
             callee = frame
@@ -359,15 +394,51 @@ def _protocol_is_evaluating(frame: FrameType | None) -> bool:
     return False
 
 
-def _asker(frame: FrameType | None) -> str:
-    """The innermost code outside the data plumbing and torch: who asked for the images."""
+def _asking_frame(frame: FrameType | None) -> FrameType | None:
+    """The innermost frame outside the data plumbing and the libraries: who asked."""
     files = _files()
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
         if filename not in files["plumbing"] and not _is_library(filename):
-            return f"{_short(filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+            return frame
         frame = frame.f_back
-    return "unknown code"
+    return None
+
+
+def _asker(frame: FrameType | None) -> str:
+    """The innermost code outside the data plumbing and the libraries, as file:line in function."""
+    found = _asking_frame(frame)
+    if found is None:
+        return "unknown code"
+    return f"{_short(found.f_code.co_filename)}:{found.f_lineno} in {found.f_code.co_name}"
+
+
+def _driver_asks(frame: FrameType | None) -> bool:
+    """The protocol's driver itself (loop.py, online.py) reads the split: building the stream."""
+    found = _asking_frame(frame)
+    return found is not None and os.path.abspath(found.f_code.co_filename) in _files()["drivers"]
+
+
+_Take = tuple[str, tuple[int, ...], int]  # where, the train indices taken in order, the model's fingerprint then
+
+
+def _grad_enabled() -> bool:
+    import torch
+
+    return torch.is_grad_enabled()
+
+
+def _fingerprint(model: Any) -> int:
+    """The model's floats (parameters and buffers) as one number: equal when they are bit for bit."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    with torch.no_grad():
+        flat = [
+            t.detach().reshape(-1).float() for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()
+        ]
+        return hash(torch.cat(flat).cpu().numpy().tobytes()) if flat else 0
 
 
 @dataclass
@@ -375,14 +446,30 @@ class _Watch:
     """What one protocol's runs did that a rule forbids, and where the run was at the time."""
 
     capacity: int
+    batch: int = 1  # task-free: the latest streamed samples that are the current stream batch
+    protocol: str = "task"
     task: int | None = None
     hook: str | None = None
     samples: int = 0  # streamed samples the method observed (task-free)
     over: dict[str, str] = field(default_factory=dict)  # memory-bound breaches: hook -> the first
     most: int = 0
+    given: dict[str, str] = field(default_factory=dict)  # past samples beyond K given the model: hook -> the first
+    given_most: int = 0
+    bypass: dict[str, str] = field(default_factory=dict)  # train images read around take(): code -> the first
     peeks: dict[str, str] = field(default_factory=dict)  # code and hook -> what was seen, first time
     method: Any = None
     failed: str | None = None  # where the run raised, when it did
+    current: set[int] = field(default_factory=set)  # the current stream batch: these are not "past"
+    recent: deque[int] = field(default_factory=deque)
+    past: set[int] = field(default_factory=set)  # distinct past samples taken since the window opened
+    takes: list[_Take] = field(default_factory=list)  # this task's train takes, in order
+    loading: int = 0  # inside a dataset loader the kit already flagged (its file reads are that one peek)
+
+    def reset(self) -> None:
+        """A new run (the breaches seen so far stay)."""
+        self.task, self.hook, self.samples, self.failed = None, None, 0, None
+        self.current, self.past, self.takes = set(), set(), []
+        self.recent = deque(maxlen=max(1, self.batch))
 
     def context(self) -> str:
         task = "before the first task" if self.task is None else f"task {self.task}"
@@ -390,6 +477,12 @@ class _Watch:
 
     def place(self) -> str:
         return f"in {self.hook} ({self.context()})" if self.hook else f"in the driver ({self.context()})"
+
+    def window(self) -> str:
+        """The span over which past samples are counted, in words."""
+        if self.protocol == "task":
+            return "before the first task" if self.task is None else f"during task {self.task} (in {self.hook})"
+        return f"in one call of {self.hook or 'the driver'} ({self.context()})"
 
     def memory_size(self, size: int, when: str, key: str) -> None:
         """A breach is kept the first time per hook (or per report), with the largest size seen."""
@@ -405,10 +498,57 @@ class _Watch:
             return  # no memory to count
         self.memory_size(size, f"after {hook} ({self.context()})", hook)
 
-    def test_taken(self, n: int | None, how: str, frame: FrameType | None) -> None:
-        """Record a use of the test split unless the protocol is evaluating: once per piece of
-        code and hook, with the first time it happened."""
+    def task_opened(self, stream: Any) -> None:
+        """The task protocol hands a whole task: its stream is the current batch, the rest is past."""
+        self.past = set()
+        self.current = {int(i) for i in stream.tolist()}
+
+    def sample_observed(self, index: Any) -> None:
+        """Task-free: a streamed sample arrived; it and the batch_size before it are current."""
+        with contextlib.suppress(TypeError, ValueError):
+            self.recent.append(int(index))
+        self.current = set(self.recent)
+
+    def train_taken(self, idx: Any, frame: FrameType | None) -> None:
+        """Train images taken: the decision record (which samples, in which order and batches)
+        and the past samples given to the model since the window opened."""
         if _protocol_is_evaluating(frame):
+            return
+        try:
+            ids = tuple(int(i) for i in idx.reshape(-1).tolist())
+        except (AttributeError, TypeError, ValueError):
+            return
+        self.takes.append((self.place(), ids, _fingerprint(getattr(self.method, "model", None))))
+        if not _grad_enabled():  # looked at (uncertainty, scores), not trained on
+            return
+        self.past.update(i for i in ids if i not in self.current)
+        if len(self.past) > self.capacity:
+            self.given_most = max(self.given_most, len(self.past))
+            self.given.setdefault(
+                self.hook or "driver",
+                f"{len(self.past)} distinct past samples {self.window()}, taken by {_asker(frame)}",
+            )
+
+    def train_read(self, name: str, frame: FrameType | None) -> None:
+        """An attribute of the train split read around take(): images the kit cannot count."""
+        asking = _asking_frame(frame)
+        if asking is None or _driver_asks(frame) or _protocol_is_evaluating(frame):
+            return
+        key = f"{_asker(frame)} read the train split's {name!r} in {self.hook or 'the driver'}"
+        self.bypass.setdefault(key, f"{key} (first in {self.context()})")
+
+    def decisions(self) -> tuple[list[_Take], list[int] | None, int]:
+        """The task's train takes, the memory's samples now and the model's fingerprint; the next
+        task starts a new record."""
+        indices = getattr(getattr(self.method, "memory", None), "indices", None)
+        kept = [int(i) for i in indices.tolist()] if indices is not None and hasattr(indices, "tolist") else None
+        takes, self.takes = self.takes, []
+        return takes, kept, _fingerprint(getattr(self.method, "model", None))
+
+    def test_taken(self, n: int | None, how: str, frame: FrameType | None) -> None:
+        """Record a use of test data unless the protocol is evaluating or building its stream:
+        once per piece of code and hook, with the first time it happened."""
+        if _protocol_is_evaluating(frame) or _driver_asks(frame):
             return
         key = f"{_asker(frame)} {how} {'in ' + self.hook if self.hook else 'in the driver'}"
         if key not in self.peeks:
@@ -428,10 +568,15 @@ class _Watch:
         def watched(*args: Any, **kwargs: Any) -> Any:
             task = args[0] if args and hasattr(args[0], "index") and hasattr(args[0], "stream") else None
             if task is not None:
+                if self.protocol == "task" and self.task != int(task.index):
+                    self.task_opened(task.stream)
                 self.task = int(task.index)
             if hook == "online_observe":
                 self.samples += 1
+                self.sample_observed(args[0] if args else kwargs.get("index"))
             outer, self.hook = self.hook, hook
+            if outer is None and self.protocol == "task-free":
+                self.past = set()  # a call the driver makes: past samples are counted afresh
             try:
                 return bound(*args, **kwargs)
             except BaseException:
@@ -445,51 +590,255 @@ class _Watch:
 
 
 class _GuardedSplit:
-    """A dataset split that tells the watch of every image taken from it (and of any attribute
-    read besides its labels, length and shape) outside the protocol's evaluations."""
+    """A dataset split that tells the watch what is taken from it and what is read of it.
 
-    _PLAIN = frozenset({"labels", "shape"})
+    The test split: every image taken, and every attribute read besides its length and shape
+    (its labels, its tensors, this wrapper's own fields), outside the protocol's evaluations and
+    its driver. The train split: every take (the decision record, the past samples given to the
+    model), and every attribute read besides take, labels, length and shape (images the kit
+    could not count)."""
 
-    def __init__(self, inner: Any, watch: _Watch) -> None:
+    __slots__ = ("_inner", "_role", "_watch")
+    _OPEN = {
+        "test": frozenset({"take", "to", "shape", "__class__"}),
+        "train": frozenset({"take", "to", "shape", "labels", "__class__"}),
+    }
+
+    def __init__(self, inner: Any, watch: _Watch, role: str) -> None:
         self._inner = inner
         self._watch = watch
+        self._role = role
+
+    def __getattribute__(self, name: str) -> Any:
+        role = object.__getattribute__(self, "_role")
+        if name in _GuardedSplit._OPEN[role]:
+            return object.__getattribute__(self, name)
+        watch: _Watch = object.__getattribute__(self, "_watch")
+        value = (
+            object.__getattribute__(self, name)
+            if name in _GuardedSplit.__slots__
+            else getattr(object.__getattribute__(self, "_inner"), name)
+        )
+        if role == "test":
+            watch.test_taken(None, f"read the test split's {name!r}", sys._getframe(1))
+        else:
+            watch.train_read(name, sys._getframe(1))
+        return value
 
     @property
     def labels(self) -> Any:
-        return self._inner.labels
+        return object.__getattribute__(self, "_inner").labels
 
     @property
     def shape(self) -> Any:
-        return self._inner.shape
+        return object.__getattribute__(self, "_inner").shape
 
     def __len__(self) -> int:
-        return len(self._inner)
+        return len(object.__getattribute__(self, "_inner"))
 
     def take(self, idx: Any) -> Any:
-        self._watch.test_taken(len(idx), "took test images", sys._getframe(1))
-        return self._inner.take(idx)
+        watch: _Watch = object.__getattribute__(self, "_watch")
+        if object.__getattribute__(self, "_role") == "test":
+            watch.test_taken(len(idx), "took test images", sys._getframe(1))
+        else:
+            watch.train_taken(idx, sys._getframe(1))
+        return object.__getattribute__(self, "_inner").take(idx)
 
     def to(self, device: Any) -> _GuardedSplit:
-        return _GuardedSplit(self._inner.to(device), self._watch)
+        inner = object.__getattribute__(self, "_inner")
+        watch, role = object.__getattribute__(self, "_watch"), object.__getattribute__(self, "_role")
+        return _GuardedSplit(inner.to(device), watch, role)
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        value = getattr(self._inner, name)
-        if name not in self._PLAIN:
-            self._watch.test_taken(None, f"read the test split's {name!r}", sys._getframe(1))
-        return value
+
+def _guarded_setup(setup: Any, watch: _Watch) -> Any:
+    """A copy of the driver's Setup whose `test_labels` tells the watch who reads them."""
+
+    def read(self: Any) -> Any:
+        watch.test_taken(None, "read setup.test_labels", sys._getframe(1))
+        return self.__dict__["test_labels"]
+
+    def write(self: Any, value: Any) -> None:
+        self.__dict__["test_labels"] = value
+
+    cls = type(setup)
+    if "test_labels" not in getattr(setup, "__dict__", {}):
+        return setup
+    guarded = copy.copy(setup)
+    guarded.__class__ = type(
+        cls.__name__,
+        (cls,),
+        {"test_labels": property(read, write), "__module__": cls.__module__, "__qualname__": cls.__qualname__},
+    )
+    return guarded
+
+
+# Dataset files a kit run opens: any is test data outside the protocol (`_audit`, installed once).
+_OPENS: dict[str, Any] = {"watch": None, "files": frozenset(), "dirs": (), "installed": False}
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    watch: _Watch | None = _OPENS["watch"]
+    if watch is None or event != "open" or not args or isinstance(args[0], int) or watch.loading:
+        return
+    try:
+        path = os.path.abspath(os.fsdecode(args[0]))
+    except (TypeError, ValueError):
+        return
+    if path in _OPENS["files"] or path.startswith(_OPENS["dirs"]):
+        _OPENS["watch"] = None  # what recording opens is not recorded
+        try:
+            watch.test_taken(None, f"opened the dataset's file {_short(path)}", sys._getframe(1))
+        finally:
+            _OPENS["watch"] = watch
+
+
+@contextlib.contextmanager
+def _sources_watched(watch: _Watch) -> Iterator[None]:
+    """Whatever loads a dataset during a run tells the watch: load_dataset (data.py's lookup, so
+    a reference bound before the run is caught too), a registry entry's loader, and a read of a
+    dataset's files (the kit's dataset's source files, anything under the data root)."""
+    from .cl import data as data_module
+    from .cl.datasets import DatasetSpec, data_root, lookup
+
+    original_lookup, original_loader = data_module.lookup, DatasetSpec.loader
+    plumbing = os.path.abspath(data_module.__file__)
+
+    def watched_lookup(name: str) -> DatasetSpec:
+        watch.test_taken(None, f"called load_dataset({name!r})", sys._getframe(1))
+        return original_lookup(name)
+
+    def watched_loader(spec: DatasetSpec) -> Any:
+        caller = sys._getframe(1)
+        if os.path.abspath(caller.f_code.co_filename) != plumbing:  # load_dataset's own call: flagged above
+            watch.test_taken(None, f"called dataset {spec.name!r}'s loader from the registry", caller)
+        loader = original_loader(spec)
+
+        def loading(*args: Any, **kwargs: Any) -> Any:
+            watch.loading += 1
+            try:
+                return loader(*args, **kwargs)
+            finally:
+                watch.loading -= 1
+
+        return loading
+
+    def opened_by_load_dataset(*args: Any, **kwargs: Any) -> Any:
+        watch.loading += 1
+        try:
+            return original_load_cached(*args, **kwargs)
+        finally:
+            watch.loading -= 1
+
+    original_load_cached = data_module.load_cached
+    with contextlib.suppress(Exception):  # a data root that cannot be resolved: the files of the dataset alone
+        root = data_root()
+        _OPENS["dirs"] = (os.path.abspath(root) + os.sep,)
+        _OPENS["files"] = frozenset(os.path.abspath(p) for p in lookup("digits").source_paths(root))
+    if not _OPENS["installed"]:
+        sys.addaudithook(_audit)
+        _OPENS["installed"] = True
+    data_module.lookup = watched_lookup
+    data_module.load_cached = opened_by_load_dataset
+    DatasetSpec.loader = watched_loader  # type: ignore[assignment,method-assign]
+    _OPENS["watch"] = watch
+    try:
+        yield
+    finally:
+        _OPENS["watch"] = None
+        data_module.lookup, data_module.load_cached = original_lookup, original_load_cached
+        DatasetSpec.loader = original_loader  # type: ignore[method-assign]
+
+
+_CLOCK_SHIFT_S = 12 * 3600.0  # the second same-seed run's clock: 12 hours later (noon for midnight)
+
+
+@contextlib.contextmanager
+def _clock_shifted(seconds: float, modules: Iterable[ModuleType]) -> Iterator[None]:
+    """The wall clock `seconds` later: time.time / time_ns / localtime / gmtime / ctime /
+    strftime, datetime.datetime.now / utcnow / today and datetime.date.today, in their modules
+    and wherever `modules` (the method's) bound them by name. Monotonic clocks are left alone."""
+    import datetime as dt
+
+    real = {name: getattr(time, name) for name in ("time", "time_ns", "localtime", "gmtime", "ctime", "strftime")}
+    real_datetime, real_date = dt.datetime, dt.date
+
+    def now_s() -> float:
+        return float(real["time"]()) + seconds
+
+    class ShiftedDatetime(dt.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return real_datetime.fromtimestamp(now_s(), tz)
+
+        @classmethod
+        def utcnow(cls) -> Any:
+            return real_datetime.fromtimestamp(now_s(), dt.UTC).replace(tzinfo=None)
+
+        @classmethod
+        def today(cls) -> Any:
+            return real_datetime.fromtimestamp(now_s())
+
+    class ShiftedDate(dt.date):
+        @classmethod
+        def today(cls) -> Any:
+            return real_date.fromtimestamp(now_s())
+
+    shifted: dict[str, Any] = {
+        "time": now_s,
+        "time_ns": lambda: int(real["time_ns"]()) + int(seconds * 1e9),
+        "localtime": lambda secs=None: real["localtime"](now_s() if secs is None else secs),
+        "gmtime": lambda secs=None: real["gmtime"](now_s() if secs is None else secs),
+        "ctime": lambda secs=None: real["ctime"](now_s() if secs is None else secs),
+        "strftime": lambda fmt, t=None: real["strftime"](fmt, real["localtime"](now_s()) if t is None else t),
+    }
+    swaps: list[tuple[Any, str, Any]] = [(time, name, fake) for name, fake in shifted.items()]
+    swaps += [(dt, "datetime", ShiftedDatetime), (dt, "date", ShiftedDate)]
+    by_identity = {id(real[n]): shifted[n] for n in real} | {
+        id(real_datetime): ShiftedDatetime,
+        id(real_date): ShiftedDate,
+    }
+    for module in modules:
+        for name, value in list(vars(module).items()):
+            if id(value) in by_identity and not name.startswith("__"):
+                swaps.append((module, name, by_identity[id(value)]))
+    undo = [(owner, name, getattr(owner, name)) for owner, name, _ in swaps]
+    try:
+        for owner, name, fake in swaps:
+            setattr(owner, name, fake)
+        yield
+    finally:
+        for owner, name, value in reversed(undo):
+            setattr(owner, name, value)
+
+
+@contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class _Enough(Exception):
+    """The run has trained the tasks the kit asked for (the thread check stops early)."""
 
 
 class _Recorder(Reporter):
-    """The run's events as the worker would keep them; the checkpoints as the bytes it writes."""
+    """The run's events as the worker would keep them; the checkpoints as the bytes it writes;
+    after each task, the decisions the method took in it (its train takes, its memory)."""
 
-    def __init__(self, watch: _Watch) -> None:
+    def __init__(self, watch: _Watch, stop_after: int | None = None) -> None:
         self.watch = watch
+        self.stop_after = stop_after
         self.outcomes: list[TaskOutcome] = []
         self.points: list[AnytimePoint] = []
         self.memories: list[tuple[int, list[int], int, dict[str, Any]]] = []
         self.checkpoints: list[bytes] = []
+        self.decisions: list[tuple[int, list[_Take], list[int] | None, int]] = []
 
     def anytime_evaluated(self, point: AnytimePoint) -> None:
         self.points.append(point)
@@ -502,9 +851,12 @@ class _Recorder(Reporter):
         import torch
 
         self.outcomes.append(outcome)
+        self.decisions.append((outcome.task, *self.watch.decisions()))
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         self.checkpoints.append(buffer.getvalue())
+        if self.stop_after is not None and len(self.outcomes) >= self.stop_after:
+            raise _Enough
 
 
 class CheckpointKeeper(Reporter):
@@ -537,6 +889,10 @@ def _instrumented(watch: _Watch, protocol: str) -> Iterator[None]:
         if cls not in made:
 
             def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+                if args:  # the Setup the method keeps: its test labels guarded
+                    args = (_guarded_setup(args[0], watch), *args[1:])
+                elif "setup" in kwargs:
+                    kwargs["setup"] = _guarded_setup(kwargs["setup"], watch)
                 cls.__init__(self, *args, **kwargs)
                 watch.attach(self, protocol)
 
@@ -566,17 +922,38 @@ def _digits() -> Dataset:
     return load_dataset("digits")
 
 
-def _run(cfg: Any, watch: _Watch, protocol: str, resume: dict[str, Any] | None = None) -> _Recorder:
+def _run(
+    cfg: Any,
+    watch: _Watch,
+    protocol: str,
+    resume: dict[str, Any] | None = None,
+    *,
+    clock_shift: float = 0.0,
+    threads: int | None = None,
+    tasks: int | None = None,
+    modules: Iterable[ModuleType] = (),
+) -> _Recorder:
+    """One run of the protocol with the splits guarded and the hooks watched; `clock_shift`
+    seconds on the wall clock, `threads` torch threads, stopped after `tasks` tasks."""
     import torch
 
     from .cl.loop import run_protocol
 
     data = _digits()
-    guarded = dataclasses.replace(data, test=_GuardedSplit(data.test, watch))
-    recorder = _Recorder(watch)
-    watch.task, watch.hook, watch.samples, watch.failed = None, None, 0, None
-    with _instrumented(watch, protocol):
-        run_protocol(cfg, guarded, torch.device("cpu"), recorder, resume=resume)
+    guarded = dataclasses.replace(
+        data, train=_GuardedSplit(data.train, watch, "train"), test=_GuardedSplit(data.test, watch, "test")
+    )
+    recorder = _Recorder(watch, stop_after=tasks)
+    watch.reset()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_instrumented(watch, protocol))
+        if threads is not None:
+            stack.enter_context(_threads(threads))
+        if clock_shift:
+            stack.enter_context(_clock_shifted(clock_shift, modules))
+        stack.enter_context(_sources_watched(watch))
+        with contextlib.suppress(_Enough):
+            run_protocol(cfg, guarded, torch.device("cpu"), recorder, resume=resume)
     return recorder
 
 
@@ -703,27 +1080,56 @@ def _quiet_torch() -> Iterator[None]:
         torch.set_rng_state(rng)
 
 
+def _compare_decisions(a: _Recorder, b: _Recorder) -> str | None:
+    """The first decision (a train take: which samples, in which order and batch; the memory's
+    samples at a task's end) in which run `b` differs from run `a`, over the tasks `b` trained,
+    while the two models are still the same bit for bit (floats may differ between thread counts;
+    a decision made from floats that already differ, an uncertainty or a score, may then differ too)."""
+    for (task, takes, memory, model), (_, others, other_memory, other_model) in zip(a.decisions, b.decisions):
+        for n, ((place, ids, before), (_, theirs, other_before)) in enumerate(zip(takes, others)):
+            if before != other_before:
+                return None  # the floats differ from here: what follows may follow from them
+            if ids != theirs:
+                return (
+                    f"the train images taken {place} (take {n + 1} of the task): {len(ids)} samples "
+                    f"{list(ids[:6])}{'...' if len(ids) > 6 else ''} vs {len(theirs)} samples "
+                    f"{list(theirs[:6])}{'...' if len(theirs) > 6 else ''}"
+                )
+        if len(takes) != len(others):
+            return f"task {task}: {len(takes)} takes of train images vs {len(others)}"
+        if model != other_model:
+            return None
+        if memory != other_memory:
+            differ = len(set(memory or []) ^ set(other_memory or []))
+            return (
+                f"the memory after task {task}: {differ} samples in one run only (or the same samples in another order)"
+            )
+    return None
+
+
 def _check_protocol(
     method: str, protocol: str, settings: Mapping[str, Any], rules: tuple[str, ...], resume_after: int | None
 ) -> tuple[list[Violation], int, list[str]]:
     """One protocol's runs and rules: (violations, runs trained, rules it could not check and why)."""
     from .cl.protocols import protocol_of
     from .config import load_config
+    from .methods import method_class
 
     over = {**kit_settings(method, protocol), **settings}
     if protocol_of(str(over.get("stream"))) != protocol:
         raise ValueError(f"settings stream={over.get('stream')!r} is not a {_PROTOCOL_NAMES[protocol]} stream")
     _, cfg = load_config(None, over)
-    watch = _Watch(capacity=int(cfg.memory_size))
+    watch = _Watch(capacity=int(cfg.memory_size), batch=int(cfg.batch_size), protocol=protocol)
+    modules = [sys.modules[k.__module__] for k in method_class(method).__mro__ if k.__module__ in sys.modules]
     violations: list[Violation] = []
     skipped: list[str] = []
     runs = 0
 
-    def run(what: str, resume: dict[str, Any] | None = None) -> _Recorder:
+    def run(what: str, resume: dict[str, Any] | None = None, **how: Any) -> _Recorder:
         nonlocal runs
         runs += 1
         try:
-            return _run(cfg, watch, protocol, resume)
+            return _run(cfg, watch, protocol, resume, modules=modules, **how)
         except Exception as err:
             detail = " ".join(str(err).split())[:300]
             raise ConformanceError(
@@ -743,9 +1149,30 @@ def _check_protocol(
 
     full = run("run")
     n_tasks = len(full.outcomes)
-    if "same-seed-same-run" in rules:
-        found = _compare(full, run("second run with the same seed"))
-        if found:
+    same_seed, clock = "same-seed-same-run" in rules, "clock-independent" in rules
+    if same_seed or clock:
+        shift = _CLOCK_SHIFT_S if clock else 0.0
+        found = _compare(
+            full,
+            run("second run with the same seed" + (", the clock 12 hours later" if clock else ""), clock_shift=shift),
+        )
+        if found and clock and same_seed:  # the clock, or an unseeded draw? a third run on the first's clock tells
+            unshifted = _compare(full, run("third run with the same seed, on the first run's clock"))
+            clock, found = unshifted is None, unshifted or found
+        elif found:
+            clock = not same_seed
+        if found and clock:
+            violations.append(
+                Violation(
+                    "clock-independent",
+                    protocol,
+                    f"a run with seed {cfg.seed} whose wall clock (time.time, datetime.now) is 12 hours later differs "
+                    f"from the first at {found}, and a run on the first run's clock does not.",
+                    "let no decision or number depend on the date or time of day: draw from the run's seeded "
+                    "generators, and keep wall-clock readings to timings (perf_counter) that nothing else reads.",
+                )
+            )
+        elif found:
             violations.append(
                 Violation(
                     "same-seed-same-run",
@@ -757,6 +1184,26 @@ def _check_protocol(
                     "id() or set order.",
                 )
             )
+    differs = any(v.rule in ("same-seed-same-run", "clock-independent") for v in violations)
+    if "same-decisions-any-threads" in rules:
+        if differs:
+            skipped.append(f"{protocol}: same-decisions-any-threads (two runs at one thread already differ)")
+        else:
+            tasks = min(_THREAD_TASKS, n_tasks)
+            found = _compare_decisions(
+                full, run(f"run at {_MORE_THREADS} threads (first {tasks} tasks)", threads=_MORE_THREADS, tasks=tasks)
+            )
+            if found:
+                violations.append(
+                    Violation(
+                        "same-decisions-any-threads",
+                        protocol,
+                        f"at {_MORE_THREADS} torch threads the run decides differently than at 1: {found}.",
+                        "let no decision (which samples to keep, draw, order or batch) depend on "
+                        "torch.get_num_threads(), os.cpu_count() or the float noise of a threaded reduction: "
+                        "decide from seeded generators and counts, and break ties in scores by index.",
+                    )
+                )
     if "resume-exact" not in rules:
         return violations + _watched(watch, protocol, rules), runs, skipped
     k = min(2, n_tasks - 2) if resume_after is None else resume_after
@@ -778,7 +1225,7 @@ def _check_protocol(
         return violations + _watched(watch, protocol, rules), runs, skipped
     if n_tasks < 2:
         skipped.append(f"{protocol}: resume-exact (the run is one task: no task follows a checkpoint)")
-    elif any(v.rule == "same-seed-same-run" for v in violations):
+    elif differs:
         skipped.append(f"{protocol}: resume-exact (two runs from the start already differ)")
     else:
         found = _compare(full, run(f"run resumed after task {k}", checkpoint), after_task=k)
@@ -800,16 +1247,33 @@ def _check_protocol(
 def _watched(watch: _Watch, protocol: str, rules: tuple[str, ...]) -> list[Violation]:
     """The breaches the watch saw in any of the protocol's runs, one violation per rule."""
     found = []
-    if "memory-bound" in rules and watch.over:
+    if "memory-bound" in rules and (watch.over or watch.given or watch.bypass):
+        seen = []
+        if watch.over:
+            seen.append(
+                f"the memory held more than memory_size K={watch.capacity} samples (up to {watch.most}), first "
+                + next(iter(watch.over.values()))
+            )
+        if watch.given:
+            seen.append(
+                f"the model was given more than K={watch.capacity} distinct past samples to train on (beyond the "
+                f"current stream batch) {'in one task' if protocol == 'task' else 'in one call of a hook'} (up to "
+                f"{watch.given_most}), first " + next(iter(watch.given.values()))
+            )
+        if watch.bypass:
+            seen.append(
+                "train images were read around take(), where the kit cannot count them: "
+                + "; ".join(list(watch.bypass.values())[:3])
+            )
         found.append(
             Violation(
                 "memory-bound",
                 protocol,
-                f"the memory held more than memory_size K={watch.capacity} samples (up to {watch.most}), first "
-                + next(iter(watch.over.values()))
-                + ".",
-                "keep len(self.memory) <= cfg.memory_size at every moment: build the memory with that capacity (or "
-                "less: a temp batch or a held-out set counts against K) and evict before adding.",
+                "; ".join(seen) + ".",
+                "keep len(self.memory) <= cfg.memory_size at every moment, inside a hook too: build the memory with "
+                "that capacity (or less: a temp batch or a held-out set counts against K), evict before adding, "
+                "and train on past samples only from the memory (never a larger set kept for a while, and never "
+                "images cached outside it); take images through self.images_of(indices).",
             )
         )
     if "no-test-peeking" in rules and watch.peeks:
@@ -818,13 +1282,14 @@ def _watched(watch: _Watch, protocol: str, rules: tuple[str, ...]) -> list[Viola
             Violation(
                 "no-test-peeking",
                 protocol,
-                "the test split was used outside the protocol's evaluations: "
+                "test data was used outside the protocol's evaluations: "
                 + "; ".join(shown[:3])
                 + (f"; and in {len(shown) - 3} more places" if len(shown) > 3 else "")
                 + ".",
-                "learn from the train split only (self.images_of(indices), self.setup.data.train); the test split "
-                "belongs to the protocol, which evaluates after each task and, task-free, every eval_period "
-                "samples. A method that looks at test data reports figures no other method can match.",
+                "learn from the train split only (self.images_of(indices), self.labels_of(indices)); the test "
+                "split, its labels, the dataset's loader (load_dataset, the registry) and its files belong to the "
+                "protocol, which evaluates after each task and, task-free, every eval_period samples. A method "
+                "that looks at test data reports figures no other method can match.",
             )
         )
     return found

@@ -39,6 +39,10 @@ os.environ.setdefault("RMCONSOLE_WAIT_NOTICE_S", "120")
 # several threads per process oversubscribe the cores (measured 20x slower at load 13 on 2
 # cores). Set before torch is imported; worker subprocesses inherit it. A user's value wins.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The conformance kit runs a method at 2 threads once (rmconsole.testing, same-decisions-any-threads):
+# OpenMP's spinning workers made that run 10x slower on a loaded core; passive waiting costs nothing
+# at one thread. Read when torch loads its OpenMP runtime, so set here.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _interpreter_sites() -> list[str]:

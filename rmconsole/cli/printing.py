@@ -17,6 +17,7 @@ from ..numbers import fmt
 from ..recency import class_accuracy_by_age
 from ..report import anytime as anytime_report
 from ..report import budget as budget_report
+from ..runner import sysmetrics
 from ..sanitize import clean
 from .common import console, err_console
 
@@ -298,6 +299,8 @@ def print_run(run_id: int, detail: dict[str, Any] | None = None, brief: bool = F
         )
     for line in budget_report.compute_lines(detail):  # TFLOP, memory bytes, device-seconds (issue 40)
         console.print(escape(line), highlight=False)
+    if system := sysmetrics.summary_text(detail.get("system")):  # sampled by its supervisor (issue 42)
+        console.print(f"system: {system}", highlight=False)
     if m.get("partial"):
         console.print(
             f"[yellow]partial:[/] metrics after task {m['tasks_done']} of {detail['progress']['n_tasks']} "

@@ -214,8 +214,9 @@ def export(
     try:
         with working(f"exporting {len(set(ids))} run(s) to {to}…"):
             details = [store.run_detail(i) for i in dict.fromkeys(ids)]
-            written = exporter.to_mlflow(details, target, experiment) if to == "mlflow" else []
-            folders = exporter.to_tensorboard(details, target) if to != "mlflow" else []
+            system = {d["id"]: store.system_json(d["id"]) for d in details}  # sampled by each run's supervisor
+            written = exporter.to_mlflow(details, target, experiment, system) if to == "mlflow" else []
+            folders = exporter.to_tensorboard(details, target, system) if to != "mlflow" else []
         if to == "mlflow":
             console.print(
                 f"exported {len(written)} run(s) to MLflow at {escape(exporter.shown_uri(target))} "

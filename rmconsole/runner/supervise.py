@@ -7,7 +7,8 @@ run's process group; it starts the worker as its child and waits. When the worke
 the run is still queued or running in the store, it records `failed` with the signal or exit
 code, the phase the worker was in and the log's last line, at once, whether or not any CLI or
 TUI is open. A stop (SIGTERM to the process group) reaches both: the supervisor then waits for
-the worker, and records `stopped` if the worker could not.
+the worker, and records `stopped` if the worker could not. Meanwhile it samples the worker's
+system load every few seconds (`sysmetrics`).
 
 The worker dies with its supervisor (PR_SET_PDEATHSIG), so a live worker always has a parent
 that will speak for it; if both die at once, `launch.reap_dead` finds the run on its next look.
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import time
 
+from . import sysmetrics
 from .processes import EXIT_SUPERSEDED, SUPERVISOR_PID_ENV, StopSignal, entry_args, exit_reason, python_m
 
 
@@ -45,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     env = dict(os.environ, **{SUPERVISOR_PID_ENV: str(os.getpid())})
     child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+    recorder = sysmetrics.Recorder.start(run_id, child.pid)  # the run's system load, every few seconds
     returncode = child.wait()  # retried across signals (PEP 475)
+    if recorder is not None:
+        recorder.stop()
     record_end(run_id, returncode, stop.requested)
     if returncode < 0:  # end the way the worker ended, so our parent sees the same status
         try:

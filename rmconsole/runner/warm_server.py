@@ -41,7 +41,7 @@ def _become_run(run_id: int, request_: dict[str, Any], listener: socket.socket) 
         os.chdir(request_["cwd"])
     except OSError:
         pass
-    from . import supervise
+    from . import supervise, sysmetrics
     from .processes import StopSignal
 
     worker_argv = python_m("worker", str(run_id))
@@ -71,6 +71,7 @@ def _become_run(run_id: int, request_: dict[str, Any], listener: socket.socket) 
 
     stop = StopSignal(then=forward)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    recorder = sysmetrics.Recorder.start(run_id, child)
     while True:
         try:
             _, status = os.waitpid(child, 0)
@@ -81,6 +82,8 @@ def _become_run(run_id: int, request_: dict[str, Any], listener: socket.socket) 
         except InterruptedError:
             continue
     returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    if recorder is not None:
+        recorder.stop()
     supervise.record_end(run_id, returncode, stop.requested)
     home = Path(request_.get("home") or request_["env"].get("RMCONSOLE_HOME", "."))
     code = 128 - returncode if returncode < 0 else returncode

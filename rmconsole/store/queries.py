@@ -22,7 +22,17 @@ from .. import metric_registry
 from .db import reading
 from .filters import RunFilter, parse_run_filter
 from .records import RunRecord, candidate_filters, count, iso, stored_metrics, with_intransigence
-from .tables import ACTIVE, AnytimeEval, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream
+from .tables import (
+    ACTIVE,
+    AnytimeEval,
+    EpochMetric,
+    MemorySnapshot,
+    Run,
+    StoreIdentity,
+    SystemSample,
+    TaskResult,
+    TaskStream,
+)
 
 
 class UnknownRun(Exception):
@@ -526,6 +536,59 @@ def anytime_evals(run_id: int) -> list[AnytimeEval]:
         return _anytime(session, run_id)
 
 
+def system_samples(run_id: int) -> list[SystemSample]:
+    """A run's system-load samples, oldest first (none: not sampled, or a store before revision 0003)."""
+    with reading() as session:
+        return list(
+            session.exec(select(SystemSample).where(SystemSample.run_id == run_id).order_by(col(SystemSample.at))).all()
+        )
+
+
+SYSTEM_FIELDS = ("cpu_percent", "rss_bytes", "load1", "gpu_util", "gpu_mem_bytes")
+
+
+def system_json(run_id: int) -> list[dict[str, Any]]:
+    """A run's system-load samples as JSON rows: `at` (ISO time), `seconds` (since the first
+    sample) and each measured field (a field not measured left out)."""
+    rows = system_samples(run_id)
+    if not rows:
+        return []
+    first = rows[0].at.timestamp()
+    return [
+        {
+            "at": iso(r.at),
+            "seconds": round(r.at.timestamp() - first, 3),
+            **{k: getattr(r, k) for k in SYSTEM_FIELDS if getattr(r, k) is not None},
+        }
+        for r in rows
+    ]
+
+
+def _system_summary(session: Session, run_id: int) -> dict[str, Any] | None:
+    s = SystemSample
+    aggregates: list[Any] = [func.count(col(s.id)), func.min(s.at), func.max(s.at)]
+    aggregates += [func.avg(s.cpu_percent), func.max(s.cpu_percent), func.max(s.rss_bytes)]
+    aggregates += [func.avg(s.load1), func.max(s.load1)]
+    aggregates += [func.avg(s.gpu_util), func.max(s.gpu_util), func.max(s.gpu_mem_bytes)]
+    row = session.exec(select(*aggregates).where(s.run_id == run_id)).one()  # one round trip
+    if not row[0]:
+        return None
+    names: tuple[str, ...] = ("cpu_mean", "cpu_peak", "rss_peak_bytes", "load1_mean", "load1_peak")
+    names += ("gpu_util_mean", "gpu_util_peak", "gpu_mem_peak_bytes")
+    summary: dict[str, Any] = {"samples": row[0], "first_at": iso(row[1]), "last_at": iso(row[2])}
+    for name, value in zip(names, row[3:], strict=True):
+        summary[name] = None if value is None else (int(value) if name.endswith("bytes") else round(float(value), 2))
+    return summary
+
+
+def system_summary(run_id: int) -> dict[str, Any] | None:
+    """A run's system load in brief (`show`, the run page): samples, first/last time, mean and
+    peak CPU % (of one core) and load, peak RSS, mean/peak GPU utilisation and peak GPU memory
+    (None where not measured); None when the run has no samples."""
+    with reading() as session:
+        return _system_summary(session, run_id)
+
+
 def _per_run_rows(
     run_ids: Iterable[int], table: type[TaskResult] | type[AnytimeEval], order: str, *values: str
 ) -> dict[int, list[tuple[Any, ...]]]:
@@ -635,6 +698,7 @@ def run_detail(run_id: int) -> dict[str, Any]:
         snapshots = _snapshots(session, run_id)
         epochs = _epochs(session, run_id)
         anytime = _anytime(session, run_id)
+        system = _system_summary(session, run_id)
     order, names = run.class_order or [], run.class_names or []
     tasks = []
     for stream in streams:
@@ -699,6 +763,9 @@ def run_detail(run_id: int) -> dict[str, Any]:
             "class_order": run.class_order,
             "class_names": run.class_names,
             "pipeline": run.pipeline,
+            # the system load its supervisor sampled (system_summary); absent for a run with no
+            # samples (an older store's, or sampling off), so such a run's JSON is as before
+            **({"system": system} if system is not None else {}),
             "validation": run.validation,
             "versions": run.versions,
             "git_commit": run.git_commit,
@@ -732,6 +799,7 @@ PARTS: dict[str, Any] = {
     "memory": MemorySnapshot,
     "epochs": EpochMetric,
     "anytime": AnytimeEval,
+    "system": SystemSample,
 }
 
 
@@ -752,6 +820,7 @@ class RunParts:
     epochs: list[EpochMetric] | None = None
     epochs_appended: bool = False  # True: `epochs` holds only the rows after the caller's marks
     anytime: list[AnytimeEval] | None = None
+    system: dict[str, Any] | None = None  # system_summary, when samples were added since the marks
 
 
 def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
@@ -806,4 +875,5 @@ def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
             epochs=epochs,
             epochs_appended=appended,
             anytime=_anytime(session, run_id) if stale["anytime"] else None,
+            system=_system_summary(session, run_id) if stale["system"] else None,
         )

@@ -14,7 +14,7 @@ from .. import metric_registry
 from ..cl.metric_catalog import AnytimePoint, RunRows, TaskRow
 from .db import write
 from .queries import UnknownRun, _anytime, _results
-from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, TaskResult, TaskStream, utcnow
+from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, SystemSample, TaskResult, TaskStream, utcnow
 from .transitions import Lease, checked_run, new_token
 
 
@@ -152,6 +152,21 @@ def record_epochs(run_id: int, rows: list[dict[str, Any]], lease: Lease | None =
         if lease is not None:
             checked_run(session, run_id, lease)
         session.add_all([EpochMetric(run_id=run_id, **row) for row in rows])
+
+    write(apply)
+
+
+def record_system(run_id: int, rows: list[dict[str, Any]], lease: Lease | None = None) -> None:
+    """Append system-load samples (SystemSample's fields less run_id: at, cpu_percent, rss_bytes,
+    load1, gpu_util, gpu_mem_bytes), written by the run's supervisor (runner/sysmetrics.py) with
+    the lease it was started with (LeaseLost: the store or the run's attempt is another's)."""
+    if not rows:
+        return
+
+    def apply(session: Session) -> None:
+        if lease is not None:
+            checked_run(session, run_id, lease)
+        session.add_all([SystemSample(run_id=run_id, **row) for row in rows])
 
     write(apply)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 STATUSES = ("queued", "running", "finished", "failed", "stopped")
@@ -185,6 +185,25 @@ class AnytimeEval(SQLModel, table=True):
     seconds: float = 0.0
     val_accuracy: float | None = None  # on the held-out samples of the same classes (val_fraction > 0)
     train_flops: float | None = None  # training FLOPs spent by then (issue 40; None: stored before it was counted)
+
+
+class SystemSample(SQLModel, table=True):
+    """One sample of a run's system load, taken every few seconds by its supervisor
+    (runner/sysmetrics.py): the worker's process tree (CPU %, resident memory), the machine's
+    load average, and on CUDA its GPUs' utilisation and the tree's GPU memory (NVML; None where
+    not measured). Revision 0003."""
+
+    __tablename__ = "systemsample"
+    __table_args__ = (Index("ix_systemsample_run_at", "run_id", "at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id")
+    at: datetime = Field(default_factory=utcnow)
+    cpu_percent: float | None = None  # of one core: 250 = two and a half cores busy
+    rss_bytes: int | None = Field(default=None, sa_column=Column(BigInteger))  # the process tree's resident memory
+    load1: float | None = None  # the machine's 1-minute load average
+    gpu_util: float | None = None  # percent, mean over the GPUs the tree uses
+    gpu_mem_bytes: int | None = Field(default=None, sa_column=Column(BigInteger))  # held by the tree's processes
 
 
 VERSION_TABLE = "rmconsole_schema_version"  # the schema's revision (store/migrations); not Optuna's `alembic_version`

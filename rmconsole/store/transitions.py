@@ -29,7 +29,17 @@ from sqlmodel import Session, col, delete
 
 from .db import LEASE_ENV, write
 from .queries import UnknownRun
-from .tables import ACTIVE, EpochMetric, MemorySnapshot, Run, StoreIdentity, TaskResult, TaskStream, utcnow
+from .tables import (
+    ACTIVE,
+    EpochMetric,
+    MemorySnapshot,
+    Run,
+    StoreIdentity,
+    SystemSample,
+    TaskResult,
+    TaskStream,
+    utcnow,
+)
 
 ENDED_UNFINISHED = ("failed", "stopped")
 STORE_ID_ENV = "RMCONSOLE_STORE_ID"
@@ -235,7 +245,7 @@ def delete_run(run_id: int) -> Transition:
             raise UnknownRun(run_id)
         if run.status in ACTIVE:
             return Transition(False, run.status)
-        for table in (EpochMetric, MemorySnapshot, TaskResult, TaskStream):
+        for table in (EpochMetric, MemorySnapshot, SystemSample, TaskResult, TaskStream):
             session.exec(delete(table).where(col(table.run_id) == run_id))
         session.delete(run)
         return Transition(True, "deleted")

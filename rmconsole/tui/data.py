@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import metric_registry, store
 from ..cl.protocols import is_task_free
+from ..runner import sysmetrics
 from ..store import FilterError, RunRecord, with_intransigence  # noqa: F401  (re-exported for the screens)
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -369,6 +370,7 @@ class RunView:
     config: dict[str, Any] = field(compare=True, hash=False)
     epochs: tuple[EpochPoint, ...] = ()
     anytime: tuple[AnytimePoint, ...] = ()
+    system: str | None = None  # the system load in one line (runner.sysmetrics.summary_text), once sampled
 
     @property
     def accuracy_matrix(self) -> list[list[float | None]]:
@@ -406,6 +408,7 @@ class RunFeed:
         self.run_id = run_id
         self._marks: dict[str, store.queries.Mark] = {}
         self._parts: dict[str, tuple[Any, ...]] = {}
+        self._system: str | None = None
 
     def read(self) -> RunView:
         try:
@@ -449,6 +452,8 @@ class RunFeed:
             self._parts["anytime"] = tuple(
                 AnytimePoint(a.task, a.samples, a.accuracy, a.n_classes) for a in parts.anytime
             )
+        if parts.system is not None:
+            self._system = sysmetrics.summary_text(parts.system)
         streams = self._parts["streams"]
         n_classes = len(streams[0].composition) if streams else len(parts.class_order or [])
         return RunView(
@@ -462,6 +467,7 @@ class RunFeed:
             config=dict(parts.record.config),
             epochs=self._parts.get("epochs", ()),
             anytime=self._parts.get("anytime", ()),
+            system=self._system,
         )
 
 

@@ -11,6 +11,20 @@ from support.cli import in_process
 
 from rmconsole import store
 
+T0 = datetime(2026, 11, 27, 12, 0, 0, tzinfo=UTC)
+
+
+def _sampled(run_id: int) -> None:
+    """Three system-load samples 5 s apart, as a supervisor would write them (the GPU unmeasured)."""
+    store.record_system(
+        run_id,
+        [
+            {"at": T0.replace(second=5 * i), "cpu_percent": c, "rss_bytes": 2**30 + i, "load1": 1.5}
+            for i, c in enumerate((None, 180.0, 95.5))
+        ],
+    )
+
+
 TRAINED = (datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), datetime(2026, 1, 2, 3, 9, 7, tzinfo=UTC))
 
 
@@ -20,6 +34,7 @@ def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
     from mlflow.tracking import MlflowClient
 
     ids = identity_store.build()
+    _sampled(ids["base"])
     store.update_run(ids["base"], started_at=TRAINED[0], finished_at=TRAINED[1])
     target = tmp_path / "mlruns"
     out = in_process("export", str(ids["base"]), str(ids["partial"]), "--to", "mlflow", str(target))
@@ -39,6 +54,15 @@ def test_export_to_mlflow_reads_back(tmp_path, monkeypatch) -> None:
     assert [(h.step, h.value) for h in history] == [(1, 27.5), (2, 53.0), (3, 71.0), (4, 81.5), (5, 86.0)]
     loss = client.get_metric_history(base.info.run_id, "train_loss")
     assert len(loss) == 5 * 17 and loss[1].value > loss[16].value  # each epoch, falling within a task
+    cpu = client.get_metric_history(base.info.run_id, "system/cpu_percent")  # at the times they were taken
+    ms = int(T0.timestamp() * 1000)
+    assert [(h.timestamp, h.step, h.value) for h in cpu] == [(ms + 5000, 5, 180.0), (ms + 10000, 10, 95.5)]
+    assert [h.value for h in client.get_metric_history(base.info.run_id, "system/rss_bytes")] == [
+        2**30,
+        2**30 + 1,
+        2**30 + 2,
+    ]
+    assert "system/gpu_util" not in base.data.metrics  # not measured: absent
     assert {a.path for a in client.list_artifacts(base.info.run_id, "memory")} >= {"memory/histograms.json"}
     partial = runs[str(ids["partial"])]
     assert partial.data.tags["rmconsole.partial"] == "true"
@@ -55,6 +79,7 @@ def test_export_to_tensorboard_reads_back(tmp_path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     ids = identity_store.build()
+    _sampled(ids["noaug"])
     out = in_process("export", "--sweep", "last", "--to", "tensorboard", "--dir", str(tmp_path / "tb"))
     assert out.returncode == 0 and "exported 2 run(s)" in out.stdout, out.stderr
     out = in_process("export", str(ids["noaug"]), "--to", "tensorboard", str(tmp_path / "tb"))
@@ -69,6 +94,11 @@ def test_export_to_tensorboard_reads_back(tmp_path) -> None:
     accuracy = [(e.step, e.value) for e in events.Scalars("accuracy/after_task")]
     assert [s for s, _ in accuracy] == [1, 2, 3, 4, 5] and accuracy[-1][1] == pytest.approx(77.0)
     assert len(events.Scalars("epoch/lr")) == 5 * 17
+    cpu = events.Scalars("system/cpu_percent")
+    assert [(e.step, e.value, e.wall_time) for e in cpu] == [
+        (5, 180.0, T0.timestamp() + 5),
+        (10, 95.5, T0.timestamp() + 10),
+    ]
     assert tags["histograms"] == ["memory/classes"]  # one histogram, stepped by task, not a tag per task
     memory = events.Histograms("memory/classes")
     assert [h.step for h in memory] == [1, 2, 3, 4, 5]

@@ -194,6 +194,29 @@ async def test_failed_run_shows_its_error_and_log() -> None:
 
 
 @pytest.mark.asyncio
+async def test_the_run_header_shows_the_system_load_once_sampled_and_as_it_grows() -> None:
+    from datetime import UTC, datetime
+
+    ids = tui_store.build()
+    at = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+    app = RMConsoleApp(refresh_s=0.1)
+    async with app.run_test(size=SIZE) as pilot:
+        app.open_run(ids["finished"])
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view is not None, what="run view")
+        header = app.screen.query_one(RunHeader)
+        assert "system:" not in header.render().plain  # not sampled: no line
+        store.record_system(ids["finished"], [{"at": at, "cpu_percent": 120.0, "rss_bytes": 3 * 2**29, "load1": 0.5}])
+        await until(
+            pilot, lambda: "system: CPU 120%/120% mean/peak · RSS 1.5G peak" in header.render().plain, what="line"
+        )
+        store.record_system(
+            ids["finished"], [{"at": at, "cpu_percent": 80.0, "gpu_util": 60.0, "gpu_mem_bytes": 2**30}]
+        )
+        await until(pilot, lambda: "CPU 100%/120%" in header.render().plain, what="the line to follow")
+        assert "GPU 60%/60% mem 1.0G peak · 2 samples" in header.render().plain
+
+
+@pytest.mark.asyncio
 async def test_a_run_that_vanishes_and_a_store_that_fails_are_shown_not_fatal(monkeypatch) -> None:
     ids = tui_store.build()
     app = RMConsoleApp(refresh_s=0.1)

@@ -8,15 +8,21 @@ built-ins' registry); each is experience replay with one fault.
 
 from __future__ import annotations
 
+import datetime
+import gzip
 import random
 import re
 import sys
+import time
+from datetime import datetime as wall_clock  # bound by name, as a plug-in may: the kit shifts it too
 from typing import Any
 
 import pytest
 import torch
 from support.online_helpers import method_model
 
+from rmconsole.cl.data import load_dataset
+from rmconsole.cl.datasets import LoadOptions, data_root, lookup
 from rmconsole.cl.methods import REGISTRY, MethodSpec
 from rmconsole.cl.methods import base as base_module
 from rmconsole.cl.methods import taskfree as taskfree_module
@@ -24,7 +30,14 @@ from rmconsole.cl.methods.base import TASK_HOOKS, Method
 from rmconsole.cl.methods.er import ER
 from rmconsole.cl.methods.taskfree import TASK_FREE_HOOKS, TaskFree
 from rmconsole.cl.settings import MethodParams
-from rmconsole.testing import RULES, ConformanceError, check_hooks, check_method, declared_protocols
+from rmconsole.testing import (
+    RULES,
+    ConformanceError,
+    _clock_shifted,
+    check_hooks,
+    check_method,
+    declared_protocols,
+)
 
 _MODULE = "_conformance_test_methods"  # the name this file is registered under, inside rmconsole.cl.methods
 
@@ -73,7 +86,7 @@ def test_the_hook_tables_are_the_documented_hooks() -> None:
 # ------------------------------------------------------------------------------ the built-ins pass
 
 # The default run checks a subset that covers both protocols, the uncertainty memory, a fresh
-# model per evaluation, a full-capacity memory, exemplar means and a single-task run (about 20 s of
+# model per evaluation, a full-capacity memory, exemplar means and a single-task run (about 25 s of
 # CPU); `-m slow` checks every built-in method under every protocol it declares (about a minute of
 # CPU, several on a loaded machine).
 FAST = {
@@ -84,7 +97,6 @@ FAST = {
     ("gdumb", "task-free"),
     ("icarl", "task"),
     ("joint", "task"),
-    ("finetune", "task"),
 }
 BUILT_IN = [
     pytest.param(name, protocol, id=f"{name}-{protocol}", marks=() if (name, protocol) in FAST else pytest.mark.slow)
@@ -97,7 +109,7 @@ BUILT_IN = [
 def test_every_built_in_method_conforms(method: str, protocol: str) -> None:
     report = check_method(method, protocols=[protocol], settings=method_model(method))
     assert report.protocols == (protocol,) and set(report.rules) == set(RULES)
-    assert report.runs == (2 if report.skipped else 3)
+    assert report.runs == (3 if report.skipped else 4)
 
 
 @pytest.mark.slow
@@ -307,7 +319,7 @@ def test_draws_from_the_generator_the_protocol_seeds_conform(monkeypatch: pytest
     and checkpoints: reproducible and resumable, so the kit passes it (the rules bite where the
     run really differs)."""
     name = register(monkeypatch, GlobalDraws)
-    assert check_method(name, protocols=["task"]).runs == 3
+    assert check_method(name, protocols=["task"]).runs == 4
 
 
 def test_a_hook_no_protocol_calls_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -359,3 +371,266 @@ def test_a_checkpoint_the_worker_cannot_load_is_caught(monkeypatch: pytest.Monke
         check_method(name, protocols=["task"], rules=["resume-exact"])
     assert broken_rules(err) == {"resume-exact"}
     assert "does not load as the worker loads it (torch.load(weights_only=True))" in str(err.value)
+
+
+# ------------------------------------------------------------------------------ the boundaries a fault must cross
+
+
+SLOW = pytest.mark.slow  # routes and bypasses beyond the review's examples: the slow run (CI budget)
+
+
+def _fine_tune(method: ER, images: torch.Tensor, labels: torch.Tensor) -> None:
+    """A few SGD steps on (test) images: what a peeking method gains from them."""
+    method.model.train()
+    optimizer = torch.optim.SGD(method.model.parameters(), lr=0.05)
+    x = method.setup.augmenter.test(images)
+    for _ in range(3):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(method.model(x), labels).backward()
+        optimizer.step()
+
+
+class SelfLoader(ER):
+    """The review's example: loads the dataset itself and fine-tunes on 200 test images after each task."""
+
+    name = "self_loader"
+
+    def after_task(self, task: Any) -> None:
+        test = load_dataset("digits").test
+        idx = torch.arange(200)
+        _fine_tune(self, test.take(idx), test.labels[idx])
+
+
+class RegistryLoader(ER):
+    """Loads the test split through the dataset registry's loader, around load_dataset."""
+
+    name = "registry_loader"
+
+    def after_task(self, task: Any) -> None:
+        spec = lookup("digits")
+        test = spec.loader()(spec, data_root(), LoadOptions()).test
+        _fine_tune(self, test.take(torch.arange(50)), test.labels[:50])
+
+
+class AttributePeeker(ER):
+    """Reaches the test tensors through the split's wrapper fields the kit hands it."""
+
+    name = "attribute_peeker"
+
+    def after_task(self, task: Any) -> None:
+        inner = self.setup.data.test._inner
+        _fine_tune(self, inner.images[:50], inner.labels[:50])
+
+
+class LabelPeeker(ER):
+    """Weights its loss by the test set's class frequencies: the test labels, twice over."""
+
+    name = "label_peeker"
+
+    def before_task(self, task: Any) -> None:
+        super().before_task(task)
+        counts = torch.bincount(self.setup.test_labels, minlength=self.n_classes).float()
+        counts += torch.bincount(self.setup.data.test.labels, minlength=self.n_classes).float()
+        self.weights = counts.max() / counts.clamp(min=1)
+
+    def step_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return super().step_loss(x, y) * self.weights[y].mean()
+
+
+class FileReader(ER):
+    """Reads the dataset's own file (scikit-learn's digits.csv.gz) after each task."""
+
+    name = "file_reader"
+
+    def after_task(self, task: Any) -> None:
+        (path,) = lookup("digits").source_paths(data_root())
+        with gzip.open(path, "rt") as f:
+            rows = [[float(v) for v in f.readline().split(",")] for _ in range(20)]
+        pixels = torch.tensor(rows)[:, :64].reshape(-1, 1, 8, 8) * (255 / 16)
+        _fine_tune(self, pixels.round().to(torch.uint8), torch.tensor(rows)[:, 64].long())
+
+
+class Balloon(ER):
+    """The review's example: grows its memory to 341 samples (K=50) inside one hook, trains on
+    them, and shrinks back before the hook returns (every hook exit sees <= K)."""
+
+    name = "balloon"
+    SIZE = 341
+
+    def __init__(self, setup: Any) -> None:
+        super().__init__(setup)
+        self.streamed: list[int] = []  # every stream index so far (indices: "only bookkeeping")
+
+    def before_task(self, task: Any) -> None:
+        super().before_task(task)
+        self.streamed += task.stream.tolist()
+
+    def after_task(self, task: Any) -> None:
+        super().after_task(task)
+        past = torch.tensor([i for i in self.streamed if i not in set(task.stream.tolist())][: self.SIZE])
+        if len(past) > self.cfg.memory_size:
+            self._inflated(task, past)
+
+    def online_observe(self, index: int, label: int) -> None:
+        super().online_observe(index, label)
+        self.streamed.append(index)
+
+    def online_task_end(self, task: Any) -> None:
+        past = torch.tensor(self.streamed[-(self.SIZE + self.cfg.batch_size) : -self.cfg.batch_size])
+        if len(past) > self.cfg.memory_size:
+            self._inflated(task, past)
+
+    def _inflated(self, task: Any, past: torch.Tensor) -> None:
+        kept, labels, capacity = self.memory.indices, self.memory.labels, self.memory.capacity
+        self.memory.capacity = len(past)
+        self.memory.replace(past, self.labels_of(past).cpu())
+        self.memory_epochs(task, 1, 16) if self.task_free else self.fit(
+            1, lambda e: self.shuffled_batches(self.memory.indices, 16), "balloon", task
+        )
+        self.memory.capacity = capacity
+        self.memory.replace(kept, labels)
+
+
+class TrainReader(ER):
+    """Reads the train images around take(), where the kit cannot count them."""
+
+    name = "train_reader"
+
+    def after_task(self, task: Any) -> None:
+        images = self.setup.data.train.images[:200]
+        _fine_tune(self, images, self.setup.data.train.labels[:200])
+
+
+class ThreadCounter(ER):
+    """Replays fewer samples per batch when torch has more threads."""
+
+    name = "thread_counter"
+
+    def stream_batches(self, task: Any) -> list[torch.Tensor]:
+        return [b[: len(b) - torch.get_num_threads() + 1] for b in super().stream_batches(task)]
+
+
+class NightOwl(ER):
+    """Trains on its batches in reverse order in the afternoon (datetime, bound by name)."""
+
+    name = "night_owl"
+
+    def stream_batches(self, task: Any) -> list[torch.Tensor]:
+        batches = super().stream_batches(task)
+        return batches[::-1] if wall_clock.now().hour >= 12 else batches
+
+
+@pytest.mark.parametrize(
+    "cls,route",
+    [
+        (SelfLoader, r"in after_task called load_dataset\('digits'\) in after_task \(first in task 0\)"),
+        pytest.param(
+            RegistryLoader,
+            r"in after_task called dataset 'digits''s loader from the registry in after_task",
+            marks=SLOW,
+        ),
+        pytest.param(AttributePeeker, r"in after_task read the test split's '_inner' in after_task", marks=SLOW),
+        (
+            LabelPeeker,
+            r"in before_task read setup\.test_labels in before_task.*in before_task read the test split's 'labels'",
+        ),
+        pytest.param(
+            FileReader, r"in after_task opened the dataset's file \S*digits\.csv\.gz in after_task", marks=SLOW
+        ),
+    ],
+    ids=["load_dataset", "registry", "attributes", "test-labels", "files"],
+)
+def test_each_route_to_test_data_is_caught(monkeypatch: pytest.MonkeyPatch, cls: type, route: str) -> None:
+    name = register(monkeypatch, cls, "task")
+    with pytest.raises(ConformanceError) as err:
+        check_method(name, rules=["no-test-peeking"])
+    assert broken_rules(err) == {"no-test-peeking"}
+    (violation,) = err.value.violations
+    assert re.search(r"test_conformance\.py:\d+ " + route, violation.seen), violation.seen
+    assert "load_dataset, the registry) and its files belong to the protocol" in violation.advice
+    if cls is SelfLoader:  # one peek for one call: the loader and file reads under it are that call
+        assert "loader from the registry" not in violation.seen and "opened" not in violation.seen
+
+
+def test_a_memory_grown_inside_one_hook_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, Balloon)
+    with pytest.raises(ConformanceError) as err:
+        check_method(name, rules=["memory-bound"])
+    assert broken_rules(err) == {"memory-bound"}
+    assert {v.protocol for v in err.value.violations} == {"task", "task-free"}
+    task, free = err.value.violations
+    assert "memory held more than" not in task.seen + free.seen  # every hook exit saw <= K
+    assert re.search(
+        r"given more than K=50 distinct past samples to train on \(beyond the current stream batch\) in one task "
+        r"\(up to \d{3}\), first \d{3} distinct past samples during task 1 \(in after_task\), taken by",
+        task.seen,
+    ), task.seen
+    assert re.search(
+        r"in one call of a hook \(up to 341\), first \d{3} distinct past samples in one call of "
+        r"online_task_end \(task 0\)",
+        free.seen,
+    ), free.seen
+    assert "train on past samples only from the memory" in task.advice
+
+
+@SLOW
+def test_train_images_read_around_take_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, TrainReader, "task")
+    with pytest.raises(ConformanceError) as err:
+        check_method(name, rules=["memory-bound"])
+    (violation,) = err.value.violations
+    assert re.search(
+        r"test_conformance\.py:\d+ in after_task read the train split's 'images' in after_task "
+        r"\(first in task 0\)",
+        violation.seen,
+    ), violation.seen
+
+
+def test_a_decision_that_depends_on_the_thread_count_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, ThreadCounter, "task")
+    with pytest.raises(ConformanceError) as err:
+        check_method(name, rules=["same-decisions-any-threads"])
+    (violation,) = err.value.violations
+    assert violation.rule == "same-decisions-any-threads"
+    assert "at 2 torch threads the run decides differently than at 1: the train images taken in learn_task " in (
+        violation.seen
+    )
+    assert "torch.get_num_threads()" in violation.advice
+
+
+def test_a_method_that_reads_the_clock_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = register(monkeypatch, NightOwl, "task")
+    with pytest.raises(ConformanceError) as err:
+        check_method(name, rules=["same-seed-same-run", "clock-independent"])
+    assert broken_rules(err) == {"clock-independent"}  # the third run, on the first's clock, tells it from chance
+    assert err.value.violations[0].seen.startswith("a run with seed 1 whose wall clock (time.time, datetime.now) is 12")
+    assert "keep wall-clock readings to timings" in err.value.violations[0].advice
+
+
+def test_the_clock_is_shifted_everywhere_a_method_reads_it() -> None:
+    module = sys.modules[__name__]
+    before_time, before_now = time.time(), datetime.datetime.now()
+    with _clock_shifted(12 * 3600.0, [module]):
+        assert abs(time.time() - before_time - 43200) < 60
+        assert abs(time.time_ns() / 1e9 - before_time - 43200) < 60
+        assert abs((wall_clock.now() - before_now).total_seconds() - 43200) < 60  # bound by name
+        assert abs((datetime.datetime.now() - before_now).total_seconds() - 43200) < 60
+        assert (
+            abs(
+                (
+                    datetime.datetime.utcnow()
+                    - datetime.datetime.fromtimestamp(before_time, datetime.UTC).replace(tzinfo=None)
+                ).total_seconds()
+                - 43200
+            )
+            < 60
+        )
+        assert abs((datetime.datetime.today() - before_now).total_seconds() - 43200) < 60
+        assert datetime.date.today() == datetime.date.fromtimestamp(before_time + 43200)
+        assert time.localtime().tm_hour == time.localtime(before_time + 43200).tm_hour
+        assert time.gmtime().tm_hour == time.gmtime(before_time + 43200).tm_hour
+        assert time.strftime("%H") == time.strftime("%H", time.localtime(before_time + 43200))
+        assert time.ctime()[11:13] == time.ctime(before_time + 43200)[11:13]
+        assert time.localtime(0) == time.localtime(0) and time.ctime(0) == time.ctime(0)  # an argument is kept
+    assert abs(time.time() - before_time) < 60 and wall_clock is datetime.datetime  # put back
+    assert abs((wall_clock.now() - before_now).total_seconds()) < 60

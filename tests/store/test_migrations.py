@@ -76,12 +76,13 @@ def test_stores_of_earlier_shapes_upgrade_and_show_the_same_runs(tmp_path: Path,
         assert _revision() == migrations.head() and _differences() == []
         after = _schema_sql(path)
         if commit == "a168f0c":  # the baseline's shape: stamped by its columns, no table touched but
-            # by the revisions after the baseline (0002: anytimeeval.train_flops)
-            later = {"anytimeeval"}
+            # by the revisions after the baseline (0002: anytimeeval.train_flops; 0003: systemsample)
+            later = {"anytimeeval", "systemsample", "ix_systemsample_run_at"}
             assert {k: v for k, v in after.items() if k not in later | {"rmconsole_schema_version"}} == {
                 k: v for k, v in before.items() if k not in later
             }
             assert "train_flops" not in before["anytimeeval"] and "train_flops" in after["anytimeeval"]
+            assert "systemsample" not in before and "systemsample" in after
             for run_id in (1, 2):  # and `show --json` as a168f0c printed it, byte for byte
                 done = in_process("show", "--json", str(run_id))
                 assert done.returncode == 0, done.stderr

@@ -12,8 +12,11 @@ logits z. The paper uses lambda_o = 1 and T = 2 (`lwf_lambda`, `lwf_temperature`
 exemplars of old tasks.
 
 On rmconsole's class-incremental, single-head protocol (README.md says why):
-- the "old task outputs" are the logits of the classes seen before the task, the "new task
-  outputs" those of the classes first seen in it; L_new is the cross-entropy over every seen
+- the "new task outputs" are the logits of the task's own (major) classes and of any class first
+  seen in it, the "old task outputs" those of the other classes seen before the task (iCaRL's
+  and BiC's `new_classes = task` rule, `incremental.split_new_old`: identical to "first seen in
+  the task" on disjoint streams; on blurry streams, where every class appears in task 0, the
+  literal rule, `lwf_new_classes = "unseen"`, leaves nothing new after task 0); L_new is the cross-entropy over every seen
   class (the head is shared, there is no task identity at test time);
 - the teacher is a frozen copy of the model taken when the task starts and run on the same
   (augmented) batch as the student, rather than responses recorded once per image: identical
@@ -36,7 +39,7 @@ import torch.nn.functional as nnf
 from torch import Tensor
 
 from rmconsole.cl.methods.base import Method, Task
-from rmconsole.cl.methods.incremental import frozen_copy
+from rmconsole.cl.methods.incremental import frozen_copy, split_new_old
 
 from .params import LwFParams
 
@@ -66,9 +69,14 @@ class LwF(Method[LwFParams]):
         # the teacher is the model as the previous task left it (before a reset_head run rebuilds the head)
         teacher = frozen_copy(self.model) if bool(seen_before.any()) else None
         super().before_task(task)
-        self.teacher = teacher
-        self.old_classes = seen_before
-        self.new_classes = self.seen & ~seen_before
+        # iCaRL's and BiC's rule (incremental.split_new_old; lwf_new_classes = "task", the default): new =
+        # this task's major classes and any class never seen; old = seen before and not new. On a blurry
+        # stream every class is seen in task 0, so "unseen" (never seen before) leaves nothing new after
+        # it: no warm-up, and the task's own classes distilled towards the teacher.
+        self.new_classes, self.old_classes = split_new_old(
+            seen_before, self.seen, self.setup.groups[task.index], self.params.lwf_new_classes
+        )
+        self.teacher = teacher if bool(self.old_classes.any()) else None
 
     def learn_task(self, task: Task) -> None:
         if self.teacher is not None and self.params.lwf_warmup_epochs > 0 and bool(self.new_classes.any()):

@@ -8,6 +8,7 @@ TUI's launch form; the hooks in `method.py` load only when a run trains with it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from rmconsole.cl.methods.spec import MethodSpec
 from rmconsole.cl.settings import MethodParams, param
@@ -22,6 +23,12 @@ class LwFParams(MethodParams):
     )
     lwf_temperature: float = param(
         2.0, "LwF: temperature T of the softened old/new outputs in the distillation loss (the paper's 2)", gt=0
+    )
+    lwf_new_classes: Literal["task", "unseen"] = param(
+        "task",
+        "LwF: a task's new classes (labels, warm-up; the rest of the seen classes are distilled): its own "
+        "classes and never-seen ones (task, iCaRL's and BiC's rule) or only never-seen ones (unseen: on a "
+        "blurry stream nothing is new after task 0)",
     )
     lwf_warmup_epochs: int = param(
         0,

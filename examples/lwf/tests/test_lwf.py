@@ -117,6 +117,26 @@ def test_warm_up_trains_only_the_new_classes_outputs(digits, monkeypatch) -> Non
             assert torch.equal(after[key], before[key]), f"{key} changed in the warm-up (frozen layers)"
 
 
+def test_at_blurry_boundaries_the_tasks_major_classes_are_new_and_the_warm_up_runs(digits, monkeypatch) -> None:
+    """Blurry10: every class appears in task 0. From task 1 on, the task's own (major) classes are
+    new (iCaRL's and BiC's rule), so they are not distilled towards the teacher, and the warm-up
+    runs at every task after the first (the literal "first seen" rule made it run 0 times)."""
+    lwf, proto = build(digits, blurry=10, epochs=1, lwf_warmup_epochs=2)
+    warm_ups = []
+    monkeypatch.setattr(lwf, "_warm_up", lambda task: warm_ups.append(task.index))
+    for t in range(len(proto.tasks)):
+        learn(lwf, proto, t)
+        majors = torch.zeros_like(lwf.new_classes)
+        majors[proto.groups[t]] = True
+        if t == 0:
+            assert lwf.teacher is None
+            continue
+        assert torch.equal(lwf.new_classes, majors), f"task {t}: new classes are not the task's majors"
+        assert torch.equal(lwf.old_classes, lwf.seen & ~majors), f"task {t}: old = seen before and not the task's own"
+        assert lwf.teacher is not None
+    assert warm_ups == list(range(1, len(proto.tasks)))
+
+
 def _run(data, **overrides):
     """A_last and F_last of a short offline Blurry10 run (the RM protocol's stream, no augmentation)."""
     _, cfg = load_config(None, {**SHORT, "epochs": 8, "blurry": 10, **overrides})
@@ -126,11 +146,13 @@ def _run(data, **overrides):
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_distillation_reduces_forgetting_on_digits(digits, seed: int) -> None:
-    """The same training with lambda_o = 0 (fine-tuning, no replay) forgets more and ends lower.
+    """The same training with lambda_o = 0 (fine-tuning, no replay) forgets more and ends lower,
+    with every seen class distilled (lwf_new_classes = "unseen"; under the default "task" rule the
+    task's own classes are not, and on digits Blurry10 the gain is gone: README.md's table).
     (On disjoint streams neither keeps old classes: a single head trained on new labels only
     pushes every old logit down, the class-incremental failure of LwF the README cites.)"""
-    a_lwf, f_lwf = _run(digits, seed=seed)
-    a_ft, f_ft = _run(digits, seed=seed, lwf_lambda=0.0)
+    a_lwf, f_lwf = _run(digits, seed=seed, lwf_new_classes="unseen")
+    a_ft, f_ft = _run(digits, seed=seed, lwf_lambda=0.0, lwf_new_classes="unseen")
     assert f_lwf is not None and f_ft is not None
     assert f_lwf < f_ft - 10, (f_lwf, f_ft)
     assert a_lwf > a_ft + 10, (a_lwf, a_ft)

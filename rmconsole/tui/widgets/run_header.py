@@ -86,7 +86,7 @@ def progress_line(row: RunRow, width: int, now: datetime | None = None) -> Text:
 
 
 class RunHeader(Static):
-    """Identity, live progress (task, phase, bar, samples/s, ETA) and the error line. Bound to
+    """Identity, live progress (task, phase, bar, samples/s, ETA), the system load and the error line. Bound to
     the run page's `view` and `now`; `notice` is a (text, style) line under it (a store problem,
     a vanished run)."""
 
@@ -104,7 +104,7 @@ class RunHeader(Static):
         """The lines `render` draws (before wrapping)."""
         if self.view is None:
             return 1
-        return 3 + bool(self.view.row.error) + (self.notice is not None)
+        return 3 + bool(self.view.system) + bool(self.view.row.error) + (self.notice is not None)
 
     def watch_line_count(self) -> None:
         """Re-layout the screen only when the header's height changes (an error line came or went)."""
@@ -117,6 +117,8 @@ class RunHeader(Static):
         text = describe(self.view)
         text.append("\n")
         text.append_text(progress_line(self.view.row, self.size.width, self.now))
+        if self.view.system:  # the system load its supervisor sampled (issue 42)
+            text.append(f"\nsystem: {self.view.system}", style="grey62")
         if self.view.row.error:
             text.append("\n")
             text.append(f"{self.view.row.status}: ", style="bold red")
