@@ -101,22 +101,19 @@ def measure(
     sync(device)
     from torch.profiler import ProfilerActivity, profile
 
-    if not counted:
+    def timed(lo: int, hi: int) -> dict:
+        """CPU and wall milliseconds an update while streaming samples lo..hi."""
         steps = learner.online_steps
         wall, cpu = time.perf_counter(), time.process_time()
-        feed(warm, warm + samples)
+        feed(lo, hi)
         sync(device)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        timed = max(learner.online_steps - steps, 1)
-        return {
-            "method": method,
-            "updates": timed,
-            "cpu_ms": 1000 * cpu / timed,
-            "wall_ms": 1000 * wall / timed,
-            "model": cfg.model,
-            "image_size": cfg.image_size,
-            "batch_size": cfg.batch_size,
-        }
+        n = max(learner.online_steps - steps, 1)
+        return {"updates": n, "cpu_ms": 1000 * cpu / n, "wall_ms": 1000 * wall / n}
+
+    shape = {"model": cfg.model, "image_size": cfg.image_size, "batch_size": cfg.batch_size}
+    if not counted:
+        return {"method": method, **timed(warm, warm + samples), **shape}
     steps = learner.online_steps
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         feed(warm, warm + samples)
@@ -142,26 +139,16 @@ def measure(
     kernels: Counter[str] = audit.kernel_ops()
     inside = getattr(audit, "graphable_ops", 0)
     sync(device)
-    steps = learner.online_steps
-    wall, cpu = time.perf_counter(), time.process_time()
-    feed(warm + 2 * samples, warm + 3 * samples)
-    sync(device)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    timed = max(learner.online_steps - steps, 1)
     return {
         "method": method,
-        "updates": timed,
+        **timed(warm + 2 * samples, warm + 3 * samples),
         "top_ops": top / updates,
         "dispatch_ops": audit.n_dispatch_ops / audited,
         "kernels_outside": (sum(kernels.values()) - inside) / audited,
         "syncs": audit.n_syncs / audited,
         "where": audit.where.most_common(3),
-        "cpu_ms": 1000 * cpu / timed,
-        "wall_ms": 1000 * wall / timed,
         "common": [(n, c) for n, c in kernels.most_common(5) if n not in NO_KERNEL],
-        "model": cfg.model,
-        "image_size": cfg.image_size,
-        "batch_size": cfg.batch_size,
+        **shape,
     }
 
 
