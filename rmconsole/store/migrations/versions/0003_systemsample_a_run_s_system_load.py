@@ -16,6 +16,8 @@ depends_on = None
 
 
 def upgrade() -> None:
+    if sa.inspect(op.get_bind()).has_table("systemsample"):  # (a store the head's code made, then unversioned)
+        return
     op.create_table(
         "systemsample",
         sa.Column("id", sa.Integer(), nullable=False),
