@@ -106,16 +106,32 @@ def no_metric_problems_left_over() -> Iterator[None]:
     metric_catalog._failures.clear()
 
 
+@pytest.fixture(scope="session")
+def warm_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One warm-start folder per test process (runner/warm.py), never the user's own: its server
+    imports torch once and forks the runs of every test after the first, as it does for a user
+    (warm starts are the default), instead of each run importing torch afresh, ~3-4 s of CPU a
+    start. Stopped when the session ends. RMCONSOLE_TEST_COLD=1 starts every run cold instead."""
+    folder = tmp_path_factory.mktemp("warm-servers")
+    yield folder
+    from rmconsole.runner import warm
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RMCONSOLE_WARM_DIR", str(folder))
+        warm.stop_servers()
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own RMCONSOLE_HOME (store, logs, checkpoints)."""
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm_servers: Path) -> Path:
+    """Every test gets its own RMCONSOLE_HOME (store, logs, checkpoints); runs start warm from this
+    test process's server (`warm_servers`): the server holds no store, each request carries its home."""
     home = tmp_path / "home"
     monkeypatch.setenv("RMCONSOLE_HOME", str(home))
     monkeypatch.delenv("RMCONSOLE_DB", raising=False)
-    monkeypatch.setenv(
-        "RMCONSOLE_WARM", "0"
-    )  # no warm-start server per test home (tests/runner/test_warm_start.py turns it on)
-    monkeypatch.setenv("RMCONSOLE_WARM_DIR", str(tmp_path / "warm-servers"))  # never the user's own servers
+    cold = os.environ.get("RMCONSOLE_TEST_COLD", "").strip() == "1"
+    monkeypatch.setenv("RMCONSOLE_WARM", "0" if cold else "1")
+    monkeypatch.setenv("RMCONSOLE_WARM_DIR", str(warm_servers))  # never the user's own servers
+    monkeypatch.setenv("RMCONSOLE_WARM_IDLE_S", "1800")
     monkeypatch.setenv("PYTHONPATH", repo_on_path(os.environ.get("PYTHONPATH", "")))
     monkeypatch.chdir(tmp_path)
     return home
