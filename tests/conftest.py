@@ -322,14 +322,38 @@ def _admin(url: str):  # an autocommit engine on the server's maintenance databa
     return sqlalchemy.create_engine(engine_url(url), isolation_level="AUTOCOMMIT", poolclass=sqlalchemy.NullPool)
 
 
-def fresh_postgres_database(server: str) -> str:
-    """A new, empty database on the server; returns its URL."""
+def fresh_postgres_database(server: str, template: str | None = None) -> str:
+    """A new database on the server, empty or a copy of `template`; returns its URL."""
     from sqlalchemy.engine import make_url
 
     name = f"rmtest_{os.getpid()}_{next(_database_numbers)}"
     with _admin(server).connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     return make_url(server).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres_server: str) -> Iterator[str]:
+    """A database holding the store's schema at its head revision without an identity row, made
+    once per test process: `store_backend`'s databases are copies (CREATE DATABASE ... TEMPLATE),
+    so each skips the ~0.5 s of creating the schema; its first open writes its own identity (a
+    random id, never the template's). Tests about creating or upgrading a store use
+    `fresh_postgres_database(server)`: empty."""
+    from sqlalchemy.engine import make_url
+
+    from rmconsole.store import db
+
+    url = fresh_postgres_database(postgres_server)
+    db.get_engine(url)  # the schema, as the store creates it
+    db.dispose_engines()
+    engine = _admin(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM store_identity")
+    engine.dispose()
+    name = make_url(url).database
+    assert name
+    yield name
+    drop_postgres_database(postgres_server, url)
 
 
 def drop_postgres_database(server: str, url: str) -> None:
@@ -351,7 +375,7 @@ def store_backend(
         yield "sqlite"
         return
     server = request.getfixturevalue("postgres_server")
-    url = fresh_postgres_database(server)
+    url = fresh_postgres_database(server, template=request.getfixturevalue("postgres_template"))
     monkeypatch.setenv("RMCONSOLE_DB", url)
     try:
         yield "postgresql"
