@@ -106,16 +106,32 @@ def no_metric_problems_left_over() -> Iterator[None]:
     metric_catalog._failures.clear()
 
 
+@pytest.fixture(scope="session")
+def warm_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One warm-start folder per test process (runner/warm.py), never the user's own: its server
+    imports torch once and forks the runs of every test after the first, as it does for a user
+    (warm starts are the default), instead of each run importing torch afresh, ~3-4 s of CPU a
+    start. Stopped when the session ends. RMCONSOLE_TEST_COLD=1 starts every run cold instead."""
+    folder = tmp_path_factory.mktemp("warm-servers")
+    yield folder
+    from rmconsole.runner import warm
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RMCONSOLE_WARM_DIR", str(folder))
+        warm.stop_servers()
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own RMCONSOLE_HOME (store, logs, checkpoints)."""
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm_servers: Path) -> Path:
+    """Every test gets its own RMCONSOLE_HOME (store, logs, checkpoints); runs start warm from this
+    test process's server (`warm_servers`): the server holds no store, each request carries its home."""
     home = tmp_path / "home"
     monkeypatch.setenv("RMCONSOLE_HOME", str(home))
     monkeypatch.delenv("RMCONSOLE_DB", raising=False)
-    monkeypatch.setenv(
-        "RMCONSOLE_WARM", "0"
-    )  # no warm-start server per test home (tests/runner/test_warm_start.py turns it on)
-    monkeypatch.setenv("RMCONSOLE_WARM_DIR", str(tmp_path / "warm-servers"))  # never the user's own servers
+    cold = os.environ.get("RMCONSOLE_TEST_COLD", "").strip() == "1"
+    monkeypatch.setenv("RMCONSOLE_WARM", "0" if cold else "1")
+    monkeypatch.setenv("RMCONSOLE_WARM_DIR", str(warm_servers))  # never the user's own servers
+    monkeypatch.setenv("RMCONSOLE_WARM_IDLE_S", "1800")
     monkeypatch.setenv("PYTHONPATH", repo_on_path(os.environ.get("PYTHONPATH", "")))
     monkeypatch.chdir(tmp_path)
     return home
@@ -306,14 +322,38 @@ def _admin(url: str):  # an autocommit engine on the server's maintenance databa
     return sqlalchemy.create_engine(engine_url(url), isolation_level="AUTOCOMMIT", poolclass=sqlalchemy.NullPool)
 
 
-def fresh_postgres_database(server: str) -> str:
-    """A new, empty database on the server; returns its URL."""
+def fresh_postgres_database(server: str, template: str | None = None) -> str:
+    """A new database on the server, empty or a copy of `template`; returns its URL."""
     from sqlalchemy.engine import make_url
 
     name = f"rmtest_{os.getpid()}_{next(_database_numbers)}"
     with _admin(server).connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     return make_url(server).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres_server: str) -> Iterator[str]:
+    """A database holding the store's schema at its head revision without an identity row, made
+    once per test process: `store_backend`'s databases are copies (CREATE DATABASE ... TEMPLATE),
+    so each skips the ~0.5 s of creating the schema; its first open writes its own identity (a
+    random id, never the template's). Tests about creating or upgrading a store use
+    `fresh_postgres_database(server)`: empty."""
+    from sqlalchemy.engine import make_url
+
+    from rmconsole.store import db
+
+    url = fresh_postgres_database(postgres_server)
+    db.get_engine(url)  # the schema, as the store creates it
+    db.dispose_engines()
+    engine = _admin(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM store_identity")
+    engine.dispose()
+    name = make_url(url).database
+    assert name
+    yield name
+    drop_postgres_database(postgres_server, url)
 
 
 def drop_postgres_database(server: str, url: str) -> None:
@@ -335,7 +375,7 @@ def store_backend(
         yield "sqlite"
         return
     server = request.getfixturevalue("postgres_server")
-    url = fresh_postgres_database(server)
+    url = fresh_postgres_database(server, template=request.getfixturevalue("postgres_template"))
     monkeypatch.setenv("RMCONSOLE_DB", url)
     try:
         yield "postgresql"

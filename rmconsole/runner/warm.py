@@ -185,6 +185,19 @@ class WarmProcess:
         self.send_signal(signal.SIGKILL)
 
 
+def namespaces() -> dict[str, str]:
+    """This process's Linux namespaces that a forked run would inherit from its server: a caller
+    in other ones (`unshare`, a container sharing the socket's folder) sees other mounts, pids or
+    network, so its runs start cold (the server refuses them)."""
+    found = {}
+    for name in ("mnt", "pid", "net", "user"):
+        try:
+            found[name] = os.readlink(f"/proc/self/ns/{name}")
+        except OSError:
+            pass
+    return found
+
+
 def request(home: Path, run_id: int, env: dict[str, str], log: Path) -> WarmProcess | None:
     """Ask this user's warm server (of this installed version) to fork run `run_id`'s supervisor
     and worker for store `home`; None when there is no usable server (then a server is started
@@ -197,7 +210,14 @@ def request(home: Path, run_id: int, env: dict[str, str], log: Path) -> WarmProc
             conn.connect(str(path))
             conn.sendall(
                 json.dumps(
-                    {"run_id": run_id, "home": str(home), "env": env, "log": str(log), "cwd": os.getcwd()}
+                    {
+                        "run_id": run_id,
+                        "home": str(home),
+                        "env": env,
+                        "log": str(log),
+                        "cwd": os.getcwd(),
+                        "namespaces": namespaces(),
+                    }
                 ).encode()
                 + b"\n"
             )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .processes import SUPERVISOR_PID_ENV, python_m
-from .warm import IDLE_S, _read_line, exit_file
+from .warm import IDLE_S, _read_line, exit_file, namespaces
 
 
 def _become_run(run_id: int, request_: dict[str, Any], listener: socket.socket) -> None:
@@ -164,6 +164,7 @@ def serve(path: Path, idle_s: float = IDLE_S) -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # our children (supervisors) are reaped by the kernel
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"warm server {os.getpid()} on {path}: ready", flush=True)
+    own_namespaces = namespaces()
     last = time.monotonic()
     try:
         while time.monotonic() - last < idle_s and path.exists():
@@ -177,6 +178,13 @@ def serve(path: Path, idle_s: float = IDLE_S) -> int:
                     request_ = json.loads(_read_line(conn))
                     run_id = int(request_["run_id"])
                 except (OSError, ValueError, KeyError, TypeError):
+                    continue
+                if request_.get("namespaces") != own_namespaces:  # its runs would see our mounts and pids
+                    try:
+                        conn.sendall(b'{"refused": "another namespace"}\n')
+                    except OSError:
+                        pass
+                    print(f"run {run_id}: refused (the caller is in other namespaces: it starts cold)", flush=True)
                     continue
                 pid = os.fork()
                 if pid == 0:

@@ -353,7 +353,9 @@ def test_defect_07_the_password_is_in_no_workers_environment(isolated_home, stor
     )
     password = make_url(os.environ["RMCONSOLE_DB"]).password
     assert password
-    done = rmconsole("run", "--detach", "--set", "epochs=3", "--set", "threads=1")
+    # cold: /proc/PID/environ is what a process was started with, and a warm-forked run's is its
+    # server's (the server is started with a worker's environment, built by the same worker_env)
+    done = rmconsole("run", "--detach", "--set", "epochs=3", "--set", "threads=1", env={"RMCONSOLE_WARM": "0"})
     assert done.returncode == 0, done.stderr
     run_id = int(done.stdout.strip())
     seen = {}

@@ -107,9 +107,9 @@ def test_the_suite_rehearses_on_cpu_and_resumes_a_cut_tiny_run_exactly(tmp_path:
     resumed = tiny_part()
     (run,) = resumed["runs"]
     assert resumed["sweep"] == cut["sweep"] and run["status"] == "finished" and run["tasks_done"] == 5
-    whole = tiny_part("--tiny-home", str(tmp_path / "uncut"))  # (the later --tiny-home wins)
-    (uncut,) = whole["runs"]
-    assert run["A_auc"] == uncut["A_auc"] and run["A_last"] == uncut["A_last"]
+    # (that a resumed task-free run equals an uncut one, bit for bit, is
+    # tests/cl/test_taskfree_protocol.py's and tests/faults/test_killed_stopped_resumed.py's: here the
+    # suite's plumbing, a cut part continued by the next call, at a third of the CPU an uncut run adds)
     assert run["follow_up_A_auc"] == 22.45
     summary = (out / "gpu_suite.md").read_text()
     assert "## (d) Tiny-ImageNet i-Blurry-50-10" in summary and "| er | 1 | finished | 5/5 |" in summary

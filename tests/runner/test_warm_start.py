@@ -17,6 +17,12 @@ from rmconsole.runner import launch, warm
 from rmconsole.runner.processes import is_run_process, process_argv
 
 
+@pytest.fixture(autouse=True)
+def own_servers(tmp_path, monkeypatch) -> None:
+    """These tests start, list and stop servers: a folder of their own, not the session's."""
+    monkeypatch.setenv("RMCONSOLE_WARM_DIR", str(tmp_path / "warm-servers"))
+
+
 def wait_for(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
