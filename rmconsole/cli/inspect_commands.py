@@ -80,9 +80,7 @@ def runs(
     # `tune` trial evaluates no test set: its A_last is —, its A_last (val) is what the study
     # selected by) when a listed run has it
     columns = [
-        m
-        for m in metric_registry.columns()
-        if not column_when_measured(m) or any(m.name in r.metrics for r in records)
+        m for m in metric_registry.columns() if not column_when_measured(m) or any(m.name in r.metrics for r in records)
     ]
     jobs = store.job_states([r.id for r in records if r.status == "queued"])
     marked = []

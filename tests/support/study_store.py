@@ -73,4 +73,3 @@ def build(name: str = "look") -> list[int]:
             )
         )
     return ids
-
