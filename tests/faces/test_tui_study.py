@@ -11,8 +11,8 @@ from support import study_store
 from typer.testing import CliRunner
 
 from rmconsole import store
-from rmconsole.cli import app as cli_app
 from rmconsole.cl.events import TaskOutcome
+from rmconsole.cli import app as cli_app
 from rmconsole.report.study import Axis, HistoryPoint, Line, history, parallel
 from rmconsole.tui import RMConsoleApp
 from rmconsole.tui.screens.study import StudyScreen
