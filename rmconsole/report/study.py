@@ -130,7 +130,8 @@ def write_figures(study: Any, metric: str, maximize: bool, folder: Path | str) -
         ax.scatter(
             [p.number for p in done], [p.value for p in done], label=f"{metric} of a finished trial", color="tab:blue"
         )
-        ax.step([p.number for p in done], [p.best for p in done], where="post", label="best so far", color="tab:red")
+        best = [p.best for p in done if p.best is not None]  # (every one of them: for the type checker)
+        ax.step([p.number for p in done], best, where="post", label="best so far", color="tab:red")
         pruned = [p for p in points if p.best is None]
         if pruned:
             ax.scatter(

@@ -104,8 +104,13 @@ class StudyScreen(PollingScreen):
         self._last_read = time.monotonic()
         super().poll()
 
-    def read(self) -> StudyLoaded:
-        return StudyLoaded(data.load_study_view(self.study_name))
+    def read(self) -> StudyLoaded | StoreProblem:
+        from ...config import ConfigError
+
+        try:
+            return StudyLoaded(data.load_study_view(self.study_name))
+        except ConfigError as err:  # no such study (removed from the store): its one line, and Esc
+            return StoreProblem(f"{str(err).splitlines()[0]}; Esc goes back")
 
     def on_study_loaded(self, message: StudyLoaded) -> None:
         self.view = message.view
