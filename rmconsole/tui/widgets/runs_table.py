@@ -97,10 +97,11 @@ def compact_layout(
     width: int, anytime: bool = False, present: frozenset[str] = frozenset(COMPACT_METRICS), run_width: int = 8
 ) -> dict[str, int]:
     """The folded columns of a narrow terminal (COMPACT_COLUMNS and A/F/I_last, A_auc too for a
-    task-free run, A_last (val) for a validated one), `present`: the metrics some listed run has (the others are left out); the
-    run column takes what is left (at least 8), and at least `run_width` (the longest name or
-    preset, up to MAX_RUN_WIDTH: never cut, docs/tui.md): to make room, method·K·seed and the
-    status narrow to their headers' and `finished`'s widths, then I_last and F_last leave."""
+    task-free run, A_last (val) for a validated one), `present`: the metrics some listed run has
+    (the others are left out); the run column takes what is left (at least 8), and at least
+    `run_width` (the longest name or preset, up to MAX_RUN_WIDTH: never cut, docs/tui.md): to make
+    room, method·K·seed and the status narrow to their headers' and `finished`'s widths, then
+    I_last and F_last leave."""
     widths = {key: w for key, _, w, _, _ in COMPACT_COLUMNS}
     metrics = [
         m
