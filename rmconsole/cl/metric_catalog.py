@@ -708,6 +708,7 @@ METRICS: tuple[Metric, ...] = (
         default_for=PROTOCOLS,
         when_measured=True,
         split="validation",
+        column=2,  # (a column while a listed run has it: a `tune` trial's figure, its A_last is —)
         note=VALIDATION_NOTE,
         missing="validation metrics need a run with val_fraction > 0",
     ),
@@ -719,6 +720,7 @@ METRICS: tuple[Metric, ...] = (
         default_for=PROTOCOLS,
         when_measured=True,
         split="validation",
+        column=9,
         note=VALIDATION_NOTE,
         missing="validation metrics need a run with val_fraction > 0",
     ),
@@ -887,6 +889,12 @@ def validation_metrics(metrics: Sequence[Metric] = METRICS) -> list[Metric]:
 def columns(metrics: Sequence[Metric] = METRICS) -> list[Metric]:
     """The runs tables' metric columns, in catalogue order."""
     return [m for m in metrics if m.column > 0]
+
+
+def column_when_measured(m: Metric) -> bool:
+    """A runs-table column shown only while a listed run has a value of it: one of task-free runs
+    only (A_auc), or one listed when measured (the validation figures of a `tune` trial)."""
+    return "task" not in m.protocols or m.when_measured
 
 
 def mark_carrier(shown: Sequence[Metric]) -> Metric | None:

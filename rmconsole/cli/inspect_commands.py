@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import metric_registry, runner, store
+from ..cl.metric_catalog import column_when_measured
 from ..config import ConfigError, shorten
 from ..sanitize import json_text
 from ..store.filters import where
@@ -75,17 +76,12 @@ def runs(
     # one line per run at any width: narrower than 120 columns, a run's changes follow its name
     # in the same cell and are cut (…) before any number is; a live status is cut to its column
     wide = console.width >= 120
-    # the catalogue's metric columns; one of task-free runs only (A_auc) when such a run is listed
+    # the catalogue's metric columns; one of task-free runs only (A_auc) or a validation figure (a
+    # `tune` trial evaluates no test set: its A_last is —, its A_last (val) is what the study
+    # selected by) when a listed run has it
     columns = [
-        m for m in metric_registry.columns() if "task" in m.protocols or any(m.name in r.metrics for r in records)
+        m for m in metric_registry.columns() if not column_when_measured(m) or any(m.name in r.metrics for r in records)
     ]
-    # the validation figures when a listed run has them (a `tune` trial evaluates no test set: its
-    # A_last is —, its A_last (val) is what the study selected by)
-    columns += [
-        m
-        for m in metric_registry.catalogue()
-        if m.split == "validation" and m not in columns and any(r.metrics.get(m.name) is not None for r in records)
-    ][:2]
     jobs = store.job_states([r.id for r in records if r.status == "queued"])
     marked = []
     rows = []
@@ -115,6 +111,15 @@ def runs(
         "seed": max(4, *(len(str(r.seed)) for r, *_ in rows)),
     }
     metric_widths = [max(len(m.label), *(len(row[4][i][0]) for row in rows)) for i, m in enumerate(columns)]
+    if not wide:  # the metric columns the catalogue drops first (its `column` priority) until the run's label fits
+        while len(columns) > 1:
+            left = console.width - sum(natural.values()) - sum(metric_widths) - (len(natural) + len(columns))
+            if left >= 8:
+                break
+            worst = max(range(len(columns)), key=lambda i: (columns[i].column, i))
+            del columns[worst], metric_widths[worst]
+            for row in rows:
+                del row[4][worst]
     table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold")
     table.add_column("id", justify="right", no_wrap=True, min_width=natural["id"])
     table.add_column(

@@ -10,9 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import runner, store
-from ..numbers import MISSING, fmt
 from ..runner import tune as tuning
-from ..store.records import format_value
 from .common import MAX_SLOTS, app, check_count, console, err_console
 
 
@@ -164,31 +162,12 @@ def print_study(name: str, plot: Path | None = None) -> None:
     for row in summary.trials:
         best = summary.best is not None and row.number == summary.best.number
         cells: list[Any] = [str(row.number), row.state + (" *" if best else ""), str(row.run_id or "—")]
-        cells += [_value(row.params.get(k)) for k in keys]
-        # a pruned trial's value is Optuna's last reported step, not the metric: shown as such,
-        # `@2 61.50` (the validation accuracy after task 2, where the pruner stopped it)
-        if row.state == "complete":
-            shown = fmt(row.value)
-        elif row.state == "pruned" and row.last is not None:
-            shown = f"@{row.last[0] + 1} {fmt(row.last[1])}"
-        else:
-            shown = MISSING
-        cells += [shown, str(row.steps)]
+        cells += [row.param_text(k) for k in keys]
+        cells += [row.value_text(), str(row.steps)]
         table.add_row(*cells, style="bold" if best else "")
     console.print(table)
     if any(row.state == "pruned" and row.last is not None for row in summary.trials):
-        console.print(
-            "[dim]@k v: a pruned trial's validation accuracy after task k, where the pruner stopped it "
-            "(not its metric)[/]",
-            highlight=False,
-            soft_wrap=True,
-        )
-    console.print(tuning.best_line(name) or "", highlight=False, soft_wrap=True)
+        console.print(f"[dim]{tuning.PRUNED_NOTE}[/]", highlight=False, soft_wrap=True)
+    console.print(tuning.best_line(name, summary) or "", highlight=False, soft_wrap=True)
     if summary.driver is not None:
         console.print(f"driven now by process {summary.driver}", highlight=False)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return MISSING if value is None else format_value(value)

@@ -47,6 +47,8 @@ from typing import Any, Literal
 
 from .. import store
 from ..config import ConfigError, load_config, parse_value, shorten, split_override
+from ..numbers import MISSING, fmt
+from ..store.records import format_value
 from ..tomlfile import TomlFileError, read_text
 from ..tomlfile import literal as toml_literal
 from ..tomlfile import loads as toml_loads
@@ -944,6 +946,26 @@ class TrialRow:
     steps: int  # per-task validation values reported
     last: tuple[int, float] | None = None  # (task, value) of the last one: where a pruned trial stopped
 
+    def value_text(self) -> str:
+        """Its metric's cell: a complete trial's value; a pruned one's is Optuna's last reported
+        step, not the metric, so shown as such: `@2 61.50` (the validation accuracy after task 2,
+        where the pruner stopped it); else —."""
+        if self.state == "complete":
+            return fmt(self.value)
+        if self.state == "pruned" and self.last is not None:
+            return f"@{self.last[0] + 1} {fmt(self.last[1])}"
+        return MISSING
+
+    def param_text(self, key: str) -> str:
+        """A searched value as the study's tables show it (a float to 4 significant digits)."""
+        value = self.params.get(key)
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return MISSING if value is None else format_value(value)
+
+
+PRUNED_NOTE = "@k v: a pruned trial's validation accuracy after task k, where the pruner stopped it (not its metric)"
+
 
 @dataclass
 class StudySummary:
@@ -954,11 +976,12 @@ class StudySummary:
     driver: int | None  # the pid of a live driver
 
 
-def summarize(name: str) -> StudySummary:
-    """A study's trials and its best so far, for `tune --show` and the TUI."""
+def summarize(name: str, loaded: tuple[Any, StudySpec] | None = None) -> StudySummary:
+    """A study's trials and its best so far, for `tune --show` and the TUI (`loaded`: what
+    `load_study(name)` gave, when the caller has it already)."""
     from .driver import driver_pid
 
-    study, spec = load_study(name)
+    study, spec = loaded if loaded is not None else load_study(name)
     rows = [
         TrialRow(
             t.number,
@@ -1000,12 +1023,13 @@ def lock_id(name: str) -> str:
     return f"study-{name}"
 
 
-def best_line(name: str) -> str | None:
+def best_line(name: str, summary: StudySummary | None = None) -> str | None:
     """`best so far: trial 3 (run 12) val_A_last 81.20 — lr=0.01, reg_weight=40` or None."""
-    try:
-        summary = summarize(name)
-    except ConfigError:
-        return None
+    if summary is None:
+        try:
+            summary = summarize(name)
+        except ConfigError:
+            return None
     best = summary.best
     done = sum(r.state in ("complete", "pruned") for r in summary.trials)
     head = f"study {name}: {done}/{summary.spec.trials} trials done"

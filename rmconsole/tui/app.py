@@ -110,6 +110,12 @@ class RMConsoleApp(App[None]):
             return
         self.push_screen(CompareScreen(ids))
 
+    def open_study(self, name: str) -> None:
+        """The page of a `rmconsole tune` study: its trials, history, importance, parallel coordinates."""
+        from .screens.study import StudyScreen
+
+        self.push_screen(StudyScreen(name))
+
     def open_launch(self, clone_of: int | None = None) -> None:
         """The launch page; with `clone_of`, filled with that run's preset, overrides, name and tags."""
         from .screens.launch import LaunchScreen

@@ -10,6 +10,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from .console import Console
 from .data import RunRow
+from .study import study_of
 
 
 def describe(row: RunRow) -> str:
@@ -41,6 +42,16 @@ class RunCommands(Provider):
     def _commands(self) -> list[tuple[str, str, Callable[[], Any], str]]:
         app: Console = self.app  # type: ignore[assignment]  # the App, through its face towards its pages
         commands: list[tuple[str, str, Callable[[], Any], str]] = []
+        studies = dict.fromkeys(name for row in reversed(app.rows) if (name := study_of(row.tags)) is not None)
+        for name in studies:  # (the studies of the runs read: no store read here)
+            commands.append(
+                (
+                    f"Open study {name}",
+                    "A `rmconsole tune` study: its trials, history, importance, parallel coordinates",
+                    partial(app.open_study, name),
+                    "",
+                )
+            )
         for row in reversed(app.rows):
             what = describe(row)
             note = f" · note: {row.note}" if row.note else ""

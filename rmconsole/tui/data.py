@@ -534,6 +534,60 @@ def load_compare(run_ids: list[int]) -> CompareView:
     )
 
 
+# --------------------------------------------------------------------------- a study
+
+
+@dataclass(frozen=True)
+class StudyView:
+    """A `rmconsole tune` study as the study page draws it: what `tune --show` prints (the
+    summary's trials and best line, runner/tune.py) and what `--plot` draws (report/study.py's
+    history, importance and parallel coordinates), read through the same calls."""
+
+    name: str
+    metric: str
+    maximize: bool
+    sampler: str
+    pruner: str
+    trials_asked: int
+    keys: tuple[str, ...]  # the searched config keys, in the study's order
+    trials: tuple[Any, ...]  # runner/tune.TrialRow, in trial order
+    best: int | None  # the best trial's number
+    best_line: str
+    history: tuple[Any, ...]  # report/study.HistoryPoint
+    importance: tuple[tuple[str, float], ...]  # Optuna's, most important first (empty: not yet)
+    axes: tuple[Any, ...]  # report/study.Axis
+    lines: tuple[Any, ...]  # report/study.Line
+    driver: int | None  # the pid of a live study driver
+
+
+def load_study_view(name: str) -> StudyView:
+    """Everything the study page shows of study `name` (a TuneError, one line, when there is none)."""
+    from ..report import study as figures
+    from ..runner import tune
+
+    loaded = tune.load_study(name)
+    summary = tune.summarize(name, loaded)
+    maximize = summary.direction == "maximize"
+    axes, lines = figures.parallel(loaded[0])
+    return StudyView(
+        name=name,
+        metric=summary.spec.metric,
+        maximize=maximize,
+        sampler=summary.spec.sampler,
+        pruner=summary.spec.pruner,
+        trials_asked=summary.spec.trials,
+        keys=tuple(p.key for p in summary.spec.params),
+        trials=tuple(summary.trials),
+        best=summary.best.number if summary.best is not None else None,
+        best_line=tune.best_line(name, summary) or "",
+        history=tuple(figures.history(loaded[0], maximize)),
+        importance=tuple(figures.importance(loaded[0]).items()),
+        axes=tuple(axes),
+        lines=tuple(lines),
+        driver=summary.driver,
+    )
+
+
 # --------------------------------------------------------------------------- the worker's log
 
 

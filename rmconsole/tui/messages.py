@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from .data import CompareView, RunRow, RunsDelta, RunView
+from .data import CompareView, RunRow, RunsDelta, RunView, StudyView
 
 
 @dataclass
@@ -30,6 +30,11 @@ class RunLoaded(Message):
 @dataclass
 class CompareLoaded(Message):
     view: CompareView
+
+
+@dataclass
+class StudyLoaded(Message):
+    view: StudyView
 
 
 @dataclass

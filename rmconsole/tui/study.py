@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 
 STUDY_TERM = re.compile(r"(?:^|\s)study[:=]([^\s,]+)", re.IGNORECASE)
 MAX_AGE_S = 5.0
@@ -16,6 +17,13 @@ def study_named(query: str) -> str | None:
     """The study a runs filter names (`study:NAME`), if any."""
     found = STUDY_TERM.search(query or "")
     return found.group(1).strip("'\"") if found else None
+
+
+def study_of(tags: Iterable[str]) -> str | None:
+    """The study a run is a trial of (its `study:NAME` tag), if any."""
+    from ..store.filters import STUDY_TAG
+
+    return next((t[len(STUDY_TAG) :] for t in tags if t.startswith(STUDY_TAG) and len(t) > len(STUDY_TAG)), None)
 
 
 def study_line(query: str, now: float | None = None) -> str | None:

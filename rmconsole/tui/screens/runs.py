@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Header, Input
 from ...sanitize import clean
 from .. import data
 from ..messages import RunsLoaded, StoreProblem
-from ..study import study_line
+from ..study import study_line, study_named, study_of
 from ..widgets.footer import Footer
 from ..widgets.runs_table import SORT_LABELS, SORTABLE, RunsTable
 from ..widgets.status_line import StatusLine
@@ -38,6 +38,7 @@ class RunsScreen(PollingScreen):
         Binding("X", "stop_sweep", "Stop sweep", show=False),
         Binding("a", "toggle_archived", "Archived", show=False),
         Binding("s", "cycle_sort", "Sort"),
+        Binding("t", "study", "Study", show=False),
         Binding("r", "reverse_sort", "Reverse", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -215,7 +216,7 @@ class RunsScreen(PollingScreen):
             parts.append(f"{shown} match “{self.query_text.strip()}”")
             best = study_line(self.query_text)  # `study:NAME`: the study's best trial so far
             if best:
-                parts.append(best)
+                parts.append(best + " (t: its page)")
         if self.app.selected:
             parts.append(f"{len(self.app.selected)} selected (c compares)")
         return Text(clean(" · ".join(parts)))  # the filter as typed or pasted, a study's values: shown, not obeyed
@@ -317,6 +318,19 @@ class RunsScreen(PollingScreen):
             self.notify(f"run {row.id} is not part of a sweep (x stops one run)", severity="warning")
             return
         self.app.confirm_stop_sweep(row.sweep_id)
+
+    def action_study(self) -> None:
+        """The study page of the study the filter names (`study:NAME`), else of the highlighted trial."""
+        run_id = self._cursor_run()
+        row = next((r for r in self.rows if r.id == run_id), None)
+        name = study_named(self.query_text) or (study_of(row.tags) if row is not None else None)
+        if name is None:
+            self.notify(
+                "not a study's trial: filter study:NAME, or press t on a run `rmconsole tune` started",
+                severity="warning",
+            )
+            return
+        self.app.open_study(name)
 
     def action_toggle_archived(self) -> None:
         self.show_archived = not self.show_archived

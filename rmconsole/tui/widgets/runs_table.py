@@ -14,7 +14,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import DuplicateKey, Row, RowKey
 
 from ... import metric_registry
-from ...cl.metric_catalog import mark_carrier
+from ...cl.metric_catalog import column_when_measured, mark_carrier
 from ..data import RunRow, sort_columns
 from ..render import progress_text, status_text
 from . import css_beside
@@ -41,6 +41,8 @@ COLUMNS: tuple[tuple[str, str, int, str, int], ...] = RUN_COLUMNS + tuple(
 )
 RUN_KEYS = frozenset(c[0] for c in RUN_COLUMNS)
 TASK_FREE_ONLY = frozenset(m.name for m in METRICS if "task" not in m.protocols)  # shown when such a run is listed
+# the other columns shown only while a listed run has them (the validation figures of a `tune` trial)
+WHEN_MEASURED = tuple(m.name for m in METRICS if column_when_measured(m) and m.name not in TASK_FREE_ONLY)
 MAX_RUN_WIDTH = 40  # a longer run name is cut with an ellipsis (a preset name never is: they are shorter)
 
 # Below COMPACT_WIDTH (an 80-column terminal) the identifying columns fold into fewer, so that
@@ -56,6 +58,8 @@ COMPACT_COLUMNS: tuple[tuple[str, str, int, str, int], ...] = (
     ("method", "method·K·seed", 15, "left", 1),
 )
 COMPACT_METRICS = ("A_last", "F_last", "I_last")
+# of those shown when measured, what the folded columns keep too: the runs table's foremost (A_last (val))
+COMPACT_MEASURED = tuple(m.name for m in sorted(METRICS, key=lambda m: m.column) if m.name in WHEN_MEASURED)[:1]
 # what `s` and the sort mark call each sort key: the column's header
 SORT_LABELS = {"preset": "run"}
 
@@ -71,7 +75,9 @@ def layout(
     run_width = max(6, min(run_width, MAX_RUN_WIDTH))
     if width < COMPACT_WIDTH:
         return compact_layout(width, anytime, present, run_width)
-    kept = [c for c in COLUMNS if anytime or c[0] not in TASK_FREE_ONLY]
+    kept = [
+        c for c in COLUMNS if (anytime or c[0] not in TASK_FREE_ONLY) and (c[0] not in WHEN_MEASURED or c[0] in present)
+    ]
 
     def need(cols: list[tuple[str, str, int, str, int]]) -> int:
         return sum((run_width if c[0] == "preset" else c[2]) + 2 for c in cols) + 2  # + the scrollbar
@@ -91,12 +97,17 @@ def compact_layout(
     width: int, anytime: bool = False, present: frozenset[str] = frozenset(COMPACT_METRICS), run_width: int = 8
 ) -> dict[str, int]:
     """The folded columns of a narrow terminal (COMPACT_COLUMNS and A/F/I_last, A_auc too for a
-    task-free run), `present`: the metrics some listed run has (the others are left out); the
-    run column takes what is left (at least 8), and at least `run_width` (the longest name or
-    preset, up to MAX_RUN_WIDTH: never cut, docs/tui.md): to make room, method·K·seed and the
-    status narrow to their headers' and `finished`'s widths, then I_last and F_last leave."""
+    task-free run, A_last (val) for a validated one), `present`: the metrics some listed run has
+    (the others are left out); the run column takes what is left (at least 8), and at least
+    `run_width` (the longest name or preset, up to MAX_RUN_WIDTH: never cut, docs/tui.md): to make
+    room, method·K·seed and the status narrow to their headers' and `finished`'s widths, then
+    I_last and F_last leave."""
     widths = {key: w for key, _, w, _, _ in COMPACT_COLUMNS}
-    metrics = [m for m in METRICS if m.name in COMPACT_METRICS and (m.name == "A_last" or m.name in present)]
+    metrics = [
+        m
+        for m in METRICS
+        if (m.name in COMPACT_METRICS or m.name in COMPACT_MEASURED) and (m.name == "A_last" or m.name in present)
+    ]
     if anytime:
         metrics += [m for m in METRICS if m.name in TASK_FREE_ONLY]
     for m in metrics:
@@ -247,7 +258,7 @@ class RunsTable(DataTable):
             new = (
                 len(r.label),
                 ("anytime",) if any(name in metrics for name in TASK_FREE_ONLY) else (),
-                tuple(name for name in COMPACT_METRICS if metrics.get(name) is not None),
+                tuple(name for name in (*COMPACT_METRICS, *WHEN_MEASURED) if metrics.get(name) is not None),
             )
             if f is not None:
                 if f[1:] == new:  # (most changes, a live run's progress: the same facts)
@@ -261,7 +272,7 @@ class RunsTable(DataTable):
             for i in [i for i in cache if i not in keep]:
                 self._count(cache.pop(i), -1)
         width = max((n for n, c in lengths.items() if c > 0), default=8)
-        return width, flags["anytime"] > 0, frozenset(k for k in COMPACT_METRICS if flags[k] > 0)
+        return width, flags["anytime"] > 0, frozenset(k for k in (*COMPACT_METRICS, *WHEN_MEASURED) if flags[k] > 0)
 
     def _count(self, fact: tuple, sign: int) -> None:
         self._lengths[fact[1]] += sign
