@@ -29,6 +29,7 @@ uses is re-exported here, so `from rmconsole.config import X` is the way in.
 
 from __future__ import annotations
 
+from ..cl.settings import MAX_INT
 from .checks import method_keys, not_read
 from .errors import ConfigError, shorten, show_value, twice
 from .keytable import choices_of, configuration_page, essential_keys_help, key_table
@@ -45,7 +46,7 @@ from .load import (
     parse_value,
     split_override,
 )
-from .model import COMMON_KEYS, KEYS, MAX_INT, RunConfig, config_model
+from .model import COMMON_KEYS, KEYS, RunConfig, config_model
 from .presets import DEFAULT_PRESET, plugin_presets, preset_description, preset_dir, preset_names, read_preset
 from .view import TASK_FREE_ONLY, config_view, method_reads, reads_on_task_free
 

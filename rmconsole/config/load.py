@@ -11,12 +11,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..cl.catalog import parse_augment
+from ..cl.settings import MAX_INT
 from ..methods import method_names, method_specs, readers_of
 from ..tomlfile import TomlFileError
 from ..tomlfile import loads as toml_loads
 from .checks import check_key, check_keys, key_number_kind, one_line
 from .errors import ConfigError, shorten, show_value, twice
-from .model import COMMON_KEYS, MAX_INT, RunConfig, config_model, spec_of
+from .model import COMMON_KEYS, RunConfig, config_model, spec_of
 from .presets import DEFAULT_PRESET, read_preset
 
 

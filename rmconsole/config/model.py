@@ -285,6 +285,7 @@ class RunConfig(RunKeys):
 
 
 COMMON_KEYS = tuple(RunConfig.model_fields)  # the keys every run has
+# where or how a run computes, not what it is (declared `runtime=True`): printed only when set
 RUNTIME_KEYS = tuple(name for name, (_, declared) in DECLARED.items() if declared.metadata["runtime"])
 # every key a built-in method's run can have (a plug-in's keys: key_readers / method_keys)
 KEYS = tuple(dict.fromkeys([*COMMON_KEYS, *(k for spec in REGISTRY.values() for k in spec.keys)]))
