@@ -19,6 +19,7 @@ from .datasets import builtins as builtin_datasets
 from .modelspec import BUILTINS as BUILTIN_MODELS
 
 BOUNDS = ("ge", "gt", "le", "lt")
+REQUIRED: Any = dataclasses.MISSING  # a key without a default: every preset gives it
 MAX_INT = 2**63 - 1  # the largest integer a key holds: the store's integers (SQLite INTEGER, PostgreSQL BIGINT)
 
 
@@ -36,9 +37,6 @@ def key(default: Any, help: str, *, allowed: str | None = None, runtime: bool = 
     names), its bounds (`ge`, `gt`, `le`, `lt`) and whether it is a runtime choice (where or how
     a run computes, not what it is). config/ turns it into a field of RunConfig, as `param`."""
     return _declared("key", default, help, bounds, allowed=allowed, runtime=runtime)
-
-
-REQUIRED: Any = dataclasses.MISSING  # a key without a default: every preset gives it
 
 
 class RunSettings(Protocol):
