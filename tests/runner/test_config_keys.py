@@ -19,7 +19,7 @@ from rmconsole.cl.methods import REGISTRY, MethodSpec, method_class
 from rmconsole.cl.methods.bic_params import BiCParams
 from rmconsole.cl.methods.ewc_params import EWCParams
 from rmconsole.cl.methods.rm_params import RMParams
-from rmconsole.cl.settings import MethodParams, param
+from rmconsole.cl.settings import BOUNDS, MethodParams, declared_keys, param
 from rmconsole.config import COMMON_KEYS, KEYS, RunConfig, config_model, configuration_page, key_table, load_config
 
 
@@ -51,6 +51,20 @@ def test_every_method_param_is_a_key_of_its_runs_only_with_its_declared_default_
     _, rm = load_config(None)
     assert "bic_temperature" not in rm.to_dict() and "rm_variant" in rm.to_dict()
     assert list(rm.to_dict())[: len(COMMON_KEYS)] == list(COMMON_KEYS)  # flat: common keys, then the method's
+
+
+def test_the_keys_every_run_has_are_declared_once_in_cl_settings() -> None:
+    """RunConfig's fields are cl/settings.py's RunSettings declarations, in their order, with their
+    type, default, help and bounds: config/ declares no key of its own (issue 39)."""
+    declared = declared_keys()
+    assert list(RunConfig.model_fields) == list(declared) == list(COMMON_KEYS)
+    for name, (hint, key) in declared.items():
+        field = RunConfig.model_fields[name]
+        required = key.default is dataclasses.MISSING
+        assert field.annotation == hint and field.description == key.metadata["help"], name
+        assert field.is_required() == required and (required or field.default == key.default), name
+        bounds = {b: getattr(m, b) for m in field.metadata for b in BOUNDS if hasattr(m, b)}
+        assert bounds == key.metadata["bounds"], name
 
 
 @pytest.mark.parametrize(
