@@ -137,46 +137,40 @@ def run_protocol(
                 torch.tensor(list(bytes.fromhex(distributed.module_hash(method.model))), dtype=torch.uint8),
             )
         spent["samples"] += len(task.stream)
+        # the outcome's figures measured after the task (evaluate_test=false, a tuning trial: no
+        # test figure, the test split never read; validation only)
+        figures: dict[str, Any] = {"accuracy": None, "accuracy_row": None, "class_accuracy": None}
         if cfg.evaluate_test:
             reporter.phase(t, "evaluation", int(torch.isin(test_labels, torch.tensor(classes, device=device)).sum()))
             result = evaluation(method, data, test_labels, classes, augmenter, topk=cfg.topk)
-            outcome = TaskOutcome(
-                t,
-                result.accuracy,
-                metrics.task_accuracy_row(result.class_accuracy, protocol.groups),
-                result.class_accuracy,
-                classes,
-                time.perf_counter() - started,
-                method.best_epoch_accuracy,
-                {"memory": dict(method.memory_info)},
-                result.topk,
-                result.topk_accuracy,
-                None
-                if result.topk_class_accuracy is None
-                else metrics.task_accuracy_row(result.topk_class_accuracy, protocol.groups),
+            figures.update(
+                accuracy=result.accuracy,
+                accuracy_row=metrics.task_accuracy_row(result.class_accuracy, protocol.groups),
+                class_accuracy=result.class_accuracy,
+                best_epoch_accuracy=method.best_epoch_accuracy,
             )
-        else:  # evaluate_test=false (a tuning trial): the test split is never read; validation only
-            outcome = TaskOutcome(
-                t,
-                None,
-                None,
-                None,
-                classes,
-                time.perf_counter() - started,
-                None,
-                {"memory": dict(method.memory_info)},
-                cfg.topk,
-            )
+            if result.topk_class_accuracy is not None:
+                figures.update(
+                    topk=result.topk,
+                    topk_accuracy=result.topk_accuracy,
+                    topk_accuracy_row=metrics.task_accuracy_row(result.topk_class_accuracy, protocol.groups),
+                )
+        seconds = time.perf_counter() - started  # (the validation pass is not the task's time)
         if held is not None:  # the validation pass: a call of its own, on held-out train samples only
             reporter.phase(
                 t, "validation", int(torch.isin(protocol.train_labels[held.validation], torch.tensor(classes)).sum())
             )
             val = validation(method, data, held.validation, train_labels, classes, augmenter)
-            outcome.val_accuracy, outcome.val_class_accuracy = val.accuracy, val.class_accuracy
-            outcome.val_accuracy_row = metrics.task_accuracy_row(val.class_accuracy, protocol.groups)
+            figures.update(
+                val_accuracy=val.accuracy,
+                val_class_accuracy=val.class_accuracy,
+                val_accuracy_row=metrics.task_accuracy_row(val.class_accuracy, protocol.groups),
+            )
         spent["seconds"] += time.perf_counter() - started
-        figures = compute.summary(method, int(spent["samples"]), float(spent["seconds"]), dist.world if dist else 1)
-        outcome.extra = {**(outcome.extra or {}), "online": figures}  # the run's compute so far (the catalogue's)
+        online = compute.summary(method, int(spent["samples"]), float(spent["seconds"]), dist.world if dist else 1)
+        # the run's compute so far (the catalogue's) beside the memory's state
+        extra = {"memory": dict(method.memory_info), "online": online}
+        outcome = TaskOutcome(t, eval_classes=classes, seconds=seconds, extra=extra, **figures)
         checkpoint = {
             "task": t,
             "method": method.state_dict(),

@@ -261,12 +261,17 @@ def run_online(
             task_class_acc,
             classes,
             time.perf_counter() - task_started,
-            None,
-            extra,
+            extra=extra,
+            **(
+                {}
+                if val is None
+                else {
+                    "val_accuracy": val.accuracy,
+                    "val_class_accuracy": val.class_accuracy,
+                    "val_accuracy_row": metrics.task_accuracy_row(val.class_accuracy, protocol.groups),
+                }
+            ),
         )
-        if val is not None:
-            outcome.val_accuracy, outcome.val_class_accuracy = val.accuracy, val.class_accuracy
-            outcome.val_accuracy_row = metrics.task_accuracy_row(val.class_accuracy, protocol.groups)
         checkpoint = {
             "task": t,
             "method": method.state_dict(),
