@@ -9,7 +9,7 @@ no line here.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlmodel import SQLModel
 
@@ -42,7 +42,9 @@ def row_of(value: Any, **store_columns: Any) -> Any:
 def value_of(kind: type[V], row: Any, **more: Any) -> V:
     """The results value a stored row holds (its fields that the table has; the rest default)."""
     names = type(row).model_fields
-    return kind(**{f.name: getattr(row, f.name) for f in fields(kind) if f.init and f.name in names}, **more)  # type: ignore[call-arg]
+    # (a results dataclass: its fields are its arguments)
+    known = {f.name: getattr(row, f.name) for f in fields(cast(Any, kind)) if f.init and f.name in names}
+    return kind(**known, **more)
 
 
 def outcome_of(row: TaskResult) -> TaskOutcome:
