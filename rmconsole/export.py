@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from . import metric_registry
+from .cl.results import task_figures
 from .config import shorten
 from .store.records import format_value
 
@@ -50,6 +51,11 @@ TARGETS = ("mlflow", "tensorboard")
 
 class ExportError(ValueError):
     """An export that cannot be done (a missing extra, an unwritable place): one line."""
+
+
+def _task_figures(task: dict[str, Any]) -> list[tuple[str, float]]:
+    """A task's per-task figures (cl/results.py `figure`) that it measured, as (name, value)."""
+    return [(name, float(task[name])) for name, _ in task_figures() if task.get(name) is not None]
 
 
 def _finals(detail: dict[str, Any]) -> list[tuple[str, float]]:
@@ -267,6 +273,8 @@ def _to_mlflow(
         for t in detail.get("tasks") or []:
             if t.get("accuracy") is not None:
                 metrics.append(Metric("accuracy", float(t["accuracy"]), 0, t["task"] + 1))
+            for name, value in _task_figures(t):
+                metrics.append(Metric(f"task/{name}", value, 0, t["task"] + 1))
         last = max((t["task"] + 1 for t in detail.get("tasks") or [] if t.get("accuracy") is not None), default=0)
         for name, value in _finals(detail):
             metrics.append(Metric(name, value, 0, last))
@@ -360,6 +368,8 @@ def to_tensorboard(
             if t.get("accuracy") is not None:
                 writer.add_scalar("accuracy/after_task", t["accuracy"], t["task"] + 1)
                 last = t["task"] + 1
+            for name, value in _task_figures(t):
+                writer.add_scalar(f"task/{name}", value, t["task"] + 1)
         for name, value in _finals(detail):
             writer.add_scalar(f"final/{name}", value, last)
         for step, e in _epoch_points(detail):

@@ -58,7 +58,7 @@ def class_accuracy_by_age(
     results: Sequence[Any], histogram: Sequence[int] | None = None, labels: Sequence[str] = ()
 ) -> ClassAccuracyByAge | None:
     """From a run's task results in task order (anything with `task`, `class_accuracy` and
-    `eval_classes`: the store's TaskResult or the TUI's copy), the classes after the latest task,
+    `eval_classes`: a TaskOutcome, or show --json's task entries), the classes after the latest task,
     old apart from new, each with its memory slots from `histogram` (the memory's per-class
     counts after that task, class-order indexed) and its label (`labels`, class-order indexed;
     else the index). None when no task result carries per-class accuracy."""

@@ -66,11 +66,10 @@ BUGS = {
     "per-sample instead of per-class averaging in a task's accuracy": (
         "rmconsole/cl/loop.py",
         (
-            "        outcome = TaskOutcome(t, result.accuracy, metrics.task_accuracy_row(result.class_accuracy, protocol.groups),\n",
-            "        counts = torch.bincount(test_labels.cpu(), minlength=data.n_classes).tolist()\n"
-            "        per_sample = [sum(result.class_accuracy[c] * counts[c] for c in g) / sum(counts[c] for c in g)\n"
-            "                      for g in protocol.groups]\n"
-            "        outcome = TaskOutcome(t, result.accuracy, per_sample,\n",
+            "                accuracy_row=metrics.task_accuracy_row(result.class_accuracy, protocol.groups),\n",
+            "                accuracy_row=[sum(result.class_accuracy[c] * n[c] for c in g) / sum(n[c] for c in g)\n"
+            "                              for n in [torch.bincount(test_labels.cpu(), minlength=data.n_classes).tolist()]\n"
+            "                              for g in protocol.groups],\n",
         ),
     ),
     # issue 29: each caught by a named test (test_taskfree_driver_and_anytime.py, test_method_update_rules.py)

@@ -112,9 +112,10 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.metrics": ["tests/cl/test_metrics_schedule.py", *SCIENCE],
     "rmconsole.cl.schedule": ["tests/cl/test_metrics_schedule.py", *SCIENCE],
     "rmconsole.cl.online": ["tests/cl/test_taskfree_driver_and_anytime.py"],
+    "rmconsole.cl.results:RunRows": ["tests/cl/test_metric_catalog.py"],
     "rmconsole.cl.metrics_anytime": ["tests/cl/test_taskfree_driver_and_anytime.py"],
     # the run summaries (the store asks `summarize`; these are the rules it runs)
-    "rmconsole.cl.metric_catalog:RunRows,mean_std,Metric,_last,_average,_forgetting,_worst_forgetting,_best_epoch,"
+    "rmconsole.cl.metric_catalog:mean_std,Metric,_last,_average,_forgetting,_worst_forgetting,_best_epoch,"
     "_topk_rows,_topk,_auc,_online,_anytime_count,summarize": [
         "tests/cl/test_taskfree_driver_and_anytime.py",
         "tests/cl/test_metric_catalog.py",

@@ -16,11 +16,11 @@ from torch import Tensor
 from . import compute, distributed, metrics, streams
 from .data import Dataset
 from .events import Reporter, TaskOutcome, TaskPlan
-from .inference import evaluate, evaluation, validation
-from .methods import Setup, Task, method_class
+from .inference import evaluate, evaluation
+from .methods import Task, method_class
 from .online import run_online
 from .protocols import is_task_free
-from .resume import CheckpointMismatch, make_augmenter, restore  # noqa: F401  (re-exported: the loop's helpers)
+from .resume import CheckpointMismatch, announce, checkpoint_of, make_augmenter, prepare, restore, validation_figures  # noqa: F401  (re-exported: the loop's helpers)
 from .settings import RunSettings
 from .train import check_finite
 
@@ -90,14 +90,12 @@ def run_protocol(
     reporter = reporter or Reporter()
     torch.manual_seed(cfg.seed)
     protocol = build_protocol(cfg, data)
-    data = data.to(device)
-    train_labels, test_labels = protocol.train_labels.to(device), protocol.test_labels.to(device)
-    augmenter = make_augmenter(cfg, data, device)
-    setup = Setup(cfg, data, train_labels, test_labels, protocol.groups, device, augmenter, reporter)
+    prepared = prepare(cfg, data, protocol, device, reporter)
+    data, test_labels, augmenter = prepared.data, prepared.test_labels, prepared.augmenter
     dist = distributed.context()
     if dist:  # the resume checkpoint is rank 0's to read; every rank continues from it
         resume = dist.broadcast_object(resume)
-    method = method_class(cfg.method_spec)(setup)
+    method = method_class(cfg.method_spec)(prepared.setup)
     start = 0
     spent = {"samples": 0, "seconds": 0.0}  # stream samples trained on and task seconds, for the compute figures
     if resume is not None:
@@ -112,13 +110,8 @@ def run_protocol(
         + f"compute on {device}: {method.accel.describe()}"
         + (", cuda_graphs=True" if method.uses_graphs else "")
     )
-    plans = protocol.plans(data.n_classes)
+    plans = announce(cfg, protocol, data, augmenter, reporter)
     held = protocol.held_out
-    if held is not None:
-        reporter.validation_held_out(
-            streams.validation_info(held, cfg.val_fraction, protocol.train_labels, data.n_classes)
-        )
-    reporter.run_started(plans, protocol.class_order, data.class_names, augmenter.describe())
     outcomes = []
     for t in range(start, len(protocol.tasks)):
         started = time.perf_counter()
@@ -137,60 +130,36 @@ def run_protocol(
                 torch.tensor(list(bytes.fromhex(distributed.module_hash(method.model))), dtype=torch.uint8),
             )
         spent["samples"] += len(task.stream)
+        # the outcome's figures measured after the task (evaluate_test=false, a tuning trial: no
+        # test figure, the test split never read; validation only)
+        figures: dict[str, Any] = {"accuracy": None, "accuracy_row": None, "class_accuracy": None}
         if cfg.evaluate_test:
             reporter.phase(t, "evaluation", int(torch.isin(test_labels, torch.tensor(classes, device=device)).sum()))
             result = evaluation(method, data, test_labels, classes, augmenter, topk=cfg.topk)
-            outcome = TaskOutcome(
-                t,
-                result.accuracy,
-                metrics.task_accuracy_row(result.class_accuracy, protocol.groups),
-                result.class_accuracy,
-                classes,
-                time.perf_counter() - started,
-                method.best_epoch_accuracy,
-                {"memory": dict(method.memory_info)},
-                result.topk,
-                result.topk_accuracy,
-                None
-                if result.topk_class_accuracy is None
-                else metrics.task_accuracy_row(result.topk_class_accuracy, protocol.groups),
+            figures.update(
+                accuracy=result.accuracy,
+                accuracy_row=metrics.task_accuracy_row(result.class_accuracy, protocol.groups),
+                class_accuracy=result.class_accuracy,
+                best_epoch_accuracy=method.best_epoch_accuracy,
             )
-        else:  # evaluate_test=false (a tuning trial): the test split is never read; validation only
-            outcome = TaskOutcome(
-                t,
-                None,
-                None,
-                None,
-                classes,
-                time.perf_counter() - started,
-                None,
-                {"memory": dict(method.memory_info)},
-                cfg.topk,
-            )
+            if result.topk_class_accuracy is not None:
+                figures.update(
+                    topk=result.topk,
+                    topk_accuracy=result.topk_accuracy,
+                    topk_accuracy_row=metrics.task_accuracy_row(result.topk_class_accuracy, protocol.groups),
+                )
+        seconds = time.perf_counter() - started  # (the validation pass is not the task's time)
         if held is not None:  # the validation pass: a call of its own, on held-out train samples only
             reporter.phase(
                 t, "validation", int(torch.isin(protocol.train_labels[held.validation], torch.tensor(classes)).sum())
             )
-            val = validation(method, data, held.validation, train_labels, classes, augmenter)
-            outcome.val_accuracy, outcome.val_class_accuracy = val.accuracy, val.class_accuracy
-            outcome.val_accuracy_row = metrics.task_accuracy_row(val.class_accuracy, protocol.groups)
+            figures.update(validation_figures(method, prepared, protocol, classes))
         spent["seconds"] += time.perf_counter() - started
-        figures = compute.summary(method, int(spent["samples"]), float(spent["seconds"]), dist.world if dist else 1)
-        outcome.extra = {**(outcome.extra or {}), "online": figures}  # the run's compute so far (the catalogue's)
-        checkpoint = {
-            "task": t,
-            "method": method.state_dict(),
-            "augmenter": augmenter.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "method_name": cfg.method,
-            "stream_hashes": [p.stream_hash for p in plans],
-            "compute": compute.ledger_of(method).state(),
-            "compute_spent": dict(spent),
-        }
-        if held is not None:
-            checkpoint["val_hash"] = streams.stream_hash(held.validation)
-        if device.type == "cuda":
-            checkpoint["cuda_rng"] = torch.cuda.get_rng_state_all()
+        online = compute.summary(method, int(spent["samples"]), float(spent["seconds"]), dist.world if dist else 1)
+        # the run's compute so far (the catalogue's) beside the memory's state
+        extra = {"memory": dict(method.memory_info), "online": online}
+        outcome = TaskOutcome(t, eval_classes=classes, seconds=seconds, extra=extra, **figures)
+        checkpoint = checkpoint_of(t, cfg, method, augmenter, plans, protocol, device, compute_spent=dict(spent))
         if dist:  # every rank's own draws, so a resumed multi-process run continues exactly
             checkpoint["rank_states"] = distributed.rank_states(augmenter, dist)
         reporter.task_finished(outcome, checkpoint)

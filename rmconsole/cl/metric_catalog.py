@@ -31,79 +31,9 @@ from typing import Protocol as TypingProtocol
 from . import metrics as M
 from . import metrics_anytime as MA
 from .protocols import PROTOCOLS, Protocol, protocol_of
+from .results import RunRows, TaskOutcome, task_figures  # a run's rows and its per-task figures: cl/results.py
 
 Better = Literal["higher", "lower"]
-
-
-# ---------------------------------------------------------------------- one run's rows
-
-
-@dataclass(frozen=True)
-class TaskRow:
-    """What a run stored after one task (the store's TaskResult, as plain data)."""
-
-    task: int
-    accuracy: float | None  # None: the run did not evaluate on the test set (evaluate_test=false)
-    accuracy_row: Sequence[float | None] | None = ()  # acc[k][j]: on task j's classes after this task k
-    class_accuracy: Sequence[float | None] | None = None  # per class (None: class not evaluated)
-    best_epoch_accuracy: float | None = None  # the authors' best-over-epochs figure, when recorded
-    topk: int | None = None  # k of the top-k figures, when measured
-    topk_accuracy: float | None = None
-    topk_accuracy_row: Sequence[float | None] | None = None
-    val_accuracy: float | None = None  # on the held-out validation samples (val_fraction > 0)
-    val_accuracy_row: Sequence[float | None] | None = None
-
-
-@dataclass(frozen=True)
-class AnytimePoint:
-    """One anytime evaluation of a task-free run (PROTOCOL §9.3)."""
-
-    samples: int  # streamed samples seen when it was taken
-    accuracy: float | None  # on the test samples (None: evaluate_test=false) of the classes exposed so far
-    n_classes: int = 0  # how many classes those were
-    val_accuracy: float | None = None  # on the held-out validation samples of those classes
-
-
-@dataclass(frozen=True)
-class RunRows:
-    """One run's stored rows, as the catalogue reads them: its config, the result of each task
-    done (in task order), its anytime evaluations (by samples seen), the loop's latest online
-    figures (timings, sample counts) and the tasks planned."""
-
-    config: Mapping[str, Any] = field(default_factory=dict)
-    tasks: Sequence[TaskRow] = ()
-    anytime: Sequence[AnytimePoint] = ()
-    online: Mapping[str, Any] = field(default_factory=dict)
-    n_tasks: int = 0
-
-    @property
-    def protocol(self) -> Protocol:
-        return protocol_of(self.config)
-
-    @property
-    def accuracies(self) -> list[float]:
-        """The accuracy after each task done (read only where `tested`: test metrics are guarded)."""
-        return [t.accuracy for t in self.tasks if t.accuracy is not None]
-
-    @property
-    def matrix(self) -> list[list[float | None]]:
-        """acc[k][j] (cl/metrics.py)."""
-        return [list(t.accuracy_row or ()) for t in self.tasks]
-
-    @property
-    def tested(self) -> bool:
-        """Whether every task done has its test figures: a run with evaluate_test=false (a tuning
-        trial) has none, and its test metrics are absent, never 0."""
-        return all(t.accuracy is not None for t in self.tasks) and all(p.accuracy is not None for p in self.anytime)
-
-    @property
-    def topk(self) -> int | None:
-        """k when every task done measured its top-k figures with the same k, else None (a run
-        resumed with another `topk` has no top-k summary)."""
-        if not self.tasks or any(t.topk_accuracy is None for t in self.tasks):
-            return None
-        k = self.tasks[0].topk
-        return k if all(t.topk == k for t in self.tasks) else None
 
 
 # ---------------------------------------------------------------------- results across runs
@@ -448,6 +378,16 @@ def _best_epoch(rows: RunRows) -> float | None:
     return best[-1] if rows.tasks and all(b is not None for b in best) else None
 
 
+def _task_mean(name: str) -> Callable[[RunRows], float | None]:
+    """The mean of a per-task figure over the tasks that measured it (None: none did)."""
+
+    def compute(rows: RunRows) -> float | None:
+        values = [v for t in rows.tasks if (v := getattr(t, name)) is not None]
+        return sum(values) / len(values) if values else None
+
+    return compute
+
+
 def _topk_rows(rows: RunRows) -> RunRows | None:
     if rows.topk is None:
         return None
@@ -455,7 +395,7 @@ def _topk_rows(rows: RunRows) -> RunRows | None:
     return RunRows(
         {},
         [
-            TaskRow(t.task, t.topk_accuracy, list(t.topk_accuracy_row or []))
+            TaskOutcome(t.task, t.topk_accuracy, list(t.topk_accuracy_row or []))
             for t in rows.tasks
             if t.topk_accuracy is not None
         ],
@@ -489,7 +429,7 @@ def _val_rows(rows: RunRows) -> RunRows | None:
     for t in rows.tasks:
         if t.val_accuracy is None:
             return None
-        tasks.append(TaskRow(t.task, t.val_accuracy, list(t.val_accuracy_row or ())))
+        tasks.append(TaskOutcome(t.task, t.val_accuracy, list(t.val_accuracy_row or ())))
     return RunRows(rows.config, tasks, n_tasks=rows.n_tasks)
 
 
@@ -841,6 +781,22 @@ METRICS: tuple[Metric, ...] = (
         digits=0,
         family="online",
     ),
+    # each per-task figure that TaskOutcome declares (cl/results.py `figure`): its mean over the tasks
+    *(
+        Metric(
+            name,
+            f.label,
+            f"{f.description}: the mean over the tasks done",
+            compute=_task_mean(name),
+            unit=f.unit,
+            better="lower" if f.better == "lower" else "higher",
+            final_only=False,
+            digits=f.digits,
+            default_for=PROTOCOLS,
+            when_measured=True,
+        )
+        for name, f in task_figures()
+    ),
 )
 BUILTINS: dict[str, Metric] = {m.name: m for m in METRICS}
 # the keys `runs --json` has always carried (null when not measured), for consumers of older versions
@@ -943,13 +899,11 @@ __all__ = [
     "METRICS",
     "VALIDATION_NOTE",
     "AcrossRuns",
-    "AnytimePoint",
     "CrossValue",
     "Metric",
     "RuleContext",
     "RunLike",
     "RunRows",
-    "TaskRow",
     "columns",
     "cross_run_metrics",
     "failures",

@@ -33,10 +33,10 @@ from . import compute, metrics, metrics_anytime, streams, streams_iblurry
 from .data import Dataset
 from .events import AnytimePoint, Reporter, TaskOutcome, TaskPlan
 from .inference import evaluate, validation
-from .learner import Setup, Task
+from .learner import Task
 from .methods import method_class
 from .models import build_model
-from .resume import make_augmenter, restore
+from .resume import announce, checkpoint_of, prepare, restore, validation_figures
 from .settings import RunSettings
 from .train import check_finite
 
@@ -145,11 +145,10 @@ def run_online(
         cfg = compute.budgeted(cfg, build_model(cfg.model, data.image_shape, data.n_classes), data.image_shape)
     torch.manual_seed(cfg.seed)
     protocol = build_online_protocol(cfg, data)
-    data = data.to(device)
-    train_labels, test_labels = protocol.train_labels.to(device), protocol.test_labels.to(device)
-    augmenter = make_augmenter(cfg, data, device)
-    setup = Setup(cfg, data, train_labels, test_labels, protocol.groups, device, augmenter, reporter)
-    method = method_class(cfg.method_spec)(setup)
+    prepared = prepare(cfg, data, protocol, device, reporter)
+    data, train_labels, test_labels = prepared.data, prepared.train_labels, prepared.test_labels
+    augmenter = prepared.augmenter
+    method = method_class(cfg.method_spec)(prepared.setup)
     if not isinstance(method, TaskFree):
         raise NotTaskFree(f"method={cfg.method}: has no task-free version (stream={cfg.stream})")
     method.online_start()
@@ -167,13 +166,8 @@ def run_online(
         + f", eval_period={cfg.eval_period}"
         + (f", compute_budget={cfg.compute_budget:g}" if cfg.compute_budget else "")
     )
-    plans = protocol.plans(data.n_classes)
+    plans = announce(cfg, protocol, data, augmenter, reporter)
     held = protocol.held_out
-    if held is not None:
-        reporter.validation_held_out(
-            streams.validation_info(held, cfg.val_fraction, protocol.train_labels, data.n_classes)
-        )
-    reporter.run_started(plans, protocol.class_order, data.class_names, augmenter.describe())
     labels_cpu = protocol.train_labels
     budget = cfg.compute_budget
     outcomes = []
@@ -248,7 +242,7 @@ def run_online(
         if cfg.evaluate_test:  # false: validation only, the test split never read
             reporter.phase(t, "evaluation", int((test_labels < clock.exposed).sum()))
             task_acc, task_class_acc = evaluate(method, data, test_labels, classes, augmenter)
-        val = None if held is None else validation(method, data, held.validation, train_labels, classes, augmenter)
+        val = validation_figures(method, prepared, protocol, classes)
         clock.eval_seconds += time.perf_counter() - evaluated
         method.memory_report(task)
         clock.wall_seconds += time.perf_counter() - task_started
@@ -261,26 +255,10 @@ def run_online(
             task_class_acc,
             classes,
             time.perf_counter() - task_started,
-            None,
-            extra,
+            extra=extra,
+            **val,
         )
-        if val is not None:
-            outcome.val_accuracy, outcome.val_class_accuracy = val.accuracy, val.class_accuracy
-            outcome.val_accuracy_row = metrics.task_accuracy_row(val.class_accuracy, protocol.groups)
-        checkpoint = {
-            "task": t,
-            "method": method.state_dict(),
-            "augmenter": augmenter.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "method_name": cfg.method,
-            "stream_hashes": [p.stream_hash for p in plans],
-            "online_clock": clock.state(),
-            "compute": compute.ledger_of(method).state(),
-        }
-        if held is not None:
-            checkpoint["val_hash"] = streams.stream_hash(held.validation)
-        if device.type == "cuda":
-            checkpoint["cuda_rng"] = torch.cuda.get_rng_state_all()
+        checkpoint = checkpoint_of(t, cfg, method, augmenter, plans, protocol, device, online_clock=clock.state())
         reporter.task_finished(outcome, checkpoint)
         outcomes.append(outcome)
     return outcomes

@@ -12,6 +12,7 @@ from .. import metric_registry, plugins, runner, store
 from .. import paper as papers
 from .. import report as reports
 from ..cl.protocols import protocol_of
+from ..cl.results import task_figures
 from ..config import config_view
 from ..numbers import fmt
 from ..recency import class_accuracy_by_age
@@ -238,6 +239,9 @@ def print_run(run_id: int, detail: dict[str, Any] | None = None, brief: bool = F
     for j in range(len(tasks)):
         table.add_column(f"T{j + 1}", justify="right", style="dim")
     table.add_column("time s", justify="right")
+    figures = [(n, f) for n, f in task_figures() if any(t.get(n) is not None for t in tasks)]  # (cl/results.py)
+    for _, figure in figures:
+        table.add_column(figure.label, justify="right")
     for t in tasks:
         majors = (
             ", ".join(t["major_names"] or map(str, t["major_classes"]))
@@ -253,6 +257,7 @@ def print_run(run_id: int, detail: dict[str, Any] | None = None, brief: bool = F
             *([fmt(t.get("val_accuracy"))] if validated else []),
             *[fmt(v, 1) for v in row],
             fmt(t["seconds"], 1),
+            *[fmt(t.get(name), figure.digits) for name, figure in figures],
         )
     console.print(table)
     held = detail.get("validation")

@@ -27,6 +27,7 @@ from .db import (
 )
 from .filters import FilterError, RunFilter, parse_run_filter
 from .queries import (
+    RunDetail,
     RunParts,
     RunsPoll,
     UnknownRun,
@@ -51,6 +52,7 @@ from .queries import (
     poll_runs,
     rows_of_runs,
     run_detail,
+    run_detail_of,
     run_parts,
     run_record,
     run_records,
@@ -125,6 +127,7 @@ __all__ = [
     "LeaseLost",
     "MemorySnapshot",
     "Run",
+    "RunDetail",
     "RunFilter",
     "RunParts",
     "RunRecord",
@@ -189,6 +192,7 @@ __all__ = [
     "requeue_run",
     "rows_of_runs",
     "run_detail",
+    "run_detail_of",
     "run_parts",
     "run_record",
     "run_records",

@@ -19,8 +19,10 @@ from sqlalchemy import String, func, type_coerce
 from sqlmodel import Session, col, select
 
 from .. import metric_registry
+from ..cl.results import AnytimePoint, MemoryUpdate, TaskOutcome, TaskPlan, outcome_json
 from .db import reading
 from .filters import RunFilter, parse_run_filter
+from .mapping import outcome_of, plan_of, point_of, update_of
 from .records import RunRecord, candidate_filters, count, iso, stored_metrics, with_intransigence
 from .tables import (
     ACTIVE,
@@ -686,98 +688,118 @@ def job_states(ids: Iterable[int]) -> dict[int, tuple[str, str, str | None]]:
     return {r[0]: ((r[1] or "").split(":")[0], r[2] or "", r[3]) for r in rows}  # (job_id: never None here)
 
 
-def run_detail(run_id: int) -> dict[str, Any]:
-    """`show --json` shape: the summary plus one entry per task and per memory update."""
+@dataclass(frozen=True)
+class RunDetail:
+    """One run whole, as the store keeps it: its record, its stream plan, the outcome of each task
+    done, its memory updates, epochs and anytime evaluations (the values of cl/results.py), its
+    system load in brief and its run facts. `to_json()` is `show --json`, which `show`, the
+    reports and the exports read."""
+
+    record: RunRecord
+    plans: tuple[TaskPlan, ...]
+    results: tuple[TaskOutcome, ...]
+    memory: tuple[MemoryUpdate, ...]
+    epochs: tuple[EpochMetric, ...]
+    anytime: tuple[AnytimePoint, ...]
+    system: dict[str, Any] | None
+    facts: dict[str, Any]  # class_order, class_names, pipeline, validation, versions, where it ran
+
+    def to_json(self) -> dict[str, Any]:
+        """`show --json` shape: the summary plus one entry per task and per memory update."""
+        detail = self.record.to_json()
+        results = {r.task: r for r in self.results}
+        order, names = self.facts["class_order"] or [], self.facts["class_names"] or []
+        tasks = [
+            {
+                "task": plan.task,
+                "n_samples": plan.n_samples,
+                "major_classes": plan.major_classes,
+                "major_labels": [order[c] for c in plan.major_classes] if order else None,
+                "major_names": [names[order[c]] for c in plan.major_classes] if order and names else None,
+                "composition": plan.composition,
+                "stream_hash": plan.stream_hash,
+                "first_appearances": plan.first_appearances,
+                **outcome_json(results.get(plan.task)),
+            }
+            for plan in self.plans
+        ]
+        facts = dict(self.facts)
+        detail.update(
+            {
+                "tasks": tasks,
+                "memory": [
+                    {
+                        "task": m.task,
+                        "histogram": m.histogram,
+                        "slots_per_class": m.slots_per_class,
+                        "size": m.size,
+                        "info": m.info,
+                        "at": iso(m.at),
+                    }
+                    for m in self.memory
+                ],
+                "epochs": epoch_json(self.epochs),
+                "class_indexing": CLASS_INDEXING,
+                "anytime": [
+                    {
+                        "task": a.task,
+                        "samples": a.samples,
+                        "accuracy": a.accuracy,
+                        "n_classes": a.n_classes,
+                        **({"class_accuracy": a.class_accuracy} if a.class_accuracy is not None else {}),
+                        **({"val_accuracy": a.val_accuracy} if a.val_accuracy is not None else {}),
+                        "seconds": a.seconds,
+                    }
+                    for a in self.anytime
+                ],
+                **{k: facts.pop(k) for k in ("class_order", "class_names", "pipeline")},
+                # the system load its supervisor sampled (system_summary); absent for a run with no
+                # samples (an older store's, or sampling off), so such a run's JSON is as before
+                **({"system": self.system} if self.system is not None else {}),
+                **facts,
+            }
+        )
+        return detail
+
+
+# the run facts a RunDetail carries beside its parts, in `show --json`'s order
+DETAIL_FACTS = (
+    "class_order",
+    "class_names",
+    "pipeline",
+    "validation",
+    "versions",
+    "git_commit",
+    "host",
+    "pid",
+    "log_path",
+    "executor",
+    "job_id",
+    "job_state",
+)
+
+
+def run_detail_of(run_id: int) -> RunDetail:
+    """The run whole, read in one session (UnknownRun when there is none)."""
     with reading() as session:
         run = session.get(Run, run_id)
         if run is None:
             raise UnknownRun(run_id)
-        detail = _with_i_last(session, _records(session, [run_id]), False)[0].to_json()
-        results = {r.task: r for r in _results(session, run_id)}
-        streams = _streams(session, run_id)
-        snapshots = _snapshots(session, run_id)
-        epochs = _epochs(session, run_id)
-        anytime = _anytime(session, run_id)
-        system = _system_summary(session, run_id)
-    order, names = run.class_order or [], run.class_names or []
-    tasks = []
-    for stream in streams:
-        result = results.get(stream.task)
-        tasks.append(
-            {
-                "task": stream.task,
-                "n_samples": stream.n_samples,
-                "major_classes": stream.major_classes,
-                "major_labels": [order[c] for c in stream.major_classes] if order else None,
-                "major_names": [names[order[c]] for c in stream.major_classes] if order and names else None,
-                "composition": stream.composition,
-                "stream_hash": stream.stream_hash,
-                "first_appearances": stream.first_appearances,
-                "accuracy": result.accuracy if result else None,
-                "accuracy_row": result.accuracy_row if result else None,
-                "class_accuracy": result.class_accuracy if result else None,
-                "eval_classes": result.eval_classes if result else None,
-                "best_epoch_accuracy": result.best_epoch_accuracy if result else None,
-                "topk_accuracy": result.topk_accuracy if result else None,
-                "topk_accuracy_row": result.topk_accuracy_row if result else None,
-                **(
-                    {
-                        "val_accuracy": result.val_accuracy,
-                        "val_accuracy_row": result.val_accuracy_row,
-                        "val_class_accuracy": result.val_class_accuracy,
-                    }
-                    if result is not None and result.val_accuracy is not None
-                    else {}
-                ),
-                "seconds": result.seconds if result else None,
-            }
+        return RunDetail(
+            record=_with_i_last(session, _records(session, [run_id]), False)[0],
+            plans=tuple(plan_of(s) for s in _streams(session, run_id)),
+            results=tuple(outcome_of(r) for r in _results(session, run_id)),
+            memory=tuple(update_of(m) for m in _snapshots(session, run_id)),
+            epochs=tuple(_epochs(session, run_id)),
+            anytime=tuple(point_of(a) for a in _anytime(session, run_id)),
+            system=_system_summary(session, run_id),
+            facts={k: getattr(run, k) for k in DETAIL_FACTS},
         )
-    detail.update(
-        {
-            "tasks": tasks,
-            "memory": [
-                {
-                    "task": m.task,
-                    "histogram": m.histogram,
-                    "slots_per_class": m.slots_per_class,
-                    "size": sum(m.histogram),
-                    "info": m.info,
-                    "at": iso(m.created_at),
-                }
-                for m in snapshots
-            ],
-            "epochs": epoch_json(epochs),
-            "class_indexing": CLASS_INDEXING,
-            "anytime": [
-                {
-                    "task": a.task,
-                    "samples": a.samples,
-                    "accuracy": a.accuracy,
-                    "n_classes": a.n_classes,
-                    **({"class_accuracy": a.class_accuracy} if a.class_accuracy is not None else {}),
-                    **({"val_accuracy": a.val_accuracy} if a.val_accuracy is not None else {}),
-                    "seconds": a.seconds,
-                }
-                for a in anytime
-            ],
-            "class_order": run.class_order,
-            "class_names": run.class_names,
-            "pipeline": run.pipeline,
-            # the system load its supervisor sampled (system_summary); absent for a run with no
-            # samples (an older store's, or sampling off), so such a run's JSON is as before
-            **({"system": system} if system is not None else {}),
-            "validation": run.validation,
-            "versions": run.versions,
-            "git_commit": run.git_commit,
-            "host": run.host,
-            "pid": run.pid,
-            "log_path": run.log_path,
-            "executor": run.executor,
-            "job_id": run.job_id,
-            "job_state": run.job_state,
-        }
-    )
-    return detail
+
+
+def run_detail(run_id: int) -> dict[str, Any]:
+    """`show --json` shape: the summary plus one entry per task and per memory update."""
+    return run_detail_of(run_id).to_json()
 
 
 # What the class numbers in `show --json` are: the stream's classes are positions in
@@ -814,12 +836,12 @@ class RunParts:
     class_names: list[str] | None
     pipeline: tuple[str, ...]
     marks: dict[str, Mark]
-    streams: list[TaskStream] | None
-    results: list[TaskResult] | None
-    memory: list[MemorySnapshot] | None
+    streams: list[TaskPlan] | None
+    results: list[TaskOutcome] | None
+    memory: list[MemoryUpdate] | None
     epochs: list[EpochMetric] | None = None
     epochs_appended: bool = False  # True: `epochs` holds only the rows after the caller's marks
-    anytime: list[AnytimeEval] | None = None
+    anytime: list[AnytimePoint] | None = None
     system: dict[str, Any] | None = None  # system_summary, when samples were added since the marks
 
 
@@ -869,11 +891,11 @@ def run_parts(run_id: int, marks: Mapping[str, Mark] | None = None) -> RunParts:
             class_names=cast("list[str] | None", facts[1]),
             pipeline=tuple(facts[2] or ()),
             marks=now,
-            streams=_streams(session, run_id) if stale["streams"] else None,
-            results=_results(session, run_id) if stale["results"] else None,
-            memory=_snapshots(session, run_id) if stale["memory"] else None,
+            streams=[plan_of(s) for s in _streams(session, run_id)] if stale["streams"] else None,
+            results=[outcome_of(r) for r in _results(session, run_id)] if stale["results"] else None,
+            memory=[update_of(m) for m in _snapshots(session, run_id)] if stale["memory"] else None,
             epochs=epochs,
             epochs_appended=appended,
-            anytime=_anytime(session, run_id) if stale["anytime"] else None,
+            anytime=[point_of(a) for a in _anytime(session, run_id)] if stale["anytime"] else None,
             system=_system_summary(session, run_id) if stale["system"] else None,
         )

@@ -11,8 +11,9 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from .. import metric_registry
-from ..cl.metric_catalog import AnytimePoint, RunRows, TaskRow
+from ..cl.results import AnytimePoint, MemoryUpdate, RunRows, TaskOutcome, TaskPlan
 from .db import write
+from .mapping import outcome_of, point_of, row_of
 from .queries import UnknownRun, _anytime, _results
 from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, SystemSample, TaskResult, TaskStream, utcnow
 from .transitions import Lease, checked_run, new_token
@@ -194,7 +195,7 @@ def merged_plugins(earlier: Any, now: list[dict[str, Any]]) -> list[dict[str, An
 
 def record_start(
     run_id: int,
-    plans: list[Any],
+    plans: list[TaskPlan],
     class_order: list[int],
     class_names: list[str],
     pipeline: list[str],
@@ -210,19 +211,7 @@ def record_start(
         for old in session.exec(select(TaskStream).where(TaskStream.run_id == run_id)).all():
             session.delete(old)
         session.flush()
-        for p in plans:
-            first = getattr(p, "first_appearances", None)
-            session.add(
-                TaskStream(
-                    run_id=run_id,
-                    task=p.task,
-                    n_samples=p.n_samples,
-                    major_classes=p.major_classes,
-                    composition=p.composition,
-                    stream_hash=p.stream_hash,
-                    first_appearances=[list(f) for f in first] if first is not None else None,
-                )
-            )
+        session.add_all([row_of(p, run_id=run_id) for p in plans])
         run = session.get(Run, run_id)
         assert run is not None
         run.class_order, run.class_names, run.pipeline = class_order, class_names, pipeline
@@ -238,32 +227,14 @@ def record_start(
 
 
 def record_task(
-    run_id: int, outcome: Any, lease: Lease | None = None, checkpoint_sha256: str | None = None
+    run_id: int, outcome: TaskOutcome, lease: Lease | None = None, checkpoint_sha256: str | None = None
 ) -> dict[str, Any]:
     """Commit a finished task (with the sha256 of the checkpoint about to be put in place after
     it) and refresh the run's summary metrics; returns the metrics."""
 
     def apply(session: Session) -> dict[str, Any]:
         checked_run(session, run_id, lease)
-        session.add(
-            TaskResult(
-                run_id=run_id,
-                task=outcome.task,
-                accuracy=outcome.accuracy,
-                accuracy_row=outcome.accuracy_row,
-                class_accuracy=outcome.class_accuracy,
-                eval_classes=outcome.eval_classes,
-                best_epoch_accuracy=outcome.best_epoch_accuracy,
-                topk=getattr(outcome, "topk", 1) if getattr(outcome, "topk_accuracy", None) is not None else None,
-                topk_accuracy=getattr(outcome, "topk_accuracy", None),
-                topk_accuracy_row=getattr(outcome, "topk_accuracy_row", None),
-                val_accuracy=getattr(outcome, "val_accuracy", None),
-                val_accuracy_row=getattr(outcome, "val_accuracy_row", None),
-                val_class_accuracy=getattr(outcome, "val_class_accuracy", None),
-                seconds=outcome.seconds,
-                checkpoint_sha256=checkpoint_sha256,
-            )
-        )
+        session.add(row_of(outcome, run_id=run_id, checkpoint_sha256=checkpoint_sha256))
         session.flush()
         run = session.get(Run, run_id)
         assert run is not None
@@ -275,23 +246,9 @@ def record_task(
     return write(apply)
 
 
-def task_rows(results: Iterable[TaskResult]) -> list[TaskRow]:
-    """The task rows as the metric catalogue reads them (plain data)."""
-    return [
-        TaskRow(
-            task=r.task,
-            accuracy=r.accuracy,
-            accuracy_row=list(r.accuracy_row or []),
-            class_accuracy=r.class_accuracy,
-            best_epoch_accuracy=r.best_epoch_accuracy,
-            topk=r.topk,
-            topk_accuracy=r.topk_accuracy,
-            topk_accuracy_row=r.topk_accuracy_row,
-            val_accuracy=r.val_accuracy,
-            val_accuracy_row=r.val_accuracy_row,
-        )
-        for r in results
-    ]
+def task_rows(results: Iterable[TaskResult]) -> list[TaskOutcome]:
+    """The task rows as the metric catalogue reads them (the outcomes the loop produced)."""
+    return [outcome_of(r) for r in results]
 
 
 def stored_summary(rows: RunRows) -> dict[str, Any]:
@@ -314,7 +271,7 @@ def run_rows(session: Session, run: Run, online: dict[str, Any] | None = None) -
     """One run's stored rows as plain data for the catalogue: config, task rows, anytime rows and
     the loop's latest online figures (those given, else those of the run's last summary)."""
     assert run.id is not None
-    anytime = [AnytimePoint(a.samples, a.accuracy, a.n_classes, a.val_accuracy) for a in _anytime(session, run.id)]
+    anytime = [point_of(a) for a in _anytime(session, run.id)]
     figures = {**(run.metrics or {}), **{k: v for k, v in (online or {}).items() if v is not None}}
     return RunRows(
         config=run.config or {},
@@ -330,7 +287,7 @@ def _summary(session: Session, run: Run, online: dict[str, Any] | None = None) -
     return stored_summary(run_rows(session, run, online))
 
 
-def record_anytime(run_id: int, points: list[Any], lease: Lease | None = None) -> dict[str, Any]:
+def record_anytime(run_id: int, points: list[AnytimePoint], lease: Lease | None = None) -> dict[str, Any]:
     """Commit anytime evaluations (one row each) and refresh the run's A_auc; returns the metrics.
     A point already stored (same samples count: a resumed run re-evaluating) is replaced."""
 
@@ -343,20 +300,7 @@ def record_anytime(run_id: int, points: list[Any], lease: Lease | None = None) -
         ).all():
             session.delete(old)
         session.flush()
-        for p in points:
-            session.add(
-                AnytimeEval(
-                    run_id=run_id,
-                    task=p.task,
-                    samples=p.samples,
-                    accuracy=p.accuracy,
-                    n_classes=p.n_classes,
-                    class_accuracy=p.class_accuracy,
-                    seconds=p.seconds,
-                    val_accuracy=getattr(p, "val_accuracy", None),
-                    train_flops=getattr(p, "train_flops", None),
-                )
-            )
+        session.add_all([row_of(p, run_id=run_id) for p in points])
         session.flush()
         run = session.get(Run, run_id)
         if run is None:
@@ -375,9 +319,7 @@ def record_memory(
     def apply(session: Session) -> None:
         if lease is not None:
             checked_run(session, run_id, lease)
-        session.add(
-            MemorySnapshot(run_id=run_id, task=task, histogram=histogram, slots_per_class=slots_per_class, info=info)
-        )
+        session.add(row_of(MemoryUpdate(task, histogram, slots_per_class, info), run_id=run_id))
 
     write(apply)
 

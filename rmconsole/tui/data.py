@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import metric_registry, store
 from ..cl.protocols import is_task_free
+from ..cl.results import AnytimePoint, MemoryUpdate, TaskOutcome
 from ..runner import sysmetrics
 from ..store import FilterError, RunRecord, with_intransigence  # noqa: F401  (re-exported for the screens)
 
@@ -302,37 +303,6 @@ class StreamTask:
 
 
 @dataclass(frozen=True)
-class TaskAccuracy:
-    task: int
-    accuracy: float | None  # None: the run did not evaluate on the test set (evaluate_test=false)
-    accuracy_row: tuple[float | None, ...]  # () when not measured
-    seconds: float
-    class_accuracy: tuple[float | None, ...] = ()  # per class (class-order index) after this task
-    eval_classes: tuple[int, ...] = ()  # the classes seen so far (tested)
-    val_accuracy: float | None = None  # on the held-out validation stream (val_fraction > 0)
-
-
-@dataclass(frozen=True)
-class MemoryUpdate:
-    """The memory after one update: per-class counts, the slot count, and RM's uncertainty
-    spread (vote-bin histograms of the candidates and of the chosen samples) when recorded."""
-
-    id: int
-    task: int
-    histogram: tuple[int, ...]
-    slots_per_class: int
-    policy: str | None
-    note: str | None
-    views: int | None
-    candidates_uncertainty: tuple[int, ...] | None
-    chosen_uncertainty: tuple[int, ...] | None
-
-    @property
-    def size(self) -> int:
-        return sum(self.histogram)
-
-
-@dataclass(frozen=True)
 class EpochPoint:
     """One training epoch: what the loss and learning-rate curves draw."""
 
@@ -347,23 +317,13 @@ class EpochPoint:
 
 
 @dataclass(frozen=True)
-class AnytimePoint:
-    """One anytime evaluation of a task-free run: accuracy on the classes seen after `samples`."""
-
-    task: int
-    samples: int
-    accuracy: float | None  # None: evaluate_test=false
-    n_classes: int
-
-
-@dataclass(frozen=True)
 class RunView:
     """Everything the run screen draws, read in one session."""
 
     row: RunRow
     class_labels: tuple[str, ...]
     streams: tuple[StreamTask, ...]
-    results: tuple[TaskAccuracy, ...]
+    results: tuple[TaskOutcome, ...]
     memory: tuple[MemoryUpdate, ...]
     log_path: str | None
     pipeline: tuple[str, ...]
@@ -374,7 +334,7 @@ class RunView:
 
     @property
     def accuracy_matrix(self) -> list[list[float | None]]:
-        return [list(r.accuracy_row) for r in self.results]
+        return [list(r.accuracy_row or ()) for r in self.results]
 
     @property
     def task_free(self) -> bool:
@@ -387,10 +347,6 @@ def class_labels(class_order: list[int] | None, class_names: list[str] | None, n
     if class_order and class_names:
         return tuple(class_names[o] if o < len(class_names) else str(o) for o in class_order)
     return tuple(str(c) for c in range(n_classes))
-
-
-def _tuple(values: Any) -> tuple[int, ...] | None:
-    return tuple(int(v) for v in values) if values else None
 
 
 def load_run_view(run_id: int) -> RunView:
@@ -428,20 +384,9 @@ class RunFeed:
                 for s in parts.streams
             )
         if parts.results is not None:
-            self._parts["results"] = tuple(
-                TaskAccuracy(
-                    r.task,
-                    r.accuracy,
-                    tuple(r.accuracy_row or ()),
-                    r.seconds,
-                    tuple(r.class_accuracy or ()),
-                    tuple(r.eval_classes or ()),
-                    r.val_accuracy,
-                )
-                for r in parts.results
-            )
+            self._parts["results"] = tuple(parts.results)
         if parts.memory is not None:
-            self._parts["memory"] = tuple(_memory_update(m) for m in parts.memory)
+            self._parts["memory"] = tuple(parts.memory)
         if parts.epochs is not None:
             points = tuple(
                 EpochPoint(e.task, e.phase, e.epoch, e.epochs, e.loss, e.lr, e.samples_per_s, e.test_accuracy)
@@ -449,9 +394,7 @@ class RunFeed:
             )
             self._parts["epochs"] = self._parts.get("epochs", ()) + points if parts.epochs_appended else points
         if parts.anytime is not None:
-            self._parts["anytime"] = tuple(
-                AnytimePoint(a.task, a.samples, a.accuracy, a.n_classes) for a in parts.anytime
-            )
+            self._parts["anytime"] = tuple(parts.anytime)
         if parts.system is not None:
             self._system = sysmetrics.summary_text(parts.system)
         streams = self._parts["streams"]
@@ -469,21 +412,6 @@ class RunFeed:
             anytime=self._parts.get("anytime", ()),
             system=self._system,
         )
-
-
-def _memory_update(m: Any) -> MemoryUpdate:
-    info = m.info or {}
-    return MemoryUpdate(
-        id=m.id or 0,
-        task=m.task,
-        histogram=tuple(m.histogram),
-        slots_per_class=m.slots_per_class,
-        policy=info.get("policy"),
-        note=info.get("note"),
-        views=info.get("views"),
-        candidates_uncertainty=_tuple(info.get("candidates_uncertainty")),
-        chosen_uncertainty=_tuple(info.get("chosen_uncertainty")),
-    )
 
 
 def load_some_rows(ids: Iterable[int]) -> list[RunRow]:

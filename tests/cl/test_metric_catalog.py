@@ -11,7 +11,8 @@ import pytest
 
 from rmconsole import metric_registry, plugins
 from rmconsole.cl import metric_catalog as C
-from rmconsole.cl.metric_catalog import AnytimePoint, Metric, RunRows, TaskRow
+from rmconsole.cl.metric_catalog import Metric, RunRows
+from rmconsole.cl.results import AnytimePoint, TaskOutcome
 
 TASK_FREE = {"stream": "iblurry"}
 
@@ -23,9 +24,9 @@ def value(name: str, rows: RunRows) -> float | None:
 def test_a_last_and_a_avg_are_the_last_and_the_mean_of_the_task_accuracies() -> None:
     rows = RunRows(
         tasks=[
-            TaskRow(0, 90.0, [90.0, None, None]),
-            TaskRow(1, 60.0, [50.0, 70.0, None]),
-            TaskRow(2, 30.0, [10.0, 20.0, 60.0]),
+            TaskOutcome(0, 90.0, [90.0, None, None]),
+            TaskOutcome(1, 60.0, [50.0, 70.0, None]),
+            TaskOutcome(2, 30.0, [10.0, 20.0, 60.0]),
         ]
     )
     assert value("A_last", rows) == 30.0  # not the best, not the first
@@ -36,7 +37,7 @@ def test_a_last_and_a_avg_are_the_last_and_the_mean_of_the_task_accuracies() -> 
 def test_a_auc_is_the_unweighted_mean_of_the_anytime_points() -> None:
     """Points taken on 2, 4 and 10 classes: A_auc is the plain mean of their accuracies (a mean
     weighted by class count, or by samples seen, gives another number)."""
-    points = [AnytimePoint(100, 90.0, 2), AnytimePoint(200, 60.0, 4), AnytimePoint(1000, 30.0, 10)]
+    points = [AnytimePoint(0, 100, 90.0, 2), AnytimePoint(0, 200, 60.0, 4), AnytimePoint(0, 1000, 30.0, 10)]
     rows = RunRows(config=TASK_FREE, anytime=points)
     assert value("A_auc", rows) == pytest.approx(60.0)
     assert value("anytime_evals", rows) == 3
@@ -48,8 +49,8 @@ def test_f_last_is_per_task_for_the_task_protocol_and_class_wise_for_task_free_r
     """The same rows: the RM paper's F_last averages the drop of each earlier task's accuracy
     (acc[k][j]); the follow-up's averages the drop of each class with a best above 0."""
     tasks = [
-        TaskRow(0, 80.0, [80.0, None], class_accuracy=[100.0, 60.0, 0.0, 0.0]),
-        TaskRow(1, 50.0, [40.0, 60.0], class_accuracy=[40.0, 0.0, 70.0, 50.0]),
+        TaskOutcome(0, 80.0, [80.0, None], class_accuracy=[100.0, 60.0, 0.0, 0.0]),
+        TaskOutcome(1, 50.0, [40.0, 60.0], class_accuracy=[40.0, 0.0, 70.0, 50.0]),
     ]
     assert value("F_last", RunRows(tasks=tasks)) == pytest.approx(40.0)  # task 0: 80 -> 40
     # classes 0 and 1 had a best above 0 before the last task: (100 - 40 + 60 - 0) / 2; classes 2
@@ -60,23 +61,23 @@ def test_f_last_is_per_task_for_the_task_protocol_and_class_wise_for_task_free_r
 
 def test_best_over_epochs_only_when_every_task_recorded_it() -> None:
     tasks = [
-        TaskRow(0, 80.0, [80.0, None], best_epoch_accuracy=85.0),
-        TaskRow(1, 70.0, [70.0, 70.0], best_epoch_accuracy=75.0),
+        TaskOutcome(0, 80.0, [80.0, None], best_epoch_accuracy=85.0),
+        TaskOutcome(1, 70.0, [70.0, 70.0], best_epoch_accuracy=75.0),
     ]
     assert value("A_last_best_epoch", RunRows(tasks=tasks)) == 75.0
-    tasks[0] = TaskRow(0, 80.0, [80.0, None])  # a resumed run that recorded it for some tasks only
+    tasks[0] = TaskOutcome(0, 80.0, [80.0, None])  # a resumed run that recorded it for some tasks only
     assert value("A_last_best_epoch", RunRows(tasks=tasks)) is None
 
 
 def test_top_k_figures_only_when_every_task_measured_them_with_one_k() -> None:
     tasks = [
-        TaskRow(0, 40.0, [40.0, None], topk=5, topk_accuracy=70.0, topk_accuracy_row=[70.0, None]),
-        TaskRow(1, 30.0, [20.0, 40.0], topk=5, topk_accuracy=60.0, topk_accuracy_row=[50.0, 70.0]),
+        TaskOutcome(0, 40.0, [40.0, None], topk=5, topk_accuracy=70.0, topk_accuracy_row=[70.0, None]),
+        TaskOutcome(1, 30.0, [20.0, 40.0], topk=5, topk_accuracy=60.0, topk_accuracy_row=[50.0, 70.0]),
     ]
     summary = C.summarize(RunRows(tasks=tasks))
     assert (summary["A_last_topk"], summary["A_avg_topk"], summary["F_last_topk"]) == (60.0, 65.0, 20.0)
     assert summary["A_last"] == 30.0  # top-1 stays top-1
-    tasks[1] = TaskRow(1, 30.0, [20.0, 40.0], topk=3, topk_accuracy=60.0, topk_accuracy_row=[50.0, 70.0])
+    tasks[1] = TaskOutcome(1, 30.0, [20.0, 40.0], topk=3, topk_accuracy=60.0, topk_accuracy_row=[50.0, 70.0])
     assert C.summarize(RunRows(tasks=tasks))["A_last_topk"] is None  # resumed with another k
 
 
@@ -185,7 +186,7 @@ def test_a_plugin_metric_is_listed_loaded_and_summarized_and_a_broken_one_is_one
     names = [m.name for m in metric_registry.catalogue()]
     assert "A_latest" in names and "broken" not in names and "A_last" in names  # the rest keeps working
     assert any("broken" in line for line in metric_registry.problems())
-    rows = RunRows(tasks=[TaskRow(0, 80.0, [80.0, None]), TaskRow(1, 70.0, [60.0, 75.0])])
+    rows = RunRows(tasks=[TaskOutcome(0, 80.0, [80.0, None]), TaskOutcome(1, 70.0, [60.0, 75.0])])
     assert metric_registry.summarize(rows)["A_latest"] == 75.0
     with pytest.raises(metric_registry.UnknownMetric, match="unknown metric 'nope'; metrics: A_auc, A_last"):
         metric_registry.metric("nope")
@@ -236,9 +237,9 @@ def test_a_plugin_metric_filters_and_reports_like_a_built_in(installed) -> None:
 def test_f_max_is_the_worst_task_drop() -> None:
     rows = RunRows(
         tasks=[
-            TaskRow(0, 90.0, [90.0, None, None]),
-            TaskRow(1, 75.0, [70.0, 80.0, None]),
-            TaskRow(2, 55.0, [30.0, 75.0, 60.0]),
+            TaskOutcome(0, 90.0, [90.0, None, None]),
+            TaskOutcome(1, 75.0, [70.0, 80.0, None]),
+            TaskOutcome(2, 55.0, [30.0, 75.0, 60.0]),
         ]
     )
     assert value("F_max", rows) == 60.0  # task 0: best 90 -> 30; F_last is the mean, (60 + 5) / 2
@@ -322,11 +323,11 @@ def test_a_run_stored_before_the_catalogue_still_shows_and_reports(isolated_home
 def test_a_run_is_tested_only_when_every_task_end_and_every_anytime_point_has_its_test_figure() -> None:
     """Test metrics are absent, never 0, for a run that skipped any test evaluation: a task end or
     an anytime point without one (evaluate_test=false) is enough."""
-    tasks = [TaskRow(0, 90.0, [90.0, None]), TaskRow(1, 60.0, [50.0, 70.0])]
-    points = [AnytimePoint(100, 80.0, 2), AnytimePoint(200, 70.0, 4)]
+    tasks = [TaskOutcome(0, 90.0, [90.0, None]), TaskOutcome(1, 60.0, [50.0, 70.0])]
+    points = [AnytimePoint(0, 100, 80.0, 2), AnytimePoint(0, 200, 70.0, 4)]
     assert RunRows(config=TASK_FREE, tasks=tasks, anytime=points).tested
-    assert not RunRows(config=TASK_FREE, tasks=tasks, anytime=[*points, AnytimePoint(300, None, 4)]).tested
-    assert not RunRows(config=TASK_FREE, tasks=[*tasks, TaskRow(2, None, None)], anytime=points).tested
+    assert not RunRows(config=TASK_FREE, tasks=tasks, anytime=[*points, AnytimePoint(0, 300, None, 4)]).tested
+    assert not RunRows(config=TASK_FREE, tasks=[*tasks, TaskOutcome(2, None, None)], anytime=points).tested
 
 
 def test_a_metrics_value_is_a_float_a_count_stays_an_int_and_a_flag_becomes_a_number() -> None:

@@ -14,6 +14,7 @@ from support.online_helpers import Recorder, config
 from rmconsole.cl import metric_catalog as C
 from rmconsole.cl import metrics_anytime as MA
 from rmconsole.cl import online
+from rmconsole.cl import results as R
 from rmconsole.cl.data import Dataset, TensorImages
 from rmconsole.cl.methods import method_class
 
@@ -214,7 +215,7 @@ def test_a_auc_is_the_unweighted_mean_over_points_with_different_class_counts() 
     """(issue 29 b) A_auc is the mean of the anytime accuracies, each point counting once, however
     many classes it covered (the follow-up's rule), in the catalogue the store asks and in the
     loop's own figure."""
-    points = [C.AnytimePoint(10, 90.0, 2), C.AnytimePoint(20, 60.0, 4), C.AnytimePoint(30, 30.0, 10)]
+    points = [R.AnytimePoint(0, 10, 90.0, 2), R.AnytimePoint(0, 20, 60.0, 4), R.AnytimePoint(0, 30, 30.0, 10)]
     rows = C.RunRows(config={"stream": "iblurry"}, anytime=points)
     assert rows.protocol == "task-free"
     unweighted = (90.0 + 60.0 + 30.0) / 3
@@ -298,7 +299,7 @@ def test_run_summaries_pin_every_built_in_rule() -> None:
     """The catalogue's per-run rules at values where a wrong one shows (3 tasks, drops that differ,
     top-k with one k, a count that stays an int)."""
     tasks = [
-        C.TaskRow(
+        R.TaskOutcome(
             0,
             90.0,
             [90.0, None, None],
@@ -307,7 +308,7 @@ def test_run_summaries_pin_every_built_in_rule() -> None:
             topk_accuracy=99.0,
             topk_accuracy_row=[99.0, None, None],
         ),
-        C.TaskRow(
+        R.TaskOutcome(
             1,
             70.0,
             [60.0, 80.0, None],
@@ -316,7 +317,7 @@ def test_run_summaries_pin_every_built_in_rule() -> None:
             topk_accuracy=95.0,
             topk_accuracy_row=[90.0, 97.0, None],
         ),
-        C.TaskRow(
+        R.TaskOutcome(
             2,
             50.0,
             [40.0, 70.0, 40.0],
@@ -336,25 +337,31 @@ def test_run_summaries_pin_every_built_in_rule() -> None:
     assert "A_auc" not in s and "I_last" not in s  # another protocol's; a cross-run rule
     rows = C.RunRows(tasks=tasks)
     assert rows.topk == 5 and C.RunRows(tasks=tasks[:1]).topk == 5 and C.RunRows().topk is None
-    mixed = [tasks[0], C.TaskRow(1, 70.0, [60.0, 80.0, None], topk=3, topk_accuracy=95.0)]
+    mixed = [tasks[0], R.TaskOutcome(1, 70.0, [60.0, 80.0, None], topk=3, topk_accuracy=95.0)]
     assert C.RunRows(tasks=mixed).topk is None
-    assert C.RunRows(tasks=[tasks[0], C.TaskRow(1, 70.0, [60.0, 80.0, None], topk=5)]).topk is None  # one not measured
-    partial = [tasks[0], C.TaskRow(1, 70.0, [60.0, 80.0, None], best_epoch_accuracy=None)]
+    assert (
+        C.RunRows(tasks=[tasks[0], R.TaskOutcome(1, 70.0, [60.0, 80.0, None], topk=5)]).topk is None
+    )  # one not measured
+    partial = [tasks[0], R.TaskOutcome(1, 70.0, [60.0, 80.0, None], best_epoch_accuracy=None)]
     s = C.summarize(C.RunRows(tasks=partial))
     assert s["A_last_topk"] is None and s["A_last_best_epoch"] is None
-    assert C.summarize(C.RunRows(tasks=[C.TaskRow(0, 90.0, [90.0])]))["F_max"] is None
+    assert C.summarize(C.RunRows(tasks=[R.TaskOutcome(0, 90.0, [90.0])]))["F_max"] is None
     # the worst drop skips a task not evaluated at the end
-    gap = [C.TaskRow(0, 90.0, [90.0, None]), C.TaskRow(1, 70.0, [None, 80.0]), C.TaskRow(2, 60.0, [None, 70.0, 50.0])]
+    gap = [
+        R.TaskOutcome(0, 90.0, [90.0, None]),
+        R.TaskOutcome(1, 70.0, [None, 80.0]),
+        R.TaskOutcome(2, 60.0, [None, 70.0, 50.0]),
+    ]
     assert C.summarize(C.RunRows(tasks=gap))["F_max"] == pytest.approx(10.0)
     # task-free: class-wise F_last, the loop's figures as given, the count of points an int
     free = C.RunRows(
         config={"stream": "iblurry"},
         tasks=[
-            C.TaskRow(0, 90.0, class_accuracy=None),
-            C.TaskRow(1, 80.0, class_accuracy=[80.0, None]),
-            C.TaskRow(2, 60.0, class_accuracy=[None, 30.0]),
+            R.TaskOutcome(0, 90.0, class_accuracy=None),
+            R.TaskOutcome(1, 80.0, class_accuracy=[80.0, None]),
+            R.TaskOutcome(2, 60.0, class_accuracy=[None, 30.0]),
         ],
-        anytime=[C.AnytimePoint(5, 40.0, 1), C.AnytimePoint(10, 50.0, 2)],
+        anytime=[R.AnytimePoint(0, 5, 40.0, 1), R.AnytimePoint(0, 10, 50.0, 2)],
         online={"train_seconds": 3, "samples_seen": None},
     )
     s = C.summarize(free)

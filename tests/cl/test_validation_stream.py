@@ -77,10 +77,10 @@ def taken_train_indices(monkeypatch: pytest.MonkeyPatch, data: Any) -> list[int]
         finally:
             evaluating["on"] = False
 
-    import rmconsole.cl.loop as loop
     import rmconsole.cl.online as online
+    import rmconsole.cl.resume as resume  # (the drivers' shared validation pass after a task)
 
-    monkeypatch.setattr(loop, "validation", validation)
+    monkeypatch.setattr(resume, "validation", validation)
     monkeypatch.setattr(online, "validation", validation)
     return taken
 
@@ -237,14 +237,9 @@ def _stored_run(overrides: dict[str, Any], test: list[float], val: list[float] |
     run_id = store.create_run(cfg.to_dict(), "digits-blurry10-online")
     store.record_start(run_id, [TaskPlan(t, 100, [t], [50, 50], f"h{t}") for t in range(2)], [0, 1], ["a", "b"], [])
     for t in range(2):
-        outcome = TaskOutcome(t, test[t], [test[t]] * 2, [test[t]] * 2, [0, 1], 1.0)
-        if val is not None:
-            outcome.val_accuracy, outcome.val_accuracy_row, outcome.val_class_accuracy = (
-                val[t],
-                [val[t]] * 2,
-                [val[t]] * 2,
-            )
-        store.record_task(run_id, outcome)
+        held = {} if val is None else dict.fromkeys(("val_accuracy_row", "val_class_accuracy"), [val[t]] * 2)
+        figures = {**held, "val_accuracy": val[t]} if val is not None else {}
+        store.record_task(run_id, TaskOutcome(t, test[t], [test[t]] * 2, [test[t]] * 2, [0, 1], 1.0, **figures))
     store.update_run(run_id, status="finished")
     return run_id
 

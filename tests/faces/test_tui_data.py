@@ -167,8 +167,9 @@ def test_stream_bar_splits_the_task_into_major_classes_and_minor_samples() -> No
 
 
 def test_memory_chart_draws_each_class_against_the_slot_line() -> None:
+    info = {"policy": "uncertainty", "views": 12, "candidates_uncertainty": [5, 10, 20, 10, 5]}
     update = data.MemoryUpdate(
-        1, 1, (40, 30, 20, 20, 20, 20, 20, 20, 5, 5), 20, "uncertainty", None, 12, (5, 10, 20, 10, 5), (2, 4, 8, 4, 2)
+        1, (40, 30, 20, 20, 20, 20, 20, 20, 5, 5), 20, {**info, "chosen_uncertainty": [2, 4, 8, 4, 2]}
     )
     chart = render.memory_chart(update, [str(c) for c in range(10)], 60, 8).plain.splitlines()
     assert len(chart) == 9  # 8 rows + the class labels
@@ -177,7 +178,7 @@ def test_memory_chart_draws_each_class_against_the_slot_line() -> None:
     spread = render.uncertainty_chart(update, 60).plain
     assert "chosen 20 0.50±0.27" in spread and "candidates 50 0.50±0.27" in spread  # std of 2,4,8,4,2 over u=0..1
     assert spread.splitlines()[-1].split() == ["certain", "uncertain"]
-    many = data.MemoryUpdate(2, 1, tuple(range(200)), 5, "random", None, None, None, None)
+    many = data.MemoryUpdate(1, tuple(range(200)), 5, {"policy": "random"})
     assert "mean of 4 classes" in render.memory_chart(many, [], 60, 6).plain
 
 

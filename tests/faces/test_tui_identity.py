@@ -179,9 +179,8 @@ def test_uncertainty_chart_shows_chosen_and_candidates_as_shares() -> None:
     from rmconsole.tui.render import uncertainty_chart
 
     shape = [1, 2, 4, 8, 4, 2, 1]
-    update = MemoryUpdate(
-        1, 1, (50,) * 10, 50, "uncertainty", None, 12, tuple(c * 568 for c in shape), tuple(c * 23 for c in shape)
-    )
+    spread = {"candidates_uncertainty": [c * 568 for c in shape], "chosen_uncertainty": [c * 23 for c in shape]}
+    update = MemoryUpdate(1, (50,) * 10, 50, {"policy": "uncertainty", "views": 12, **spread})
     rows = uncertainty_chart(update, 60, height=4).plain.splitlines()[1:5]
     start = 2 + 3 * 5  # bin 3 (the tallest): 2 cells of candidates, 2 of chosen, a space
     for row in rows:  # the same share: the same height, row by row, up to the top

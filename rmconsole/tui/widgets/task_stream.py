@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from ...cl.results import task_figures
 from ...numbers import fmt
 from ..data import RunView
 from ..render import stream_bar, stream_counts
@@ -68,6 +69,10 @@ class TaskStreamPanel(Widget):
                 tail.append(f"val {fmt(done[s.task].val_accuracy, 1):>5}%", style="bold green")
             elif state == "done":
                 tail.append(f"{fmt(done[s.task].accuracy, 1):>5}%", style="bold green")
+            if state == "done":  # the per-task figures the task measured (cl/results.py `figure`)
+                for name, figure in task_figures():
+                    if (value := getattr(done[s.task], name)) is not None:
+                        tail.append(f" {figure.label} {fmt(value, figure.digits)}", style="green")
             elif state == "current":
                 tail.append(f"{row.phase or ''}", style="bold cyan")
                 if row.phase_fraction is not None:
