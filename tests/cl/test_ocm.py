@@ -254,3 +254,24 @@ def test_ocm_runs_the_protocol_to_its_end() -> None:
     outcomes = run_protocol(cfg, tiny_data(per_class=16), torch.device("cpu"), rec)
     assert len(outcomes) == 5 and rec.points and all(0 <= p.accuracy <= 100 for p in rec.points)
     assert rec.points[-1].accuracy > 30
+
+
+def test_its_replay_steps_make_no_host_sync() -> None:
+    """test_step_syncs.py audits steps before the first boundary; this one those after it (the
+    memory's copies, the previous model, the feature-slice offsets drawn on the host)."""
+    from rmconsole.cl.online import feed as driver_feed
+    from rmconsole.cl.step_audit import StepAudit
+
+    m, proto, _ = built("ocm", ocm_memory_batch=6, online_iter=0.25)
+    feed(m, proto, 16)
+    m.online_task_end(Task(0, proto.tasks[0], len(proto.tasks)))
+    feed(m, proto, 4)  # the first replay step allocates
+    stream = torch.cat(proto.tasks)[20:28]
+    pairs = list(zip(stream.tolist(), proto.train_labels[stream].tolist()))
+    audit = StepAudit().mark_method(m)
+    before = m.online_steps
+    with audit:
+        for index, label in pairs:
+            driver_feed(m, index, label)
+    assert m.online_steps - before == 2 and m.memory_count() > 0
+    assert not audit.syncs, dict(audit.where)
