@@ -275,3 +275,55 @@ def test_its_replay_steps_make_no_host_sync() -> None:
             driver_feed(m, index, label)
     assert m.online_steps - before == 2 and m.memory_count() > 0
     assert not audit.syncs, dict(audit.where)
+
+
+def test_the_copies_turn_every_channel_alike() -> None:
+    x = torch.rand(2, 3, 4, 4)
+    copies = ocm_transforms(x)
+    for c in range(3):
+        assert torch.equal(copies[:, c : c + 1], ocm_transforms(x[:, c : c + 1]))
+
+
+def test_the_feature_slice_offsets_are_the_methods_own_draws_over_their_whole_range() -> None:
+    m, _, _ = built("ocm", ocm_projection=396)  # offsets in [0, 4)
+    state = m.gen.get_state()
+    torch.manual_seed(0)
+    first = [m.offset() for _ in range(40)]
+    m.gen.set_state(state)
+    torch.manual_seed(1)  # the global generator plays no part
+    assert [m.offset() for _ in range(40)] == first
+    assert set(first) == {0, 1, 2, 3}
+
+
+def test_steps_train_in_train_mode_after_an_evaluation_and_the_previous_model_too() -> None:
+    m, proto, _ = built("ocm", ocm_memory_batch=4, online_iter=0.25)
+    feed(m, proto, 8)
+    m.model.eval()  # an evaluation, then the task boundary's snapshot
+    m.online_task_end(Task(0, proto.tasks[0], len(proto.tasks)))
+    modes = []
+    original = m.step_loss
+
+    def spy(x, y):  # type: ignore[no-untyped-def]
+        loss = original(x, y)
+        modes.append((m.model.training, m.previous[0].training))
+        return loss
+
+    m.step_loss = spy
+    feed(m, proto, 4)
+    assert modes == [(True, True)]  # batch statistics in both, as the authors' copies run
+
+
+def test_after_a_boundary_a_step_without_memory_samples_is_the_streams_loss() -> None:
+    m, proto, _ = built("ocm", ocm_memory_batch=4, online_iter=0.25)
+    feed(m, proto, 8)
+    m.online_task_end(Task(0, proto.tasks[0], len(proto.tasks)))
+    m.offset = lambda: 2  # type: ignore[method-assign]
+    x = m.accel.prepare(m.setup.augmenter.test(m.images_of(proto.tasks[0][:4])))
+    y = m.labels_of(proto.tasks[0][:4])
+    m.stream_count = 4
+    loss = m.step_loss(torch.cat([x, x.flip(-1)]), torch.cat([y, y]))
+    f = m.model.features(torch.cat([ocm_transforms(x), ocm_transforms(x.flip(-1))]))
+    z = m.projection(f)
+    ce = nnf.cross_entropy(m.mask_unseen(m.model.fc(f[64:68])), y)
+    l_new = new_data_infonce(ocm_similarity(z, f, 2), transform_labels(y, m.n_classes).repeat(2), 0.07)
+    assert torch.isfinite(loss) and float(loss) == pytest.approx(float(ce + l_new), rel=1e-4)
