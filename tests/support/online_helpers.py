@@ -63,9 +63,15 @@ SHALLOW_VIT: dict[str, dict[str, Any]] = {
 }
 
 
+# a cheaper setting where a method's default is costly and the generic tests' rules do not depend on
+# it: OCM forwards 2 x 16 transformed copies of every sample, 64 memory samples by default
+CHEAPER = {"ocm": {"ocm_memory_batch": 8}}
+
+
 def method_model(method: str) -> dict[str, Any]:
     """The overrides a method needs in a generic test: {} or the small ViT with its layer settings."""
-    return {"model": "vit_tiny", **SHALLOW_VIT.get(method, {})} if method in VIT_METHODS else {}
+    vit = {"model": "vit_tiny", **SHALLOW_VIT.get(method, {})} if method in VIT_METHODS else {}
+    return {**vit, **CHEAPER.get(method, {})}
 
 
 def defaults_on_digits(method: str, **over: Any) -> Any:

@@ -29,6 +29,7 @@ from .knn_params import KNNParams
 from .l2p_params import L2PParams
 from .mir_params import MIRParams
 from .mvp_params import MVPParams
+from .ocm_params import OCMParams
 from .pcr_params import PCRParams
 from .rm_params import RMParams
 from .rwalk_params import RwalkParams
@@ -175,6 +176,13 @@ REGISTRY: dict[str, MethodSpec] = {
         ),
         _spec(
             "mvp", "mvp:MVP", MVPParams, ("task-free",), "MVP (Moon et al., ICCV 2023): prompts, logit masks, L_CVPT"
+        ),
+        _spec(
+            "ocm",
+            "ocm:OCM",
+            OCMParams,
+            ("task-free",),
+            "OCM (Guo et al., ICML 2022): InfoNCE on 16 transformed copies, MI with the previous model",
         ),
     ]
 }
