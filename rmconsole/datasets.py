@@ -61,6 +61,20 @@ def verify(name: str, root: Path | None = None) -> None:
     get(name).verify_files(root)
 
 
+def input_shape(name: str, image_size: int | None = None) -> tuple[int, int, int] | None:
+    """The (C, H, W) a run's model is built for, when the spec fixes it without loading anything:
+    its declared image_shape, or a folder or built-in dataset's RGB images at `image_size` (the
+    run's key) else the spec's side. None when only loading would tell (a plug-in's own loader)."""
+    spec = get(name)
+    if spec.image_shape is not None:
+        c, h, w = spec.image_shape
+        return (c, h, w)
+    side = image_size or spec.image_size
+    if side and (spec.folder is not None or name in science.builtins()):
+        return (3, side, side)
+    return None
+
+
 def builtin_names() -> list[str]:
     return list(science.builtins())
 

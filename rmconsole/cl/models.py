@@ -160,6 +160,20 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
     return state
 
 
+def check_weights(name: str, path: str | Path, in_shape: tuple[int, int, int], n_classes: int) -> None:
+    """Before a run is stored: the model `name` built as the run will build it and the file loaded
+    into it (load_weights's checks: file, keys, shapes), then dropped. WeightsError, one line, when
+    the file is not this model's. (The model is built on the CPU: on PyTorch's meta device the first
+    factory op imports its Python decompositions, seconds more than building a ViT-B/16.) A builder
+    that fails leaves its own error to the run; the file itself is still read."""
+    try:
+        model = lookup(name).builder()(in_shape, n_classes)
+    except Exception:  # noqa: BLE001 - the run reports a builder's failure (check_contract's line)
+        read_weights(path)  # missing, damaged, not a state dict: refused whatever the model
+        return
+    load_weights(model, path, name)
+
+
 def load_weights(model: Backbone, path: str | Path, name: str) -> None:
     """Pretrained weights into a fresh model: a state dict of the whole model (`features.*`; `fc.*`
     only when its shape is the run's head) or of its features alone. Every feature parameter must be

@@ -160,8 +160,8 @@ class RunConfig(RunKeys):
     @field_validator("model_weights")
     @classmethod
     def _model_weights(cls, value: str | None) -> str | None:
-        """A file that is there, stored as an absolute path (whether it holds this model's weights is
-        checked when it is built; whether it loads, before a run is stored: launch.check_runnable)."""
+        """A file that is there, stored as an absolute path (whether it loads and holds this model's
+        weights is checked before a run is stored: launch.check_runnable, and again when it is built)."""
         if value is None:
             return None
         path = Path(value).expanduser()

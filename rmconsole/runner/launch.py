@@ -21,6 +21,7 @@ asks the scheduler about it (`executors.reap_scheduled`) instead of looking for 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import select
 import signal
@@ -497,6 +498,29 @@ class Launched:
     job_id: str | None = None
 
 
+def check_weights_file(cfg: Any) -> None:
+    """The run's model_weights: readable, and (when the dataset fixes the model's input shape)
+    this model's keys and shapes, by building the model and loading the file as the worker will
+    (cl.models.check_weights). A sweep's runs sharing model, file and shape are checked once."""
+    from .. import datasets
+    from ..cl.models import read_weights
+
+    shape = datasets.input_shape(cfg.dataset, getattr(cfg, "image_size", None))
+    if shape is None:  # only loading the data tells the model's input: the file itself is checked
+        read_weights(cfg.model_weights)
+        return
+    stat = Path(cfg.model_weights).stat()
+    _weights_fit(cfg.model, cfg.model_weights, (stat.st_mtime_ns, stat.st_size), shape, datasets.classes(cfg.dataset))
+
+
+@functools.lru_cache(maxsize=8)
+def _weights_fit(model: str, path: str, stamp: tuple[int, int], shape: tuple[int, int, int], n_classes: int) -> None:
+    """check_weights, remembered for a file unchanged since (`stamp`); a refusal is not remembered."""
+    from ..cl.models import check_weights
+
+    check_weights(model, path, shape, n_classes)
+
+
 def check_runnable(cfg: Any, scheduled: bool = False) -> None:
     """Refuse, before anything is stored, a config whose dataset files are missing or corrupt, whose
     CUDA device is absent, or whose RMCONSOLE_HOME is not writable (one-line errors). A run for a
@@ -505,10 +529,8 @@ def check_runnable(cfg: Any, scheduled: bool = False) -> None:
 
     if not cfg.download:
         datasets.verify(cfg.dataset)  # present and not corrupt
-    if cfg.model_weights:  # a damaged weights file is refused here, not by the worker after storing the run
-        from ..cl.models import read_weights
-
-        read_weights(cfg.model_weights)
+    if cfg.model_weights:  # a damaged file or another model's: refused here, not after storing the run
+        check_weights_file(cfg)
     check_home()
     if scheduled:
         return

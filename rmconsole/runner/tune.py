@@ -572,7 +572,7 @@ def check_startable(spec: StudySpec, *, scheduled: bool = False) -> None:
     is missing or corrupt, a CUDA device that is absent, a home that cannot be written (what
     `run` and a sweep refuse before storing anything; `scheduled`: the device is a node's).
     Checked for every bound and choice of the search space (one config per distinct dataset,
-    weights, device and GPU count: the rest cannot change the answer)."""
+    model, image size, weights, device and GPU count: the rest cannot change the answer)."""
     points: list[dict[str, Any]] = [{}]
     for param in spec.params:
         values = list(param.choices) if param.kind == "choice" else [param.low, param.high]
@@ -580,7 +580,7 @@ def check_startable(spec: StudySpec, *, scheduled: bool = False) -> None:
     seen = set()
     for point in points:
         cfg = _config_with(spec, point)
-        key = (cfg.dataset, cfg.download, cfg.model_weights, cfg.device, getattr(cfg, "gpus", 1))
+        key = (cfg.dataset, cfg.download, cfg.model, cfg.image_size, cfg.model_weights, cfg.device, cfg.gpus)
         if key not in seen:
             seen.add(key)
             launch.check_runnable(cfg, scheduled=scheduled)

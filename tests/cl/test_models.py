@@ -155,4 +155,8 @@ def test_a_bad_weights_file_is_refused_in_one_line(tmp_path: Path) -> None:
     done = in_process("run", "--set", f"model_weights={garbage}")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("error: model_weights=") and "cannot be loaded as weights" in done.stderr
+    done = in_process("run", "--set", f"model_weights={other}")  # another model's: refused before the run is stored
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: model_weights=") and "not weights of model 'mlp400'" in done.stderr
+    assert "no runs" in in_process("runs").stderr
     assert isinstance(build_model("mlp400", (1, 8, 8), 10), Backbone)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rmconsole.cl.models import WeightsError, build_model
+from rmconsole.cl.models import WeightsError, build_model, check_weights
 from rmconsole.cl.vit import ViT
 
 
@@ -51,6 +51,9 @@ def test_a_file_of_another_layout_or_shape_is_refused_in_one_line(tmp_path: Path
         build_model("vit_tiny", (3, 32, 32), 5, weights=str(tmp_path / "wide.pt"))
     assert str(err.value).endswith("pos_embed has shape (1, 197, 64), this model's is (1, 17, 64)")
     assert "\n" not in str(err.value)
+    with pytest.raises(WeightsError, match=r"pos_embed has shape \(1, 197, 64\)"):  # before a run: on the meta device
+        check_weights("vit_tiny", tmp_path / "wide.pt", (3, 32, 32), 5)
+    check_weights("vit_tiny", path, (3, 32, 32), 5)  # timm's file passes
 
 
 def test_features_are_the_normed_cls_token_and_small_inputs_are_resized() -> None:
