@@ -182,6 +182,7 @@ MODULES: dict[str, list[str]] = {
     + _survivors("bic"),
     "rmconsole.cl.methods.pcr": _rehearsal("pcr"),
     "rmconsole.cl.methods.gsa": _rehearsal("gsa"),
+    "rmconsole.cl.methods.onpro": ["tests/cl/test_onpro.py"],
     "rmconsole.cl.methods.taskfree": [
         "tests/cl/test_taskfree_driver_and_anytime.py",
         "tests/cl/test_taskfree_protocol.py",
