@@ -248,14 +248,14 @@ class OnPro(TaskFree, Method[OnProParams]):
     def online_task_start(self, task: Task) -> None:
         self.task_index = task.index
 
-    def memory_batch(self) -> int:
+    def _memory_batch(self) -> int:
         """Memory samples per step: the batch size, capped after the first task by the seen classes."""
         if self.task_index == 0:
             return self.params.onpro_memory_batch
         return min(self.params.onpro_memory_batch, self.params.onpro_memory_per_class * self.n_seen)
 
     def online_train(self, stream: Tensor, iterations: int) -> None:
-        n_memory = self.memory_batch()
+        n_memory = self._memory_batch()
         batches = []
         for _ in range(iterations):
             batch = torch.cat([stream, self.memory_draw(n_memory)])
