@@ -265,7 +265,7 @@ def test_onpro_step_in_the_first_task_is_stream_ce_plus_contrast_plus_both_opes(
     before = dict(ledger_of(m).counts)
     got, parts = _fixed_step(m, x, y, 2)
     assert set(parts) == {"ins_stream", "ope_new", "ope_seen", "ce_stream"}
-    assert all(float(v.detach()) > 0 for v in parts.values())
+    assert all(math.isfinite(float(v.detach())) and float(v.detach()) > 0 for v in parts.values())
     assert float(got) == pytest.approx(float(sum(parts.values())), rel=1e-5)
     added = {k: v - before.get(k, 0) for k, v in ledger_of(m).counts.items() if v != before.get(k, 0)}
     assert added == {("train", (32 * 2 + 2 * 3 - 10, 1, 8, 8)): 1}  # the passes beyond the step's own 2n
@@ -275,11 +275,13 @@ def test_onpro_step_after_the_first_task_trains_the_mixed_memory_not_the_stream(
     m, proto, _ = built("onpro", **SMALL)
     feed(m, proto, 12)
     m.online_task_start(Task(1, proto.tasks[1], 5))
+    m.seen[:4] = True  # the batch's classes (a memory sample's class is always seen)
     torch.manual_seed(5)
     x, y = torch.randn(14, 1, 8, 8), torch.tensor([3, 1, 0, 1, 2, 0, 1] * 2)
     before = dict(ledger_of(m).counts)
     got, parts = _fixed_step(m, x, y, 2)
     assert set(parts) == {"ins_stream", "ope_new", "ope_seen", "ins_memory", "ce_memory"}
+    assert all(math.isfinite(float(v.detach())) and float(v.detach()) > 0 for v in parts.values())
     assert float(got) == pytest.approx(float(sum(parts.values())), rel=1e-5)
     added = {k: v - before.get(k, 0) for k, v in ledger_of(m).counts.items() if v != before.get(k, 0)}
     assert added == {("train", (32 * 2 + 34 * 5 - 14, 1, 8, 8)): 1}
