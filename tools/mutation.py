@@ -184,6 +184,7 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.methods.pcr": _rehearsal("pcr"),
     "rmconsole.cl.methods.gsa": _rehearsal("gsa"),
     "rmconsole.cl.methods.ocm": ["tests/cl/test_ocm.py"],
+    "rmconsole.cl.methods.onpro": ["tests/cl/test_onpro.py"],
     "rmconsole.cl.methods.taskfree": [
         "tests/cl/test_taskfree_driver_and_anytime.py",
         "tests/cl/test_taskfree_protocol.py",

@@ -63,15 +63,22 @@ SHALLOW_VIT: dict[str, dict[str, Any]] = {
 }
 
 
-# a cheaper setting where a method's default is costly and the generic tests' rules do not depend on
-# it: OCM forwards 2 x 16 transformed copies of every sample, 64 memory samples by default
-CHEAPER = {"ocm": {"ocm_memory_batch": 8}}
+# methods whose defaults cost too much for a generic test, where the generic tests' rules do not
+# depend on it: OCM forwards 2 x 16 transformed copies of every sample (64 memory samples by
+# default), OnPro 16 rotations x 2 views of a 64-sample memory batch per step: smaller batches,
+# the same mechanics
+SMALL_STEPS: dict[str, dict[str, Any]] = {
+    "ocm": {"ocm_memory_batch": 8},
+    "onpro": {"onpro_memory_batch": 2, "onpro_projection": 8, "online_iter": 0.25},
+}
 
 
 def method_model(method: str) -> dict[str, Any]:
-    """The overrides a method needs in a generic test: {} or the small ViT with its layer settings."""
-    vit = {"model": "vit_tiny", **SHALLOW_VIT.get(method, {})} if method in VIT_METHODS else {}
-    return {**vit, **CHEAPER.get(method, {})}
+    """The overrides a method needs in a generic test: {}, the small ViT with its layer settings,
+    or a costly method's smaller steps."""
+    if method in VIT_METHODS:
+        return {"model": "vit_tiny", **SHALLOW_VIT.get(method, {})}
+    return dict(SMALL_STEPS.get(method, {}))
 
 
 def defaults_on_digits(method: str, **over: Any) -> Any:

@@ -30,6 +30,7 @@ from .l2p_params import L2PParams
 from .mir_params import MIRParams
 from .mvp_params import MVPParams
 from .ocm_params import OCMParams
+from .onpro_params import OnProParams
 from .pcr_params import PCRParams
 from .rm_params import RMParams
 from .rwalk_params import RwalkParams
@@ -173,6 +174,13 @@ REGISTRY: dict[str, MethodSpec] = {
             GSAParams,
             ("task-free",),
             "GSA (Guo et al., CVPR 2023): new-class loss plus a replay loss weighted by each class's gradient ratio",
+        ),
+        _spec(
+            "onpro",
+            "onpro:OnPro",
+            OnProParams,
+            ("task-free",),
+            "OnPro (Wei et al., ICCV 2023): prototype equilibrium and prototype-fed mixup of the replayed samples",
         ),
         _spec(
             "mvp", "mvp:MVP", MVPParams, ("task-free",), "MVP (Moon et al., ICCV 2023): prompts, logit masks, L_CVPT"
