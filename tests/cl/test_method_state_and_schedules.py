@@ -353,14 +353,15 @@ def test_clib_iteration_records_its_draws_and_updates_importance_every_period() 
     m = _clib(imp_update_period=3)
     for i in range(12):
         m.store(i, i % 2)
-    batches, updates = [], []
-    m.train_batches = lambda b, stream_counts=None, lr=None: batches.extend(x.tolist() for x in b)
+    taken, sizes, updates = [], [], []
+    images_of = m.images_of
+    m.images_of = lambda idx: (taken.extend(idx.tolist()), images_of(idx))[1]
+    m.step_on = lambda x, y, n_stream=None, lr=None: sizes.append(len(x))
     m.update_importance = lambda: updates.append((m.update_counter, list(m.drawn)))
-    for _ in range(6):
-        m.iteration()
-    assert [c for c, _ in updates] == [3, 6]
-    drawn = updates[0][1]
-    assert [int(m.memory.indices[s]) for s in drawn] == [i for b in batches[:3] for i in b]
+    m.iterations(6)  # six iterations' batches augmented in one call, stepped one by one
+    assert [c for c, _ in updates] == [3, 6] and len(sizes) == 6
+    drawn = updates[0][1]  # at the first update: the slots of the first three steps only
+    assert [int(m.memory.indices[s]) for s in drawn] == taken[: sum(sizes[:3])]
 
 
 def _lr_ready(**over):  # type: ignore[no-untyped-def]

@@ -97,6 +97,7 @@ def bare_ewcpp(alpha: float) -> Any:
     m.penalised = [p]
     m.fisher = [torch.zeros(3)]
     m.started = [torch.tensor(False)]  # per parameter, on the device (no host sync per step)
+    m.updated = set()
     m.anchor = None
     m.importance = None
     m.device = torch.device("cpu")
@@ -122,6 +123,31 @@ def test_ewcpp_running_average_weights_the_newest_gradient_by_alpha() -> None:
     p.grad = g3.clone()
     m.after_step()
     assert torch.allclose(m.fisher[0], 0.8 * f2 + 0.2 * g3**2)
+
+
+def test_ewcpp_device_rule_is_bit_identical_to_the_host_rule() -> None:
+    """The sync-free Fisher update (first update by torch.where, later ones blended in place) gives
+    the very floats of the host-decided rule: a first gradient with a NaN, an inf later, alpha 0.5."""
+    m, p = bare_ewcpp(0.5)
+    q = torch.nn.Parameter(torch.zeros(5))
+    m.penalised, m.fisher = [p, q], [torch.zeros(3), torch.zeros(5)]
+    m.started = [torch.tensor(False), torch.tensor(False)]
+    ref, started = [torch.zeros(3), torch.zeros(5)], [False, False]
+    gen = torch.Generator().manual_seed(0)
+    for k in range(5):
+        grads = [torch.randn(3, generator=gen) * 3, torch.randn(5, generator=gen) * 3]
+        if k == 0:
+            grads[1][2] = float("nan")  # q's first gradient: skipped, its next one sets F
+        if k == 3:
+            grads[0][1] = float("inf")
+        for i, g in enumerate(grads):
+            if bool(torch.isfinite(g).all()):
+                ref[i] = ref[i].mul(0.5).add(g.pow(2), alpha=0.5) if started[i] else g.pow(2)
+                started[i] = True
+        p.grad, q.grad = grads[0].clone(), grads[1].clone()
+        m.after_step()
+        assert all(torch.equal(a, b) for a, b in zip(m.fisher, ref)), k
+    assert [bool(s) for s in m.started] == [True, True]
 
 
 def test_ewcpp_penalty_is_weight_times_fisher_weighted_squared_distance() -> None:

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
+from ..augment import TrainDraw
 from ..compute import ledger_of
 from ..step_audit import DeclaredSync
 from .base import Method
@@ -93,8 +94,7 @@ class CLIB(TaskFree, Method[CLIBParams]):
         self.num_updates += self.cfg.online_iter
         if self.num_updates >= 1:
             iterations = int(self.num_updates)
-            for _ in range(iterations):
-                self.iteration()
+            self.iterations(iterations)
             self.num_updates -= iterations
             self.adapt_lr()
 
@@ -118,15 +118,40 @@ class CLIB(TaskFree, Method[CLIBParams]):
         self.replaced_since_update.append(position)
         self.replaced_since_switch.append(position)
 
-    def iteration(self) -> None:
-        """Step 2: one step on memory samples only, then (every period) the importance update."""
-        slots = self.online_memory.draw(self.cfg.batch_size, self.gen)
-        if len(slots) >= 2:
-            self.drawn.extend(slots.tolist())
-            self.train_batches([self.memory.indices[slots]])
-        self.update_counter += 1
-        if self.update_counter % self.params.imp_update_period == 0:
-            self.update_importance()
+    def iterations(self, n: int) -> None:
+        """Step 2, n times: one step on memory samples only, then (every period) the importance
+        update. The memory does not change between a sample's iterations, so their batches are
+        drawn first and augmented in one call, each with the draw its own call would have made
+        (the augmentation's and CutMix's random streams are taken in the per-iteration order):
+        the same images and steps as n separate iterations."""
+        augmenter = self.setup.augmenter
+        h, w = self.setup.data.image_shape[-2:]
+        batches: list[tuple[Tensor, Tensor] | None] = []
+        draws = []
+        for _ in range(n):
+            slots = self.online_memory.draw(self.cfg.batch_size, self.gen)
+            if len(slots) < 2:
+                batches.append(None)
+                continue
+            batches.append((slots, self.memory.indices[slots]))
+            draws.append(augmenter.draw(len(slots), h, w))
+            augmenter.plan_mix([len(slots)], h, w)  # the step's CutMix, drawn where it would be
+        kept = [b for b in batches if b is not None]
+        if kept:
+            flat = torch.cat([idx for _, idx in kept]) if len(kept) > 1 else kept[0][1]
+            images = self.accel.prepare(augmenter.apply(self.images_of(flat), TrainDraw.cat(draws)))
+            labels = self.labels_of(flat)
+            sizes = [len(idx) for _, idx in kept]
+            steps = iter(zip(images.split(sizes), labels.split(sizes)))
+        for batch in batches:
+            if batch is not None:
+                self.drawn.extend(batch[0].tolist())
+                x, y = next(steps)
+                self.model.train()
+                self.step_on(x, y)
+            self.update_counter += 1
+            if self.update_counter % self.params.imp_update_period == 0:
+                self.update_importance()
 
     @torch.no_grad()
     def memory_losses(self) -> Tensor:

@@ -1,0 +1,210 @@
+"""What one step of RM's memory epochs (the task protocol) costs the host, at the paper's two
+shapes: samples/s, operators and host syncs per step, CPU and wall ms per step. The sibling of
+online_step_ops.py (the task-free update), for issue 43.
+
+    python benchmarks/rm_memory_step.py                                   # both shapes, K=500
+    python benchmarks/rm_memory_step.py --shapes mnist --memory 64 --jsonl out.jsonl
+    python benchmarks/rm_memory_step.py --device cuda --time-only --epochs 8   # a GPU: samples/s
+
+Shapes (synthetic images of the dataset's shape, no dataset needed; the preset's settings):
+- cifar: CIFAR10 3x32x32, ResNet18, CutMix + AutoAugment, batch 16 (memory batch 8);
+- mnist: MNIST 1x28x28, MLP400, the same augmentation and batches.
+The memory (K samples of 10 classes) is trained `--epochs` memory epochs as RM's `learn_task`
+trains it (`fit`: the epochs' augmentation planned and applied chunk by chunk, one call each).
+Columns, per step: top-level operators (the profiler's, issued by the host itself), dispatcher
+operators and those that may launch a kernel (step_audit), the kernel ones issued outside a
+`graphable()` region (what a CUDA graph replay would not cover), host syncs (step_audit: on the
+CPU device the audit counts syncs on the run's tensors as it does on a GPU), CPU ms (process
+time) and wall ms. Epoch ends (the loss's one read, the finiteness check) are included: they are
+shared out over the epoch's steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from common import accel_settings, add_accel_options, machine, sync
+
+from rmconsole.cl.data import Dataset, TensorImages
+from rmconsole.cl.events import Reporter
+from rmconsole.cl.loop import build_protocol, make_augmenter
+from rmconsole.cl.methods import Setup, Task, method_class
+from rmconsole.cl.step_audit import NO_KERNEL, StepAudit
+from rmconsole.config import build_config
+
+SHAPES = {  # name: (dataset, model, image shape, mean, std)
+    "cifar": ("cifar10", "resnet18", (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+    "mnist": ("mnist", "mlp400", (1, 28, 28), (0.1307,), (0.3081,)),
+}
+
+
+def synthetic(name: str, shape: tuple[int, ...], mean: tuple[float, ...], std: tuple[float, ...], n: int) -> Dataset:
+    gen = torch.Generator().manual_seed(0)
+
+    def split(k: int) -> TensorImages:
+        labels = torch.arange(k) % 10
+        return TensorImages(torch.randint(0, 256, (k, *shape), dtype=torch.uint8, generator=gen), labels)
+
+    return Dataset(name, split(n), split(100), [f"class{i}" for i in range(10)], mean, std, crop_padding=4)
+
+
+def measure(shape: str, memory: int, epochs: int, device: torch.device, accel: dict, counted: bool = True) -> dict:
+    dataset, model, image_shape, mean, std = SHAPES[shape]
+    cfg = build_config(
+        {
+            "dataset": dataset,
+            "model": model,
+            "method": "rm",
+            "memory_size": memory,
+            "epochs": epochs,
+            "augment": ["cutmix", "autoaug"],
+            "batch_size": 16,
+            "lr": 0.05,
+            "schedule": "cosine",
+            "device": str(device),
+            **accel,
+        }
+    )
+    data = synthetic(dataset, image_shape, mean, std, max(2 * memory, 200))
+    protocol = build_protocol(cfg, data)
+    data = data.to(device)
+    labels = protocol.train_labels.to(device)
+    setup = Setup(
+        cfg,
+        data,
+        labels,
+        protocol.test_labels.to(device),
+        protocol.groups,
+        device,
+        make_augmenter(cfg, data, device),
+        Reporter(),
+    )
+    rm = method_class("rm")(setup)
+    kept = torch.randperm(len(data.train), generator=torch.Generator().manual_seed(0))[:memory]
+    rm.memory.replace(kept, protocol.train_labels[kept])
+    task = Task(0, kept, 5)
+    rm.before_task(task)
+    per_epoch = -(-memory // rm.memory_batch_size)
+
+    def run(n: int) -> int:
+        """n memory epochs; the steps they took."""
+        rm.fit(n, lambda e: rm.shuffled_batches(rm.memory.indices, rm.memory_batch_size), "memory", task)
+        sync(device)
+        return n * per_epoch
+
+    run(1)  # warm-up: first allocations, cuDNN autotuning, graph capture
+    wall, cpu = time.perf_counter(), time.process_time()
+    steps = run(epochs)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    row = {
+        "shape": shape,
+        "model": model,
+        "memory": memory,
+        "batch": rm.memory_batch_size,
+        "epochs": epochs,
+        "steps": steps,
+        "samples_per_s": epochs * memory / wall,
+        "cpu_ms": 1000 * cpu / steps,
+        "wall_ms": 1000 * wall / steps,
+        "accel": f"{rm.accel.describe()}, cuda_graphs={rm.uses_graphs}",
+    }
+    if not counted:
+        return row
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        steps = run(1)
+
+    def top_level(event: object) -> bool:
+        parent = getattr(event, "cpu_parent", None)
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                return False
+            parent = parent.cpu_parent
+        return True
+
+    top = sum(1 for e in prof.events() if e.name.startswith("aten::") and top_level(e))
+    audit = StepAudit(device).mark_method(rm)
+    with audit:
+        audited = run(1)
+    kernels = audit.kernel_ops()
+    row.update(
+        top_ops=top / steps,
+        dispatch_ops=audit.n_dispatch_ops / audited,
+        kernel_ops=sum(kernels.values()) / audited,
+        kernels_outside=(sum(kernels.values()) - audit.graphable_ops) / audited,
+        syncs=audit.n_syncs / audited,
+        where=audit.where.most_common(3),
+        common=[(n, c) for n, c in kernels.most_common(5) if n not in NO_KERNEL],
+    )
+    return row
+
+
+def _row(r: dict) -> str:
+    head = (
+        f"{r['shape']} ({r['model']}, K={r['memory']}, batch {r['batch']}) | {r['steps']} | {r['samples_per_s']:,.0f}"
+    )
+    if "syncs" not in r:
+        return f"{head} | — | — | — | — | — | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | not counted"
+    where = "; ".join(f"{w} x{n}" for w, n in r["where"])
+    common = ", ".join(f"{n} {c}" for n, c in r["common"])
+    return (
+        f"{head} | {r['top_ops']:.0f} | {r['dispatch_ops']:.0f} | {r['kernel_ops']:.0f} | {r['kernels_outside']:.0f} "
+        f"| {r['syncs']:.2f} | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | {common}"
+        + (f"; syncs: {where}" if where else "")
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap.add_argument("--shapes", default="cifar,mnist", help=f"comma-separated, of {', '.join(SHAPES)}")
+    ap.add_argument("--memory", type=int, default=500, help="K, the memory trained on")
+    ap.add_argument("--epochs", type=int, default=2, help="memory epochs timed (after one of warm-up)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--time-only", action="store_true", help="no profiler, no audit: samples/s and ms only")
+    ap.add_argument("--jsonl", type=Path, default=None, help="append each shape's row to this file as it ends")
+    add_accel_options(ap)
+    args = ap.parse_args(argv)
+    shapes = args.shapes.split(",")
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown or args.memory < 1 or args.epochs < 1:
+        print(
+            f"rm_memory_step: bad option ({', '.join(unknown) or 'memory and epochs must be >= 1'}); shapes are "
+            f"{', '.join(SHAPES)}",
+            file=sys.stderr,
+        )
+        return 2
+    torch.set_num_threads(args.threads)
+    device = torch.device(
+        "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device.replace("auto", "cpu")
+    )
+    print(machine())
+    print(f"RM memory epochs on {device}, {args.threads} CPU thread(s)")
+    print(
+        "shape | steps timed | samples/s | top-level ops | dispatcher ops | kernel ops | kernel ops outside the "
+        "graphed step | host syncs | CPU ms | wall ms (per step) | most called kernels; where the syncs are"
+    )
+    failed = 0
+    for shape in shapes:
+        try:
+            r = measure(shape, args.memory, args.epochs, device, accel_settings(args), not args.time_only)
+        except Exception as err:  # noqa: BLE001 - one shape's failure is its row; the others still run
+            failed += 1
+            r = {"shape": shape, "error": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
+            print(f"{shape} | failed: {r['error']}", flush=True)
+        else:
+            print(_row(r), flush=True)
+        if args.jsonl is not None:
+            with args.jsonl.open("a") as out:
+                out.write(json.dumps({**r, "device": str(device)}) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
