@@ -225,30 +225,33 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.methods.finetune": _taskwise("finetune"),
     "rmconsole.cl.methods.spec": ["tests/cl/test_method_params.py", "tests/cl/test_method_interface.py"],
     "rmconsole.cl.methods": ["tests/cl/test_method_params.py", "tests/cl/test_method_interface.py"],
-    # the conformance kit: its broken methods first (a mutant that lets one pass dies in seconds), then
-    # the built-ins that must pass it (a mutant that fails a good method)
+    # the conformance kit: its parts in process first (milliseconds), then its broken methods on the
+    # kit's quick data (a mutant that lets one pass dies in seconds), then a method that must pass
     "rmconsole.testing": [
-        f"tests/platform/test_conformance.py::{t}"
-        for t in (
-            "test_the_clock_is_shifted_everywhere_a_method_reads_it",
-            "test_each_route_to_test_data_is_caught",
-            "test_a_memory_grown_inside_one_hook_is_caught",
-            "test_train_images_read_around_take_are_caught",
-            "test_a_decision_that_depends_on_the_thread_count_is_caught",
-            "test_a_method_that_reads_the_clock_is_caught",
-            "test_a_hook_no_protocol_calls_is_caught",
-            "test_a_hook_of_a_protocol_the_method_does_not_declare_is_caught",
-            "test_bad_arguments_are_one_line",
-            "test_a_method_that_fails_to_run_is_reported_with_its_traceback",
-            "test_a_checkpoint_the_worker_cannot_load_is_caught",
-            "test_a_method_peeking_at_test_data_is_caught",
-            "test_a_method_overfilling_its_memory_is_caught",
-            "test_a_method_keeping_state_outside_its_checkpoint_is_caught",
-            "test_a_non_deterministic_method_is_caught",
-            "test_draws_from_the_generator_the_protocol_seeds_conform",
-            "test_no_built_in_method_defines_an_unknown_hook",
-            "test_every_built_in_method_conforms",
-        )
+        "tests/platform/test_conformance_kit.py",
+        *(
+            f"tests/platform/test_conformance.py::{t}"
+            for t in (
+                "test_the_clock_is_shifted_everywhere_a_method_reads_it",
+                "test_a_hook_no_protocol_calls_is_caught",
+                "test_a_hook_of_a_protocol_the_method_does_not_declare_is_caught",
+                "test_no_built_in_method_defines_an_unknown_hook",
+                "test_bad_arguments_are_one_line",
+                "test_a_method_that_fails_to_run_is_reported_with_its_traceback",
+                "test_a_checkpoint_the_worker_cannot_load_is_caught",
+                "test_each_route_to_test_data_is_caught",
+                "test_train_images_read_around_take_are_caught",
+                "test_a_memory_grown_inside_one_hook_is_caught",
+                "test_a_decision_that_depends_on_the_thread_count_is_caught",
+                "test_a_method_that_reads_the_clock_is_caught",
+                "test_a_method_peeking_at_test_data_is_caught",
+                "test_a_method_overfilling_its_memory_is_caught",
+                "test_a_method_keeping_state_outside_its_checkpoint_is_caught",
+                "test_a_non_deterministic_method_is_caught",
+                "test_draws_from_the_generator_the_protocol_seeds_conform",
+                "test_a_conforming_method_passes_every_rule_on_quick_data",
+            )
+        ),
     ],
 }
 # the *_params.py files of the methods hold dataclasses only (no function bodies: nothing to mutate)

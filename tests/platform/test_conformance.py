@@ -125,6 +125,14 @@ def test_each_deviation_option_conforms(method: str, option: dict[str, str]) -> 
     assert set(report.rules) == set(RULES) and report.runs >= 3
 
 
+def test_a_conforming_method_passes_every_rule_on_quick_data() -> None:
+    """The kit's quick data (check_method(quick=True)) under both protocols: every rule checked, no
+    run skipped (the broken methods below fail it by the same rules as on all of digits)."""
+    report = check_method("er", quick=True)
+    assert report.protocols == ("task", "task-free") and report.rules == tuple(RULES)
+    assert report.runs == 8 and report.skipped == [] and report.seconds > 0
+
+
 def test_no_built_in_method_defines_an_unknown_hook() -> None:
     assert {name: check_hooks(name) for name in REGISTRY} == {name: [] for name in REGISTRY}
 
@@ -376,9 +384,6 @@ def test_a_checkpoint_the_worker_cannot_load_is_caught(monkeypatch: pytest.Monke
 # ------------------------------------------------------------------------------ the boundaries a fault must cross
 
 
-SLOW = pytest.mark.slow  # routes and bypasses beyond the review's examples: the slow run (CI budget)
-
-
 def _fine_tune(method: ER, images: torch.Tensor, labels: torch.Tensor) -> None:
     """A few SGD steps on (test) images: what a peeking method gains from them."""
     method.model.train()
@@ -528,16 +533,13 @@ class NightOwl(ER):
         pytest.param(
             RegistryLoader,
             r"in after_task called dataset 'digits''s loader from the registry in after_task",
-            marks=SLOW,
         ),
-        pytest.param(AttributePeeker, r"in after_task read the test split's '_inner' in after_task", marks=SLOW),
+        pytest.param(AttributePeeker, r"in after_task read the test split's '_inner' in after_task"),
         (
             LabelPeeker,
             r"in before_task read setup\.test_labels in before_task.*in before_task read the test split's 'labels'",
         ),
-        pytest.param(
-            FileReader, r"in after_task opened the dataset's file \S*digits\.csv\.gz in after_task", marks=SLOW
-        ),
+        pytest.param(FileReader, r"in after_task opened the dataset's file \S*digits\.csv\.gz in after_task"),
     ],
     ids=["load_dataset", "registry", "attributes", "test-labels", "files"],
 )
@@ -574,7 +576,6 @@ def test_a_memory_grown_inside_one_hook_is_caught(monkeypatch: pytest.MonkeyPatc
     assert "train on past samples only from the memory" in task.advice
 
 
-@SLOW
 def test_train_images_read_around_take_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     name = register(monkeypatch, TrainReader, "task")
     with pytest.raises(ConformanceError) as err:

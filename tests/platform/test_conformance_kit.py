@@ -26,8 +26,8 @@ from rmconsole.testing import (
     _compare,
     _compare_decisions,
     _difference,
-    _first_per_class,
     _fingerprint,
+    _first_per_class,
     _guarded_setup,
     _GuardedSplit,
     _is_library,
@@ -73,7 +73,9 @@ def test_difference_leaves_timings_out() -> None:
 def test_difference_of_tensors_is_bit_for_bit() -> None:
     a = torch.tensor([1.0, float("nan"), 3.0])
     assert _difference(a, a.clone(), "w") is None
-    assert _difference(a, torch.tensor([1.0, float("nan"), 3.5]), "w") == "w: 1 of 3 values differ, largest difference 0.5"
+    assert (
+        _difference(a, torch.tensor([1.0, float("nan"), 3.5]), "w") == "w: 1 of 3 values differ, largest difference 0.5"
+    )
     assert _difference(a, torch.tensor([2.0, 0.0, 3.0]), "w") == "w: 2 of 3 values differ, largest difference inf"
     assert _difference(torch.tensor([1, 2]), torch.tensor([1, 3]), "w") == "w: 1 of 2 values differ"
     assert _difference(a, a.double(), "w") == "w: torch.float32 (3,) vs torch.float64 (3,)"
@@ -289,7 +291,9 @@ def test_the_watch_says_who_peeked_once_per_place() -> None:
     watch.hook = None
     watch.test_taken(None, "read setup.test_labels", sys._getframe())
     (took, read) = watch.peeks.values()
-    assert took.endswith("test_the_watch_says_who_peeked_once_per_place took test images in after_task (first in task 2, 32 images)")
+    assert took.endswith(
+        "test_the_watch_says_who_peeked_once_per_place took test images in after_task (first in task 2, 32 images)"
+    )
     assert took.startswith(_short(__file__) + ":") and len(watch.peeks) == 2
     assert read.endswith("read setup.test_labels in the driver (first in task 2)")
 
@@ -371,7 +375,9 @@ def test_the_test_split_reports_every_read_but_its_length_and_shape() -> None:
     test = _GuardedSplit(_split(), watch, "test")
     assert len(test) == 4 and test.shape == (1, 2, 2) and not watch.peeks
     assert test.take(torch.tensor([1, 2])).shape == (2, 1, 2, 2)
-    assert list(watch.peeks.values())[0].endswith("took test images in the driver (first in before the first task, 2 images)")
+    assert next(iter(watch.peeks.values())).endswith(
+        "took test images in the driver (first in before the first task, 2 images)"
+    )
     assert test.labels.tolist() == [0, 1, 0, 1]  # through the property: labels are test data too
     assert any("read the test split's 'labels'" in v for v in watch.peeks.values())
     test.images  # noqa: B018
@@ -470,7 +476,9 @@ def test_library_and_path_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not _is_library(__file__) and not _is_library(testing.__file__)
     assert not _is_library(pytest.__file__)  # site-packages beside the standard library: not the library
     monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert _short(__file__) == os.path.join("tests", "platform", "test_conformance_kit.py")  # under the working directory
+    assert _short(__file__) == os.path.join(
+        "tests", "platform", "test_conformance_kit.py"
+    )  # under the working directory
     monkeypatch.chdir(os.path.dirname(os.path.abspath(__file__)))
     assert _short(os.path.abspath(__file__) + "x") == "test_conformance_kit.pyx"
     assert _short("/elsewhere/far/away.py") == "/elsewhere/far/away.py"
@@ -482,8 +490,11 @@ def test_library_and_path_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_failure_lists_each_rule_once_and_each_violation() -> None:
     err = ConformanceError(
         "m",
-        [Violation("memory-bound", "task", "seen A", "do A"), Violation("memory-bound", "task-free", "seen B", "do B"),
-         Violation("known-hooks", None, "seen C", "do C")],
+        [
+            Violation("memory-bound", "task", "seen A", "do A"),
+            Violation("memory-bound", "task-free", "seen B", "do B"),
+            Violation("known-hooks", None, "seen C", "do C"),
+        ],
     )
     assert isinstance(err, AssertionError) and len(err.violations) == 3 and err.method == "m"
     assert str(err) == (
