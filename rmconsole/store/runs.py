@@ -8,13 +8,24 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+from sqlalchemy import func, update
 from sqlmodel import Session, col, select
 
 from .. import metric_registry
 from ..cl.metric_catalog import AnytimePoint, RunRows, TaskRow
 from .db import write
 from .queries import UnknownRun, _anytime, _results
-from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, SystemSample, TaskResult, TaskStream, utcnow
+from .tables import (
+    AnytimeEval,
+    EpochMetric,
+    MemorySnapshot,
+    Run,
+    StoreIdentity,
+    SystemSample,
+    TaskResult,
+    TaskStream,
+    utcnow,
+)
 from .transitions import Lease, checked_run, new_token
 
 
@@ -39,6 +50,7 @@ def create_runs(
 
     def add(session: Session) -> list[int]:
         ids = []
+        given = _last_run_id(session)
         for i, config in enumerate(configs):
             run = Run(
                 preset=preset,
@@ -56,13 +68,27 @@ def create_runs(
                 tags=list(tags) if tags else None,
                 overrides=overrides[i] if overrides is not None else None,
             )
+            if given is not None:  # SQLite: above every id ever given, not only the ids present
+                given = run.id = given + 1
             session.add(run)
             session.flush()
             assert run.id is not None
             ids.append(run.id)
+        if ids:
+            session.exec(update(StoreIdentity).where(col(StoreIdentity.id) == 1).values(last_run_id=max(ids)))
         return ids
 
     return write(add)
+
+
+def _last_run_id(session: Session) -> int | None:
+    """On SQLite, the largest run id ever given (the store's record of it, or the largest present in
+    a store older than the record); None on PostgreSQL, whose sequence never gives an id twice."""
+    if session.get_bind().dialect.name != "sqlite":
+        return None
+    present = session.exec(select(func.max(col(Run.id)))).one() or 0
+    recorded = session.exec(select(col(StoreIdentity.last_run_id)).where(col(StoreIdentity.id) == 1)).first() or 0
+    return max(present, recorded)
 
 
 def create_run(
