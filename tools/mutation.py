@@ -629,7 +629,13 @@ def run_tests(tests: list[str], timeout: float, mutant: Mutant | None) -> tuple[
     ), seconds
 
 
-def _preload(tests: list[str]) -> None:
+# Per module, attributes of it set for the parent's warm-up only: the conformance kit's thread check
+# at one thread. libgomp's thread pool does not survive fork: a forked child whose parent has started
+# it hangs at its first parallel region (every child of the kit's module hung: no result).
+PRELOAD_PATCH: dict[str, dict[str, object]] = {"rmconsole.testing": {"_MORE_THREADS": 1}}
+
+
+def _preload(tests: list[str], module: str) -> None:
     """Run the test files once in the parent, so each forked child starts warm (imports done,
     first-call costs paid). The unmutated run in a child that follows checks the fork is sound."""
     import pytest
@@ -638,11 +644,17 @@ def _preload(tests: list[str]) -> None:
     saved = os.dup(1), os.dup(2)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
+    patched = PRELOAD_PATCH.get(module, {})
+    saved_attrs = {name: getattr(importlib.import_module(module), name) for name in patched}
+    for name, value in patched.items():
+        setattr(importlib.import_module(module), name, value)
     try:  # a full unmutated run: lazy imports and first-call set-ups happen here, once
         pytest.main(
             [*tests, "-n", "0", "-q", "-p", "no:cacheprovider", "-m", "not slow and not gpu"]
         )  # in this process: xdist workers would not see the mutant
     finally:
+        for name, value in saved_attrs.items():
+            setattr(importlib.import_module(module), name, value)
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
 
@@ -668,7 +680,7 @@ def run_module(spec: str, args: argparse.Namespace) -> None:
     elif args.max_per_module and total > args.max_per_module:
         mutants = sorted(random.Random(spec).sample(mutants, args.max_per_module), key=lambda m: m.site)
         sampled = True
-    _preload(tests)
+    _preload(tests, spec.partition(":")[0])
     _collect_live(spec.partition(":")[0])
     gc.collect()
     gc.freeze()  # the children's collections (pytest runs several) then skip the parent's heap
