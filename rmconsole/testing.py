@@ -81,6 +81,7 @@ if TYPE_CHECKING:
     from .cl.data import Dataset
 
 __all__ = [
+    "QUICK_PER_CLASS",
     "RULES",
     "CheckpointKeeper",
     "ConformanceError",
@@ -144,6 +145,7 @@ _WATCHED_HOOKS: dict[str, tuple[str, ...]] = {
         "online_task_end",
     ),
 }
+QUICK_PER_CLASS = (16, 8)  # check_method(quick=True): train and test images per class (digits: ~144 and ~36)
 _THREAD_TASKS = 2  # the thread check's run trains the first tasks only (decisions show from the first)
 _MORE_THREADS = 2
 _HOOK_PREFIXES = ("before_", "after_", "on_", "online_")
@@ -922,6 +924,29 @@ def _digits() -> Dataset:
     return load_dataset("digits")
 
 
+def _kit_data(quick: bool) -> Dataset:
+    """Digits, or with `quick` its first QUICK_PER_CLASS train and test images of each class."""
+    data = _digits()
+    if not quick:
+        return data
+    train, test = QUICK_PER_CLASS
+    return dataclasses.replace(data, train=_first_per_class(data.train, train), test=_first_per_class(data.test, test))
+
+
+def _first_per_class(source: Any, n: int) -> Any:
+    """The first `n` images of each class of an in-memory split, in the split's order."""
+    import torch
+
+    from .cl.images import TensorImages
+
+    labels = source.labels
+    keep = torch.zeros(len(labels), dtype=torch.bool)
+    for c in labels.unique().tolist():
+        keep[torch.nonzero(labels == c).reshape(-1)[:n]] = True
+    idx = torch.nonzero(keep).reshape(-1)
+    return TensorImages(source.take(idx), labels[idx])
+
+
 def _run(
     cfg: Any,
     watch: _Watch,
@@ -932,6 +957,7 @@ def _run(
     threads: int | None = None,
     tasks: int | None = None,
     modules: Iterable[ModuleType] = (),
+    quick: bool = False,
 ) -> _Recorder:
     """One run of the protocol with the splits guarded and the hooks watched; `clock_shift`
     seconds on the wall clock, `threads` torch threads, stopped after `tasks` tasks."""
@@ -939,7 +965,7 @@ def _run(
 
     from .cl.loop import run_protocol
 
-    data = _digits()
+    data = _kit_data(quick)
     guarded = dataclasses.replace(
         data, train=_GuardedSplit(data.train, watch, "train"), test=_GuardedSplit(data.test, watch, "test")
     )
@@ -984,7 +1010,7 @@ def _difference(a: Any, b: Any, path: str) -> str | None:
         n = int((~same).sum())
         detail = ""
         if a.is_floating_point():
-            detail = f", largest difference {float((a - b).abs().nan_to_num(math.inf).max()):.3g}"
+            detail = f", largest difference {float((a - b)[~same].abs().nan_to_num(math.inf).max()):.3g}"
         return f"{path}: {n} of {a.numel()} values differ{detail}"
     if dataclasses.is_dataclass(a) and not isinstance(a, type) and type(a) is type(b):
         for f in dataclasses.fields(a):
@@ -1108,7 +1134,12 @@ def _compare_decisions(a: _Recorder, b: _Recorder) -> str | None:
 
 
 def _check_protocol(
-    method: str, protocol: str, settings: Mapping[str, Any], rules: tuple[str, ...], resume_after: int | None
+    method: str,
+    protocol: str,
+    settings: Mapping[str, Any],
+    rules: tuple[str, ...],
+    resume_after: int | None,
+    quick: bool = False,
 ) -> tuple[list[Violation], int, list[str]]:
     """One protocol's runs and rules: (violations, runs trained, rules it could not check and why)."""
     from .cl.protocols import protocol_of
@@ -1129,7 +1160,7 @@ def _check_protocol(
         nonlocal runs
         runs += 1
         try:
-            return _run(cfg, watch, protocol, resume, modules=modules, **how)
+            return _run(cfg, watch, protocol, resume, modules=modules, quick=quick, **how)
         except Exception as err:
             detail = " ".join(str(err).split())[:300]
             raise ConformanceError(
@@ -1302,11 +1333,15 @@ def check_method(
     settings: Mapping[str, Any] | None = None,
     rules: Iterable[str] | None = None,
     resume_after: int | None = None,
+    quick: bool = False,
 ) -> ConformanceReport:
     """Check `method` (a registered name: built-in or plug-in) against RULES under each protocol it
     declares (or `protocols`, a subset of them), on digits with `kit_settings` updated by
     `settings`; `rules` picks some of RULES (known-hooks alone trains nothing); `resume_after`
-    is the task whose checkpoint the resume check starts from (default 2, the middle of 5).
+    is the task whose checkpoint the resume check starts from (default 2, the middle of 5);
+    `quick` trains on the first QUICK_PER_CLASS train and test images of each digit class instead
+    of all of digits (the same runs and rules at about a third of the cost: what a method's CI can
+    afford; the full data exercises more of a method's memory and schedule).
 
     Raises ConformanceError naming every broken rule; returns what was checked otherwise."""
     started = time.perf_counter()
@@ -1324,7 +1359,9 @@ def check_method(
     if any(r != "known-hooks" for r in picked):
         with _quiet_torch():
             for protocol in chosen:
-                found, n, not_checked = _check_protocol(method, protocol, dict(settings or {}), picked, resume_after)
+                found, n, not_checked = _check_protocol(
+                    method, protocol, dict(settings or {}), picked, resume_after, quick
+                )
                 violations += found
                 runs += n
                 skipped += not_checked

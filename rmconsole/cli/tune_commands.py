@@ -120,9 +120,10 @@ def tune(
         soft_wrap=True,
     )
     from ..runner.queue import DriverLock, QueueBusy
+    from ..store.db import holding_as_a_run
 
     try:
-        with DriverLock(tuning.lock_id(asked.name)):
+        with DriverLock(tuning.lock_id(asked.name)), holding_as_a_run():  # an outage waited out as its trials do
             try:
                 counts = driver.run()
             except KeyboardInterrupt:

@@ -138,10 +138,11 @@ def load_config(
 
 
 def config_defaults(method: Any = None) -> dict[str, Any]:
-    """Each key's default for runs of `method` (every method's keys when None or unknown)."""
+    """Each key's default for runs of `method` (every method's keys when None or unknown); a key
+    with none (dataset, model, memory_size: a preset gives them) is None, as in a run without it."""
     spec = spec_of(method) if method is not None else None
     model = config_model(spec) if spec is not None else RunConfig
-    out = {k: f.default for k, f in model.model_fields.items()}
+    out = {k: None if f.is_required() else f.default for k, f in model.model_fields.items()}
     if spec is None:
         out.update(method_key_defaults())
     return out

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
-from sqlalchemy import Select, event, inspect, select
+from sqlalchemy import Select, event, func, inspect, select
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -65,7 +65,7 @@ from sqlmodel import Session, col, create_engine
 
 from .. import private
 from . import migrations, tables  # noqa: F401  (tables registers the tables on SQLModel.metadata)
-from .tables import StoreIdentity
+from .tables import Run, StoreIdentity
 
 T = TypeVar("T")
 
@@ -1005,8 +1005,9 @@ def _add_identity(conn: Connection) -> None:
     """The store's identity row, written once when the store is created (or first opened by an
     rmconsole that knows identities): a random id that a recreated store never shares."""
     table = StoreIdentity.__table__  # type: ignore[attr-defined]  # set on table=True classes; sqlmodel does not declare it
-    if conn.execute(select(table.c.store_id)).first() is None:
-        conn.execute(table.insert().values(id=1, store_id=uuid.uuid4().hex))
+    if conn.execute(select(table.c.store_id)).first() is None:  # (the largest run id given so far: runs.py)
+        given = conn.execute(select(func.max(Run.__table__.c.id))).scalar()  # type: ignore[attr-defined]
+        conn.execute(table.insert().values(id=1, store_id=uuid.uuid4().hex, last_run_id=given))
 
 
 @contextmanager

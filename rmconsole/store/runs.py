@@ -8,6 +8,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+from sqlalchemy import func, update
 from sqlmodel import Session, col, select
 
 from .. import metric_registry
@@ -15,7 +16,17 @@ from ..cl.results import AnytimePoint, MemoryUpdate, RunRows, TaskOutcome, TaskP
 from .db import write
 from .mapping import outcome_of, point_of, row_of
 from .queries import UnknownRun, _anytime, _results
-from .tables import AnytimeEval, EpochMetric, MemorySnapshot, Run, SystemSample, TaskResult, TaskStream, utcnow
+from .tables import (
+    AnytimeEval,
+    EpochMetric,
+    MemorySnapshot,
+    Run,
+    StoreIdentity,
+    SystemSample,
+    TaskResult,
+    TaskStream,
+    utcnow,
+)
 from .transitions import Lease, checked_run, new_token
 
 
@@ -40,6 +51,7 @@ def create_runs(
 
     def add(session: Session) -> list[int]:
         ids = []
+        given = _last_run_id(session)
         for i, config in enumerate(configs):
             run = Run(
                 preset=preset,
@@ -57,13 +69,27 @@ def create_runs(
                 tags=list(tags) if tags else None,
                 overrides=overrides[i] if overrides is not None else None,
             )
+            if given is not None:  # SQLite: above every id ever given, not only the ids present
+                given = run.id = given + 1
             session.add(run)
             session.flush()
             assert run.id is not None
             ids.append(run.id)
+        if ids:
+            session.exec(update(StoreIdentity).where(col(StoreIdentity.id) == 1).values(last_run_id=max(ids)))
         return ids
 
     return write(add)
+
+
+def _last_run_id(session: Session) -> int | None:
+    """On SQLite, the largest run id ever given (the store's record of it, or the largest present in
+    a store older than the record); None on PostgreSQL, whose sequence never gives an id twice."""
+    if session.get_bind().dialect.name != "sqlite":
+        return None
+    present = session.exec(select(func.max(col(Run.id)))).one() or 0
+    recorded = session.exec(select(col(StoreIdentity.last_run_id)).where(col(StoreIdentity.id) == 1)).first() or 0
+    return max(present, recorded)
 
 
 def create_run(

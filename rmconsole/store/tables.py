@@ -27,6 +27,9 @@ class StoreIdentity(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     store_id: str
     created_at: datetime = Field(default_factory=utcnow)
+    # the largest run id ever given: SQLite gives max(id) + 1, which after `rm` of the newest runs is
+    # a deleted run's id; runs.create_runs gives ids above this one (revision 0004)
+    last_run_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
 
 
 class Run(SQLModel, table=True):

@@ -230,6 +230,16 @@ def test_json_traces_every_number_to_its_runs(grid) -> None:
     assert a_last["mean"] == 52.0 and a_last["n"] == 2
 
 
+def test_a_run_stored_without_a_key_that_has_no_default_reports_it_as_missing(grid) -> None:
+    """A config without `model` (a key with no default: presets give it) reads as missing in every
+    format: --format json printed PydanticUndefined's TypeError."""
+    runs = [dict(r, config={k: v for k, v in r["config"].items() if k != "model"}) for r in grid]
+    rep = R.build_report(runs, paper=True)
+    data = json.loads(R.to_json(rep), parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
+    assert data["setting"].get("model") is None and data["rows"][0]["cells"][0]["metrics"]["A_last"]["mean"] == 92.0
+    assert "Undefined" not in R.to_markdown(rep) + R.to_csv(rep) + R.to_latex(rep)
+
+
 def test_latex_uses_booktabs_and_pm(grid) -> None:
     runs = [dict(r, config={**r["config"], "memory_size": k}) for r in grid for k in (200,)]
     runs += [

@@ -199,3 +199,37 @@ def test_a_store_on_a_read_only_mount_can_be_read(
         "a store on a read-only mount",
         HERE + "test_a_store_on_a_read_only_mount_can_be_read",
     ).check(listed.returncode, listed.stderr)
+
+
+def test_the_tune_driver_waits_out_a_database_outage_as_its_trials_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tune` drives its trials in the foreground as `run --seeds` drives a sweep: it holds on through
+    a database outage with the same grace (db.holding_as_a_run), instead of exiting at once."""
+    from support.cli import in_process
+
+    from rmconsole.runner import tune as tuning
+
+    seen: dict = {}
+
+    def outage_then_answers(self: object) -> dict[str, int]:
+        seen["grace"] = db.outage_grace_s()
+        failures = iter(range(2))
+
+        def attempt() -> str:
+            if next(failures, None) is not None:
+                raise db.StoreUnreachable("the database postgresql://x is unreachable", "x", "server closed")
+            return "answered"
+
+        seen["result"] = db._within_grace(attempt)
+        return {"complete": 1}
+
+    monkeypatch.setattr(tuning.StudyDriver, "run", outage_then_answers)
+    monkeypatch.setattr(tuning.StudyDriver, "settled", lambda self: 1)
+    monkeypatch.delenv("RMCONSOLE_DB_GRACE_S", raising=False)
+    done = in_process(
+        "tune", "--study", "outage", "--param", "lr=log:1e-3..1e-1", "--metric", "val_A_last", "--trials", "1",
+        "--set", "val_fraction=0.1",
+    )  # fmt: skip
+    assert seen.get("result") == "answered", done.stdout + done.stderr
+    assert seen["grace"] == db.OUTAGE_GRACE_S  # a worker's default
+    assert "the database x is unreachable" in done.stderr and "answers again" in done.stderr
+    assert db._outage_hold["s"] is None  # (held only while it drives)

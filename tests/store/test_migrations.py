@@ -76,8 +76,9 @@ def test_stores_of_earlier_shapes_upgrade_and_show_the_same_runs(tmp_path: Path,
         assert _revision() == migrations.head() and _differences() == []
         after = _schema_sql(path)
         if commit == "a168f0c":  # the baseline's shape: stamped by its columns, no table touched but
-            # by the revisions after the baseline (0002: anytimeeval.train_flops; 0003: systemsample)
-            later = {"anytimeeval", "systemsample", "ix_systemsample_run_at"}
+            # by the revisions after the baseline (0002: anytimeeval.train_flops; 0003: systemsample;
+            # 0004: store_identity.last_run_id)
+            later = {"anytimeeval", "systemsample", "ix_systemsample_run_at", "store_identity"}
             assert {k: v for k, v in after.items() if k not in later | {"rmconsole_schema_version"}} == {
                 k: v for k, v in before.items() if k not in later
             }
@@ -93,6 +94,29 @@ def test_stores_of_earlier_shapes_upgrade_and_show_the_same_runs(tmp_path: Path,
             assert "accuracy FLOAT NOT NULL" not in after["taskresult"]
         db.dispose_engines()
     assert shown["62427d5"] == shown["a168f0c"]  # the same runs (same seeds, same training): the same figures
+
+
+def test_a_deleted_run_id_is_never_given_again(tmp_path: Path, monkeypatch) -> None:
+    """`rm` of the newest run, then a new run: SQLite gave the new run the deleted id (a study's
+    trial, an export, a note then named another run). Revision 0004 has the store
+    record the largest id ever given: in a fresh store and in a store of before versioning, upgraded."""
+    for source in ("fresh", "a168f0c"):
+        home = tmp_path / source
+        home.mkdir()
+        monkeypatch.setenv("RMCONSOLE_HOME", str(home))
+        config = {"dataset": "digits", "method": "rm", "seed": 1}
+        if source == "fresh":
+            assert [store.create_run(config, "digits-blurry10-online") for _ in range(2)] == [1, 2]
+            store.update_run(1, status="finished")
+            store.update_run(2, status="finished")
+        else:
+            shutil.copy(FIXTURES / f"store-{source}.db", home / "rmconsole.db")  # runs 1 and 2, finished
+        assert store.delete_run(2).applied
+        assert store.create_run(config, "digits-blurry10-online") == 3
+        store.update_run(3, status="finished")
+        assert store.delete_run(3).applied and store.delete_run(1).applied  # every run gone
+        assert store.create_run(config, "digits-blurry10-online") == 4
+        db.dispose_engines()
 
 
 @pytest.mark.usefixtures("store_backend")
