@@ -71,6 +71,7 @@ from torch import Tensor, nn
 
 from ..compute import ledger_of
 from ..learner import Task
+from ..models import Backbone
 from .base import Method
 from .ocm_params import OCMParams
 from .taskfree import TaskFree
@@ -159,7 +160,7 @@ class OCM(TaskFree, Method[OCMParams]):
         if d <= p:
             raise ValueError(f"ocm: ocm_projection {p} must be below the model's feature width {d}")
         self.projection = nn.Linear(d, p).to(self.device)  # the authors' `simclr` head
-        self.previous: tuple[nn.Module, nn.Module] | None = None  # model and head at the last task boundary
+        self.previous: tuple[Backbone, nn.Module] | None = None  # model and head at the last task boundary
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         optimizer = super().make_optimizer()
