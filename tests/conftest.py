@@ -375,7 +375,8 @@ def store_backend(
         yield "sqlite"
         return
     server = request.getfixturevalue("postgres_server")
-    url = fresh_postgres_database(server, template=request.getfixturevalue("postgres_template"))
+    empty = request.node.get_closest_marker("empty_database") is not None  # a test of creating the schema
+    url = fresh_postgres_database(server, template=None if empty else request.getfixturevalue("postgres_template"))
     monkeypatch.setenv("RMCONSOLE_DB", url)
     try:
         yield "postgresql"

@@ -115,6 +115,7 @@ def test_bad_studies_are_refused_before_anything_is_stored(capsys: pytest.Captur
 
 
 @needs_validation
+@pytest.mark.empty_database
 def test_a_refused_tune_writes_nothing(store_backend: str, isolated_home: Any, tmp_path: Any, monkeypatch: Any) -> None:
     """A refused `tune` (a bad param, a test-set metric, a bad study file, no such study, a missing
     dataset) created the store and Optuna's tables before it validated what it was asked: now

@@ -15,7 +15,8 @@ from support.campaign import claim
 
 from rmconsole import store
 
-pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+# each test on SQLite and on PostgreSQL, in a database that starts empty (these create the schema)
+pytestmark = [pytest.mark.usefixtures("store_backend"), pytest.mark.empty_database]
 
 WRITERS = 8
 STEPS = 40

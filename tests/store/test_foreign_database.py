@@ -19,7 +19,8 @@ import sqlalchemy
 from rmconsole import store
 from rmconsole.store import db
 
-pytestmark = pytest.mark.usefixtures("store_backend")  # each test on SQLite and on PostgreSQL
+# each test on SQLite and on PostgreSQL, in a database that starts empty (these create the schema)
+pytestmark = [pytest.mark.usefixtures("store_backend"), pytest.mark.empty_database]
 
 
 def _digest(path: Path) -> str:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from rmconsole_a_new.metric import METRIC, accuracy_on_newest_task
 
-from rmconsole.cl.metric_catalog import RunRows, TaskRow
+from rmconsole.cl.results import RunRows, TaskOutcome
 
 TASK = {"stream": "online", "method": "lwf"}
 
 
 def rows(*matrix, config=TASK) -> RunRows:
-    return RunRows(config, [TaskRow(k, 0.0, row) for k, row in enumerate(matrix)], n_tasks=3)
+    return RunRows(config, [TaskOutcome(k, 0.0, row) for k, row in enumerate(matrix)], n_tasks=3)
 
 
 def test_the_last_tasks_own_classes_after_it() -> None:
