@@ -161,3 +161,18 @@ class TimingReporter(Reporter):
             lines.append(f"{name:<15} {n:>10,} {s:>9.1f} {s / total:>6.0%} {rate:>11}  {peak:>16}{extra}")
         lines.append(f"{'all phases':<15} {'':>10} {total:>9.1f}")
         return "\n".join(lines)
+
+
+def top_level_ops(prof: object) -> int:
+    """The aten operators a torch.profiler trace shows the host issuing itself (not called inside
+    another aten operator): the per-update operator count of online_step_ops.py and rm_memory_step.py."""
+
+    def top_level(event: object) -> bool:
+        parent = getattr(event, "cpu_parent", None)
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                return False
+            parent = parent.cpu_parent
+        return True
+
+    return sum(1 for e in prof.events() if e.name.startswith("aten::") and top_level(e))  # type: ignore[attr-defined]

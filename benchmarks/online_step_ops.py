@@ -32,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from common import sync
+from common import sync, top_level_ops
 
 from rmconsole.cl.data import Dataset, TensorImages
 from rmconsole.cl.events import Reporter
@@ -120,16 +120,7 @@ def measure(
         sync(device)
     updates = max(learner.online_steps - steps, 1)
 
-    def top_level(event: object) -> bool:
-        """An operator the host issued itself, not one called inside another operator."""
-        parent = getattr(event, "cpu_parent", None)
-        while parent is not None:
-            if parent.name.startswith("aten::"):
-                return False
-            parent = parent.cpu_parent
-        return True
-
-    top = sum(1 for e in prof.events() if e.name.startswith("aten::") and top_level(e))
+    top = top_level_ops(prof)
     audit = StepAudit(device).mark_method(learner)
     steps = learner.online_steps
     with audit:

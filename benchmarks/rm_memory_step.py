@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import accel_settings, add_accel_options, machine, sync
+from common import accel_settings, add_accel_options, machine, sync, top_level_ops
 
 from rmconsole.cl.data import Dataset, TensorImages
 from rmconsole.cl.events import Reporter
@@ -120,15 +120,7 @@ def measure(shape: str, memory: int, epochs: int, device: torch.device, accel: d
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         steps = run(1)
 
-    def top_level(event: object) -> bool:
-        parent = getattr(event, "cpu_parent", None)
-        while parent is not None:
-            if parent.name.startswith("aten::"):
-                return False
-            parent = parent.cpu_parent
-        return True
-
-    top = sum(1 for e in prof.events() if e.name.startswith("aten::") and top_level(e))
+    top = top_level_ops(prof)
     audit = StepAudit(device).mark_method(rm)
     with audit:
         audited = run(1)
