@@ -176,3 +176,25 @@ def top_level_ops(prof: object) -> int:
         return True
 
     return sum(1 for e in prof.events() if e.name.startswith("aten::") and top_level(e))  # type: ignore[attr-defined]
+
+
+def measure_rows(names: list[str], key: str, measure: Any, row: Any, jsonl: Any, device: Any) -> int:
+    """Measure each of `names` (`measure(name)` -> a row dict), print its table row (`row(r)`) or its
+    one-line failure, append it to `jsonl` when given; exit status 1 when any failed. One name's
+    failure is its row: the others still run."""
+    import json
+
+    failed = 0
+    for name in names:
+        try:
+            r = measure(name)
+        except Exception as err:  # noqa: BLE001 - one failure is its row; the others still run
+            failed += 1
+            r = {key: name, "error": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
+            print(f"{name} | failed: {r['error']}", flush=True)
+        else:
+            print(row(r), flush=True)
+        if jsonl is not None:
+            with jsonl.open("a") as out:
+                out.write(json.dumps({**r, "device": str(device)}) + "\n")
+    return 1 if failed else 0

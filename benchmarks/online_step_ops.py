@@ -32,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from common import sync, top_level_ops
+from common import measure_rows, sync, top_level_ops
 
 from rmconsole.cl.data import Dataset, TensorImages
 from rmconsole.cl.events import Reporter
@@ -145,7 +145,6 @@ def measure(
 
 def _value(text: str) -> object:
     """A --set value as the config takes it: a number or boolean when it reads as one."""
-    import json
 
     try:
         return json.loads(text)
@@ -174,21 +173,15 @@ def main(argv: list[str] | None = None) -> int:
         "method | updates timed | top-level ops | dispatcher ops | kernel ops outside the graphed step "
         "| host syncs | CPU ms | wall ms (all per update) | most called kernels; where the syncs are"
     )
-    failed = 0
     sets = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
-    for method in args.methods.split(","):
-        try:
-            r = measure(args.preset, method, args.samples, device, args.warm_batches, sets, not args.time_only)
-        except Exception as err:  # noqa: BLE001 - one method's failure is its row; the others still run
-            failed += 1
-            r = {"method": method, "error": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
-            print(f"{method} | failed: {r['error']}", flush=True)
-        else:
-            print(_row(r), flush=True)
-        if args.jsonl is not None:
-            with args.jsonl.open("a") as out:
-                out.write(json.dumps({**r, "device": str(device)}) + "\n")
-    return 1 if failed else 0
+    return measure_rows(
+        args.methods.split(","),
+        "method",
+        lambda method: measure(args.preset, method, args.samples, device, args.warm_batches, sets, not args.time_only),
+        _row,
+        args.jsonl,
+        device,
+    )
 
 
 def _row(r: dict) -> str:

@@ -22,13 +22,12 @@ shared out over the epoch's steps.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 import torch
-from common import accel_settings, add_accel_options, machine, sync, top_level_ops
+from common import accel_settings, add_accel_options, machine, measure_rows, sync, top_level_ops
 
 from rmconsole.cl.data import Dataset, TensorImages
 from rmconsole.cl.events import Reporter
@@ -182,20 +181,15 @@ def main(argv: list[str] | None = None) -> int:
         "shape | steps timed | samples/s | top-level ops | dispatcher ops | kernel ops | kernel ops outside the "
         "graphed step | host syncs | CPU ms | wall ms (per step) | most called kernels; where the syncs are"
     )
-    failed = 0
-    for shape in shapes:
-        try:
-            r = measure(shape, args.memory, args.epochs, device, accel_settings(args), not args.time_only)
-        except Exception as err:  # noqa: BLE001 - one shape's failure is its row; the others still run
-            failed += 1
-            r = {"shape": shape, "error": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
-            print(f"{shape} | failed: {r['error']}", flush=True)
-        else:
-            print(_row(r), flush=True)
-        if args.jsonl is not None:
-            with args.jsonl.open("a") as out:
-                out.write(json.dumps({**r, "device": str(device)}) + "\n")
-    return 1 if failed else 0
+    settings = accel_settings(args)
+    return measure_rows(
+        list(shapes),
+        "shape",
+        lambda shape: measure(shape, args.memory, args.epochs, device, settings, not args.time_only),
+        _row,
+        args.jsonl,
+        device,
+    )
 
 
 if __name__ == "__main__":
