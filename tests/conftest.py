@@ -376,7 +376,9 @@ def store_backend(
         return
     server = request.getfixturevalue("postgres_server")
     empty = request.node.get_closest_marker("empty_database") is not None  # a test of creating the schema
-    url = fresh_postgres_database(server, template=None if empty else request.getfixturevalue("postgres_template"))
+    filled = request.node.get_closest_marker("database_template")  # a test module's own filled template
+    template = request.getfixturevalue(filled.args[0] if filled else "postgres_template")
+    url = fresh_postgres_database(server, template=None if empty else template)
     monkeypatch.setenv("RMCONSOLE_DB", url)
     try:
         yield "postgresql"
