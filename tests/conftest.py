@@ -474,8 +474,35 @@ PG_SLOW_ONLY = (
 ONE_WORKER = ("test_examples.py", "test_sweep_cli.py", "test_secrets_and_outages.py", "test_slurm.py")
 
 
+# Tests of 15 s or more (measured on a quiet 2-core machine), started first: xdist hands out the
+# one-worker groups first, then the other tests in this order, so a long test left for the end
+# no longer runs alone while the other worker idles (the slow leg's last 100 s ran on 1.1 cores).
+LONG_FIRST = (
+    "tests/platform/test_gpu_kit.py::test_the_suite_rehearses",
+    "tests/cl/test_baselines.py::test_every_method_runs_to_the_end_on_digits_with_its_defaults[ocm]",
+    "tests/cl/test_baselines.py::test_every_method_runs_to_the_end_on_digits_with_its_defaults[mir]",
+    "tests/runner/test_executors.py::test_a_submitit_job_runs_is_stopped_and_resumed_exactly",
+    "tests/faces/test_cli.py::test_mnist_preset_short_budget",
+    "tests/platform/test_scaffold_new.py::test_new_method_installs_in_a_fresh_venv",
+    "tests/runner/test_warm_start.py::test_a_warm_run_equals_a_cold_run",
+    "tests/runner/test_distributed.py::",
+    "tests/cl/test_baselines.py::test_every_method_runs_to_the_end_on_digits_with_its_defaults[clib]",
+    "tests/store/test_postgres.py::test_the_password_appears_in_no_output",
+    "tests/platform/test_plugins_installed.py::test_a_plugin_that_fails_to_import",
+    "tests/platform/test_scaffold_new.py::test_new_dataset_and_metric_packages",
+    "tests/runner/test_runs_per_gpu.py::test_a_runs_per_gpu_4_sweep",
+    "tests/faults/test_killed_stopped_resumed.py::",
+    "tests/store/test_concurrent_writers.py::",
+)
+
+
+def _long_first(item: pytest.Item) -> int:
+    return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)), len(LONG_FIRST))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
+    items.sort(key=_long_first)  # (stable: the rest keep their order)
     for item in items:
         # (the PostgreSQL leg by the test's id, as the legs' times count it: test_sweep_cli's module
         # fixture `swept` has a postgresql param of its own, not store_backend's)
