@@ -10,9 +10,10 @@ none can start, the PostgreSQL tests are skipped with the reason. Slurm likewise
 started here, else skipped with the reason.
 
 Long end-to-end process tests (a real `rmconsole run` with its supervisor and worker, a sweep's
-queue, a SIGKILL and a resume) run on PostgreSQL only under `-m slow` (PG_SLOW_ONLY): their store
-calls are the store API that the store, query, transition, concurrency and bad-input tests
-exercise on both backends in the default run, and doubling them would keep CI past its budget.
+queue, a SIGKILL and a resume) run on PostgreSQL only under `-m slow` (PG_SLOW_ONLY), most of them
+only under `-m full` (PG_FULL_ONLY: before every stop, not in CI): their store calls are the store
+API that the store, query, transition, concurrency and bad-input tests exercise on both backends
+in the default run, and doubling them would keep CI past its budget.
 """
 
 from __future__ import annotations
@@ -465,6 +466,10 @@ PG_SLOW_ONLY = (
     "tests/runner/test_runs_per_gpu.py::",
     "tests/faces/test_cli.py::test_default_run_end_to_end",
 )
+# of those, the ones run before every stop (`-m full`), not in CI's 20 minutes (about 200 s of a
+# worker's time): CI's slow leg keeps one real run end to end on PostgreSQL (test_default_run_
+# end_to_end), and the default run a run through a database restart (test_secrets_and_outages)
+PG_FULL_ONLY = PG_SLOW_ONLY[:3]
 
 
 # Modules whose tests share an expensive module-scoped fixture or one service they stop and start:
@@ -508,6 +513,8 @@ def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-unt
         # fixture `swept` has a postgresql param of its own, not store_backend's)
         if _leg(item.nodeid) == "postgresql" and item.nodeid.startswith(PG_SLOW_ONLY):
             item.add_marker(pytest.mark.slow)
+            if item.nodeid.startswith(PG_FULL_ONLY):
+                item.add_marker(pytest.mark.full)
         if item.path.name in ONE_WORKER:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
