@@ -110,10 +110,16 @@ def _scan() -> tuple[dict[str, dict[str, Plugin]], dict[tuple[str, str], list[st
     group_kind = {group: kind for kind, group in GROUPS.items()}
     seen: set[str] = set()
     for dist in metadata.distributions(path=_searched_folders()):
-        name = dist.metadata["Name"] or "?"
-        if _normalised(name) in seen:  # the same distribution on two sys.path entries: the first wins, as import does
+        # the name from the metadata folder's own name where it has one: parsing every package's
+        # METADATA (email headers) cost each command 0.1 s of its start with 145 packages installed
+        key = _normalised(getattr(dist, "_normalized_name", None) or dist.metadata["Name"] or "?")
+        if key in seen:  # the same distribution on two sys.path entries: the first wins, as import does
             continue
-        seen.add(_normalised(name))
+        seen.add(key)
+        declared = _read_text(dist, "entry_points.txt")
+        if not any(group in declared for group in GROUPS.values()):  # no plug-in of ours
+            continue
+        name = dist.metadata["Name"] or "?"
         try:
             entry_points = list(dist.entry_points)
         except Exception as err:  # noqa: BLE001 - one package's malformed metadata must not stop every command

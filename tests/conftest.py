@@ -10,9 +10,10 @@ none can start, the PostgreSQL tests are skipped with the reason. Slurm likewise
 started here, else skipped with the reason.
 
 Long end-to-end process tests (a real `rmconsole run` with its supervisor and worker, a sweep's
-queue, a SIGKILL and a resume) run on PostgreSQL only under `-m slow` (PG_SLOW_ONLY): their store
-calls are the store API that the store, query, transition, concurrency and bad-input tests
-exercise on both backends in the default run, and doubling them would keep CI past its budget.
+queue, a SIGKILL and a resume) run on PostgreSQL only under `-m slow` (PG_SLOW_ONLY), most of them
+only under `-m full` (PG_FULL_ONLY: before every stop, not in CI): their store calls are the store
+API that the store, query, transition, concurrency and bad-input tests exercise on both backends
+in the default run, and doubling them would keep CI past its budget.
 """
 
 from __future__ import annotations
@@ -376,7 +377,9 @@ def store_backend(
         return
     server = request.getfixturevalue("postgres_server")
     empty = request.node.get_closest_marker("empty_database") is not None  # a test of creating the schema
-    url = fresh_postgres_database(server, template=None if empty else request.getfixturevalue("postgres_template"))
+    filled = request.node.get_closest_marker("database_template")  # a test module's own filled template
+    template = request.getfixturevalue(filled.args[0] if filled else "postgres_template")
+    url = fresh_postgres_database(server, template=None if empty else template)
     monkeypatch.setenv("RMCONSOLE_DB", url)
     try:
         yield "postgresql"
@@ -463,6 +466,10 @@ PG_SLOW_ONLY = (
     "tests/runner/test_runs_per_gpu.py::",
     "tests/faces/test_cli.py::test_default_run_end_to_end",
 )
+# of those, the ones run before every stop (`-m full`), not in CI's 20 minutes (about 200 s of a
+# worker's time): CI's slow leg keeps one real run end to end on PostgreSQL (test_default_run_
+# end_to_end), and the default run a run through a database restart (test_secrets_and_outages)
+PG_FULL_ONLY = PG_SLOW_ONLY[:3]
 
 
 # Modules whose tests share an expensive module-scoped fixture or one service they stop and start:
@@ -472,13 +479,42 @@ PG_SLOW_ONLY = (
 ONE_WORKER = ("test_examples.py", "test_sweep_cli.py", "test_secrets_and_outages.py", "test_slurm.py")
 
 
+# Tests of 15 s or more (measured on a quiet 2-core machine), started first: xdist hands out the
+# one-worker groups first, then the other tests in this order, so a long test left for the end
+# no longer runs alone while the other worker idles (the slow leg's last 100 s ran on 1.1 cores).
+LONG_FIRST = (
+    "tests/platform/test_gpu_kit.py::test_the_suite_rehearses",
+    "tests/cl/test_baselines.py::test_every_method_runs_to_the_end_on_digits_with_its_defaults[ocm]",
+    "tests/cl/test_baselines.py::test_every_method_runs_to_the_end_on_digits_with_its_defaults[mir]",
+    "tests/runner/test_executors.py::test_a_submitit_job_runs_is_stopped_and_resumed_exactly",
+    "tests/faces/test_cli.py::test_mnist_preset_short_budget",
+    "tests/platform/test_scaffold_new.py::test_new_method_installs_in_a_fresh_venv",
+    "tests/runner/test_warm_start.py::test_a_warm_run_equals_a_cold_run",
+    "tests/runner/test_distributed.py::",
+    "tests/cl/test_baselines.py::test_every_method_runs_to_the_end_on_digits_with_its_defaults[clib]",
+    "tests/store/test_postgres.py::test_the_password_appears_in_no_output",
+    "tests/platform/test_plugins_installed.py::test_a_plugin_that_fails_to_import",
+    "tests/platform/test_scaffold_new.py::test_new_dataset_and_metric_packages",
+    "tests/runner/test_runs_per_gpu.py::test_a_runs_per_gpu_4_sweep",
+    "tests/faults/test_killed_stopped_resumed.py::",
+    "tests/store/test_concurrent_writers.py::",
+)
+
+
+def _long_first(item: pytest.Item) -> int:
+    return next((i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)), len(LONG_FIRST))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
+    items.sort(key=_long_first)  # (stable: the rest keep their order)
     for item in items:
         # (the PostgreSQL leg by the test's id, as the legs' times count it: test_sweep_cli's module
         # fixture `swept` has a postgresql param of its own, not store_backend's)
         if _leg(item.nodeid) == "postgresql" and item.nodeid.startswith(PG_SLOW_ONLY):
             item.add_marker(pytest.mark.slow)
+            if item.nodeid.startswith(PG_FULL_ONLY):
+                item.add_marker(pytest.mark.full)
         if item.path.name in ONE_WORKER:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
 

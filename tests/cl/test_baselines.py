@@ -131,6 +131,7 @@ TO_THE_END = {"onpro"}
 
 
 @pytest.mark.slow
+@pytest.mark.full  # 390 s of CPU: not in CI's 20 minutes (pyproject's markers)
 @pytest.mark.parametrize("name", sorted(set(METHODS) - {"er", *VIT_METHODS}))
 def test_every_method_runs_to_the_end_on_digits_with_its_defaults(digits, name: str) -> None:
     """The default preset, or for a task-free-only method (MIR, SCR, ER-ACE, EWC++, CLIB) the

@@ -62,6 +62,7 @@ def test_presets_listing() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full  # real MNIST, 55 s: not in CI's 20 minutes (pyproject's markers)
 @needs_mnist
 def test_mnist_preset_short_budget() -> None:
     out = rmconsole(

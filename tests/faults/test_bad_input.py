@@ -15,6 +15,7 @@ import shlex
 import shutil
 import sqlite3
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,31 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def pg_demo(postgres_server: str, postgres_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+    """The demo's runs on PostgreSQL and their files, made once per test process (the demo made anew
+    for each case cost 0.3 s a case): each case's database is a copy of it (`database_template`)."""
+    from conftest import drop_postgres_database, fresh_postgres_database
+    from sqlalchemy.engine import make_url
+
+    from rmconsole.store import db
+
+    folder = tmp_path_factory.mktemp("pg-demo")
+    url = fresh_postgres_database(postgres_server, template=postgres_template)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RMCONSOLE_HOME", str(folder / "home"))
+        mp.setenv("RMCONSOLE_DB", url)
+        _store(folder)
+        db.dispose_engines()
+    yield folder / "home", make_url(url).database
+    drop_postgres_database(postgres_server, url)
+
+
+@pytest.fixture(scope="session")
+def pg_demo_database(pg_demo: tuple) -> str:
+    return pg_demo[1]
+
+
 def _snapshot(home: Path) -> tuple:
     """Everything a command could change: every row of every table and every file in the home."""
     from sqlmodel import select
@@ -205,15 +231,28 @@ def _main(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     return int(exited.value.code or 0), out.out, out.err
 
 
+@pytest.mark.database_template("pg_demo_database")
 @pytest.mark.parametrize("case, argv, env, exit_code, expected, verdict", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(
-    case, argv, env, exit_code, expected, verdict, demo, isolated_home, tmp_path, monkeypatch, capsys, store_backend
+    case,
+    argv,
+    env,
+    exit_code,
+    expected,
+    verdict,
+    demo,
+    isolated_home,
+    tmp_path,
+    monkeypatch,
+    capsys,
+    request,
+    store_backend,
 ) -> None:
     shutil.copytree(demo, tmp_path, dirs_exist_ok=True, symlinks=True)
-    if store_backend != "sqlite":  # the demo's runs in this backend's store, with their files anew
+    if store_backend != "sqlite":  # the demo's runs in this backend's store (a copy of pg_demo's), with their files
         for folder in ("checkpoints", "logs"):
             shutil.rmtree(isolated_home / folder, ignore_errors=True)
-        _store(tmp_path)
+        shutil.copytree(request.getfixturevalue("pg_demo")[0], isolated_home, dirs_exist_ok=True, symlinks=True)
     monkeypatch.setenv("RMCONSOLE_DATA", str(tmp_path / "data"))
     before = _snapshot(isolated_home)
     store_url = store.database_url()

@@ -89,6 +89,7 @@ def test_jpegtran_packs_real_jpegs_smaller_with_the_same_pixels(tmp_path: Path) 
 
 
 @pytest.mark.slow
+@pytest.mark.full  # 130 s of a worker, not in CI (pyproject's markers); the default run rehearses parts below
 @pytest.mark.skipif(not (TINY / "train").is_dir(), reason=f"Tiny-ImageNet subset not found under {SHARED_DATA}")
 def test_the_suite_rehearses_on_cpu_and_resumes_a_cut_tiny_run_exactly(tmp_path: Path) -> None:
     out, home = tmp_path / "out", tmp_path / "tiny-home"
