@@ -387,6 +387,30 @@ def test_onpro_later_task_step_mixes_a_single_memory_sample_and_without_memory_i
     assert torch.equal(later, m.step_loss(stream_only, y[[0, 1, 0, 1]]))
 
 
+def test_onpro_memory_contrast_pairs_rows_by_their_mixed_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mixed sample's label in the memory's contrast is (1 - lam) a + lam b: rows (and their
+    rotations, label + 10 r) are positives where those agree. The draws are fixed so that every
+    other blend of a, b and lam (a - lam b, (1 + lam) a, lam / b, ...) pairs the rows otherwise."""
+    m, proto, _ = built("onpro", **SMALL, onpro_mixup_base_rate=1.0)
+    m.online_task_start(Task(1, proto.tasks[1], 5))
+    m.seen[:4] = True
+    fixed = op.FeedbackDraws(
+        torch.tensor([3, 0, 5, 2, 1, 4]),  # each memory row's partner
+        torch.zeros(6),  # every coin below mixup_p: all mixed
+        torch.tensor([0.75, 0.5, 0.25, 0.5, 0.25, 0.25]),
+        torch.zeros(0, 100),
+        torch.zeros(0, 6),
+        torch.zeros(0, 6),
+        torch.ones(100),
+        torch.zeros(0),
+    )
+    monkeypatch.setattr(op, "draw_feedback", lambda *args: fixed)
+    torch.manual_seed(8)
+    x, y = torch.randn(16, 1, 8, 8), torch.tensor([1, 3, 3, 0, 2, 2, 0, 2] * 2)  # 2 stream + 6 memory
+    got, parts = _fixed_step(m, x, y, 2)
+    assert float(got.detach()) == pytest.approx(float(sum(parts.values()).detach()), rel=1e-5)
+
+
 def test_onpro_checkpoint_restores_the_model_too() -> None:
     m, _, _ = built("onpro", **SMALL)
     with torch.no_grad():
