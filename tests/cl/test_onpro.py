@@ -198,6 +198,75 @@ def test_onpro_draws_have_the_authors_ranges() -> None:
     assert float(((w < 0.1) | (w > 0.9)).float().mean()) > 0.35
 
 
+def test_onpro_instance_loss_in_float64_keeps_the_authors_eps_in_the_positives_count() -> None:
+    """In float64 the authors' count + eps (1e-8) shows: their NT-Xent to the last digits."""
+    torch.manual_seed(6)
+    sim = torch.randn(6, 6, dtype=torch.float64)
+    labels = torch.tensor([1.0, 2.0, 1.0], dtype=torch.float64)
+    for without_self in (True, False):
+        got = float(op.instance_loss(sim, labels, 0.5, without_self))
+        assert got == pytest.approx(_nt_xent_by_hand(sim, labels, 0.5, without_self), rel=1e-12, abs=0.0)
+
+
+def test_onpro_class_prototypes_are_each_present_class_mean_in_the_projections_dtype() -> None:
+    z = torch.tensor([[1.0, 2.0], [3.0, 6.0], [5.0, -1.0], [0.5, 0.5]], dtype=torch.float64)
+    y = torch.tensor([2, 2, 0, 3])  # class 0 and 3 a single sample, class 1 absent
+    means, present = op.class_prototypes(z, y, 4)
+    assert means.dtype == torch.float64
+    assert means.tolist() == [[5.0, -1.0], [0.0, 0.0], [2.0, 4.0], [0.5, 0.5]]
+    assert present.tolist() == [True, False, True, True]
+
+
+def test_onpro_pair_logits_are_inverse_distances_below_one_and_finite_for_equal_prototypes() -> None:
+    protos = torch.tensor([[0.0, 0.0], [0.5, 0.0], [0.0, 0.0]])  # classes 0 and 2 at the same point
+    logits = op.pair_logits(protos, torch.tensor([True, True, True]))
+    assert float(logits[0, 1]) == pytest.approx(2.0) and float(logits[1, 2]) == pytest.approx(2.0)
+    assert float(logits[0, 2]) == pytest.approx(1e12)  # the distance floored at 1e-12, not an infinite weight
+
+
+def test_onpro_feedback_draws_come_from_the_methods_own_generators_only() -> None:
+    cfg = op.OnProParams()
+    draws = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)  # the global generator must not matter
+        random.seed(global_seed)
+        draws.append(op.draw_feedback(12, cfg, 3, torch.Generator().manual_seed(9), random.Random(9)))
+    for field in op.FeedbackDraws.__dataclass_fields__:
+        assert torch.equal(getattr(draws[0], field), getattr(draws[1], field)), field
+
+
+def test_onpro_feedback_mixes_only_where_the_coin_is_strictly_below_mixup_p() -> None:
+    """The authors' `random() < p`: a coin equal to p leaves the sample (the pair) unmixed."""
+    y = torch.tensor([0, 1, 0, 1])
+    x = torch.arange(4, dtype=torch.float32).view(4, 1, 1, 1)
+    present = torch.tensor([True, True])
+    d = _draws(4, 2, base_coin=torch.tensor([0.6, 0.5]), pair_coin=torch.full((4,), 0.6))
+    lam = op.feedback_mix((x, x), y, torch.eye(2), present, d, 0.6)[4]
+    assert float(lam[0]) == 0.0 and float(lam[1]) > 0.0
+    assert lam[2:].tolist() == [0.0, 0.0]
+    d.pair_coin = torch.full((4,), 0.59)
+    assert torch.equal(op.feedback_mix((x, x), y, torch.eye(2), present, d, 0.6)[4][2:], d.pair_weight)
+
+
+def test_onpro_feedback_pair_draw_is_a_gumbel_max_so_the_closest_pair_gets_its_softmax_share() -> None:
+    """Four classes, one pair much closer than the rest: the reversed noise (max of l - G) would
+    give it about 0.89 instead of its softmax share of about 0.80 (with two or three pairs the two
+    draws agree too closely to tell)."""
+    protos = torch.tensor([[0.0, 0.0], [0.25, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    y = torch.arange(4).repeat(2)
+    x = torch.zeros(8, 1, 1, 1)
+    d = op.draw_feedback(
+        1500, op.OnProParams(onpro_mixup_base_rate=0.0), 4, torch.Generator().manual_seed(5), random.Random(5)
+    )
+    d.row_a, d.row_b = torch.rand(1500, 8), torch.rand(1500, 8)
+    _, _, y_a, y_b, _ = op.feedback_mix((x, x), y, protos, torch.ones(4, dtype=torch.bool), d, 0.6)
+    i, j = torch.triu_indices(4, 4, 1)
+    expected = torch.softmax(1 / (protos[i] - protos[j]).norm(dim=1), 0)
+    freq = torch.stack([((y_a == a) & (y_b == b)).float().mean() for a, b in zip(i.tolist(), j.tolist())])
+    assert float(expected[0]) == pytest.approx(0.80, abs=0.01)
+    assert torch.allclose(freq, expected, atol=0.035)
+
+
 def test_onpro_memory_batches_follow_the_first_task_then_the_seen_classes() -> None:
     m, proto, _ = built("onpro", onpro_memory_batch=30, onpro_memory_per_class=2)
     batches: list[tuple[list[int], int]] = []
@@ -287,6 +356,59 @@ def test_onpro_step_after_the_first_task_trains_the_mixed_memory_not_the_stream(
     assert added == {("train", (32 * 2 + 34 * 5 - 14, 1, 8, 8)): 1}
     m.params = op.OnProParams(**{**m.params.__dict__, "onpro_sim_scale": 1.0})
     assert float(_fixed_step(m, x, y, 2)[0]) != pytest.approx(float(got), rel=1e-4)  # the scale counts after task 0
+
+
+def test_onpro_caps_its_head_at_the_feature_width_and_seeds_its_generators_from_the_run() -> None:
+    m, _, _ = built("onpro", onpro_memory_batch=8, onpro_projection=10_000, seed=4)
+    d = m.model.feature_dim
+    assert m.projection.out_features == d and built("onpro", **SMALL)[0].projection.out_features == 16
+    assert m.onpro_gen.initial_seed() == 6_113 * 5
+    assert m.onpro_rng.getstate() == random.Random(4 + 17).getstate()
+    assert {m.offset(d) for _ in range(30)} == {0}  # no slack: the features are cut at 0
+    assert {m.offset(d - 3) for _ in range(200)} == {0, 1, 2}  # every offset with a full slice
+
+
+def test_onpro_later_task_step_mixes_a_single_memory_sample_and_without_memory_is_the_first_tasks() -> None:
+    m, proto, _ = built("onpro", **SMALL)
+    m.online_task_start(Task(1, proto.tasks[1], 5))
+    m.seen[:4] = True
+    torch.manual_seed(7)
+    x, y = torch.randn(6, 1, 8, 8), torch.tensor([3, 1, 2] * 2)  # 2 stream + 1 memory sample, two views
+    got, parts = _fixed_step(m, x, y, 2)
+    assert set(parts) == {"ins_stream", "ope_new", "ope_seen", "ins_memory", "ce_memory"}
+    assert float(got.detach()) == pytest.approx(float(sum(parts.values()).detach()), rel=1e-5)
+    stream_only = torch.cat([x[:2], x[3:5]])  # no memory sample: the stream's cross-entropy, the later scale
+    m.params = op.OnProParams(**{**m.params.__dict__, "onpro_sim_scale": 1.0})
+    gen, rng = m.onpro_gen.get_state(), m.onpro_rng.getstate()
+    later = m.step_loss(stream_only, y[[0, 1, 0, 1]])
+    m.onpro_gen.set_state(gen)
+    m.onpro_rng.setstate(rng)
+    m.task_index = 0
+    assert torch.equal(later, m.step_loss(stream_only, y[[0, 1, 0, 1]]))
+
+
+def test_onpro_memory_contrast_pairs_rows_by_their_mixed_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mixed sample's label in the memory's contrast is (1 - lam) a + lam b: rows (and their
+    rotations, label + 10 r) are positives where those agree. The draws are fixed so that every
+    other blend of a, b and lam (a - lam b, (1 + lam) a, lam / b, ...) pairs the rows otherwise."""
+    m, proto, _ = built("onpro", **SMALL, onpro_mixup_base_rate=1.0)
+    m.online_task_start(Task(1, proto.tasks[1], 5))
+    m.seen[:4] = True
+    fixed = op.FeedbackDraws(
+        torch.tensor([3, 0, 5, 2, 1, 4]),  # each memory row's partner
+        torch.zeros(6),  # every coin below mixup_p: all mixed
+        torch.tensor([0.75, 0.5, 0.25, 0.5, 0.25, 0.25]),
+        torch.zeros(0, 100),
+        torch.zeros(0, 6),
+        torch.zeros(0, 6),
+        torch.ones(100),
+        torch.zeros(0),
+    )
+    monkeypatch.setattr(op, "draw_feedback", lambda *args: fixed)
+    torch.manual_seed(8)
+    x, y = torch.randn(16, 1, 8, 8), torch.tensor([1, 3, 3, 0, 2, 2, 0, 2] * 2)  # 2 stream + 6 memory
+    got, parts = _fixed_step(m, x, y, 2)
+    assert float(got.detach()) == pytest.approx(float(sum(parts.values()).detach()), rel=1e-5)
 
 
 def test_onpro_trains_the_projection_keeps_an_arriving_row_and_checkpoints_its_state() -> None:

@@ -80,10 +80,12 @@ N_TRANSFORMS = 16  # 4 half-turn combinations x 4 whole-image rotations
 EPS = 1e-8  # the authors' -log(p + eps): a positive below eps adds -log(eps) and no gradient
 
 
-def ocm_transforms(images: Tensor) -> Tensor:
+def ocm_transforms(images: Tensor, turns: tuple[int, ...] = (0, 1, 2, 3)) -> Tensor:
     """OCM's 16 copies of (N, C, H, W) square images, (16 N, C, H, W): copy t = 4 r + h at rows
     t N : (t + 1) N, h the halves turned 180 degrees in place (none, left, both, right; halves by
-    width, a middle column of an odd width kept), r the whole image turned r x 90 degrees."""
+    width, a middle column of an odd width kept), r the whole image turned turns[r] x 90 degrees.
+    The order of `turns` changes only the rounding of the losses' sums (each block has its own
+    label): OnPro keeps its authors' (0, 2, 1, 3), so each method's seeded runs stay as they were."""
     w = images.shape[-1]
     half = w // 2
     left, mid, right = images[..., :half], images[..., half : w - half], images[..., w - half :]
@@ -96,7 +98,7 @@ def ocm_transforms(images: Tensor) -> Tensor:
             torch.cat([left, mid, right_t], -1),
         ]
     )
-    return torch.cat([torch.rot90(inner, r, (-2, -1)) for r in range(4)])
+    return torch.cat([torch.rot90(inner, r, (-2, -1)) for r in turns])
 
 
 def transform_labels(y: Tensor, n_classes: int) -> Tensor:
@@ -105,14 +107,18 @@ def transform_labels(y: Tensor, n_classes: int) -> Tensor:
     return (offsets + y[None, :]).flatten()
 
 
+def similarity(zn: Tensor, fn: Tensor, offset: int, scale: float) -> Tensor:
+    """scale x (<zn_i, zn_j> + <zn_i, fn_j[offset : offset + p]>) of normalised projections zn
+    (width p) and normalised features fn: OCM's scale is 0.5, OnPro's a parameter."""
+    return scale * (zn @ fn[:, offset : offset + zn.shape[1]].T + zn @ zn.T)
+
+
 def ocm_similarity(z: Tensor, features: Tensor, offset: int) -> Tensor:
     """0.5 cos(z_i, z_j) + 0.5 <z_i / |z_i|, (f_j / |f_j|)[offset : offset + p]>, p = z's width."""
-    zn = nnf.normalize(z, dim=1)
-    fn = nnf.normalize(features, dim=1)[:, offset : offset + z.shape[1]]
-    return 0.5 * (zn @ fn.T) + 0.5 * (zn @ zn.T)
+    return similarity(nnf.normalize(z, dim=1), nnf.normalize(features, dim=1), offset, 0.5)
 
 
-def _minus_log_p(sim: Tensor, temperature: float, excluded: Tensor | None) -> Tensor:
+def minus_log_p(sim: Tensor, temperature: float, excluded: Tensor | None) -> Tensor:
     """-log(p + eps), p = e_ij / (sum_j e_ij + eps), e_ij = exp((s_ij - max_j s_ij) / tau) and 0 where
     `excluded`: the authors' numerics (the row's maximum taken before the exclusion, so a row
     whose other entries are all far below its excluded one gets its eps-limited values)."""
@@ -125,7 +131,7 @@ def _minus_log_p(sim: Tensor, temperature: float, excluded: Tensor | None) -> Te
 def supervised_infonce(sim: Tensor, row_labels: Tensor, col_labels: Tensor, temperature: float) -> Tensor:
     """Mean over rows of the mean over same-label columns of -log(softmax_row(sim / tau) + eps)
     (the authors' Supervised_NT_xent_uni and _pre: nothing excluded, a row with no positive adds 0)."""
-    loss = _minus_log_p(sim, temperature, None)
+    loss = minus_log_p(sim, temperature, None)
     positive = (row_labels[:, None] == col_labels[None, :]).to(sim.dtype)
     return ((loss * positive).sum(1) / positive.sum(1).clamp_min(1.0)).mean()
 
@@ -138,7 +144,7 @@ def new_data_infonce(sim: Tensor, labels: Tensor, temperature: float) -> Tensor:
     n = len(sim)
     m = n // 2
     eye = torch.eye(n, dtype=torch.bool, device=sim.device)
-    loss = _minus_log_p(sim, temperature, eye)
+    loss = minus_log_p(sim, temperature, eye)
     pair = torch.cat([loss[:m, m:].diagonal(), loss[m:, :m].diagonal()])
     same = labels[:, None] == labels[None, :]
     positive = loss.masked_fill(~same | eye, 0.0).sum(1) / same.sum(1).to(sim.dtype)

@@ -72,56 +72,34 @@ from torch import Tensor, nn
 from ..compute import ledger_of
 from ..learner import Task
 from .base import Method
+from .ocm import EPS, N_TRANSFORMS, minus_log_p, ocm_transforms, similarity, transform_labels
 from .onpro_params import OnProParams
 from .taskfree import TaskFree
 
-ROTATIONS = 16  # OCM's rotations: 4 half-turns x 4 quarter-turns
+ROTATIONS = N_TRANSFORMS  # OCM's rotations: 4 half-turns x 4 quarter-turns
+rotation_labels = transform_labels  # the label of each rotation: label + n_classes x rotation
 
 
 def rotations(x: Tensor) -> Tensor:
-    """The 16 rotated copies of a batch (N, C, H, W), block r (rows r N .. (r + 1) N) the r-th:
-    r = 4 q + h, h the halves turned by 180 degrees (0: none, 1: the left, 2: both, 3: the right),
-    q the whole image's turn (0, 180, 90, 270 degrees)."""
-    w = x.shape[-1] // 2
-    left, right = x[..., :w], x[..., w:]
-    left_t, right_t = torch.rot90(left, 2, (2, 3)), torch.rot90(right, 2, (2, 3))
-    halves = torch.cat(
-        [
-            x,
-            torch.cat([left_t, right], -1),
-            torch.cat([left_t, right_t], -1),
-            torch.cat([left, right_t], -1),
-        ]
-    )
-    return torch.cat(
-        [halves, torch.rot90(halves, 2, (2, 3)), torch.rot90(halves, 1, (2, 3)), torch.rot90(halves, 3, (2, 3))]
-    )
+    """OCM's 16 rotated copies of a batch (N, C, H, W), block r = 4 q + h (rows r N .. (r + 1) N):
+    h the halves turned by 180 degrees (0: none, 1: the left, 2: both, 3: the right), q the whole
+    image's turn in the authors' order (0, 180, 90, 270 degrees)."""
+    return ocm_transforms(x, turns=(0, 2, 1, 3))
 
 
-def rotation_labels(y: Tensor, n_classes: int) -> Tensor:
-    """The labels of `rotations(x)` for labels `y`: label + n_classes x r in block r."""
-    return torch.cat([y + n_classes * r for r in range(ROTATIONS)])
-
-
-def similarity(z: Tensor, f: Tensor, offset: int, scale: float) -> Tensor:
-    """scale x (z z' + z g'), z the normalised projections, g = f[:, offset:offset + width of z]."""
-    g = f[:, offset : offset + z.shape[1]]
-    return scale * (z @ g.T + z @ z.T)
-
-
-def instance_loss(sim: Tensor, labels: Tensor, temperature: float, without_self: bool, eps: float = 1e-8) -> Tensor:
+def instance_loss(sim: Tensor, labels: Tensor, temperature: float, without_self: bool) -> Tensor:
     """OCM's NT-Xent over the similarities of [view 1 (B rows), view 2 (B rows)] of B labelled
-    rows: -log of each pair's share of its row (row max subtracted, over the temperature; an
-    anchor's own entry left out `without_self`), averaged over each row's same-label columns;
-    `without_self` (the stream's), twice that plus each row's term with its other view."""
+    rows: `minus_log_p` of each pair (an anchor's own entry left out `without_self`), averaged
+    over each row's same-label columns; `without_self` (the stream's), twice that plus each row's
+    term with its other view. Unlike OCM's `new_data_infonce` it keeps the authors' constant
+    -log(eps) of the excluded self-pair (no gradient; it shows in the loss's value)."""
     b = sim.shape[0] // 2
-    e = torch.exp((sim - sim.max(1, keepdim=True).values.detach()) / temperature)
-    if without_self:
-        e = e.masked_fill(torch.eye(len(e), dtype=torch.bool, device=e.device), 0.0)
-    nll = -torch.log(e / (e.sum(1, keepdim=True) + eps) + eps)
+    nll = minus_log_p(
+        sim, temperature, torch.eye(len(sim), dtype=torch.bool, device=sim.device) if without_self else None
+    )
     both = labels.repeat(2)
     same = (both[:, None] == both[None, :]).to(nll.dtype)
-    same = same / (same.sum(1, keepdim=True) + eps)
+    same = same / (same.sum(1, keepdim=True) + EPS)
     loss = (same * nll).sum() / (2 * b)
     if not without_self:
         return loss
