@@ -174,9 +174,7 @@ def test_the_file_table_names_the_drivers_plumbing_and_libraries(fresh_files: An
     assert files == {
         "drivers": {os.path.abspath(loop.__file__), os.path.abspath(online.__file__)},
         "inference": os.path.abspath(inference.__file__),
-        "plumbing": {
-            os.path.abspath(m.__file__ or "") for m in (data, datasets, images, pipeline, inference, testing)
-        },
+        "plumbing": {os.path.abspath(m.__file__ or "") for m in (data, datasets, images, pipeline, inference, testing)},
         "library": (_dir(torch.__file__), _dir(numpy.__file__), _dir(sklearn or ""), _dir(scipy or "")),
         "stdlib": os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep,
     }
