@@ -233,6 +233,7 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.testing": [
         "tests/platform/test_conformance_kit.py",
         "tests/platform/test_conformance_kit_hooks.py",
+        "tests/platform/test_conformance_kit_rules.py",
         *(
             f"tests/platform/test_conformance.py::{t}"
             for t in (
