@@ -234,6 +234,7 @@ MODULES: dict[str, list[str]] = {
         "tests/platform/test_conformance_kit.py",
         "tests/platform/test_conformance_kit_hooks.py",
         "tests/platform/test_conformance_kit_rules.py",
+        "tests/platform/test_conformance_kit_frames.py",
         *(
             f"tests/platform/test_conformance.py::{t}"
             for t in (

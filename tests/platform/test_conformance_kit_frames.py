@@ -1,0 +1,181 @@
+"""Who the conformance kit's guards blame, in process: the stack walks (`_protocol_is_evaluating`,
+`_asking_frame`, `_driver_asks`) over call chains compiled under made-up file names that the kit's
+file table is told are the drivers, cl/inference.py, the data plumbing or a library; the frame each
+guard hands on (the reader, not its caller); and the audit hook that flags a dataset file opened.
+Milliseconds each; tools/mutation.py runs these before the kit's trained checks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from rmconsole import testing
+from rmconsole.cl.images import TensorImages
+from rmconsole.testing import (
+    _asking_frame,
+    _audit,
+    _driver_asks,
+    _guarded_setup,
+    _GuardedSplit,
+    _is_library,
+    _protocol_is_evaluating,
+    _Watch,
+)
+
+KIT = os.path.abspath("/kit-made-up")  # no such directory: files named for the frames of a chain
+DRIVER, INFERENCE, PLUMBING, METHOD = (os.path.join(KIT, f) for f in ("loop.py", "inference.py", "data.py", "er.py"))
+LIBRARY = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "made_up_decorator.py")
+
+
+@pytest.fixture
+def table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kit's file table with the made-up driver, inference and plumbing files (libraries as they are)."""
+    real = testing._files()
+    monkeypatch.setattr(
+        testing,
+        "_files",
+        lambda: {**real, "drivers": {DRIVER}, "inference": INFERENCE, "plumbing": {PLUMBING, INFERENCE}},
+    )
+
+
+def through(chain: list[tuple[str, str]], probe: Callable[[Any], Any]) -> Any:
+    """Call through functions compiled as `chain`'s (file, name), outermost first; the innermost
+    hands its own frame to `probe`."""
+    ns: dict[str, Any] = {"probe": probe, "sys": sys}
+    path, name = chain[-1]
+    exec(compile(f"def {name}():\n    return probe(sys._getframe())\n", path, "exec"), ns)
+    inner = ns[name]
+    for path, name in reversed(chain[:-1]):
+        ns = {"inner": inner}
+        exec(compile(f"def {name}():\n    return inner()\n", path, "exec"), ns)
+        inner = ns[name]
+    return inner()
+
+
+def test_the_protocol_evaluates_only_when_its_driver_calls_inference_itself(table: None) -> None:
+    def evaluating(*chain: tuple[str, str]) -> bool:
+        return bool(through(list(chain), _protocol_is_evaluating))
+
+    assert evaluating((DRIVER, "run"), (INFERENCE, "evaluate"), (PLUMBING, "take"))
+    assert evaluating((DRIVER, "run"), (LIBRARY, "decorate_context"), (INFERENCE, "evaluation"), (METHOD, "x"))
+    assert evaluating((DRIVER, "run"), (INFERENCE, "validation"), (LIBRARY, "wrapper"))
+    assert not evaluating((DRIVER, "run"), (METHOD, "after_task"), (INFERENCE, "evaluate"))  # the method asks
+    assert not evaluating((DRIVER, "run"), (INFERENCE, "predict_all"))  # not an evaluation
+    assert not evaluating((DRIVER, "run"), (METHOD, "learn_task"))
+    assert not evaluating((DRIVER, "run"), (LIBRARY, "wrapper"))  # nothing of ours inside the driver
+    assert not evaluating((METHOD, "learn_task"), (INFERENCE, "evaluate"))  # no driver on the stack
+    assert not _protocol_is_evaluating(None)
+
+
+def test_the_asker_is_the_innermost_code_outside_the_plumbing_and_libraries(table: None) -> None:
+    found = through([(DRIVER, "run"), (METHOD, "after_task"), (LIBRARY, "wrapper"), (PLUMBING, "take")], _asking_frame)
+    assert (found.f_code.co_filename, found.f_code.co_name) == (METHOD, "after_task")
+    assert not through([(DRIVER, "run"), (METHOD, "after_task"), (PLUMBING, "take")], _driver_asks)
+    assert through([(DRIVER, "stream"), (LIBRARY, "wrapper"), (PLUMBING, "take")], _driver_asks)
+    assert not _driver_asks(None)
+
+
+def test_is_library_leaves_out_what_is_installed_beside_the_standard_library() -> None:
+    stdlib = sysconfig.get_paths()["stdlib"]
+    assert _is_library(os.path.join(stdlib, "json", "decoder.py"))
+    assert not _is_library(os.path.join(stdlib, "site-packages", "plugin", "method.py"))
+    assert not _is_library(os.path.join(stdlib, "dist-packages", "plugin", "method.py"))
+
+
+# ------------------------------------------------------------------------------ the reader, not its caller
+
+
+def _split() -> TensorImages:
+    return TensorImages(torch.zeros(4, 1, 2, 2, dtype=torch.uint8), torch.tensor([0, 1, 0, 1]))
+
+
+def read_test_labels(split: Any) -> Any:
+    return split.labels
+
+
+def take_train(split: Any, idx: torch.Tensor) -> Any:
+    return split.take(idx)
+
+
+def read_train_images(split: Any) -> Any:
+    return split.images
+
+
+def read_setup_labels(setup: Any) -> Any:
+    return setup.test_labels
+
+
+def test_each_guard_blames_the_code_that_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    watch = _Watch(capacity=1)
+    watch.reset()
+    read_test_labels(_GuardedSplit(_split(), watch, "test"))
+    (peek,) = watch.peeks
+    assert " in read_test_labels read the test split's 'labels' in the driver" in peek, peek
+    train = _GuardedSplit(_split(), watch, "train")
+    take_train(train, torch.tensor([0, 1, 2]))
+    (given,) = watch.given.values()
+    assert given.endswith(" in take_train"), given
+    read_train_images(train)
+    (bypass,) = watch.bypass
+    assert " in read_train_images read the train split's 'images'" in bypass, bypass
+
+    class Setup:
+        def __init__(self) -> None:
+            self.test_labels = torch.tensor([1])
+
+    watch.peeks.clear()
+    read_setup_labels(_guarded_setup(Setup(), watch))
+    (peek,) = watch.peeks
+    assert " in read_setup_labels read setup.test_labels" in peek, peek
+
+
+# ------------------------------------------------------------------------------ a dataset file opened
+
+
+def test_the_audit_hook_flags_a_dataset_file_opened_outside_a_loader(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watch = _Watch(capacity=1)
+    watch.reset()
+    data_file, root = tmp_path / "digits.csv", tmp_path / "root"
+    seen_during: list[Any] = []
+    recorded = watch.test_taken
+
+    def test_taken(*args: Any) -> None:
+        seen_during.append(testing._OPENS["watch"])  # what recording opens is not recorded
+        recorded(*args)
+
+    monkeypatch.setattr(watch, "test_taken", test_taken)
+    monkeypatch.setitem(testing._OPENS, "files", frozenset({str(data_file)}))
+    monkeypatch.setitem(testing._OPENS, "dirs", (str(root) + os.sep,))
+    monkeypatch.setitem(testing._OPENS, "watch", None)
+    _audit("open", (str(data_file), "r", 0))
+    assert not watch.peeks  # no run watched
+    monkeypatch.setitem(testing._OPENS, "watch", watch)
+    for event, args in [
+        ("exec", (str(data_file),)),
+        ("open", ()),
+        ("open", (3, "r", 0)),  # a file descriptor: its path was checked when it was opened
+        ("open", (str(tmp_path / "other.csv"), "r", 0)),
+        ("open", (str(root), "r", 0)),  # the root itself: nothing under it
+    ]:
+        _audit(event, args)
+    assert not watch.peeks
+    watch.loading = 1
+    _audit("open", (str(data_file), "r", 0))  # inside a loader the kit already flagged
+    assert not watch.peeks
+    watch.loading = 0
+    _audit("open", (os.fsencode(str(data_file)), 5))
+    _audit("open", (str(root / "digits" / "test.npz"), None, 0))
+    assert [k.split(" opened ")[1] for k in watch.peeks] == [
+        f"the dataset's file {testing._short(str(data_file))} in the driver",
+        f"the dataset's file {testing._short(str(root / 'digits' / 'test.npz'))} in the driver",
+    ]
+    assert seen_during == [None, None] and testing._OPENS["watch"] is watch
