@@ -178,4 +178,54 @@ def test_the_audit_hook_flags_a_dataset_file_opened_outside_a_loader(
         f"the dataset's file {testing._short(str(data_file))} in the driver",
         f"the dataset's file {testing._short(str(root / 'digits' / 'test.npz'))} in the driver",
     ]
+    assert all(k.startswith(testing._short(__file__) + ":") for k in watch.peeks)  # who opened it: this test
     assert seen_during == [None, None] and testing._OPENS["watch"] is watch
+
+
+# ------------------------------------------------------------------------------ load_dataset and the registry, watched
+
+
+def call_lookup() -> Any:
+    from rmconsole.cl import data
+
+    return data.lookup("digits")
+
+
+def call_loader(spec: Any) -> Any:
+    return spec.loader()
+
+
+def test_load_dataset_and_the_registry_are_watched_while_a_run_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmconsole.cl import data
+    from rmconsole.cl.datasets import DatasetSpec, data_root, lookup
+
+    watch = _Watch(capacity=1)
+    watch.reset()
+    hooks: list[Any] = []
+    monkeypatch.setattr(sys, "addaudithook", hooks.append)
+    monkeypatch.setitem(testing._OPENS, "installed", False)
+    monkeypatch.setitem(testing._OPENS, "files", frozenset())
+    monkeypatch.setitem(testing._OPENS, "dirs", ())
+    monkeypatch.setattr(DatasetSpec, "loader", lambda spec: lambda *args, **kwargs: watch.loading)  # the loading depth
+    monkeypatch.setattr(data, "load_cached", lambda *args, **kwargs: watch.loading)
+    real = lookup, DatasetSpec.loader, data.load_cached
+    with testing._sources_watched(watch):
+        assert testing._OPENS["watch"] is watch and hooks == [_audit] and testing._OPENS["installed"] is True
+        root = data_root()
+        assert testing._OPENS["dirs"] == (os.path.abspath(root) + os.sep,)
+        assert testing._OPENS["files"] == {os.path.abspath(p) for p in lookup("digits").source_paths(root)} != set()
+        spec = call_lookup()
+        assert spec is lookup("digits")
+        assert call_loader(spec)() == 1 and watch.loading == 0  # inside the loader: its file reads are that peek
+        assert data.load_cached() == 1 and watch.loading == 0
+        ns: dict[str, Any] = {"spec": spec}
+        exec(compile("def load():\n    return spec.loader()\n", data.__file__, "exec"), ns)
+        ns["load"]()  # load_dataset's own call of the loader: flagged as load_dataset already
+    assert [k.split(":", 1)[1].split(" ", 1)[1] for k in watch.peeks] == [
+        "in call_lookup called load_dataset('digits') in the driver",
+        "in call_loader called dataset 'digits''s loader from the registry in the driver",
+    ]
+    assert testing._OPENS["watch"] is None
+    assert (data.lookup, DatasetSpec.loader, data.load_cached) == (real[0], real[1], real[2])
+    with testing._sources_watched(watch):
+        assert hooks == [_audit]  # installed once
