@@ -229,3 +229,46 @@ def test_load_dataset_and_the_registry_are_watched_while_a_run_is(monkeypatch: p
     assert (data.lookup, DatasetSpec.loader, data.load_cached) == (real[0], real[1], real[2])
     with testing._sources_watched(watch):
         assert hooks == [_audit]  # installed once
+
+
+# ------------------------------------------------------------------------------ the clock, shifted exactly
+
+
+def test_the_clock_is_shifted_exactly_and_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+    import time
+    import types
+
+    base = 1_000_000.0  # a fixed wall clock under the shift: every reading is exact
+    monkeypatch.setattr(time, "time", lambda: base)
+    monkeypatch.setattr(time, "time_ns", lambda: int(base) * 10**9)
+    fixed_time, fixed_ns = time.time, time.time_ns
+    localtime, gmtime, ctime, strftime = time.localtime, time.gmtime, time.ctime, time.strftime
+    real_datetime, real_date = dt.datetime, dt.date
+    module = types.ModuleType("method_module")
+    module.t, module.D, module.__t__ = time.time, dt.datetime, time.time  # type: ignore[attr-defined]
+    shifted = base + 43200
+    with testing._clock_shifted(43200.0, [module]):
+        assert time.time() == shifted and module.t() == shifted  # type: ignore[attr-defined]
+        assert module.__t__ is fixed_time  # type: ignore[attr-defined]  # a dunder name is left alone
+        assert time.time_ns() == int(base) * 10**9 + 43200 * 10**9
+        assert time.localtime() == localtime(shifted) and time.localtime(5) == localtime(5)
+        assert time.gmtime() == gmtime(shifted) and time.gmtime(5) == gmtime(5)
+        assert time.ctime() == ctime(shifted) and time.ctime(5) == ctime(5)
+        assert time.strftime("%Y %j %H") == strftime("%Y %j %H", localtime(shifted))
+        assert time.strftime("%Y %j %H", gmtime(5)) == strftime("%Y %j %H", gmtime(5))
+        assert dt.datetime.now() == real_datetime.fromtimestamp(shifted) == module.D.now()  # type: ignore[attr-defined]
+        assert dt.datetime.now(dt.UTC) == real_datetime.fromtimestamp(shifted, dt.UTC)
+        utc = dt.datetime.utcnow()
+        assert utc.tzinfo is None and utc == real_datetime.fromtimestamp(shifted, dt.UTC).replace(tzinfo=None)
+        assert dt.datetime.today() == real_datetime.fromtimestamp(shifted)
+        assert dt.date.today() == real_date.fromtimestamp(shifted)
+    assert (time.time, time.time_ns, time.localtime, time.gmtime, time.ctime, time.strftime) == (
+        fixed_time,
+        fixed_ns,
+        localtime,
+        gmtime,
+        ctime,
+        strftime,
+    )
+    assert (dt.datetime, dt.date, module.t, module.D) == (real_datetime, real_date, fixed_time, real_datetime)  # type: ignore[attr-defined]
