@@ -7,6 +7,8 @@ Milliseconds each; tools/mutation.py runs these before the kit's trained checks.
 
 from __future__ import annotations
 
+import decimal
+import io
 import os
 import sys
 import sysconfig
@@ -272,3 +274,82 @@ def test_the_clock_is_shifted_exactly_and_put_back(monkeypatch: pytest.MonkeyPat
         strftime,
     )
     assert (dt.datetime, dt.date, module.t, module.D) == (real_datetime, real_date, fixed_time, real_datetime)  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------ what a run reports, kept
+
+
+def test_the_recorder_keeps_what_the_run_reports_and_stops_after_its_tasks() -> None:
+    import pickle
+
+    from rmconsole.cl.events import AnytimePoint, TaskOutcome
+
+    watch = _Watch(capacity=50)
+    watch.reset()
+    holder = type("Holder", (), {})()
+    holder.memory = type("M", (), {"indices": torch.tensor([3, 1])})()  # type: ignore[attr-defined]
+    watch.method = holder
+    recorder = testing._Recorder(watch, stop_after=2)
+    point = AnytimePoint(0, 10, 50.0, 2)
+    recorder.anytime_evaluated(point)
+    recorder.memory_updated(1, [30, 25], 5, {"a": 1})
+    assert recorder.points == [point] and recorder.memories == [(1, [30, 25], 5, {"a": 1})]
+    assert watch.over == {"report": "55 in the memory snapshot it reported after task 1"}
+    watch.takes = [("in learn_task (task 0)", (1, 2), 0)]
+    first = TaskOutcome(0, 50.0, [50.0], None, [0])
+    recorder.task_finished(first, {"w": torch.tensor([1.5])})
+    assert recorder.outcomes == [first] and recorder.decisions == [
+        (0, [("in learn_task (task 0)", (1, 2), 0)], [3, 1], 0)
+    ]
+    assert torch.load(io.BytesIO(recorder.checkpoints[0]), weights_only=True)["w"].tolist() == [1.5]
+    with pytest.raises(testing._Enough):
+        recorder.task_finished(TaskOutcome(1, 50.0, [50.0], None, [0]), None)
+    assert len(recorder.outcomes) == len(recorder.checkpoints) == 2
+    endless = testing._Recorder(watch)
+    for t in range(3):
+        endless.task_finished(TaskOutcome(t, 50.0, [50.0], None, [0]), None)
+    assert len(endless.outcomes) == 3
+    keeper = testing.CheckpointKeeper()
+    keeper.task_finished(first, {"w": torch.tensor([2.0])})
+    assert len(keeper.saved) == 1 and keeper.saved[0]["w"].tolist() == [2.0]
+    with pytest.raises(pickle.UnpicklingError):  # as the worker reads it: weights only
+        keeper.task_finished(first, {"w": decimal.Decimal(1)})
+
+
+def test_the_drivers_build_the_method_through_a_watched_subclass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmconsole.cl import loop, online
+
+    class Plain:
+        """A method."""
+
+        def __init__(self, setup: Any, extra: Any = None) -> None:
+            self.setup, self.extra = setup, extra
+
+        def before_task(self, task: Any) -> None: ...
+
+    class Setup:
+        def __init__(self) -> None:
+            self.test_labels = torch.tensor([1])
+
+    monkeypatch.setattr(loop, "method_class", lambda name: Plain)
+    real_online = online.method_class
+    watch = _Watch(capacity=1)
+    watch.reset()
+    with testing._instrumented(watch, "task"):
+        made = loop.method_class("plain")
+        assert online.method_class("plain") is made and issubclass(made, Plain) and made is not Plain
+        assert (made.__name__, made.__module__, made.__qualname__, made.__doc__) == (
+            "Plain",
+            Plain.__module__,
+            Plain.__qualname__,
+            "A method.",
+        )
+        method = made(Setup(), 7)
+        assert method.extra == 7 and watch.method is method and "before_task" in vars(method)
+        assert method.setup.test_labels.tolist() == [1] and len(watch.peeks) == 1  # the Setup it keeps is guarded
+        by_name = made(setup=Setup())
+        assert watch.method is by_name and by_name.setup.test_labels.tolist() == [1] and len(watch.peeks) == 2
+        watch.peeks.clear()
+        by_name.setup.test_labels  # noqa: B018
+        assert len(watch.peeks) == 1
+    assert loop.method_class("plain") is Plain and online.method_class is real_online
