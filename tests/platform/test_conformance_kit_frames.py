@@ -7,6 +7,7 @@ Milliseconds each; tools/mutation.py runs these before the kit's trained checks.
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import io
 import os
@@ -353,3 +354,81 @@ def test_the_drivers_build_the_method_through_a_watched_subclass(monkeypatch: py
         by_name.setup.test_labels  # noqa: B018
         assert len(watch.peeks) == 1
     assert loop.method_class("plain") is Plain and online.method_class is real_online
+
+
+def test_difference_of_a_container_and_something_else_is_their_values() -> None:
+    assert testing._difference({"a": 1}, [1], "x") == "x: {'a': 1} vs [1]"
+    assert testing._difference([1], "ab", "x") == "x: [1] vs 'ab'"
+
+
+# ------------------------------------------------------------------------------ one run, everything in place
+
+
+def test_a_run_is_the_protocol_with_every_guard_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from rmconsole.cl import data, loop
+    from rmconsole.cl.events import TaskOutcome
+
+    seen: list[dict[str, Any]] = []
+    real_method_class, real_lookup, before = loop.method_class, data.lookup, time.time()
+
+    def run_protocol(cfg: Any, dataset: Any, device: Any, reporter: Any, resume: Any = "missing") -> None:
+        seen.append(
+            {
+                "roles": [object.__getattribute__(s, "_role") for s in (dataset.train, dataset.test)],
+                "resume": resume,
+                "threads": torch.get_num_threads(),
+                "shift": round((time.time() - before) / 3600),
+                "task": watch.task,
+                "watched": (loop.method_class is not real_method_class, data.lookup is not real_lookup),
+                "train": len(dataset.train),
+            }
+        )
+        for t in range(3):
+            reporter.task_finished(TaskOutcome(t, 50.0, [50.0], None, [0]), None)
+
+    monkeypatch.setattr(loop, "run_protocol", run_protocol)
+    quick_asked: list[bool] = []
+
+    def kit_data(quick: bool) -> Any:  # the kit's data, small (digits is read by other tests)
+        quick_asked.append(quick)
+        return Tiny(_split(), _split())
+
+    monkeypatch.setattr(testing, "_kit_data", kit_data)
+    watch = _Watch(capacity=1)
+    watch.task = 4
+    threads = torch.get_num_threads()
+    quick = testing._run(None, watch, "task", {"task": 0}, clock_shift=7200.0, threads=threads + 1, tasks=2, quick=True)
+    assert len(quick.outcomes) == 2  # stopped after the tasks asked for
+    full = testing._run(None, watch, "task")
+    assert len(full.outcomes) == 3
+    assert seen == [
+        {
+            "roles": ["train", "test"],
+            "resume": {"task": 0},
+            "threads": threads + 1,
+            "shift": 2,
+            "task": None,
+            "watched": (True, True),
+            "train": 4,
+        },
+        {
+            "roles": ["train", "test"],
+            "resume": None,
+            "threads": threads,
+            "shift": 0,
+            "task": None,
+            "watched": (True, True),
+            "train": 4,
+        },
+    ]
+    assert (
+        torch.get_num_threads() == threads and loop.method_class is real_method_class and quick_asked == [True, False]
+    )
+
+
+@dataclasses.dataclass
+class Tiny:
+    train: Any
+    test: Any
