@@ -432,3 +432,10 @@ def test_a_run_is_the_protocol_with_every_guard_in_place(monkeypatch: pytest.Mon
 class Tiny:
     train: Any
     test: Any
+
+
+def test_the_kit_trains_at_one_thread_and_gives_the_callers_back() -> None:
+    with testing._threads(2):
+        with testing._quiet_torch():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2

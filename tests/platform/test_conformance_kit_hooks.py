@@ -92,6 +92,13 @@ def test_check_hooks_flags_each_kind_of_name_and_says_what_to_do(monkeypatch: py
     ]
 
 
+def test_check_method_runs_the_static_rule_when_it_is_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    hooks_of(monkeypatch, TaskHooks, "task")
+    with pytest.raises(testing.ConformanceError) as err:
+        testing.check_method("m", rules=["known-hooks"])  # nothing trained
+    assert len(err.value.violations) == 4 and {v.rule for v in err.value.violations} == {"known-hooks"}
+
+
 class FreeHooks(TaskFree, Method):
     def learn_task(self, task: Any) -> None: ...  # a task-protocol hook
 

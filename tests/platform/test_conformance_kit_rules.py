@@ -77,6 +77,9 @@ def test_watched_shows_three_peeks_and_counts_the_rest() -> None:
         "test data was used outside the protocol's evaluations: peek 0; peek 1; peek 2; and in 2 more places."
     )
     assert _watched(watch, "task", ("memory-bound",)) == []
+    del watch.peeks["k4"]
+    (four,) = _watched(watch, "task", ("no-test-peeking",))
+    assert four.seen.endswith("peek 2; and in 1 more places.")
 
 
 # ------------------------------------------------------------------------------ _check_protocol over scripted runs
@@ -260,6 +263,10 @@ def test_one_task_has_no_resume_and_a_bad_resume_point_is_refused(monkeypatch: p
         with pytest.raises(ValueError, match=rf"^resume_after={bad}: the run has 5 tasks; allowed: 0 to 3$"):
             check(monkeypatch, Runs(), resume_after=bad)
     assert check(monkeypatch, Runs(), resume_after=3)[1] == 4
+    with pytest.raises(ValueError, match=r"^resume_after=1: the run has 2 tasks; allowed: 0 to 0$"):
+        check(monkeypatch, Runs(n_tasks=2), resume_after=1)
+    runs = Runs()
+    assert check(monkeypatch, runs, protocol="task-free") == ([], 4, [])  # the watch is the protocol's (Runs checks)
     with pytest.raises(ValueError, match=r"^settings stream='online' is not a task-free protocol stream$"):
         monkeypatch.setattr(testing, "_run", Runs())
         _check_protocol("er", "task-free", {"stream": "online"}, tuple(RULES), None)
