@@ -439,3 +439,18 @@ def test_the_kit_trains_at_one_thread_and_gives_the_callers_back() -> None:
         with testing._quiet_torch():
             assert torch.get_num_threads() == 1
         assert torch.get_num_threads() == 2
+
+
+def test_what_the_driver_reads_to_build_its_stream_is_not_flagged(table: None) -> None:
+    watch = _Watch(capacity=1)
+    watch.reset()
+    through([(DRIVER, "stream"), (PLUMBING, "take")], lambda f: watch.train_read("images", f))
+    through([(DRIVER, "stream"), (PLUMBING, "take")], lambda f: watch.test_taken(None, "read labels", f))
+    assert not watch.bypass and not watch.peeks
+    through([(DRIVER, "run"), (METHOD, "learn_task"), (PLUMBING, "take")], lambda f: watch.train_read("images", f))
+    through([(DRIVER, "run"), (METHOD, "learn_task"), (PLUMBING, "take")], lambda f: watch.test_taken(None, "x", f))
+    assert len(watch.bypass) == 1 and len(watch.peeks) == 1
+    holder = type("Holder", (), {})()
+    holder.memory = type("M", (), {"indices": [1, 2]})()  # type: ignore[attr-defined]  # no tolist: not recorded
+    watch.method = holder
+    assert watch.decisions() == ([], None, 0)
