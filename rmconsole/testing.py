@@ -1051,7 +1051,14 @@ def _load(checkpoint: bytes) -> dict[str, Any]:
 
 
 def _final_state(checkpoint: bytes) -> dict[str, Any]:
-    state = _load(checkpoint)
+    """The run's state in its last checkpoint; one the worker would refuse (an object weights_only
+    does not load) is read in full here: the resume check reports it, the runs are still compared."""
+    import torch
+
+    try:
+        state = _load(checkpoint)
+    except Exception:  # noqa: BLE001 - pickle's and torch's errors for what weights_only refuses
+        state = torch.load(io.BytesIO(checkpoint), map_location="cpu", weights_only=False)
     return {k: state.get(k) for k in ("method", "augmenter", "torch_rng")}
 
 

@@ -232,6 +232,9 @@ MODULES: dict[str, list[str]] = {
     # kit's quick data (a mutant that lets one pass dies in seconds), then a method that must pass
     "rmconsole.testing": [
         "tests/platform/test_conformance_kit.py",
+        "tests/platform/test_conformance_kit_hooks.py",
+        "tests/platform/test_conformance_kit_rules.py",
+        "tests/platform/test_conformance_kit_frames.py",
         *(
             f"tests/platform/test_conformance.py::{t}"
             for t in (
