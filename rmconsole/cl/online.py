@@ -159,7 +159,11 @@ def run_online(
     reporter.log(
         f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
         f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), "
-        + (f"train_gflop_per_sample={credit:g} (a FLOP credit)" if credit is not None else f"online_iter={cfg.online_iter:g}")
+        + (
+            f"train_gflop_per_sample={credit:g} (a FLOP credit)"
+            if credit is not None
+            else f"online_iter={cfg.online_iter:g}"
+        )
         + f", eval_period={cfg.eval_period}"
         + (f", compute_budget={cfg.compute_budget:g}" if cfg.compute_budget else "")
     )

@@ -149,7 +149,7 @@ def test_a_flop_credit_takes_steps_at_what_the_ledger_charges_them() -> None:
         taken = 0
         for _ in range(800):
             credit.earn()
-            taken += credit.run(ledger, model, lambda b=batch: ledger.add("train", (b, 1, 8, 8)))
+            taken += credit.run(ledger, model, lambda b=batch, lg=ledger: lg.add("train", (b, 1, 8, 8)))
         spent = ledger.flops(model, compute.TRAINING)
         assert spent <= g * 1e9 * 800 + compute.measure(model, "train", (batch, 1, 8, 8))
         assert spent >= g * 1e9 * 800 - compute.measure(model, "train", (batch, 1, 8, 8))
@@ -165,7 +165,9 @@ def test_a_flop_credit_takes_steps_at_what_the_ledger_charges_them() -> None:
     assert credit.run(ledger, model, lambda: None) == 1 and ledger.tab is None
     restored = compute.Credit(g)
     restored.load(credit.state())  # (checkpointed with the run)
-    assert (restored.balance, restored.expected) == (credit.balance, credit.expected) == (100 * g * 1e9 - forward, forward)
+    assert (
+        (restored.balance, restored.expected) == (credit.balance, credit.expected) == (100 * g * 1e9 - forward, forward)
+    )
 
 
 def test_a_run_with_a_budget_per_sample_spends_it_whatever_its_step_costs() -> None:
@@ -182,6 +184,8 @@ def test_a_run_with_a_budget_per_sample_spends_it_whatever_its_step_costs() -> N
         samples = online[method]["samples_trained"]
         step = compute.measure(model, "train", ((8 if method == "er" else 16), 1, 8, 8))
         spent = online[method]["train_tflop"] * 1e12
-        assert g * 1e9 * samples - 2 * step <= spent <= g * 1e9 * samples + step  # (+ the unspent credit of a temp batch)
+        assert (
+            g * 1e9 * samples - 2 * step <= spent <= g * 1e9 * samples + step
+        )  # (+ the unspent credit of a temp batch)
     er, pcr = online["er"]["optimiser_steps"], online["pcr"]["optimiser_steps"]
     assert er > 20 and abs(pcr - er / 2) <= 2

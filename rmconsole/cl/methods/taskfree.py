@@ -18,8 +18,8 @@ adds `online_iter` to a budget of updates; when the temp batch is full, int(budg
 run, each on the whole temp batch (re-augmented) plus min(|memory|, batch_size/2) memory
 samples drawn uniformly without replacement, the fraction of the budget carries over (with
 `train_gflop_per_sample`: iterations while the run's FLOP credit covers them, cl/compute.py
-`Credit`, instead of `online_iter`), and then each temp sample is offered to the reservoir memory (capacity K - batch_size/2, as the
-follow-up's code keeps K for memory + temp batch). A new class's head row and the head's bias
+`Credit`, instead of `online_iter`), and then each temp sample is offered to the reservoir
+memory (capacity K - batch_size/2, as the follow-up's code keeps K for memory + temp batch). A new class's head row and the head's bias
 are re-initialised and the head's optimiser state restarted (in place), as the follow-up rebuilds its fc;
 with `schedule = exp_reset` the learning rate is multiplied by `lr_gamma` after every step
 and returns to `lr` when a new class arrives.
@@ -32,8 +32,8 @@ passes the learner has spent: forward 1 + backward 2 per image, for `compute_bud
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
