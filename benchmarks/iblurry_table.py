@@ -15,6 +15,8 @@ a `--methods` entry NAME:KEY=VALUE adds a row with an override (`rm:rm_variant=i
 A call that was killed (a time limit: the GPU suite's tiny part) leaves its sweep's finished runs
 and each unfinished run's last task checkpoint; `--resume SWEEP` continues the unfinished ones,
 bit for bit as if never stopped. `--sweep-file F` writes the sweep id to F as soon as it exists.
+`--by-seed` trains every method's first seed before any second one (a sweep stopped for time then
+has whole rows of its first seeds).
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--resume", metavar="SWEEP", help="continue this sweep's unfinished runs instead")
     ap.add_argument("--sweep-file", type=Path, help="write the sweep id here as soon as it exists")
+    ap.add_argument(
+        "--by-seed", action="store_true", help="train every method's first seed, then every second one, ..."
+    )
     args = ap.parse_args()
     if args.resume:
         sweep_id, ids = args.resume, unfinished_runs(args.resume)
@@ -76,6 +81,11 @@ def main() -> None:
         sweep_id, ids = create_sweep(args)
     if args.sweep_file is not None:
         args.sweep_file.write_text(sweep_id + "\n")
+    if args.by_seed:  # (a sweep cut short then has whole rows of its first seeds)
+        from rmconsole import store
+
+        seeds = {i: store.get_run(i).seed for i in ids}
+        ids = sorted(ids, key=lambda i: (seeds[i], i))
     # interleave the shares so each job gets a mix of slow and fast methods
     shares = [ids[j :: args.jobs] for j in range(args.jobs)]
     home = os.environ.get("RMCONSOLE_HOME")

@@ -36,7 +36,7 @@ Pure science: torch only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -138,10 +138,13 @@ class Ledger:
 
     def __init__(self) -> None:
         self.counts: dict[tuple[str, Shape], int] = {}
+        self.tab: list[tuple[tuple[str, Shape], int]] | None = None  # the passes of one iteration (Credit)
 
     def add(self, kind: str, shape: Iterable[int], n: int = 1) -> None:
         key = (kind, tuple(int(d) for d in shape))
         self.counts[key] = self.counts.get(key, 0) + n
+        if self.tab is not None:
+            self.tab.append((key, n))
 
     def samples(self, kind: str) -> int:
         """Images passed in passes of `kind` (the batch dimension summed)."""
@@ -237,57 +240,77 @@ def summary(method: Any, samples_trained: int, seconds: float, devices: int = 1)
     }
 
 
-def step_gflop(model: nn.Module, batch_size: int, image_shape: Sequence[int]) -> float:
-    """GFLOP of one training step (forward + backward) at `batch_size`: what a compute budget per
-    streamed sample is divided by to give the run's online iterations."""
-    return measure(model, "train", (batch_size, *image_shape)) / 1e9
+class Credit:
+    """A compute budget per streamed sample (`train_gflop_per_sample`), kept on the host as a FLOP
+    credit: every streamed sample adds the budget; a method takes a training iteration only while
+    the credit covers what its last iteration cost, and each iteration is charged what the ledger
+    charges for it (every train and forward pass it added, each shape measured on the run's model:
+    `measure`, cached, so a new shape is measured when it appears). The iteration's cost is known
+    after it ran (a growing batch, the passes inside a method's loss), so the credit may go below
+    zero by at most one iteration's cost: the FLOPs a run spends are at most the budget times its
+    samples plus one iteration. Host numbers only: nothing waits for the device."""
+
+    TOLERANCE = 1e-9  # relative: a balance equal to a step's cost but for rounding covers it
+
+    def __init__(self, gflop_per_sample: float) -> None:
+        self.per_sample = float(gflop_per_sample) * 1e9  # FLOPs earned per streamed sample
+        self.balance = 0.0  # FLOPs earned and not yet spent (below zero: an iteration overdrawn)
+        self.expected = 0.0  # FLOPs of the last iteration: what the next one is expected to cost
+
+    def earn(self, samples: int = 1) -> None:
+        self.balance += self.per_sample * samples
+
+    def covers(self) -> bool:
+        return self.balance > 0 and self.balance >= self.expected * (1 - self.TOLERANCE)
+
+    def spend(self, ledger: Ledger, model: nn.Module, iteration: Callable[[], None]) -> int:
+        """Run `iteration` and charge what it added to `ledger`'s training passes; its FLOPs."""
+        ledger.tab = []
+        try:
+            iteration()
+        finally:
+            tab, ledger.tab = ledger.tab, None
+        arch = architecture(model) if tab else None
+        flops = sum(n * measure(model, kind, shape, arch) for (kind, shape), n in tab if kind in TRAINING)
+        self.balance -= flops
+        if flops > 0:
+            self.expected = float(flops)
+        return flops
+
+    def run(self, ledger: Ledger, model: nn.Module, iteration: Callable[[], None]) -> int:
+        """Iterations while the credit covers them; how many ran. One that costs nothing (a batch
+        too small to train on) ends them: the next sample may bring what it lacked."""
+        taken = 0
+        while self.covers():
+            taken += 1
+            if self.spend(ledger, model, iteration) == 0:
+                break
+        return taken
+
+    def state(self) -> dict[str, float]:
+        return {"balance": self.balance, "expected": self.expected}
+
+    def load(self, state: Mapping[str, float]) -> None:
+        self.balance, self.expected = float(state["balance"]), float(state["expected"])
 
 
-def budget_iterations(budget_gflop: float, model: nn.Module, batch_size: int, image_shape: Sequence[int]) -> float:
-    """online_iter for a training budget of `budget_gflop` per streamed sample: a task-free
-    method takes online_iter steps of batch_size images per streamed sample (ER: online_iter x
-    batch/2 steps per temp batch of batch/2 samples; CLIB: online_iter steps per sample), so
-    online_iter = budget / GFLOP of one step. Method overheads (CLIB's importance passes, MIR's
-    scoring) are not in the divisor: they come on top and show in the run's measured TFLOP."""
-    step = step_gflop(model, batch_size, image_shape)
-    if step <= 0:
-        raise ValueError("the model's training step counts no FLOPs: a compute budget cannot set its iterations")
-    return budget_gflop / step
-
-
-class Budgeted:
-    """A run's settings with the online_iter its `train_gflop_per_sample` derives (every other key
-    read through to the run's own settings)."""
-
-    def __init__(self, settings: Any, online_iter: float) -> None:
-        self._settings = settings
-        self.online_iter = online_iter
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._settings, name)
-
-
-def budgeted(settings: Any, model: nn.Module, image_shape: Sequence[int]) -> Any:
-    """`settings` itself, or with online_iter derived from its train_gflop_per_sample."""
+def credit_of(settings: Any) -> Credit | None:
+    """The run's FLOP credit, or None without `train_gflop_per_sample` (its `online_iter` then)."""
     budget = getattr(settings, "train_gflop_per_sample", None)
-    if budget is None:
-        return settings
-    return Budgeted(settings, budget_iterations(budget, model, settings.batch_size, image_shape))
+    return None if budget is None else Credit(budget)
 
 
 __all__ = [
     "KINDS",
     "TRAINING",
-    "Budgeted",
+    "Credit",
     "Ledger",
     "architecture",
-    "budget_iterations",
-    "budgeted",
+    "credit_of",
     "ledger_of",
     "measure",
     "sample_bytes",
     "state_bytes",
-    "step_gflop",
     "summary",
     "tensor_bytes",
 ]

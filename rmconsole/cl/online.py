@@ -35,7 +35,6 @@ from .events import AnytimePoint, Reporter, TaskOutcome, TaskPlan
 from .inference import evaluate, validation
 from .learner import Task
 from .methods import method_class
-from .models import build_model
 from .resume import announce, checkpoint_of, prepare, restore, validation_figures
 from .settings import RunSettings
 from .train import check_finite
@@ -141,8 +140,6 @@ def run_online(
     from .methods.taskfree import TaskFree
 
     reporter = reporter or Reporter()
-    if cfg.train_gflop_per_sample is not None:  # a compute budget per sample sets the iterations
-        cfg = compute.budgeted(cfg, build_model(cfg.model, data.image_shape, data.n_classes), data.image_shape)
     torch.manual_seed(cfg.seed)
     protocol = build_online_protocol(cfg, data)
     prepared = prepare(cfg, data, protocol, device, reporter)
@@ -158,11 +155,15 @@ def run_online(
         start = restore(resume, cfg, protocol, method, augmenter, device)
         clock = Clock.from_state(resume.get("online_clock", {}))
         compute.ledger_of(method).load(resume.get("compute"))
-    derived = cfg.train_gflop_per_sample is not None  # online_iter from a compute budget per sample
+    credit = cfg.train_gflop_per_sample  # a FLOP credit per sample instead of online_iter (compute.Credit)
     reporter.log(
         f"compute on {device}: {method.accel.describe()}; task-free {cfg.stream}-"
-        f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), online_iter={cfg.online_iter:g}"
-        + (f" (from train_gflop_per_sample={cfg.train_gflop_per_sample:g})" if derived else "")
+        f"{cfg.disjoint_classes}-{cfg.blurry} (pool order {cfg.pool_order}), "
+        + (
+            f"train_gflop_per_sample={credit:g} (a FLOP credit)"
+            if credit is not None
+            else f"online_iter={cfg.online_iter:g}"
+        )
         + f", eval_period={cfg.eval_period}"
         + (f", compute_budget={cfg.compute_budget:g}" if cfg.compute_budget else "")
     )

@@ -105,12 +105,13 @@ class RunSettings(Protocol):
         "busy (real-time evaluation, Ghunaim et al. 2023); unset = no limit",
         gt=0,
     )
-    train_gflop_per_sample: float | None = key(  # derives online_iter (cl/compute.py)
+    train_gflop_per_sample: float | None = key(  # a FLOP credit instead of online_iter (cl/compute.py)
         None,
         "task-free streams: training compute per streamed sample in GFLOP (matmul and "
-        "convolution FLOPs of forward + backward, measured on the run's model); sets online_iter "
-        "to it divided by one training step's GFLOP at batch_size, as the budgeted-CL papers "
-        "derive their iterations (method overheads come on top, docs/compute.md); unset = online_iter",
+        "convolution FLOPs, measured on the run's model): each sample adds it to a credit and "
+        "the method takes an update only while the credit covers what its updates cost, its "
+        "own extra passes included, as the budgeted-CL papers fix compute per sample "
+        "(replaces online_iter; docs/compute.md); unset = online_iter",
         gt=0,
     )
     augment: tuple[str, ...] = key(

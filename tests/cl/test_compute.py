@@ -137,12 +137,60 @@ def test_state_bytes_sum_what_a_method_declares() -> None:
     assert compute.sample_bytes((3, 32, 32)) == 3 * 32 * 32 + 8
 
 
-def test_a_budget_per_sample_derives_the_online_iterations() -> None:
-    """train_gflop_per_sample / (GFLOP of one step at batch_size) = online_iter; every other key
-    is the run's own."""
-    cfg = config(method="er", batch_size=8, train_gflop_per_sample=0.5)
+def test_a_flop_credit_takes_steps_at_what_the_ledger_charges_them() -> None:
+    """train_gflop_per_sample as a credit: a step 4x as costly is taken a quarter as often at the
+    same budget, and what is spent stays within the budget times the samples plus one step."""
     model = build_model("mlp400", (1, 8, 8), 10)
-    step = compute.measure(model, "train", (8, 1, 8, 8)) / 1e9
-    budgeted = compute.budgeted(cfg, model, (1, 8, 8))
-    assert budgeted.online_iter == pytest.approx(0.5 / step) and budgeted.seed == cfg.seed
-    assert compute.budgeted(config(method="er"), model, (1, 8, 8)).online_iter == 1.0  # no budget: its own
+    plain = compute.measure(model, "train", (16, 1, 8, 8))
+    g = plain / 8 / 1e9  # one plain step per 8 samples
+    steps = {}
+    for batch in (16, 64):
+        credit, ledger = compute.Credit(g), compute.Ledger()
+        taken, lowest = 0, 0.0
+        for _ in range(800):
+            credit.earn()
+            taken += credit.run(ledger, model, lambda b=batch, lg=ledger: lg.add("train", (b, 1, 8, 8)))
+            if taken >= 2:  # once a step's cost is known, a step is taken only when it is covered
+                lowest = min(lowest, credit.balance)
+        assert lowest > -1e-6 * plain
+        spent = ledger.flops(model, compute.TRAINING)
+        assert spent <= g * 1e9 * 800 + compute.measure(model, "train", (batch, 1, 8, 8))
+        assert spent >= g * 1e9 * 800 - compute.measure(model, "train", (batch, 1, 8, 8))
+        steps[batch] = taken
+    assert steps == {16: 100, 64: 25}
+    # eval passes are not training; a forward pass made while learning is charged; an iteration
+    # that trains nothing ends the iterations (the next sample may bring what it lacked)
+    credit, ledger = compute.Credit(g), compute.Ledger()
+    credit.earn(100)
+    assert credit.spend(ledger, model, lambda: ledger.add("eval", (16, 1, 8, 8))) == 0
+    forward = compute.measure(model, "forward", (32, 1, 8, 8))
+    assert credit.spend(ledger, model, lambda: ledger.add("forward", (32, 1, 8, 8), 2)) == 2 * forward  # (MIR's two)
+    assert credit.run(ledger, model, lambda: None) == 1 and ledger.tab is None
+    restored = compute.Credit(g)
+    restored.load(credit.state())  # (checkpointed with the run)
+    assert (
+        (restored.balance, restored.expected)
+        == (credit.balance, credit.expected)
+        == (100 * g * 1e9 - 2 * forward, 2 * forward)
+    )
+
+
+def test_a_run_with_a_budget_per_sample_spends_it_whatever_its_step_costs() -> None:
+    """ER and PCR (two views: twice ER's images per step) at the same GFLOP per sample: PCR takes
+    about half ER's steps, and both runs' measured training FLOPs are the budget times the samples
+    they received, within one step; without the key the run is online_iter's."""
+    data = tiny_data(per_class=12, test_per_class=2)
+    model = build_model("mlp400", (1, 8, 8), 10)
+    g = compute.measure(model, "train", (8, 1, 8, 8)) / 4 / 1e9  # ER: one step per temp batch of 4
+    online = {}
+    for method in ("er", "pcr"):
+        cfg = config(method=method, eval_period=60, n_tasks=2, train_gflop_per_sample=g)
+        online[method] = run_protocol(cfg, data, torch.device("cpu"), Recorder())[-1].extra["online"]
+        samples = online[method]["samples_trained"]
+        step = compute.measure(model, "train", ((8 if method == "er" else 16), 1, 8, 8))
+        spent = online[method]["train_tflop"] * 1e12
+        assert (
+            g * 1e9 * samples - 2 * step <= spent <= g * 1e9 * samples + step
+        )  # (+ the unspent credit of a temp batch)
+    er, pcr = online["er"]["optimiser_steps"], online["pcr"]["optimiser_steps"]
+    assert er > 20 and abs(pcr - er / 2) <= 2

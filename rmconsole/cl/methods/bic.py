@@ -279,7 +279,7 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
 
     def online_observe(self, index: int, label: int) -> None:
         if self.hold_out_sample(index, label):
-            self.num_updates += self.cfg.online_iter  # the follow-up counts it before deciding
+            self.earn_updates()  # the follow-up counts it before deciding
             return
         super().online_observe(index, label)
 

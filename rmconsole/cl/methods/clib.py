@@ -8,7 +8,9 @@ Per streamed sample:
    (alone in its class: 0 when appended, the whole memory's mean H when it replaces a slot);
 2. `online_iter` is added to an update budget; int(budget) iterations run, each on
    min(|memory|, batch) memory samples drawn uniformly without replacement (no stream half),
-   re-augmented every iteration; then one adaptive-learning-rate call.
+   re-augmented every iteration; then one adaptive-learning-rate call. With
+   `train_gflop_per_sample`, iterations run while the run's FLOP credit covers them, each
+   charged its step and any importance update it triggers (cl/compute.py, `Credit`).
 Importance, after every `imp_update_period`-th iteration: the per-sample loss of the whole
 memory (clean images, eval mode) is recomputed; dL = mean over the slots that were neither
 replaced nor new of (L_now - L_prev); for B, the memory slots drawn into batches since the last
@@ -91,6 +93,11 @@ class CLIB(TaskFree, Method[CLIBParams]):
 
     def online_observe(self, index: int, label: int) -> None:
         self.store(index, label)
+        if self.credit is not None:  # train_gflop_per_sample: iterations while the FLOP credit covers them
+            self.credit.earn()
+            if self.on_credit(lambda: self.iterations(1)):
+                self.adapt_lr()
+            return
         self.num_updates += self.cfg.online_iter
         if self.num_updates >= 1:
             iterations = int(self.num_updates)

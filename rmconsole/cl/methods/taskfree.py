@@ -16,9 +16,10 @@ stream order:
 The defaults are the follow-up's ER: a streamed sample joins a temp batch of batch_size/2 and
 adds `online_iter` to a budget of updates; when the temp batch is full, int(budget) iterations
 run, each on the whole temp batch (re-augmented) plus min(|memory|, batch_size/2) memory
-samples drawn uniformly without replacement, the fraction of the budget carries over, and
-then each temp sample is offered to the reservoir memory (capacity K - batch_size/2, as the
-follow-up's code keeps K for memory + temp batch). A new class's head row and the head's bias
+samples drawn uniformly without replacement, the fraction of the budget carries over (with
+`train_gflop_per_sample`: iterations while the run's FLOP credit covers them, cl/compute.py
+`Credit`, instead of `online_iter`), and then each temp sample is offered to the reservoir
+memory (capacity K - batch_size/2, as the follow-up's code keeps K for memory + temp batch). A new class's head row and the head's bias
 are re-initialised and the head's optimiser state restarted (in place), as the follow-up rebuilds its fc;
 with `schedule = exp_reset` the learning rate is multiplied by `lr_gamma` after every step
 and returns to `lr` when a new class arrives.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -39,7 +41,7 @@ from torch import Tensor
 
 from .. import train
 from ..accel import train_chunk
-from ..compute import ledger_of
+from ..compute import credit_of, ledger_of
 from ..graphs import graph_ready_optimizer, set_lr
 from ..learner import Task
 from ..memory import slots_per_class
@@ -114,6 +116,7 @@ class TaskFree(_MethodBase):
         self.temp: list[int] = []
         self.temp_labels: list[int] = []
         self.num_updates = 0.0
+        self.credit = credit_of(self.cfg)  # train_gflop_per_sample: a FLOP credit instead of online_iter
         self.lr_steps = 0  # optimiser steps since the learning rate was last reset (exp_reset)
         self.online_steps = 0
         self.cost = 0.0  # image passes spent (forward 1 + backward 2 per trained image)
@@ -168,15 +171,33 @@ class TaskFree(_MethodBase):
         sample on it (the fraction carried over) and return its (index, label) pairs, else []."""
         self.temp.append(index)
         self.temp_labels.append(label)
-        self.num_updates += self.cfg.online_iter
+        self.earn_updates()
         if len(self.temp) < self.temp_batch_size:
             return []
-        iterations = int(self.num_updates)
-        self.online_train(torch.tensor(self.temp, dtype=torch.long), iterations)
+        stream = torch.tensor(self.temp, dtype=torch.long)
+        if self.credit is not None:  # steps while the FLOP credit covers them (cl/compute.py, Credit)
+            self.on_credit(lambda: self.online_train(stream, 1))
+        else:
+            iterations = int(self.num_updates)
+            self.online_train(stream, iterations)
+            self.num_updates -= iterations
         batch = list(zip(self.temp, self.temp_labels))
         self.temp, self.temp_labels = [], []
-        self.num_updates -= iterations
         return batch
+
+    def earn_updates(self) -> None:
+        """A streamed sample's share of training: `online_iter` updates, or with
+        `train_gflop_per_sample` that many GFLOP of credit."""
+        if self.credit is not None:
+            self.credit.earn()
+        else:
+            self.num_updates += self.cfg.online_iter
+
+    def on_credit(self, iteration: Callable[[], None]) -> int:
+        """`iteration` (one update, with whatever passes the method makes for it) as many times as
+        the FLOP credit covers, each charged what the ledger counts for it; how many ran."""
+        assert self.credit is not None
+        return self.credit.run(ledger_of(self), self.model, iteration)
 
     def online_train(self, stream: Tensor, iterations: int) -> None:
         """`iterations` steps, each on the stream batch plus a fresh memory draw."""
@@ -324,6 +345,7 @@ class TaskFree(_MethodBase):
                 "temp": list(self.temp),
                 "temp_labels": list(self.temp_labels),
                 "num_updates": self.num_updates,
+                **({"credit": self.credit.state()} if self.credit is not None else {}),
                 "lr_steps": self.lr_steps,
                 "online_steps": self.online_steps,
                 "cost": self.cost,
@@ -339,3 +361,5 @@ class TaskFree(_MethodBase):
             self.num_updates, self.lr_steps = float(online["num_updates"]), int(online["lr_steps"])
             self.online_steps, self.cost = int(online["online_steps"]), float(online["cost"])
             self.sample_rng.setstate(online["sample_rng"])
+            if self.credit is not None and "credit" in online:
+                self.credit.load(online["credit"])
