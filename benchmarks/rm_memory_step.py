@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from common import accel_settings, add_accel_options, machine, measure_rows, sync, top_level_ops
 
+from rmconsole.cl import graphs
 from rmconsole.cl.data import Dataset, TensorImages
 from rmconsole.cl.events import Reporter
 from rmconsole.cl.loop import build_protocol, make_augmenter
@@ -52,7 +53,15 @@ def synthetic(name: str, shape: tuple[int, ...], mean: tuple[float, ...], std: t
     return Dataset(name, split(n), split(100), [f"class{i}" for i in range(10)], mean, std, crop_padding=4)
 
 
-def measure(shape: str, memory: int, epochs: int, device: torch.device, accel: dict, counted: bool = True) -> dict:
+def measure(
+    shape: str,
+    memory: int,
+    epochs: int,
+    device: torch.device,
+    accel: dict,
+    counted: bool = True,
+    graphs_here: bool = False,
+) -> dict:
     dataset, model, image_shape, mean, std = SHAPES[shape]
     cfg = build_config(
         {
@@ -83,7 +92,10 @@ def measure(shape: str, memory: int, epochs: int, device: torch.device, accel: d
         make_augmenter(cfg, data, device),
         Reporter(),
     )
-    rm = method_class("rm")(setup)
+    cls = method_class("rm")
+    if graphs_here:  # the graphed path where CUDA graphs cannot run: replays run their body (EagerGraph)
+        cls = type(cls.__name__, (cls,), {"uses_graphs": property(lambda self: True)})
+    rm = cls(setup)
     kept = torch.randperm(len(data.train), generator=torch.Generator().manual_seed(0))[:memory]
     rm.memory.replace(kept, protocol.train_labels[kept])
     task = Task(0, kept, 5)
@@ -111,6 +123,7 @@ def measure(shape: str, memory: int, epochs: int, device: torch.device, accel: d
         "cpu_ms": 1000 * cpu / steps,
         "wall_ms": 1000 * wall / steps,
         "accel": f"{rm.accel.describe()}, cuda_graphs={rm.uses_graphs}",
+        "steps_per_replay": graphs.STEPS_PER_REPLAY if rm.uses_graphs else None,
     }
     if not counted:
         return row
@@ -137,8 +150,11 @@ def measure(shape: str, memory: int, epochs: int, device: torch.device, accel: d
 
 
 def _row(r: dict) -> str:
+    k = r.get("steps_per_replay")
+    replay = f", {k} steps a replay" if k else ""
     head = (
-        f"{r['shape']} ({r['model']}, K={r['memory']}, batch {r['batch']}) | {r['steps']} | {r['samples_per_s']:,.0f}"
+        f"{r['shape']} ({r['model']}, K={r['memory']}, batch {r['batch']}{replay}) | {r['steps']} "
+        f"| {r['samples_per_s']:,.0f}"
     )
     if "syncs" not in r:
         return f"{head} | — | — | — | — | — | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | not counted"
@@ -160,8 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--time-only", action="store_true", help="no profiler, no audit: samples/s and ms only")
     ap.add_argument("--jsonl", type=Path, default=None, help="append each shape's row to this file as it ends")
+    ap.add_argument(
+        "--graphs-here",
+        action="store_true",
+        help="take the CUDA-graphed path on a device without CUDA graphs (a replay runs its body: "
+        "graphs.EagerGraph), to count what the host issues around replays",
+    )
+    ap.add_argument(
+        "--steps-per-replay",
+        type=int,
+        default=graphs.STEPS_PER_REPLAY,
+        help=f"equal batches per graph replay (graphs.STEPS_PER_REPLAY, {graphs.STEPS_PER_REPLAY}; 1: one a replay)",
+    )
     add_accel_options(ap)
     args = ap.parse_args(argv)
+    graphs.STEPS_PER_REPLAY = max(1, args.steps_per_replay)
     shapes = args.shapes.split(",")
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown or args.memory < 1 or args.epochs < 1:
@@ -185,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     return measure_rows(
         list(shapes),
         "shape",
-        lambda shape: measure(shape, args.memory, args.epochs, device, settings, not args.time_only),
+        lambda shape: measure(shape, args.memory, args.epochs, device, settings, not args.time_only, args.graphs_here),
         _row,
         args.jsonl,
         device,

@@ -81,6 +81,7 @@ class Accel:
     amp_dtype: torch.dtype | None = None  # autocast dtype, None = float32
     channels_last: bool = False
     compile: bool = False
+    compile_step: bool = False  # `compile = "step"`: the default training step compiled whole (train.Stepper)
 
     @classmethod
     def from_config(cls, cfg: RunSettings, device: torch.device) -> Accel:
@@ -97,13 +98,15 @@ class Accel:
             channels_last=(cuda and conv) if channels_last is None else bool(channels_last) and conv,
             # auto = off: measured on an H100 (torch 2.11), compiling the backbone cost minutes per run
             # and hit dynamo's recompile limit on RM's mixed batch sizes; CUDA graphs pay instead
-            compile=False if compile_ is None else bool(compile_),
+            compile=compile_ is True,
+            # off until a GPU measurement shows a gain over the CUDA-graphed step (docs/performance.md)
+            compile_step=compile_ == "step",
         )
 
     def describe(self) -> str:
         return (
             f"amp={'bf16' if self.amp_dtype is not None else 'off'}, channels_last={self.channels_last}, "
-            f"compile={self.compile}"
+            f"compile={'step' if self.compile_step else self.compile}"
         )
 
     def autocast(self, graph_safe: bool = False) -> AbstractContextManager[Any]:

@@ -23,8 +23,9 @@ SCR) and multi-process runs stay eager.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 import torch.nn.functional as nnf
@@ -33,6 +34,12 @@ from torch import Tensor, nn
 from .augment import CutMixDraw
 
 WARMUP_STEPS = 2  # real steps run eagerly (on a side stream) before capture: cuDNN/cuBLAS set-up
+# equal batches of an epoch captured in one graph (train.fit): the host issues one replay and one
+# copy of their inputs per 8 steps. On an H100 the host's gap between one-step replays of RM's
+# batch-8 ResNet18 step was about a quarter of its 1.7 ms (issue 43): 8 steps a replay leave ~3%;
+# more would lengthen the capture and the one-step remainder of every epoch for little.
+STEPS_PER_REPLAY = 8
+COMPILE_BACKEND = "inductor"  # `compile = "step"`: torch.compile's default backend
 GRAPHED_PIXELS = 32 * 3 * 64 * 64  # `launch_bound`: input pixels of the largest step graphed by default
 
 
@@ -53,67 +60,85 @@ class GraphedStep:
         channels_last: bool,
         autocast: Callable[[], AbstractContextManager[object]],
         log: Callable[[str], None] = print,
+        steps: int = 1,
     ) -> None:
         device = seen.device
         self.model, self.optimizer, self.seen, self.autocast, self.log = model, optimizer, seen, autocast, log
         self.failed = False  # the capture failed: this shape trains eagerly
+        self.k = steps  # training steps per call (per replay): k batches of `batch`, in order
         fmt = torch.channels_last if channels_last and len(image_shape) == 3 else torch.contiguous_format
-        self.x = torch.zeros(batch, *image_shape, device=device).contiguous(memory_format=fmt)
-        self.y_a = torch.zeros(batch, dtype=torch.long, device=device)
-        self.y_b = torch.zeros(batch, dtype=torch.long, device=device)
-        self.perm = torch.arange(batch, device=device)
-        self.box = torch.zeros(4, dtype=torch.long, device=device)  # y1, y2, x1, x2
-        self.weights = torch.zeros(2, dtype=torch.float32, device=device)  # w_a, w_b
-        self.identity = torch.arange(batch, device=device)
-        self.no_mix = torch.tensor([1.0, 0.0], dtype=torch.float32, device=device)
+        n = steps * batch
+        self.x = torch.zeros(n, *image_shape, device=device).contiguous(memory_format=fmt)
+        self.y_a = torch.zeros(n, dtype=torch.long, device=device)
+        self.y_b = torch.zeros(n, dtype=torch.long, device=device)
+        self.perm = torch.arange(n, device=device)  # each step's CutMix partners, within its batch
+        self.identity = torch.arange(batch, device=device).repeat(steps)
+        self.no_mix = torch.tensor([[1.0, 0.0]] * steps, dtype=torch.float32, device=device)
+        self.box = torch.zeros(steps, 4, dtype=torch.long, device=device)  # y1, y2, x1, x2 per step
+        self.weights = torch.zeros(steps, 2, dtype=torch.float32, device=device)  # w_a, w_b per step
         self.loss_sum = torch.zeros((), dtype=torch.float32, device=device)  # Σ loss × batch, read per epoch
         self.steps = 0
-        self.graph: torch.cuda.CUDAGraph | None = None
+        self.graph: torch.cuda.CUDAGraph | EagerGraph | None = None
         self.batch = batch
         h, w = image_shape[-2:]
         self.rows = torch.arange(h, device=device).view(h, 1)
         self.cols = torch.arange(w, device=device).view(1, w)
 
     def _step(self) -> None:
-        y1, y2, x1, x2 = self.box
-        inside = (self.rows >= y1) & (self.rows < y2) & (self.cols >= x1) & (self.cols < x2)
-        x = torch.where(inside, self.x[self.perm], self.x)
-        with self.autocast():
-            logits = self.model(x)
-            logits = logits.masked_fill(~self.seen, torch.finfo(logits.dtype).min)
-            loss = self.weights[0] * nnf.cross_entropy(logits, self.y_a) + self.weights[1] * nnf.cross_entropy(
-                logits, self.y_b
-            )
-        loss.backward()
-        self.optimizer.step()
-        self.loss_sum.add_(loss.detach().float() * self.batch)  # captured too: no host sync per step
+        """The k steps, one after the other (what a replay runs)."""
+        b = self.batch
+        for i in range(self.k):
+            if i:
+                self.optimizer.zero_grad(set_to_none=True)  # as before every eager step
+            part = slice(i * b, (i + 1) * b)
+            y1, y2, x1, x2 = self.box[i]
+            inside = (self.rows >= y1) & (self.rows < y2) & (self.cols >= x1) & (self.cols < x2)
+            xs = self.x[part]
+            x = torch.where(inside, xs[self.perm[part]], xs)
+            with self.autocast():
+                logits = self.model(x)
+                logits = logits.masked_fill(~self.seen, torch.finfo(logits.dtype).min)
+                w = self.weights[i]
+                loss = w[0] * nnf.cross_entropy(logits, self.y_a[part]) + w[1] * nnf.cross_entropy(
+                    logits, self.y_b[part]
+                )
+            loss.backward()
+            self.optimizer.step()
+            self.loss_sum.add_(loss.detach().float() * b)  # captured too: no host sync per step
 
-    def load(self, x: Tensor, y: Tensor, draw: CutMixDraw | None) -> None:
-        """Copy one batch and its CutMix draw into the graph's inputs (no host synchronisation)."""
+    def load(self, x: Tensor, y: Tensor, draw: CutMixDraw | Sequence[CutMixDraw | None] | None) -> None:
+        """Copy k batches (x, y: k × batch rows, in step order) and their CutMix draws into the
+        graph's inputs: one copy each, whatever k (no host synchronisation)."""
+        draws = list(draw) if isinstance(draw, Sequence) else [draw]
+        assert len(draws) == self.k, (len(draws), self.k)
+        b = self.batch
         self.x.copy_(x)
-        if draw is None:
-            self.y_a.copy_(y)
+        self.y_a.copy_(y)
+        if all(d is None for d in draws):  # no CutMix: identity partners, empty boxes, weights (1, 0)
             self.y_b.copy_(y)
             self.perm.copy_(self.identity)
             self.box.zero_()
             self.weights.copy_(self.no_mix)
-        else:
-            perm = draw.perm.to(y.device, non_blocking=True)
-            self.y_a.copy_(y)
-            self.y_b.copy_(y[perm])
-            self.perm.copy_(perm)
-            self.box.copy_(torch.tensor([draw.y1, draw.y2, draw.x1, draw.x2]), non_blocking=True)
-            # the eager step multiplies by Python floats: lam and 1 - lam rounded to float32 alike
-            self.weights.copy_(torch.tensor([draw.lam, 1.0 - draw.lam], dtype=torch.float32), non_blocking=True)
+            return
+        ident = torch.arange(b)
+        perm = torch.cat([ident if d is None else d.perm for d in draws])
+        offset = torch.arange(self.k).repeat_interleave(b) * b  # a step's partners, as rows of x
+        # the eager step multiplies by Python floats: lam and 1 - lam rounded to float32 alike
+        box = [[0, 0, 0, 0] if d is None else [d.y1, d.y2, d.x1, d.x2] for d in draws]
+        weights = [[1.0, 0.0] if d is None else [d.lam, 1.0 - d.lam] for d in draws]
+        self.y_b.copy_(y[(perm + offset).to(y.device, non_blocking=True)])
+        self.perm.copy_(perm, non_blocking=True)
+        self.box.copy_(torch.tensor(box), non_blocking=True)
+        self.weights.copy_(torch.tensor(weights, dtype=torch.float32), non_blocking=True)
 
-    def __call__(self, x: Tensor, y: Tensor, draw: CutMixDraw | None) -> None:
-        """One training step on (x, y) with the batch's CutMix draw."""
+    def __call__(self, x: Tensor, y: Tensor, draw: CutMixDraw | Sequence[CutMixDraw | None] | None) -> None:
+        """k training steps on (x, y) (k × batch rows) with the batches' CutMix draws."""
         self.load(x, y, draw)
         if self.graph is not None:
             self.graph.replay()
         elif self.failed:
             self._eager()
-        elif self.steps < WARMUP_STEPS:
+        elif self.steps < WARMUP_STEPS and self.x.device.type == "cuda":
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -132,18 +157,54 @@ class GraphedStep:
                 self._eager()
             else:
                 self.graph.replay()  # capture records the step without running it
-        self.steps += 1
+        self.steps += self.k
 
     def _eager(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         self._step()
 
-    def _capture(self) -> torch.cuda.CUDAGraph:
+    def _capture(self) -> torch.cuda.CUDAGraph | EagerGraph:
+        if self.x.device.type != "cuda":  # no CUDA graph here: the body itself, as a replay runs it
+            return EagerGraph(self)
         self.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._step()
         return graph
+
+
+class CompiledStep(GraphedStep):
+    """The same step (the graph's body: CutMix from its static inputs, forward, loss, backward,
+    optimiser) run through `torch.compile` on any device instead of captured (`compile = "step"`).
+    Compiled once per batch size: the batch, its draw and the learning rate are tensors, so a new
+    draw, a new class (the `seen` mask, the head's state restarted in place) or the schedule's
+    next lr reuse the compiled code; backward is where dynamo splits it (autograd runs between)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        graph_ready_optimizer(self.optimizer, capturable=False)  # lr a tensor: no recompile per lr
+        self.compiled = torch.compile(self._step, backend=COMPILE_BACKEND)
+
+    def __call__(self, x: Tensor, y: Tensor, draw: CutMixDraw | Sequence[CutMixDraw | None] | None) -> None:
+        self.load(x, y, draw)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.compiled()
+        self.steps += 1
+
+
+class EagerGraph:
+    """A replay where there is no CUDA graph (a CPU): the body run eagerly, as the graph would run
+    it (gradients written afresh), inside `step_audit.graphable()` so an audit counts its operators
+    as the replayed ones. What the benchmarks and tests measure the graphed path's host work with."""
+
+    def __init__(self, step: GraphedStep) -> None:
+        self.step = step
+
+    def replay(self) -> None:
+        from .step_audit import graphable
+
+        with graphable():
+            self.step._eager()
 
 
 def launch_bound(batch: int, image_shape: tuple[int, ...]) -> bool:
@@ -160,12 +221,13 @@ def launch_bound(batch: int, image_shape: tuple[int, ...]) -> bool:
     return batch * pixels <= GRAPHED_PIXELS
 
 
-def graph_ready_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+def graph_ready_optimizer(optimizer: torch.optim.Optimizer, capturable: bool = True) -> torch.optim.Optimizer:
     """Learning rates as float32 tensors on the parameters' device (same values as the float
     the eager step passes), so a captured step reads the current one; an optimiser with a
-    `capturable` flag (Adam) has it set (a portable checkpoint's state turned it off)."""
+    `capturable` flag (Adam) has it set (a portable checkpoint's state turned it off), unless
+    `capturable` is false (a compiled step: torch.compile handles the optimiser's state)."""
     for group in optimizer.param_groups:
-        if "capturable" in group:
+        if capturable and "capturable" in group:
             group["capturable"] = True
         device = group["params"][0].device
         lr = group["lr"]

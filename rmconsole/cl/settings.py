@@ -173,8 +173,11 @@ class RunSettings(Protocol):
     gpu_decode: bool | Literal["auto"] = key("auto", "decode JPEGs with nvJPEG on a CUDA device", runtime=True)
     amp: Literal["auto", "bf16", "off"] = key("auto", "autocast dtype; auto = bf16 on CUDA, off on CPU", runtime=True)
     channels_last: bool | Literal["auto"] = key("auto", "channels_last convolutions; auto = on CUDA", runtime=True)
-    compile: bool | Literal["auto"] = key(
-        "auto", "torch.compile the backbone; auto = off (measured slower on an H100)", runtime=True
+    compile: bool | Literal["auto", "step"] = key(
+        "auto",
+        "torch.compile the backbone (true), or the whole training step of a default-step method (step: "
+        "CutMix, forward, loss, backward, optimiser; instead of a CUDA graph); auto = off (measured slower on an H100)",
+        runtime=True,
     )
     cuda_graphs: bool | Literal["auto"] = key(
         "auto", "replay plain training steps as CUDA graphs; auto = on for single-process CUDA runs", runtime=True

@@ -32,12 +32,13 @@ import torch
 from torch import Tensor
 from torch.optim import optimizer as optim_hooks
 
+from . import graphs
 from .accel import train_chunk
 from .augment import Augmenter, TrainDraw
 from .compute import ledger_of
 from .distributed import Dist
 from .events import EpochStats
-from .graphs import GraphedStep, launch_bound, set_lr
+from .graphs import CompiledStep, GraphedStep, launch_bound, set_lr
 from .learner import Learner, Task
 from .mlp_step import MLPStep
 from .pipeline import iter_batches
@@ -141,11 +142,14 @@ def fit(
             if sizes:
                 n = sum(sizes)
                 ledger = ledger_of(method)  # host counts of the steps' shapes (cl/compute.py)
-                for x, y, (_, weight) in zip(
-                    images[offset : offset + n].split(sizes), labels[offset : offset + n].split(sizes), chunk.shard
-                ):
-                    epoch.step(step(x, y, weight), len(x))
-                    ledger.add("train", x.shape)
+                i, row = 0, offset
+                while i < len(sizes):  # a graphed run's equal batches go k to a replay (`Stepper.span`)
+                    k, b = step.span(sizes, i), sizes[i]
+                    x, y = images[row : row + k * b], labels[row : row + k * b]
+                    epoch.step(step(x, y, chunk.shard[i][1], k), k * b)
+                    for _ in range(k):
+                        ledger.add("train", x[:b].shape)
+                    i, row = i + k, row + k * b
                 offset += n
                 steps += len(sizes)
                 method.report.advance(chunk.samples)
@@ -229,6 +233,7 @@ class Stepper:
     def __init__(self, method: Learner) -> None:
         self.method = method
         self.graphs = method.uses_graphs
+        self.compiled = method.accel.compile_step and method.plain_step and method.dist is None
         self.plain = method.plain_step and method.dist is None
         self.manual = (
             method.plain_step and method.dist is None and method.accel.amp_dtype is None and method.device.type == "cpu"
@@ -239,9 +244,31 @@ class Stepper:
         self.sgd: list[Tensor] | None = None
         self.mlp: MLPStep | None = None
 
-    def __call__(self, x: Tensor, y: Tensor, weight: float) -> Tensor | None:
+    def graphed(self, batch: int, shape: tuple[int, ...]) -> bool:
+        """Whether a step of this batch is a CUDA graph replay."""
+        return self.graphs and batch > 1 and (self.method.cfg.cuda_graphs is True or launch_bound(batch, shape))
+
+    def span(self, sizes: list[int], i: int) -> int:
+        """How many of the batches `sizes[i:]` one call takes: `graphs.STEPS_PER_REPLAY` equal
+        graphed ones (one replay, one copy of their inputs), else 1."""
+        k, b = graphs.STEPS_PER_REPLAY, sizes[i]
+        shape = self.method.setup.data.image_shape
+        if k > 1 and len(sizes) - i >= k and sizes[i : i + k] == [b] * k and self.graphed(b, shape):
+            return k
+        return 1
+
+    def __call__(self, x: Tensor, y: Tensor, weight: float, steps: int = 1) -> Tensor | None:
+        """`steps` > 1 (graphed runs, `span`): x and y hold that many equal batches, in order."""
         method = self.method
-        if self.graphs and len(x) > 1 and (method.cfg.cuda_graphs is True or launch_bound(len(x), x.shape[1:])):
+        if steps > 1:
+            b = len(x) // steps
+            draws = [method.setup.augmenter.draw_mix(b, x.shape[-2], x.shape[-1]) for _ in range(steps)]
+            graphed_step(method, b, steps)(x, y, draws)
+            return None
+        if self.graphed(len(x), x.shape[1:]):
+            graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
+            return None
+        if self.compiled and len(x) > 1:  # compile = "step": the same body, compiled (any device)
             graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
             return None
         if self.plain:  # what a CUDA graph replays on a GPU (counted apart by an active step_audit)
@@ -330,14 +357,15 @@ def _fused_sgd_step(optimizer: torch.optim.Optimizer, params: list[Tensor]) -> b
     return True
 
 
-def graphed_step(method: Learner, batch: int) -> GraphedStep:
-    """The method's captured step for this batch size, made anew when the model, the optimiser
+def graphed_step(method: Learner, batch: int, steps: int = 1) -> GraphedStep:
+    """The method's captured (or compiled: `compile = "step"`) step for this batch size, made anew when the model, the optimiser
     (a new one each task) or the seen-classes mask it was captured with has been replaced."""
-    cached = method.graphs.get(batch)
+    cached = method.graphs.get((batch, steps))
     current = (method.model, method.optimizer, method.seen)
     if cached is None or any(a is not b for a, b in zip((cached.model, cached.optimizer, cached.seen), current)):
         assert method.optimizer is not None
-        cached = method.graphs[batch] = GraphedStep(
+        kind = CompiledStep if method.accel.compile_step else GraphedStep
+        cached = method.graphs[batch, steps] = kind(
             method.model,
             method.optimizer,
             method.seen,
@@ -346,6 +374,7 @@ def graphed_step(method: Learner, batch: int) -> GraphedStep:
             method.accel.channels_last,
             lambda: method.accel.autocast(graph_safe=True),
             method.report.log,
+            steps,
         )
     return cached
 

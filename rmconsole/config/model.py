@@ -130,12 +130,19 @@ class RunConfig(RunKeys):
             )
         return parse_augment(value)
 
-    @field_validator("gpu_decode", "channels_last", "compile", "cuda_graphs", mode="before")
+    @field_validator("gpu_decode", "channels_last", "cuda_graphs", mode="before")
     @classmethod
     def _auto_bool(cls, value: Any) -> Any:
         if isinstance(value, bool) or value == "auto":
             return value
         raise ValueError("allowed: auto, true, false")
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile(cls, value: Any) -> Any:
+        if isinstance(value, bool) or value in ("auto", "step"):
+            return value
+        raise ValueError("allowed: auto, true, false, step")
 
     @field_validator("method")
     @classmethod

@@ -3,6 +3,8 @@ float32 and correct (bf16 and channels_last also work on CPU when asked for)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from rmconsole.cl.data import load_digits
 from rmconsole.cl.loop import run_protocol
 from rmconsole.cl.models import build_model
 from rmconsole.config import load_config
+from rmconsole.config.errors import ConfigError
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # a device object needs no GPU
 
@@ -42,6 +45,18 @@ def test_explicit_keys_win() -> None:
     assert (a.amp_dtype, a.channels_last, a.compile) == (torch.bfloat16, True, True)
     off = Accel.from_config(_cfg(model="resnet18", amp="off", channels_last=False, compile=False), CUDA)
     assert (off.amp_dtype, off.channels_last, off.compile) == (None, False, False)
+
+
+def test_compile_step_compiles_the_step_not_the_backbone() -> None:
+    """compile = "step": the whole default step compiled (graphs.CompiledStep), the backbone left
+    alone (compiling it inside a compiled step would be twice), CUDA graphs off (the compiled step
+    replaces them); any other word is refused with the allowed values."""
+    cfg = _cfg(model="resnet18", compile="step")
+    a = Accel.from_config(cfg, CUDA)
+    assert (a.compile, a.compile_step) == (False, True) and a.describe().endswith("compile=step")
+    assert not Accel.from_config(_cfg(model="resnet18", compile=True), CPU).compile_step
+    with pytest.raises(ConfigError, match=re.escape("compile='steps': allowed: auto, true, false, step")):
+        _cfg(compile="steps")
 
 
 def test_autocast_and_memory_format() -> None:

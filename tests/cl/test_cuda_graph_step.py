@@ -6,6 +6,7 @@ next to the eager step and must give the same parameters bit for bit."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
@@ -13,7 +14,14 @@ import torch
 import torch.nn.functional as nnf
 
 from rmconsole.cl.augment import apply_cutmix, draw_cutmix
-from rmconsole.cl.graphs import GraphedStep, graph_ready_optimizer, portable_optimizer_state, set_lr
+from rmconsole.cl.graphs import (
+    CompiledStep,
+    EagerGraph,
+    GraphedStep,
+    graph_ready_optimizer,
+    portable_optimizer_state,
+    set_lr,
+)
 from rmconsole.cl.models import build_model
 
 
@@ -115,3 +123,107 @@ def test_a_failed_capture_falls_back_to_the_eager_step() -> None:
     assert len(lines) == 1 and "CUDNN_STATUS_INTERNAL_ERROR" in lines[0] and "eagerly" in lines[0]
     for (name, p), q in zip(eager.state_dict().items(), graphed.state_dict().values()):
         assert torch.equal(p, q), name
+
+
+@pytest.mark.slow  # torch.compile on CPU generates and builds C++ (inductor): seconds of compiler
+def test_the_compiled_step_gives_the_eager_weights() -> None:
+    """compile = "step" (graphs.CompiledStep, torch.compile of the graph's body with inductor) on a
+    tiny MLP on CPU: the weights of 6 steps (CutMix on every other, the lr changing every step, a
+    class becoming seen midway) equal the eager step's within float32 rounding (inductor may fuse
+    and reorder); once the optimiser has its state (step 2), the lr as a tensor, the draws and the
+    mask as data compile nothing new."""
+    from torch._dynamo.utils import counters
+
+    eager, eager_opt, compiled, compiled_opt = _pair("mlp400", (1, 4, 4))
+    compiled_opt = torch.optim.SGD(compiled.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4)
+    seen = torch.tensor([True] * 5 + [False] * 5)
+    step = CompiledStep(compiled, compiled_opt, seen, 8, (1, 4, 4), False, contextlib.nullcontext)
+    assert isinstance(compiled_opt.param_groups[0]["lr"], torch.Tensor)
+    rng, gen, data_gen = random.Random(3), torch.Generator().manual_seed(3), torch.Generator().manual_seed(5)
+    compiled_graphs = []
+    for i in range(6):
+        compiled_graphs.append(counters["stats"]["unique_graphs"])
+        if i == 3:
+            seen[5] = True  # a new class: in place, as the run's mask
+        x = torch.randn(8, 1, 4, 4, generator=data_gen)
+        y = torch.randint(0, 6, (8,), generator=data_gen)
+        draw = draw_cutmix(8, 4, 4, rng, gen) if i % 2 else None
+        lr = 0.05 * (1 + i) / 6
+        set_lr(eager_opt, lr)
+        set_lr(compiled_opt, lr)
+        _eager_step(eager, eager_opt, seen, x, y, draw)
+        step(x, y, draw)
+    assert step.steps == 6 and compiled_graphs[1] > 0
+    assert counters["stats"]["unique_graphs"] == compiled_graphs[2], compiled_graphs
+    for (name, p), q in zip(eager.state_dict().items(), compiled.state_dict().values()):
+        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6), name
+
+
+def test_steps_per_replay_give_the_one_step_weights() -> None:
+    """k = 4 steps a call (a replay) on CPU, where a replay runs the body eagerly (EagerGraph): the
+    weights and the loss tally of 8 one-step calls, bit for bit; a call without CutMix and one
+    mixing drawn and draw-less batches."""
+    shape = (1, 8, 8)
+    one_model, _, four_model, four_opt = _pair("mlp400", shape)
+    one_opt = graph_ready_optimizer(
+        torch.optim.SGD(one_model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4, fused=True)
+    )
+    seen = torch.tensor([True] * 6 + [False] * 4)
+    null = contextlib.nullcontext
+    one = GraphedStep(one_model, one_opt, seen, 8, shape, False, null)
+    four = GraphedStep(four_model, four_opt, seen, 8, shape, False, null, steps=4)
+    rng, gen, data_gen = random.Random(3), torch.Generator().manual_seed(3), torch.Generator().manual_seed(5)
+    x = torch.randn(64, *shape, generator=data_gen)
+    y = torch.randint(0, 6, (64,), generator=data_gen)
+    draws = [draw_cutmix(8, 8, 8, rng, gen) if i >= 4 and i % 2 else None for i in range(8)]
+    assert sum(d is not None and d.x2 > d.x1 and d.y2 > d.y1 for d in draws) >= 1
+    for i in range(8):
+        one(x[8 * i : 8 * i + 8], y[8 * i : 8 * i + 8], draws[i])
+    four(x[:32], y[:32], draws[:4])
+    four(x[32:], y[32:], draws[4:])
+    assert (one.steps, four.steps) == (8, 8) and isinstance(four.graph, EagerGraph)
+    assert torch.equal(one.loss_sum, four.loss_sum)
+    for (name, p), q in zip(one_model.state_dict().items(), four_model.state_dict().values()):
+        assert torch.equal(p, q), name
+
+
+def _rm_graphed_on_cpu(steps_per_replay: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[torch.Tensor], set]:
+    """RM over two tasks of the digits stream (memory epochs with CutMix) taking the graphed path
+    on CPU (a replay runs its body: EagerGraph), `steps_per_replay` equal batches a replay."""
+    from support.online_helpers import tiny_data
+
+    from rmconsole.cl import graphs
+    from rmconsole.cl.learner import Task
+    from rmconsole.cl.loop import build_protocol
+    from rmconsole.cl.methods import Setup, method_class
+    from rmconsole.cl.resume import make_augmenter
+    from rmconsole.config import load_config
+
+    monkeypatch.setattr(graphs, "STEPS_PER_REPLAY", steps_per_replay)
+    sets = {"method": "rm", "epochs": 2, "memory_size": 40, "batch_size": 8, "n_tasks": 2, "augment": "cutmix"}
+    cfg = load_config(None, {**sets, "uncertainty_views": 2})[1]
+    data, cpu = tiny_data(per_class=12, test_per_class=2, n_classes=4), torch.device("cpu")
+    torch.manual_seed(0)
+    proto = build_protocol(cfg, data)
+    setup = Setup(cfg, data, proto.train_labels, proto.test_labels, proto.groups, cpu, make_augmenter(cfg, data, cpu))
+    rm = method_class("rm")
+    m = type(rm.__name__, (rm,), {"uses_graphs": property(lambda self: True)})(setup)
+    for t in range(len(proto.tasks)):
+        task = Task(t, proto.tasks[t], len(proto.tasks))
+        m.before_task(task)
+        m.learn_task(task)
+        m.after_task(task)
+    return [p.detach().clone() for p in m.model.parameters()], {k for k, g in m.graphs.items() if g.graph is not None}
+
+
+def test_memory_epochs_with_several_steps_a_replay_give_one_step_replays_weights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RM's memory epochs (train.fit, graphed path) with 4 equal batches a replay: the weights of
+    one step a replay, bit for bit (draws, order and arithmetic unchanged); the 4-step graph ran."""
+    one, one_graphs = _rm_graphed_on_cpu(1, monkeypatch)
+    four, four_graphs = _rm_graphed_on_cpu(4, monkeypatch)
+    assert all(k == 1 for _, k in one_graphs) and any(k == 4 for _, k in four_graphs), (one_graphs, four_graphs)
+    for a, b in zip(one, four):
+        assert torch.equal(a, b)

@@ -154,7 +154,7 @@ class Method(Generic[P]):
         self._scored = 0
         self.epoch_eval: Callable[[], float] | None = None  # set by the loop when best-epoch is recorded
         self.best_epoch_accuracy: float | None = None
-        self.graphs: dict[int, GraphedStep] = {}  # CUDA-graphed steps by batch size, for this optimiser
+        self.graphs: dict[tuple[int, int], GraphedStep] = {}  # graphed steps by (batch, steps per replay)
 
     # ------------------------------------------------------------------ building blocks
 
@@ -187,8 +187,15 @@ class Method(Generic[P]):
     @property
     def uses_graphs(self) -> bool:
         """Training steps replayed as CUDA graphs (graphs.py): single-process CUDA runs of methods
-        whose step is the default one, unless the run's `cuda_graphs` is false."""
-        return bool(self.cfg.cuda_graphs) and self.plain_step and self.device.type == "cuda" and self.dist is None
+        whose step is the default one, unless the run's `cuda_graphs` is false or its `compile` is
+        "step" (the step compiled instead: graphs.CompiledStep)."""
+        return (
+            bool(self.cfg.cuda_graphs)
+            and self.cfg.compile != "step"
+            and self.plain_step
+            and self.device.type == "cuda"
+            and self.dist is None
+        )
 
     @property
     def report(self) -> Reporter:

@@ -12,6 +12,7 @@ What differs from ER (everything else is the follow-up's ER: batches, reservoir 
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, cast
 
 import torch
@@ -51,6 +52,14 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         loss = super().step_loss(x, y)
         return loss + self.penalty() if self.anchor is not None else loss
 
+    @cached_property
+    def blend(self) -> Tensor:
+        """A later update's (keep, scale) of F and g^2, indexed [finite, started], made once on the
+        device: an update selects its pair with one indexing instead of wrapping Python scalars
+        per call."""
+        alpha = self.params.ewcpp_alpha
+        return torch.tensor([[[1.0, 0.0], [1.0, 0.0]], [[0.0, 1.0 / alpha], [1.0 - alpha, 1.0]]], device=self.device)
+
     @torch.no_grad()
     def after_step(self) -> None:
         """F <- (1 - alpha) F + alpha g^2 (a parameter's first finite gradient: F = g^2); a
@@ -58,7 +67,7 @@ class EWCpp(TaskFree, Method[EWCppParams]):
 
         The parameter's first update (host-known: `updated`) selects with torch.where; later ones
         blend in place with 0-dim coefficients (keep F: 1 - alpha, or 0 while no finite gradient
-        came yet, or 1 to skip), on a CPU half the cost of the sync it replaced: a float32
+        came yet, or 1 to skip; `blend`, one indexing), on a CPU half the cost of the sync it replaced: a float32
         `isfinite(g).all()` is four passes and three allocations over g; `(g * 0).sum()` is NaN
         exactly when g has an inf or NaN, in two. Bit-identical to the host-decided rule, except
         after a first gradient that was not finite, where F = g^2 is computed as
@@ -75,8 +84,9 @@ class EWCpp(TaskFree, Method[EWCppParams]):
                 self.updated.add(i)
             else:
                 finite = p.grad.mul(0).sum().isfinite()
-                keep = torch.where(finite, torch.where(started, 1.0 - alpha, 0.0), 1.0)
-                scale = torch.where(finite, torch.where(started, 1.0, 1.0 / alpha), 0.0)
+                keep, scale = self.blend[finite.long().view(1), started.long().view(1)][
+                    0
+                ].unbind()  # no 0-dim index: a read
                 # skipped: 0 * inf and 0 * NaN are NaN, set to 0; a finite g^2 = inf stays inf
                 g2.mul_(scale).nan_to_num_(nan=0.0, posinf=float("inf"))
                 f.mul_(keep).add_(g2, alpha=alpha)
