@@ -126,6 +126,7 @@ def test_a_failed_capture_falls_back_to_the_eager_step() -> None:
 
 
 @pytest.mark.slow  # torch.compile on CPU generates and builds C++ (inductor): seconds of compiler
+@pytest.mark.full  # 50-150 s of a worker here: not in CI (pyproject's markers)
 def test_the_compiled_step_gives_the_eager_weights() -> None:
     """compile = "step" (graphs.CompiledStep, torch.compile of the graph's body with inductor) on a
     tiny MLP on CPU: the weights of 6 steps (CutMix on every other, the lr changing every step, a
