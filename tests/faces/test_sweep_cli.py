@@ -174,6 +174,7 @@ def test_stop_sweep_ends_every_run_with_or_without_its_driver(isolated_home, dri
 
 
 @pytest.mark.slow
+@pytest.mark.full  # nine runs, 32 s of a worker, not in CI: the module's two-slot sweep (swept) is
 def test_three_methods_three_seeds_from_one_command(isolated_home, tmp_path) -> None:
     """The issue's acceptance sweep on digits: 3 methods × 3 seeds, then every format and both figures."""
     done = rmconsole(

@@ -177,6 +177,8 @@ def test_new_method_installs_in_a_fresh_venv_and_trains_everywhere(tmp_path: Pat
 
 
 @needs_registries
+@pytest.mark.slow
+@pytest.mark.full  # 35-40 s of a worker, not in CI: the method package's own tests run in the default run
 def test_new_dataset_and_metric_packages_pass_their_own_tests(tmp_path: Path) -> None:
     venv = Venv(tmp_path / "venv")
     elsewhere = tmp_path / "research"

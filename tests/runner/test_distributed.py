@@ -269,6 +269,7 @@ def test_stop_reaches_every_rank(isolated_home: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full  # 45 s of a worker, not in CI: two gloo processes run in the default run
 def test_two_nodes_on_localhost_join_without_the_store(isolated_home: Path, tmp_path: Path) -> None:
     """A static two-node rendezvous on one machine: node 0 runs the run, node 1 joins it with
     an unusable store URL (its rank never touches the store) and the run finishes."""

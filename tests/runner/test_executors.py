@@ -214,6 +214,7 @@ def uninterrupted_accuracies() -> list[float]:
 
 
 @pytest.mark.slow  # a real job cancelled and resumed: a developer need not run it at every change
+@pytest.mark.full  # 85 s of a worker, not in CI: test_slurm.py's jobs go through submitit there
 def test_a_submitit_job_runs_is_stopped_and_resumed_exactly(isolated_home) -> None:
     """The scheduler path end to end with submitit's LocalExecutor: the job id is recorded, the
     run is followed to its first task, `rmconsole stop` cancels the job (submitit's cancel), and

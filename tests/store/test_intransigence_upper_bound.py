@@ -39,6 +39,7 @@ def test_joint_matching_rules() -> None:
 
 
 @pytest.mark.slow  # three real runs; the joint-run rule itself: test_every_view_takes_the_same_joint_run
+@pytest.mark.full  # 28 s of a worker, not in CI
 def test_i_last_in_runs_and_show(isolated_home) -> None:
     joint = rmconsole(
         "run", "--set", "method=joint", "--set", "epochs=2", "--set", "augment=none", "--set", "threads=1"
