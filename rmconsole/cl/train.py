@@ -147,8 +147,7 @@ def fit(
                     k, b = step.span(sizes, i), sizes[i]
                     x, y = images[row : row + k * b], labels[row : row + k * b]
                     epoch.step(step(x, y, chunk.shard[i][1], k), k * b)
-                    for _ in range(k):
-                        ledger.add("train", x[:b].shape)
+                    ledger.add("train", x[:b].shape, k)
                     i, row = i + k, row + k * b
                 offset += n
                 steps += len(sizes)
@@ -265,10 +264,8 @@ class Stepper:
             draws = [method.setup.augmenter.draw_mix(b, x.shape[-2], x.shape[-1]) for _ in range(steps)]
             graphed_step(method, b, steps)(x, y, draws)
             return None
-        if self.graphed(len(x), x.shape[1:]):
-            graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
-            return None
-        if self.compiled and len(x) > 1:  # compile = "step": the same body, compiled (any device)
+        # a CUDA graph replay, or (compile = "step") the same body compiled
+        if self.graphed(len(x), x.shape[1:]) or (self.compiled and len(x) > 1):
             graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
             return None
         if self.plain:  # what a CUDA graph replays on a GPU (counted apart by an active step_audit)

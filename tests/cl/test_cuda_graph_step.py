@@ -189,12 +189,13 @@ def test_steps_per_replay_give_the_one_step_weights() -> None:
         assert torch.equal(p, q), name
 
 
-def _rm_graphed_on_cpu(steps_per_replay: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[torch.Tensor], set]:
+def _rm_graphed_on_cpu(steps_per_replay: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[torch.Tensor], set, dict]:
     """RM over two tasks of the digits stream (memory epochs with CutMix) taking the graphed path
     on CPU (a replay runs its body: EagerGraph), `steps_per_replay` equal batches a replay."""
     from support.online_helpers import tiny_data
 
     from rmconsole.cl import graphs
+    from rmconsole.cl.compute import ledger_of
     from rmconsole.cl.learner import Task
     from rmconsole.cl.loop import build_protocol
     from rmconsole.cl.methods import Setup, method_class
@@ -215,7 +216,8 @@ def _rm_graphed_on_cpu(steps_per_replay: int, monkeypatch: pytest.MonkeyPatch) -
         m.before_task(task)
         m.learn_task(task)
         m.after_task(task)
-    return [p.detach().clone() for p in m.model.parameters()], {k for k, g in m.graphs.items() if g.graph is not None}
+    graphed = {k for k, g in m.graphs.items() if g.graph is not None}
+    return [p.detach().clone() for p in m.model.parameters()], graphed, dict(ledger_of(m).counts)
 
 
 def test_memory_epochs_with_several_steps_a_replay_give_one_step_replays_weights(
@@ -223,8 +225,9 @@ def test_memory_epochs_with_several_steps_a_replay_give_one_step_replays_weights
 ) -> None:
     """RM's memory epochs (train.fit, graphed path) with 4 equal batches a replay: the weights of
     one step a replay, bit for bit (draws, order and arithmetic unchanged); the 4-step graph ran."""
-    one, one_graphs = _rm_graphed_on_cpu(1, monkeypatch)
-    four, four_graphs = _rm_graphed_on_cpu(4, monkeypatch)
+    one, one_graphs, one_counts = _rm_graphed_on_cpu(1, monkeypatch)
+    four, four_graphs, four_counts = _rm_graphed_on_cpu(4, monkeypatch)
     assert all(k == 1 for _, k in one_graphs) and any(k == 4 for _, k in four_graphs), (one_graphs, four_graphs)
+    assert four_counts == one_counts  # the FLOP ledger charges each of a replay's steps
     for a, b in zip(one, four):
         assert torch.equal(a, b)
