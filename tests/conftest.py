@@ -107,19 +107,61 @@ def no_metric_problems_left_over() -> Iterator[None]:
     metric_catalog._failures.clear()
 
 
-@pytest.fixture(scope="session")
+USER_WARM = {"folder": Path(), "since": 0.0, "reported": set()}  # set by `warm_servers`
+
+
+def _servers_started_for_tests(folder: Path, since: float) -> list[str]:
+    """Warm servers in the user's `folder` of this checkout's code (their status file's
+    `installation` ends with it; runner/warm.py) that started after `since`, or served a home in
+    the temporary folder (every test's) after it. A server clobbers its environment (setproctitle),
+    so what started it cannot be read; one the user started from this same checkout while the suite
+    ran would be counted too."""
+    import json
+
+    found = []
+    for status in folder.glob("*.json") if folder.is_dir() else ():
+        try:
+            if status.stat().st_mtime < since:
+                continue
+            served = json.loads(status.read_text())
+        except (OSError, ValueError):
+            continue
+        ours = str(served.get("installation", "")).endswith("|" + str(REPO / "rmconsole"))
+        tests = any(str(home).startswith(tempfile.gettempdir()) for home in served.get("homes", []))
+        if ours and ((served.get("started") or 0) >= since or tests):
+            found.append(status.stem)
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
 def warm_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One warm-start folder per test process (runner/warm.py), never the user's own: its server
     imports torch once and forks the runs of every test after the first, as it does for a user
     (warm starts are the default), instead of each run importing torch afresh, ~3-4 s of CPU a
-    start. Stopped when the session ends. RMCONSOLE_TEST_COLD=1 starts every run cold instead."""
-    folder = tmp_path_factory.mktemp("warm-servers")
-    yield folder
+    start. Set for the whole session, so module- and session-scoped fixtures that start runs use it
+    too (a module fixture is set up before any test's `isolated_home`); stopped when the session
+    ends. RMCONSOLE_TEST_COLD=1 starts every run cold instead."""
     from rmconsole.runner import warm
 
+    USER_WARM.update(folder=warm.servers_folder(), since=time.time() - 1)  # before the suite changes it
+    folder = tmp_path_factory.mktemp("warm-servers")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RMCONSOLE_WARM_DIR", str(folder))
+        patch.setenv("RMCONSOLE_WARM_IDLE_S", "1800")
+        yield folder
         warm.stop_servers()
+
+
+@pytest.fixture(autouse=True)
+def no_warm_server_in_the_users_folder() -> Iterator[None]:
+    """A process a test starts must never start a warm server in the user's own folder (it would
+    outlive the suite by its idle time, holding a test's code and environment): such a server
+    fails the first test to end after it appeared (a module fixture's server: that module's first)."""
+    yield
+    folder, reported = USER_WARM["folder"], USER_WARM["reported"]
+    leaked = sorted(set(_servers_started_for_tests(folder, USER_WARM["since"])) - reported)
+    reported.update(leaked)
+    assert not leaked, f"a warm server for a test's store started in the user's folder {folder}: {leaked}"
 
 
 @pytest.fixture(autouse=True)
