@@ -557,6 +557,8 @@ def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-unt
             item.add_marker(pytest.mark.slow)
             if item.nodeid.startswith(PG_FULL_ONLY):
                 item.add_marker(pytest.mark.full)
+        if item.get_closest_marker("full") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)  # `full` is the part of `slow` CI leaves out
         if item.path.name in ONE_WORKER:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
