@@ -972,7 +972,8 @@ def _create_schema(engine: Engine, url: URL) -> None:
                     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
                 _refuse_foreign(conn, url)
                 _refuse_newer(migrations.current(conn), url)  # (another process may have moved it on)
-                migrations.upgrade(conn)  # Alembic revisions, in this transaction
+                if not migrations.create_at_head(conn):  # a new store: tables.py's, at the head
+                    migrations.upgrade(conn)  # Alembic revisions, in this transaction
                 _add_identity(conn)
             return
         except OperationalError as err:

@@ -129,6 +129,31 @@ def test_a_fresh_store_has_the_tables_of_tables_py() -> None:
 
 
 @pytest.mark.usefixtures("store_backend")
+def test_the_revisions_from_nothing_give_the_tables_of_tables_py(monkeypatch) -> None:
+    """A new store is created at the head from tables.py (migrations.create_at_head); the revisions
+    from an empty database must give the same tables, or a store that started empty and one that
+    started older would differ. A column added to tables.py without a revision fails here."""
+    monkeypatch.setattr(migrations, "create_at_head", lambda conn: False)  # the revisions' way
+    store.store_id()
+    assert _revision() == migrations.head()
+    assert _differences() == []
+
+
+def test_a_new_stores_version_table_is_alembics(tmp_path: Path, monkeypatch) -> None:
+    """The version table a new store gets without Alembic is the one Alembic makes (a later
+    revision's upgrade reads and rewrites it)."""
+    schemas = []
+    for way, fresh in (("revisions", lambda conn: False), ("head", migrations.create_at_head)):
+        monkeypatch.setenv("RMCONSOLE_HOME", str(tmp_path / way))
+        monkeypatch.setattr(migrations, "create_at_head", fresh)
+        store.store_id()
+        db.dispose_engines()
+        schemas.append(_schema_sql(tmp_path / way / "rmconsole.db"))
+    assert schemas[0][migrations.VERSION_TABLE] == schemas[1][migrations.VERSION_TABLE]
+    assert set(schemas[0]) == set(schemas[1])  # the same tables and indexes by name
+
+
+@pytest.mark.usefixtures("store_backend")
 def test_a_store_newer_than_the_code_is_refused_and_left_alone() -> None:
     run_id = store.create_run({"dataset": "digits", "method": "rm", "seed": 1}, "digits-blurry10-online")
     with db.get_engine().begin() as conn:  # as a newer rmconsole would leave it
