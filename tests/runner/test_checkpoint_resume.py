@@ -94,7 +94,9 @@ KIT_RESUMES_IN_CI = ("bic", "bic_star", "gsa", "scr", "pcr", "er_ace")
     # conformance kit's resume-exact rule checks theirs (tests/platform/test_conformance.py, -m slow)
     [
         pytest.param(m, marks=pytest.mark.full) if m in KIT_RESUMES_IN_CI else m
-        for m in sorted(m for m in METHODS if "task-free" in REGISTRY[m].protocols and m not in (*VIT_METHODS, "ocm", "onpro"))
+        for m in sorted(
+            m for m in METHODS if "task-free" in REGISTRY[m].protocols and m not in (*VIT_METHODS, "ocm", "onpro")
+        )
     ],
 )
 def test_every_task_free_method_resumes_exactly(method: str) -> None:
