@@ -33,8 +33,6 @@ from . import metrics_anytime as MA
 from .protocols import PROTOCOLS, Protocol, protocol_of
 from .results import RunRows, TaskOutcome, task_figures  # a run's rows and its per-task figures: cl/results.py
 
-TaskRow = TaskOutcome  # the name metric plug-ins written before cl/results.py import (TaskRow(task, accuracy, row))
-
 Better = Literal["higher", "lower"]
 
 

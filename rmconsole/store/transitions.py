@@ -25,21 +25,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlmodel import Session, col, delete
+from sqlmodel import Session, SQLModel, delete
 
 from .db import LEASE_ENV, write
 from .queries import UnknownRun
-from .tables import (
-    ACTIVE,
-    EpochMetric,
-    MemorySnapshot,
-    Run,
-    StoreIdentity,
-    SystemSample,
-    TaskResult,
-    TaskStream,
-    utcnow,
-)
+from .tables import ACTIVE, Run, StoreIdentity, utcnow
 
 ENDED_UNFINISHED = ("failed", "stopped")
 STORE_ID_ENV = "RMCONSOLE_STORE_ID"
@@ -245,8 +235,9 @@ def delete_run(run_id: int) -> Transition:
             raise UnknownRun(run_id)
         if run.status in ACTIVE:
             return Transition(False, run.status)
-        for table in (EpochMetric, MemorySnapshot, SystemSample, TaskResult, TaskStream):
-            session.exec(delete(table).where(col(table.run_id) == run_id))
+        for table in SQLModel.metadata.sorted_tables:  # every table with a run's rows (tables.py), none left out
+            if "run_id" in table.c:
+                session.exec(delete(table).where(table.c.run_id == run_id))
         session.delete(run)
         return Transition(True, "deleted")
 

@@ -81,3 +81,16 @@ def test_heartbeat_writes_only_while_running() -> None:
     store.claim_run(run_id)
     assert store.heartbeat(run_id, phase="stream", phase_done=3) == "running"
     assert store.get_run(run_id).phase_done == 3
+
+
+def test_delete_takes_a_task_free_runs_anytime_rows_with_it() -> None:
+    """delete_run deletes from every table with a run's rows (it missed AnytimeEval: a foreign-key error)."""
+    from rmconsole.cl.results import AnytimePoint
+
+    run_id = _queued()
+    store.claim_run(run_id)
+    store.record_anytime(run_id, [AnytimePoint(0, 10, 50.0, 2), AnytimePoint(0, 20, 60.0, 2)])
+    assert store.mark_stopped(run_id, "stop") and len(store.anytime_evals(run_id)) == 2
+    assert store.delete_run(run_id).applied and store.anytime_evals(run_id) == []
+    with pytest.raises(store.UnknownRun):
+        store.get_run(run_id)

@@ -148,6 +148,7 @@ def new_data_infonce(sim: Tensor, labels: Tensor, temperature: float) -> Tensor:
     pair = torch.cat([loss[:m, m:].diagonal(), loss[m:, :m].diagonal()])
     same = labels[:, None] == labels[None, :]
     positive = loss.masked_fill(~same | eye, 0.0).sum(1) / same.sum(1).to(sim.dtype)
+    # not shared with onpro.instance_loss: OCM's authors' formula (self-pair left out, count without eps, row means)
     return pair.mean() + 2.0 * positive.mean()
 
 

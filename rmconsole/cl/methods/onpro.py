@@ -100,6 +100,7 @@ def instance_loss(sim: Tensor, labels: Tensor, temperature: float, without_self:
     both = labels.repeat(2)
     same = (both[:, None] == both[None, :]).to(nll.dtype)
     same = same / (same.sum(1, keepdim=True) + EPS)
+    # not shared with ocm.new_data_infonce: OnPro's authors' formula (self-pair's -log(eps) kept, count + eps, one sum)
     loss = (same * nll).sum() / (2 * b)
     if not without_self:
         return loss

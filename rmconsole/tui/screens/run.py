@@ -5,13 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
 from textual.reactive import var
-from textual.widget import Widget
-from textual.widgets import Header, Tab, Tabs
+from textual.widgets import Header
 
 from .. import data
 from ..messages import RunLoaded, RunVanished, StoreProblem
@@ -23,25 +21,24 @@ from ..widgets.memory_panel import MemoryPanel
 from ..widgets.run_header import RunHeader
 from ..widgets.task_stream import TaskStreamPanel
 from .polling import PollingScreen
-
-# the panels, in tab order: (widget id, tab label); keys 1-5 pick one on a small terminal
-PANELS = (
-    ("stream", "1 stream"),
-    ("memory", "2 memory"),
-    ("accuracy", "3 accuracy"),
-    ("epochs", "4 loss & lr"),
-    ("log", "5 log"),
-)
-NARROW_WIDTH, NARROW_HEIGHT = 100, 32  # below either, the panels collapse into tabs (one shown at a time)
+from .tabbed_panels import TabbedPanels, panel_keys
 
 
-class RunScreen(PollingScreen):
+class RunScreen(TabbedPanels, PollingScreen):
     """Wide (120×40 and up): stream and memory, the accuracy panel across the page (chart and
     matrix side by side), loss and log. Smaller (80×24): a tab row and one panel at a time, each
     at the full width, so the memory histogram, the accuracy chart and the loss chart are each
     readable; 1-5 (or a click on a tab) switch."""
 
-    CSS_PATH = "run.tcss"
+    CSS_PATH = ["tabbed_panels.tcss", "run.tcss"]
+    PANELS = (
+        ("stream", "1 stream"),
+        ("memory", "2 memory"),
+        ("accuracy", "3 accuracy"),
+        ("epochs", "4 loss & lr"),
+        ("log", "5 log"),
+    )
+    FIRST_PANEL = "memory"
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("x", "stop", "Stop"),
@@ -51,7 +48,7 @@ class RunScreen(PollingScreen):
         Binding("right_square_bracket", "memory_step(1)", "Later memory", show=False),
         Binding("m", "maximize", "Maximize"),
         Binding("space", "toggle_select", "Select", show=False),
-        *(Binding(str(i + 1), f"show_panel('{panel}')", label, show=False) for i, (panel, label) in enumerate(PANELS)),
+        *panel_keys(PANELS),
     ]
 
     # the latest read; the header and the panels are bound to them and redraw what changed
@@ -67,7 +64,7 @@ class RunScreen(PollingScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield RunHeader(id="run-header").data_bind(RunScreen.view, RunScreen.now)
-        yield Tabs(*(Tab(label, id=f"tab-{panel}") for panel, label in PANELS), active="tab-memory", id="panel-tabs")
+        yield self.panel_tabs()
         with Grid(id="panels"):
             yield TaskStreamPanel(id="stream", classes="panel").data_bind(RunScreen.view)
             yield MemoryPanel(id="memory", classes="panel").data_bind(RunScreen.view)
@@ -78,33 +75,7 @@ class RunScreen(PollingScreen):
 
     def on_mount(self) -> None:
         self.sub_title = f"run {self.run_id}"
-        self.query_one("#memory").add_class("shown")
         self.query_one(MemoryPanel).focus()
-        self._fit(self.app.size.width, self.app.size.height)
-
-    def on_resize(self, event: events.Resize) -> None:
-        self._fit(event.size.width, event.size.height)
-
-    def _fit(self, width: int, height: int) -> None:
-        self.set_class(width < NARROW_WIDTH or height < NARROW_HEIGHT, "narrow")
-
-    @property
-    def narrow(self) -> bool:
-        """The panels are tabs (one shown at a time)."""
-        return self.has_class("narrow")
-
-    def action_show_panel(self, panel: str) -> None:
-        """Show (on a small terminal) and focus one panel."""
-        self.query_one("#panel-tabs", Tabs).active = f"tab-{panel}"
-
-    @on(Tabs.TabActivated, "#panel-tabs")
-    def _tab_chosen(self, event: Tabs.TabActivated) -> None:
-        panel = str(event.tab.id).removeprefix("tab-")
-        for name, _ in PANELS:
-            self.query_one(f"#{name}").set_class(name == panel, "shown")
-        target = self.query_one(f"#{panel}", Widget)
-        if target.can_focus:
-            target.focus()
 
     # ------------------------------------------------------------------ reading (thread)
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from textual import events, on
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.reactive import var
-from textual.widget import Widget
-from textual.widgets import DataTable, Header, Static, Tab, Tabs
+from textual.widgets import DataTable, Header, Static
 
 from ...sanitize import clean
 from .. import data
@@ -21,27 +20,27 @@ from ..messages import StoreProblem, StudyLoaded
 from ..widgets.footer import Footer
 from ..widgets.study_panels import HistoryChart, importance_text, parallel_table
 from .polling import PollingScreen
+from .tabbed_panels import TabbedPanels, panel_keys
 
-# the panels, in tab order: (widget id, tab label); keys 1-4 pick one on a small terminal
-PANELS = (
-    ("trials", "1 trials"),
-    ("history", "2 history"),
-    ("importance", "3 importance"),
-    ("parallel", "4 parallel"),
-)
-NARROW_WIDTH, NARROW_HEIGHT = 100, 32  # below either, the panels collapse into tabs (as the run page's)
 MIN_READ_S = 2.0  # a study is read through Optuna: at most every 2 s, however often the pages refresh
 
 
-class StudyScreen(PollingScreen):
+class StudyScreen(TabbedPanels, PollingScreen):
     """Wide: the trials across the page, the history below them beside the importance and the
     parallel coordinates. Small (80×24): a tab row and one panel at a time (1-4 switch)."""
 
-    CSS_PATH = "study.tcss"
+    CSS_PATH = ["tabbed_panels.tcss", "study.tcss"]
+    PANELS = (
+        ("trials", "1 trials"),
+        ("history", "2 history"),
+        ("importance", "3 importance"),
+        ("parallel", "4 parallel"),
+    )
+    FIRST_PANEL = "history"
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("enter", "open", "Open trial's run"),
-        *(Binding(str(i + 1), f"show_panel('{panel}')", label, show=False) for i, (panel, label) in enumerate(PANELS)),
+        *panel_keys(PANELS),
     ]
 
     view: var[data.StudyView | None] = var(None, init=False)  # the latest read; a change redraws
@@ -54,7 +53,7 @@ class StudyScreen(PollingScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(Text(f"study {clean(self.study_name)}: reading…"), id="study-head")
-        yield Tabs(*(Tab(label, id=f"tab-{panel}") for panel, label in PANELS), active="tab-history", id="panel-tabs")
+        yield self.panel_tabs()
         with Grid(id="panels"):
             table: DataTable = DataTable(id="trials", classes="panel", cursor_type="row", zebra_stripes=True)
             table.border_title = "trials"
@@ -72,29 +71,11 @@ class StudyScreen(PollingScreen):
 
     def on_mount(self) -> None:
         self.sub_title = f"study {clean(self.study_name)}"
-        self.query_one("#history").add_class("shown")
         self.query_one("#trials", DataTable).focus()
-        self._fit(self.app.size.width, self.app.size.height)
 
-    def on_resize(self, event: events.Resize) -> None:
-        self._fit(event.size.width, event.size.height)
+    def on_resize(self, event: events.Resize) -> None:  # (the panel layout: TabbedPanels)
         if self.view is not None:
             self._draw_text(self.view)  # (the gauges and bars take the width they get)
-
-    def _fit(self, width: int, height: int) -> None:
-        self.set_class(width < NARROW_WIDTH or height < NARROW_HEIGHT, "narrow")
-
-    def action_show_panel(self, panel: str) -> None:
-        self.query_one("#panel-tabs", Tabs).active = f"tab-{panel}"
-
-    @on(Tabs.TabActivated, "#panel-tabs")
-    def _tab_chosen(self, event: Tabs.TabActivated) -> None:
-        panel = str(event.tab.id).removeprefix("tab-")
-        for name, _ in PANELS:
-            self.query_one(f"#{name}").set_class(name == panel, "shown")
-        target = self.query_one(f"#{panel}", Widget)
-        if target.can_focus:
-            target.focus()
 
     # ------------------------------------------------------------------ reading (thread)
 
