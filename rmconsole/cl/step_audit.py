@@ -200,8 +200,11 @@ class _Dispatch(TorchDispatchMode):
         name = _op_name(func)
         if audit.active:
             audit.dispatch_ops[name] += 1
-            if audit.in_graphable and name not in NO_KERNEL:
-                audit.graphable_ops += 1
+            if name not in NO_KERNEL:
+                if audit.in_graphable:
+                    audit.graphable_ops += 1
+                else:
+                    audit.outside_ops[name] += 1
         flat_in, _ = tree_flatten((args, kwargs))
         on_device = audit.tags.any(flat_in)
         if on_device and audit.inside_method == 0 and audit.active:
@@ -278,6 +281,7 @@ class StepAudit:
         self.active = True  # False: operators run (and tags propagate) but nothing is counted
         self.in_graphable = 0
         self.graphable_ops = 0  # kernel-launching operators inside `graphable()` regions
+        self.outside_ops: Counter[str] = Counter()  # the others, by operator
         self.capturable: Capturable | None = None
         self._modes: list[Any] = []
 
@@ -338,6 +342,7 @@ class StepAudit:
         self.where.clear()
         self.dispatch_ops.clear()
         self.graphable_ops = 0
+        self.outside_ops.clear()
         self.tags.prune()
 
     # ------------------------------------------------------------------ the modes

@@ -68,6 +68,8 @@ TASK_FREE_HOOKS: tuple[str, ...] = (
     "step_loss",
     "after_step",
     "graphable_step",
+    "capturable_step",
+    "step_key",
     "logits",
     "class_scores",
     "predict",
