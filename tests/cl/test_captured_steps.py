@@ -23,9 +23,10 @@ from rmconsole.cl.online import feed
 from rmconsole.cl.step_audit import Capturable, StepAudit
 
 CAPTURED = ["er_ace", "bic", "bic_star", "ewcpp", "scr", "pcr", "gsa"]
-# kernel-launching operators outside the graphed body, per update, on this stream (measured;
-# the whole update was outside before these methods were graphed: 1.6x-5x these)
-OUTSIDE = {"er_ace": 9, "bic": 9, "bic_star": 9, "ewcpp": 9, "scr": 9, "pcr": 9, "gsa": 9}
+# kernel-launching operators outside the graphed body, per update, on this stream (measured: the
+# batch's assembly, memory draws, CutMix's draw and the static inputs' copies; before these
+# methods were graphed the whole update was outside, over 3x these)
+OUTSIDE = {"er_ace": 13, "bic": 14, "bic_star": 13, "ewcpp": 13, "scr": 13, "pcr": 13, "gsa": 19}
 
 
 def _stream(m: Any, proto: Any, lo: int, hi: int) -> None:
@@ -43,15 +44,34 @@ def _second_task(m: Any, proto: Any) -> None:
     m.online_task_start(Task(1, proto.tasks[1], len(proto.tasks)))
 
 
-@pytest.mark.parametrize("name", CAPTURED)
-def test_a_captured_method_step_is_capturable(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every update of the method through its captured step's body (graphs.MethodStep, replayed
-    eagerly on CPU), each body under the checker of its graph (one per key)."""
+# the default suite checks one method (the CI budget: about 5 s), the slow tests every one
+FAST = {"ewcpp"}  # CutMix as data, a penalty after the boundary, the Fisher update in after_step
+METHODS = [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in CAPTURED]
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_a_captured_method_step_is_capturable_and_leaves_little_outside(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(1) The benchmark's "kernel ops outside" of the method's CPU updates on the digits stream,
+    pinned (the eager step runs inside `step_audit.graphable`: the body a GPU replays); (2) every
+    update through its captured step's body (graphs.MethodStep, replayed eagerly on CPU), each
+    body under the checker of its graph (one per key), across a task boundary."""
     extra = {"gsa_warmup_steps": 2} if name == "gsa" else {}  # both sides of the warm-up
     m, proto, _ = built(name, augment="cutmix", eval_period=1000, **extra)
     assert m.captured_step and not m.plain_step
     _stream(m, proto, 0, 16)
     _second_task(m, proto)
+    audit = StepAudit().mark_method(m)
+    before = m.online_steps
+    with audit:
+        _stream(m, proto, 16, 32)
+    updates = m.online_steps - before
+    outside = (sum(audit.kernel_ops().values()) - audit.graphable_ops) / updates
+    assert updates and audit.graphable_ops and not audit.syncs
+    assert outside <= OUTSIDE[name], (outside, audit.outside_ops.most_common(8))
+    assert 3 * outside <= audit.graphable_ops / updates + outside, "not a third of the update's kernels"
+
     graphs.graph_ready_optimizer(m.optimizer)  # the lr a device tensor, Adam capturable
     m.stepper.capture = True  # as on a CUDA run: the Stepper replays MethodSteps
     audit = StepAudit().mark_method(m)
@@ -66,28 +86,11 @@ def test_a_captured_method_step_is_capturable(name: str, monkeypatch: pytest.Mon
     monkeypatch.setattr(graphs.MethodStep, "_eager", checked)
     before = m.online_steps
     with audit:
-        _stream(m, proto, 16, 64)
+        _stream(m, proto, 32, 48)
     assert not audit.syncs, audit.where
     assert m.graphs and all(isinstance(g, graphs.MethodStep) for g in m.graphs.values())
     assert sum(r.entries for r in regions.values()) == m.online_steps - before > 0  # every update
     assert max(r.entries for r in regions.values()) >= 2, "no graph replayed twice"
-
-
-@pytest.mark.parametrize("name", CAPTURED)
-def test_a_captured_method_leaves_few_kernel_launches_outside_its_graph(name: str) -> None:
-    """The benchmark's "kernel ops outside" on the digits stream, pinned (the CPU step runs
-    eagerly inside `step_audit.graphable`, as the body a GPU replays)."""
-    m, proto, _ = built(name, augment="cutmix", eval_period=1000)
-    _stream(m, proto, 0, 16)
-    _second_task(m, proto)
-    audit = StepAudit().mark_method(m)
-    before = m.online_steps
-    with audit:
-        _stream(m, proto, 16, 48)
-    updates = m.online_steps - before
-    outside = (sum(audit.kernel_ops().values()) - audit.graphable_ops) / updates
-    assert updates and audit.graphable_ops
-    assert outside <= OUTSIDE[name], (outside, audit.outside_ops.most_common(8))
 
 
 @pytest.mark.parametrize("name", CAPTURED)
