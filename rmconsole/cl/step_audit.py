@@ -363,7 +363,8 @@ class StepAudit:
 
 class Capturable:
     """`with Capturable(audit):` inside `with audit:` marks a region that must replay as a CUDA
-    graph: no sync, no host<->device copy, and each operator with the same shapes as at the
+    graph: no sync, no host<->device copy, no tensor made from a host list (`torch.tensor`: a
+graph replays the values of its capture), and each operator with the same shapes as at the
     same position in the previous entry of the region (the first entry records them).
     `ops`: kernel-launching operators issued inside it so far."""
 
@@ -392,6 +393,10 @@ class Capturable:
     def check_op(self, name: str, flat_in: list[Any], out: Any, on_device: bool) -> None:
         if name not in NO_KERNEL:
             self.ops += 1
+        if name == "lift_fresh" and any(isinstance(t, Tensor) and t.dim() > 0 for t in flat_in):
+            # torch.tensor(host list): a graph would replay its capture's values (0-dim literals, as
+            # `mask[i] = True` makes, are constants: allowed)
+            raise NotCapturable("a tensor made from host values inside the capturable region (torch.tensor)")
         tensors = [t for t in flat_in if isinstance(t, Tensor)]
         if on_device and name in ("_to_copy", "copy_") and not all(self.audit.tags.has(t) for t in tensors):
             raise NotCapturable(f"a copy between host and device memory inside the capturable region ({name})")

@@ -20,7 +20,7 @@ from support.online_helpers import built, tiny_data
 from rmconsole.cl import graphs
 from rmconsole.cl.learner import Task
 from rmconsole.cl.online import feed
-from rmconsole.cl.step_audit import Capturable, StepAudit
+from rmconsole.cl.step_audit import Capturable, NotCapturable, StepAudit
 
 CAPTURED = ["er_ace", "bic", "bic_star", "ewcpp", "scr", "pcr", "gsa"]
 # kernel-launching operators outside the graphed body, per update, on this stream (measured: the
@@ -125,3 +125,18 @@ def test_graphed_method_steps_give_the_eager_weights(name: str) -> None:
         weights.append([p.detach().float().cpu() for p in m.model.parameters()])
     for a, b in zip(*weights):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_capturable_region_refuses_a_tensor_made_from_host_values() -> None:
+    """A mask built on the host inside the step (`torch.tensor(list)`) would be frozen at capture:
+    refused; a literal written by indexing (`mask[i] = True`, a 0-dim constant) is not."""
+    seen = torch.zeros(4, dtype=torch.bool)
+    labels = torch.tensor([1, 2])
+    audit = StepAudit().mark(seen, labels)
+    with audit:
+        with Capturable(audit):
+            present = torch.zeros(4, dtype=torch.bool)
+            present[labels] = True
+            seen.logical_or_(present)
+        with pytest.raises(NotCapturable, match="host values"), Capturable(audit):
+            seen.logical_or_(torch.tensor([True, False, False, True]))
