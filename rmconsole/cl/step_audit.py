@@ -364,7 +364,7 @@ class StepAudit:
 class Capturable:
     """`with Capturable(audit):` inside `with audit:` marks a region that must replay as a CUDA
     graph: no sync, no host<->device copy, no tensor made from a host list (`torch.tensor`: a
-graph replays the values of its capture), and each operator with the same shapes as at the
+    graph replays the values of its capture), and each operator with the same shapes as at the
     same position in the previous entry of the region (the first entry records them).
     `ops`: kernel-launching operators issued inside it so far."""
 

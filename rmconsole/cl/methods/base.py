@@ -86,8 +86,8 @@ from torch import Tensor
 from .. import distributed, inference, train
 from .. import memory as M
 from ..accel import Accel
-from ..events import Reporter
 from ..augment import CutMixDraw, apply_cutmix
+from ..events import Reporter
 from ..graphs import GraphedStep, MethodStep, graph_ready_optimizer, portable_optimizer_state
 from ..learner import Setup, Task
 from ..models import Backbone, build_model
