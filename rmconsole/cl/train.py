@@ -403,6 +403,10 @@ def method_step(method: Learner, batch: int, key: tuple[object, ...]) -> MethodS
         mine = [k for k, g in method.graphs.items() if isinstance(g, MethodStep)]
         for k in mine[: max(0, len(mine) + 1 - METHOD_GRAPHS)]:
             del method.graphs[k]
+        assert method.optimizer is not None
+        # every group's lr a device tensor: a method may add a group after make_optimizer (SCR's
+        # projection head), whose float lr a graph would keep at its capture's value
+        graphs.graph_ready_optimizer(method.optimizer)
         cached = method.graphs[batch, 1, *key] = MethodStep(method, batch, key)
     return cached
 
