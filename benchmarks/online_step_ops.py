@@ -139,6 +139,8 @@ def measure(
         "syncs": audit.n_syncs / audited,
         "where": audit.where.most_common(3),
         "common": [(n, c) for n, c in kernels.most_common(5) if n not in NO_KERNEL],
+        # kernel-launching operators outside the graphed step, per update (an older checkout: none)
+        "outside": [(n, round(c / audited, 2)) for n, c in getattr(audit, "outside_ops", Counter()).most_common(12)],
         **shape,
     }
 
@@ -194,6 +196,7 @@ def _row(r: dict) -> str:
         f"{r['method']} | {r['updates']:g} | {r['top_ops']:.0f} | {r['dispatch_ops']:.0f} | {r['kernels_outside']:.0f} "
         f"| {r['syncs']:.2f} | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | {common}"
         + (f"; syncs: {where}" if where else "")
+        + (f"; outside: {', '.join(f'{n} {c:g}' for n, c in r['outside'])}" if r.get("outside") else "")
         + shape
     )
 

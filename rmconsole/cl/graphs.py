@@ -17,8 +17,12 @@ with the same fill), so a graphed run and an eager one give the same numbers up 
 choice of GPU kernels. Only steps that are plain cross-entropy + SGD or Adam (capturable, its
 state and lr on the device) are graphed, under both protocols (a task-free run's updates too:
 a new class's head row is re-initialised in place, the lr is a device tensor the schedule
-fills): methods with their own loss or per-step hooks (EWC, Rwalk, iCaRL, BiC, EWC++, ER-ACE,
-SCR) and multi-process runs stay eager.
+fills). A method whose own step is declared capturable (`Method.capturable_step`: ER-ACE, SCR,
+PCR, GSA...) is replayed the same way by `MethodStep`: its `step_loss` on the static batch,
+backward, the optimiser, its `after_step`; its host decisions are made before the replay
+(`step_key`) and reach the graph as device tensors the method updates in place. Methods with
+gradient hooks or host decisions inside their step (EWC, Rwalk, iCaRL, ...) and multi-process
+runs stay eager.
 """
 
 from __future__ import annotations
@@ -171,6 +175,59 @@ class GraphedStep:
         with torch.cuda.graph(graph):
             self._step()
         return graph
+
+
+class MethodStep(GraphedStep):
+    """A method's own capturable step (`Method.capturable_step`) for batches of one shape and one
+    `step_key`, as a CUDA graph: `method.step_loss` on the static batch, backward, the optimiser
+    step, `method.after_step`, the loss added to `loss_sum`. No CutMix draw enters (a capturable
+    step draws none); the method's per-step host decisions are in its device tensors, written by
+    its `step_key` before `__call__`."""
+
+    def __init__(self, method: Any, batch: int, key: tuple[Any, ...], **kwargs: Any) -> None:
+        accel = method.accel
+        super().__init__(
+            method.model,
+            method.optimizer,
+            method.seen,
+            batch,
+            method.setup.data.image_shape,
+            accel.channels_last,
+            lambda: accel.autocast(graph_safe=True),
+            method.report.log,
+            **kwargs,
+        )
+        self.method, self.key = method, key
+
+    def mix(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The loaded CutMix draw on the static batch `x`: (x mixed, y_a, y_b, w_a, w_b)."""
+        y1, y2, x1, x2 = self.box[0]
+        inside = (self.rows >= y1) & (self.rows < y2) & (self.cols >= x1) & (self.cols < x2)
+        w = self.weights[0]
+        return torch.where(inside, x[self.perm], x), self.y_a, self.y_b, w[0], w[1]
+
+    def _step(self) -> None:
+        method = self.method
+        method.mix_graph = self
+        try:
+            with self.autocast():
+                loss = method.step_loss(self.x, self.y_a)
+        finally:
+            method.mix_graph = None
+        loss.backward()
+        self.optimizer.step()
+        method.after_step()
+        self.loss_sum.add_(loss.detach().float() * self.batch)
+
+    def load(self, x: Tensor, y: Tensor, draw: CutMixDraw | Sequence[CutMixDraw | None] | None = None) -> None:
+        """The batch, and the CutMix the method's `step_key` drew when its step uses one."""
+        method = self.method
+        if method.mix_pending and method.setup.augmenter.uses_cutmix:
+            method.mix_pending = False
+            super().load(x, y, method.mix_draw)
+            return
+        self.x.copy_(x)
+        self.y_a.copy_(y)
 
 
 class CompiledStep(GraphedStep):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -71,6 +71,9 @@ class Learner(Protocol):
     def uses_graphs(self) -> bool: ...
 
     @property
+    def captured_step(self) -> bool: ...
+
+    @property
     def report(self) -> Reporter: ...
 
     @property
@@ -81,6 +84,8 @@ class Learner(Protocol):
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor: ...
 
     def after_step(self) -> None: ...
+
+    def step_key(self, x: Tensor, y: Tensor) -> tuple[Any, ...]: ...
 
     def logits(self, x: Tensor) -> Tensor: ...
 

@@ -200,8 +200,11 @@ class _Dispatch(TorchDispatchMode):
         name = _op_name(func)
         if audit.active:
             audit.dispatch_ops[name] += 1
-            if audit.in_graphable and name not in NO_KERNEL:
-                audit.graphable_ops += 1
+            if name not in NO_KERNEL:
+                if audit.in_graphable:
+                    audit.graphable_ops += 1
+                else:
+                    audit.outside_ops[name] += 1
         flat_in, _ = tree_flatten((args, kwargs))
         on_device = audit.tags.any(flat_in)
         if on_device and audit.inside_method == 0 and audit.active:
@@ -278,6 +281,7 @@ class StepAudit:
         self.active = True  # False: operators run (and tags propagate) but nothing is counted
         self.in_graphable = 0
         self.graphable_ops = 0  # kernel-launching operators inside `graphable()` regions
+        self.outside_ops: Counter[str] = Counter()  # the others, by operator
         self.capturable: Capturable | None = None
         self._modes: list[Any] = []
 
@@ -338,6 +342,7 @@ class StepAudit:
         self.where.clear()
         self.dispatch_ops.clear()
         self.graphable_ops = 0
+        self.outside_ops.clear()
         self.tags.prune()
 
     # ------------------------------------------------------------------ the modes
@@ -358,7 +363,8 @@ class StepAudit:
 
 class Capturable:
     """`with Capturable(audit):` inside `with audit:` marks a region that must replay as a CUDA
-    graph: no sync, no host<->device copy, and each operator with the same shapes as at the
+    graph: no sync, no host<->device copy, no tensor made from a host list (`torch.tensor`: a
+    graph replays the values of its capture), and each operator with the same shapes as at the
     same position in the previous entry of the region (the first entry records them).
     `ops`: kernel-launching operators issued inside it so far."""
 
@@ -387,6 +393,10 @@ class Capturable:
     def check_op(self, name: str, flat_in: list[Any], out: Any, on_device: bool) -> None:
         if name not in NO_KERNEL:
             self.ops += 1
+        if name == "lift_fresh" and any(isinstance(t, Tensor) and t.dim() > 0 for t in flat_in):
+            # torch.tensor(host list): a graph would replay its capture's values (0-dim literals, as
+            # `mask[i] = True` makes, are constants: allowed)
+            raise NotCapturable("a tensor made from host values inside the capturable region (torch.tensor)")
         tensors = [t for t in flat_in if isinstance(t, Tensor)]
         if on_device and name in ("_to_copy", "copy_") and not all(self.audit.tags.has(t) for t in tensors):
             raise NotCapturable(f"a copy between host and device memory inside the capturable region ({name})")

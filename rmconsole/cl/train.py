@@ -38,7 +38,7 @@ from .augment import Augmenter, TrainDraw
 from .compute import ledger_of
 from .distributed import Dist
 from .events import EpochStats
-from .graphs import CompiledStep, GraphedStep, launch_bound, set_lr
+from .graphs import CompiledStep, GraphedStep, MethodStep, launch_bound, set_lr
 from .learner import Learner, Task
 from .mlp_step import MLPStep
 from .pipeline import iter_batches
@@ -231,7 +231,9 @@ class Stepper:
 
     def __init__(self, method: Learner) -> None:
         self.method = method
-        self.graphs = method.uses_graphs
+        self.graphs = method.uses_graphs and method.plain_step
+        self.captured = method.captured_step and method.dist is None  # its own step, capturable
+        self.capture = method.uses_graphs and self.captured
         self.compiled = method.accel.compile_step and method.plain_step and method.dist is None
         self.plain = method.plain_step and method.dist is None
         self.manual = (
@@ -264,6 +266,15 @@ class Stepper:
             draws = [method.setup.augmenter.draw_mix(b, x.shape[-2], x.shape[-1]) for _ in range(steps)]
             graphed_step(method, b, steps)(x, y, draws)
             return None
+        if not self.plain:  # a method's own step: its host side first (`step_key`), outside any graph
+            key = method.step_key(x, y)
+            if self.capture and len(x) > 1 and (method.cfg.cuda_graphs is True or launch_bound(len(x), x.shape[1:])):
+                method_step(method, len(x), key)(x, y, None)
+                return None
+            if self.captured:  # what the CUDA graph replays on a GPU (counted apart by an active step_audit)
+                with graphable():
+                    return self._eager(x, y, weight)
+            return self._eager(x, y, weight)
         # a CUDA graph replay, or (compile = "step") the same body compiled
         if self.graphed(len(x), x.shape[1:]) or (self.compiled and len(x) > 1):
             graphed_step(method, len(x))(x, y, method.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1]))
@@ -373,6 +384,30 @@ def graphed_step(method: Learner, batch: int, steps: int = 1) -> GraphedStep:
             method.report.log,
             steps,
         )
+    return cached
+
+
+# a capturable method's graphs kept at once (each step_key its own graph: ER-ACE's stream count
+# while the memory fills, a new teacher...): the oldest is dropped beyond this
+METHOD_GRAPHS = 4
+
+
+def method_step(method: Learner, batch: int, key: tuple[object, ...]) -> MethodStep:
+    """The method's captured own step (`capturable_step`) for this batch size and `step_key`,
+    made anew when the model, the optimiser or the seen-classes mask has been replaced."""
+    cached = method.graphs.get((batch, 1, *key))
+    current = (method.model, method.optimizer, method.seen)
+    if not isinstance(cached, MethodStep) or any(
+        a is not b for a, b in zip((cached.model, cached.optimizer, cached.seen), current)
+    ):
+        mine = [k for k, g in method.graphs.items() if isinstance(g, MethodStep)]
+        for k in mine[: max(0, len(mine) + 1 - METHOD_GRAPHS)]:
+            del method.graphs[k]
+        assert method.optimizer is not None
+        # every group's lr a device tensor: a method may add a group after make_optimizer (SCR's
+        # projection head), whose float lr a graph would keep at its capture's value
+        graphs.graph_ready_optimizer(method.optimizer)
+        cached = method.graphs[batch, 1, *key] = MethodStep(method, batch, key)
     return cached
 
 

@@ -171,6 +171,7 @@ def test_gsa_step_accumulates_the_gradient_statistics_and_weights_after_the_warm
             l_p = nnf.cross_entropy(logits[:3, 2:4], y[:3] - 2)
         return float(2 * -(weight[y[3:]] * log_p).mean() + l_p)
 
+    m.step_key(x, y)  # the step's host side (train.Stepper calls it before each step)
     first = m.step_loss(x, y)  # warm-up: weight 1
     assert float(first.detach()) == pytest.approx(expected(torch.ones(m.n_classes)), rel=1e-4)
     with torch.no_grad():
@@ -179,6 +180,7 @@ def test_gsa_step_accumulates_the_gradient_statistics_and_weights_after_the_warm
     assert torch.allclose(m.count, onehot.sum(0))
     assert torch.allclose(m.positive, (p * onehot).sum(0), atol=1e-6)
     assert torch.allclose(m.negative, (p * (1 - onehot)).sum(0), atol=1e-6)
+    m.step_key(x, y)
     second = m.step_loss(x, y)  # past the warm-up: the ratio's weights over both steps' sums
     ant = (2 * onehot.sum(0) - 2 * (p * onehot).sum(0)) / (2 * (p * (1 - onehot)).sum(0)).clamp_min(1e-12)
     weight = 2 / (1 + torch.exp(1 - ant))
@@ -187,6 +189,7 @@ def test_gsa_step_accumulates_the_gradient_statistics_and_weights_after_the_warm
     m.stream_count = 7
     with torch.no_grad():
         alone = nnf.cross_entropy(m.model(x)[[0, 1, 2, 5]][:, 2:4], y[[0, 1, 2, 5]] - 2)
+    m.step_key(x, y)
     assert float(m.step_loss(x, y).detach()) == pytest.approx(float(alone), rel=1e-4)  # A alone: L_p only
     assert float(m.count.sum()) == 8.0
 

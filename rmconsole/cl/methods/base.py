@@ -39,6 +39,18 @@ Hooks a method may override (called by)                          default
                                                                    gradient hooks) sets False;
                                                                    overriding step_loss or after_step
                                                                    also keeps the step eager
+    capturable_step         (class variable) train.Stepper         False: True declares the method's own
+                                                                   step (step_loss, after_step) capturable
+                                                                   as a CUDA graph: it reads the batch and
+                                                                   device tensors the method updates in
+                                                                   place, makes no host sync, changes no
+                                                                   host state, and runs the same operators
+                                                                   on the same shapes for one step_key
+    step_key(x, y)          train.Stepper, before each step of a   (): the host side of a capturable step,
+                            method's own step_loss                 run outside the graph: host decisions
+                                                                   written into the method's device tensors,
+                                                                   and the host values its shapes depend on
+                                                                   (a new key: a graph of its own)
     update_memory(task)     learn_task                             refill by the run's memory policy
     after_task(task)        loop, after learn_task, before eval    nothing
     logits(x)               uncertainty scoring, class_scores      model(x), unseen classes masked
@@ -74,8 +86,9 @@ from torch import Tensor
 from .. import distributed, inference, train
 from .. import memory as M
 from ..accel import Accel
+from ..augment import CutMixDraw, apply_cutmix
 from ..events import Reporter
-from ..graphs import GraphedStep, graph_ready_optimizer, portable_optimizer_state
+from ..graphs import GraphedStep, MethodStep, graph_ready_optimizer, portable_optimizer_state
 from ..learner import Setup, Task
 from ..models import Backbone, build_model
 from ..settings import MethodParams
@@ -96,6 +109,8 @@ TASK_HOOKS: tuple[str, ...] = (
     "step_loss",
     "after_step",
     "graphable_step",
+    "capturable_step",
+    "step_key",
     "update_memory",
     "after_task",
     "logits",
@@ -118,6 +133,7 @@ class Method(Generic[P]):
     default_memory_policy: ClassVar[str] = "random"
     single_task: ClassVar[bool] = False
     graphable_step: ClassVar[bool] = True
+    capturable_step: ClassVar[bool] = False  # its own step is capturable (see the table above)
     # host syncs its step needs by its published algorithm (step_audit.DeclaredSync; docs/performance.md)
     declared_syncs: ClassVar[tuple[Any, ...]] = ()
     params_type: ClassVar[type[MethodParams]] = MethodParams  # P of Method[P] (set by __init_subclass__)
@@ -154,7 +170,11 @@ class Method(Generic[P]):
         self._scored = 0
         self.epoch_eval: Callable[[], float] | None = None  # set by the loop when best-epoch is recorded
         self.best_epoch_accuracy: float | None = None
-        self.graphs: dict[tuple[int, int], GraphedStep] = {}  # graphed steps by (batch, steps per replay)
+        # graphed steps by (batch, steps per replay), a capturable step's by (batch, 1, step_key)
+        self.graphs: dict[tuple[Any, ...], GraphedStep] = {}
+        self.mix_draw: CutMixDraw | None = None  # this step's CutMix, drawn by `draw_step_mix`
+        self.mix_pending = False  # drawn and not yet applied
+        self.mix_graph: MethodStep | None = None  # set while a captured step records its body
 
     # ------------------------------------------------------------------ building blocks
 
@@ -185,14 +205,20 @@ class Method(Generic[P]):
         )
 
     @property
+    def captured_step(self) -> bool:
+        """The method's own step is replayed as a CUDA graph where the default one would be
+        (`capturable_step`; graphs.MethodStep); on CPU it is counted as the graph's body."""
+        return self.capturable_step and self.graphable_step and not self.plain_step
+
+    @property
     def uses_graphs(self) -> bool:
         """Training steps replayed as CUDA graphs (graphs.py): single-process CUDA runs of methods
-        whose step is the default one, unless the run's `cuda_graphs` is false or its `compile` is
-        "step" (the step compiled instead: graphs.CompiledStep)."""
+        whose step is the default one or declared capturable, unless the run's `cuda_graphs` is
+        false or its `compile` is "step" (the default step compiled instead: graphs.CompiledStep)."""
         return (
             bool(self.cfg.cuda_graphs)
             and self.cfg.compile != "step"
-            and self.plain_step
+            and (self.plain_step or self.captured_step)
             and self.device.type == "cuda"
             and self.dist is None
         )
@@ -296,6 +322,32 @@ class Method(Generic[P]):
 
     def after_step(self) -> None:
         """Called after every optimiser step (Rwalk accumulates its path integral here)."""
+
+    def step_key(self, x: Tensor, y: Tensor) -> tuple[Any, ...]:
+        """A capturable step's host side (`capturable_step`), run before it, outside the graph:
+        nothing by default."""
+        return ()
+
+    def draw_step_mix(self, x: Tensor) -> None:
+        """A capturable step's CutMix draw, made in its `step_key` (the host side): the step's
+        `step_cutmix` applies it."""
+        self.mix_draw = self.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1])
+        self.mix_pending = True
+
+    def step_cutmix(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor, Any, Any] | None:
+        """This step's CutMix as (x, y_a, y_b, w_a, w_b) for w_a CE(y_a) + w_b CE(y_b), or None
+        (train on x, y as they are). Eager: the draw `draw_step_mix` made (drawn now when none
+        is pending), applied as `Augmenter.maybe_cutmix` does (w_b = 1 - w_a, floats). Inside a
+        captured step (graphs.MethodStep): the graph's box-mask form of whatever draw the replay
+        loads (its static inputs; weights (1, 0) for none: the same numbers)."""
+        if self.mix_graph is not None:
+            return self.mix_graph.mix(x) if self.setup.augmenter.uses_cutmix else None
+        draw = self.mix_draw if self.mix_pending else self.setup.augmenter.draw_mix(len(x), x.shape[-2], x.shape[-1])
+        self.mix_pending = False
+        if draw is None:
+            return None
+        x, y_a, y_b, lam = apply_cutmix(x, y, draw)
+        return x, y_a, y_b, lam, 1 - lam
 
     # ------------------------------------------------------------------ the schedule
 

@@ -63,6 +63,10 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
     kept_state: tuple[str, ...] = ("previous", "alpha", "beta")  # old model and its correction (memory bytes)
     default_memory_policy = "prototype"
     distill: bool = True
+    # captured as a CUDA graph (graphs.MethodStep), under both protocols: CutMix drawn and the old
+    # classes' indices read before the step (`step_key`); the bias layers, the previous model and
+    # the teacher (snapshotted in place) are the graph's key, with the host's branch decisions
+    capturable_step = True
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)
@@ -125,18 +129,28 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
 
     # ------------------------------------------------------------------ stage 1
 
+    def step_key(self, x: Tensor, y: Tensor) -> tuple[Any, ...]:
+        self.draw_step_mix(x)
+        if self.task_free:
+            if not self.distill or self.task_index == 0 or self.teacher is None or self.teacher_classes == 0:
+                return (False,)
+            return (True, self.teacher, self.teacher_classes, *self.teacher_layer())
+        if not self.distill or self.previous is None:
+            return (self.alpha, self.beta)
+        return (self.alpha, self.beta, *self.previous, self.old_index())
+
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         if self.task_free:
             return self.anytime_step_loss(x, y)
-        mixed = self.setup.augmenter.maybe_cutmix(x, y)
+        mixed = self.step_cutmix(x, y)
         if mixed is not None:
-            x, y_a, y_b, lam_mix = mixed
+            x, y_a, y_b, lam_mix, lam_rest = mixed
         logits = self.correct(self.model(x), self.alpha, self.beta)
         masked = self.mask_unseen(logits)
         if mixed is None:
             classification = nnf.cross_entropy(masked, y)
         else:
-            classification = lam_mix * nnf.cross_entropy(masked, y_a) + (1 - lam_mix) * nnf.cross_entropy(masked, y_b)
+            classification = lam_mix * nnf.cross_entropy(masked, y_a) + lam_rest * nnf.cross_entropy(masked, y_b)
         if not self.distill or self.previous is None:
             return classification
         old_model, old_alpha, old_beta = self.previous
@@ -159,15 +173,15 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
     def anytime_step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         """Task-free: CE (CutMix) on the uncorrected logits, plus (from the second task) the
         distillation against the latest snapshot, unweighted, as the follow-up's bic.py."""
-        mixed = self.setup.augmenter.maybe_cutmix(x, y)
+        mixed = self.step_cutmix(x, y)
         if mixed is not None:
-            x, y_a, y_b, lam_mix = mixed
+            x, y_a, y_b, lam_mix, lam_rest = mixed
         logits = self.model(x)
         masked = self.mask_unseen(logits)
         if mixed is None:
             loss = nnf.cross_entropy(masked, y)
         else:
-            loss = lam_mix * nnf.cross_entropy(masked, y_a) + (1 - lam_mix) * nnf.cross_entropy(masked, y_b)
+            loss = lam_mix * nnf.cross_entropy(masked, y_a) + lam_rest * nnf.cross_entropy(masked, y_b)
         if not self.distill or self.task_index == 0 or self.teacher is None or self.teacher_classes == 0:
             return loss
         n_old = self.teacher_classes
@@ -324,7 +338,10 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
         )
 
     def snapshot(self) -> None:
-        self.teacher = frozen_copy(self.model)
+        if self.teacher is None:
+            self.teacher = frozen_copy(self.model)
+        else:  # in place: the same numbers as a fresh copy, and a captured step keeps its tensors
+            self.teacher.load_state_dict(self.model.state_dict())
         self.teacher_classes = self.n_seen
 
     def teacher_layer(self) -> tuple[Tensor, Tensor]:

@@ -35,7 +35,13 @@ def asymmetric_cross_entropy(logits: Tensor, y: Tensor, n_stream: int, seen: Ten
 class ERACE(TaskFree, Method):
     name = "er_ace"
     default_memory_policy = "reservoir"
-    graphable_step = False
+    # captured as a CUDA graph (graphs.MethodStep): the classes present among the stream rows are
+    # a mask made on the device from the batch's labels, the seen mask is updated in place, and
+    # the stream count (which rows are stream) is the graph's key
+    capturable_step = True
+
+    def step_key(self, x: Tensor, y: Tensor) -> tuple[int]:
+        return (self.stream_count if self.stream_count is not None else len(y),)
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         n_stream = self.stream_count if self.stream_count is not None else len(y)

@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any, cast
 
 import torch
+import torch.nn.functional as nnf
 from torch import Tensor
 
 from .base import Method, Task
@@ -26,7 +27,11 @@ from .taskfree import TaskFree
 class EWCpp(TaskFree, Method[EWCppParams]):
     name = "ewcpp"
     default_memory_policy = "reservoir"
-    graphable_step = False
+    # captured as a CUDA graph (graphs.MethodStep): CutMix drawn on the host before the step
+    # (`step_key`), the Fisher update in `after_step` decided on the device, the snapshot (theta*,
+    # F*) kept in tensors updated in place; whether there is one yet and whether every Fisher
+    # had its first update are the graph's key
+    capturable_step = True
     kept_state: tuple[str, ...] = ("fisher", "anchor", "importance")  # (memory bytes)
 
     def online_start(self) -> None:
@@ -48,8 +53,18 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         )
         return self.params.ewcpp_weight * total
 
+    def step_key(self, x: Tensor, y: Tensor) -> tuple[bool, int]:
+        self.draw_step_mix(x)  # the default loss's CutMix, drawn here (the host side)
+        return self.anchor is not None, len(self.updated)
+
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
-        loss = super().step_loss(x, y)
+        mixed = self.step_cutmix(x, y)
+        if mixed is None:
+            loss = nnf.cross_entropy(self.mask_unseen(self.model(x)), y)
+        else:
+            x, y_a, y_b, w_a, w_b = mixed
+            logits = self.mask_unseen(self.model(x))
+            loss = w_a * nnf.cross_entropy(logits, y_a) + w_b * nnf.cross_entropy(logits, y_b)
         return loss + self.penalty() if self.anchor is not None else loss
 
     @cached_property
@@ -93,8 +108,13 @@ class EWCpp(TaskFree, Method[EWCppParams]):
             started.logical_or_(finite)
 
     def online_task_end(self, task: Task) -> None:
-        self.anchor = [p.detach().clone() for p in self.penalised]
-        self.importance = [f.clone() for f in self.fisher]
+        if self.anchor is None or self.importance is None:
+            self.anchor = [p.detach().clone() for p in self.penalised]
+            self.importance = [f.clone() for f in self.fisher]
+        else:  # in place: a captured step reads these tensors
+            for a, p, imp, f in zip(self.anchor, self.penalised, self.importance, self.fisher):
+                a.copy_(p.detach())
+                imp.copy_(f)
         mean = float(sum(f.sum() for f in self.fisher) / sum(f.numel() for f in self.fisher))
         self.report.log(
             f"task {task.index + 1}: EWC++ snapshot (theta*, F), mean F {mean:.3g}; penalty weight "

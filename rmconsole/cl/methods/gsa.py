@@ -74,7 +74,10 @@ def weighted_replay_loss(logits: Tensor, y: Tensor, class_weight: Tensor) -> Ten
 class GSA(TaskFree, Method[GSAParams]):
     name = "gsa"
     default_memory_policy = "reservoir"
-    graphable_step = False
+    # captured as a CUDA graph (graphs.MethodStep): the statistics and the new-class mask are
+    # updated in place on the device; part A's size and the warm-up are host decisions made in
+    # `step_key`, the graph's key
+    capturable_step = True
 
     def __init__(self, setup: Any) -> None:
         super().__init__(setup)
@@ -87,12 +90,13 @@ class GSA(TaskFree, Method[GSAParams]):
         self.slot_task: list[int] = []  # the task each memory slot's sample arrived in
         self.task_index = 0
         self.task_steps = 0  # steps since the task began (the warm-up)
+        self.warm = True  # this step is in the task's warm-up (step_key)
 
     def online_task_start(self, task: Task) -> None:
         self.task_index = task.index
         self.task_steps = 0
         self.new_host = set()
-        self.new = torch.zeros_like(self.new)
+        self.new.zero_()  # in place: a captured step reads this tensor
 
     def online_new_class(self, label: int) -> None:
         super().online_new_class(label)
@@ -130,12 +134,18 @@ class GSA(TaskFree, Method[GSAParams]):
             counts.append(len(part_a))
         self.train_batches(batches, counts)
 
+    def step_key(self, x: Tensor, y: Tensor) -> tuple[int, bool]:
+        """The step's host side: part A's size and whether the task's warm-up is on (counted here)."""
+        n_a = self.stream_count if self.stream_count is not None else len(y)
+        self.warm = self.task_steps < self.params.gsa_warmup_steps
+        self.task_steps += 1
+        return n_a, self.warm
+
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         n_a = self.stream_count if self.stream_count is not None else len(y)
         logits = self.model(x)
         loss = new_class_loss(logits[:n_a], y[:n_a], self.new)
-        warm = self.task_steps < self.params.gsa_warmup_steps
-        self.task_steps += 1
+        warm = self.warm
         if n_a == len(y):
             return loss
         mixed, y_b = self.mask_unseen(logits[n_a:]), y[n_a:]

@@ -62,7 +62,7 @@ def cosine_scores(features: Tensor, proxies: Tensor, temperature: float) -> Tens
 class PCR(TaskFree, Method[PCRParams]):
     name = "pcr"
     default_memory_policy = "reservoir"
-    graphable_step = False
+    capturable_step = True  # the proxy loss: fixed shapes, no host decision (graphs.MethodStep)
 
     def online_train(self, stream: Tensor, iterations: int) -> None:
         n_memory = self.cfg.batch_size - len(stream)

@@ -51,7 +51,7 @@ def supervised_contrastive_loss(z: Tensor, y: Tensor, temperature: float) -> Ten
 class SCR(TaskFree, Method[SCRParams]):
     name = "scr"
     default_memory_policy = "reservoir"
-    graphable_step = False
+    capturable_step = True  # projection, contrastive loss: fixed shapes, no host decision (graphs.MethodStep)
     kept_state: tuple[str, ...] = ("projection", "_means")  # projection head, class means (memory bytes)
 
     def __init__(self, setup: Any) -> None:

@@ -68,6 +68,8 @@ TASK_FREE_HOOKS: tuple[str, ...] = (
     "step_loss",
     "after_step",
     "graphable_step",
+    "capturable_step",
+    "step_key",
     "logits",
     "class_scores",
     "predict",
@@ -295,6 +297,7 @@ class TaskFree(_MethodBase):
             fc.weight[label].uniform_(-bound, bound)
             fc.bias.uniform_(-bound, bound)
         state = self.optimizer.state if self.optimizer is not None else {}
+        restart: dict[torch.device, list[Tensor]] = {}  # zeroed in one call per device (one launch)
         for p in (fc.weight, fc.bias):
             if p not in state:
                 continue
@@ -309,7 +312,9 @@ class TaskFree(_MethodBase):
                 # state, whose first step makes zeros) so a captured step keeps its tensors
                 for value in state[p].values():
                     if isinstance(value, Tensor):
-                        value.zero_()
+                        restart.setdefault(value.device, []).append(value)
+        for tensors in restart.values():
+            torch._foreach_zero_(tensors)
 
     def memory_report(self, task: Task, info: dict[str, Any] | None = None) -> None:
         """The memory as it is now, as a memory-panel snapshot."""
