@@ -3,6 +3,8 @@ the before/after check of a refactor (run it on two checkouts, same machine, the
 
     python tools/method_parity.py OUT.json            # this checkout (PYTHONPATH or installed)
     python tools/method_parity.py --compare A.json B.json
+    python tools/method_parity.py OUT.json --seeds 1,2,3 --methods task-free:clib,task:rm
+                                                      # keys KIND:METHOD@seedS, those methods only
 
 Task-based methods run the digits preset with epochs=8; task-free ones an i-Blurry-50-10 digits
 stream (the MNIST i-Blurry preset's settings on digits, K=200). One thread each, a store of its own.
@@ -10,8 +12,10 @@ stream (the MNIST i-Blurry preset's settings on digits, K=200). One thread each,
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,6 +73,17 @@ def run(home: str, args: list[str]) -> dict:
     }
 
 
+def _spread(side: dict, key: str) -> str:
+    """A_last (task-free) or the last task's accuracy (task-based) over a key's seeds: mean ± std (n)."""
+    runs = [v for k, v in side.items() if k.split("@")[0] == key and "error" not in v]
+    finals = [r["metrics"]["A_last"] if key.startswith("task-free:") else r["tasks"][-1] for r in runs]
+    if not finals:
+        return "no runs"
+    return (
+        f"{statistics.mean(finals):.2f} ± {statistics.stdev(finals) if len(finals) > 1 else 0.0:.2f} (n={len(finals)})"
+    )
+
+
 def main() -> None:
     if sys.argv[1] == "--compare":
         a, b = (json.loads(Path(p).read_text()) for p in sys.argv[2:4])
@@ -78,18 +93,40 @@ def main() -> None:
             same += ok
             print(f"{'same' if ok else 'DIFFERS':8} {key}" + ("" if ok else f"\n   {a.get(key)}\n   {b.get(key)}"))
         print(f"{same} of {len(set(a) | set(b))} identical")
+        seeded = sorted({k.split("@")[0] for k in set(a) | set(b) if "@seed" in k})
+        for key in seeded:  # --seeds runs: the final accuracy's mean and std over seeds, per side
+            print(f"{key}: " + "  vs  ".join(_spread(side, key) for side in (a, b)))
         sys.exit(0 if same == len(set(a) | set(b)) else 1)
+    ap = argparse.ArgumentParser(description="every method's digits run, per-task accuracies as JSON")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--seeds", default=None, help="comma-separated seeds: one run each, keys KIND:METHOD@seedS")
+    ap.add_argument("--methods", default=None, help="comma-separated KIND:METHOD keys (default: all)")
+    args = ap.parse_args()
+    keys = [f"task:{m}" for m in TASK] + [f"task-free:{m}" for m in TASK_FREE]
+    if args.methods:
+        wanted = args.methods.split(",")
+        unknown = [k for k in wanted if k not in keys]
+        if unknown:
+            sys.exit(f"method_parity: unknown --methods {','.join(unknown)} (allowed: {','.join(keys)})")
+        keys = wanted
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [None]
     out: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as home:
         preset = Path(home) / "digits-iblurry.toml"
         preset.write_text(IBLURRY)
-        for method in TASK:
-            out[f"task:{method}"] = run(home, ["--set", f"method={method}", "--set", "epochs=8"])
-            print(method, out[f"task:{method}"].get("tasks") or out[f"task:{method}"], flush=True)
-        for method in TASK_FREE:
-            out[f"task-free:{method}"] = run(home, ["--preset", str(preset), "--set", f"method={method}"])
-            print(method, out[f"task-free:{method}"].get("metrics") or out[f"task-free:{method}"], flush=True)
-    Path(sys.argv[1]).write_text(json.dumps(out, indent=1))
+        for key in keys:
+            kind, method = key.split(":")
+            for seed in seeds:
+                extra = ["--set", f"seed={seed}"] if seed is not None else []
+                if kind == "task":
+                    args_ = ["--set", f"method={method}", "--set", "epochs=8", *extra]
+                else:
+                    args_ = ["--preset", str(preset), "--set", f"method={method}", *extra]
+                name = key if seed is None else f"{key}@seed{seed}"
+                out[name] = run(home, args_)
+                shown = out[name].get("tasks" if kind == "task" else "metrics") or out[name]
+                print(method if seed is None else name, shown, flush=True)
+    args.out.write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
