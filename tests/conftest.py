@@ -36,6 +36,13 @@ import pytest
 # the suite (the processes it starts inherit it); tests of the notice lower it themselves.
 os.environ.setdefault("RMCONSOLE_WAIT_NOTICE_S", "120")
 
+# Bytecode caches written, whatever PYTHONDONTWRITEBYTECODE says (some machines, CI's among them,
+# set it for every process): without them each of the suite's ~thousand Python processes compiles
+# rmconsole's modules afresh (~0.15-0.2 s each) and each xdist worker of each leg rewrites the
+# test files' asserts (~12 s). The caches go to __pycache__ folders (.gitignore'd), as by default.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 # The tests train on tiny tensors: one torch thread is faster, and on a shared, loaded CPU
 # several threads per process oversubscribe the cores (measured 20x slower at load 13 on 2
 # cores). Set before torch is imported; worker subprocesses inherit it. A user's value wins.
