@@ -132,7 +132,7 @@ def test_the_tui_served_to_a_real_browser(tmp_path: Path) -> None:
     assert ids["base"]
 
 
-@pytest.mark.slow  # ~15 s (a server and Chromium): the slow leg, beside the real-MNIST tests
+@pytest.mark.full  # ~15 s (a server and Chromium), before every stop: CI keeps the served TUI in a real browser above
 @pytest.mark.timeout(300)
 def test_the_launch_form_typed_fast_in_a_browser() -> None:
     """Issue 27 item 8: keys typed right after Tab land in the field Tab moved to (they landed in

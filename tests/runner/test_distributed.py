@@ -204,6 +204,8 @@ def _hashes(log: str, what: str) -> dict[int, dict[int, str]]:
     return found
 
 
+@pytest.mark.full  # 30-40 s of a worker, before every stop; CI's slow leg starts two gloo ranks on the
+# digits preset and stops them (test_stop_reaches_every_rank), the ranks' agreement is checked here
 def test_two_gloo_processes_run_the_digits_preset(isolated_home: Path) -> None:
     out = rmconsole("run", "--gpus", "2", "--set", "device=cpu", "--set", "threads=1", "--set", "epochs=2")
     log = (isolated_home / "logs" / "run-1.log").read_text()
@@ -243,7 +245,7 @@ def _run_processes(home: Path) -> list[int]:
     return pids
 
 
-@pytest.mark.slow  # a two-rank torchrun run stopped: 30 s of CI; the ranks' code runs in the default run
+@pytest.mark.slow  # a two-rank torchrun run stopped: 30 s of CI (the ranks' agreement: the `full` test above)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to find the ranks")
 def test_stop_reaches_every_rank(isolated_home: Path) -> None:
     out = rmconsole(
@@ -269,7 +271,7 @@ def test_stop_reaches_every_rank(isolated_home: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.full  # 45 s of a worker, not in CI: two gloo processes run in the default run
+@pytest.mark.full  # 45 s of a worker, not in CI: two gloo ranks run in CI's slow leg (stop reaches every rank)
 def test_two_nodes_on_localhost_join_without_the_store(isolated_home: Path, tmp_path: Path) -> None:
     """A static two-node rendezvous on one machine: node 0 runs the run, node 1 joins it with
     an unusable store URL (its rank never touches the store) and the run finishes."""
