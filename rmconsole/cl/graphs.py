@@ -177,6 +177,41 @@ class GraphedStep:
         return graph
 
 
+StepInputs = tuple[
+    nn.Module,
+    torch.optim.Optimizer,
+    Tensor,
+    int,
+    tuple[int, ...],
+    bool,
+    Callable[[], AbstractContextManager[object]],
+    Callable[[str], None],
+]
+
+
+def step_inputs(method: Any, batch: int) -> StepInputs:
+    """What a step of `method` (a cl.learner.Learner) is made from, in GraphedStep's order up to
+    `log`: its model, optimiser and seen-classes mask, the batch size, the data's image shape and
+    the run's accel settings."""
+    accel = method.accel
+    return (
+        method.model,
+        method.optimizer,
+        method.seen,
+        batch,
+        method.setup.data.image_shape,
+        accel.channels_last,
+        lambda: accel.autocast(graph_safe=True),
+        method.report.log,
+    )
+
+
+def made_for(step: GraphedStep, method: Any) -> bool:
+    """Whether `step` was made with the model, optimiser and seen-classes mask `method` has now
+    (a new task's optimiser, a replaced model or mask: capture anew)."""
+    return step.model is method.model and step.optimizer is method.optimizer and step.seen is method.seen
+
+
 class MethodStep(GraphedStep):
     """A method's own capturable step (`Method.capturable_step`) for batches of one shape and one
     `step_key`, as a CUDA graph: `method.step_loss` on the static batch, backward, the optimiser
@@ -185,18 +220,7 @@ class MethodStep(GraphedStep):
     its `step_key` before `__call__`."""
 
     def __init__(self, method: Any, batch: int, key: tuple[Any, ...], **kwargs: Any) -> None:
-        accel = method.accel
-        super().__init__(
-            method.model,
-            method.optimizer,
-            method.seen,
-            batch,
-            method.setup.data.image_shape,
-            accel.channels_last,
-            lambda: accel.autocast(graph_safe=True),
-            method.report.log,
-            **kwargs,
-        )
+        super().__init__(*step_inputs(method, batch), **kwargs)
         self.method, self.key = method, key
 
     def mix(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:

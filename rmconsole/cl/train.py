@@ -369,21 +369,10 @@ def graphed_step(method: Learner, batch: int, steps: int = 1) -> GraphedStep:
     """The method's captured (or compiled: `compile = "step"`) step for this batch size, made anew when the model, the optimiser
     (a new one each task) or the seen-classes mask it was captured with has been replaced."""
     cached = method.graphs.get((batch, steps))
-    current = (method.model, method.optimizer, method.seen)
-    if cached is None or any(a is not b for a, b in zip((cached.model, cached.optimizer, cached.seen), current)):
+    if cached is None or not graphs.made_for(cached, method):
         assert method.optimizer is not None
         kind = CompiledStep if method.accel.compile_step else GraphedStep
-        cached = method.graphs[batch, steps] = kind(
-            method.model,
-            method.optimizer,
-            method.seen,
-            batch,
-            method.setup.data.image_shape,
-            method.accel.channels_last,
-            lambda: method.accel.autocast(graph_safe=True),
-            method.report.log,
-            steps,
-        )
+        cached = method.graphs[batch, steps] = kind(*graphs.step_inputs(method, batch), steps)
     return cached
 
 
@@ -396,10 +385,7 @@ def method_step(method: Learner, batch: int, key: tuple[object, ...]) -> MethodS
     """The method's captured own step (`capturable_step`) for this batch size and `step_key`,
     made anew when the model, the optimiser or the seen-classes mask has been replaced."""
     cached = method.graphs.get((batch, 1, *key))
-    current = (method.model, method.optimizer, method.seen)
-    if not isinstance(cached, MethodStep) or any(
-        a is not b for a, b in zip((cached.model, cached.optimizer, cached.seen), current)
-    ):
+    if not isinstance(cached, MethodStep) or not graphs.made_for(cached, method):
         mine = [k for k, g in method.graphs.items() if isinstance(g, MethodStep)]
         for k in mine[: max(0, len(mine) + 1 - METHOD_GRAPHS)]:
             del method.graphs[k]

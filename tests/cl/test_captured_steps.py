@@ -140,3 +140,20 @@ def test_a_capturable_region_refuses_a_tensor_made_from_host_values() -> None:
             seen.logical_or_(present)
         with pytest.raises(NotCapturable, match="host values"), Capturable(audit):
             seen.logical_or_(torch.tensor([True, False, False, True]))
+
+
+def test_a_step_is_made_anew_when_its_optimiser_or_seen_mask_is_replaced() -> None:
+    """`train.graphed_step` and `train.method_step` keep a step per batch size (and key) and make
+    it anew when the method's optimiser (a new task's), model or seen-classes mask is not the one
+    it was made with: a graph replaying a dropped optimiser would train nothing the run keeps."""
+    from rmconsole.cl import train
+
+    for name, make in (("er", lambda m: train.graphed_step(m, 8)), ("er_ace", lambda m: train.method_step(m, 8, ()))):
+        m, _, _ = built(name)
+        first = make(m)
+        assert make(m) is first and graphs.made_for(first, m)
+        m.optimizer = m.make_optimizer()
+        second = make(m)
+        assert second is not first and graphs.made_for(second, m) and not graphs.made_for(first, m)
+        m.seen = m.seen.clone()
+        assert make(m) is not second
