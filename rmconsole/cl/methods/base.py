@@ -123,6 +123,11 @@ TASK_HOOKS: tuple[str, ...] = (
 P = TypeVar("P", bound=MethodParams)
 
 
+def mixed_cross_entropy(logits: Tensor, y_a: Tensor, y_b: Tensor, w_a: Any, w_b: Any) -> Tensor:
+    """CutMix's loss: w_a CE(y_a) + w_b CE(y_b) (w_b = 1 - w_a, as a float or a device tensor)."""
+    return w_a * nnf.cross_entropy(logits, y_a) + w_b * nnf.cross_entropy(logits, y_b)
+
+
 class Method(Generic[P]):
     """Experience replay with the run's memory policy: the base every method extends.
 
@@ -317,8 +322,7 @@ class Method(Generic[P]):
         if mixed is None:
             return nnf.cross_entropy(self.mask_unseen(self.model(x)), y)
         x, y_a, y_b, lam = mixed
-        logits = self.mask_unseen(self.model(x))
-        return lam * nnf.cross_entropy(logits, y_a) + (1 - lam) * nnf.cross_entropy(logits, y_b)
+        return mixed_cross_entropy(self.mask_unseen(self.model(x)), y_a, y_b, lam, 1 - lam)
 
     def after_step(self) -> None:
         """Called after every optimiser step (Rwalk accumulates its path integral here)."""

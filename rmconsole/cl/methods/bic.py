@@ -47,7 +47,7 @@ import torch.nn.functional as nnf
 from torch import Tensor
 
 from .. import memory as M
-from .base import Method, Task
+from .base import Method, Task, mixed_cross_entropy
 from .bic_params import BiCParams
 from .incremental import NewOldClasses, frozen_copy
 from .taskfree import TaskFree
@@ -150,7 +150,7 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
         if mixed is None:
             classification = nnf.cross_entropy(masked, y)
         else:
-            classification = lam_mix * nnf.cross_entropy(masked, y_a) + lam_rest * nnf.cross_entropy(masked, y_b)
+            classification = mixed_cross_entropy(masked, y_a, y_b, lam_mix, lam_rest)
         if not self.distill or self.previous is None:
             return classification
         old_model, old_alpha, old_beta = self.previous
@@ -181,7 +181,7 @@ class BiC(TaskFree, NewOldClasses[BiCParams], Method[BiCParams]):
         if mixed is None:
             loss = nnf.cross_entropy(masked, y)
         else:
-            loss = lam_mix * nnf.cross_entropy(masked, y_a) + lam_rest * nnf.cross_entropy(masked, y_b)
+            loss = mixed_cross_entropy(masked, y_a, y_b, lam_mix, lam_rest)
         if not self.distill or self.task_index == 0 or self.teacher is None or self.teacher_classes == 0:
             return loss
         n_old = self.teacher_classes

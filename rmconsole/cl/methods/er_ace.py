@@ -41,8 +41,8 @@ class ERACE(TaskFree, Method):
     capturable_step = True
 
     def step_key(self, x: Tensor, y: Tensor) -> tuple[int]:
-        return (self.stream_count if self.stream_count is not None else len(y),)
+        return (self.stream_rows(y),)
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
-        n_stream = self.stream_count if self.stream_count is not None else len(y)
+        n_stream = self.stream_rows(y)
         return asymmetric_cross_entropy(self.model(x), y, n_stream, self.seen)

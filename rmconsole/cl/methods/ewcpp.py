@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
-from .base import Method, Task
+from .base import Method, Task, mixed_cross_entropy
 from .ewcpp_params import EWCppParams
 from .taskfree import TaskFree
 
@@ -63,8 +63,7 @@ class EWCpp(TaskFree, Method[EWCppParams]):
             loss = nnf.cross_entropy(self.mask_unseen(self.model(x)), y)
         else:
             x, y_a, y_b, w_a, w_b = mixed
-            logits = self.mask_unseen(self.model(x))
-            loss = w_a * nnf.cross_entropy(logits, y_a) + w_b * nnf.cross_entropy(logits, y_b)
+            loss = mixed_cross_entropy(self.mask_unseen(self.model(x)), y_a, y_b, w_a, w_b)
         return loss + self.penalty() if self.anchor is not None else loss
 
     @cached_property

@@ -136,13 +136,13 @@ class GSA(TaskFree, Method[GSAParams]):
 
     def step_key(self, x: Tensor, y: Tensor) -> tuple[int, bool]:
         """The step's host side: part A's size and whether the task's warm-up is on (counted here)."""
-        n_a = self.stream_count if self.stream_count is not None else len(y)
+        n_a = self.stream_rows(y)
         self.warm = self.task_steps < self.params.gsa_warmup_steps
         self.task_steps += 1
         return n_a, self.warm
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
-        n_a = self.stream_count if self.stream_count is not None else len(y)
+        n_a = self.stream_rows(y)
         logits = self.model(x)
         loss = new_class_loss(logits[:n_a], y[:n_a], self.new)
         warm = self.warm

@@ -102,6 +102,11 @@ class TaskFree(_MethodBase):
     def task_free(self) -> bool:
         return is_task_free(self.cfg.stream)
 
+    def stream_rows(self, y: Tensor) -> int:
+        """How many rows at the head of the batch `y` labels came from the stream (the rest: the
+        memory's); a batch with no such split is all stream."""
+        return self.stream_count if self.stream_count is not None else len(y)
+
     @property
     def temp_batch_size(self) -> int:
         return max(1, self.cfg.batch_size // 2)
