@@ -53,6 +53,27 @@ except ImportError:  # a checkout before issue 43: the driver's code of then
         method.online_observe(index, label)  # type: ignore[attr-defined]
 
 
+class LoggingReporter(Reporter):
+    """The silent Reporter, but its log lines (a failed CUDA graph capture says so there) go to
+    stderr: a capture that fails trains eagerly, as slowly as no graph, and must not pass unseen."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+
+    def log(self, message: str) -> None:
+        print(f"{self.method}: {message}", file=sys.stderr, flush=True)
+
+
+def graph_counts(learner: object) -> dict:
+    """The learner's step graphs (train.graphed_step / method_step): captured and failed (each
+    failed one trains eagerly from then on); none made on CPU or with graphs off."""
+    made = list(getattr(learner, "graphs", {}).values())
+    return {
+        "graphs": sum(1 for g in made if getattr(g, "graph", None) is not None),
+        "graphs_failed": sum(1 for g in made if getattr(g, "failed", False)),
+    }
+
+
 def synthetic(n_classes: int, size: int, per_class: int, test_per_class: int) -> Dataset:
     gen = torch.Generator().manual_seed(0)
 
@@ -73,6 +94,7 @@ def measure(
     warm_batches: int = 4,
     sets: dict | None = None,
     counted: bool = True,
+    busy_samples: int = 0,
 ) -> dict:
     """Operators and syncs per update (`counted`: the profiler and the audit, each over `samples`
     stream samples), then the CPU and wall milliseconds of as many more. The GPU check times only:
@@ -82,7 +104,7 @@ def measure(
     protocol = build_online_protocol(cfg, data)
     train_labels, test_labels = protocol.train_labels.to(device), protocol.test_labels.to(device)
     augmenter = make_augmenter(cfg, data, device)
-    setup = Setup(cfg, data, train_labels, test_labels, protocol.groups, device, augmenter, Reporter())
+    setup = Setup(cfg, data, train_labels, test_labels, protocol.groups, device, augmenter, LoggingReporter(method))
     learner = method_class(cfg.method_spec)(setup)
     learner.online_start()
     task = Task(0, protocol.tasks[0], len(protocol.tasks))
@@ -111,9 +133,27 @@ def measure(
         n = max(learner.online_steps - steps, 1)
         return {"updates": n, "cpu_ms": 1000 * cpu / n, "wall_ms": 1000 * wall / n}
 
+    def busy(lo: int, hi: int) -> dict:
+        """The GPU's kernel time an update while streaming samples lo..hi (the profiler's CUDA
+        activity, graph replays' kernels included), against the wall time: an update whose GPU
+        is busy for much less than its wall time is bound by the host. On CPU: none."""
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        steps = learner.online_steps
+        with profile(activities=activities) as prof:
+            feed(lo, hi)
+            sync(device)
+        n = max(learner.online_steps - steps, 1)
+        if device.type != "cuda":
+            return {}
+        kernel_us = sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+        return {"busy_ms": kernel_us / 1000 / n, "busy_updates": n}
+
     shape = {"model": cfg.model, "image_size": cfg.image_size, "batch_size": cfg.batch_size}
     if not counted:
-        return {"method": method, **timed(warm, warm + samples), **shape}
+        row = {"method": method, **timed(warm, warm + samples), **graph_counts(learner), **shape}
+        if busy_samples:
+            row.update(busy(lo=warm + samples, hi=warm + samples + max(chunk, busy_samples // chunk * chunk)))
+        return row
     steps = learner.online_steps
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         feed(warm, warm + samples)
@@ -164,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-batches", type=int, default=4, help="temp batches streamed before measuring")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
     ap.add_argument("--time-only", action="store_true", help="no profiler, no audit: milliseconds only (the GPU check)")
+    ap.add_argument(
+        "--busy-samples",
+        type=int,
+        default=0,
+        help="with --time-only: stream this many more samples under the profiler's CUDA activity (GPU busy ms an update)",
+    )
     ap.add_argument("--jsonl", type=Path, default=None, help="append each method's row to this file as it ends")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -179,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     return measure_rows(
         args.methods.split(","),
         "method",
-        lambda method: measure(args.preset, method, args.samples, device, args.warm_batches, sets, not args.time_only),
+        lambda method: measure(
+            args.preset, method, args.samples, device, args.warm_batches, sets, not args.time_only, args.busy_samples
+        ),
         _row,
         args.jsonl,
         device,
@@ -189,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
 def _row(r: dict) -> str:
     shape = f"  ({r['model']} at {r['image_size']}, batch {r['batch_size']})"
     if "syncs" not in r:  # --time-only
-        return f"{r['method']} | {r['updates']:g} | — | — | — | — | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | not counted{shape}"
+        graphs = f"; CUDA graphs {r['graphs']} captured, {r['graphs_failed']} failed" if "graphs" in r else ""
+        graphs += f"; GPU busy {r['busy_ms']:.2f} ms an update" if "busy_ms" in r else ""
+        return f"{r['method']} | {r['updates']:g} | — | — | — | — | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | not counted{graphs}{shape}"
     common = ", ".join(f"{name} {n}" for name, n in r["common"])
     where = "; ".join(f"{w} x{n}" for w, n in r["where"])
     return (

@@ -374,9 +374,11 @@ class Capturable:
         self.current: list[tuple[str, tuple[Any, ...]]] = []
         self.ops = 0
         self.entries = 0
+        self.literals: dict[int, weakref.ref[Tensor]] = {}  # 0-dim host literals made in the region
 
     def __enter__(self) -> Capturable:
         self.current = []
+        self.literals = {}
         self.audit.capturable = self
         return self
 
@@ -394,9 +396,18 @@ class Capturable:
         if name not in NO_KERNEL:
             self.ops += 1
         if name == "lift_fresh" and any(isinstance(t, Tensor) and t.dim() > 0 for t in flat_in):
-            # torch.tensor(host list): a graph would replay its capture's values (0-dim literals, as
-            # `mask[i] = True` makes, are constants: allowed)
+            # torch.tensor(host list): a graph would replay its capture's values
             raise NotCapturable("a tensor made from host values inside the capturable region (torch.tensor)")
+        if name == "lift_fresh" and isinstance(out, Tensor):  # a 0-dim host literal (`mask[i] = True`)
+            self.literals[id(out)] = weakref.ref(out)  # fine, unless index_put_ takes it (below)
+        values = [t for t in flat_in if isinstance(t, Tensor)][-1:] if name in ("index_put", "index_put_") else []
+        if values and (ref := self.literals.get(id(values[0]))) is not None and ref() is values[0]:
+            # on CUDA index_put_ copies a host 0-dim value to the device (TensorAdvancedIndexing.cpp:
+            # `value.to(self.device())`), a pageable copy that a graph capture refuses
+            raise NotCapturable(
+                f"{name}: an indexed assignment of a Python scalar inside the capturable region "
+                "(it is copied from the host; use index_fill_ or masked_fill_)"
+            )
         tensors = [t for t in flat_in if isinstance(t, Tensor)]
         if on_device and name in ("_to_copy", "copy_") and not all(self.audit.tags.has(t) for t in tensors):
             raise NotCapturable(f"a copy between host and device memory inside the capturable region ({name})")

@@ -24,8 +24,9 @@ def asymmetric_cross_entropy(logits: Tensor, y: Tensor, n_stream: int, seen: Ten
     """CE of the first `n_stream` rows over the classes present in them, plus CE of the rest
     (memory) over the `seen` classes."""
     fill = torch.finfo(logits.dtype).min
-    present = torch.zeros(logits.shape[1], dtype=torch.bool, device=logits.device)
-    present[y[:n_stream]] = True
+    # index_fill_, not `present[idx] = True`: indexed assignment of a Python scalar makes a host
+    # tensor that index_put_ copies to the device, which a CUDA graph capture refuses
+    present = torch.zeros(logits.shape[1], dtype=torch.bool, device=logits.device).index_fill_(0, y[:n_stream], True)
     loss = nnf.cross_entropy(logits[:n_stream].masked_fill(~present, fill), y[:n_stream])
     if n_stream < len(y):
         loss = loss + nnf.cross_entropy(logits[n_stream:].masked_fill(~seen, fill), y[n_stream:])
