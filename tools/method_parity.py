@@ -22,7 +22,22 @@ import tempfile
 from pathlib import Path
 
 TASK = ["rm", "finetune", "er", "ewc", "rwalk", "icarl", "gdumb", "bic", "bic_star", "joint"]
-TASK_FREE = ["rm", "er", "gdumb", "bic", "bic_star", "ewcpp", "mir", "er_ace", "scr", "clib"]
+TASK_FREE = [
+    "rm",
+    "er",
+    "gdumb",
+    "bic",
+    "bic_star",
+    "ewcpp",
+    "mir",
+    "er_ace",
+    "scr",
+    "clib",
+    "pcr",
+    "gsa",
+    "ocm",
+    "onpro",
+]
 IBLURRY = """dataset = "digits"
 model = "mlp400"
 method = "er"

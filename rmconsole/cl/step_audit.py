@@ -370,8 +370,8 @@ class Capturable:
 
     def __init__(self, audit: StepAudit) -> None:
         self.audit = audit
-        self.previous: list[tuple[str, tuple[Any, ...]]] | None = None
-        self.current: list[tuple[str, tuple[Any, ...]]] = []
+        self.previous: list[tuple[Any, ...]] | None = None
+        self.current: list[tuple[Any, ...]] = []
         self.ops = 0
         self.entries = 0
         self.literals: dict[int, weakref.ref[Tensor]] = {}  # 0-dim host literals made in the region
@@ -414,11 +414,15 @@ class Capturable:
         if on_device and any(not self.audit.tags.has(t) and t.dim() > 0 for t in tensors):
             raise NotCapturable(f"{name}: a host tensor used with device tensors inside the capturable region")
         shapes = tuple(tuple(t.shape) for t in tensors)
+        # host numbers an operator takes (a slice's start, a scalar): a graph replays its capture's
+        # values, so one that changes between entries (a host draw used as an offset) is refused
+        numbers = tuple(v for v in flat_in if isinstance(v, (int, float)))
         i = len(self.current)
-        self.current.append((name, shapes))
-        if self.previous is not None and i < len(self.previous) and self.previous[i] != (name, shapes):
+        self.current.append((name, shapes, numbers))
+        if self.previous is not None and i < len(self.previous) and self.previous[i] != (name, shapes, numbers):
             raise NotCapturable(
-                f"operator {i} of the capturable region changed: {self.previous[i]} before, {(name, shapes)} now"
+                f"operator {i} of the capturable region changed: {self.previous[i]} before, "
+                f"{(name, shapes, numbers)} now (its shapes or the host numbers it takes)"
             )
 
 

@@ -327,3 +327,24 @@ def test_after_a_boundary_a_step_without_memory_samples_is_the_streams_loss() ->
     ce = nnf.cross_entropy(m.mask_unseen(m.model.fc(f[64:68])), y)
     l_new = new_data_infonce(ocm_similarity(z, f, 2), transform_labels(y, m.n_classes).repeat(2), 0.07)
     assert torch.isfinite(loss) and float(loss) == pytest.approx(float(ce + l_new), rel=1e-4)
+
+
+def test_a_captured_step_reads_its_offsets_as_data_and_keeps_its_previous_models_tensors() -> None:
+    """Inside a CUDA graph the feature slice's offset is a device tensor (the same columns as the
+    host's int), and a later boundary writes the previous model into the tensors a graph captured."""
+    zn, fn = nnf.normalize(torch.randn(6, 4), dim=1), nnf.normalize(torch.randn(6, 10), dim=1)
+    for offset in (0, 3, 6):
+        assert torch.allclose(
+            ocm_similarity(zn, fn, torch.tensor(offset)), ocm_similarity(zn, fn, offset), rtol=0, atol=1e-6
+        )
+    m, proto, _ = built("ocm", ocm_memory_batch=4, online_iter=0.25)
+    feed(m, proto, 8)
+    m.online_task_end(Task(0, proto.tasks[0], len(proto.tasks)))
+    assert m.previous is not None
+    kept = [t for module in m.previous for t in module.state_dict().values()]
+    feed(m, proto, 8)
+    m.online_task_end(Task(1, proto.tasks[1], len(proto.tasks)))
+    now = [t for module in m.previous for t in module.state_dict().values()]
+    assert all(a is b or a.data_ptr() == b.data_ptr() for a, b in zip(kept, now))
+    theirs = [*m.model.state_dict().values(), *m.projection.state_dict().values()]
+    assert all(torch.equal(a, b) for a, b in zip(now, theirs, strict=True))

@@ -107,13 +107,18 @@ def transform_labels(y: Tensor, n_classes: int) -> Tensor:
     return (offsets + y[None, :]).flatten()
 
 
-def similarity(zn: Tensor, fn: Tensor, offset: int, scale: float) -> Tensor:
+def similarity(zn: Tensor, fn: Tensor, offset: int | Tensor, scale: float) -> Tensor:
     """scale x (<zn_i, zn_j> + <zn_i, fn_j[offset : offset + p]>) of normalised projections zn
-    (width p) and normalised features fn: OCM's scale is 0.5, OnPro's a parameter."""
-    return scale * (zn @ fn[:, offset : offset + zn.shape[1]].T + zn @ zn.T)
+    (width p) and normalised features fn: OCM's scale is 0.5, OnPro's a parameter. `offset` a
+    device tensor (inside a CUDA graph: the draw as data) picks the same columns by index."""
+    if isinstance(offset, Tensor):
+        cut = fn.index_select(1, offset + torch.arange(zn.shape[1], device=fn.device))
+    else:
+        cut = fn[:, offset : offset + zn.shape[1]]
+    return scale * (zn @ cut.T + zn @ zn.T)
 
 
-def ocm_similarity(z: Tensor, features: Tensor, offset: int) -> Tensor:
+def ocm_similarity(z: Tensor, features: Tensor, offset: int | Tensor) -> Tensor:
     """0.5 cos(z_i, z_j) + 0.5 <z_i / |z_i|, (f_j / |f_j|)[offset : offset + p]>, p = z's width."""
     return similarity(nnf.normalize(z, dim=1), nnf.normalize(features, dim=1), offset, 0.5)
 
@@ -155,7 +160,11 @@ def new_data_infonce(sim: Tensor, labels: Tensor, temperature: float) -> Tensor:
 class OCM(TaskFree, Method[OCMParams]):
     name = "ocm"
     default_memory_policy = "reservoir"
-    graphable_step = False
+    # captured as a CUDA graph (graphs.MethodStep): `step_key` draws the step's feature offsets on
+    # the host and writes them into `offsets` (the graph reads them as data, the eager step as
+    # ints: the same columns); the previous model is snapshotted in place; the key is the stream
+    # count and whether the step is a first-task one
+    capturable_step = True
     kept_state: tuple[str, ...] = ("projection", "previous")  # projection head, previous model + head
 
     def __init__(self, setup: Any) -> None:
@@ -168,6 +177,8 @@ class OCM(TaskFree, Method[OCMParams]):
             raise ValueError(f"ocm: ocm_projection {p} must be below the model's feature width {d}")
         self.projection = nn.Linear(d, p).to(self.device)  # the authors' `simclr` head
         self.previous: tuple[Backbone, nn.Module] | None = None  # model and head at the last task boundary
+        self.offsets = torch.zeros(2, dtype=torch.long, device=self.device)  # this step's draws (a graph's input)
+        self.drawn: list[int] = []  # the same draws, for the eager step
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         optimizer = super().make_optimizer()
@@ -180,6 +191,14 @@ class OCM(TaskFree, Method[OCMParams]):
         self.snapshot()
 
     def snapshot(self) -> None:
+        """A copy of the model and head; after the first, written into the same tensors (a graph
+        captured with them stays valid)."""
+        if self.previous is not None:
+            with torch.no_grad():
+                for old, new in ((self.previous[0], self.model), (self.previous[1], self.projection)):
+                    for dst, src in zip(old.state_dict().values(), new.state_dict().values(), strict=True):
+                        dst.copy_(src)
+            return
         model, head = copy.deepcopy(self.model), copy.deepcopy(self.projection)
         for p in [*model.parameters(), *head.parameters()]:
             p.requires_grad_(False)
@@ -206,9 +225,41 @@ class OCM(TaskFree, Method[OCMParams]):
         span = self.model.feature_dim - self.params.ocm_projection
         return int(torch.randint(span, (1,), generator=self.gen))
 
+    def first_task_step(self, n: int, n_s: int) -> bool:
+        """A step of the stream batch alone: before the first boundary, or no memory drawn."""
+        return self.previous is None or n_s == n
+
+    def step_key(self, x: Tensor, y: Tensor) -> tuple[int, bool]:
+        """The step's host side: its feature offsets drawn (one for the stream's block, then one
+        for the memory's), its passes charged to the ledger (a replay runs no Python)."""
+        n = len(x) // 2
+        n_s = n if self.stream_count is None else self.stream_count
+        first = self.first_task_step(n, n_s)
+        self.drawn = [self.offset()] if first else [self.offset(), self.offset()]
+        self.offsets[: len(self.drawn)].copy_(torch.tensor(self.drawn), non_blocking=True)
+        ledger_of(self).add("train", (N_TRANSFORMS * 2 * n - len(x), *x.shape[1:]))  # the copies beyond x
+        if not first:
+            ledger_of(self).add("forward", (N_TRANSFORMS * (n - n_s), *x.shape[1:]))  # the previous model
+        return n_s, first
+
+    def step_offset(self, i: int) -> int | Tensor:
+        """The step's i-th feature offset: data inside a CUDA graph, the host's int eagerly
+        (drawn now if no `step_key` ran: a direct call of `step_loss`)."""
+        if self.mix_graph is not None:
+            return self.offsets[i]
+        if len(self.drawn) <= i:
+            self.drawn.append(self.offset())
+        return self.drawn[i]
+
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         n = len(x) // 2
         n_s = n if self.stream_count is None else self.stream_count
+        try:
+            return self._step_loss(x, y, n, n_s)
+        finally:
+            self.drawn = []
+
+    def _step_loss(self, x: Tensor, y: Tensor, n: int, n_s: int) -> Tensor:
         clean, view, y = x[:n], x[n:], y[:n]
         tau, k = self.params.ocm_temperature, self.n_classes
         copies = torch.cat(
@@ -219,24 +270,23 @@ class OCM(TaskFree, Method[OCMParams]):
                 ocm_transforms(view[n_s:]),
             ]
         )
-        ledger_of(self).add("train", (len(copies) - len(x), *x.shape[1:]))  # the copies beyond the step's own x
         f = self.model.features(copies)
         z = self.projection(f)
         a = N_TRANSFORMS * n_s  # rows of one view of the stream's copies
         labels_s = transform_labels(y[:n_s], k)
-        loss = new_data_infonce(ocm_similarity(z[: 2 * a], f[: 2 * a], self.offset()), labels_s.repeat(2), tau)
-        if self.previous is None or n_s == n:  # the first task: the stream's cross-entropy
+        loss = new_data_infonce(ocm_similarity(z[: 2 * a], f[: 2 * a], self.step_offset(0)), labels_s.repeat(2), tau)
+        if self.first_task_step(n, n_s):  # the first task: the stream's cross-entropy
             return loss + nnf.cross_entropy(self.mask_unseen(self.model.fc(f[a : a + n_s])), y[:n_s])
         b = N_TRANSFORMS * (n - n_s)  # rows of one view of the memory's copies
         labels_m = transform_labels(y[n_s:], k)
         z_m, f_m = z[2 * a :], f[2 * a :]
         loss = loss + supervised_infonce(
-            ocm_similarity(z_m, f_m, self.offset()), labels_m.repeat(2), labels_m.repeat(2), tau
+            ocm_similarity(z_m, f_m, self.step_offset(1)), labels_m.repeat(2), labels_m.repeat(2), tau
         )
+        assert self.previous is not None
         old_model, old_head = self.previous
         old_model.train()
         with torch.no_grad():
-            ledger_of(self).add("forward", tuple(copies[2 * a : 2 * a + b].shape))
             z_old = old_head(old_model.features(copies[2 * a : 2 * a + b]))
         sim_pre = nnf.normalize(z_m[:b], dim=1) @ nnf.normalize(z_old, dim=1).T
         loss = loss + supervised_infonce(sim_pre, labels_m, labels_m, tau)
