@@ -204,10 +204,23 @@ def feedback_mix(
     return mix(x1), mix(x2), y[first], y[second], lam
 
 
+@dataclass
+class StepDraws:
+    """One step's host draws, in the order the eager step makes them: the stream contrast's
+    feature offset, then (a later task's step with memory) APF's draws and the mixed contrast's
+    offset."""
+
+    offsets: list[int]
+    feedback: FeedbackDraws | None
+
+
 class OnPro(TaskFree, Method[OnProParams]):
     name = "onpro"
     default_memory_policy = "reservoir"
-    graphable_step = False
+    # captured as a CUDA graph (graphs.MethodStep): `step_key` makes the step's host draws (APF's
+    # and the feature offsets) and copies them into device tensors the graph reads as data; the
+    # key is the stream count, whether APF runs and whether the task's similarity scale applies
+    capturable_step = True
     kept_state: tuple[str, ...] = ("projection",)  # the projection head (memory bytes)
 
     def __init__(self, setup: Any) -> None:
@@ -217,6 +230,11 @@ class OnPro(TaskFree, Method[OnProParams]):
         self.task_index = 0
         self.onpro_gen = torch.Generator().manual_seed(6_113 * (self.cfg.seed + 1))  # APF's draws
         self.onpro_rng = random.Random(self.cfg.seed + 17)  # mixing weights (Beta) and feature offsets
+        self.pending: StepDraws | None = None  # the draws `step_key` made for the next step
+        self.offsets = torch.zeros(2, dtype=torch.long, device=self.device)  # a graph's copy of them
+        # APF's draws as a graph reads them (device tensors by field), by memory rows (their shapes):
+        # a graph keeps the tensors it was captured with
+        self.feedback: dict[int, dict[str, Tensor]] = {}
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         optimizer = super().make_optimizer()
@@ -251,28 +269,62 @@ class OnPro(TaskFree, Method[OnProParams]):
         return self.onpro_rng.randrange(max(self.model.feature_dim - width, 1))
 
     def contrast(
-        self, views: tuple[Tensor, Tensor], labels: Tensor, scale: float, without_self: bool
+        self, views: tuple[Tensor, Tensor], labels: Tensor, scale: float, without_self: bool, offset: int | Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The instance-wise loss over the rotations of two views: (loss, features, projections)."""
         f, z = self.embed(torch.cat([rotations(views[0]), rotations(views[1])]))
-        sim = similarity(z, nnf.normalize(f, dim=1), self.offset(z.shape[1]), scale)
+        sim = similarity(z, nnf.normalize(f, dim=1), offset, scale)
         loss = instance_loss(
             sim, rotation_labels(labels, self.n_classes), self.params.onpro_ins_temperature, without_self
         )
         return loss, f, z
 
-    def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
-        p, c = self.params, self.n_classes
+    def split(self, x: Tensor) -> tuple[int, int, int, bool]:
+        """(n, stream rows, memory rows, whether APF runs) of a step's batch of two views."""
         n = len(x) // 2  # [stream, memory] in two views
         n_s = n if self.stream_count is None else self.stream_count
-        n_m = n - n_s
-        later = self.task_index > 0 and n_m > 0
-        scale = p.onpro_sim_scale if self.task_index > 0 else 1.0
+        return n, n_s, n - n_s, self.task_index > 0 and n > n_s
+
+    def host_side(self, x: Tensor) -> StepDraws:
+        """The step's draws, in the eager step's order, and its extra passes charged to the ledger."""
+        _, n_s, n_m, later = self.split(x)
+        width = self.projection.out_features
         passes = 32 * n_s + (2 + 32 * later) * n_m  # images through the model (32: 16 rotations x 2 views)
         if passes > len(x):  # the step counts its 2n images (step_on): the rest here
             ledger_of(self).add("train", (passes - len(x), *x.shape[1:]))
+        offsets = [self.offset(width)]
+        feedback = draw_feedback(n_m, self.params, self.n_classes, self.onpro_gen, self.onpro_rng) if later else None
+        if later:
+            offsets.append(self.offset(width))
+        return StepDraws(offsets, feedback)
+
+    def step_key(self, x: Tensor, y: Tensor) -> tuple[int, bool, bool]:
+        """The host side, before the step (a replay runs no Python): the draws made and copied
+        into the device tensors a graph reads."""
+        _, n_s, _, later = self.split(x)
+        self.pending = self.host_side(x)
+        self.offsets[: len(self.pending.offsets)].copy_(torch.tensor(self.pending.offsets), non_blocking=True)
+        drawn = self.pending.feedback
+        if drawn is not None:
+            n_m = drawn.row_a.shape[1]
+            if n_m not in self.feedback:
+                self.feedback[n_m] = {
+                    f: getattr(drawn, f).to(self.device, copy=True) for f in FeedbackDraws.__dataclass_fields__
+                }
+            else:
+                for f, buffer in self.feedback[n_m].items():
+                    buffer.copy_(getattr(drawn, f), non_blocking=True)
+        return n_s, later, self.task_index > 0
+
+    def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        drawn, self.pending = self.pending or self.host_side(x), None  # (a direct call draws here)
+        graph = self.mix_graph is not None  # inside a CUDA graph: the draws as data
+        p, c = self.params, self.n_classes
+        n, n_s, n_m, later = self.split(x)
+        scale = p.onpro_sim_scale if self.task_index > 0 else 1.0
         y_s, y_m = y[:n_s], y[n_s:n]
-        loss, f, z = self.contrast((x[:n_s], x[n : n + n_s]), y_s.to(x.dtype), scale, without_self=True)
+        offset = self.offsets[0] if graph else drawn.offsets[0]
+        loss, f, z = self.contrast((x[:n_s], x[n : n + n_s]), y_s.to(x.dtype), scale, True, offset)
         b = ROTATIONS * n_s
         loss = loss + prototype_loss(z[:n_s], z[b : b + n_s], y_s, c, p.onpro_proto_temperature)[0]
         if n_m:
@@ -281,12 +333,13 @@ class OnPro(TaskFree, Method[OnProParams]):
             loss = loss + seen_loss
         if not later:
             return loss + nnf.cross_entropy(self.mask_unseen(self.model.fc(f[b : b + n_s])), y_s)
-        draws = draw_feedback(n_m, p, c, self.onpro_gen, self.onpro_rng).to(x.device)
+        assert drawn.feedback is not None
+        draws = FeedbackDraws(**self.feedback[n_m]) if graph else drawn.feedback.to(x.device)
         m1, m2, y_a, y_b, lam = feedback_mix(
             (x[n_s:n], x[n + n_s :]), y_m, prototypes.detach(), present, draws, p.onpro_mixup_p
         )
         mixed_labels = (1 - lam) * y_a.to(lam.dtype) + lam * y_b.to(lam.dtype)
-        ins, fm, _ = self.contrast((m1, m2), mixed_labels, scale, without_self=False)
+        ins, fm, _ = self.contrast((m1, m2), mixed_labels, scale, False, self.offsets[1] if graph else drawn.offsets[1])
         logits = self.mask_unseen(self.model.fc(fm[ROTATIONS * n_m : ROTATIONS * n_m + n_m]))
         ce = (1 - lam) * nnf.cross_entropy(logits, y_a, reduction="none") + lam * nnf.cross_entropy(
             logits, y_b, reduction="none"
