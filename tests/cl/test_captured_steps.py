@@ -26,7 +26,17 @@ CAPTURED = ["er_ace", "bic", "bic_star", "ewcpp", "scr", "pcr", "gsa", "ocm", "o
 # kernel-launching operators outside the graphed body, per update, on this stream (measured: the
 # batch's assembly, memory draws, CutMix's draw and the static inputs' copies; before these
 # methods were graphed the whole update was outside, over 3x these)
-OUTSIDE = {"er_ace": 13, "bic": 14, "bic_star": 13, "ewcpp": 13, "scr": 13, "pcr": 13, "gsa": 19, "ocm": 42, "onpro": 31}
+OUTSIDE = {
+    "er_ace": 13,
+    "bic": 14,
+    "bic_star": 13,
+    "ewcpp": 13,
+    "scr": 13,
+    "pcr": 13,
+    "gsa": 19,
+    "ocm": 42,
+    "onpro": 31,
+}
 
 
 def _stream(m: Any, proto: Any, lo: int, hi: int) -> None:
