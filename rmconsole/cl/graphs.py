@@ -47,7 +47,55 @@ COMPILE_BACKEND = "inductor"  # `compile = "step"`: torch.compile's default back
 GRAPHED_PIXELS = 32 * 3 * 64 * 64  # `launch_bound`: input pixels of the largest step graphed by default
 
 
-class GraphedStep:
+class Replayed:
+    """What a body replayed as a CUDA graph shares (GraphedStep, CapturedCall): `run()` replays
+    the graph, or runs the body eagerly (`_eager`): its first WARMUP_STEPS calls on CUDA (on a
+    side stream), and for good once a capture failed (logged); else it captures (`_capture`)."""
+
+    graph: torch.cuda.CUDAGraph | EagerGraph | None
+    failed: bool  # the capture failed: the body runs eagerly from now on
+    steps: int  # calls so far (the warm-up counts them)
+    device: torch.device
+    log: Callable[[str], None]
+
+    @property
+    def what(self) -> str:
+        """What the graph runs, for the log line of a failed capture."""
+        raise NotImplementedError
+
+    def _eager(self) -> None:
+        raise NotImplementedError
+
+    def _capture(self) -> torch.cuda.CUDAGraph | EagerGraph:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        elif self.failed:
+            self._eager()
+        elif self.steps < WARMUP_STEPS and self.device.type == "cuda":
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._eager()
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            try:
+                self.graph = self._capture()
+            except Exception as err:  # noqa: BLE001 - the eager body is always a valid fallback
+                self.failed = True
+                first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+                self.log(
+                    f"CUDA graph capture failed for {self.what} ({type(err).__name__}: {first}); "
+                    f"those steps run eagerly from now on"
+                )
+                self._eager()
+            else:
+                self.graph.replay()  # capture records the step without running it
+
+
+class GraphedStep(Replayed):
     """forward + loss + backward + `optimizer.step()` for batches of one shape, as a CUDA graph.
 
     The optimiser must keep its learning rate in a device tensor (`lr_tensor`) so the
@@ -66,7 +114,7 @@ class GraphedStep:
         log: Callable[[str], None] = print,
         steps: int = 1,
     ) -> None:
-        device = seen.device
+        device = self.device = seen.device
         self.model, self.optimizer, self.seen, self.autocast, self.log = model, optimizer, seen, autocast, log
         self.failed = False  # the capture failed: this shape trains eagerly
         self.k = steps  # training steps per call (per replay): k batches of `batch`, in order
@@ -138,30 +186,12 @@ class GraphedStep:
     def __call__(self, x: Tensor, y: Tensor, draw: CutMixDraw | Sequence[CutMixDraw | None] | None) -> None:
         """k training steps on (x, y) (k × batch rows) with the batches' CutMix draws."""
         self.load(x, y, draw)
-        if self.graph is not None:
-            self.graph.replay()
-        elif self.failed:
-            self._eager()
-        elif self.steps < WARMUP_STEPS and self.x.device.type == "cuda":
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                self._eager()
-            torch.cuda.current_stream().wait_stream(side)
-        else:
-            try:
-                self.graph = self._capture()
-            except Exception as err:  # noqa: BLE001 - the eager step is always a valid fallback
-                self.failed = True
-                first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
-                self.log(
-                    f"CUDA graph capture failed for batches of {self.batch} ({type(err).__name__}: {first}); "
-                    f"those steps run eagerly from now on"
-                )
-                self._eager()
-            else:
-                self.graph.replay()  # capture records the step without running it
+        self.run()
         self.steps += self.k
+
+    @property
+    def what(self) -> str:
+        return f"batches of {self.batch}"
 
     def _eager(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -206,7 +236,7 @@ def step_inputs(method: Any, batch: int) -> StepInputs:
     )
 
 
-def made_for(step: GraphedStep, method: Any) -> bool:
+def made_for(step: GraphedStep | CapturedCall, method: Any) -> bool:
     """Whether `step` was made with the model, optimiser and seen-classes mask `method` has now
     (a new task's optimiser, a replaced model or mask: capture anew)."""
     return step.model is method.model and step.optimizer is method.optimizer and step.seen is method.seen
@@ -254,6 +284,61 @@ class MethodStep(GraphedStep):
         self.y_a.copy_(y)
 
 
+class CapturedCall(Replayed):
+    """`fn(*inputs)` -> one tensor, replayed as a CUDA graph: a method's device work outside its
+    training step (MIR's retrieval). `__call__(*args)` copies the args (tensors of the shapes it
+    was made for; a float fills a 0-dim float32 tensor: a learning rate) into static inputs,
+    outside the graph, replays, and returns the static output (the next call overwrites it).
+    Made for one model, optimiser and seen-classes mask (`made_for`): the body reads them."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Tensor],
+        example: Sequence[Tensor | float],
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        seen: Tensor,
+        what: str,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.fn, self.model, self.optimizer, self.seen, self.log, self._what = fn, model, optimizer, seen, log, what
+        self.device = seen.device
+        self.inputs = [
+            torch.empty_like(a) if isinstance(a, Tensor) else torch.zeros((), dtype=torch.float32, device=self.device)
+            for a in example
+        ]
+        self.output: Tensor | None = None
+        self.graph: torch.cuda.CUDAGraph | EagerGraph | None = None
+        self.failed = False
+        self.steps = 0
+
+    @property
+    def what(self) -> str:
+        return self._what
+
+    def __call__(self, *args: Tensor | float) -> Tensor:
+        for static, a in zip(self.inputs, args, strict=True):
+            if isinstance(a, Tensor):
+                static.copy_(a)
+            else:
+                static.fill_(a)
+        self.run()
+        self.steps += 1
+        assert self.output is not None
+        return self.output
+
+    def _eager(self) -> None:
+        self.output = self.fn(*self.inputs)
+
+    def _capture(self) -> torch.cuda.CUDAGraph | EagerGraph:
+        if self.device.type != "cuda":  # no CUDA graph here: the body itself, as a replay runs it
+            return EagerGraph(self)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.output = self.fn(*self.inputs)
+        return graph
+
+
 class CompiledStep(GraphedStep):
     """The same step (the graph's body: CutMix from its static inputs, forward, loss, backward,
     optimiser) run through `torch.compile` on any device instead of captured (`compile = "step"`).
@@ -278,7 +363,7 @@ class EagerGraph:
     it (gradients written afresh), inside `step_audit.graphable()` so an audit counts its operators
     as the replayed ones. What the benchmarks and tests measure the graphed path's host work with."""
 
-    def __init__(self, step: GraphedStep) -> None:
+    def __init__(self, step: Replayed) -> None:
         self.step = step
 
     def replay(self) -> None:

@@ -278,6 +278,59 @@ def test_a_task_free_update_is_capturable() -> None:
     assert not audit.syncs
 
 
+# kernel-launching operators an MIR update leaves outside a graph on this stream (measured 63.25:
+# the draws, the augmentations, the candidates' and the chosen's images and labels, the batch's
+# assembly; 142.25 before the retrieval was a region of its own)
+MIR_OUTSIDE = 64
+
+
+def test_mir_retrieval_is_capturable_and_leaves_little_outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MIR's retrieval (look-ahead forward/backward, virtual step, the candidates' two scoring
+    forwards, argsort: `MIR.scores_order`) is a region of its own: (1) on CPU it is counted as a
+    graph's body, so few kernels are left outside an update; (2) replayed through its graph
+    (graphs.CapturedCall, run eagerly on CPU) every retrieval passes the checker: no sync, no
+    host<->device copy, the same operators on the same shapes, across a new class and an lr that
+    changes every step (exp_reset: an lr baked in as a host number would be caught)."""
+    from rmconsole.cl import graphs
+
+    m, proto, _ = built("mir", augment="cutmix", eval_period=1000, mir_candidates=6)
+    stream = torch.cat(proto.tasks)
+    indices, labels = stream.tolist(), proto.train_labels[stream].tolist()
+    for i, y in zip(indices[:12], labels[:12]):  # the memory holds the candidates: static shapes
+        feed(m, i, y)
+    audit = StepAudit().mark_method(m)
+    before = m.online_steps
+    with audit:
+        for i, y in zip(indices[12:28], labels[12:28]):
+            feed(m, i, y)
+    updates = m.online_steps - before
+    outside = (sum(audit.kernel_ops().values()) - audit.graphable_ops) / updates
+    assert updates and not audit.syncs
+    assert outside <= MIR_OUTSIDE, (outside, audit.outside_ops.most_common(8))
+
+    graphs.graph_ready_optimizer(m.optimizer)  # as on a CUDA run: the steps and the retrieval graphed
+    m.stepper.graphs = True
+    audit = StepAudit().mark_method(m)
+    regions: dict[int, Capturable] = {}
+    body = graphs.CapturedCall._eager
+
+    def checked(call: graphs.CapturedCall) -> None:
+        audit.mark_method(m).mark(call.inputs)
+        with regions.setdefault(id(call), Capturable(audit)):
+            body(call)
+
+    monkeypatch.setattr(graphs.CapturedCall, "_eager", checked)
+    seen, before = m.n_seen, m.online_steps
+    with audit:
+        for i, y in zip(indices[28:60], labels[28:60]):
+            feed(m, i, y)
+    assert not audit.syncs, audit.where
+    assert m.n_seen > seen, "no new class arrived"
+    assert m.retrievals and all(g.graph is not None for g in m.retrievals.values())
+    assert sum(r.entries for r in regions.values()) == m.online_steps - before > 0  # every update
+    assert max(r.entries for r in regions.values()) >= 2, "no retrieval replayed twice"
+
+
 @pytest.mark.parametrize("name", ["er", "clib", "mir", "rm", "gdumb"])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -20,7 +20,9 @@ Batch norm in steps 1 and 3 is `mir_score_mode`'s (mir_params.py):
   three times instead of once.
 
 The memory is the reservoir. Cost: one extra forward/backward on the stream batch and two
-forwards of the candidates per iteration.
+forwards of the candidates per iteration. Steps 1-4's device work (`scores_order`) is a CUDA graph
+of its own where the training step is graphed (graphs.CapturedCall), once the memory holds
+`mir_candidates` samples (the same shapes every update); the draws and augmentations stay outside.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from torch import Tensor
 from torch.func import functional_call
 
 from ..compute import ledger_of
+from ..graphs import CapturedCall, made_for
+from ..step_audit import graphable
 from .base import Method
 from .mir_params import MIRParams
 from .taskfree import TaskFree
@@ -54,10 +58,57 @@ class MIR(TaskFree, Method[MIRParams]):
             self.model.train()
             self.step_on(torch.cat([x_s, x_m]), torch.cat([y_s, self.labels_of(chosen)]), len(stream))
 
+    def online_start(self) -> None:
+        super().online_start()
+        # the retrieval's CUDA graphs by (stream, candidates, k, all classes seen): `retrieve`
+        self.retrievals: dict[tuple[int, int, int, bool], CapturedCall] = {}
+
     def retrieve(self, x_s: Tensor, y_s: Tensor, candidates: Tensor, k: int) -> Tensor:
-        """The k candidates (train indices) whose loss rises most under a virtual SGD step on (x_s, y_s)."""
+        """The k candidates (train indices) whose loss rises most under a virtual SGD step on (x_s, y_s).
+
+        Once the memory holds `mir_candidates` samples the shapes are the same every update: the
+        scoring (`scores_order`) is replayed as a CUDA graph where the training step is (its
+        inputs copied in, the lr a device tensor), and on CPU counted as a graph's body; the
+        draws and augmentations stay outside it."""
         if len(candidates) <= k:
             return candidates
+        x_c = self.accel.prepare(self.setup.augmenter.test(self.images_of(candidates)))
+        y_c = self.labels_of(candidates)
+        lr = self.step_lr()
+        if len(candidates) < self.params.mir_candidates:  # the memory still fills: new shapes each update
+            order = self.scores_order(x_s, y_s, x_c, y_c, lr, k)
+        elif self.stepper.graphed(len(x_s) + k, tuple(x_s.shape[1:])):
+            order = self.retrieval(x_s, y_s, x_c, y_c, k)(x_s, y_s, x_c, y_c, lr)
+        else:
+            with graphable():  # what the graph replays on a GPU (counted apart by an active step_audit)
+                order = self.scores_order(x_s, y_s, x_c, y_c, lr, k)
+        self.cost += 3 * len(x_s) + 2 * len(x_c)
+        ledger_of(self).add("train", x_s.shape)  # the look-ahead's forward + backward
+        ledger_of(self).add("forward", x_c.shape, 2)  # the candidates at theta and theta'
+        # the choice stays on the device (train indices index the device's images): no host sync
+        return candidates.to(order.device)[order]
+
+    def retrieval(self, x_s: Tensor, y_s: Tensor, x_c: Tensor, y_c: Tensor, k: int) -> CapturedCall:
+        """The retrieval's graph for these shapes, made anew with a new model, optimiser or seen mask."""
+        key = (len(x_s), len(x_c), k, self.all_seen)
+        cached = self.retrievals.get(key)
+        if cached is None or not made_for(cached, self):
+            if cached is not None:
+                self.retrievals.clear()  # all made for the replaced model, optimiser or mask
+            cached = self.retrievals[key] = CapturedCall(
+                lambda *a: self.scores_order(*a, k=k),
+                (x_s, y_s, x_c, y_c, 0.0),
+                self.model,
+                self.optimizer,
+                self.seen,
+                f"MIR's retrieval ({len(x_c)} candidates)",
+                self.report.log,
+            )
+        return cached
+
+    def scores_order(self, x_s: Tensor, y_s: Tensor, x_c: Tensor, y_c: Tensor, lr: Tensor | float, k: int) -> Tensor:
+        """Device work only (a CUDA graph's body): the look-ahead on (x_s, y_s), the virtual step
+        at `lr` (a float, or a device tensor in a graph), the candidates' loss rise, the top k."""
         train_mode = self.params.mir_score_mode == "train"
         self.model.train()
         names, params = zip(*[(n, p) for n, p in self.model.named_parameters() if p.requires_grad])
@@ -67,12 +118,9 @@ class MIR(TaskFree, Method[MIRParams]):
         logits = functional_call(self.model, {**dict(zip(names, params)), **buffers}, (x_s,))
         loss = nnf.cross_entropy(self.mask_unseen(logits), y_s)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
-        lr = self.step_lr()
         virtual = {n: (p - lr * g if g is not None else p).detach() for n, p, g in zip(names, params, grads)}
         # train: theta' is scored on a copy of the statistics (theirs: a deep copy of the model)
         virtual.update({n: b.clone() for n, b in live.items()} if train_mode else live)
-        x_c = self.accel.prepare(self.setup.augmenter.test(self.images_of(candidates)))
-        y_c = self.labels_of(candidates)
         self.model.train(train_mode)
         with torch.no_grad():
             before = nnf.cross_entropy(self.mask_unseen(self.model(x_c)), y_c, reduction="none")
@@ -80,9 +128,4 @@ class MIR(TaskFree, Method[MIRParams]):
                 self.mask_unseen(functional_call(self.model, virtual, (x_c,))), y_c, reduction="none"
             )
         self.model.train()
-        self.cost += 3 * len(x_s) + 2 * len(x_c)
-        ledger_of(self).add("train", x_s.shape)  # the look-ahead's forward + backward
-        ledger_of(self).add("forward", x_c.shape, 2)  # the candidates at theta and theta'
-        # the choice stays on the device (train indices index the device's images): no host sync
-        order = torch.argsort(after - before, descending=True, stable=True)[:k]
-        return candidates.to(order.device)[order]
+        return torch.argsort(after - before, descending=True, stable=True)[:k]
