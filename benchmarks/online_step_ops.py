@@ -65,9 +65,9 @@ class LoggingReporter(Reporter):
 
 
 def graph_counts(learner: object) -> dict:
-    """The learner's step graphs (train.graphed_step / method_step): captured and failed (each
+    """The learner's step graphs (train.graphed_step / method_step, MIR's retrieval): captured and failed (each
     failed one trains eagerly from then on); none made on CPU or with graphs off."""
-    made = list(getattr(learner, "graphs", {}).values())
+    made = [*getattr(learner, "graphs", {}).values(), *getattr(learner, "retrievals", {}).values()]  # MIR's too
     return {
         "graphs": sum(1 for g in made if getattr(g, "graph", None) is not None),
         "graphs_failed": sum(1 for g in made if getattr(g, "failed", False)),

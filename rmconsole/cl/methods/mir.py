@@ -95,8 +95,12 @@ class MIR(TaskFree, Method[MIRParams]):
         if cached is None or not made_for(cached, self):
             if cached is not None:
                 self.retrievals.clear()  # all made for the replaced model, optimiser or mask
+
+            def body(x_s: Tensor, y_s: Tensor, x_c: Tensor, y_c: Tensor, lr: Tensor) -> Tensor:
+                return self.scores_order(x_s, y_s, x_c, y_c, lr, k)
+
             cached = self.retrievals[key] = CapturedCall(
-                lambda *a: self.scores_order(*a, k=k),
+                body,
                 (x_s, y_s, x_c, y_c, 0.0),
                 self.model,
                 self.optimizer,
