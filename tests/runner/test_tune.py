@@ -348,7 +348,7 @@ def test_a_killed_driver_continues_its_study(tmp_path) -> None:
     assert 1 <= done < tasks, done
     again = subprocess.run(args[:5] + ["k"], capture_output=True, text=True, timeout=400, check=False)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert f"run {victim.id} resumed at task {done + 1}" in again.stdout
+    assert f"run {victim.id} resumed at task {done + 1}" in again.stdout, again.stdout
     runs = store.find_runs("study:k")
     assert len(runs) == 3 and {r.status for r in runs} == {"finished"}
     assert [t.state for t in tuning.summarize("k").trials] == ["complete"] * 3
