@@ -77,6 +77,7 @@ def uninterrupted_results() -> list[tuple]:
     return _UNINTERRUPTED[0]
 
 
+@pytest.mark.slow  # an uninterrupted run, a killed one and its resume, about 35 s: CI's slow leg
 def test_sigkill_mid_task_is_failed_at_once_and_resume_equals_uninterrupted(isolated_home) -> None:
     test = "test_killed_stopped_resumed.py::test_sigkill_mid_task_is_failed_at_once_and_resume_equals_uninterrupted"
     killed_row, resumed_row = claim("worker SIGKILLed mid-task", test), claim("resume after a SIGKILL", test)

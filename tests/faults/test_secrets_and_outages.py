@@ -313,6 +313,7 @@ def _mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
 
 
+@pytest.mark.slow  # runs in a fresh home, about 30 s: CI's slow leg
 @pytest.mark.timeout(300)
 def test_defect_07_a_new_home_is_the_users_alone(isolated_home, tmp_path) -> None:
     from conftest import rmconsole

@@ -22,6 +22,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SHARED_DATA, needs_mnist, repo_on_path
 
+# the examples installed into a fresh venv by pip (about 90 s of a worker): run before every stop
+# (`-m full`), not in CI's 20 minutes; plug-in loading itself is CI's (test_plugins_installed.py)
+pytestmark = pytest.mark.full
+
 EXAMPLES = ("lwf", "mnist_fashion", "a_new")
 # the packages' presets by path (`--preset digits-lwf` by name too: test_the_packages_presets_...)
 LWF_PRESET = str(REPO / "examples" / "lwf" / "rmconsole_lwf" / "presets" / "digits-lwf.toml")

@@ -106,6 +106,7 @@ def _one_line_naming(text: str, *names: str) -> bool:
 
 
 @needs_registries
+@pytest.mark.slow  # every command run against a broken plug-in, about 20 s: CI's slow leg
 def test_a_plugin_that_fails_to_import_is_one_line_and_every_other_command_works(tmp_path: Path) -> None:
     """A package whose every declaration fails to import (its module raises ImportError), under
     each group: listing, validating and running anything else never imports it; using it is one

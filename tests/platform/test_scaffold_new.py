@@ -105,6 +105,7 @@ asyncio.run(main())
 
 
 @needs_registries
+@pytest.mark.full  # a fresh venv and pip install, about 40 s of a worker: before every stop, not in CI
 def test_new_method_installs_in_a_fresh_venv_and_trains_everywhere(tmp_path: Path) -> None:
     venv = Venv(tmp_path / "venv")
     elsewhere = tmp_path / "research"  # an empty folder outside the checkout

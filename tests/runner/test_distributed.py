@@ -245,7 +245,7 @@ def _run_processes(home: Path) -> list[int]:
     return pids
 
 
-@pytest.mark.slow  # a two-rank torchrun run stopped: 30 s of CI (the ranks' agreement: the `full` test above)
+@pytest.mark.full  # a two-rank torchrun run stopped, 30 s: before every stop (the ranks' agreement: the `full` test above)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to find the ranks")
 def test_stop_reaches_every_rank(isolated_home: Path) -> None:
     out = rmconsole(

@@ -294,7 +294,7 @@ def test_the_selection_reads_no_test_figure(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @needs_validation
-@pytest.mark.slow
+@pytest.mark.full  # a study killed and continued, about 30 s: before every stop, not in CI
 def test_a_killed_driver_continues_its_study(tmp_path) -> None:
     """SIGKILL the driver (and its trial's worker) mid-trial; `tune --study NAME` again resumes
     that trial's run from its checkpoint and finishes the study. Trial 1 (the second) is the

@@ -31,6 +31,7 @@ def wait_for(condition, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # a warm and a cold run of the digits preset, about 40 s: CI's slow leg
 @pytest.mark.timeout(600)
 def test_a_warm_run_equals_a_cold_run_and_stops_like_one(isolated_home, monkeypatch) -> None:
     monkeypatch.setenv("RMCONSOLE_WARM", "1")
