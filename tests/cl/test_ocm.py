@@ -348,3 +348,34 @@ def test_a_captured_step_reads_its_offsets_as_data_and_keeps_its_previous_models
     assert all(a is b or a.data_ptr() == b.data_ptr() for a, b in zip(kept, now))
     theirs = [*m.model.state_dict().values(), *m.projection.state_dict().values()]
     assert all(torch.equal(a, b) for a, b in zip(now, theirs, strict=True))
+
+
+def test_a_step_slices_at_the_offsets_its_step_key_drew_and_draws_no_more() -> None:
+    """`step_key` draws the step's offsets (stream block, memory block) before the step; the eager
+    step slices at exactly those and draws nothing itself (an extra draw would shift every later
+    step's offsets away from the graphed run's)."""
+    m, proto, _ = built("ocm", ocm_memory_batch=4, online_iter=0.25)
+    feed(m, proto, 8)
+    m.online_task_end(Task(0, proto.tasks[0], len(proto.tasks)))
+    idx = torch.cat([proto.tasks[0][:4], m.memory.indices[:3]])
+    x = m.accel.prepare(m.setup.augmenter.test(m.images_of(idx)))
+    y = m.labels_of(idx)
+    batch = (torch.cat([x, x.flip(-1)]), torch.cat([y, y]))
+    m.stream_count = 4
+    state = m.gen.get_state()
+    expected = [m.offset() for _ in range(3)]  # the step's two, then the next step's first
+    m.gen.set_state(state)
+    m.step_key(*batch)
+    assert m.offsets.host == expected[:2] and m.offsets.data.tolist() == expected[:2]
+    used = []
+    original = m.step_offset
+
+    def spy(i):  # type: ignore[no-untyped-def]
+        used.append(original(i))
+        return used[-1]
+
+    m.step_offset = spy  # type: ignore[method-assign]
+    m.step_loss(*batch)
+    assert used == expected[:2]
+    assert m.offsets.host == []  # used up: a direct call of step_loss draws afresh
+    assert m.offset() == expected[2]  # the step drew nothing beyond step_key's two

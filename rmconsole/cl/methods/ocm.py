@@ -80,6 +80,31 @@ N_TRANSFORMS = 16  # 4 half-turn combinations x 4 whole-image rotations
 EPS = 1e-8  # the authors' -log(p + eps): a positive below eps adds -log(eps) and no gradient
 
 
+def two_view_rows(x: Tensor, stream_count: int | None) -> tuple[int, int]:
+    """(rows of one view, the stream's rows of them) of a step's batch of two views, each
+    [stream, memory] (OCM's and OnPro's steps): no stream count means the stream alone."""
+    n = len(x) // 2
+    return n, n if stream_count is None else stream_count
+
+
+class StepOffsets:
+    """A step's feature offsets in the two shapes its two paths read, filled together by `hold`:
+    host ints in the eager step's draw order (its slices) and their copy in a device tensor a
+    CUDA graph reads as data (the same columns through `index_select`)."""
+
+    def __init__(self, device: torch.device, most: int = 2) -> None:
+        self.host: list[int] = []
+        self.data = torch.zeros(most, dtype=torch.long, device=device)
+
+    def hold(self, drawn: list[int]) -> None:
+        self.host = list(drawn)
+        self.data[: len(drawn)].copy_(torch.tensor(drawn), non_blocking=True)
+
+    def at(self, i: int, graphed: bool) -> int | Tensor:
+        """The i-th offset: the device's copy inside a graph, the host's int eagerly."""
+        return self.data[i] if graphed else self.host[i]
+
+
 def ocm_transforms(images: Tensor, turns: tuple[int, ...] = (0, 1, 2, 3)) -> Tensor:
     """OCM's 16 copies of (N, C, H, W) square images, (16 N, C, H, W): copy t = 4 r + h at rows
     t N : (t + 1) N, h the halves turned 180 degrees in place (none, left, both, right; halves by
@@ -177,8 +202,7 @@ class OCM(TaskFree, Method[OCMParams]):
             raise ValueError(f"ocm: ocm_projection {p} must be below the model's feature width {d}")
         self.projection = nn.Linear(d, p).to(self.device)  # the authors' `simclr` head
         self.previous: tuple[Backbone, nn.Module] | None = None  # model and head at the last task boundary
-        self.offsets = torch.zeros(2, dtype=torch.long, device=self.device)  # this step's draws (a graph's input)
-        self.drawn: list[int] = []  # the same draws, for the eager step
+        self.offsets = StepOffsets(self.device)  # this step's draws: the eager step's and a graph's
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         optimizer = super().make_optimizer()
@@ -232,11 +256,9 @@ class OCM(TaskFree, Method[OCMParams]):
     def step_key(self, x: Tensor, y: Tensor) -> tuple[int, bool]:
         """The step's host side: its feature offsets drawn (one for the stream's block, then one
         for the memory's), its passes charged to the ledger (a replay runs no Python)."""
-        n = len(x) // 2
-        n_s = n if self.stream_count is None else self.stream_count
+        n, n_s = two_view_rows(x, self.stream_count)
         first = self.first_task_step(n, n_s)
-        self.drawn = [self.offset()] if first else [self.offset(), self.offset()]
-        self.offsets[: len(self.drawn)].copy_(torch.tensor(self.drawn), non_blocking=True)
+        self.offsets.hold([self.offset()] if first else [self.offset(), self.offset()])
         ledger_of(self).add("train", (N_TRANSFORMS * 2 * n - len(x), *x.shape[1:]))  # the copies beyond x
         if not first:
             ledger_of(self).add("forward", (N_TRANSFORMS * (n - n_s), *x.shape[1:]))  # the previous model
@@ -245,19 +267,16 @@ class OCM(TaskFree, Method[OCMParams]):
     def step_offset(self, i: int) -> int | Tensor:
         """The step's i-th feature offset: data inside a CUDA graph, the host's int eagerly
         (drawn now if no `step_key` ran: a direct call of `step_loss`)."""
-        if self.mix_graph is not None:
-            return self.offsets[i]
-        if len(self.drawn) <= i:
-            self.drawn.append(self.offset())
-        return self.drawn[i]
+        if self.mix_graph is None and len(self.offsets.host) <= i:
+            self.offsets.host.append(self.offset())
+        return self.offsets.at(i, graphed=self.mix_graph is not None)
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
-        n = len(x) // 2
-        n_s = n if self.stream_count is None else self.stream_count
+        n, n_s = two_view_rows(x, self.stream_count)
         try:
             return self._step_loss(x, y, n, n_s)
         finally:
-            self.drawn = []
+            self.offsets.host = []  # used: the next eager step draws anew
 
     def _step_loss(self, x: Tensor, y: Tensor, n: int, n_s: int) -> Tensor:
         clean, view, y = x[:n], x[n:], y[:n]

@@ -72,7 +72,16 @@ from torch import Tensor, nn
 from ..compute import ledger_of
 from ..learner import Task
 from .base import Method
-from .ocm import EPS, N_TRANSFORMS, minus_log_p, ocm_transforms, similarity, transform_labels
+from .ocm import (
+    EPS,
+    N_TRANSFORMS,
+    StepOffsets,
+    minus_log_p,
+    ocm_transforms,
+    similarity,
+    transform_labels,
+    two_view_rows,
+)
 from .onpro_params import OnProParams
 from .taskfree import TaskFree
 
@@ -231,7 +240,7 @@ class OnPro(TaskFree, Method[OnProParams]):
         self.onpro_gen = torch.Generator().manual_seed(6_113 * (self.cfg.seed + 1))  # APF's draws
         self.onpro_rng = random.Random(self.cfg.seed + 17)  # mixing weights (Beta) and feature offsets
         self.pending: StepDraws | None = None  # the draws `step_key` made for the next step
-        self.offsets = torch.zeros(2, dtype=torch.long, device=self.device)  # a graph's copy of them
+        self.offsets = StepOffsets(self.device)  # this step's feature offsets: the eager step's and a graph's
         # APF's draws as a graph reads them (device tensors by field), by memory rows (their shapes):
         # a graph keeps the tensors it was captured with
         self.feedback: dict[int, dict[str, Tensor]] = {}
@@ -281,8 +290,7 @@ class OnPro(TaskFree, Method[OnProParams]):
 
     def split(self, x: Tensor) -> tuple[int, int, int, bool]:
         """(n, stream rows, memory rows, whether APF runs) of a step's batch of two views."""
-        n = len(x) // 2  # [stream, memory] in two views
-        n_s = n if self.stream_count is None else self.stream_count
+        n, n_s = two_view_rows(x, self.stream_count)
         return n, n_s, n - n_s, self.task_index > 0 and n > n_s
 
     def host_side(self, x: Tensor) -> StepDraws:
@@ -303,7 +311,7 @@ class OnPro(TaskFree, Method[OnProParams]):
         into the device tensors a graph reads."""
         _, n_s, _, later = self.split(x)
         self.pending = self.host_side(x)
-        self.offsets[: len(self.pending.offsets)].copy_(torch.tensor(self.pending.offsets), non_blocking=True)
+        self.offsets.hold(self.pending.offsets)
         drawn = self.pending.feedback
         if drawn is not None:
             n_m = drawn.row_a.shape[1]
@@ -317,14 +325,16 @@ class OnPro(TaskFree, Method[OnProParams]):
         return n_s, later, self.task_index > 0
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
-        drawn, self.pending = self.pending or self.host_side(x), None  # (a direct call draws here)
+        if self.pending is None:  # a direct call: its draws made here
+            self.step_key(x, y)
+        drawn, self.pending = self.pending, None
+        assert drawn is not None
         graph = self.mix_graph is not None  # inside a CUDA graph: the draws as data
         p, c = self.params, self.n_classes
         n, n_s, n_m, later = self.split(x)
         scale = p.onpro_sim_scale if self.task_index > 0 else 1.0
         y_s, y_m = y[:n_s], y[n_s:n]
-        offset = self.offsets[0] if graph else drawn.offsets[0]
-        loss, f, z = self.contrast((x[:n_s], x[n : n + n_s]), y_s.to(x.dtype), scale, True, offset)
+        loss, f, z = self.contrast((x[:n_s], x[n : n + n_s]), y_s.to(x.dtype), scale, True, self.offsets.at(0, graph))
         b = ROTATIONS * n_s
         loss = loss + prototype_loss(z[:n_s], z[b : b + n_s], y_s, c, p.onpro_proto_temperature)[0]
         if n_m:
@@ -339,7 +349,7 @@ class OnPro(TaskFree, Method[OnProParams]):
             (x[n_s:n], x[n + n_s :]), y_m, prototypes.detach(), present, draws, p.onpro_mixup_p
         )
         mixed_labels = (1 - lam) * y_a.to(lam.dtype) + lam * y_b.to(lam.dtype)
-        ins, fm, _ = self.contrast((m1, m2), mixed_labels, scale, False, self.offsets[1] if graph else drawn.offsets[1])
+        ins, fm, _ = self.contrast((m1, m2), mixed_labels, scale, False, self.offsets.at(1, graph))
         logits = self.mask_unseen(self.model.fc(fm[ROTATIONS * n_m : ROTATIONS * n_m + n_m]))
         ce = (1 - lam) * nnf.cross_entropy(logits, y_a, reduction="none") + lam * nnf.cross_entropy(
             logits, y_b, reduction="none"
