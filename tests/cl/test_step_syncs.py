@@ -85,22 +85,28 @@ def check(audit: StepAudit, method: Any, updates: int) -> None:
         )
 
 
+def audited_stream(m: Any, proto: Any, warm: int, counted: int) -> tuple[StepAudit, int]:
+    """Stream `warm` samples of the digits stream unaudited, then `counted` more under a
+    StepAudit of the method: (the audit, the updates it saw)."""
+    stream = torch.cat(proto.tasks)
+    indices, labels = stream.tolist(), proto.train_labels[stream].tolist()
+    for i, y in zip(indices[:warm], labels[:warm]):
+        feed(m, i, y)
+    audit = StepAudit().mark_method(m)
+    before = m.online_steps
+    with audit:
+        for i, y in zip(indices[warm : warm + counted], labels[warm : warm + counted]):
+            feed(m, i, y)
+    return audit, m.online_steps - before
+
+
 @pytest.mark.parametrize("name", TASK_FREE)
 def test_task_free_updates_make_no_host_sync(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # RM's iblurry variant: the paper variant's steps are the same, its uncertainty scoring is slow
     extra = {"rm_variant": "iblurry"} if name == "rm" else {}
     extra.update(method_model(name))  # the prompt methods on the small ViT
     m, proto, _ = built(name, augment="cutmix", eval_period=1000, epochs=1, uncertainty_views=2, **extra)
-    stream = torch.cat(proto.tasks)
-    indices, labels = stream.tolist(), proto.train_labels[stream].tolist()
-    for i, y in zip(indices[:16], labels[:16]):  # the memory fills, the first updates allocate
-        feed(m, i, y)
-    audit = StepAudit().mark_method(m)
-    before = m.online_steps
-    with audit:
-        for i, y in zip(indices[16:32], labels[16:32]):
-            feed(m, i, y)
-    updates = m.online_steps - before
+    audit, updates = audited_stream(m, proto, warm=16, counted=16)  # warm: the memory fills, first allocations
     if updates:
         check(audit, m, updates)
     # training a method does at an evaluation or a task boundary (GDumb, RM), counted in its steps
@@ -294,16 +300,9 @@ def test_mir_retrieval_is_capturable_and_leaves_little_outside(monkeypatch: pyte
     from rmconsole.cl import graphs
 
     m, proto, _ = built("mir", augment="cutmix", eval_period=1000, mir_candidates=6)
+    audit, updates = audited_stream(m, proto, warm=12, counted=8)  # warm: the memory holds the candidates
     stream = torch.cat(proto.tasks)
     indices, labels = stream.tolist(), proto.train_labels[stream].tolist()
-    for i, y in zip(indices[:12], labels[:12]):  # the memory holds the candidates: static shapes
-        feed(m, i, y)
-    audit = StepAudit().mark_method(m)
-    before = m.online_steps
-    with audit:
-        for i, y in zip(indices[12:20], labels[12:20]):
-            feed(m, i, y)
-    updates = m.online_steps - before
     outside = (sum(audit.kernel_ops().values()) - audit.graphable_ops) / updates
     assert updates and not audit.syncs
     assert outside <= MIR_OUTSIDE, (outside, audit.outside_ops.most_common(8))
