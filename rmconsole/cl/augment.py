@@ -444,6 +444,121 @@ def apply_slots(images: Tensor, slots: Iterable[tuple[Tensor, Tensor]]) -> Tenso
     return images
 
 
+# ----------------------------------------------------------------------------- static shapes
+
+
+class GeometricTable:
+    """Every index map an augmentation space's geometric ops can draw, as one device table:
+    row 0 the identity, then one row per (op, signed magnitude) key (`_map_keys`). With it a
+    draw becomes data (a row per sample) and `apply_static` runs the same operators on the same
+    shapes for every batch of n images: what a CUDA graph can replay."""
+
+    def __init__(self, keys: Tensor, h: int, w: int, device: torch.device) -> None:
+        self.keys, _ = torch.sort(torch.unique(keys))
+        maps = _geometric_maps(self.keys.tolist(), h, w, device)
+        identity = torch.arange(h * w, device=device)
+        self.maps = torch.stack([identity, *maps])  # (1 + keys, h * w) int64
+
+    @staticmethod
+    def of_space(names: Sequence[str], h: int, w: int, device: torch.device) -> GeometricTable:
+        """The table of `Augmenter`'s RandAugment (31 bins) or AutoAugment (the CIFAR10 policy's
+        geometric entries), both signs of every magnitude (`_signed` flips them)."""
+        geometric = torch.tensor([OP_ID[op] for op in GEOMETRIC])
+        if "randaug" in names:
+            ops = geometric.repeat_interleave(31)
+            mags = _magnitude_table(31, h, w)[ops, torch.arange(31).repeat(len(GEOMETRIC))]
+        elif "autoaug" in names:
+            policy_ops, _, policy_bins = _CIFAR10_TABLES
+            pick = torch.isin(policy_ops, geometric)
+            ops, mags = policy_ops[pick], _magnitude_table(10, h, w)[policy_ops[pick], policy_bins[pick]]
+        else:
+            ops, mags = geometric[:0], torch.zeros(0)
+        return GeometricTable(_map_keys(torch.cat([ops, ops]), torch.cat([mags, -mags])), h, w, device)
+
+    def rows(self, op_ids: Tensor, mags: Tensor) -> Tensor | None:
+        """Each sample's row (0: not geometric), or None when a key is not in the table."""
+        geo = _GROUP[op_ids] == 1
+        if not len(self.keys):
+            return None if bool(geo.any()) else torch.zeros_like(op_ids)
+        keys = _map_keys(op_ids, mags)
+        at = torch.searchsorted(self.keys, keys).clamp_(max=len(self.keys) - 1)
+        if bool((geo & (self.keys[at] != keys)).any()):
+            return None
+        return torch.where(geo, at + 1, 0)
+
+
+def colour_ops(names: Sequence[str]) -> tuple[str, ...]:
+    """The colour ops `Augmenter`'s RandAugment or AutoAugment can draw (`apply_static` runs each)."""
+    if "randaug" in names:
+        space: Iterable[str] = RANDAUGMENT_OPS
+    elif "autoaug" in names:
+        space = [op for sub in CIFAR10_POLICY for op, _, _ in sub]
+    else:
+        space = ()
+    return tuple(op for op in OPS if op in set(space) and op != "Identity" and op not in GEOMETRIC)
+
+
+_STATIC_SLOT = 6  # per op slot: op id, table row, factor, 1 - factor, posterize mask, solarize threshold
+
+
+def static_params(draw: TrainDraw, table: GeometricTable) -> Tensor | None:
+    """A draw as one float32 host block (n, 3 + 6 per slot), `apply_static`'s data: crop offsets
+    and flip, then each slot's op, map row and colour parameters, worked out as `apply_ops` does
+    (every value exact in float32). None when a geometric key is not in `table`."""
+    n = draw.n
+    columns = [torch.zeros(n, 3)]
+    if draw.offsets is not None:
+        columns[0][:, :2] = draw.offsets
+    if draw.flips is not None:
+        columns[0][:, 2] = draw.flips
+    for op_ids, mags in draw.slots:
+        op_ids, m = op_ids.to(torch.int64), mags.float()
+        rows = table.rows(op_ids, m)
+        if rows is None:
+            return None
+        factor = 1.0 + m.to(torch.float64)
+        bits = m.round().long().clamp(0, 8)
+        mask = ((1 << bits) - 1) << (8 - bits)
+        threshold = torch.ceil(m * 255.0).clamp(0, 256)
+        columns.append(
+            torch.stack(
+                [op_ids.float(), rows.float(), factor.float(), (1.0 - factor).float(), mask.float(), threshold], 1
+            )
+        )
+    return torch.cat(columns, 1)
+
+
+def apply_static(
+    images: Tensor, params: Tensor, table: GeometricTable, padding: int, colour_ops: Sequence[str]
+) -> Tensor:
+    """crop + flip, then each slot's op, from `static_params` on the device: the pixels
+    `crop_flip_apply` then `apply_slots` make, through operators whose shapes depend on n alone
+    (no grouping of the samples by op: every colour op of the space runs on the whole batch and
+    `where` keeps it for the samples that drew it). More arithmetic than `apply_ops` (the price
+    of a CUDA graph: no host work per op), the same uint8 result (tests/cl/test_augment.py)."""
+    n, c, h, w = images.shape
+    crop = params[:, :3].long()
+    p = max(padding, 0)
+    cols = torch.arange(w, device=images.device)
+    cols = torch.where(crop[:, 2:3].bool(), cols.flip(0), cols) + crop[:, 1:2]
+    rows = (crop[:, 0:1] + torch.arange(h, device=images.device)) * (w + 2 * p)
+    index = (rows[:, :, None] + cols[:, None, :]).view(n, 1, h * w).expand(n, c, h * w)
+    src = nnf.pad(images, (p, p, p, p)) if p else images
+    out = src.reshape(n, c, -1).gather(2, index).view(n, c, h, w)
+    slots = (params.shape[1] - 3) // _STATIC_SLOT
+    for s in range(slots):
+        col = params[:, 3 + s * _STATIC_SLOT : 3 + (s + 1) * _STATIC_SLOT].view(n, _STATIC_SLOT, 1, 1, 1).unbind(1)
+        op_ids = col[0].long()
+        maps = table.maps.index_select(0, col[1].view(n).long())  # identity for every non-geometric sample
+        flat = nnf.pad(out.reshape(n, c, h * w), (0, 1))
+        moved = flat.gather(2, maps.view(n, 1, h * w).expand(n, c, h * w)).view(n, c, h, w)
+        mask, threshold = col[4].to(torch.uint8), col[5].to(torch.int16)
+        for op in colour_ops:
+            moved = torch.where(op_ids == OP_ID[op], _colour(op, out, col[2], col[3], mask, threshold), moved)
+        out = moved
+    return out
+
+
 # ----------------------------------------------------------------------------- policies
 
 
@@ -676,6 +791,7 @@ class Augmenter:
     mix_calls: int = field(init=False, default=0)  # draw_mix calls so far (the engine checks its plan)
     plan_broken: bool = field(init=False, default=False)  # a call did not match the planned draw
     _planned: deque = field(init=False, repr=False, default_factory=deque)
+    _tables: dict = field(init=False, repr=False, default_factory=dict)  # (h, w, device) -> GeometricTable
 
     def __post_init__(self) -> None:
         self.names = parse_augment(tuple(self.names))  # an unknown name is an error, never dropped
@@ -715,6 +831,25 @@ class Augmenter:
 
     def train(self, images: Tensor) -> Tensor:
         return self.apply(images, self.draw(len(images), images.shape[-2], images.shape[-1]))
+
+    def static_params(self, images: Tensor, draw: TrainDraw) -> Tensor | None:
+        """`draw` as `apply_static`'s data on `images`' device (one asynchronous copy), or None
+        when it holds a geometric op the space's table lacks (then `apply` it)."""
+        params = static_params(draw, self.geometric_table(images.shape[-2], images.shape[-1], images.device))
+        return None if params is None else _on(params, images)
+
+    def apply_static(self, images: Tensor, params: Tensor) -> Tensor:
+        """`apply` with the draw as data (`static_params`): the same normalised images, from
+        operators whose shapes depend on the batch's alone, so a CUDA graph can replay it."""
+        table = self.geometric_table(images.shape[-2], images.shape[-1], images.device)
+        out = apply_static(images, params, table, self.padding, colour_ops(self.names))
+        return normalize(out, self.mean, self.std)
+
+    def geometric_table(self, h: int, w: int, device: torch.device) -> GeometricTable:
+        key = (h, w, str(device))
+        if key not in self._tables:
+            self._tables[key] = GeometricTable.of_space(self.names, h, w, device)
+        return self._tables[key]
 
     def test(self, images: Tensor) -> Tensor:
         return normalize(images, self.mean, self.std)

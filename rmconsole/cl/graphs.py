@@ -292,13 +292,15 @@ class CapturedCall(Replayed):
     training step (MIR's retrieval). `__call__(*args)` copies the args (tensors of the shapes it
     was made for; a float fills a 0-dim float32 tensor: a learning rate) into static inputs,
     outside the graph, replays, and returns the static output (the next call overwrites it).
-    Made for one model, optimiser and seen-classes mask (`made_for`): the body reads them."""
+    Made for one model, optimiser and seen-classes mask (`made_for`) where the body reads them;
+    a body that reads none (the augmentation, `TaskFree.augmented`) passes None for both and
+    `seen` only for its device."""
 
     def __init__(
         self,
         fn: Callable[..., Tensor],
         example: Sequence[Tensor | float],
-        model: nn.Module,
+        model: nn.Module | None,
         optimizer: torch.optim.Optimizer | None,
         seen: Tensor,
         what: str,

@@ -251,6 +251,12 @@ class _Function(TorchFunctionMode):
 _ACTIVE: list[StepAudit] = []  # the audits entered, innermost last (the `graphable` marker reports to it)
 
 
+def auditing() -> bool:
+    """Whether a StepAudit is counting: a CPU run then takes the path a GPU's graphs take where
+    that path is not the CPU's own (`TaskFree.augmented`), so the count is the GPU's."""
+    return bool(_ACTIVE)
+
+
 @contextlib.contextmanager
 def graphable() -> Iterator[None]:
     """Marks the step a CUDA graph replays on a GPU (train.Stepper wraps a plain step in it):

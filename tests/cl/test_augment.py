@@ -500,3 +500,61 @@ def test_every_table_matrix_is_torchvisions_bit_for_bit(size) -> None:
     for op in A.GEOMETRIC:
         for m in _table_magnitudes(op, h, w).tolist():
             assert A._geometric_matrix(op, m, h, w) == _inverse_matrix(op, m, h, w), (op, m)
+
+
+@pytest.mark.parametrize("names", [("autoaug",), ("randaug",), ("cutmix",)])
+def test_the_static_apply_gives_the_grouped_pixels(names: tuple[str, ...]) -> None:
+    """`apply_static` (the draw as data, every colour op on the whole batch, one gather through
+    the space's table of maps: what a CUDA graph replays) makes the uint8 pixels of
+    `crop_flip_apply` + `apply_slots` (samples grouped by op) for every draw: RGB and grey,
+    flat images (equalize/autocontrast's special case), a batch too small for sharpness."""
+    gen = torch.Generator().manual_seed(5)
+    for n, c, h, w, pad in [(48, 3, 16, 16, 2), (37, 1, 28, 28, 4), (6, 3, 3, 3, 0)]:
+        aug = A.Augmenter(names, torch.zeros(c, 1, 1), torch.ones(c, 1, 1), pad, 11)
+        table = aug.geometric_table(h, w, torch.device("cpu"))
+        for _ in range(4):
+            images = torch.randint(0, 256, (n, c, h, w), dtype=torch.uint8, generator=gen)
+            images[0] = 17
+            draw = aug.draw(n, h, w)
+            params = A.static_params(draw, table)
+            assert params is not None
+            want = A.apply_slots(A.crop_flip_apply(images, pad, draw.offsets, draw.flips), draw.slots)
+            got = A.apply_static(images, params, table, pad, A.colour_ops(aug.names))
+            assert torch.equal(got, want), (names, (n, c, h, w), int((got != want).sum()))
+            assert torch.equal(aug.apply_static(images, params), aug.apply(images, draw))
+
+
+def test_a_geometric_draw_outside_the_table_is_refused_not_misapplied() -> None:
+    """A (op, magnitude) the space's table lacks gives no static draw (the caller applies it
+    grouped); every key of the space is found."""
+    table = A.GeometricTable.of_space(("autoaug",), 16, 16, torch.device("cpu"))
+    rotate = torch.tensor([A.OP_ID["Rotate"]])
+    assert table.rows(rotate, torch.tensor([7.5])) is None  # no AutoAugment bin draws 7.5 degrees
+    policy_rotate = A._magnitude_table(10, 16, 16)[A.OP_ID["Rotate"], 2]
+    for m in (policy_rotate, -policy_rotate):
+        row = table.rows(rotate, m.view(1))
+        assert row is not None and int(row) > 0
+        assert torch.equal(
+            table.maps[int(row)],
+            A._geometric_maps(A._map_keys(rotate, m.view(1)).tolist(), 16, 16, torch.device("cpu"))[0],
+        )
+    assert table.rows(torch.tensor([A.OP_ID["Contrast"]]), torch.tensor([7.5])).tolist() == [0]  # colour: identity row
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("names", [("autoaug",), ("randaug",)])
+def test_the_static_apply_gives_the_grouped_pixels_on_cuda(names: tuple[str, ...]) -> None:
+    """On a GPU too: every colour op on the whole batch (a graph's `apply_static`) against the
+    samples grouped by op (the eager `apply`): the same pixels (a reduction's order, e.g.
+    Contrast's mean, could differ with the batch's size there; this says whether it does)."""
+    cuda = torch.device("cuda")
+    gen = torch.Generator().manual_seed(5)
+    aug = A.Augmenter(names, torch.zeros(3, 1, 1, device=cuda), torch.ones(3, 1, 1, device=cuda), 4, 11)
+    for _ in range(8):
+        images = torch.randint(0, 256, (96, 3, 64, 64), dtype=torch.uint8, generator=gen).to(cuda)
+        draw = aug.draw(96, 64, 64)
+        params = aug.static_params(images, draw)
+        assert params is not None
+        got, want = aug.apply_static(images, params), aug.apply(images, draw)
+        assert torch.equal(got, want), int((got != want).sum())

@@ -330,6 +330,50 @@ def test_mir_retrieval_is_capturable_and_leaves_little_outside(monkeypatch: pyte
     assert max(r.entries for r in regions.values()) >= 2, "no retrieval replayed twice"
 
 
+# kernel-launching operators an ER update with AutoAugment + CutMix leaves outside its graphs on
+# this stream (measured 36.8: the draws, the batch's images and labels, the memory's bookkeeping,
+# the copies into the graphs' inputs; 82.8 before the augmentation was a graph of its own)
+AUGMENTED_ER_OUTSIDE = 40
+
+
+def test_the_augmentation_is_a_captured_region_and_leaves_little_outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An update's AutoAugment + crop/flip (`TaskFree.augmented`: the draw as data, `apply_static`)
+    is a region of its own: (1) on CPU under an audit it takes the GPU's path, counted as a
+    graph's body, so few kernels are left outside an update; (2) replayed through its graph
+    (graphs.CapturedCall, run eagerly on CPU) every call passes the checker: no sync, no
+    host<->device copy, the same operators on the same shapes, across a new class."""
+    from rmconsole.cl import graphs
+
+    m, proto, _ = built("er", augment=["autoaug", "cutmix"], eval_period=1000)
+    audit, updates = audited_stream(m, proto, warm=16, counted=16)
+    outside = (sum(audit.kernel_ops().values()) - audit.graphable_ops) / updates
+    assert updates and not audit.syncs
+    assert m.augment_graphs, "the audited updates did not take the captured augmentation"
+    assert outside <= AUGMENTED_ER_OUTSIDE, (outside, audit.outside_ops.most_common(8))
+
+    aug = m.setup.augmenter
+    audit = StepAudit().mark_method(m)
+    regions: dict[int, Capturable] = {}
+    body = graphs.CapturedCall._eager
+
+    def checked(call: graphs.CapturedCall) -> None:
+        h, w = call.inputs[0].shape[-2:]
+        audit.mark_method(m).mark(call.inputs, aug.mean, aug.std, aug.geometric_table(h, w, m.device).maps)
+        with regions.setdefault(id(call), Capturable(audit)):
+            body(call)
+
+    monkeypatch.setattr(graphs.CapturedCall, "_eager", checked)
+    stream = torch.cat(proto.tasks)
+    indices, labels = stream.tolist(), proto.train_labels[stream].tolist()
+    seen = m.n_seen
+    with audit:
+        for i, y in zip(indices[32:56], labels[32:56]):
+            feed(m, i, y)
+    assert not audit.syncs, audit.where
+    assert m.n_seen > seen, "no new class arrived"
+    assert max(r.entries for r in regions.values()) >= 2, "no augmentation replayed twice"
+
+
 @pytest.mark.parametrize("name", ["er", "clib", "mir", "rm", "gdumb"])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -369,6 +413,8 @@ def test_graphed_task_free_updates_give_the_eager_weights(name: str) -> None:
         m.online_before_eval()
         if graphs and name not in ("gdumb",):
             assert m.graphs and any(g.graph is not None for g in m.graphs.values()), "no update was graphed"
+        if graphs:  # the updates' crop + flip a graph of its own (`TaskFree.augmented`), every capture made
+            assert m.augment_graphs and all(g.graph is not None and not g.failed for g in m.augment_graphs.values())
         if graphs and name == "mir":  # its retrieval a graph of its own, every capture made
             assert m.retrievals and all(g.graph is not None and not g.failed for g in m.retrievals.values())
         weights.append([p.detach().float().cpu() for p in m.model.parameters()])

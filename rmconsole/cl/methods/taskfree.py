@@ -42,14 +42,16 @@ from torch import Tensor
 from .. import train
 from ..accel import train_chunk
 from ..compute import credit_of, ledger_of
-from ..graphs import graph_ready_optimizer, set_lr
+from ..graphs import CapturedCall, graph_ready_optimizer, launch_bound, set_lr
 from ..learner import Task
 from ..memory import slots_per_class
 from ..online_memory import OnlineMemory
 from ..protocols import is_task_free
 from ..schedule import epoch_lr
+from ..step_audit import auditing
 
 HEAD_RULES = ("extend", "keep_moments", "rebuild")
+AUGMENT_GRAPHS = 4  # augmentation graphs kept at once (one per batch shape: a filling memory's are new)
 
 # The hooks as data: every name the task-free protocol (online.py) and the engine call on a
 # method, the driver's hooks above and those it shares with the task protocol (construction,
@@ -130,6 +132,7 @@ class TaskFree(_MethodBase):
         self.sample_rng = random.Random(self.cfg.seed + 3)  # per-sample memory decisions
         self.stream_count: int | None = None  # stream samples at the head of the current batch
         self.stepper = train.Stepper(self)  # a step per few samples: set up once
+        self.augment_graphs: dict[tuple[int, ...], CapturedCall] = {}  # by raw batch shape: `augmented`
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """Task-free runs: the run's `optimizer` (the follow-up's Adam, or Nesterov SGD)."""
@@ -258,12 +261,57 @@ class TaskFree(_MethodBase):
                 size += len(kept[start][0])
                 start += 1
             flat = torch.cat([b for b, _ in group])
-            images = self.accel.prepare(self.setup.augmenter.train(self.images_of(flat)))
+            images = self.augmented(self.images_of(flat), max(len(b) for b, _ in group))
             labels = self.labels_of(flat)
             sizes = [len(b) for b, _ in group]
             self.model.train()
             for x, y, (_, n_stream) in zip(images.split(sizes), labels.split(sizes), group):
                 self.step_on(x, y, n_stream, lr)
+
+    def augmented(self, raw: Tensor, batch: int) -> Tensor:
+        """`raw` (uint8, the images of a few steps of at most `batch`) train-augmented and prepared,
+        every sample its own draw. Where those steps are CUDA graphs the augmentation is one too:
+        the draw becomes data (`Augmenter.static_params`, one copy) and `Augmenter.apply_static`
+        is replayed per shape (`graphs.CapturedCall`), not ~35 launches from the host. A CPU keeps
+        the grouped `apply` (a third of the arithmetic), but under an active step_audit it takes
+        the GPU's path (CapturedCall runs its body eagerly there, counted as a graph's), so the
+        count is a GPU's. The same draws and pixels either way (tests/cl/test_augment.py)."""
+        aug = self.setup.augmenter
+        if not self.augments_captured(batch, tuple(raw.shape[1:])):
+            return self.accel.prepare(aug.train(raw))
+        draw = aug.draw(len(raw), raw.shape[-2], raw.shape[-1])
+        params = aug.static_params(raw, draw)
+        if params is None:  # a geometric op outside the space's table: the grouped apply
+            return self.accel.prepare(aug.apply(raw, draw))
+        calls = self.augment_graphs
+        key = tuple(raw.shape)
+        if key not in calls:
+            for old in list(calls)[: max(0, len(calls) + 1 - AUGMENT_GRAPHS)]:
+                del calls[old]
+            calls[key] = CapturedCall(
+                lambda images, p: self.accel.prepare(aug.apply_static(images, p)),
+                (raw, params),
+                None,
+                None,
+                self.seen,
+                f"the augmentation of {len(raw)} images",
+                self.report.log,
+            )
+        return calls[key](raw, params)
+
+    def augments_captured(self, batch: int, shape: tuple[int, ...]) -> bool:
+        """Whether `augmented` replays the augmentation of steps of `batch` as a CUDA graph: where
+        those steps would be graphs (a single-process run of a default or capturable step, as
+        `uses_graphs` says, launch-bound or `cuda_graphs = true`), on CUDA, or on CPU under an audit."""
+        cfg = self.cfg
+        would = (
+            bool(cfg.cuda_graphs)
+            and cfg.compile != "step"
+            and (self.plain_step or self.captured_step)
+            and self.dist is None
+            and (cfg.cuda_graphs is True or launch_bound(batch, shape))
+        )
+        return would and (self.uses_graphs or (self.device.type == "cpu" and auditing()))
 
     def step_on(self, x: Tensor, y: Tensor, n_stream: int | None = None, lr: float | None = None) -> None:
         """One optimiser step (`train.Stepper`) on augmented images, at the schedule's learning
