@@ -374,6 +374,61 @@ def test_the_augmentation_is_a_captured_region_and_leaves_little_outside(monkeyp
     assert max(r.entries for r in regions.values()) >= 2, "no augmentation replayed twice"
 
 
+def test_clib_importance_pass_is_capturable_and_counted_inside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLIB's importance pass over a full memory (`chunk_losses`: normalise, eval forward, the
+    per-sample loss) is a region of its own: on CPU its kernels are counted as a graph's body, and
+    replayed through its graph (graphs.CapturedCall, run eagerly on CPU) every pass passes the
+    checker (no sync, no copy, the same operators on the same shapes) across a new class; its one
+    read of the losses stays outside, the sync CLIB declares."""
+    from rmconsole.cl import graphs
+
+    m, proto, _ = built("clib", augment="cutmix", eval_period=1000, memory_size=12)
+    stream = torch.cat(proto.tasks)
+    indices, labels = stream.tolist(), proto.train_labels[stream].tolist()
+    for i, y in zip(indices[:16], labels[:16]):
+        feed(m, i, y)
+    assert m.online_memory.full
+    audit = StepAudit().mark_method(m)
+    passes, inside = [0], [0]  # the passes, and the kernel ops counted as graph bodies within them
+    losses = type(m).chunk_losses
+
+    def counted(self: Any, raw: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        start = audit.graphable_ops
+        out = losses(self, raw, y)
+        passes[0] += 1
+        inside[0] += audit.graphable_ops - start
+        return out
+
+    monkeypatch.setattr(type(m), "chunk_losses", counted)
+    before = m.update_counter
+    with audit:
+        for i, y in zip(indices[16:24], labels[16:24]):
+            feed(m, i, y)
+    assert passes[0] >= 8
+    assert inside[0] >= passes[0] * 3, (inside, passes)  # each pass's forward counted as a graph's body
+    check(audit, m, m.update_counter - before)
+
+    graphs.graph_ready_optimizer(m.optimizer)  # as on a CUDA run: the steps and the pass graphed
+    m.stepper.graphs = True
+    audit = StepAudit().mark_method(m)
+    regions: dict[int, Capturable] = {}
+    body = graphs.CapturedCall._eager
+
+    def checked(call: graphs.CapturedCall) -> None:
+        audit.mark_method(m).mark(call.inputs, m.setup.augmenter.mean, m.setup.augmenter.std)
+        with regions.setdefault(id(call), Capturable(audit)):
+            body(call)
+
+    monkeypatch.setattr(graphs.CapturedCall, "_eager", checked)
+    seen = m.n_seen
+    with audit:
+        for i, y in zip(indices[24:48], labels[24:48]):
+            feed(m, i, y)
+    assert m.n_seen > seen, "no new class arrived"
+    assert m.importance_graphs and all(g.graph is not None for g in m.importance_graphs.values())
+    assert max(regions[id(g)].entries for g in m.importance_graphs.values()) >= 2, "no pass replayed twice"
+
+
 @pytest.mark.parametrize("name", ["er", "clib", "mir", "rm", "gdumb"])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -415,6 +470,10 @@ def test_graphed_task_free_updates_give_the_eager_weights(name: str) -> None:
             assert m.graphs and any(g.graph is not None for g in m.graphs.values()), "no update was graphed"
         if graphs:  # the updates' crop + flip a graph of its own (`TaskFree.augmented`), every capture made
             assert m.augment_graphs and all(g.graph is not None and not g.failed for g in m.augment_graphs.values())
+        if graphs and name == "clib":  # its importance pass over the full memory a graph of its own
+            assert m.importance_graphs and all(
+                g.graph is not None and not g.failed for g in m.importance_graphs.values()
+            )
         if graphs and name == "mir":  # its retrieval a graph of its own, every capture made
             assert m.retrievals and all(g.graph is not None and not g.failed for g in m.retrievals.values())
         weights.append([p.detach().float().cpu() for p in m.model.parameters()])

@@ -39,7 +39,8 @@ from torch import Tensor
 
 from ..augment import TrainDraw
 from ..compute import ledger_of
-from ..step_audit import DeclaredSync
+from ..graphs import CapturedCall, made_for
+from ..step_audit import DeclaredSync, graphable
 from .base import Method
 from .clib_params import CLIBParams
 from .taskfree import TaskFree
@@ -85,6 +86,7 @@ class CLIB(TaskFree, Method[CLIBParams]):
         self.high_records: list[float] = []
         self.low_records: list[float] = []
         self.current_lr = self.cfg.lr
+        self.importance_graphs: dict[tuple[int, bool], CapturedCall] = {}  # `importance_pass`
 
     def step_lr(self) -> float:
         return self.current_lr
@@ -146,7 +148,7 @@ class CLIB(TaskFree, Method[CLIBParams]):
         kept = [b for b in batches if b is not None]
         if kept:
             flat = torch.cat([idx for _, idx in kept]) if len(kept) > 1 else kept[0][1]
-            images = self.accel.prepare(augmenter.apply(self.images_of(flat), TrainDraw.cat(draws)))
+            images = self.augmented(self.images_of(flat), max(len(idx) for _, idx in kept), TrainDraw.cat(draws))
             labels = self.labels_of(flat)
             sizes = [len(idx) for _, idx in kept]
             steps = iter(zip(images.split(sizes), labels.split(sizes)))
@@ -162,19 +164,51 @@ class CLIB(TaskFree, Method[CLIBParams]):
 
     @torch.no_grad()
     def memory_losses(self) -> Tensor:
-        """Per-slot cross-entropy of the whole memory, clean images, eval mode (batches of 512)."""
+        """Per-slot cross-entropy of the whole memory, clean images, eval mode (batches of 512).
+        Once the memory is full its chunks keep their shapes: each chunk's pass (`chunk_losses`)
+        is replayed as a CUDA graph where the steps are (graphs.CapturedCall), and on CPU counted
+        as a graph's body; the one read of the losses stays outside (the declared sync)."""
         self.model.eval()
         out = []
+        full = self.online_memory.full
         for chunk in self.memory.indices.split(512):
-            x = self.accel.prepare(self.setup.augmenter.test(self.images_of(chunk)))
-            ledger_of(self).add("forward", x.shape)  # grows with the memory: each size measured
-            out.append(
-                nnf.cross_entropy(self.mask_unseen(self.model(x)).float(), self.labels_of(chunk), reduction="none")
-                .double()
-                .cpu()
-            )
+            raw, y = self.images_of(chunk), self.labels_of(chunk)
+            ledger_of(self).add("forward", raw.shape)  # grows with the memory: each size measured
+            if not full:  # the memory still fills: a new shape every pass
+                losses = self.chunk_losses(raw, y)
+            elif self.stepper.graphed(len(raw), tuple(raw.shape[1:])):
+                losses = self.importance_pass(raw, y)(raw, y)
+            else:
+                with graphable():  # what the graph replays on a GPU (counted apart by an active step_audit)
+                    losses = self.chunk_losses(raw, y)
+            out.append(losses.double().cpu())
         self.cost += len(self.memory)
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
+
+    def chunk_losses(self, raw: Tensor, y: Tensor) -> Tensor:
+        """Device work only (a CUDA graph's body): the float32 cross-entropy of each of the uint8
+        images `raw` (normalised here) under the model as it is (eval mode, no grad)."""
+        x = self.accel.prepare(self.setup.augmenter.test(raw))
+        return nnf.cross_entropy(self.mask_unseen(self.model(x)).float(), y, reduction="none")
+
+    def importance_pass(self, raw: Tensor, y: Tensor) -> CapturedCall:
+        """The importance pass's graph for a chunk of this size, made anew with a new model,
+        optimiser or seen mask (and kept per `all_seen`: the unseen-class mask is then skipped)."""
+        key = (len(raw), self.all_seen)
+        cached = self.importance_graphs.get(key)
+        if cached is None or not made_for(cached, self):
+            if cached is not None:
+                self.importance_graphs.clear()  # all made for the replaced model, optimiser or mask
+            cached = self.importance_graphs[key] = CapturedCall(
+                self.chunk_losses,
+                (raw, y),
+                self.model,
+                self.optimizer,
+                self.seen,
+                f"CLIB's importance pass ({len(raw)} samples)",
+                self.report.log,
+            )
+        return cached
 
     def update_importance(self) -> None:
         if len(self.memory) == 0:

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from .. import train
 from ..accel import train_chunk
+from ..augment import TrainDraw
 from ..compute import credit_of, ledger_of
 from ..graphs import CapturedCall, graph_ready_optimizer, launch_bound, set_lr
 from ..learner import Task
@@ -268,18 +269,20 @@ class TaskFree(_MethodBase):
             for x, y, (_, n_stream) in zip(images.split(sizes), labels.split(sizes), group):
                 self.step_on(x, y, n_stream, lr)
 
-    def augmented(self, raw: Tensor, batch: int) -> Tensor:
+    def augmented(self, raw: Tensor, batch: int, draw: TrainDraw | None = None) -> Tensor:
         """`raw` (uint8, the images of a few steps of at most `batch`) train-augmented and prepared,
         every sample its own draw. Where those steps are CUDA graphs the augmentation is one too:
         the draw becomes data (`Augmenter.static_params`, one copy) and `Augmenter.apply_static`
         is replayed per shape (`graphs.CapturedCall`), not ~35 launches from the host. A CPU keeps
         the grouped `apply` (a third of the arithmetic), but under an active step_audit it takes
         the GPU's path (CapturedCall runs its body eagerly there, counted as a graph's), so the
-        count is a GPU's. The same draws and pixels either way (tests/cl/test_augment.py)."""
+        count is a GPU's. The same draws and pixels either way (tests/cl/test_augment.py).
+        `draw`: made by the caller (CLIB draws its iterations' in their own order), else drawn here."""
         aug = self.setup.augmenter
+        if draw is None:
+            draw = aug.draw(len(raw), raw.shape[-2], raw.shape[-1])
         if not self.augments_captured(batch, tuple(raw.shape[1:])):
-            return self.accel.prepare(aug.train(raw))
-        draw = aug.draw(len(raw), raw.shape[-2], raw.shape[-1])
+            return self.accel.prepare(aug.apply(raw, draw))
         params = aug.static_params(raw, draw)
         if params is None:  # a geometric op outside the space's table: the grouped apply
             return self.accel.prepare(aug.apply(raw, draw))
