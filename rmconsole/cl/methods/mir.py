@@ -45,16 +45,15 @@ class MIR(TaskFree, Method[MIRParams]):
     default_memory_policy = "reservoir"
 
     def online_train(self, stream: Tensor, iterations: int) -> None:
-        aug = self.setup.augmenter
         n_memory = self.cfg.batch_size - len(stream)
         for _ in range(iterations):
             if len(self.memory) == 0 or n_memory <= 0:
                 self.train_batches([stream], [len(stream)])
                 continue
-            x_s = self.accel.prepare(aug.train(self.images_of(stream)))
+            x_s = self.augmented(self.images_of(stream), len(stream) + n_memory, role="stream")
             y_s = self.labels_of(stream)
             chosen = self.retrieve(x_s, y_s, self.memory_draw(self.params.mir_candidates), n_memory)
-            x_m = self.accel.prepare(aug.train(self.images_of(chosen)))
+            x_m = self.augmented(self.images_of(chosen), len(stream) + n_memory, role="memory")
             self.model.train()
             self.step_on(torch.cat([x_s, x_m]), torch.cat([y_s, self.labels_of(chosen)]), len(stream))
 

@@ -133,7 +133,7 @@ class TaskFree(_MethodBase):
         self.sample_rng = random.Random(self.cfg.seed + 3)  # per-sample memory decisions
         self.stream_count: int | None = None  # stream samples at the head of the current batch
         self.stepper = train.Stepper(self)  # a step per few samples: set up once
-        self.augment_graphs: dict[tuple[int, ...], CapturedCall] = {}  # by raw batch shape: `augmented`
+        self.augment_graphs: dict[tuple[object, ...], CapturedCall] = {}  # by role and shape: `augmented`
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """Task-free runs: the run's `optimizer` (the follow-up's Adam, or Nesterov SGD)."""
@@ -269,7 +269,7 @@ class TaskFree(_MethodBase):
             for x, y, (_, n_stream) in zip(images.split(sizes), labels.split(sizes), group):
                 self.step_on(x, y, n_stream, lr)
 
-    def augmented(self, raw: Tensor, batch: int, draw: TrainDraw | None = None) -> Tensor:
+    def augmented(self, raw: Tensor, batch: int, draw: TrainDraw | None = None, role: str = "train") -> Tensor:
         """`raw` (uint8, the images of a few steps of at most `batch`) train-augmented and prepared,
         every sample its own draw. Where those steps are CUDA graphs the augmentation is one too:
         the draw becomes data (`Augmenter.static_params`, one copy) and `Augmenter.apply_static`
@@ -277,7 +277,9 @@ class TaskFree(_MethodBase):
         the grouped `apply` (a third of the arithmetic), but under an active step_audit it takes
         the GPU's path (CapturedCall runs its body eagerly there, counted as a graph's), so the
         count is a GPU's. The same draws and pixels either way (tests/cl/test_augment.py).
-        `draw`: made by the caller (CLIB draws its iterations' in their own order), else drawn here."""
+        `draw`: made by the caller (CLIB draws its iterations' in their own order), else drawn here.
+        The result is the graph's output, overwritten by the next call of the same shape and
+        `role`: a caller that holds two augmented batches at once gives them two roles (MIR)."""
         aug = self.setup.augmenter
         if draw is None:
             draw = aug.draw(len(raw), raw.shape[-2], raw.shape[-1])
@@ -287,7 +289,7 @@ class TaskFree(_MethodBase):
         if params is None:  # a geometric op outside the space's table: the grouped apply
             return self.accel.prepare(aug.apply(raw, draw))
         calls = self.augment_graphs
-        key = tuple(raw.shape)
+        key = (role, *raw.shape)
         if key not in calls:
             for old in list(calls)[: max(0, len(calls) + 1 - AUGMENT_GRAPHS)]:
                 del calls[old]
