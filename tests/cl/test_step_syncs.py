@@ -327,6 +327,8 @@ def test_mir_retrieval_is_capturable_and_leaves_little_outside(monkeypatch: pyte
     assert m.n_seen > seen, "no new class arrived"
     assert m.retrievals and all(g.graph is not None for g in m.retrievals.values())
     assert sum(r.entries for r in regions.values()) == m.online_steps - before > 0  # every update
+    # the lr filled once an update: the retrieval reads the optimiser's, which step_on then leaves
+    assert audit.outside_ops["fill_"] <= m.online_steps - before, audit.outside_ops["fill_"]
     assert max(r.entries for r in regions.values()) >= 2, "no retrieval replayed twice"
 
 

@@ -33,7 +33,7 @@ from torch import Tensor
 from torch.func import functional_call
 
 from ..compute import ledger_of
-from ..graphs import CapturedCall, made_for
+from ..graphs import CapturedCall, made_for, set_lr
 from ..step_audit import graphable
 from .base import Method
 from .mir_params import MIRParams
@@ -68,8 +68,8 @@ class MIR(TaskFree, Method[MIRParams]):
 
         Once the memory holds `mir_candidates` samples the shapes are the same every update: the
         scoring (`scores_order`) is replayed as a CUDA graph where the training step is (its
-        inputs copied in, the lr a device tensor), and on CPU counted as a graph's body; the
-        draws and augmentations stay outside it."""
+        inputs copied in, the lr the optimiser's device tensor), and on CPU counted as a graph's
+        body; the draws and augmentations stay outside it."""
         if len(candidates) <= k:
             return candidates
         x_c = self.accel.prepare(self.setup.augmenter.test(self.images_of(candidates)))
@@ -78,7 +78,11 @@ class MIR(TaskFree, Method[MIRParams]):
         if len(candidates) < self.params.mir_candidates:  # the memory still fills: new shapes each update
             order = self.scores_order(x_s, y_s, x_c, y_c, lr, k)
         elif self.stepper.graphed(len(x_s) + k, tuple(x_s.shape[1:])):
-            order = self.retrieval(x_s, y_s, x_c, y_c, k)(x_s, y_s, x_c, y_c, lr)
+            # the step's rate, set now (step_on sets the same, `step_lr` unchanged until its step:
+            # no second fill, graphs.set_lr), read by the graph from the optimiser's tensor
+            assert self.optimizer is not None
+            set_lr(self.optimizer, lr)
+            order = self.retrieval(x_s, y_s, x_c, y_c, k)(x_s, y_s, x_c, y_c)
         else:
             with graphable():  # what the graph replays on a GPU (counted apart by an active step_audit)
                 order = self.scores_order(x_s, y_s, x_c, y_c, lr, k)
@@ -89,19 +93,23 @@ class MIR(TaskFree, Method[MIRParams]):
         return candidates.to(order.device)[order]
 
     def retrieval(self, x_s: Tensor, y_s: Tensor, x_c: Tensor, y_c: Tensor, k: int) -> CapturedCall:
-        """The retrieval's graph for these shapes, made anew with a new model, optimiser or seen mask."""
+        """The retrieval's graph for these shapes, made anew with a new model, optimiser or seen
+        mask; it reads the learning rate from the optimiser's tensor (`retrieve` sets it)."""
         key = (len(x_s), len(x_c), k, self.all_seen)
         cached = self.retrievals.get(key)
         if cached is None or not made_for(cached, self):
             if cached is not None:
                 self.retrievals.clear()  # all made for the replaced model, optimiser or mask
+            assert self.optimizer is not None
+            lr = self.optimizer.param_groups[0]["lr"]  # set_lr fills every group with the step's rate
+            assert isinstance(lr, Tensor), "a graphed retrieval's optimiser is graph_ready_optimizer's"
 
-            def body(x_s: Tensor, y_s: Tensor, x_c: Tensor, y_c: Tensor, lr: Tensor) -> Tensor:
+            def body(x_s: Tensor, y_s: Tensor, x_c: Tensor, y_c: Tensor) -> Tensor:
                 return self.scores_order(x_s, y_s, x_c, y_c, lr, k)
 
             cached = self.retrievals[key] = CapturedCall(
                 body,
-                (x_s, y_s, x_c, y_c, 0.0),
+                (x_s, y_s, x_c, y_c),
                 self.model,
                 self.optimizer,
                 self.seen,
