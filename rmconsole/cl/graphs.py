@@ -34,6 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .augment import CutMixDraw
 
@@ -290,16 +291,16 @@ class MethodStep(GraphedStep):
 class CapturedCall(Replayed):
     """`fn(*inputs)` -> one tensor, replayed as a CUDA graph: a method's device work outside its
     training step (MIR's retrieval). `__call__(*args)` copies the args (tensors of the shapes it
-    was made for; a float fills a 0-dim float32 tensor: a learning rate) into static inputs,
-    outside the graph, replays, and returns the static output (the next call overwrites it).
-    Made for one model, optimiser and seen-classes mask (`made_for`) where the body reads them;
+    was made for) into static inputs, outside the graph, replays, and returns the static output
+    (the next call overwrites it). Made for one model, optimiser and seen-classes mask
+    (`made_for`) where the body reads them (a learning rate: the optimiser's tensor, `set_lr`);
     a body that reads none (the augmentation, `TaskFree.augmented`) passes None for both and
     `seen` only for its device."""
 
     def __init__(
         self,
         fn: Callable[..., Tensor],
-        example: Sequence[Tensor | float],
+        example: Sequence[Tensor],
         model: nn.Module | None,
         optimizer: torch.optim.Optimizer | None,
         seen: Tensor,
@@ -308,10 +309,7 @@ class CapturedCall(Replayed):
     ) -> None:
         self.fn, self.model, self.optimizer, self.seen, self.log, self._what = fn, model, optimizer, seen, log, what
         self.device = seen.device
-        self.inputs = [
-            torch.empty_like(a) if isinstance(a, Tensor) else torch.zeros((), dtype=torch.float32, device=self.device)
-            for a in example
-        ]
+        self.inputs = [torch.empty_like(a) for a in example]
         self.output: Tensor | None = None
         self.graph: torch.cuda.CUDAGraph | EagerGraph | None = None
         self.failed = False
@@ -321,12 +319,9 @@ class CapturedCall(Replayed):
     def what(self) -> str:
         return self._what
 
-    def __call__(self, *args: Tensor | float) -> Tensor:
+    def __call__(self, *args: Tensor) -> Tensor:
         for static, a in zip(self.inputs, args, strict=True):
-            if isinstance(a, Tensor):
-                static.copy_(a)
-            else:
-                static.fill_(a)
+            static.copy_(a)
         self.run()
         self.steps += 1
         assert self.output is not None
@@ -419,10 +414,21 @@ def portable_optimizer_state(state: dict) -> dict:
     return state
 
 
+# the rate `set_lr` last wrote into each tensor learning rate, with the tensor's version counter
+# then (any later in-place write moves it): writing the same rate again launches nothing (a step of
+# a constant schedule; MIR's step, whose rate its retrieval set ahead)
+_LR_WRITTEN: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> (rate, version)
+
+
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """The schedule's learning rate for the coming epoch, in place when it is a tensor."""
+    """The schedule's learning rate for the coming epoch (or step), in place when it is a tensor;
+    a tensor that holds `lr` from this function, written by nothing since, is left as it is (no
+    launch, no sync: the host remembers what it wrote)."""
     for group in optimizer.param_groups:
-        if isinstance(group["lr"], Tensor):
-            group["lr"].fill_(lr)
+        rate = group["lr"]
+        if isinstance(rate, Tensor):
+            if _LR_WRITTEN.get(rate) != (lr, rate._version):
+                rate.fill_(lr)
+                _LR_WRITTEN[rate] = (lr, rate._version)
         else:
             group["lr"] = lr

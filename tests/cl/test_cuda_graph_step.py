@@ -83,6 +83,22 @@ def test_checkpoints_keep_learning_rates_as_numbers() -> None:
     assert state["param_groups"][0]["lr"] == pytest.approx(0.05) and isinstance(state["param_groups"][0]["lr"], float)
 
 
+def test_set_lr_writes_a_tensor_rate_only_when_it_is_not_already_there() -> None:
+    """The same rate set again launches nothing (a constant schedule's step; MIR's step, whose
+    retrieval set its rate ahead); a new rate, or a tensor written since by anything else, is filled."""
+    opt = graph_ready_optimizer(torch.optim.SGD([torch.zeros(2, requires_grad=True)], lr=0.05))
+    rate = opt.param_groups[0]["lr"]
+    set_lr(opt, 0.02)
+    written = rate._version
+    set_lr(opt, 0.02)
+    assert rate._version == written  # no fill_
+    rate.fill_(0.5)  # a write set_lr did not make
+    set_lr(opt, 0.02)
+    assert rate.item() == pytest.approx(0.02)
+    set_lr(opt, 0.03)
+    assert rate.item() == pytest.approx(0.03)
+
+
 def test_only_launch_bound_steps_are_graphed_by_default() -> None:
     from rmconsole.cl.graphs import launch_bound
 

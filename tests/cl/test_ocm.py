@@ -366,7 +366,8 @@ def test_a_step_slices_at_the_offsets_its_step_key_drew_and_draws_no_more() -> N
     expected = [m.offset() for _ in range(3)]  # the step's two, then the next step's first
     m.gen.set_state(state)
     m.step_key(*batch)
-    assert m.offsets.host == expected[:2] and m.offsets.data.tolist() == expected[:2]
+    held = [m.offsets.at(i, graphed=False) for i in range(len(m.offsets))]
+    assert held == expected[:2] and m.offsets.data.tolist() == expected[:2]
     used = []
     original = m.step_offset
 
@@ -377,5 +378,5 @@ def test_a_step_slices_at_the_offsets_its_step_key_drew_and_draws_no_more() -> N
     m.step_offset = spy  # type: ignore[method-assign]
     m.step_loss(*batch)
     assert used == expected[:2]
-    assert m.offsets.host == []  # used up: a direct call of step_loss draws afresh
+    assert len(m.offsets) == 0  # used up: a direct call of step_loss draws afresh
     assert m.offset() == expected[2]  # the step drew nothing beyond step_key's two

@@ -63,6 +63,7 @@ similarities are outside the backbone, not counted.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -93,16 +94,29 @@ class StepOffsets:
     CUDA graph reads as data (the same columns through `index_select`)."""
 
     def __init__(self, device: torch.device, most: int = 2) -> None:
-        self.host: list[int] = []
+        self._host: list[int] = []  # the eager step's offsets, in draw order
         self.data = torch.zeros(most, dtype=torch.long, device=device)
 
+    def __len__(self) -> int:
+        """Host offsets held for the eager step (none after `release`)."""
+        return len(self._host)
+
     def hold(self, drawn: list[int]) -> None:
-        self.host = list(drawn)
+        self._host = list(drawn)
         self.data[: len(drawn)].copy_(torch.tensor(drawn), non_blocking=True)
 
-    def at(self, i: int, graphed: bool) -> int | Tensor:
-        """The i-th offset: the device's copy inside a graph, the host's int eagerly."""
-        return self.data[i] if graphed else self.host[i]
+    def at(self, i: int, graphed: bool, draw: Callable[[], int] | None = None) -> int | Tensor:
+        """The i-th offset: the device's copy inside a graph, the host's int eagerly; eagerly, one
+        not held is drawn now by `draw` and kept (a direct call of a step's loss: no `hold`)."""
+        if graphed:
+            return self.data[i]
+        while draw is not None and len(self._host) <= i:
+            self._host.append(draw())
+        return self._host[i]
+
+    def release(self) -> None:
+        """The eager step used its offsets: the next one is held or drawn anew."""
+        self._host = []
 
 
 def ocm_transforms(images: Tensor, turns: tuple[int, ...] = (0, 1, 2, 3)) -> Tensor:
@@ -269,16 +283,14 @@ class OCM(TaskFree, Method[OCMParams]):
     def step_offset(self, i: int) -> int | Tensor:
         """The step's i-th feature offset: data inside a CUDA graph, the host's int eagerly
         (drawn now if no `step_key` ran: a direct call of `step_loss`)."""
-        if self.mix_graph is None and len(self.offsets.host) <= i:
-            self.offsets.host.append(self.offset())
-        return self.offsets.at(i, graphed=self.mix_graph is not None)
+        return self.offsets.at(i, graphed=self.mix_graph is not None, draw=self.offset)
 
     def step_loss(self, x: Tensor, y: Tensor) -> Tensor:
         n, n_s = two_view_rows(x, self.stream_count)
         try:
             return self._step_loss(x, y, n, n_s)
         finally:
-            self.offsets.host = []  # used: the next eager step draws anew
+            self.offsets.release()  # used: the next eager step draws anew
 
     def _step_loss(self, x: Tensor, y: Tensor, n: int, n_s: int) -> Tensor:
         clean, view, y = x[:n], x[n:], y[:n]
