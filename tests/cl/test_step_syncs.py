@@ -305,11 +305,11 @@ def checked_calls(audit: StepAudit, m: Any, monkeypatch: pytest.MonkeyPatch) -> 
     return regions
 
 
-# kernel-launching operators an MIR update leaves outside a graph on this stream (measured 40.5:
+# kernel-launching operators an MIR update leaves outside a graph on this stream (measured 36.5:
 # the draws, the candidates' raw images and labels, the chosen's, the batch's assembly, the copies
 # into the graphs' inputs; 59 before its augmentations were graphs, 63 while the candidates were
 # normalised outside, 142 before its retrieval was a region of its own)
-MIR_OUTSIDE = 42
+MIR_OUTSIDE = 38
 
 
 def test_mir_retrieval_is_capturable_and_leaves_little_outside(monkeypatch: pytest.MonkeyPatch) -> None:
