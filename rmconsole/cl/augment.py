@@ -371,6 +371,17 @@ def _autocontrast(images: Tensor) -> Tensor:
     return x.sub_(torch.where(flat, 0.0, minimum)).div_(inv_scale).clamp_(0, 255).to(torch.uint8)
 
 
+def _colour_params(m: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The colour ops' per-sample parameters of float32 magnitudes `m`, as float32 columns (each
+    exact): the blend ratio 1 + m and its 1 - ratio (taken in float64, as torchvision's Python
+    floats are), Posterize's bit mask, Solarize's whole-number threshold."""
+    factor = 1.0 + m.to(torch.float64)
+    bits = m.round().long().clamp(0, 8)
+    mask = ((1 << bits) - 1) << (8 - bits)
+    threshold = torch.ceil(m * 255.0).clamp(0, 256)
+    return factor.float(), (1.0 - factor).float(), mask.float(), threshold
+
+
 # samples are sorted by group: 0 Identity, 1 every geometric op (one gather), then one per colour op
 _GROUP = torch.tensor([0 if op == "Identity" else 1 if op in GEOMETRIC else 2 + i for i, op in enumerate(OPS)])
 _GROUP_OP = {int(g): op for op, g in zip(OPS, _GROUP.tolist()) if g >= 2}
@@ -397,10 +408,7 @@ def apply_ops(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
     order = torch.argsort(group, stable=True)
     counts = torch.bincount(group, minlength=len(OPS) + 2).tolist()
     ids, m = op_ids[order], mags[order]
-    factor = 1.0 + m.to(torch.float64)
-    bits = m.round().long().clamp(0, 8)
-    mask = ((1 << bits) - 1) << (8 - bits)
-    threshold = torch.ceil(m * 255.0).clamp(0, 256)
+    factor, rest, mask, threshold = _colour_params(m)
     start_geo, n_geo = counts[0], counts[1]
     keys: list[int] = []
     if n_geo:  # the geometric samples, grouped by (op, magnitude): one index map per group
@@ -413,9 +421,7 @@ def apply_ops(images: Tensor, op_ids: Tensor, mags: Tensor) -> Tensor:
     back = torch.empty_like(order)
     back[order] = torch.arange(n)
     # one float32 block: exact for indices < 2**24, float32 ratios, 8-bit masks and thresholds
-    params = torch.stack(
-        [order.float(), back.float(), factor.float(), (1.0 - factor).float(), mask.float(), threshold], 1
-    )
+    params = torch.stack([order.float(), back.float(), factor, rest, mask, threshold], 1)
     params = _on(params, images)
     # work on the samples sorted by group (contiguous slices), then put them back in order
     src = images.index_select(0, params[:, 0].long())
@@ -495,7 +501,8 @@ def colour_ops(names: Sequence[str]) -> tuple[str, ...]:
         space = [op for sub in CIFAR10_POLICY for op, _, _ in sub]
     else:
         space = ()
-    return tuple(op for op in OPS if op in set(space) and op != "Identity" and op not in GEOMETRIC)
+    drawn = set(space) - {"Identity", *GEOMETRIC}
+    return tuple(op for op in OPS if op in drawn)
 
 
 _STATIC_SLOT = 6  # per op slot: op id, table row, factor, 1 - factor, posterize mask, solarize threshold
@@ -516,15 +523,7 @@ def static_params(draw: TrainDraw, table: GeometricTable) -> Tensor | None:
         rows = table.rows(op_ids, m)
         if rows is None:
             return None
-        factor = 1.0 + m.to(torch.float64)
-        bits = m.round().long().clamp(0, 8)
-        mask = ((1 << bits) - 1) << (8 - bits)
-        threshold = torch.ceil(m * 255.0).clamp(0, 256)
-        columns.append(
-            torch.stack(
-                [op_ids.float(), rows.float(), factor.float(), (1.0 - factor).float(), mask.float(), threshold], 1
-            )
-        )
+        columns.append(torch.stack([op_ids.float(), rows.float(), *_colour_params(m)], 1))
     return torch.cat(columns, 1)
 
 
@@ -537,14 +536,7 @@ def apply_static(
     `where` keeps it for the samples that drew it). More arithmetic than `apply_ops` (the price
     of a CUDA graph: no host work per op), the same uint8 result (tests/cl/test_augment.py)."""
     n, c, h, w = images.shape
-    crop = params[:, :3].long()
-    p = max(padding, 0)
-    cols = torch.arange(w, device=images.device)
-    cols = torch.where(crop[:, 2:3].bool(), cols.flip(0), cols) + crop[:, 1:2]
-    rows = (crop[:, 0:1] + torch.arange(h, device=images.device)) * (w + 2 * p)
-    index = (rows[:, :, None] + cols[:, None, :]).view(n, 1, h * w).expand(n, c, h * w)
-    src = nnf.pad(images, (p, p, p, p)) if p else images
-    out = src.reshape(n, c, -1).gather(2, index).view(n, c, h, w)
+    out = _crop_flip_gather(images, max(padding, 0), params[:, :3].long())
     slots = (params.shape[1] - 3) // _STATIC_SLOT
     for s in range(slots):
         col = params[:, 3 + s * _STATIC_SLOT : 3 + (s + 1) * _STATIC_SLOT].view(n, _STATIC_SLOT, 1, 1, 1).unbind(1)
@@ -659,11 +651,17 @@ def crop_flip_apply(images: Tensor, padding: int, offsets: Tensor | None, flips:
         params[:, :2] = offsets
     if flips is not None:
         params[:, 2] = flips
-    params = _on(params, images)
+    return _crop_flip_gather(images, p, _on(params, images))
+
+
+def _crop_flip_gather(images: Tensor, p: int, crop: Tensor) -> Tensor:
+    """Crops of the images zero-padded by p at (n, 3) device offsets (y, x, flip), then flipped
+    where flip: one gather, with shapes that depend on the batch's alone."""
+    n, c, h, w = images.shape
     dev = images.device
     cols = torch.arange(w, device=dev)
-    cols = torch.where(params[:, 2:3].bool(), cols.flip(0), cols) + params[:, 1:2]  # (n, w)
-    rows = (params[:, 0:1] + torch.arange(h, device=dev)) * (w + 2 * p)  # (n, h)
+    cols = torch.where(crop[:, 2:3].bool(), cols.flip(0), cols) + crop[:, 1:2]  # (n, w)
+    rows = (crop[:, 0:1] + torch.arange(h, device=dev)) * (w + 2 * p)  # (n, h)
     index = (rows[:, :, None] + cols[:, None, :]).view(n, 1, h * w).expand(n, c, h * w)
     src = nnf.pad(images, (p, p, p, p)) if p else images
     return src.reshape(n, c, -1).gather(2, index).view(n, c, h, w)

@@ -220,11 +220,16 @@ class Method(Generic[P]):
         """Training steps replayed as CUDA graphs (graphs.py): single-process CUDA runs of methods
         whose step is the default one or declared capturable, unless the run's `cuda_graphs` is
         false or its `compile` is "step" (the default step compiled instead: graphs.CompiledStep)."""
+        return self.graphs_wanted and self.device.type == "cuda"
+
+    @property
+    def graphs_wanted(self) -> bool:
+        """`uses_graphs` but for the device: what a CUDA run of these settings would graph (a CPU
+        audit counts that path: TaskFree.augmented)."""
         return (
             bool(self.cfg.cuda_graphs)
             and self.cfg.compile != "step"
             and (self.plain_step or self.captured_step)
-            and self.device.type == "cuda"
             and self.dist is None
         )
 

@@ -254,9 +254,8 @@ class OCM(TaskFree, Method[OCMParams]):
             batch = torch.cat([stream, self.memory_draw(self.memory_count())])
             images = self.images_of(batch)
             y = self.labels_of(batch)
-            x = torch.cat(
-                [aug.test(images), self.augmented(images, 2 * len(batch))]
-            )  # the clean view, the run's augmentation
+            view = self.augmented(images, 2 * len(batch))  # the run's augmentation
+            x = torch.cat([aug.test(images), view])  # the clean view first
             self.model.train()
             self.step_on(self.accel.prepare(x), torch.cat([y, y]), len(stream))
 

@@ -274,7 +274,7 @@ class TaskFree(_MethodBase):
         every sample its own draw. Where those steps are CUDA graphs the augmentation is one too:
         the draw becomes data (`Augmenter.static_params`, one copy) and `Augmenter.apply_static`
         is replayed per shape (`graphs.CapturedCall`), not ~35 launches from the host. A CPU keeps
-        the grouped `apply` (a third of the arithmetic), but under an active step_audit it takes
+        the grouped `apply` (the static one takes it 1.4-6.5x as long), but under an active step_audit it takes
         the GPU's path (CapturedCall runs its body eagerly there, counted as a graph's), so the
         count is a GPU's. The same draws and pixels either way (tests/cl/test_augment.py).
         `draw`: made by the caller (CLIB draws its iterations' in their own order), else drawn here.
@@ -306,17 +306,11 @@ class TaskFree(_MethodBase):
 
     def augments_captured(self, batch: int, shape: tuple[int, ...]) -> bool:
         """Whether `augmented` replays the augmentation of steps of `batch` as a CUDA graph: where
-        those steps would be graphs (a single-process run of a default or capturable step, as
-        `uses_graphs` says, launch-bound or `cuda_graphs = true`), on CUDA, or on CPU under an audit."""
-        cfg = self.cfg
-        would = (
-            bool(cfg.cuda_graphs)
-            and cfg.compile != "step"
-            and (self.plain_step or self.captured_step)
-            and self.dist is None
-            and (cfg.cuda_graphs is True or launch_bound(batch, shape))
-        )
-        return would and (self.uses_graphs or (self.device.type == "cpu" and auditing()))
+        those steps would be graphs (`uses_graphs`, or `graphs_wanted` on a CPU under an audit;
+        launch-bound or `cuda_graphs = true`)."""
+        if not (self.uses_graphs or (self.graphs_wanted and self.device.type == "cpu" and auditing())):
+            return False
+        return self.cfg.cuda_graphs is True or launch_bound(batch, shape)
 
     def step_on(self, x: Tensor, y: Tensor, n_stream: int | None = None, lr: float | None = None) -> None:
         """One optimiser step (`train.Stepper`) on augmented images, at the schedule's learning
