@@ -56,6 +56,17 @@ BASELINES = "tests/cl/test_baselines.py::"
 DEVIATIONS = "tests/cl/test_followup_deviations.py::"  # the labelled deviations' options (mir_score_mode, scr_views)
 
 
+# the captured regions outside the step (augmentation, MIR's retrieval, CLIB's importance pass):
+# the GPU's path trains the CPU's weights, and each region is capturable and counted inside
+SYNCS = "tests/cl/test_step_syncs.py::"
+CAPTURED_REGIONS = [
+    f"{SYNCS}test_the_graphs_path_trains_the_eager_paths_weights",
+    f"{SYNCS}test_the_augmentation_is_a_captured_region_and_leaves_little_outside",
+    f"{SYNCS}test_mir_retrieval_is_capturable_and_leaves_little_outside",
+    f"{SYNCS}test_clib_importance_pass_is_capturable_and_counted_inside",
+]
+
+
 def _taskfree(name: str, *tests: str) -> list[str]:
     """A task-free method: the pure pins, its own tests in test_taskfree_methods.py, its protocol run."""
     return [
@@ -130,7 +141,8 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.methods.mir": _taskfree(
         "mir", "test_mir_retrieves_the_candidates_whose_loss_rises_most", "test_mir_batches_are_stream_plus_retrieved"
     )
-    + [f"{DEVIATIONS}test_mir_train_mode_scoring_moves_batch_norm_statistics_and_eval_mode_does_not"],
+    + [f"{DEVIATIONS}test_mir_train_mode_scoring_moves_batch_norm_statistics_and_eval_mode_does_not"]
+    + CAPTURED_REGIONS,
     "rmconsole.cl.methods.er_ace": _taskfree(
         "er_ace",
         "test_er_ace_spares_the_logits_of_classes_absent_from_the_incoming_batch",
@@ -151,7 +163,8 @@ MODULES: dict[str, list[str]] = {
         "test_clib_adaptive_lr_moves_towards_the_better_rate",
         "test_clib_trains_on_memory_only",
     )
-    + _survivors("clib"),
+    + _survivors("clib")
+    + CAPTURED_REGIONS,
     "rmconsole.cl.methods.gdumb": [
         *_taskfree(
             "gdumb",
@@ -188,6 +201,7 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.methods.taskfree": [
         "tests/cl/test_taskfree_driver_and_anytime.py",
         "tests/cl/test_taskfree_protocol.py",
+        *CAPTURED_REGIONS,
         *_survivors("taskfree"),
     ],
     "rmconsole.cl.methods.er": ["tests/cl/test_taskfree_protocol.py", *_survivors("er")],

@@ -311,6 +311,7 @@ class CapturedCall(Replayed):
         self.device = seen.device
         self.inputs = [torch.empty_like(a) for a in example]
         self.output: Tensor | None = None
+        self.held: Tensor | None = None  # what an eager call returns (`__call__`)
         self.graph: torch.cuda.CUDAGraph | EagerGraph | None = None
         self.failed = False
         self.steps = 0
@@ -325,7 +326,18 @@ class CapturedCall(Replayed):
         self.run()
         self.steps += 1
         assert self.output is not None
-        return self.output
+        if isinstance(self.graph, torch.cuda.CUDAGraph):
+            return self.output  # the graph's one static output
+        # run eagerly (a CPU, a warm-up, a failed capture): one tensor too, overwritten by every call,
+        # as a replay's, so a caller that keeps a result across calls is wrong on a CPU as on a GPU
+        # (the copy is the stand-in's, not a GPU's launch outside a graph: counted as inside one)
+        from .step_audit import graphable
+
+        held = self.held
+        with graphable():
+            if held is None or held.shape != self.output.shape or held.dtype != self.output.dtype:
+                self.held = held = torch.empty_like(self.output)
+            return held.copy_(self.output)
 
     def _eager(self) -> None:
         self.output = self.fn(*self.inputs)

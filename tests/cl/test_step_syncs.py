@@ -381,6 +381,27 @@ def test_the_augmentation_is_a_captured_region_and_leaves_little_outside(monkeyp
     assert max(r.entries for r in augmentations) >= 2, "no augmentation replayed twice"
 
 
+@pytest.mark.parametrize("name", ["mir", "clib"])
+def test_the_graphs_path_trains_the_eager_paths_weights(name: str) -> None:
+    """Under an audit a CPU run takes the GPU's path (the augmentation as data, replayed through
+    its CapturedCalls; MIR's stream and chosen batches held at once under two roles; CLIB's
+    iterations and importance pass): the weights after a stretch of the stream are the unaudited
+    run's, bit for bit. A shared role, a static apply that differs from the grouped one, or a
+    draw made twice would part them."""
+    extra = {"mir_candidates": 6} if name == "mir" else {"memory_size": 12}
+    weights = []
+    for audited in (False, True):
+        m, proto, _ = built(name, augment=["autoaug", "cutmix"], eval_period=1000, batch_size=8, **extra)
+        stream = torch.cat(proto.tasks)
+        with StepAudit().mark_method(m) if audited else contextlib.nullcontext():
+            for i, y in zip(stream[:40].tolist(), proto.train_labels[stream[:40]].tolist()):
+                feed(m, i, y)
+        assert bool(m.augment_graphs) is audited
+        weights.append([p.detach().clone() for p in m.model.parameters()])
+    for a, b in zip(*weights, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_clib_importance_pass_is_capturable_and_counted_inside(monkeypatch: pytest.MonkeyPatch) -> None:
     """CLIB's importance pass over a full memory (`chunk_losses`: normalise, eval forward, the
     per-sample loss) is a region of its own: on CPU its kernels are counted as a graph's body, and
