@@ -169,13 +169,17 @@ def measure(
     audited = max(learner.online_steps - steps, 1)
     kernels: Counter[str] = audit.kernel_ops()
     inside = getattr(audit, "graphable_ops", 0)
+    host = getattr(audit, "host_ops", None)  # an older audit: every operator counted as a launch
+    outside = audit.kernels_outside if host is not None else sum(kernels.values()) - inside
     sync(device)
     return {
         "method": method,
         **timed(warm + 2 * samples, warm + 3 * samples),
         "top_ops": top / updates,
         "dispatch_ops": audit.n_dispatch_ops / audited,
-        "kernels_outside": (sum(kernels.values()) - inside) / audited,
+        "kernels_outside": outside / audited,
+        # kernel-type operators on host tensors only (a draw, host bookkeeping): no launch on a GPU
+        "host_ops": sum(host.values()) / audited if host is not None else None,
         "syncs": audit.n_syncs / audited,
         "where": audit.where.most_common(3),
         "common": [(n, c) for n, c in kernels.most_common(5) if n not in NO_KERNEL],
@@ -219,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.preset} on {device}, {args.threads} CPU thread(s); overrides {args.set or 'none'}")
     print(
         "method | updates timed | top-level ops | dispatcher ops | kernel ops outside the graphed step "
-        "| host syncs | CPU ms | wall ms (all per update) | most called kernels; where the syncs are"
+        "| host-only ops | host syncs | CPU ms | wall ms (all per update) | most called kernels; where the syncs are"
     )
     sets = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     return measure_rows(
@@ -239,12 +243,12 @@ def _row(r: dict) -> str:
     if "syncs" not in r:  # --time-only
         graphs = f"; CUDA graphs {r['graphs']} captured, {r['graphs_failed']} failed" if "graphs" in r else ""
         graphs += f"; GPU busy {r['busy_ms']:.2f} ms an update" if "busy_ms" in r else ""
-        return f"{r['method']} | {r['updates']:g} | — | — | — | — | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | not counted{graphs}{shape}"
+        return f"{r['method']} | {r['updates']:g} | — | — | — | — | — | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | not counted{graphs}{shape}"
     common = ", ".join(f"{name} {n}" for name, n in r["common"])
     where = "; ".join(f"{w} x{n}" for w, n in r["where"])
     return (
         f"{r['method']} | {r['updates']:g} | {r['top_ops']:.0f} | {r['dispatch_ops']:.0f} | {r['kernels_outside']:.0f} "
-        f"| {r['syncs']:.2f} | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | {common}"
+        f"| {'—' if r.get('host_ops') is None else format(r['host_ops'], '.0f')} | {r['syncs']:.2f} | {r['cpu_ms']:.1f} | {r['wall_ms']:.1f} | {common}"
         + (f"; syncs: {where}" if where else "")
         + (f"; outside: {', '.join(f'{n} {c:g}' for n, c in r['outside'])}" if r.get("outside") else "")
         + shape

@@ -141,7 +141,11 @@ def measure(
         top_ops=top / steps,
         dispatch_ops=audit.n_dispatch_ops / audited,
         kernel_ops=sum(kernels.values()) / audited,
-        kernels_outside=(sum(kernels.values()) - audit.graphable_ops) / audited,
+        kernels_outside=(
+            audit.kernels_outside if hasattr(audit, "host_ops") else sum(kernels.values()) - audit.graphable_ops
+        )
+        / audited,
+        host_ops=sum(audit.host_ops.values()) / audited if hasattr(audit, "host_ops") else None,
         syncs=audit.n_syncs / audited,
         where=audit.where.most_common(3),
         common=[(n, c) for n, c in kernels.most_common(5) if n not in NO_KERNEL],

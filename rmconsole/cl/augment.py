@@ -116,9 +116,8 @@ CIFAR10_POLICY = (
 
 
 def _to(values: Tensor, device: torch.device) -> Tensor:
-    """A host tensor on `device`, copied without blocking the host (from pinned memory)."""
-    if values.device == device:
-        return values
+    """A host tensor on `device`, copied without blocking the host (from pinned memory).
+    Always through `.to` (on one device it returns `values`), so an audit sees the copy a GPU makes."""
     if device.type == "cuda" and values.device.type == "cpu":
         return values.pin_memory().to(device, non_blocking=True)
     return values.to(device)

@@ -19,6 +19,15 @@ data. Counted once per call: `bool(t)` is one sync, not also its `is_nonzero`.
     audit.syncs            # Counter: sync name -> calls (with the caller's file:line in `where`)
     audit.dispatch_ops     # Counter: every operator that reached the dispatcher
     audit.kernel_ops()     # the ones that may launch a kernel (views and metadata left out)
+    audit.outside_ops      # of those, the ones on device data outside `graphable()`: launches
+    audit.host_ops         # ... and those on host tensors alone (a draw's arithmetic): no launch
+
+Launches are told from the host's own work the same way: an operator launches a kernel on a GPU
+when it takes device data or makes a tensor on the training device, and a host tensor (more than
+a scalar) beside device data is copied to the device first, one more launch. On a CPU run the
+dispatcher sees "cpu" for every tensor, so a call that names the training device (`device=`,
+`.to(device)`) makes the device's tensor, and the copy a GPU makes there is counted even where
+the CPU skips it (`.to("cpu")` returns its own tensor).
 
 `Capturable` is the stricter mode a CUDA graph needs, checked on CPU: inside it, a sync, a
 copy between host and device (a host tensor meeting a device one, `.to`/`.cpu()` of device
@@ -198,15 +207,25 @@ class _Dispatch(TorchDispatchMode):
         kwargs = kwargs or {}
         audit = self.audit
         name = _op_name(func)
+        flat_in, _ = tree_flatten((args, kwargs))
+        on_device = audit.tags.any(flat_in)
+        device_op = on_device or audit.explicit_device > 0 or audit.factory_on_device(kwargs)
         if audit.active:
             audit.dispatch_ops[name] += 1
             if name not in NO_KERNEL:
+                audit.device_calls += device_op
                 if audit.in_graphable:
                     audit.graphable_ops += 1
-                else:
+                elif device_op:
                     audit.outside_ops[name] += 1
-        flat_in, _ = tree_flatten((args, kwargs))
-        on_device = audit.tags.any(flat_in)
+                    # a host tensor beside device ones (a host index): on a GPU, copied first
+                    host_operands = sum(
+                        1 for t in flat_in if isinstance(t, Tensor) and t.dim() > 0 and not audit.tags.has(t)
+                    )
+                    if on_device and host_operands:
+                        audit.outside_ops["_to_copy (a host operand)"] += host_operands
+                else:
+                    audit.host_ops[name] += 1
         if on_device and audit.inside_method == 0 and audit.active:
             sync = (
                 name in SYNC_OPS
@@ -216,7 +235,7 @@ class _Dispatch(TorchDispatchMode):
             if sync:
                 audit.count_sync(name)
         out = func(*args, **kwargs)
-        if on_device or audit.factory_on_device(kwargs):
+        if device_op:
             flat_out, _ = tree_flatten(out)
             for t in flat_out:
                 if isinstance(t, Tensor):
@@ -245,7 +264,46 @@ class _Function(TorchFunctionMode):
             if isinstance(out, Tensor) and (out is not args[0] or not audit.tags.is_root(out)):
                 audit.tags.drop(out)  # what `.cpu()` returns is the host's (on CPU: the tensor itself)
             return out
-        return func(*args, **kwargs)
+        target = _device_asked(name, args, kwargs)
+        if target is None or not audit.is_device(target):
+            return func(*args, **kwargs)
+        # the training device named (a factory's `device=`, `.to(device)`): on a CPU run the
+        # dispatcher sees "cpu" either way, so the request itself says the result is the device's
+        source = args[0] if name in _TRANSFERS and args and isinstance(args[0], Tensor) else None
+        moved = source is not None and not audit.tags.has(source)
+        if moved and audit.capturable is not None:
+            raise NotCapturable(f"a copy from host to device memory inside the capturable region (Tensor.{name})")
+        calls = audit.device_calls
+        audit.explicit_device += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            audit.explicit_device -= 1
+        if (moved or name in ("tensor", "as_tensor")) and audit.device_calls == calls and audit.active:
+            # a host->device copy a GPU makes and a CPU skips (`.to("cpu")` returns its tensor)
+            audit.dispatch_ops["_to_copy"] += 1
+            audit.device_calls += 1
+            if audit.in_graphable:
+                audit.graphable_ops += 1
+            else:
+                audit.outside_ops["_to_copy"] += 1
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, Tensor):
+                audit.tags.add(t)
+        return out
+
+
+_TRANSFERS = frozenset(["to", "cuda"])
+
+
+def _device_asked(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The device a call names for its result (`device=`, or `.to`'s positional device), if any."""
+    device = kwargs.get("device")
+    if device is None and name == "to":
+        device = next((a for a in args[1:] if isinstance(a, (str, torch.device))), None)
+    if device is None and name == "cuda":
+        device = "cuda"
+    return device if isinstance(device, (str, torch.device, int)) else None
 
 
 _ACTIVE: list[StepAudit] = []  # the audits entered, innermost last (the `graphable` marker reports to it)
@@ -287,7 +345,12 @@ class StepAudit:
         self.active = True  # False: operators run (and tags propagate) but nothing is counted
         self.in_graphable = 0
         self.graphable_ops = 0  # kernel-launching operators inside `graphable()` regions
-        self.outside_ops: Counter[str] = Counter()  # the others, by operator
+        self.outside_ops: Counter[str] = Counter()  # the others on device data, by operator: launches
+        # kernel-type operators on host tensors only (the host's own arithmetic: a draw, its
+        # bookkeeping), outside `graphable()`: CPU time on a GPU too, but no launch
+        self.host_ops: Counter[str] = Counter()
+        self.device_calls = 0  # kernel-type operators on device data (a transfer's check)
+        self.explicit_device = 0  # inside a call that names the training device
         self.capturable: Capturable | None = None
         self._modes: list[Any] = []
 
@@ -317,11 +380,15 @@ class StepAudit:
         return self
 
     def factory_on_device(self, kwargs: dict[str, Any]) -> bool:
-        device = kwargs.get("device")
         if self.capturable is not None:  # an allocation inside a captured region: the graph's memory
             return True
         device = kwargs.get("device")
-        return device is not None and torch.device(device) == self.device and self.device.type != "cpu"
+        return device is not None and self.is_device(device) and self.device.type != "cpu"
+
+    def is_device(self, device: str | int | torch.device) -> bool:
+        """Whether `device` is the training device ("cuda" and "cuda:0" alike)."""
+        d = torch.device(device)
+        return d.type == self.device.type and (d.index is None or self.device.index is None or d.index == self.device.index)
 
     # ------------------------------------------------------------------ counts
 
@@ -343,12 +410,18 @@ class StepAudit:
     def kernel_ops(self) -> Counter[str]:
         return Counter({n: c for n, c in self.dispatch_ops.items() if n not in NO_KERNEL})
 
+    @property
+    def kernels_outside(self) -> int:
+        """Kernel-launching operators on device data issued outside every `graphable()` region."""
+        return sum(self.outside_ops.values())
+
     def reset(self) -> None:
         self.syncs.clear()
         self.where.clear()
         self.dispatch_ops.clear()
         self.graphable_ops = 0
         self.outside_ops.clear()
+        self.host_ops.clear()
         self.tags.prune()
 
     # ------------------------------------------------------------------ the modes

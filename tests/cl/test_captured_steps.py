@@ -23,19 +23,21 @@ from rmconsole.cl.online import feed
 from rmconsole.cl.step_audit import Capturable, NotCapturable, StepAudit
 
 CAPTURED = ["er_ace", "bic", "bic_star", "ewcpp", "scr", "pcr", "gsa", "ocm", "onpro"]
-# kernel-launching operators outside the graphed body, per update, on this stream (measured: the
-# batch's assembly, memory draws, CutMix's draw and the static inputs' copies; before these
-# methods were graphed the whole update was outside, over 3x these)
+# kernel-launching operators on device data outside the graphed body, per update, on this stream
+# (step_audit: the host's own arithmetic, a draw, is not a launch). Measured 2026-11-28: er_ace 1.9,
+# bic 3.2, bic_star 1.8, ewcpp 1.9, scr 1.7, pcr 1.7, gsa 1.9 (the batch's gather, the copies into
+# the graphs' inputs), ocm 14.2, onpro 16.7 (their two-view batches assembled outside); 13-42 when
+# the host's arithmetic was counted as launches too
 OUTSIDE = {
-    "er_ace": 13,
-    "bic": 14,
-    "bic_star": 13,
-    "ewcpp": 13,
-    "scr": 13,
-    "pcr": 13,
-    "gsa": 19,
-    "ocm": 42,
-    "onpro": 31,
+    "er_ace": 3,
+    "bic": 4,
+    "bic_star": 3,
+    "ewcpp": 3,
+    "scr": 3,
+    "pcr": 3,
+    "gsa": 3,
+    "ocm": 16,
+    "onpro": 19,
 }
 
 
@@ -77,7 +79,7 @@ def test_a_captured_method_step_is_capturable_and_leaves_little_outside(
     with audit:
         _stream(m, proto, 16, 32)
     updates = m.online_steps - before
-    outside = (sum(audit.kernel_ops().values()) - audit.graphable_ops) / updates
+    outside = audit.kernels_outside / updates
     assert updates and audit.graphable_ops and not audit.syncs
     assert outside <= OUTSIDE[name], (outside, audit.outside_ops.most_common(8))
     assert 3 * outside <= audit.graphable_ops / updates + outside, "not a third of the update's kernels"
