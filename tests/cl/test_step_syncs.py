@@ -373,6 +373,42 @@ def test_mir_retrieval_is_capturable_and_leaves_little_outside(monkeypatch: pyte
     assert max(r.entries for r in retrievals) >= 2, "no retrieval replayed twice"
 
 
+def test_a_graphed_mir_retrieval_steps_virtually_at_the_updates_own_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graphed retrieval reads the lr from the optimiser's tensor, so `retrieve` must set it to
+    this update's rate first: without that it would step virtually at the previous update's rate
+    (exp_reset changes it every step), a different theta' whose choice is rarely different, so
+    the weights alone do not show it."""
+    from rmconsole.cl import graphs
+    from rmconsole.cl.methods.mir import MIR
+
+    m, proto, _ = built("mir", augment="cutmix", eval_period=1000, mir_candidates=6)
+    stream = torch.cat(proto.tasks)
+    indices, labels = stream.tolist(), proto.train_labels[stream].tolist()
+    for i, y in zip(indices[:12], labels[:12]):
+        feed(m, i, y)
+    graphs.graph_ready_optimizer(m.optimizer)
+    m.stepper.graphs = True
+    asked: list[float] = []  # the update's rate, as retrieve begins
+    used: list[float] = []  # the rate the virtual step took
+    retrieve, scores_order = MIR.retrieve, MIR.scores_order
+
+    def recorded_retrieve(self: Any, *args: Any) -> Tensor:
+        asked.append(float(self.step_lr()))
+        return retrieve(self, *args)
+
+    def recorded_scores_order(self: Any, x_s: Tensor, y_s: Tensor, images_c: Tensor, y_c: Tensor, lr: Any, k: int) -> Tensor:
+        used.append(float(lr))
+        return scores_order(self, x_s, y_s, images_c, y_c, lr, k)
+
+    monkeypatch.setattr(MIR, "retrieve", recorded_retrieve)
+    monkeypatch.setattr(MIR, "scores_order", recorded_scores_order)
+    for i, y in zip(indices[12:28], labels[12:28]):
+        feed(m, i, y)
+    assert m.retrievals and len(used) == len(asked) >= 4
+    assert len(set(asked)) > 1, "the rate did not change between updates: nothing to tell apart"
+    assert used == pytest.approx(asked, rel=1e-6)
+
+
 # kernel-launching operators on device data an ER update with AutoAugment + CutMix leaves outside
 # its graphs on this stream (measured 4.6: the batch's images and labels, the copies into the
 # graphs' inputs; 36.8 when the host's arithmetic was counted too; 82.8 before the augmentation
