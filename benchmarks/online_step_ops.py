@@ -9,11 +9,15 @@ shared out over them):
 - top-level: operators the host issued itself (the profiler's, not those inside another operator);
 - dispatcher: every operator that reached the dispatcher (composites decomposed, autograd's
   backward included: what a CUDA graph would have to capture);
-- kernels outside: those of the dispatcher's that may launch a kernel (views and metadata left
-  out, `step_audit.NO_KERNEL`), issued outside the step a CUDA graph replays on a GPU
-  (`step_audit.graphable`: a plain step of a method whose step is the default one; on CPU it
-  runs eagerly, its operators counted apart; its graph body is kept capturable by
-  tests/cl/test_step_syncs.py);
+- kernels outside: those of the dispatcher's that launch a kernel on a GPU (views and metadata
+  left out, `step_audit.NO_KERNEL`; operators on device data, and the copy of a host operand
+  beside it), issued outside every region a CUDA graph replays on a GPU (`step_audit.graphable`:
+  a method's step, the augmentation, MIR's retrieval, CLIB's importance pass). On CPU the
+  counted updates take the GPU's path (`graphs_path`): each region's body runs eagerly, its
+  operators counted apart, and the copies into its static inputs are counted outside, as a GPU
+  makes them; the bodies are kept capturable by tests/cl/test_step_syncs.py;
+- host-only: kernel-type operators on host tensors alone (a draw turned into parameters, CLIB's
+  importance bookkeeping): host CPU time on a GPU too, but no launch;
 - syncs: host synchronisations (`step_audit.StepAudit`: `.item()`, `bool(tensor)`, `nonzero`,
   boolean-mask indexing... on device data);
 - CPU ms: the process's CPU time (what a laptop pays; stable on a shared machine), and wall ms.
@@ -74,6 +78,21 @@ def graph_counts(learner: object) -> dict:
     }
 
 
+def graphs_path(learner: object) -> None:
+    """On a CPU, the counted updates take the path a GPU's CUDA graphs take (as the tests do): the
+    optimiser graph-ready (its lr a tensor), the Stepper's steps graphed (replayed eagerly inside
+    `graphable()`), so the copies into the graphs' static inputs, made outside the graphs, are
+    counted as a GPU makes them. A GPU run is there already; an older checkout: unchanged."""
+    stepper = getattr(learner, "stepper", None)
+    if not getattr(learner, "graphs_wanted", False) or stepper is None or learner.device.type != "cpu":
+        return
+    from rmconsole.cl import graphs
+
+    graphs.graph_ready_optimizer(learner.optimizer)
+    stepper.graphs = learner.plain_step
+    stepper.capture = stepper.captured
+
+
 def synthetic(n_classes: int, size: int, per_class: int, test_per_class: int) -> Dataset:
     gen = torch.Generator().manual_seed(0)
 
@@ -96,9 +115,10 @@ def measure(
     counted: bool = True,
     busy_samples: int = 0,
 ) -> dict:
-    """Operators and syncs per update (`counted`: the profiler and the audit, each over `samples`
-    stream samples), then the CPU and wall milliseconds of as many more. The GPU check times only:
-    the profiler over a GPU update is slower than the call's minutes allow."""
+    """The CPU and wall milliseconds an update over `samples` stream samples, then (`counted`)
+    operators and syncs per update: the profiler over as many more, the audit over as many after
+    those, on the GPU's path (`graphs_path`). The GPU check times only: the profiler over a GPU
+    update is slower than the call's minutes allow."""
     _, cfg = load_config(preset, {"method": method, "device": str(device), **(sets or {})})
     data = synthetic(200, cfg.image_size or 64, 100, 2).to(device)
     protocol = build_online_protocol(cfg, data)
@@ -154,17 +174,19 @@ def measure(
         if busy_samples:
             row.update(busy(lo=warm + samples, hi=warm + samples + max(chunk, busy_samples // chunk * chunk)))
         return row
+    times = timed(warm, warm + samples)  # the device's own path (a CPU's: what a laptop runs)
     steps = learner.online_steps
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        feed(warm, warm + samples)
+        feed(warm + samples, warm + 2 * samples)
         sync(device)
     updates = max(learner.online_steps - steps, 1)
 
     top = top_level_ops(prof)
+    graphs_path(learner)
     audit = StepAudit(device).mark_method(learner)
     steps = learner.online_steps
     with audit:
-        feed(warm + samples, warm + 2 * samples)
+        feed(warm + 2 * samples, warm + 3 * samples)
         sync(device)
     audited = max(learner.online_steps - steps, 1)
     kernels: Counter[str] = audit.kernel_ops()
@@ -174,7 +196,7 @@ def measure(
     sync(device)
     return {
         "method": method,
-        **timed(warm + 2 * samples, warm + 3 * samples),
+        **times,
         "top_ops": top / updates,
         "dispatch_ops": audit.n_dispatch_ops / audited,
         "kernels_outside": outside / audited,

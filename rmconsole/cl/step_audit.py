@@ -388,7 +388,9 @@ class StepAudit:
     def is_device(self, device: str | int | torch.device) -> bool:
         """Whether `device` is the training device ("cuda" and "cuda:0" alike)."""
         d = torch.device(device)
-        return d.type == self.device.type and (d.index is None or self.device.index is None or d.index == self.device.index)
+        return d.type == self.device.type and (
+            d.index is None or self.device.index is None or d.index == self.device.index
+        )
 
     # ------------------------------------------------------------------ counts
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 from support.online_helpers import built, method_model, tiny_data
+from torch import Tensor
 
 from rmconsole.cl import train
 from rmconsole.cl.learner import Task
@@ -213,7 +214,13 @@ def test_the_audit_counts_launches_on_device_data_and_the_hosts_arithmetic_apart
             weight.mul(2)  # inside a graph's body: neither
     assert audit.host_ops == {"rand": 1, "mul": 1, "add": 1, "arange": 1}
     assert audit.outside_ops == {
-        "zeros": 1, "add": 1, "_to_copy": 1, "mul": 1, "sum": 1, "index": 1, "_to_copy (a host operand)": 1,
+        "zeros": 1,
+        "add": 1,
+        "_to_copy": 1,
+        "mul": 1,
+        "sum": 1,
+        "index": 1,
+        "_to_copy (a host operand)": 1,
     }
     assert audit.kernels_outside == 7 and audit.graphable_ops == 1
     assert audit.tags.has(named) and audit.tags.has(moved) and not audit.tags.has(draw)
@@ -396,7 +403,9 @@ def test_a_graphed_mir_retrieval_steps_virtually_at_the_updates_own_rate(monkeyp
         asked.append(float(self.step_lr()))
         return retrieve(self, *args)
 
-    def recorded_scores_order(self: Any, x_s: Tensor, y_s: Tensor, images_c: Tensor, y_c: Tensor, lr: Any, k: int) -> Tensor:
+    def recorded_scores_order(
+        self: Any, x_s: Tensor, y_s: Tensor, images_c: Tensor, y_c: Tensor, lr: Any, k: int
+    ) -> Tensor:
         used.append(float(lr))
         return scores_order(self, x_s, y_s, images_c, y_c, lr, k)
 
