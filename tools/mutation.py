@@ -63,6 +63,7 @@ CAPTURED_REGIONS = [
     f"{SYNCS}test_the_graphs_path_trains_the_eager_paths_weights",
     f"{SYNCS}test_the_augmentation_is_a_captured_region_and_leaves_little_outside",
     f"{SYNCS}test_mir_retrieval_is_capturable_and_leaves_little_outside",
+    f"{SYNCS}test_a_graphed_mir_retrieval_steps_virtually_at_the_updates_own_rate",
     f"{SYNCS}test_clib_importance_pass_is_capturable_and_counted_inside",
 ]
 
