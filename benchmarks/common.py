@@ -178,6 +178,15 @@ def top_level_ops(prof: object) -> int:
     return sum(1 for e in prof.events() if e.name.startswith("aten::") and top_level(e))  # type: ignore[attr-defined]
 
 
+def launches(audit: Any, audited: int) -> tuple[float, float | None]:
+    """Kernel launches outside every graph and host-only operators, per update (of `audited`),
+    from a `StepAudit`. An older checkout's audit has no host column: it counted every operator
+    outside a graph as a launch, so that count, and None."""
+    if not hasattr(audit, "host_ops"):
+        return (sum(audit.kernel_ops().values()) - getattr(audit, "graphable_ops", 0)) / audited, None
+    return audit.kernels_outside / audited, sum(audit.host_ops.values()) / audited
+
+
 def measure_rows(names: list[str], key: str, measure: Any, row: Any, jsonl: Any, device: Any) -> int:
     """Measure each of `names` (`measure(name)` -> a row dict), print its table row (`row(r)`) or its
     one-line failure, append it to `jsonl` when given; exit status 1 when any failed. One name's

@@ -36,7 +36,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from common import measure_rows, sync, top_level_ops
+from common import launches, measure_rows, sync, top_level_ops
 
 from rmconsole.cl.data import Dataset, TensorImages
 from rmconsole.cl.events import Reporter
@@ -190,18 +190,15 @@ def measure(
         sync(device)
     audited = max(learner.online_steps - steps, 1)
     kernels: Counter[str] = audit.kernel_ops()
-    inside = getattr(audit, "graphable_ops", 0)
-    host = getattr(audit, "host_ops", None)  # an older audit: every operator counted as a launch
-    outside = audit.kernels_outside if host is not None else sum(kernels.values()) - inside
+    outside, host = launches(audit, audited)
     sync(device)
     return {
         "method": method,
         **times,
         "top_ops": top / updates,
         "dispatch_ops": audit.n_dispatch_ops / audited,
-        "kernels_outside": outside / audited,
-        # kernel-type operators on host tensors only (a draw, host bookkeeping): no launch on a GPU
-        "host_ops": sum(host.values()) / audited if host is not None else None,
+        "kernels_outside": outside,
+        "host_ops": host,  # kernel-type operators on host tensors only (a draw): no launch on a GPU
         "syncs": audit.n_syncs / audited,
         "where": audit.where.most_common(3),
         "common": [(n, c) for n, c in kernels.most_common(5) if n not in NO_KERNEL],

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import accel_settings, add_accel_options, machine, measure_rows, sync, top_level_ops
+from common import accel_settings, add_accel_options, launches, machine, measure_rows, sync, top_level_ops
 
 from rmconsole.cl import graphs
 from rmconsole.cl.data import Dataset, TensorImages
@@ -137,15 +137,13 @@ def measure(
     with audit:
         audited = run(1)
     kernels = audit.kernel_ops()
+    outside, host = launches(audit, audited)
     row.update(
         top_ops=top / steps,
         dispatch_ops=audit.n_dispatch_ops / audited,
         kernel_ops=sum(kernels.values()) / audited,
-        kernels_outside=(
-            audit.kernels_outside if hasattr(audit, "host_ops") else sum(kernels.values()) - audit.graphable_ops
-        )
-        / audited,
-        host_ops=sum(audit.host_ops.values()) / audited if hasattr(audit, "host_ops") else None,
+        kernels_outside=outside,
+        host_ops=host,
         syncs=audit.n_syncs / audited,
         where=audit.where.most_common(3),
         common=[(n, c) for n, c in kernels.most_common(5) if n not in NO_KERNEL],

@@ -210,22 +210,8 @@ class _Dispatch(TorchDispatchMode):
         flat_in, _ = tree_flatten((args, kwargs))
         on_device = audit.tags.any(flat_in)
         device_op = on_device or audit.explicit_device > 0 or audit.factory_on_device(kwargs)
-        if audit.active:
-            audit.dispatch_ops[name] += 1
-            if name not in NO_KERNEL:
-                audit.device_calls += device_op
-                if audit.in_graphable:
-                    audit.graphable_ops += 1
-                elif device_op:
-                    audit.outside_ops[name] += 1
-                    # a host tensor beside device ones (a host index): on a GPU, copied first
-                    host_operands = sum(
-                        1 for t in flat_in if isinstance(t, Tensor) and t.dim() > 0 and not audit.tags.has(t)
-                    )
-                    if on_device and host_operands:
-                        audit.outside_ops["_to_copy (a host operand)"] += host_operands
-                else:
-                    audit.host_ops[name] += 1
+        if audit.active:  # a host tensor beside device data (a host index): on a GPU, copied first
+            audit.count_op(name, device_op, flat_in if on_device else ())
         if on_device and audit.inside_method == 0 and audit.active:
             sync = (
                 name in SYNC_OPS
@@ -280,13 +266,7 @@ class _Function(TorchFunctionMode):
         finally:
             audit.explicit_device -= 1
         if (moved or name in ("tensor", "as_tensor")) and audit.device_calls == calls and audit.active:
-            # a host->device copy a GPU makes and a CPU skips (`.to("cpu")` returns its tensor)
-            audit.dispatch_ops["_to_copy"] += 1
-            audit.device_calls += 1
-            if audit.in_graphable:
-                audit.graphable_ops += 1
-            else:
-                audit.outside_ops["_to_copy"] += 1
+            audit.count_op("_to_copy", True)  # a host->device copy a GPU makes and a CPU skips (`.to("cpu")`)
         for t in tree_flatten(out)[0]:
             if isinstance(t, Tensor):
                 audit.tags.add(t)
@@ -393,6 +373,23 @@ class StepAudit:
         )
 
     # ------------------------------------------------------------------ counts
+
+    def count_op(self, name: str, device_op: bool, operands: Iterable[object] = ()) -> None:
+        """One operator reached: a launch (`device_op`) inside or outside `graphable()`, or the
+        host's own; `operands`' host tensors beside device data add their copies."""
+        self.dispatch_ops[name] += 1
+        if name in NO_KERNEL:
+            return
+        self.device_calls += device_op
+        if self.in_graphable:
+            self.graphable_ops += 1
+        elif not device_op:
+            self.host_ops[name] += 1
+        else:
+            self.outside_ops[name] += 1
+            copies = sum(1 for t in operands if isinstance(t, Tensor) and t.dim() > 0 and not self.tags.has(t))
+            if copies:
+                self.outside_ops["_to_copy (a host operand)"] += copies
 
     def count_sync(self, name: str) -> None:
         self.syncs[name] += 1
