@@ -444,3 +444,14 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
                 _LR_WRITTEN[rate] = (lr, rate._version)
         else:
             group["lr"] = lr
+
+
+def written_lr(optimizer: torch.optim.Optimizer) -> float | None:
+    """The rate `set_lr` last wrote into the optimiser's (first group's) tensor learning rate,
+    when nothing has written it since; else None. What the host knows without reading it
+    (cl/stacked.py: runs stacked only when their rates are one)."""
+    rate = optimizer.param_groups[0]["lr"]
+    if not isinstance(rate, Tensor):
+        return float(rate)
+    written = _LR_WRITTEN.get(rate)
+    return written[0] if written is not None and written[1] == rate._version else None

@@ -371,8 +371,12 @@ def graphed_step(method: Learner, batch: int, steps: int = 1) -> GraphedStep:
     cached = method.graphs.get((batch, steps))
     if cached is None or not graphs.made_for(cached, method):
         assert method.optimizer is not None
-        kind = CompiledStep if method.accel.compile_step else GraphedStep
-        cached = method.graphs[batch, steps] = kind(*graphs.step_inputs(method, batch), steps)
+        stack = getattr(method, "seed_stack", None)  # seeds stacked in one process (cl/stacked.py)
+        if stack is not None:
+            cached = method.graphs[batch, steps] = stack.seat_for(method, batch, steps)
+        else:
+            kind = CompiledStep if method.accel.compile_step else GraphedStep
+            cached = method.graphs[batch, steps] = kind(*graphs.step_inputs(method, batch), steps)
     return cached
 
 

@@ -177,6 +177,7 @@ class Method(Generic[P]):
         self.best_epoch_accuracy: float | None = None
         # graphed steps by (batch, steps per replay), a capturable step's by (batch, 1, step_key)
         self.graphs: dict[tuple[Any, ...], GraphedStep] = {}
+        self.seed_stack: Any = None  # a cl.stacked.SeedStack while this run's steps are stacked with other seeds'
         self.mix_draw: CutMixDraw | None = None  # this step's CutMix, drawn by `draw_step_mix`
         self.mix_pending = False  # drawn and not yet applied
         self.mix_graph: MethodStep | None = None  # set while a captured step records its body
