@@ -7,6 +7,8 @@ Parts (each can be left out with --skip NAME, each has its own time limit):
             SyncBatchNorm on one NCCL rank, --gpus 1 under torchrun)
   steps     milliseconds an update of every task-free method (one process, a row per method as it
             ends; no profiler: benchmarks/online_step_ops.py --time-only)
+  stack     RM's memory epochs (CIFAR-shaped, ResNet18, K=500) with 1, 4, 8, 16 seeds stacked in one
+            process (cl/stacked.py): memory samples/s of all seeds, beside `slots` (packed processes)
   profile   torch.profiler over RM's memory epochs (what bounds the batch-8 steps)
   cifar     (a) a CIFAR10-shaped RM run end to end with its phase split
   imagenet  (b) ImageNet-shaped streaming throughput, ResNet34 at 224, nvJPEG on and off
@@ -42,7 +44,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-PARTS = ("tests", "steps", "profile", "cifar", "imagenet", "slots", "tiny")
+PARTS = ("tests", "steps", "stack", "profile", "cifar", "imagenet", "slots", "tiny")
 MIN_PART_S = 15.0  # a part left less than this by --total-limit is skipped (said in the summary)
 # the follow-up (i-Blurry, ICLR 2022) Table: Tiny-ImageNet A_auc on 500 images a class (PROTOCOL.md §9)
 FOLLOW_UP_TINY_A_AUC = {"rm": 5.74, "er": 22.45, "clib": 23.87}
@@ -221,6 +223,31 @@ def part_steps(s: Suite, args: argparse.Namespace) -> dict:
     done = {r["method"] for r in rows}
     missing = [m for m in methods.split(",") if m not in done]
     return {"exit": code, "seconds": sec, "preset": args.steps_preset, "rows": rows, "not_reached": missing}
+
+
+def part_stack(s: Suite, args: argparse.Namespace) -> dict:
+    rows_file = s.out / "stack.jsonl"
+    rows_file.unlink(missing_ok=True)
+    argv = [
+        sys.executable,
+        str(HERE / "rm_memory_step.py"),
+        "--time-only",
+        "--shapes",
+        "cifar",
+        "--memory",
+        str(args.stack_memory),
+        "--epochs",
+        str(args.stack_epochs),
+        "--stack",
+        ",".join(str(n) for n in args.stack),
+        "--jsonl",
+        str(rows_file),
+    ]
+    argv += ["--device", "cpu", "--graphs-here"] if args.rehearse else []
+    code, sec = s.run("stack", argv, args.stack_limit)
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()] if rows_file.exists() else []
+    rows_file.unlink(missing_ok=True)
+    return {"exit": code, "seconds": sec, "rows": rows}
 
 
 def _json_runs(s: Suite, label: str, variants: dict[str, list[str]], limit: float) -> dict:
@@ -574,6 +601,23 @@ def summary(r: dict) -> str:
                 )
         lines += [f"| {m} | not reached in the part's limit | | | | | | |" for m in st.get("not_reached", [])]
         lines.append("")
+    if "stack" in parts and "skipped" not in parts["stack"]:
+        st = parts["stack"]
+        lines += [
+            f"## RM's memory epochs, seeds stacked in one process (exit {st['exit']}, {st['seconds']:.0f} s)",
+            "",
+            "| seeds stacked | memory samples/s (all seeds) | wall ms a step | steps taken stacked / apart | accel |",
+            "|---|---|---|---|---|",
+        ]
+        for r in st["rows"]:
+            if "error" in r:
+                lines.append(f"| {r.get('shape')} | failed: {r['error']} | | | |")
+                continue
+            calls = f"{r.get('stacked_calls', '—')} / {r.get('apart_calls', '—')}" if r.get("stack", 1) > 1 else "—"
+            lines.append(
+                f"| {r.get('stack', 1)} | {r['samples_per_s']:,.0f} | {r['wall_ms']:.2f} | {calls} | {r['accel']} |"
+            )
+        lines.append("")
     if "slots" in parts and "skipped" not in parts["slots"]:
         lines += [
             f"## (c) Runs per GPU (each with 1/N of its memory; MPS {parts['slots'].get('mps', 'not asked for')})",
@@ -648,6 +692,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--imagenet-images", type=int, default=8192)
     parser.add_argument("--slots", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4, 8])
     parser.add_argument("--slots-epochs", type=int, default=16)
+    parser.add_argument("--stack", type=lambda t: [int(x) for x in t.split(",")], default=[1, 4, 8, 16])
+    parser.add_argument("--stack-memory", type=int, default=500)
+    parser.add_argument("--stack-epochs", type=int, default=8)
+    parser.add_argument("--stack-limit", type=float, default=120)
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/rmconsole-gpu-suite"))
     parser.add_argument(
         "--tiny-data",
@@ -677,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.steps_preset == "tiny-imagenet-iblurry50-10":
             args.steps_preset = str(HERE / "presets" / "tiny-imagenet-iblurry50-10-cpu.toml")
         args.imagenet_images, args.slots = 32, [1, 2]
+        args.stack, args.stack_memory, args.stack_epochs = [1, 2], 16, 1
         if args.tiny_preset == "tiny-imagenet-iblurry50-10":
             args.tiny_preset = str(HERE / "presets" / "tiny-imagenet-iblurry50-10-cpu.toml")
             args.tiny_methods = "er"

@@ -298,8 +298,9 @@ class SeedStack:
     def seat(self, method: Any) -> None:
         with self.cond:
             method.seed_stack = self
-            self.active.add(len(self.methods))
-            self.methods.append(method)
+            if not any(m is method for m in self.methods):  # a run seated again keeps its row
+                self.methods.append(method)
+            self.active.add(self._row(method))
 
     def leave(self, method: Any) -> None:
         with self.cond:

@@ -233,3 +233,53 @@ def test_a_failing_seed_stops_without_leaving_the_others_waiting() -> None:
     thread.join(60)
     assert not thread.is_alive() and "seed 2 broke" in str(raised[0])
     assert runs[0][0].seed_stack is None  # seated no more
+
+
+def test_a_stack_seats_its_runs_again_for_their_next_task() -> None:
+    """One SeedStack over several calls (a run's tasks): each run keeps its row, and the second
+    call's steps are stacked as the first's were."""
+    from rmconsole.cl.stacked import SeedStack
+
+    runs = [_rm(seed, 40) for seed in (1, 2)]
+    stack = SeedStack()
+    for _ in range(2):
+        run_stacked([r for r, _ in runs], lambda rm: _memory_epochs(next(r for r in runs if r[0] is rm)), stack)
+    assert len(stack.methods) == 2 and stack.counts.stacked == 2 * 2 * 5 and stack.counts.apart == 0, stack.counts
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "model_name,shape,tol",  # float32 ResNet18 on CPU drifted 8e-4 in 2 steps from kernel choice alone
+    [("mlp400", (1, 28, 28), 1e-4), ("resnet18", (3, 32, 32), 2e-2)],
+)
+def test_a_stacked_step_is_captured_on_cuda_and_gives_each_runs_weights(model_name, shape, tol) -> None:
+    """On CUDA the stacked step is captured as a graph (not left eager after a failed capture)
+    and its replays give every run the weights its own captured steps give (float32; cuDNN and
+    cuBLAS may choose other kernels for the stacked shapes)."""
+    cuda = torch.device("cuda")
+    n, b, k = 4, 8, 2
+    alone, stacked, seens = _runs(model_name, shape, n)
+    alone, stacked = [m.to(cuda) for m in alone], [m.to(cuda) for m in stacked]
+    seens = [s.to(cuda) for s in seens]
+    logs: list[str] = []
+    steps = [GraphedStep(m, _sgd(m), s, b, shape, False, _no_autocast, logs.append, k) for m, s in zip(alone, seens)]
+    models = StackedModels([_Run(m, _sgd(m), s) for m, s in zip(stacked, seens)])
+    step = StackedStep(models, seens[0], b, k, shape, _no_autocast, torch.zeros(n, device=cuda), logs.append)
+    rng, gen, data = random.Random(3), torch.Generator().manual_seed(3), torch.Generator().manual_seed(5)
+    for i in range(6):  # two warm-up calls, the capture, three replays
+        xs = [torch.randn(k * b, *shape, generator=data).to(cuda) for _ in range(n)]
+        ys = [torch.randint(0, 4, (k * b,), generator=data).to(cuda) for _ in range(n)]
+        draws = [
+            [draw_cutmix(b, shape[-2], shape[-1], rng, gen) if (i + r + j) % 2 else None for j in range(k)]
+            for r in range(n)
+        ]
+        for r in range(n):
+            set_lr(steps[r].optimizer, 0.05 / (1 + i))
+            steps[r](xs[r], ys[r], draws[r])
+        set_lr(models.optimizers[0], 0.05 / (1 + i))
+        step(xs, ys, seens, draws)
+    torch.cuda.synchronize()
+    assert isinstance(step.graph, torch.cuda.CUDAGraph) and not step.failed and not logs, logs
+    gap = _max_gap(alone, stacked)
+    assert gap <= tol, gap

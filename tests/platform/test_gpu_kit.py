@@ -121,6 +121,12 @@ def test_the_suite_rehearses_on_cpu_and_resumes_a_cut_tiny_run_exactly(tmp_path:
         assert imagenet[decode]["exit"] == 0
         assert imagenet[decode]["phases"]["decode + resize"]["images"] == 32
 
+    subprocess.run([*suite, "--only", "stack"], cwd=REPO, env=env, capture_output=True, check=True, timeout=300)
+    stack = json.loads((out / "gpu_suite.json").read_text())["parts"]["stack"]
+    assert stack["exit"] == 0 and [r["stack"] for r in stack["rows"]] == [1, 2]
+    assert stack["rows"][1]["stacked_calls"] > 0 and stack["rows"][1]["apart_calls"] == 0
+    assert "seeds stacked in one process" in (out / "gpu_suite.md").read_text()
+
 
 def test_a_part_the_total_limit_leaves_no_time_is_skipped_and_said(tmp_path: Path) -> None:
     """--total-limit caps the whole check: parts it leaves under 15 s are skipped with the reason,
