@@ -124,6 +124,8 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.metrics": ["tests/cl/test_metrics_schedule.py", *SCIENCE],
     "rmconsole.cl.schedule": ["tests/cl/test_metrics_schedule.py", *SCIENCE],
     "rmconsole.cl.online": ["tests/cl/test_taskfree_driver_and_anytime.py"],
+    # seeds stacked in one process: each seed's weights and draws as alone
+    "rmconsole.cl.stacked:StackedModels,StackedStep,SeedStack": ["tests/cl/test_stacked.py"],
     "rmconsole.cl.results:RunRows": ["tests/cl/test_metric_catalog.py"],
     "rmconsole.cl.metrics_anytime": ["tests/cl/test_taskfree_driver_and_anytime.py"],
     # the run summaries (the store asks `summarize`; these are the rules it runs)

@@ -236,15 +236,30 @@ def test_a_failing_seed_stops_without_leaving_the_others_waiting() -> None:
 
 
 def test_a_stack_seats_its_runs_again_for_their_next_task() -> None:
-    """One SeedStack over several calls (a run's tasks): each run keeps its row, and the second
-    call's steps are stacked as the first's were."""
+    """One SeedStack over two calls with a new optimiser between them (a run's next task): each
+    run keeps its row, the models are stacked anew, and every seed ends as it does alone."""
     from rmconsole.cl.stacked import SeedStack
 
+    def two_tasks(run) -> None:
+        _memory_epochs(run)
+        run[0].optimizer = run[0].make_optimizer()
+        _memory_epochs(run)
+
+    alone = [_rm(seed, 40) for seed in (1, 2)]
+    for run in alone:
+        two_tasks(run)
     runs = [_rm(seed, 40) for seed in (1, 2)]
     stack = SeedStack()
-    for _ in range(2):
+    for call in range(2):
         run_stacked([r for r, _ in runs], lambda rm: _memory_epochs(next(r for r in runs if r[0] is rm)), stack)
+        if call == 0:
+            for rm, _ in runs:
+                rm.optimizer = rm.make_optimizer()
     assert len(stack.methods) == 2 and stack.counts.stacked == 2 * 2 * 5 and stack.counts.apart == 0, stack.counts
+    for a, t in zip(alone, runs):
+        wa, wt = a[0].model.state_dict(), t[0].model.state_dict()
+        gap = max((wa[k] - wt[k]).abs().max().item() for k in wa if wa[k].is_floating_point())
+        assert gap <= 1e-5, gap
 
 
 @pytest.mark.gpu
