@@ -647,6 +647,7 @@ class Verdict:
     status: str  # "failed" or "stopped"
     reason: str
     cancel: tuple[str, str] | None = None
+    token: str | None = None  # the attempt judged: a run resumed since (a new token) is not this verdict's
 
 
 def scheduled_verdicts(runs: list[store.Run], stale_after_s: float) -> list[Verdict]:
@@ -686,6 +687,7 @@ def scheduled_verdicts(runs: list[store.Run], stale_after_s: float) -> list[Verd
                             "failed",
                             f"no heartbeat for {int(beat)} s ({job} {label or 'state unknown'})",
                             cancel,
+                            run.token,
                         )
                     )
                 elif label and label != run.job_state:
@@ -701,11 +703,14 @@ def scheduled_verdicts(runs: list[store.Run], stale_after_s: float) -> list[Verd
                 reason = f"{job} {state.label()}"
             store.update_run(run.id, job_state=state.label())
             if state.state in CANCELLED:
-                verdicts.append(Verdict(run.id, "stopped", f"stopped: {reason} (scancel)"))
+                verdicts.append(Verdict(run.id, "stopped", f"stopped: {reason} (scancel)", token=run.token))
             else:
                 verdicts.append(
                     Verdict(
-                        run.id, "failed", reason if run.status == "running" else f"{reason} before its worker started"
+                        run.id,
+                        "failed",
+                        reason if run.status == "running" else f"{reason} before its worker started",
+                        token=run.token,
                     )
                 )
     return verdicts

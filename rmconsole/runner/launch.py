@@ -383,10 +383,16 @@ def reap_dead(runs: list[store.Run] | None = None, busy_s: float | None = None) 
     scheduled = [r for r in runs if is_scheduled(r)]
     dead = []
     for verdict in scheduled_verdicts(scheduled, STALE_AFTER_S) if scheduled else []:
+        # the attempt the scheduler's word was about: a run resumed since it was read (a new job,
+        # a new token) is never failed or stopped for its predecessor's job
+        lease = store.Lease(verdict.run_id, verdict.token)
         if verdict.status == "stopped":
-            recorded = bool(store.mark_stopped(verdict.run_id, verdict.reason))
+            try:
+                recorded = bool(store.mark_stopped(verdict.run_id, verdict.reason, lease=lease))
+            except store.LeaseLost:
+                recorded = False
         else:
-            recorded = mark_dead(verdict.run_id, verdict.reason)
+            recorded = mark_dead(verdict.run_id, verdict.reason, lease)
         if recorded:
             dead.append(verdict.run_id)
             if verdict.cancel is not None:  # failed means not running: its job goes too
@@ -685,7 +691,9 @@ def resume_run(run_id: int, rendezvous: Any = None, executor: Any = KEEP) -> Res
     if spec is not None:
         check_scheduler(spec)
     only_from = ("queued",) if orphan else ("failed", "stopped")
-    if not store.requeue_run(run_id, only_from, owner_pid=os.getpid(), owner_host=socket.gethostname()):
+    if not store.requeue_run(
+        run_id, only_from, owner_pid=os.getpid(), owner_host=socket.gethostname(), forget_job=True
+    ):
         raise ValueError(f"run {run_id} is {store.get_run(run_id).status} now (changed meanwhile): not resumed")
     first = int(checkpoint["task"]) + 1 if checkpoint is not None else 0
     if spec is not None:

@@ -175,12 +175,16 @@ def requeue_run(
     only_from: Iterable[str] = ENDED_UNFINISHED,
     owner_pid: int | None = None,
     owner_host: str | None = None,
+    forget_job: bool = False,
 ) -> Transition:
     """failed/stopped -> queued for a resume (two resumes cannot both win), with a new token, so
     every process of an earlier attempt is fenced off; the old heartbeat and error are cleared
     so nothing mistakes the dead worker for the new one. `owner_pid`: the process that will start
     the worker (until it does, the run is dead if that process is)."""
     owner: dict[str, Any] = {"host": owner_host} if owner_host is not None else {}
+    if forget_job:  # `forget_job`: the attempt gets a job of its own (a resume submits anew), so
+        # until it has one no reaper judges it by the earlier attempt's job (ended: "failed")
+        owner.update(job_id=None, job_state=None)
     return finish_run(
         run_id,
         "queued",

@@ -153,6 +153,45 @@ def test_the_schedulers_word_becomes_the_runs_status(scripted) -> None:
 
 
 @pytest.mark.usefixtures("store_backend")
+@pytest.mark.parametrize("ended", ["FAILED", "CANCELLED"])
+def test_a_run_resumed_after_it_was_read_is_not_settled_by_its_old_jobs_end(scripted, ended) -> None:
+    """The reaper read the run while its killed job was its job; before the verdict was recorded
+    the run was resumed (a new job, a new token). The old job's end must not fail or stop the
+    new attempt (seen once in the Slurm whole-job-kill test under load: `rmconsole stop` found
+    the resumed run failed)."""
+    run_id = _scheduled("51")
+    read = [store.get_run(run_id)]  # what the reaper read: job 51
+    store.mark_failed(run_id, "job 51 killed")
+    store.requeue_run(run_id)  # the resume: a new token
+    store.update_run(run_id, status="running", job_id="52", heartbeat_at=store.utcnow())
+    scripted.STATES = {"51": X.JobState("51", ended, "None"), "52": X.JobState("52", "RUNNING")}
+    assert runner.reap_dead(read) == []
+    assert store.get_run(run_id).status == "running"
+
+
+@pytest.mark.usefixtures("store_backend")
+def test_a_reaper_between_a_resume_and_its_submission_leaves_the_run_queued(scripted, monkeypatch) -> None:
+    """`rmconsole resume` of a run whose job died: between queueing the run again and the new
+    job's id being stored (sbatch can take seconds), a reaper (the TUI, `rmconsole runs`) must not
+    fail the new attempt by the old job's end."""
+    run_id = _scheduled("61")
+    scripted.STATES = {"61": X.JobState("61", "FAILED", "NonZeroExitCode")}
+    assert runner.reap_dead() == [run_id]  # the old job's death, settled
+    seen = []
+
+    def submit(spec, run_ids):  # the reaper runs while sbatch is being asked
+        seen.append((runner.reap_dead(), store.get_run(run_id).status))
+        store.update_run(run_id, job_id="62", job_state="PENDING (submitted)")
+        return ["62"]
+
+    monkeypatch.setattr(X, "submit_runs", submit)
+    monkeypatch.setattr(X, "check_scheduler", lambda spec: None)
+    resumed = runner.resume_run(run_id)
+    assert resumed.job_id == "62" and seen == [([], "queued")]
+    assert store.get_run(run_id).status == "queued"
+
+
+@pytest.mark.usefixtures("store_backend")
 def test_a_stale_heartbeat_fails_a_live_job_and_cancels_it(scripted) -> None:
     hung = _scheduled("21", beat_age_s=STALE_AFTER_S + 10)
     scripted.STATES = {"21": X.JobState("21", "RUNNING")}
