@@ -235,7 +235,9 @@ def test_a_job_killed_whole_is_failed_by_the_schedulers_word_and_stop_cancels(sl
     assert resumed.job_id not in (None, job) and resumed.process is None
     wait_for(lambda: status(run_id) == "running" and tasks_done(run_id) >= 2, 600, what="the resumed run's task 2")
     stopped = rmconsole("stop", str(run_id))
-    assert stopped.returncode == 0 and stopped.stdout.strip() == f"run {run_id} stopped", stopped.stderr
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f"run {run_id} stopped", (
+        stopped.stderr + f" (the run's error: {store.get_run(run_id).error})"
+    )
     wait_for(lambda: scheduler_state(resumed.job_id) == "CANCELLED", 60, what="the job's CANCELLED")
     if tasks_done(run_id) < 5:
         out = rmconsole("resume", str(run_id))  # follows the job to the run's end
