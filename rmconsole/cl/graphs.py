@@ -176,16 +176,11 @@ class GraphedStep(Replayed):
             self.box.zero_()
             self.weights.copy_(self.no_mix)
             return
-        ident = torch.arange(b)
-        perm = torch.cat([ident if d is None else d.perm for d in draws])
-        offset = torch.arange(self.k).repeat_interleave(b) * b  # a step's partners, as rows of x
-        # the eager step multiplies by Python floats: lam and 1 - lam rounded to float32 alike
-        box = [[0, 0, 0, 0] if d is None else [d.y1, d.y2, d.x1, d.x2] for d in draws]
-        weights = [[1.0, 0.0] if d is None else [d.lam, 1.0 - d.lam] for d in draws]
+        perm, offset, box, weights = draw_inputs(draws, b)
         self.y_b.copy_(y[(perm + offset).to(y.device, non_blocking=True)])
         self.perm.copy_(perm, non_blocking=True)
-        self.box.copy_(torch.tensor(box), non_blocking=True)
-        self.weights.copy_(torch.tensor(weights, dtype=torch.float32), non_blocking=True)
+        self.box.copy_(box, non_blocking=True)
+        self.weights.copy_(weights, non_blocking=True)
 
     def __call__(self, x: Tensor, y: Tensor, draw: CutMixDraw | Sequence[CutMixDraw | None] | None) -> None:
         """k training steps on (x, y) (k × batch rows) with the batches' CutMix draws."""
@@ -209,6 +204,19 @@ class GraphedStep(Replayed):
         with torch.cuda.graph(graph):
             self._step()
         return graph
+
+
+def draw_inputs(draws: Sequence[CutMixDraw | None], batch: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """k steps' CutMix draws (None: no CutMix) as a graph's host inputs: each row's partner
+    within its batch (k x batch), the batches' row offsets, the boxes (y1, y2, x1, x2; empty
+    without CutMix) and the loss weights (lam, 1 - lam; (1, 0) without CutMix)."""
+    ident = torch.arange(batch)
+    perm = torch.cat([ident if d is None else d.perm for d in draws])
+    offset = torch.arange(len(draws)).repeat_interleave(batch) * batch  # a step's partners, as rows of x
+    # the eager step multiplies by Python floats: lam and 1 - lam rounded to float32 alike
+    box = torch.tensor([[0, 0, 0, 0] if d is None else [d.y1, d.y2, d.x1, d.x2] for d in draws])
+    weights = torch.tensor([[1.0, 0.0] if d is None else [d.lam, 1.0 - d.lam] for d in draws], dtype=torch.float32)
+    return perm, offset, box, weights
 
 
 StepInputs = tuple[

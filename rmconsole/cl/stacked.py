@@ -39,7 +39,7 @@ from torch import Tensor
 from torch.func import functional_call, stack_module_state, vmap
 
 from .augment import CutMixDraw
-from .graphs import EagerGraph, GraphedStep, Replayed, graph_ready_optimizer, step_inputs, written_lr
+from .graphs import EagerGraph, GraphedStep, Replayed, draw_inputs, graph_ready_optimizer, step_inputs, written_lr
 
 Draws = Sequence[CutMixDraw | None]
 
@@ -175,15 +175,11 @@ class StackedStep(Replayed):
             self.box.zero_()
             self.weights.copy_(self.no_mix)
             return
-        ident = torch.arange(b)
-        offset = torch.arange(self.k).repeat_interleave(b) * b
-        perm = torch.stack([torch.cat([ident if d is None else d.perm for d in run]) + offset for run in draws])
-        box = [[[0, 0, 0, 0] if d is None else [d.y1, d.y2, d.x1, d.x2] for d in run] for run in draws]
-        weights = [[[1.0, 0.0] if d is None else [d.lam, 1.0 - d.lam] for d in run] for run in draws]
-        self.perm.copy_(perm, non_blocking=True)
+        runs = [draw_inputs(run, b) for run in draws]  # GraphedStep's inputs, a row per run
+        self.perm.copy_(torch.stack([perm + offset for perm, offset, _, _ in runs]), non_blocking=True)
         torch.gather(self.y_a, 1, self.perm, out=self.y_b)
-        self.box.copy_(torch.tensor(box), non_blocking=True)
-        self.weights.copy_(torch.tensor(weights, dtype=torch.float32), non_blocking=True)
+        self.box.copy_(torch.stack([box for _, _, box, _ in runs]), non_blocking=True)
+        self.weights.copy_(torch.stack([weights for _, _, _, weights in runs]), non_blocking=True)
 
     def _step(self) -> None:
         b, n = self.batch, self.models.n
