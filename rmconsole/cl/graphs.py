@@ -27,8 +27,8 @@ runs stay eager.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -104,7 +104,10 @@ class GraphedStep(Replayed):
 
     The optimiser must keep its learning rate in a device tensor (`lr_tensor`) so the
     schedule can change it between replays. Recapture (a new GraphedStep) when the optimiser
-    or the model's parameters are replaced (each task makes a new optimiser)."""
+    or the model's parameters are replaced (each task makes a new optimiser). The modules'
+    casts and counters are done a launch for all (ModuleWork)."""
+
+    take_over_module_work = True  # (a method's own step, a compiled one: left to their modules)
 
     def __init__(
         self,
@@ -139,6 +142,7 @@ class GraphedStep(Replayed):
         h, w = image_shape[-2:]
         self.rows = torch.arange(h, device=device).view(h, 1)
         self.cols = torch.arange(w, device=device).view(1, w)
+        self.work: ModuleWork | None = None  # autocast's casts and batch norms' counters at once (prepare_work)
 
     def _step(self) -> None:
         """The k steps, one after the other (what a replay runs)."""
@@ -152,21 +156,33 @@ class GraphedStep(Replayed):
             xs = self.x[part]
             x = torch.where(inside, xs[self.perm[part]], xs)
             with self.autocast():
-                logits = self.model(x)
+                work = self.work if self.work else None
+                with work.in_forward() if work else nullcontext():
+                    logits = self.model(x)
                 logits = logits.masked_fill(~self.seen, torch.finfo(logits.dtype).min)
                 w = self.weights[i]
                 loss = w[0] * nnf.cross_entropy(logits, self.y_a[part]) + w[1] * nnf.cross_entropy(
                     logits, self.y_b[part]
                 )
             loss.backward()
+            if work:
+                work.gradients_back()
             self.optimizer.step()
             self.loss_sum.add_(loss.detach().float() * b)  # captured too: no host sync per step
+
+    def prepare_work(self) -> None:
+        """The model's per-module work done once a step (ModuleWork), made or checked on the host
+        before the body runs (in the step's autocast, which says the weights' dtype)."""
+        if self.take_over_module_work:
+            with self.autocast():
+                self.work = module_work(self.model, self.device, tuple(self.x[: self.batch].shape), self.work)
 
     def load(self, x: Tensor, y: Tensor, draw: CutMixDraw | Sequence[CutMixDraw | None] | None) -> None:
         """Copy k batches (x, y: k × batch rows, in step order) and their CutMix draws into the
         graph's inputs: one copy each, whatever k (no host synchronisation)."""
         draws = list(draw) if isinstance(draw, Sequence) else [draw]
         assert len(draws) == self.k, (len(draws), self.k)
+        self.prepare_work()
         b = self.batch
         self.x.copy_(x)
         self.y_a.copy_(y)
@@ -204,6 +220,157 @@ class GraphedStep(Replayed):
         with torch.cuda.graph(graph):
             self._step()
         return graph
+
+
+class ModuleWork:
+    """What each module of a step body does for itself, a kernel a module, done for all of them
+    at once: autocast's weight casts and batch norm's batch counters.
+
+    Why. RM's graphed ResNet18 step at batch 8 and ER's ResNet34 update are bound by the number
+    of small kernels, not by arithmetic (issue 43). Under autocast every conv/linear weight is
+    cast to bf16 in each forward (graph-safe autocast keeps no cast cache) and its gradient cast
+    back in backward: 42 of the 300 kernels of RM's step under bf16. Every training batch norm
+    adds 1 to its `num_batches_tracked`: 20 more. Here one multi-tensor copy writes the bf16
+    copies before the forward, one writes their gradients back as the float32 weights'
+    gradients, and one multi-tensor add counts every norm's batch. The numbers are the same:
+    the same rounding to bf16, the same bf16 gradient widened, the same counters.
+
+    What is taken over. Weights autocast itself casts: those of `nn.Linear` and `nn.ConvNd`
+    modules running their own forward, trained float32 parameters used by one module (batch
+    and layer norms' weights autocast keeps in float32: left alone). Counters of batch norms
+    with a momentum (with none, the counter sets the average's weight: left alone). And only
+    where each of those modules runs at most once a forward, as a forward on the meta device
+    shows (`_called_once`, no arithmetic): autocast casts a weight anew for each call and sums
+    the calls' gradients in float32, where one copy would sum them in bf16. Only the default
+    step's forward, `model(x)`, is counted so (GraphedStep; a method's own step is not)."""
+
+    CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype | None, input_shape: tuple[int, ...]) -> None:
+        uses: dict[int, int] = {}
+        for _, p in model.named_parameters(remove_duplicate=False):
+            uses[id(p)] = uses.get(id(p), 0) + 1
+        self.slots: list[tuple[nn.Module, str]] = []  # (module, "weight" | "bias"): the copies' places
+        self.weights: list[Tensor] = []  # the float32 parameters the optimiser updates
+        self.norms: list[nn.Module] = [m for m in model.modules() if self._counts_batches(m)]
+        for module in model.modules() if dtype is not None else ():
+            if not self._casts(module):
+                continue
+            for name, p in module.named_parameters(recurse=False):
+                if p.requires_grad and p.dtype == torch.float32 and uses[id(p)] == 1:
+                    self.slots.append((module, name))
+                    self.weights.append(p)
+        self.copies: list[Tensor] = [nn.Parameter(torch.empty_like(p, dtype=dtype)) for p in self.weights]
+        self.model, self.dtype = model, dtype
+        self.once = bool(self.weights or self.norms) and self._called_once(input_shape)
+        self.swapped = False  # the copies stand in the weights' places (this step's forward)
+
+    @classmethod
+    def _casts(cls, module: nn.Module) -> bool:
+        """A module whose forward autocast runs in its lower precision, weight and bias cast."""
+        if isinstance(module, nn.Linear):
+            return type(module).forward is nn.Linear.forward
+        conv = next((k for k in cls.CONVS if isinstance(module, k)), None)
+        own = getattr(type(module), "_conv_forward", None)  # (a default: any Module type to mypy)
+        return conv is not None and type(module).forward is conv.forward and own is conv._conv_forward
+
+    @staticmethod
+    def _counts_batches(module: nn.Module) -> bool:
+        """A batch norm that adds 1 to its counter each training forward, a momentum average's."""
+        norm = nn.modules.batchnorm._BatchNorm
+        return (
+            isinstance(module, norm)
+            and type(module).forward is norm.forward
+            and module.track_running_stats
+            and module.momentum is not None
+            and isinstance(module.num_batches_tracked, Tensor)
+        )
+
+    def __bool__(self) -> bool:
+        return self.once
+
+    def _called_once(self, input_shape: tuple[int, ...]) -> bool:
+        """Whether `model(x)` calls each taken-over module at most once: a forward on the meta
+        device (shapes only) with the calls counted. A forward that needs values (a host
+        decision) cannot run there: nothing is taken over."""
+        from torch.func import functional_call
+
+        calls: dict[int, int] = {}
+
+        def count(module: nn.Module, _args: object) -> None:
+            calls[id(module)] = calls.get(id(module), 0) + 1
+
+        state = {n: torch.empty_like(t, device="meta") for n, t in self.model.named_parameters()}
+        state.update({n: torch.empty_like(t, device="meta") for n, t in self.model.named_buffers()})
+        modules = {id(m): m for m in [*(m for m, _ in self.slots), *self.norms]}
+        hooks = [m.register_forward_pre_hook(count) for m in modules.values()]
+        try:
+            with torch.no_grad():
+                functional_call(self.model, state, (torch.empty(input_shape, device="meta"),))
+        except Exception:  # noqa: BLE001 - a forward that cannot run without values: left as it is
+            return False
+        finally:
+            for h in hooks:
+                h.remove()
+        return all(n <= 1 for n in calls.values())
+
+    def made_for(self, model: nn.Module, dtype: torch.dtype | None) -> bool:
+        """Whether this is still `model`'s work at this dtype (a rebuilt head or model: anew)."""
+        return (
+            self.model is model
+            and self.dtype == dtype
+            and all(getattr(m, n) is p for (m, n), p in zip(self.slots, self.weights))
+        )
+
+    @contextmanager
+    def in_forward(self) -> Iterator[None]:
+        """The forward with the bf16 copies in the weights' places and every counter counted
+        once after it."""
+        self.swapped = bool(self.weights)
+        if self.swapped:
+            with torch.no_grad():
+                torch._foreach_copy_(self.copies, self.weights)
+            for c in self.copies:
+                c.grad = None
+            for (module, name), copy in zip(self.slots, self.copies):
+                module._parameters[name] = copy  # type: ignore[assignment]  # (a Parameter)
+        counted = [m for m in self.norms if m.training]
+        counters: list[Tensor] = [m._buffers["num_batches_tracked"] for m in counted]  # type: ignore[misc]
+        for m in counted:
+            m._buffers["num_batches_tracked"] = None  # (its forward then skips the add)
+        try:
+            yield
+        finally:
+            for (module, name), weight in zip(self.slots, self.weights):
+                module._parameters[name] = weight  # type: ignore[assignment]  # (the Parameter taken out)
+            for m, c in zip(counted, counters):
+                m._buffers["num_batches_tracked"] = c
+        if counters:
+            torch._foreach_add_(counters, 1)
+
+    def gradients_back(self) -> None:
+        """The copies' gradients, widened, as the weights' (after backward, before the optimiser)."""
+        if not self.swapped:
+            return
+        self.swapped = False
+        pairs = [(p, c.grad) for p, c in zip(self.weights, self.copies) if c.grad is not None]
+        widened = [torch.empty_like(p) for p, _ in pairs]  # (a weight the loss did not reach keeps no gradient)
+        for (p, _), g in zip(pairs, widened):
+            p.grad = g
+        if pairs:
+            torch._foreach_copy_(widened, [g for _, g in pairs])
+
+
+def module_work(
+    model: nn.Module, device: torch.device, input_shape: tuple[int, ...], held: ModuleWork | None
+) -> ModuleWork:
+    """The ModuleWork of a step body's forward, called inside its autocast region (which says the
+    dtype of the weights' copies; none without autocast): `held` again while it is the model's
+    (false when there is nothing to take over)."""
+    dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+    if held is not None and held.made_for(model, dtype):
+        return held
+    return ModuleWork(model, dtype, input_shape)
 
 
 def draw_inputs(draws: Sequence[CutMixDraw | None], batch: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -260,6 +427,8 @@ class MethodStep(GraphedStep):
     step, `method.after_step`, the loss added to `loss_sum`. No CutMix draw enters (a capturable
     step draws none); the method's per-step host decisions are in its device tensors, written by
     its `step_key` before `__call__`."""
+
+    take_over_module_work = False  # its step_loss may call a module twice (two views): not counted
 
     def __init__(self, method: Any, batch: int, key: tuple[Any, ...], **kwargs: Any) -> None:
         super().__init__(*step_inputs(method, batch), **kwargs)
@@ -365,6 +534,8 @@ class CompiledStep(GraphedStep):
     Compiled once per batch size: the batch, its draw and the learning rate are tensors, so a new
     draw, a new class (the `seen` mask, the head's state restarted in place) or the schedule's
     next lr reuse the compiled code; backward is where dynamo splits it (autograd runs between)."""
+
+    take_over_module_work = False  # inductor fuses the casts itself; no module state swapped under dynamo
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -208,6 +208,8 @@ class _Dispatch(TorchDispatchMode):
         audit = self.audit
         name = _op_name(func)
         flat_in, _ = tree_flatten((args, kwargs))
+        if _on_meta(flat_in, kwargs):  # shapes only (graphs.ModuleWork's dry forward): no kernel anywhere
+            return func(*args, **kwargs)
         on_device = audit.tags.any(flat_in)
         device_op = on_device or audit.explicit_device > 0 or audit.factory_on_device(kwargs)
         if audit.active:  # a host tensor beside device data (a host index): on a GPU, copied first
@@ -229,6 +231,13 @@ class _Dispatch(TorchDispatchMode):
         if audit.capturable is not None:
             audit.capturable.check_op(name, flat_in, out, on_device)
         return out
+
+
+def _on_meta(flat_in: list[Any], kwargs: dict[str, Any]) -> bool:
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type == "meta":
+        return True
+    return any(isinstance(t, Tensor) and t.is_meta for t in flat_in)
 
 
 class _Function(TorchFunctionMode):

@@ -229,6 +229,18 @@ def test_the_audit_counts_launches_on_device_data_and_the_hosts_arithmetic_apart
         host.to("cpu")
 
 
+def test_the_audit_counts_nothing_on_the_meta_device() -> None:
+    """A forward on the meta device (graphs.ModuleWork's count of a model's module calls: shapes,
+    no arithmetic) launches nothing anywhere, even from the device's own tensors."""
+    weight = torch.ones(4, 4)
+    audit = StepAudit().mark(weight)
+    with audit:
+        shadow = torch.empty_like(weight, device="meta")
+        (shadow @ torch.empty(4, 2, device="meta")).relu()
+        weight.sum()  # a device launch beside them, counted
+    assert audit.outside_ops == {"sum": 1} and not audit.host_ops and audit.n_dispatch_ops == 1
+
+
 def test_a_capturable_region_refuses_syncs_copies_and_new_shapes() -> None:
     weight = torch.ones(4)
     audit = StepAudit().mark(weight)
