@@ -246,7 +246,9 @@ class ModuleWork:
 
     CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
-    def __init__(self, model: nn.Module, dtype: torch.dtype | None, input_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, model: nn.Module, dtype: torch.dtype | None, input_shape: tuple[int, ...], copies: bool = True
+    ) -> None:
         uses: dict[int, int] = {}
         for _, p in model.named_parameters(remove_duplicate=False):
             uses[id(p)] = uses.get(id(p), 0) + 1
@@ -260,9 +262,12 @@ class ModuleWork:
                 if p.requires_grad and p.dtype == torch.float32 and uses[id(p)] == 1:
                     self.slots.append((module, name))
                     self.weights.append(p)
-        self.copies: list[Tensor] = [nn.Parameter(torch.empty_like(p, dtype=dtype)) for p in self.weights]
         self.model, self.dtype = model, dtype
         self.once = bool(self.weights or self.norms) and self._called_once(input_shape)
+        made = self.once and copies  # (a stacked step makes its own, of the stacked weights)
+        self.copies: list[Tensor] = (
+            [nn.Parameter(torch.empty_like(p, dtype=dtype)) for p in self.weights] if made else []
+        )
         self.swapped = False  # the copies stand in the weights' places (this step's forward)
 
     @classmethod
@@ -313,6 +318,14 @@ class ModuleWork:
             for h in hooks:
                 h.remove()
         return all(n <= 1 for n in calls.values())
+
+    def names(self) -> tuple[list[str], list[str]]:
+        """The taken-over weights' names in the model, and the counted norms' counters' names."""
+        where = {id(m): f"{n}." if n else "" for n, m in self.model.named_modules()}
+        return (
+            [where[id(m)] + name for m, name in self.slots],
+            [where[id(m)] + "num_batches_tracked" for m in self.norms],
+        )
 
     def made_for(self, model: nn.Module, dtype: torch.dtype | None) -> bool:
         """Whether this is still `model`'s work at this dtype (a rebuilt head or model: anew)."""

@@ -39,7 +39,16 @@ from torch import Tensor
 from torch.func import functional_call, stack_module_state, vmap
 
 from .augment import CutMixDraw
-from .graphs import EagerGraph, GraphedStep, Replayed, draw_inputs, graph_ready_optimizer, step_inputs, written_lr
+from .graphs import (
+    EagerGraph,
+    GraphedStep,
+    ModuleWork,
+    Replayed,
+    draw_inputs,
+    graph_ready_optimizer,
+    step_inputs,
+    written_lr,
+)
 
 Draws = Sequence[CutMixDraw | None]
 
@@ -109,10 +118,17 @@ class StackedModels:
                 self.optimizers[i].state[params[i][j]]["momentum_buffer"] = mine[i]
         self.shared = True
 
-    def forward(self, x: Tensor) -> Tensor:
-        """The N models on their N batches: x [N, B, ...] -> logits [N, B, classes]."""
+    def forward(self, x: Tensor, uncounted: Sequence[str] = ()) -> Tensor:
+        """The N models on their N batches: x [N, B, ...] -> logits [N, B, classes]; the
+        `uncounted` batch-norm counters left out (counted after, at once: graphs.ModuleWork)."""
         base = self.base[0]
-        return vmap(lambda p, b, xs: functional_call(base, (p, b), (xs,)))(self.params, self.buffers, x)
+        skip = dict.fromkeys(uncounted)
+
+        def one(p: dict[str, Tensor], b: dict[str, Tensor], xs: Tensor) -> Tensor:
+            state: dict[str, Any] = {**b, **skip}  # (None: the counter's add skipped)
+            return functional_call(base, (p, state), (xs,))
+
+        return vmap(one)(self.params, self.buffers, x)
 
     def step(self) -> None:
         self.optimizer.step()
@@ -157,6 +173,9 @@ class StackedStep(Replayed):
         self.rows_hw = torch.arange(h, device=device).view(1, h, 1)
         self.cols_hw = torch.arange(w, device=device).view(1, 1, w)
         self.loss_sum = loss_sum  # [N]: Σ loss × batch per run, read at each epoch's end
+        self.image_shape = tuple(image_shape)
+        self.work: ModuleWork | None = None  # the norms' counters taken over (prepare_work)
+        self.norm_counters: list[str] = []  # the counted norms' counters, by name
 
     @property
     def what(self) -> str:
@@ -165,6 +184,7 @@ class StackedStep(Replayed):
     def load(self, xs: Sequence[Tensor], ys: Sequence[Tensor], seens: Sequence[Tensor], draws: Sequence[Draws]) -> None:
         """The runs' k batches, labels, seen classes and CutMix draws into the static inputs:
         one copy each (a stack), whatever N and k."""
+        self.prepare_work()
         torch.stack(list(xs), out=self.x)
         torch.stack(list(ys), out=self.y_a)
         torch.stack(list(seens), out=self.seen)
@@ -180,6 +200,26 @@ class StackedStep(Replayed):
         torch.gather(self.y_a, 1, self.perm, out=self.y_b)
         self.box.copy_(torch.stack([box for _, _, box, _ in runs]), non_blocking=True)
         self.weights.copy_(torch.stack([weights for _, _, _, weights in runs]), non_blocking=True)
+
+    def prepare_work(self) -> None:
+        """The norms' counters counted with one multi-tensor add (graphs.ModuleWork, judged on
+        the architecture), made on the host before the body runs. The weights' casts stay
+        autocast's: inside vmap it casts on CUDA but falls through on a CPU (its batched matmul),
+        so copies in their place could not be checked here."""
+        if self.work is None:
+            self.work = ModuleWork(self.models.base[0], None, (self.batch, *self.image_shape), copies=False)
+            self.norm_counters = self.work.names()[1] if self.work else []
+
+    def _forward(self, x: Tensor) -> Tensor:
+        """The stacked forward, every counted norm's counter added at once after it."""
+        work = self.work
+        if not work:
+            return self.models.forward(x)
+        counted = [name for name, m in zip(self.norm_counters, work.norms) if m.training]
+        logits = self.models.forward(x, uncounted=counted)
+        if counted:
+            torch._foreach_add_([self.models.buffers[c] for c in counted], 1)
+        return logits
 
     def _step(self) -> None:
         b, n = self.batch, self.models.n
@@ -199,7 +239,7 @@ class StackedStep(Replayed):
             partners = self.x[self.runs, self.perm[:, part]]
             x = torch.where(inside.view(n, 1, 1, *inside.shape[1:]), partners, xs)
             with self.autocast():
-                logits = self.models.forward(x)
+                logits = self._forward(x)
                 logits = logits.masked_fill(~self.seen.view(n, 1, -1), torch.finfo(logits.dtype).min)
                 flat = logits.flatten(0, 1)
                 ce_a = nnf.cross_entropy(flat, self.y_a[:, part].flatten(), reduction="none").view(n, b).mean(1)

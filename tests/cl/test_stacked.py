@@ -89,6 +89,12 @@ def test_a_stacked_step_gives_every_run_its_own_steps_weights(model_name, shape,
         assert mixed >= 2
         gap = _max_gap(alone, stacked)
         assert gap <= tol, gap
+        assert step.work and len(step.work.norms) == {"mlp400": 2, "resnet18": 20}[model_name]
+        for a, s in zip(alone, stacked):  # the norms' counters (one add for all in each), each run's own
+            counters = [
+                (p, q) for p, q in zip(a.state_dict().values(), s.state_dict().values()) if not p.is_floating_point()
+            ]
+            assert all(torch.equal(p, q) and int(p) == 2 * calls for p, q in counters), counters
         moved = max(
             (p - q).abs().max().item()
             for p, q in zip(alone[0].state_dict().values(), _runs(model_name, shape, n)[0][0].state_dict().values())
