@@ -197,6 +197,7 @@ def measure(
         **times,
         "top_ops": top / updates,
         "dispatch_ops": audit.n_dispatch_ops / audited,
+        "kernel_ops": sum(kernels.values()) / audited,  # kernel-launching, inside the graphs and out
         "kernels_outside": outside,
         "host_ops": host,  # kernel-type operators on host tensors only (a draw): no launch on a GPU
         "syncs": audit.n_syncs / audited,
