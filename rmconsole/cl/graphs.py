@@ -263,12 +263,12 @@ class ModuleWork:
                     self.slots.append((module, name))
                     self.weights.append(p)
         self.model, self.dtype = model, dtype
+        self.weight_names, self.counter_names = self._names()  # (in the model, as a stacked step names them)
         self.once = bool(self.weights or self.norms) and self._called_once(input_shape)
         made = self.once and copies  # (a stacked step makes its own, of the stacked weights)
         self.copies: list[Tensor] = (
             [nn.Parameter(torch.empty_like(p, dtype=dtype)) for p in self.weights] if made else []
         )
-        self.swapped = False  # the copies stand in the weights' places (this step's forward)
 
     @classmethod
     def _casts(cls, module: nn.Module) -> bool:
@@ -319,7 +319,7 @@ class ModuleWork:
                 h.remove()
         return all(n <= 1 for n in calls.values())
 
-    def names(self) -> tuple[list[str], list[str]]:
+    def _names(self) -> tuple[list[str], list[str]]:
         """The taken-over weights' names in the model, and the counted norms' counters' names."""
         where = {id(m): f"{n}." if n else "" for n, m in self.model.named_modules()}
         return (
@@ -329,18 +329,18 @@ class ModuleWork:
 
     def made_for(self, model: nn.Module, dtype: torch.dtype | None) -> bool:
         """Whether this is still `model`'s work at this dtype (a rebuilt head or model: anew)."""
-        return (
-            self.model is model
-            and self.dtype == dtype
-            and all(getattr(m, n) is p for (m, n), p in zip(self.slots, self.weights))
-        )
+        if self.model is not model or self.dtype != dtype:
+            return False
+        try:  # the weights still where they were (a rebuilt head's are new)
+            return all(model.get_parameter(n) is p for n, p in zip(self.weight_names, self.weights))
+        except AttributeError:
+            return False
 
     @contextmanager
     def in_forward(self) -> Iterator[None]:
         """The forward with the bf16 copies in the weights' places and every counter counted
         once after it."""
-        self.swapped = bool(self.weights)
-        if self.swapped:
+        if self.weights:
             with torch.no_grad():
                 torch._foreach_copy_(self.copies, self.weights)
             for c in self.copies:
@@ -363,9 +363,6 @@ class ModuleWork:
 
     def gradients_back(self) -> None:
         """The copies' gradients, widened, as the weights' (after backward, before the optimiser)."""
-        if not self.swapped:
-            return
-        self.swapped = False
         pairs = [(p, c.grad) for p, c in zip(self.weights, self.copies) if c.grad is not None]
         widened = [torch.empty_like(p) for p, _ in pairs]  # (a weight the loss did not reach keeps no gradient)
         for (p, _), g in zip(pairs, widened):

@@ -208,7 +208,7 @@ class StackedStep(Replayed):
         so copies in their place could not be checked here."""
         if self.work is None:
             self.work = ModuleWork(self.models.base[0], None, (self.batch, *self.image_shape), copies=False)
-            self.norm_counters = self.work.names()[1] if self.work else []
+            self.norm_counters = self.work.counter_names if self.work else []
 
     def _forward(self, x: Tensor) -> Tensor:
         """The stacked forward, every counted norm's counter added at once after it."""

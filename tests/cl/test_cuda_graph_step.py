@@ -269,12 +269,31 @@ class _TwiceHead(torch.nn.Module):
         return self.head(self.body(torch.relu(h)))
 
 
+class _TiedHead(torch.nn.Module):
+    """Two Linears sharing one weight (each called once: the weight is used twice)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.head = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 10)
+        self.b.weight = self.a.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.b(torch.relu(self.a(x.flatten(1)))))
+
+
+def _no_norms() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+
+OWN_MODELS = {"twice": _TwiceHead, "tied": _TiedHead, "no_norms": _no_norms}
+
+
 def _bf16_runs(model_name: str, shape: tuple[int, ...], channels_last: bool) -> tuple[torch.nn.Module, ...]:
     """6 steps (CutMix on every other) of the eager step under autocast bf16 and of the graph's
     body (GraphedStep) under the graph-safe autocast: (eager model, graphed model, the step)."""
-    if model_name == "twice":
+    if model_name in OWN_MODELS:
         torch.manual_seed(0)
-        eager, graphed = _TwiceHead(), _TwiceHead()
+        eager, graphed = OWN_MODELS[model_name](), OWN_MODELS[model_name]()
         graphed.load_state_dict(eager.state_dict())
     else:
         eager, _, graphed, _ = _pair(model_name, shape)
@@ -305,7 +324,13 @@ def _bf16_runs(model_name: str, shape: tuple[int, ...], channels_last: bool) -> 
 
 @pytest.mark.parametrize(
     "model_name,shape,channels_last,weights,norms",
-    [("resnet18", (3, 8, 8), True, 22, 20), ("mlp400", (1, 8, 8), False, 6, 2), ("twice", (1, 8, 8), False, 0, 0)],
+    [
+        ("resnet18", (3, 8, 8), True, 22, 20),
+        ("mlp400", (1, 8, 8), False, 6, 2),
+        ("no_norms", (1, 8, 8), False, 4, 0),
+        ("tied", (1, 8, 8), False, 4, 0),  # a's and b's biases and the head's; the shared weight left to autocast
+        ("twice", (1, 8, 8), False, 0, 0),
+    ],
 )
 def test_module_work_at_once_gives_autocasts_weights(
     model_name: str, shape: tuple[int, ...], channels_last: bool, weights: int, norms: int
@@ -318,6 +343,7 @@ def test_module_work_at_once_gives_autocasts_weights(
     eager, graphed, step = _bf16_runs(model_name, shape, channels_last)
     work = step.work
     assert work is not None and bool(work) == (weights > 0)
+    assert len(work.copies) == weights  # (none made where nothing is taken over)
     assert (len(work.weights) if work else 0, len(work.norms) if work else 0) == (weights, norms)
     for (name, p), q in zip(eager.state_dict().items(), graphed.state_dict().values()):
         assert torch.equal(p, q), name
@@ -382,3 +408,20 @@ def test_the_bf16_body_with_module_work_is_capturable() -> None:
             with region if i else contextlib.nullcontext():
                 step._step()
     assert step.work and region.entries == 3 and not audit.syncs
+
+
+def test_module_work_is_made_anew_for_another_model_head_or_dtype() -> None:
+    """A ModuleWork stays the step's while its model, the weights it copies and the autocast
+    dtype are the same; a rebuilt head (a new Linear) or another dtype asks for a new one."""
+    from rmconsole.cl.graphs import module_work
+
+    _, _, model, _ = _pair("mlp400", (1, 8, 8))
+    _, _, other, _ = _pair("mlp400", (1, 8, 8))
+    with _bf16():
+        work = module_work(model, torch.device("cpu"), (8, 1, 8, 8), None)
+        assert module_work(model, torch.device("cpu"), (8, 1, 8, 8), work) is work
+        assert module_work(other, torch.device("cpu"), (8, 1, 8, 8), work) is not work
+    assert work.made_for(model, torch.bfloat16) and not work.made_for(model, None)
+    assert not work.made_for(other, torch.bfloat16)
+    model.fc = torch.nn.Linear(model.fc.in_features, 10)
+    assert not work.made_for(model, torch.bfloat16)
