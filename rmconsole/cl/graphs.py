@@ -258,10 +258,10 @@ class ModuleWork:
         for module in model.modules() if dtype is not None else ():
             if not self._casts(module):
                 continue
-            for name, p in module.named_parameters(recurse=False):
-                if p.requires_grad and p.dtype == torch.float32 and uses[id(p)] == 1:
+            for name, own in module._parameters.items():  # (its own: weight, bias)
+                if own is not None and own.requires_grad and own.dtype == torch.float32 and uses[id(own)] == 1:
                     self.slots.append((module, name))
-                    self.weights.append(p)
+                    self.weights.append(own)
         self.model, self.dtype = model, dtype
         self.weight_names, self.counter_names = self._names()  # (in the model, as a stacked step names them)
         self.once = bool(self.weights or self.norms) and self._called_once(input_shape)

@@ -285,7 +285,19 @@ def _no_norms() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
 
 
-OWN_MODELS = {"twice": _TwiceHead, "tied": _TiedHead, "no_norms": _no_norms}
+class _HostDecision(torch.nn.Module):
+    """A forward that reads a value on the host (no meta-device forward can run it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = torch.nn.Linear(64, 64), torch.nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.body(x.flatten(1))
+        return self.head(h if float(h.detach().mean()) > -1e9 else -h)
+
+
+OWN_MODELS = {"twice": _TwiceHead, "tied": _TiedHead, "no_norms": _no_norms, "host_decision": _HostDecision}
 
 
 def _bf16_runs(model_name: str, shape: tuple[int, ...], channels_last: bool) -> tuple[torch.nn.Module, ...]:
@@ -330,6 +342,7 @@ def _bf16_runs(model_name: str, shape: tuple[int, ...], channels_last: bool) -> 
         ("no_norms", (1, 8, 8), False, 4, 0),
         ("tied", (1, 8, 8), False, 4, 0),  # a's and b's biases and the head's; the shared weight left to autocast
         ("twice", (1, 8, 8), False, 0, 0),
+        ("host_decision", (1, 8, 8), False, 0, 0),  # its calls cannot be counted: left to autocast
     ],
 )
 def test_module_work_at_once_gives_autocasts_weights(
@@ -344,6 +357,7 @@ def test_module_work_at_once_gives_autocasts_weights(
     work = step.work
     assert work is not None and bool(work) == (weights > 0)
     assert len(work.copies) == weights  # (none made where nothing is taken over)
+    assert not any(m._forward_pre_hooks for m in graphed.modules())  # the counting hooks removed
     assert (len(work.weights) if work else 0, len(work.norms) if work else 0) == (weights, norms)
     for (name, p), q in zip(eager.state_dict().items(), graphed.state_dict().values()):
         assert torch.equal(p, q), name
@@ -424,4 +438,6 @@ def test_module_work_is_made_anew_for_another_model_head_or_dtype() -> None:
     assert work.made_for(model, torch.bfloat16) and not work.made_for(model, None)
     assert not work.made_for(other, torch.bfloat16)
     model.fc = torch.nn.Linear(model.fc.in_features, 10)
+    assert not work.made_for(model, torch.bfloat16)
+    model.fc = torch.nn.Identity()  # (no weight where one was)
     assert not work.made_for(model, torch.bfloat16)
