@@ -56,13 +56,17 @@ from .processes import (
 HEARTBEAT_S = 1.0
 
 
-class StopRequested(Exception):
-    """SIGTERM arrived: stop at once and record the run as stopped."""
+class StopRequested(BaseException):
+    """SIGTERM arrived: stop at once and record the run as stopped. A BaseException, as
+    KeyboardInterrupt is: raised by the signal handler wherever the main thread is, it must not
+    be taken for an error by an `except Exception` fallback there (the dataset cache's "damaged
+    copy" read swallowed one, and the run trained on to the end; later SIGTERMs are one stop)."""
 
 
-class Superseded(Exception):
+class Superseded(BaseException):
     """Someone else ended the run (a stop from another host, dead-run detection), another attempt
-    owns it, or its store was replaced: exit quietly, writing nothing more."""
+    owns it, or its store was replaced: exit quietly, writing nothing more. A BaseException for
+    the same reason as StopRequested (the signal handler raises it too)."""
 
     def __init__(self, status: str, reason: str | None = None) -> None:
         super().__init__(status)

@@ -189,3 +189,30 @@ def test_following_a_run_wakes_when_its_process_ends() -> None:
     watch.sleep(0.2)
     assert time.monotonic() - started >= 0.19
     watch.close()
+
+
+def test_a_stop_that_lands_in_an_error_fallback_still_stops_the_run(tmp_path, monkeypatch) -> None:
+    """SIGTERM raises StopRequested wherever the worker's main thread is. Landing inside an
+    `except Exception` fallback (the dataset cache's "a damaged copy: decode again") it must not
+    be taken for an error and swallowed: the worker ignores later SIGTERMs (one stop), so the run
+    trained on to its end (seen as a `stop` answered "finished" under load in CI)."""
+    from rmconsole.cl import data
+    from rmconsole.runner import worker
+
+    monkeypatch.setitem(worker._signal_state, "stopping", False)
+    monkeypatch.setitem(worker._signal_state, "superseded", None)
+    (tmp_path / "digits-key.pt").write_bytes(b"")
+    monkeypatch.setattr(data, "cache_key", lambda name, root: "digits-key.pt")
+
+    def read_while_stopped(path):  # the signal arrives during the cache read
+        os.kill(os.getpid(), signal.SIGTERM)
+        return sum(range(10_000))  # (the handler runs between bytecodes, here)
+
+    monkeypatch.setattr(data, "_load_cached", read_while_stopped)
+    previous = signal.getsignal(signal.SIGTERM)
+    StopSignal(then=worker._on_sigterm, signals=(signal.SIGTERM,))
+    try:
+        with pytest.raises(worker.StopRequested):
+            data.load_cached("digits", tmp_path, tmp_path, load=lambda: pytest.fail("the stop was swallowed"))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
