@@ -317,7 +317,7 @@ async def test_launch_the_digits_preset_and_watch_it_until_it_finishes() -> None
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("n")
         await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch screen")
-        await pilot.press(*"epochs=2 threads=1")
+        await pilot.press(*"epochs=4 threads=1")  # (tasks long enough to be seen live under load)
         await until(pilot, lambda: app.screen.valid, what="a valid config")
         await pilot.press("ctrl+s")
         await until(pilot, lambda: isinstance(app.screen, RunScreen), timeout=20, what="the run screen")
@@ -345,7 +345,7 @@ async def test_launch_the_digits_preset_and_watch_it_until_it_finishes() -> None
         await until(pilot, lambda: not app.workers_started, timeout=60, what="the worker to be reaped")
         await until(pilot, lambda: screen.query_one(LogPanel).n_lines >= 20, timeout=60, what="the log")
     run_id = view.row.id
-    assert store.get_run(run_id).config["epochs"] == 2
+    assert store.get_run(run_id).config["epochs"] == 4
     assert seen_memory == sorted(seen_memory) and seen_memory[-1] == 5 and len(seen_memory) >= 3, seen_memory
     assert len([t for t in seen_tasks if t is not None]) >= 2, seen_tasks
     assert len(seen_streamed) >= 3  # the task-stream panel changed as the run went on
