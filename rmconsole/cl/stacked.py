@@ -175,7 +175,6 @@ class StackedStep(Replayed):
         self.loss_sum = loss_sum  # [N]: Σ loss × batch per run, read at each epoch's end
         self.image_shape = tuple(image_shape)
         self.work: ModuleWork | None = None  # the norms' counters taken over (prepare_work)
-        self.norm_counters: list[str] = []  # the counted norms' counters, by name
 
     @property
     def what(self) -> str:
@@ -208,14 +207,13 @@ class StackedStep(Replayed):
         so copies in their place could not be checked here."""
         if self.work is None:
             self.work = ModuleWork(self.models.base[0], None, (self.batch, *self.image_shape), copies=False)
-            self.norm_counters = self.work.counter_names if self.work else []
 
     def _forward(self, x: Tensor) -> Tensor:
         """The stacked forward, every counted norm's counter added at once after it."""
         work = self.work
         if not work:
             return self.models.forward(x)
-        counted = [name for name, m in zip(self.norm_counters, work.norms) if m.training]
+        counted = [work.counter_names[i] for i in work.counting()]
         logits = self.models.forward(x, uncounted=counted)
         if counted:
             torch._foreach_add_([self.models.buffers[c] for c in counted], 1)
