@@ -127,7 +127,11 @@ MODULES: dict[str, list[str]] = {
     # seeds stacked in one process: each seed's weights and draws as alone
     "rmconsole.cl.stacked:StackedModels,StackedStep,SeedStack": ["tests/cl/test_stacked.py"],
     # the graphed step's casts and counters at once: autocast's and batch norm's numbers, bit for bit
-    "rmconsole.cl.graphs:ModuleWork,module_work": ["tests/cl/test_cuda_graph_step.py", "tests/cl/test_stacked.py"],
+    "rmconsole.cl.graphs:ModuleWork,module_work,StepWatch,MethodStep": [
+        "tests/cl/test_cuda_graph_step.py",
+        "tests/cl/test_stacked.py",
+        "tests/cl/test_captured_steps.py",
+    ],
     "rmconsole.cl.results:RunRows": ["tests/cl/test_metric_catalog.py"],
     "rmconsole.cl.metrics_anytime": ["tests/cl/test_taskfree_driver_and_anytime.py"],
     # the run summaries (the store asks `summarize`; these are the rules it runs)

@@ -243,13 +243,27 @@ class ModuleWork:
     with a momentum (with none, the counter sets the average's weight: left alone). And only
     where each of those modules runs at most once a forward, as a forward on the meta device
     shows (`_called_once`, no arithmetic): autocast casts a weight anew for each call and sums
-    the calls' gradients in float32, where one copy would sum them in bf16. Only the default
-    step's forward, `model(x)`, is counted so (GraphedStep; a method's own step is not)."""
+    the calls' gradients in float32, where one copy would sum them in bf16. That is how the
+    default step's forward, `model(x)`, is judged (GraphedStep: the whole forward with the
+    copies in place, `in_forward`).
+
+    A method's own step (MethodStep) reads the method's device state, which no meta forward can
+    run: its first step is watched instead (StepWatch: each module's calls, under which autocast,
+    and each weight's uses in the loss's graph). A module called once under autocast, whose
+    weights the loss reaches by at most one other use (a penalty: two gradients sum alike in
+    either order), has its copies in place during its own call only (`in_calls`): a read of the
+    weight outside it sees the float32 weight, as under autocast, and its gradient is added to
+    the copy's widened one. A module called again in a later step runs that call as autocast does."""
 
     CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
     def __init__(
-        self, model: nn.Module, dtype: torch.dtype | None, input_shape: tuple[int, ...], copies: bool = True
+        self,
+        model: nn.Module,
+        dtype: torch.dtype | None,
+        input_shape: tuple[int, ...] | None,
+        copies: bool = True,
+        watched: StepWatch | None = None,
     ) -> None:
         uses: dict[int, int] = {}
         for _, p in model.named_parameters(remove_duplicate=False):
@@ -265,8 +279,10 @@ class ModuleWork:
                     self.slots.append((module, name))
                     self.weights.append(own)
         self.model, self.dtype = model, dtype
+        if watched is not None:  # a method's own step, watched (its calls, not a meta forward, decide)
+            self._keep_watched(watched)
         self.weight_names, self.counter_names = self._names()  # (in the model, as a stacked step names them)
-        self.once = bool(self.weights or self.norms) and self._called_once(input_shape)
+        self.once = bool(self.weights or self.norms) and (watched is not None or self._called_once(input_shape))
         made = self.once and copies  # (a stacked step makes its own, of the stacked weights)
         self.copies: list[Tensor] = (
             [nn.Parameter(torch.empty_like(p, dtype=dtype)) for p in self.weights] if made else []
@@ -296,12 +312,14 @@ class ModuleWork:
     def __bool__(self) -> bool:
         return self.once
 
-    def _called_once(self, input_shape: tuple[int, ...]) -> bool:
+    def _called_once(self, input_shape: tuple[int, ...] | None) -> bool:
         """Whether `model(x)` calls each taken-over module at most once: a forward on the meta
         device (shapes only) with the calls counted. A forward that needs values (a host
         decision) cannot run there: nothing is taken over."""
         from torch.func import functional_call
 
+        if input_shape is None:  # (no forward to run: nothing taken over)
+            return False
         calls: dict[int, int] = {}
 
         def count(module: nn.Module, _args: object) -> None:
@@ -320,6 +338,22 @@ class ModuleWork:
             for h in hooks:
                 h.remove()
         return all(n <= 1 for n in calls.values())
+
+    def _keep_watched(self, watched: StepWatch) -> None:
+        """Of the candidates, what the watched step shows exact to take over call by call: a
+        module called once, under autocast at this dtype, whose weights the loss reaches by at
+        most one other use (two gradients sum alike in either order; a third could round
+        otherwise); a norm called once, training."""
+        keep = [
+            i
+            for i, ((module, _), weight) in enumerate(zip(self.slots, self.weights))
+            if watched.calls.get(id(module)) == 1
+            and watched.cast_calls.get(id(module)) == 1
+            and watched.dtype == self.dtype
+            and watched.uses.get(id(weight), 0) <= 2
+        ]
+        self.slots, self.weights = [self.slots[i] for i in keep], [self.weights[i] for i in keep]
+        self.norms = [m for m in self.norms if watched.calls.get(id(m)) == 1 and watched.trained_calls.get(id(m)) == 1]
 
     def _names(self) -> tuple[list[str], list[str]]:
         """The taken-over weights' names in the model, and the counted norms' counters' names."""
@@ -367,14 +401,127 @@ class ModuleWork:
         if counters:
             torch._foreach_add_(counters, 1)
 
+    @contextmanager
+    def in_calls(self) -> Iterator[None]:
+        """A method's own step (`per_call`): each taken-over module with its bf16 copies in its
+        weights' places during its own first call only, under autocast at this dtype (a read of
+        a weight outside it sees the float32 weight, as under autocast), each training norm's
+        counter hidden during its first call; every hidden counter counted after the step's loss.
+        A second call runs as autocast runs it: its weights cast, its counter added by the norm."""
+        if self.weights:
+            with torch.no_grad():
+                torch._foreach_copy_(self.copies, self.weights)
+            for c in self.copies:
+                c.grad = None
+        slots: dict[int, list[tuple[str, Tensor, Tensor]]] = {}
+        for (module, name), weight, copy in zip(self.slots, self.weights, self.copies):
+            slots.setdefault(id(module), []).append((name, weight, copy))
+        called: set[int] = set()
+        norms = {id(m) for m in self.norms}
+        hidden: dict[int, tuple[nn.Module, Tensor]] = {}  # the counters hidden this step
+        device = self.copies[0].device.type if self.copies else "cpu"
+
+        def swap_in(module: nn.Module, _args: object) -> None:
+            if id(module) in called:
+                return
+            called.add(id(module))
+            cast = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == self.dtype
+            for name, weight, copy in slots.get(id(module), ()):
+                if cast and module._parameters[name] is weight:  # (not another's, e.g. functional_call's)
+                    module._parameters[name] = copy  # type: ignore[assignment]  # (a Parameter)
+            if id(module) in norms and module.training:
+                counter = module._buffers["num_batches_tracked"]
+                if isinstance(counter, Tensor):
+                    hidden[id(module)] = (module, counter)
+                    module._buffers["num_batches_tracked"] = None  # (its forward then skips the add)
+
+        def swap_out(module: nn.Module, _args: object, _out: object) -> None:
+            for name, weight, copy in slots.get(id(module), ()):
+                if module._parameters[name] is copy:
+                    module._parameters[name] = weight  # type: ignore[assignment]
+            if id(module) in hidden:
+                module._buffers["num_batches_tracked"] = hidden[id(module)][1]
+
+        modules = {id(m): m for m in [*(m for m, _ in self.slots), *self.norms]}.values()
+        hooks = [h for m in modules for h in (m.register_forward_pre_hook(swap_in), m.register_forward_hook(swap_out))]
+        try:
+            yield
+        finally:
+            for h in hooks:
+                h.remove()
+            for (module, name), weight in zip(self.slots, self.weights):  # (a call that raised)
+                module._parameters[name] = weight  # type: ignore[assignment]
+            for m, counter in hidden.values():
+                m._buffers["num_batches_tracked"] = counter
+        if hidden:
+            torch._foreach_add_([c for _, c in hidden.values()], 1)
+
     def gradients_back(self) -> None:
-        """The copies' gradients, widened, as the weights' (after backward, before the optimiser)."""
-        pairs = [(p, c.grad) for p, c in zip(self.weights, self.copies) if c.grad is not None]
-        widened = [torch.empty_like(p) for p, _ in pairs]  # (a weight the loss did not reach keeps no gradient)
-        for (p, _), g in zip(pairs, widened):
+        """The copies' gradients, widened, as the weights' (after backward, before the optimiser);
+        added to a weight's own where the loss also read it outside its module (`in_calls`): the
+        sum of those two, as autocast's accumulation makes it."""
+        fresh: list[tuple[Tensor, Tensor]] = []
+        read: list[tuple[Tensor, Tensor]] = []
+        for p, c in zip(self.weights, self.copies):
+            if c.grad is not None:  # (a weight the loss did not reach keeps no gradient)
+                (fresh if p.grad is None else read).append((p, c.grad))
+        widened = [torch.empty_like(p) for p, _ in fresh]
+        for (p, _), g in zip(fresh, widened):
             p.grad = g
-        if pairs:
-            torch._foreach_copy_(widened, [g for _, g in pairs])
+        if fresh:
+            torch._foreach_copy_(widened, [g for _, g in fresh])
+        for p, g in read:
+            assert p.grad is not None
+            p.grad.add_(g)
+
+
+class StepWatch:
+    """A method's own step watched once (MethodStep's first, eager): how often each module
+    ModuleWork could take over is called, under autocast at which dtype, and how many uses of
+    each weight the loss's graph holds (`saw`). What decides a method step's ModuleWork: its
+    `step_loss` reads the method's device state, so no meta-device forward can run it."""
+
+    def __init__(self, model: nn.Module, device: torch.device) -> None:
+        self.device = device.type
+        self.calls: dict[int, int] = {}
+        self.cast_calls: dict[int, int] = {}  # calls under autocast at `dtype`
+        self.trained_calls: dict[int, int] = {}  # a norm's calls in training mode
+        self.uses: dict[int, int] = {}  # id(parameter) -> the loss's graph's edges into it
+        self.dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+        watched = [m for m in model.modules() if ModuleWork._casts(m) or ModuleWork._counts_batches(m)]
+        self.hooks = [m.register_forward_pre_hook(self._count) for m in watched]  # (removed on exit)
+
+    def __enter__(self) -> StepWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self.hooks:
+            h.remove()
+
+    def _count(self, module: nn.Module, _args: object) -> None:
+        key = id(module)
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if torch.is_autocast_enabled(self.device) and torch.get_autocast_dtype(self.device) == self.dtype:
+            self.cast_calls[key] = self.cast_calls.get(key, 0) + 1
+        if module.training:
+            self.trained_calls[key] = self.trained_calls.get(key, 0) + 1
+
+    def saw(self, loss: Tensor) -> StepWatch:
+        """The uses of each leaf the loss's graph reaches, counted."""
+        done: set[object] = set()
+        todo = [loss.grad_fn]
+        while todo:
+            fn = todo.pop()
+            if fn is None or fn in done:
+                continue
+            done.add(fn)
+            for nxt, _ in fn.next_functions:
+                leaf = getattr(nxt, "variable", None)
+                if leaf is not None:
+                    self.uses[id(leaf)] = self.uses.get(id(leaf), 0) + 1
+                elif nxt is not None:
+                    todo.append(nxt)
+        return self
 
 
 def module_work(
@@ -444,11 +591,12 @@ class MethodStep(GraphedStep):
     step draws none); the method's per-step host decisions are in its device tensors, written by
     its `step_key` before `__call__`."""
 
-    take_over_module_work = False  # its step_loss may call a module twice (two views): not counted
-
     def __init__(self, method: Any, batch: int, key: tuple[Any, ...], **kwargs: Any) -> None:
         super().__init__(*step_inputs(method, batch), **kwargs)
         self.method, self.key = method, key
+
+    def prepare_work(self) -> None:
+        """None here: its first step is watched instead (`_step`, StepWatch)."""
 
     def mix(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """The loaded CutMix draw on the static batch `x`: (x mixed, y_a, y_b, w_a, w_b)."""
@@ -458,14 +606,25 @@ class MethodStep(GraphedStep):
         return torch.where(inside, x[self.perm], x), self.y_a, self.y_b, w[0], w[1]
 
     def _step(self) -> None:
-        method = self.method
+        """The method's loss, backward, the optimiser. The first step (eager: a warm-up on CUDA)
+        is watched; the steps after it, and the capture, do the module work it showed exact
+        at once (ModuleWork.in_calls)."""
+        method, work = self.method, self.work
+        watch = None
         method.mix_graph = self
         try:
             with self.autocast():
-                loss = method.step_loss(self.x, self.y_a)
+                if work is None and self.take_over_module_work:
+                    watch = StepWatch(self.model, self.device)
+                with work.in_calls() if work else watch or nullcontext():
+                    loss = method.step_loss(self.x, self.y_a)
         finally:
             method.mix_graph = None
+        if watch is not None:
+            self.work = ModuleWork(self.model, watch.dtype, None, watched=watch.saw(loss))
         loss.backward()
+        if work:
+            work.gradients_back()
         self.optimizer.step()
         method.after_step()
         self.loss_sum.add_(loss.detach().float() * self.batch)

@@ -88,10 +88,16 @@ def test_a_captured_method_step_is_capturable_and_leaves_little_outside(
     m.stepper.capture = True  # as on a CUDA run: the Stepper replays MethodSteps
     audit = StepAudit().mark_method(m)
     regions: dict[int, Capturable] = {}
+    watched: list[graphs.MethodStep] = []
     body = graphs.MethodStep._eager
 
     def checked(step: graphs.MethodStep) -> None:
         audit.mark_method(m).mark(*[v for v in vars(step).values() if isinstance(v, torch.Tensor)])
+        if step.work is None:  # its first body, watched (ModuleWork): on CUDA a warm-up, never captured
+            watched.append(step)
+            body(step)
+            return
+        audit.mark(*step.work.copies)  # (made on the device, as the weights)
         with regions.setdefault(id(step), Capturable(audit)):
             body(step)
 
@@ -101,8 +107,41 @@ def test_a_captured_method_step_is_capturable_and_leaves_little_outside(
         _stream(m, proto, 32, 48)
     assert not audit.syncs, audit.where
     assert m.graphs and all(isinstance(g, graphs.MethodStep) for g in m.graphs.values())
-    assert sum(r.entries for r in regions.values()) == m.online_steps - before > 0  # every update
+    assert sum(r.entries for r in regions.values()) + len(watched) == m.online_steps - before > 0  # every update
+    assert all(step.work is not None for step in m.graphs.values())
     assert max(r.entries for r in regions.values()) >= 2, "no graph replayed twice"
+
+
+def _bf16_captured_run(name: str, take_over: bool) -> tuple[Any, list[Any]]:
+    """The method under bf16 autocast on the captured path (its MethodSteps' bodies, replayed
+    eagerly on CPU) across a task boundary: (the method, its steps' ModuleWorks)."""
+    extra = {"gsa_warmup_steps": 2} if name == "gsa" else {}
+    graphs.MethodStep.take_over_module_work = take_over
+    try:
+        m, proto, _ = built(name, augment="cutmix", eval_period=1000, amp="bf16", **extra)
+        graphs.graph_ready_optimizer(m.optimizer)
+        m.stepper.capture = True
+        _stream(m, proto, 0, 16)
+        _second_task(m, proto)
+        graphs.graph_ready_optimizer(m.optimizer)
+        _stream(m, proto, 16, 40)
+    finally:
+        graphs.MethodStep.take_over_module_work = True
+    return m, [g.work for g in m.graphs.values() if isinstance(g, graphs.MethodStep)]
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_a_method_steps_module_work_gives_the_autocast_steps_weights(name: str) -> None:
+    """Under bf16 each captured method's own step does autocast's weight casts and its norms'
+    counters a launch for all (graphs.ModuleWork, decided on the step's watched first call):
+    its weights and buffers after 40 updates across a task boundary are those of the steps left
+    to autocast, bit for bit (EWC++'s penalty reads every weight beside its module's call)."""
+    plain, _ = _bf16_captured_run(name, take_over=False)
+    taken, works = _bf16_captured_run(name, take_over=True)
+    assert plain.online_steps == taken.online_steps > 0
+    assert works and all(w is not None and w.weights for w in works)
+    for (key, a), b in zip(plain.model.state_dict().items(), taken.model.state_dict().values()):
+        assert torch.equal(a, b), key
 
 
 @pytest.mark.parametrize("name", CAPTURED)

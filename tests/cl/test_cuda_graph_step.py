@@ -441,3 +441,146 @@ def test_module_work_is_made_anew_for_another_model_head_or_dtype() -> None:
     assert not work.made_for(model, torch.bfloat16)
     model.fc = torch.nn.Identity()  # (no weight where one was)
     assert not work.made_for(model, torch.bfloat16)
+
+
+# ----------------------------------------------------------------- a method's own step, watched
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.norm = torch.nn.Linear(64, 32), torch.nn.BatchNorm1d(32)
+        self.b, self.head = torch.nn.Linear(32, 32), torch.nn.Linear(32, 10)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.b(torch.relu(self.norm(self.a(x.flatten(1))))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+def _ce(net: _Net, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nnf.cross_entropy(net(x), y)
+
+
+def _read_again(net: _Net, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return _ce(net, x, y) + 1e-2 * net.head.weight.square().sum()  # (a penalty: the weight's second use)
+
+
+def _read_twice_more(net: _Net, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    w = net.head.weight  # three uses: a third gradient could be summed in another order
+    return _ce(net, x, y) + 1e-2 * w.square().sum() + 1e-2 * w.abs().sum()
+
+
+def _called_twice(net: _Net, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return _ce(net, x, y) + _ce(net, x.flip(0), y.flip(0))  # (two views, two forwards)
+
+
+def _head_in_float32(net: _Net, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    h = net.features(x)
+    with torch.autocast("cpu", enabled=False):
+        return nnf.cross_entropy(net.head(h.float()), y)
+
+
+def _norm_in_eval(net: _Net, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    net.norm.eval()  # (its statistics frozen: no counter counts)
+    return _ce(net, x, y)
+
+
+class _Method:
+    """What graphs.MethodStep reads of a method: its model, optimiser, seen mask, data shape,
+    accel, log, and its own `step_loss` (here `loss(model, x, y)`) under bf16 autocast."""
+
+    def __init__(self, loss) -> None:  # type: ignore[no-untyped-def]
+        from types import SimpleNamespace
+
+        self.model, self.loss = _Net(), loss
+        self.optimizer = graph_ready_optimizer(torch.optim.Adam(self.model.parameters(), lr=1e-2), capturable=False)
+        self.seen = torch.ones(10, dtype=torch.bool)
+        self.setup = SimpleNamespace(data=SimpleNamespace(image_shape=(1, 8, 8)))
+        self.accel = SimpleNamespace(channels_last=False, autocast=lambda graph_safe=False: _bf16())
+        self.report = SimpleNamespace(log=print)
+        self.mix_pending, self.mix_graph = False, None
+
+    def step_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.model, x, y)
+
+    def after_step(self) -> None:
+        pass
+
+
+def _method_steps(first, later, take_over: bool):  # type: ignore[no-untyped-def]
+    """6 steps of graphs.MethodStep (its body, as a replay runs it on a CPU) with the loss
+    `first`, then `later`: (the method, the step)."""
+    from rmconsole.cl.graphs import MethodStep
+
+    torch.manual_seed(0)
+    method = _Method(first)
+    step = MethodStep(method, 8, ())
+    step.take_over_module_work = take_over
+    gen = torch.Generator().manual_seed(1)
+    for i in range(6):
+        method.loss = first if i == 0 else later
+        step(torch.randn(8, 1, 8, 8, generator=gen), torch.randint(0, 10, (8,), generator=gen), None)
+    return method, step
+
+
+@pytest.mark.parametrize(
+    "first,later,weights,norms",
+    [
+        (_ce, _ce, 6, 1),
+        (_read_again, _read_again, 6, 1),  # the head's weight taken over, its gradients summed
+        (_read_twice_more, _read_twice_more, 5, 1),  # the head's weight left to autocast
+        (_called_twice, _called_twice, 0, 0),
+        (_head_in_float32, _head_in_float32, 4, 1),  # the head runs in float32: left alone
+        (_norm_in_eval, _norm_in_eval, 6, 0),
+        (_ce, _called_twice, 6, 1),  # watched once, then called twice: the second call is autocast's
+        (_ce, _read_twice_more, 6, 1),  # the head read twice after it: three gradients, summed as autocast does here
+        (_ce, _head_in_float32, 6, 1),  # the head in float32 after it: its float32 weights, as autocast's
+    ],
+)
+def test_a_method_steps_module_work_is_what_its_watched_step_shows_and_gives_autocasts_weights(
+    first, later, weights: int, norms: int
+) -> None:  # type: ignore[no-untyped-def]
+    """A method's own step (graphs.MethodStep) is watched on its first step: a module taken over
+    is one called once under autocast whose weights the loss reaches by at most one other use, a
+    norm one called once in training. Its later steps under bf16 give the plain autocast step's
+    weights, Adam moments and counters bit for bit, a module called twice after all included."""
+    plain, _ = _method_steps(first, later, take_over=False)
+    taken, step = _method_steps(first, later, take_over=True)
+    work = step.work
+    assert work is not None and (len(work.weights), len(work.norms)) == (weights, norms)
+    assert not any(m._forward_pre_hooks or m._forward_hooks for m in taken.model.modules())  # hooks removed
+    for (name, p), q in zip(plain.model.state_dict().items(), taken.model.state_dict().values()):
+        assert torch.equal(p, q), name
+    for a, b in zip(plain.optimizer.state.values(), taken.optimizer.state.values()):
+        assert all(torch.equal(a[k], b[k]) for k in a), "Adam's moments"
+    assert all(isinstance(p, torch.nn.Parameter) and p.dtype == torch.float32 for p in taken.model.parameters())
+
+
+def test_a_method_steps_module_work_takes_one_launch_for_its_casts_and_counters() -> None:
+    """After the watched step, a step of the method's own loss casts its 6 weights with one
+    multi-tensor copy and widens their gradients with another, and counts its norm with one
+    multi-tensor add: 2 x 6 fewer casts."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            name = func.overloadpacket.__name__
+            self.n[name] = self.n.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    counted = []
+    for take_over in (False, True):
+        method, step = _method_steps(_ce, _ce, take_over)
+        method.optimizer.zero_grad(set_to_none=True)
+        with Ops() as ops:
+            step._step()
+        counted.append(ops.n)
+    before, after = counted
+    assert before["_to_copy"] - after["_to_copy"] == 2 * 6 and after["_foreach_copy_"] == 2
+    assert after["_foreach_add_"] == 1 and "_foreach_copy_" not in before
