@@ -112,15 +112,16 @@ def test_a_captured_method_step_is_capturable_and_leaves_little_outside(
     assert max(r.entries for r in regions.values()) >= 2, "no graph replayed twice"
 
 
-def _bf16_captured_run(name: str, take_over: bool) -> tuple[Any, list[Any]]:
-    """The method under bf16 autocast on the captured path (its MethodSteps' bodies, replayed
-    eagerly on CPU) across a task boundary: (the method, its steps' ModuleWorks)."""
+def _run(name: str, captured: bool, take_over: bool = True, **over: Any) -> tuple[Any, list[Any]]:
+    """40 updates of the method across a task boundary, CutMix on, on the captured path (its
+    MethodSteps' bodies, replayed eagerly on CPU) or the eager one, the learning rates device
+    tensors either way: (the method, its steps' ModuleWorks)."""
     extra = {"gsa_warmup_steps": 2} if name == "gsa" else {}
     graphs.MethodStep.take_over_module_work = take_over
     try:
-        m, proto, _ = built(name, augment="cutmix", eval_period=1000, amp="bf16", **extra)
+        m, proto, _ = built(name, eval_period=1000, **{"augment": "cutmix", **extra, **over})
         graphs.graph_ready_optimizer(m.optimizer)
-        m.stepper.capture = True
+        m.stepper.capture = captured
         _stream(m, proto, 0, 16)
         _second_task(m, proto)
         graphs.graph_ready_optimizer(m.optimizer)
@@ -130,18 +131,33 @@ def _bf16_captured_run(name: str, take_over: bool) -> tuple[Any, list[Any]]:
     return m, [g.work for g in m.graphs.values() if isinstance(g, graphs.MethodStep)]
 
 
+def _same_state(a: Any, b: Any) -> None:
+    assert a.online_steps == b.online_steps > 0
+    for (key, x), y in zip(a.model.state_dict().items(), b.model.state_dict().values(), strict=True):
+        assert torch.equal(x, y), key
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("augment", ["cutmix", "none"])
+def test_the_captured_path_trains_the_eager_paths_weights(name: str, augment: str) -> None:
+    """The method's own step as its graph runs it (graphs.MethodStep: the batch and its CutMix
+    draw as data, the box a mask) gives the eager step's weights and buffers, bit for bit."""
+    eager, _ = _run(name, captured=False, augment=augment)
+    captured, _ = _run(name, captured=True, augment=augment)
+    assert not eager.graphs and captured.graphs
+    _same_state(eager, captured)
+
+
 @pytest.mark.parametrize("name", METHODS)
 def test_a_method_steps_module_work_gives_the_autocast_steps_weights(name: str) -> None:
     """Under bf16 each captured method's own step does autocast's weight casts and its norms'
     counters a launch for all (graphs.ModuleWork, decided on the step's watched first call):
     its weights and buffers after 40 updates across a task boundary are those of the steps left
     to autocast, bit for bit (EWC++'s penalty reads every weight beside its module's call)."""
-    plain, _ = _bf16_captured_run(name, take_over=False)
-    taken, works = _bf16_captured_run(name, take_over=True)
-    assert plain.online_steps == taken.online_steps > 0
+    plain, _ = _run(name, captured=True, take_over=False, amp="bf16")
+    taken, works = _run(name, captured=True, take_over=True, amp="bf16")
     assert works and all(w is not None and w.weights for w in works)
-    for (key, a), b in zip(plain.model.state_dict().items(), taken.model.state_dict().values()):
-        assert torch.equal(a, b), key
+    _same_state(plain, taken)
 
 
 @pytest.mark.parametrize("name", CAPTURED)

@@ -584,3 +584,16 @@ def test_a_method_steps_module_work_takes_one_launch_for_its_casts_and_counters(
     before, after = counted
     assert before["_to_copy"] - after["_to_copy"] == 2 * 6 and after["_foreach_copy_"] == 2
     assert after["_foreach_add_"] == 1 and "_foreach_copy_" not in before
+
+
+def test_a_watched_step_counts_every_use_of_each_weight_in_the_losss_graph() -> None:
+    """StepWatch.saw walks the loss's whole graph once: a node reached twice (a residual's
+    diamond) is walked once, and every edge into a weight counts, however far past it."""
+    from rmconsole.cl.graphs import StepWatch
+
+    w, b = torch.nn.Parameter(torch.randn(3)), torch.nn.Parameter(torch.randn(3))
+    q = w * 2  # reached twice: by the sum and through sin
+    loss = w.cos().sum() + (q + q.sin()).sum() + (b * 3).sum()  # (the diamond walked before cos)
+    with StepWatch(torch.nn.Sequential(), torch.device("cpu")) as watch:
+        pass
+    assert watch.saw(loss).uses == {id(w): 2, id(b): 1}
