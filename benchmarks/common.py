@@ -178,6 +178,26 @@ def top_level_ops(prof: object) -> int:
     return sum(1 for e in prof.events() if e.name.startswith("aten::") and top_level(e))  # type: ignore[attr-defined]
 
 
+def gpu_kernels(prof: Any, per: int, top: int = 12) -> dict[str, Any]:
+    """What the GPU ran under a torch.profiler trace with CUDA activity, per step or update (of
+    `per`): its kernels (a CUDA graph replay's included, one by one) and the `top` by device time,
+    each (name, microseconds, count). What tells the next change to make: which kernels the
+    time goes to. Empty without CUDA activity (a CPU)."""
+    times: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            times[e.name] = times.get(e.name, 0.0) + e.device_time_total
+            counts[e.name] = counts.get(e.name, 0) + 1
+    if not times:
+        return {}
+    ranked = sorted(times, key=lambda n: -times[n])[:top]
+    return {
+        "gpu_kernels": sum(counts.values()) / per,
+        "top_gpu_kernels": [(n[:120], round(times[n] / per, 2), round(counts[n] / per, 2)) for n in ranked],
+    }
+
+
 def launches(audit: Any, audited: int) -> tuple[float, float | None]:
     """Kernel launches outside every graph and host-only operators, per update (of `audited`),
     from a `StepAudit`. An older checkout's audit has no host column: it counted every operator

@@ -264,12 +264,8 @@ def part_profile(s: Suite, args: argparse.Namespace) -> dict:
     script = [sys.executable, str(HERE / "profile_memory_epochs.py"), "--epochs", str(args.profile_epochs)]
     if args.rehearse:
         script += ["--memory", "32"]
-    return _json_runs(
-        s,
-        "profile",
-        {"graphs": [*script, "--cuda-graphs", "true"], "eager": [*script, "--cuda-graphs", "false"]},
-        args.part_limit,
-    )
+    modes = {"graphs": [*script, "--cuda-graphs", "true"], "eager": [*script, "--cuda-graphs", "false"]}
+    return _json_runs(s, "profile", {m: modes[m] for m in args.profile_modes}, args.profile_limit or args.part_limit)
 
 
 def part_cifar(s: Suite, args: argparse.Namespace) -> dict:
@@ -513,6 +509,17 @@ def _pop_json(path: Path) -> dict:
     return data
 
 
+def _kernel_lines(rows: dict[str, dict]) -> list[str]:
+    """Where the GPU's time goes (benchmarks/common.gpu_kernels): a line per row that has it, its
+    kernels and the five costliest (microseconds, count)."""
+    lines = []
+    for what, r in rows.items():
+        if r.get("top_gpu_kernels"):
+            top = "; ".join(f"`{n[:60]}` {us:.0f} µs ×{c:g}" for n, us, c in r["top_gpu_kernels"][:5])
+            lines.append(f"- {what}: {r['gpu_kernels']:.0f} GPU kernels; costliest: {top}")
+    return ["GPU kernels (torch.profiler's CUDA activity):", "", *lines, ""] if lines else []
+
+
 def summary(r: dict) -> str:
     env = r.get("environment", {})
     lines = [
@@ -565,6 +572,7 @@ def summary(r: dict) -> str:
                     f"{p['launches_per_step']:.1f} | {p['accel']} |"
                 )
         lines.append("")
+        lines += _kernel_lines({f"{how}, a step": p for how, p in parts["profile"].items() if isinstance(p, dict)})
     if "imagenet" in parts and "skipped" not in parts["imagenet"]:
         lines += [
             "## (b) ImageNet-shaped streaming (synthetic JPEGs, ResNet34 at 224)",
@@ -601,6 +609,7 @@ def summary(r: dict) -> str:
                 )
         lines += [f"| {m} | not reached in the part's limit | | | | | | |" for m in st.get("not_reached", [])]
         lines.append("")
+        lines += _kernel_lines({f"{r['method']}, an update": r for r in st["rows"]})
     if "stack" in parts and "skipped" not in parts["stack"]:
         st = parts["stack"]
         lines += [
@@ -689,6 +698,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cifar-epochs", type=int, default=None, help="memory epochs (default: the paper's 256)")
     parser.add_argument("--cifar-data", choices=["synthetic", "mnist"], default="synthetic")
     parser.add_argument("--profile-epochs", type=int, default=4)
+    parser.add_argument(
+        "--profile-modes",
+        type=lambda t: t.split(","),
+        default=["graphs", "eager"],
+        help="comma list of graphs, eager: the profile part's runs",
+    )
+    parser.add_argument(
+        "--profile-limit", type=float, default=None, help="each profile run's limit (default: --part-limit)"
+    )
     parser.add_argument("--imagenet-images", type=int, default=8192)
     parser.add_argument("--slots", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2, 4, 8])
     parser.add_argument("--slots-epochs", type=int, default=16)

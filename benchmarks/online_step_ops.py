@@ -36,7 +36,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from common import launches, measure_rows, sync, top_level_ops
+from common import gpu_kernels, launches, measure_rows, sync, top_level_ops
 
 from rmconsole.cl.data import Dataset, TensorImages
 from rmconsole.cl.events import Reporter
@@ -166,7 +166,7 @@ def measure(
         if device.type != "cuda":
             return {}
         kernel_us = sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-        return {"busy_ms": kernel_us / 1000 / n, "busy_updates": n}
+        return {"busy_ms": kernel_us / 1000 / n, "busy_updates": n, **gpu_kernels(prof, n)}
 
     shape = {"model": cfg.model, "image_size": cfg.image_size, "batch_size": cfg.batch_size}
     if not counted:

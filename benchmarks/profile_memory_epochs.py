@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 from cifar_run import synthetic_cifar
-from common import accel_settings, add_accel_options, machine, sync
+from common import accel_settings, add_accel_options, gpu_kernels, machine, sync
 from torch.profiler import ProfilerActivity, profile
 
 from rmconsole.cl.events import Reporter
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                         (e.key, e.self_cpu_time_total / steps)
                         for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]
                     ],
+                    **gpu_kernels(prof, steps),
                 },
                 indent=1,
             )

@@ -107,3 +107,32 @@ def test_the_tui_refresh_benchmark_takes_a_small_store_and_refuses_a_tiny_one(tm
         "tui_refresh.py: --runs 9 --tasks 1: give at least 10 runs (every tenth is a running run, whose refresh "
         "is measured) and 1 task"
     ]
+
+
+def test_the_gpu_kernels_of_a_trace_are_counted_and_ranked_per_step(monkeypatch) -> None:
+    """benchmarks/common.gpu_kernels: a trace's CUDA kernels (a graph replay's one by one) per
+    step, and the costliest first with their microseconds and counts a step; host events and a
+    trace without CUDA activity (a CPU) give nothing."""
+    from types import SimpleNamespace
+
+    import torch
+
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    from common import gpu_kernels
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def event(name: str, device, us: float) -> SimpleNamespace:
+        return SimpleNamespace(name=name, device_type=device, device_time_total=us)
+
+    trace = SimpleNamespace(
+        events=lambda: [
+            *[event("bn_fw_kernel", cuda, 3.0)] * 8,
+            *[event("sm90_gemm", cuda, 10.0)] * 4,
+            event("elementwise_add", cuda, 2.0),
+            event("aten::add_", cpu, 50.0),
+        ]
+    )
+    got = gpu_kernels(trace, per=4, top=2)
+    assert got == {"gpu_kernels": 13 / 4, "top_gpu_kernels": [("sm90_gemm", 10.0, 1.0), ("bn_fw_kernel", 6.0, 2.0)]}
+    assert gpu_kernels(SimpleNamespace(events=lambda: [event("aten::mm", cpu, 5.0)]), per=1) == {}
