@@ -217,10 +217,15 @@ def part_steps(s: Suite, args: argparse.Namespace) -> dict:
         "16",  # the GPU's kernel time an update beside the wall time: host- or device-bound
     ]
     argv += ["--device", "cpu"] if args.rehearse else []
-    code, sec = s.run("steps", argv, args.steps_limit)
+    code, sec = 0, 0.0
+    if args.steps_cudnn_benchmark:  # first, each such method with cuDNN's algorithms timed (the same rows' file)
+        extra = ["--methods", args.steps_cudnn_benchmark, "--cudnn-benchmark"]
+        code, sec = s.run("steps (cudnn.benchmark)", [*argv, *extra], args.steps_limit / 3)
+    more_code, more_sec = s.run("steps", argv, max(0.0, args.steps_limit - sec))
+    code, sec = code or more_code, sec + more_sec
     rows = [json.loads(line) for line in rows_file.read_text().splitlines()] if rows_file.exists() else []
     rows_file.unlink(missing_ok=True)
-    done = {r["method"] for r in rows}
+    done = {r["method"] for r in rows if not r.get("cudnn_benchmark")}
     missing = [m for m in methods.split(",") if m not in done]
     return {"exit": code, "seconds": sec, "preset": args.steps_preset, "rows": rows, "not_reached": missing}
 
@@ -603,13 +608,19 @@ def summary(r: dict) -> str:
             else:
                 graphs = f"{r['graphs']} / {r['graphs_failed']}" if "graphs" in r else "—"
                 busy = f"{r['busy_ms']:.2f}" if "busy_ms" in r else "—"
+                name = f"{r['method']} (cudnn.benchmark)" if r.get("cudnn_benchmark") else r["method"]
                 lines.append(
-                    f"| {r['method']} | {r['updates']} | {r['wall_ms']:.2f} | {busy} | {graphs} | {r['model']} | "
+                    f"| {name} | {r['updates']} | {r['wall_ms']:.2f} | {busy} | {graphs} | {r['model']} | "
                     f"{r['image_size']} | {r['batch_size']} |"
                 )
         lines += [f"| {m} | not reached in the part's limit | | | | | | |" for m in st.get("not_reached", [])]
         lines.append("")
-        lines += _kernel_lines({f"{r['method']}, an update": r for r in st["rows"]})
+        lines += _kernel_lines(
+            {
+                f"{r['method']}{' (cudnn.benchmark)' if r.get('cudnn_benchmark') else ''}, an update": r
+                for r in st["rows"]
+            }
+        )
     if "stack" in parts and "skipped" not in parts["stack"]:
         st = parts["stack"]
         lines += [
@@ -692,6 +703,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps-samples", type=int, default=64, help="stream samples timed per method")
     parser.add_argument("--steps-preset", default="tiny-imagenet-iblurry50-10")
     parser.add_argument("--steps-methods", default=None, help="comma list (default: every task-free method)")
+    parser.add_argument(
+        "--steps-cudnn-benchmark",
+        default="",
+        help="comma list: these methods timed first with torch.backends.cudnn.benchmark on (a row each, so marked)",
+    )
     parser.add_argument("--mps", action="store_true", help="the slots part under NVIDIA MPS when it can be started")
     parser.add_argument("--part-limit", type=float, default=300)
     parser.add_argument("--cifar-limit", type=float, default=600)

@@ -235,8 +235,15 @@ def main(argv: list[str] | None = None) -> int:
         help="with --time-only: stream this many more samples under the profiler's CUDA activity (GPU busy ms an update)",
     )
     ap.add_argument("--jsonl", type=Path, default=None, help="append each method's row to this file as it ends")
+    ap.add_argument(
+        "--cudnn-benchmark",
+        action="store_true",
+        help="cuDNN times its algorithms for each new shape and keeps the fastest (torch.backends.cudnn.benchmark): "
+        "a GPU measurement of whether the run should",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(args.device)
@@ -249,9 +256,19 @@ def main(argv: list[str] | None = None) -> int:
     return measure_rows(
         args.methods.split(","),
         "method",
-        lambda method: measure(
-            args.preset, method, args.samples, device, args.warm_batches, sets, not args.time_only, args.busy_samples
-        ),
+        lambda method: {
+            **measure(
+                args.preset,
+                method,
+                args.samples,
+                device,
+                args.warm_batches,
+                sets,
+                not args.time_only,
+                args.busy_samples,
+            ),
+            **({"cudnn_benchmark": True} if args.cudnn_benchmark else {}),
+        },
         _row,
         args.jsonl,
         device,

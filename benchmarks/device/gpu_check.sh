@@ -2,7 +2,9 @@
 # The GPU check: one command of at most 8 minutes that a lent GPU machine runs first, before anything
 # else (benchmarks/device/README.md). It unpacks .gpu-carry/ (prepare.sh) and runs the GPU suite's
 # parts in this order, each with its own time cap and each saved the moment it ends:
-#   tests  every `gpu` test (130 s)            steps  ms, GPU busy ms and costliest kernels an update, every task-free method (90 s)
+#   tests  every `gpu` test (130 s)
+#   steps  ms, GPU busy ms and costliest kernels an update: ER with cuDNN's algorithms timed
+#          (cudnn.benchmark), then every task-free method (90 s)
 #   stack  RM's memory epochs with 1, 4, 8, 16 seeds stacked in one process (60 s)
 #   tiny   Tiny-ImageNet ER and CLIB, one process each, for a fixed budget (110 s)
 #   cifar  the CIFAR-shaped RM run: memory samples/s (150 s)
@@ -51,5 +53,5 @@ fi
 exec "$python" benchmarks/gpu_suite.py "$out" "${rehearse[@]}" --total-limit $((470 - (SECONDS - started))) \
     --only tests --only steps --only stack --only tiny --only cifar --only profile --only slots \
     --tests-limit 130 --steps-limit 90 --stack-limit 60 --tiny-limit 110 --cifar-limit 150 --part-limit 120 \
-    --profile-modes graphs --profile-limit 35 --profile-epochs 2 \
+    --profile-modes graphs --profile-limit 35 --profile-epochs 2 --steps-cudnn-benchmark er \
     --cifar-data mnist --cifar-epochs 128 --slots 1,8 --slots-epochs 16 --mps "${tiny[@]}"
