@@ -12,6 +12,7 @@ import random
 import pytest
 import torch
 import torch.nn.functional as nnf
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rmconsole.cl.augment import apply_cutmix, draw_cutmix
 from rmconsole.cl.graphs import (
@@ -364,21 +365,22 @@ def test_module_work_at_once_gives_autocasts_weights(
     assert all(p.dtype == torch.float32 for p in graphed.parameters())  # the weights put back
 
 
+class _OpCounts(TorchDispatchMode):
+    """Operators dispatched, by name (what a step's body issues)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        name = func.overloadpacket.__name__
+        self.n[name] = self.n.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
 def test_module_work_takes_one_launch_for_all_casts_and_counters() -> None:
     """One body step of ResNet18 under bf16: with the module work taken over, 2 x 22 fewer casts
     and 20 fewer counter adds, for 2 multi-tensor copies and 1 multi-tensor add."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Ops(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.n: dict[str, int] = {}
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            name = func.overloadpacket.__name__
-            self.n[name] = self.n.get(name, 0) + 1
-            return func(*args, **(kwargs or {}))
-
     counted = []
     for take_over in (False, True):
         _, _, model, opt = _pair("resnet18", (3, 8, 8))
@@ -386,7 +388,7 @@ def test_module_work_takes_one_launch_for_all_casts_and_counters() -> None:
         step.take_over_module_work = take_over
         step.load(torch.randn(8, 3, 8, 8), torch.randint(0, 10, (8,)), None)
         opt.zero_grad(set_to_none=True)
-        with Ops() as ops:
+        with _OpCounts() as ops:
             step._step()
         counted.append(ops.n)
     before, after = counted
@@ -562,23 +564,11 @@ def test_a_method_steps_module_work_takes_one_launch_for_its_casts_and_counters(
     """After the watched step, a step of the method's own loss casts its 6 weights with one
     multi-tensor copy and widens their gradients with another, and counts its norm with one
     multi-tensor add: 2 x 6 fewer casts."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Ops(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.n: dict[str, int] = {}
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            name = func.overloadpacket.__name__
-            self.n[name] = self.n.get(name, 0) + 1
-            return func(*args, **(kwargs or {}))
-
     counted = []
     for take_over in (False, True):
         method, step = _method_steps(_ce, _ce, take_over)
         method.optimizer.zero_grad(set_to_none=True)
-        with Ops() as ops:
+        with _OpCounts() as ops:
             step._step()
         counted.append(ops.n)
     before, after = counted
