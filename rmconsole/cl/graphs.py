@@ -403,11 +403,12 @@ class ModuleWork:
 
     @contextmanager
     def in_calls(self) -> Iterator[None]:
-        """A method's own step (`per_call`): each taken-over module with its bf16 copies in its
-        weights' places during its own first call only, under autocast at this dtype (a read of
-        a weight outside it sees the float32 weight, as under autocast), each training norm's
-        counter hidden during its first call; every hidden counter counted after the step's loss.
-        A second call runs as autocast runs it: its weights cast, its counter added by the norm."""
+        """A method's own step (StepWatch decided what): each taken-over module with its bf16
+        copies in its weights' places during its own first call only, under autocast at this
+        dtype (a read of a weight outside it sees the float32 weight, as under autocast), each
+        training norm's counter hidden during its first call; every hidden counter counted after
+        the step's loss. A second call runs as autocast runs it: its weights cast, its counter
+        added by the norm."""
         if self.weights:
             with torch.no_grad():
                 torch._foreach_copy_(self.copies, self.weights)
