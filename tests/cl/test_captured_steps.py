@@ -230,3 +230,45 @@ def test_a_step_is_made_anew_when_its_optimiser_or_seen_mask_is_replaced() -> No
         assert second is not first and graphs.made_for(second, m) and not graphs.made_for(first, m)
         m.seen = m.seen.clone()
         assert make(m) is not second
+
+
+def test_a_taskwise_run_of_a_captured_step_reports_the_eager_runs_epoch_losses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BiC's own step is captured under the task-wise protocol too, where each epoch's loss is
+    read from what its graphs add up (`MethodStep.loss_sum`, one read an epoch): the captured
+    path reports the eager path's epoch losses (float32 sums in another order) and its
+    accuracies."""
+    from rmconsole.cl import train
+    from rmconsole.cl.data import load_digits
+    from rmconsole.cl.events import Reporter
+    from rmconsole.cl.loop import run_protocol
+    from rmconsole.config import load_config
+
+    class Epochs(Reporter):
+        def __init__(self) -> None:
+            self.losses: list[float | None] = []
+            self.outcomes: list[Any] = []
+
+        def epoch_finished(self, stats: Any) -> None:
+            self.losses.append(stats.loss)
+
+        def task_finished(self, outcome: Any, checkpoint: Any) -> None:
+            self.outcomes.append((outcome.accuracy, outcome.accuracy_row, outcome.class_accuracy))
+
+    plain_init = train.Stepper.__init__
+
+    def captured_init(self: Any, method: Any) -> None:
+        plain_init(self, method)
+        self.capture = self.captured  # as on a CUDA run: the method's own steps are MethodSteps
+
+    _, cfg = load_config(None, {"method": "bic", "epochs": 2, "memory_size": 40, "uncertainty_views": 2, "n_tasks": 2})
+    runs = []
+    for captured in (False, True):
+        if captured:
+            monkeypatch.setattr(train.Stepper, "__init__", captured_init)
+        epochs = Epochs()
+        run_protocol(cfg, load_digits(), torch.device("cpu"), epochs)
+        runs.append(epochs)
+    eager, graphed = runs
+    assert eager.losses and len(eager.losses) == len(graphed.losses)
+    assert graphed.losses == pytest.approx(eager.losses, rel=1e-5)
+    assert len(eager.outcomes) == 2 and graphed.outcomes == eager.outcomes
