@@ -349,7 +349,6 @@ class ModuleWork:
             for i, ((module, _), weight) in enumerate(zip(self.slots, self.weights))
             if watched.calls.get(id(module)) == 1
             and watched.cast_calls.get(id(module)) == 1
-            and watched.dtype == self.dtype
             and watched.uses.get(id(weight), 0) <= 2
         ]
         self.slots, self.weights = [self.slots[i] for i in keep], [self.weights[i] for i in keep]
@@ -426,7 +425,7 @@ class ModuleWork:
             if id(module) in called:
                 return
             called.add(id(module))
-            cast = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == self.dtype
+            cast = autocast_dtype(device) == self.dtype
             for name, weight, copy in slots.get(id(module), ()):
                 if cast and module._parameters[name] is weight:  # (not another's, e.g. functional_call's)
                     module._parameters[name] = copy  # type: ignore[assignment]  # (a Parameter)
@@ -476,6 +475,11 @@ class ModuleWork:
             p.grad.add_(g)
 
 
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast runs this device's eligible operators in here, None where it is off."""
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
 class StepWatch:
     """A method's own step watched once (MethodStep's first, eager): how often each module
     ModuleWork could take over is called, under autocast at which dtype, and how many uses of
@@ -485,10 +489,10 @@ class StepWatch:
     def __init__(self, model: nn.Module, device: torch.device) -> None:
         self.device = device.type
         self.calls: dict[int, int] = {}
-        self.cast_calls: dict[int, int] = {}  # calls under autocast at `dtype`
+        self.cast_calls: dict[int, int] = {}  # calls under autocast at `dtype` (the step's: ModuleWork's)
         self.trained_calls: dict[int, int] = {}  # a norm's calls in training mode
         self.uses: dict[int, int] = {}  # id(parameter) -> the loss's graph's edges into it
-        self.dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+        self.dtype = autocast_dtype(device.type)
         watched = [m for m in model.modules() if ModuleWork._casts(m) or ModuleWork._counts_batches(m)]
         self.hooks = [m.register_forward_pre_hook(self._count) for m in watched]  # (removed on exit)
 
@@ -502,7 +506,7 @@ class StepWatch:
     def _count(self, module: nn.Module, _args: object) -> None:
         key = id(module)
         self.calls[key] = self.calls.get(key, 0) + 1
-        if torch.is_autocast_enabled(self.device) and torch.get_autocast_dtype(self.device) == self.dtype:
+        if autocast_dtype(self.device) == self.dtype:
             self.cast_calls[key] = self.cast_calls.get(key, 0) + 1
         if module.training:
             self.trained_calls[key] = self.trained_calls.get(key, 0) + 1
@@ -531,7 +535,7 @@ def module_work(
     """The ModuleWork of a step body's forward, called inside its autocast region (which says the
     dtype of the weights' copies; none without autocast): `held` again while it is the model's
     (false when there is nothing to take over)."""
-    dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+    dtype = autocast_dtype(device.type)
     if held is not None and held.made_for(model, dtype):
         return held
     return ModuleWork(model, dtype, input_shape)
