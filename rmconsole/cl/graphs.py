@@ -19,7 +19,7 @@ state and lr on the device) are graphed, under both protocols (a task-free run's
 a new class's head row is re-initialised in place, the lr is a device tensor the schedule
 fills). A method whose own step is declared capturable (`Method.capturable_step`: ER-ACE, SCR,
 PCR, GSA...) is replayed the same way by `MethodStep`: its `step_loss` on the static batch,
-backward, the optimiser, its `after_step`; its host decisions are made before the replay
+backward, its `after_backward`, the optimiser, its `after_step`; its host decisions are made before the replay
 (`step_key`) and reach the graph as device tensors the method updates in place. Methods with
 gradient hooks or host decisions inside their step (EWC, Rwalk, iCaRL, ...) and multi-process
 runs stay eager.
@@ -591,8 +591,8 @@ def made_for(step: GraphedStep | CapturedCall, method: Any) -> bool:
 
 class MethodStep(GraphedStep):
     """A method's own capturable step (`Method.capturable_step`) for batches of one shape and one
-    `step_key`, as a CUDA graph: `method.step_loss` on the static batch, backward, the optimiser
-    step, `method.after_step`, the loss added to `loss_sum`. No CutMix draw enters (a capturable
+    `step_key`, as a CUDA graph: `method.step_loss` on the static batch, backward,
+    `method.after_backward`, the optimiser step, `method.after_step`, the loss added to `loss_sum`. No CutMix draw enters (a capturable
     step draws none); the method's per-step host decisions are in its device tensors, written by
     its `step_key` before `__call__`."""
 
@@ -630,6 +630,7 @@ class MethodStep(GraphedStep):
         loss.backward()
         if work:
             work.gradients_back()
+        method.after_backward()
         self.optimizer.step()
         method.after_step()
         self.loss_sum.add_(loss.detach().float() * self.batch)

@@ -217,7 +217,7 @@ def _epoch_loss(losses: list[Tensor], sizes: list[int], graphed: Iterable[Graphe
 
 class Stepper:
     """The one place an optimiser step happens. `stepper(x, y, weight)`: one step on an
-    augmented batch — the method's loss, backward, the ranks' gradients averaged (weighted by
+    augmented batch — the method's loss, backward (and its `after_backward`), the ranks' gradients averaged (weighted by
     their shard), the update, then the method's `after_step`; on a single-process CUDA run of a
     default-step method, a CUDA graph replay. Returns the step's mean loss, detached (no host
     sync), or None for a graphed step, whose graph adds it (× batch size) to its own `loss_sum`.
@@ -308,6 +308,7 @@ class Stepper:
             for p in self.sgd:
                 p.grad = None
         loss.backward()
+        method.after_backward()
         if method.dist:
             method.dist.average_gradients(trained_parameters(optimizer), weight)
         if self.sgd is None or not _fused_sgd_step(optimizer, self.sgd):

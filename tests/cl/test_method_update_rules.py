@@ -90,17 +90,13 @@ def test_quadratic_penalty_gradient_value_and_observer() -> None:
     assert torch.equal(p.grad, torch.ones(4))  # the hooks are gone
 
 
-def bare_ewcpp(alpha: float) -> Any:
+def bare_ewcpp(alpha: float, *more: torch.nn.Parameter) -> Any:
+    """An EWC++ over a parameter p of 3 elements (and `more`): its state as `online_start` makes it."""
     m: Any = EWCpp.__new__(EWCpp)
     m.params = EWCppParams(ewcpp_alpha=alpha, ewcpp_weight=10.0)
-    p = torch.nn.Parameter(torch.zeros(3))
-    m.penalised = [p]
-    m.fisher = [torch.zeros(3)]
-    m.started = [torch.tensor(False)]  # per parameter, on the device (no host sync per step)
-    m.updated = set()
-    m.anchor = None
-    m.importance = None
     m.device = torch.device("cpu")
+    p = torch.nn.Parameter(torch.zeros(3))
+    m._track([p, *more])
     return m, p
 
 
@@ -126,28 +122,36 @@ def test_ewcpp_running_average_weights_the_newest_gradient_by_alpha() -> None:
 
 
 def test_ewcpp_device_rule_is_bit_identical_to_the_host_rule() -> None:
-    """The sync-free Fisher update (first update by torch.where, later ones blended in place) gives
-    the very floats of the host-decided rule: a first gradient with a NaN, an inf later, alpha 0.5."""
-    m, p = bare_ewcpp(0.5)
+    """The sync-free Fisher update (a parameter's first update by torch.where; later ones blended
+    over the flat buffer, or one tensor at a time while a gradient is missing) gives the very
+    floats of the host-decided rule: a first gradient with a NaN, an inf later, a finite one
+    whose square overflows, a missing gradient, a channels_last weight (the flat buffer in its memory order), alpha 0.5."""
     q = torch.nn.Parameter(torch.zeros(5))
-    m.penalised, m.fisher = [p, q], [torch.zeros(3), torch.zeros(5)]
-    m.started = [torch.tensor(False), torch.tensor(False)]
-    ref, started = [torch.zeros(3), torch.zeros(5)], [False, False]
+    w = torch.nn.Parameter(torch.zeros(4, 3, 2, 2).to(memory_format=torch.channels_last))
+    m, p = bare_ewcpp(0.5, q, w)
+    assert m.fisher[2].stride() == w.stride()
+    ref, started = [torch.zeros(3), torch.zeros(5), torch.zeros(4, 3, 2, 2)], [False, False, False]
     gen = torch.Generator().manual_seed(0)
-    for k in range(5):
-        grads = [torch.randn(3, generator=gen) * 3, torch.randn(5, generator=gen) * 3]
+    for k in range(7):
+        grads: list[Any] = [torch.randn(r.shape, generator=gen) * 3 for r in ref]
+        grads[2] = grads[2].to(memory_format=torch.channels_last)
         if k == 0:
             grads[1][2] = float("nan")  # q's first gradient: skipped, its next one sets F
         if k == 3:
             grads[0][1] = float("inf")
+            grads[2][1, 2, 0, 1] = float("nan")
+        if k == 4:
+            grads[1][:2] = 3e38  # finite, g^2 = inf: F becomes inf (though its 1-norm overflows)
+        if k == 5:
+            grads[1] = None  # q without a gradient: its F stays, the others are updated
         for i, g in enumerate(grads):
-            if bool(torch.isfinite(g).all()):
+            if g is not None and bool(torch.isfinite(g).all()):
                 ref[i] = ref[i].mul(0.5).add(g.pow(2), alpha=0.5) if started[i] else g.pow(2)
                 started[i] = True
-        p.grad, q.grad = grads[0].clone(), grads[1].clone()
+        p.grad, q.grad, w.grad = (None if g is None else g.clone(memory_format=torch.preserve_format) for g in grads)
         m.after_step()
         assert all(torch.equal(a, b) for a, b in zip(m.fisher, ref)), k
-    assert [bool(s) for s in m.started] == [True, True]
+    assert m.started.tolist() == [True, True, True]
 
 
 def test_ewcpp_penalty_is_weight_times_fisher_weighted_squared_distance() -> None:
@@ -191,14 +195,11 @@ def test_a_fresh_penalty_is_inactive_unscaled_and_its_centres_are_detached() -> 
 
 
 def test_ewcpp_skips_parameters_without_a_gradient_and_goes_on() -> None:
-    m, p = bare_ewcpp(0.2)
     q = torch.nn.Parameter(torch.zeros(2))
-    m.penalised = [p, q]
-    m.fisher = [torch.zeros(3), torch.zeros(2)]
-    m.started = [torch.tensor(False), torch.tensor(False)]
+    m, p = bare_ewcpp(0.2, q)
     q.grad = torch.tensor([2.0, 3.0])  # p has no gradient: skipped, q still updated
     m.after_step()
-    assert torch.equal(m.fisher[0], torch.zeros(3)) and [bool(s) for s in m.started] == [False, True]
+    assert torch.equal(m.fisher[0], torch.zeros(3)) and m.started.tolist() == [False, True]
     assert torch.allclose(m.fisher[1], torch.tensor([4.0, 9.0]))
 
 
@@ -231,6 +232,13 @@ def test_ewcpp_snapshot_anchors_detached_copies_and_pulls_back_with_the_fisher()
     assert not m.anchor[0].requires_grad
     m.penalty().backward()
     assert torch.allclose(p.grad, 2 * 10.0 * torch.tensor([0.5, 1.0, 2.0]) * torch.tensor([1.0, -1.0, 0.5]))
+    by_autograd = p.grad
+    p.grad = None
+    m.after_backward()  # the gradient added without autograd: autograd's floats
+    assert torch.equal(p.grad, by_autograd)
+    p.grad = torch.tensor([0.25, -3.0, 7.0])
+    m.after_backward()
+    assert torch.equal(p.grad, torch.tensor([0.25, -3.0, 7.0]) + by_autograd)
 
 
 def test_ewcpp_checkpoint_round_trip() -> None:
@@ -239,12 +247,12 @@ def test_ewcpp_checkpoint_round_trip() -> None:
     m, _, _ = built("ewcpp", ewcpp_alpha=0.2)
     for f in m.fisher:
         f.uniform_()
-    m.started = [torch.tensor(i % 2 == 0) for i in range(len(m.started))]
+    m.started.copy_(torch.arange(len(m.started)) % 2 == 0)
     fresh, _, _ = built("ewcpp", ewcpp_alpha=0.2)
     fresh.load_state_dict(m.state_dict())  # before a boundary: no anchor, no importance
     assert all(torch.equal(a, b) for a, b in zip(fresh.fisher, m.fisher))
     assert (
-        [bool(s) for s in fresh.started] == [bool(s) for s in m.started]
+        fresh.started.tolist() == m.started.tolist()
         and fresh.anchor is None
         and fresh.importance is None
     )

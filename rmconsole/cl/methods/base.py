@@ -31,16 +31,19 @@ Hooks a method may override (called by)                          default
     memory_batch_size       learn_task: the memory epochs          memory_batch_size, else batch_size
     step_loss(x, y)         train.Stepper, every step              cross-entropy over seen classes,
                                                                    CutMix when the run enables it
+    after_backward()        train.Stepper, after backward, before  nothing
+                            the ranks' averaging and the update
     after_step()            train.Stepper, after each update       nothing
     graphable_step          (class variable) train.Stepper         True: on a single-process CUDA run
                                                                    the default step is replayed as a
                                                                    CUDA graph (graphs.py); a method
                                                                    whose step hides other work (EWC's
                                                                    gradient hooks) sets False;
-                                                                   overriding step_loss or after_step
-                                                                   also keeps the step eager
+                                                                   overriding step_loss, after_backward
+                                                                   or after_step also keeps the step eager
     capturable_step         (class variable) train.Stepper         False: True declares the method's own
-                                                                   step (step_loss, after_step) capturable
+                                                                   step (step_loss, after_backward,
+                                                                   after_step) capturable
                                                                    as a CUDA graph: it reads the batch and
                                                                    device tensors the method updates in
                                                                    place, makes no host sync, changes no
@@ -61,9 +64,10 @@ Hooks a method may override (called by)                          default
                                                                    super() for what a method carries
                                                                    from task to task
 
-A regulariser is part of `step_loss` (BiC's distillation, iCaRL's targets) or, for EWC and
-Rwalk, a gradient added by parameter hooks during backward (quadratic.py): there is no
-separate penalty hook. Images always come from the dataset (`images_of`, decoded ahead when
+A regulariser is part of `step_loss` (BiC's distillation, iCaRL's targets); for EWC and
+Rwalk, a gradient added by parameter hooks during backward (quadratic.py); for EWC++, whose
+step is captured, a gradient added to all parameters at once in `after_backward` (a few
+multi-tensor operations where autograd would run a handful of nodes per parameter). Images always come from the dataset (`images_of`, decoded ahead when
 it streams); a method does not rewrite them.
 
 Building blocks a method calls: `fit` (train.fit), `shuffled_batches`, `labels_of`,
@@ -107,6 +111,7 @@ TASK_HOOKS: tuple[str, ...] = (
     "stream_batches",
     "memory_batch_size",
     "step_loss",
+    "after_backward",
     "after_step",
     "graphable_step",
     "capturable_step",
@@ -207,7 +212,7 @@ class Method(Generic[P]):
         after it, no gradient hooks), so the engine may run it its own way: a CUDA graph
         (graphs.py), an MLP's step without autograd (mlp_step.py)."""
         return self.graphable_step and all(
-            getattr(type(self), hook) is getattr(Method, hook) for hook in ("step_loss", "after_step", "mask_unseen")
+            getattr(type(self), hook) is getattr(Method, hook) for hook in ("step_loss", "after_backward", "after_step", "mask_unseen")
         )
 
     @property
@@ -329,6 +334,10 @@ class Method(Generic[P]):
             return nnf.cross_entropy(self.mask_unseen(self.model(x)), y)
         x, y_a, y_b, lam = mixed
         return mixed_cross_entropy(self.mask_unseen(self.model(x)), y_a, y_b, lam, 1 - lam)
+
+    def after_backward(self) -> None:
+        """Called after every backward, before the gradients are averaged over ranks and the
+        optimiser steps: a regulariser's closed-form gradient joins the loss's here (EWC++)."""
 
     def after_step(self) -> None:
         """Called after every optimiser step (Rwalk accumulates its path integral here)."""

@@ -69,6 +69,7 @@ TASK_FREE_HOOKS: tuple[str, ...] = (
     "build_model",
     "make_optimizer",
     "step_loss",
+    "after_backward",
     "after_step",
     "graphable_step",
     "capturable_step",
