@@ -251,11 +251,7 @@ def test_ewcpp_checkpoint_round_trip() -> None:
     fresh, _, _ = built("ewcpp", ewcpp_alpha=0.2)
     fresh.load_state_dict(m.state_dict())  # before a boundary: no anchor, no importance
     assert all(torch.equal(a, b) for a, b in zip(fresh.fisher, m.fisher))
-    assert (
-        fresh.started.tolist() == m.started.tolist()
-        and fresh.anchor is None
-        and fresh.importance is None
-    )
+    assert fresh.started.tolist() == m.started.tolist() and fresh.anchor is None and fresh.importance is None
     m.anchor = [p.detach().clone() + 1 for p in m.penalised]
     m.importance = [f.clone() * 2 for f in m.fisher]
     state = m.state_dict()

@@ -212,7 +212,8 @@ class Method(Generic[P]):
         after it, no gradient hooks), so the engine may run it its own way: a CUDA graph
         (graphs.py), an MLP's step without autograd (mlp_step.py)."""
         return self.graphable_step and all(
-            getattr(type(self), hook) is getattr(Method, hook) for hook in ("step_loss", "after_backward", "after_step", "mask_unseen")
+            getattr(type(self), hook) is getattr(Method, hook)
+            for hook in ("step_loss", "after_backward", "after_step", "mask_unseen")
         )
 
     @property
