@@ -114,11 +114,14 @@ def measure(
     sets: dict | None = None,
     counted: bool = True,
     busy_samples: int = 0,
+    boundary: bool = False,
 ) -> dict:
     """The CPU and wall milliseconds an update over `samples` stream samples, then (`counted`)
     operators and syncs per update: the profiler over as many more, the audit over as many after
     those, on the GPU's path (`graphs_path`). The GPU check times only: the profiler over a GPU
-    update is slower than the call's minutes allow."""
+    update is slower than the call's minutes allow. `boundary`: the task's end comes after the
+    warm-up (`online_task_end`) and the same stream goes on: the updates of a later task (EWC++'s
+    penalty)."""
     _, cfg = load_config(preset, {"method": method, "device": str(device), **(sets or {})})
     data = synthetic(200, cfg.image_size or 64, 100, 2).to(device)
     protocol = build_online_protocol(cfg, data)
@@ -140,6 +143,10 @@ def measure(
     samples = max(chunk, samples // chunk * chunk)
     warm = warm_batches * chunk
     feed(0, warm)  # the memory fills, the first updates allocate
+    if boundary:
+        learner.online_task_end(task)
+        feed(warm, 2 * warm)  # the updates after it allocate
+        warm *= 2
     sync(device)
     from torch.profiler import ProfilerActivity, profile
 
@@ -234,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="with --time-only: stream this many more samples under the profiler's CUDA activity (GPU busy ms an update)",
     )
+    ap.add_argument(
+        "--boundary",
+        action="store_true",
+        help="a task boundary after the warm-up, then the same stream: a later task's updates (EWC++'s penalty)",
+    )
     ap.add_argument("--jsonl", type=Path, default=None, help="append each method's row to this file as it ends")
     ap.add_argument(
         "--cudnn-benchmark",
@@ -266,7 +278,9 @@ def main(argv: list[str] | None = None) -> int:
                 sets,
                 not args.time_only,
                 args.busy_samples,
+                args.boundary,
             ),
+            **({"boundary": True} if args.boundary else {}),
             **({"cudnn_benchmark": True} if args.cudnn_benchmark else {}),
         },
         _row,
