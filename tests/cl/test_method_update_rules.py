@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rmconsole.cl.methods.ewc_params import EWCParams
+from rmconsole.cl.methods import ewcpp as ewcpp_module
 from rmconsole.cl.methods.ewcpp import EWCpp
 from rmconsole.cl.methods.ewcpp_params import EWCppParams
 from rmconsole.cl.methods.quadratic import QuadraticPenalty, Regularised
@@ -121,11 +122,14 @@ def test_ewcpp_running_average_weights_the_newest_gradient_by_alpha() -> None:
     assert torch.allclose(m.fisher[0], 0.8 * f2 + 0.2 * g3**2)
 
 
-def test_ewcpp_device_rule_is_bit_identical_to_the_host_rule() -> None:
+@pytest.mark.parametrize("flat", [False, True], ids=["per-tensor", "flat"])
+def test_ewcpp_device_rule_is_bit_identical_to_the_host_rule(flat: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The sync-free Fisher update (a parameter's first update by torch.where; later ones blended
-    over the flat buffer, or one tensor at a time while a gradient is missing) gives the very
-    floats of the host-decided rule: a first gradient with a NaN, an inf later, a finite one
-    whose square overflows, a missing gradient, a channels_last weight (the flat buffer in its memory order), alpha 0.5."""
+    one tensor at a time, a CPU's form, or over the flat buffer, a GPU's, taken on a CPU under an
+    audit) gives the very floats of the host-decided rule: a first gradient with a NaN, an inf
+    later, a finite one whose square overflows, a missing gradient, a channels_last weight (the
+    flat buffer in its memory order), alpha 0.5."""
+    monkeypatch.setattr(ewcpp_module, "auditing", lambda: flat)
     q = torch.nn.Parameter(torch.zeros(5))
     w = torch.nn.Parameter(torch.zeros(4, 3, 2, 2).to(memory_format=torch.channels_last))
     m, p = bare_ewcpp(0.5, q, w)

@@ -12,8 +12,8 @@ What differs from ER (everything else is the follow-up's ER: batches, reservoir 
 How (the cost is per parameter tensor, and a ResNet34 has 108 of them): the penalty's gradient,
 2 x weight x F* (theta - theta*), is added to the gradients after backward (`after_backward`),
 by a few multi-tensor operations, instead of through autograd's per-tensor nodes; the Fisher is
-one flat buffer (`fisher` are its views), blended by whole-buffer operations. Both give the
-floats the per-tensor forms gave (tests/cl/test_method_update_rules.py). The step's loss is
+one flat buffer (`fisher` are its views), on a GPU blended by whole-buffer operations. Both give
+the floats the per-tensor forms gave (tests/cl/test_method_update_rules.py). The step's loss is
 therefore the cross-entropy alone; the penalty's value is `penalty()`.
 """
 
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
+from ..step_audit import auditing
 from .base import Method, Task, mixed_cross_entropy
 from .ewcpp_params import EWCppParams
 from .taskfree import TaskFree
@@ -130,10 +131,14 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         gradient with a non-finite element is skipped. Decided on the device: no host sync.
 
         A parameter's first update (host-known: `updated`) selects with torch.where, one tensor
-        at a time; once every parameter had it and each has a gradient, an update is the same
-        arithmetic over the flat buffer (`_blend_all`)."""
+        at a time. A later one is blended in place, one tensor at a time on a CPU (each of its
+        passes over memory costs there, and a gather over the flat buffer would add three), or,
+        on a GPU once every parameter has a gradient, by the same arithmetic over the flat buffer
+        (`_blend_all`: about 15 kernels where the loop launches about 13 a parameter). A CPU
+        counting a GPU's operators (an active StepAudit) takes the GPU's form."""
         grads = [p.grad for p in self.penalised]
-        if len(self.updated) == len(grads) and all(g is not None for g in grads):
+        later = len(self.updated) == len(grads) and all(g is not None for g in grads)
+        if later and (self.device.type != "cpu" or auditing()):
             self._blend_all(cast(list[Tensor], grads))
             return
         alpha = self.params.ewcpp_alpha
