@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from rmconsole.cl.methods.ewc_params import EWCParams
 from rmconsole.cl.methods import ewcpp as ewcpp_module
+from rmconsole.cl.methods.ewc_params import EWCParams
 from rmconsole.cl.methods.ewcpp import EWCpp
 from rmconsole.cl.methods.ewcpp_params import EWCppParams
 from rmconsole.cl.methods.quadratic import QuadraticPenalty, Regularised
