@@ -96,3 +96,12 @@ def test_a_pip_installed_wheel_carries_the_presets_and_every_package(tmp_path: P
         str(p.relative_to(REPO)) for p in (REPO / "rmconsole" / "templates").rglob("*.tmpl")
     )
     assert len(list((REPO / "rmconsole" / "templates").rglob("*.tmpl"))) >= 7
+
+
+def test_the_suite_imports_this_checkouts_rmconsole() -> None:
+    """pyproject's `pythonpath = ["."]`: in a second checkout (a git worktree) the venv's editable
+    install would map `import rmconsole` to the checkout it was installed from, so the in-process
+    tests ran that one's code while tools/mutation.py and the tests' subprocesses ran this one's."""
+    import rmconsole
+
+    assert Path(rmconsole.__file__ or "").resolve() == REPO / "rmconsole" / "__init__.py"
