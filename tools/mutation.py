@@ -605,16 +605,17 @@ def _collect_live(module: str) -> None:
     ]
 
 
-def run_tests(tests: list[str], timeout: float, mutant: Mutant | None) -> tuple[str, float]:
-    """Fork; in the child install the mutant and run pytest. -> (status, seconds)."""
+def run_tests(tests: list[str], timeout: float, mutant: Mutant | None, log: Path | None = None) -> tuple[str, float]:
+    """Fork; in the child install the mutant and run pytest (its output to `log`, else
+    discarded). -> (status, seconds)."""
     began = time.monotonic()
     pid = os.fork()
     if pid == 0:  # child
         code = 3
         try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
+            out = os.open(log or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(out, 1)
+            os.dup2(out, 2)
             if mutant is not None and install(mutant) == 0:
                 os._exit(4)
             import pytest
@@ -713,9 +714,17 @@ def run_module(spec: str, args: argparse.Namespace) -> None:
     _collect_live(spec.partition(":")[0])
     gc.collect()
     gc.freeze()  # the children's collections (pytest runs several) then skip the parent's heap
-    status, seconds = run_tests(tests, 3600, None)
+    RESULTS.mkdir(exist_ok=True)
+    log = RESULTS / f"{short(spec)}.unmutated.log"  # what failed, when the unmutated run fails
+    status, seconds = run_tests(tests, 3600, None, log)
     if status != "survived":
-        print(f"{short(spec)}: the unmutated tests do not pass ({status}): {' '.join(tests)}", file=sys.stderr)
+        failed = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("FAILED ")]
+        print(
+            f"{short(spec)}: the unmutated tests do not pass ({status}): {' '.join(tests)}\n"
+            + "".join(f"  {line}\n" for line in failed)
+            + f"  (pytest's output: {log})",
+            file=sys.stderr,
+        )
         sys.exit(2)
     timeout = args.timeout or 3 * seconds + 20
     print(
