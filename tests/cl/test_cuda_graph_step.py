@@ -507,6 +507,9 @@ class _Method:
     def step_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.loss(self.model, x, y)
 
+    def after_backward(self) -> None:
+        pass
+
     def after_step(self) -> None:
         pass
 
