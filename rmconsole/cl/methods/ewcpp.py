@@ -46,7 +46,7 @@ class EWCpp(TaskFree, Method[EWCppParams]):
     # decided on the device, the snapshot (theta*, F*) kept in tensors updated in place; whether
     # there is one yet and whether every Fisher had its first update are the graph's key
     capturable_step = True
-    kept_state: tuple[str, ...] = ("fisher_flat", "anchor", "importance")  # (memory bytes)
+    kept_state: tuple[str, ...] = ("fisher_flat", "anchor", "importance", "weighted", "pull")  # (memory bytes)
 
     def online_start(self) -> None:
         super().online_start()
@@ -73,6 +73,8 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         self.updated: set[int] = set()  # host mirror: the parameters whose Fisher had its first update
         self.anchor: list[Tensor] | None = None  # theta* at the last task boundary
         self.importance: list[Tensor] | None = None  # F at the last task boundary
+        self.weighted: list[Tensor] | None = None  # weight x F*, made with the snapshot (`_weigh`)
+        self.pull: list[Tensor] | None = None  # the penalty's gradient, written in place each update
 
     def penalty(self) -> Tensor:
         """weight x sum F* (theta - theta*)^2 over the penalised parameters (0 before a boundary):
@@ -100,22 +102,36 @@ class EWCpp(TaskFree, Method[EWCppParams]):
     def after_backward(self) -> None:
         """The penalty's gradient, (weight x F*) x 2 (theta - theta*), added to each penalised
         parameter's: autograd's own product for `penalty()` (its pow's backward doubles the
-        difference, its sum's spreads the weight over F*), in four multi-tensor operations. A
-        parameter the loss left without a gradient gets the penalty's alone."""
-        if self.anchor is None or self.importance is None:
+        difference, its sum's spreads the weight over F*), in five multi-tensor operations on
+        buffers of the snapshot's (no allocation: on a CPU fresh parameter-sized tensors cost
+        more than the arithmetic). A parameter the loss left without a gradient gets the
+        penalty's alone."""
+        if self.anchor is None or self.weighted is None or self.pull is None:
             return
-        pull = torch._foreach_sub(self.penalised, self.anchor)
+        pull = self.pull
+        torch._foreach_copy_(pull, self.penalised)
+        torch._foreach_sub_(pull, self.anchor)
         torch._foreach_mul_(pull, 2.0)
-        torch._foreach_mul_(pull, torch._foreach_mul(self.importance, self.params.ewcpp_weight))
+        torch._foreach_mul_(pull, self.weighted)
         grads, added = [], []
         for p, g in zip(self.penalised, pull):
             if p.grad is None:
-                p.grad = g
+                p.grad = g.clone()
             else:
                 grads.append(p.grad)
                 added.append(g)
         if grads:
             torch._foreach_add_(grads, added)
+
+    def _weigh(self) -> None:
+        """weight x F* for the penalty's gradient, after a snapshot: in place once made (a
+        captured step reads it), with the buffer its gradient is written into."""
+        assert self.anchor is not None and self.importance is not None
+        weighted = torch._foreach_mul(self.importance, self.params.ewcpp_weight)
+        if self.weighted is None or self.pull is None:
+            self.weighted, self.pull = weighted, [torch.empty_like(a) for a in self.anchor]
+        else:
+            torch._foreach_copy_(self.weighted, weighted)
 
     @cached_property
     def blend(self) -> Tensor:
@@ -180,6 +196,7 @@ class EWCpp(TaskFree, Method[EWCppParams]):
             for a, p, imp, f in zip(self.anchor, self.penalised, self.importance, self.fisher):
                 a.copy_(p.detach())
                 imp.copy_(f)
+        self._weigh()
         mean = float(sum(f.sum() for f in self.fisher) / self.fisher_flat.numel())
         self.report.log(
             f"task {task.index + 1}: EWC++ snapshot (theta*, F), mean F {mean:.3g}; penalty weight "
@@ -208,3 +225,6 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         self.updated = set()  # the next update of each parameter takes the exact first path
         self.anchor = None if saved["anchor"] is None else [a.to(self.device) for a in saved["anchor"]]
         self.importance = None if saved["importance"] is None else [f.to(self.device) for f in saved["importance"]]
+        self.weighted = self.pull = None
+        if self.anchor is not None:
+            self._weigh()
