@@ -217,7 +217,8 @@ class _Log:
 
 def test_ewcpp_snapshot_anchors_detached_copies_and_pulls_back_with_the_fisher() -> None:
     """At a boundary theta* and F are copied (later steps change neither); the penalty's gradient
-    is 2 weight F (theta - theta*)."""
+    is 2 weight F (theta - theta*), added by `after_backward` as autograd computes it; the next
+    boundary replaces the snapshot in the same tensors (a captured step reads them)."""
     m, p = bare_ewcpp(0.2)
     log = _Log()
     m.setup = type("S", (), {"reporter": log})()
@@ -243,6 +244,18 @@ def test_ewcpp_snapshot_anchors_detached_copies_and_pulls_back_with_the_fisher()
     p.grad = torch.tensor([0.25, -3.0, 7.0])
     m.after_backward()
     assert torch.equal(p.grad, torch.tensor([0.25, -3.0, 7.0]) + by_autograd)
+    held = m.anchor[0], m.importance[0], m.weighted[0], m.pull[0]
+    m.online_task_end(Task(1, torch.zeros(0, dtype=torch.long), 5))  # the next snapshot replaces it, in place
+    assert all(a is b for a, b in zip(held, (m.anchor[0], m.importance[0], m.weighted[0], m.pull[0])))
+    with torch.no_grad():
+        p.sub_(torch.tensor([2.0, 0.0, 1.0]))
+    p.grad = None
+    m.penalty().backward()
+    by_autograd = p.grad
+    assert torch.allclose(by_autograd, 2 * 10.0 * torch.tensor([10.5, 11.0, 12.0]) * torch.tensor([-2.0, 0.0, -1.0]))
+    p.grad = None
+    m.after_backward()
+    assert torch.equal(p.grad, by_autograd)
 
 
 def test_ewcpp_checkpoint_round_trip() -> None:
