@@ -198,6 +198,29 @@ def test_a_fresh_penalty_is_inactive_unscaled_and_its_centres_are_detached() -> 
     assert torch.equal(p.grad, torch.ones(2))
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["per-tensor", "flat"])
+def test_ewcpp_first_update_sets_f_to_g_squared_exactly_and_a_resumed_one_blends(
+    flat: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At alpha 0.3 (not a power of 2): a parameter's first finite gradient sets F = g^2 exactly
+    (torch.where, not the later blend's alpha x (g^2 / alpha)); after a resume, whose first update
+    of each parameter takes that path again with F started, F <- 0.7 F + 0.3 g^2."""
+    monkeypatch.setattr(ewcpp_module, "auditing", lambda: flat)
+    q = torch.nn.Parameter(torch.zeros(400))
+    m, p = bare_ewcpp(0.3, q)
+    gen = torch.Generator().manual_seed(3)
+    grads = [torch.randn(3, generator=gen) * 3, torch.randn(400, generator=gen) * 3]
+    p.grad, q.grad = (g.clone() for g in grads)
+    m.after_step()
+    assert all(torch.equal(f, g.pow(2)) for f, g in zip(m.fisher, grads))
+    m.updated = set()  # as load_state_dict leaves it: started, F kept
+    fisher = [f.clone() for f in m.fisher]
+    grads = [torch.randn(3, generator=gen), torch.randn(400, generator=gen)]
+    p.grad, q.grad = (g.clone() for g in grads)
+    m.after_step()
+    assert all(torch.equal(f, f0.mul(1 - 0.3).add(g.pow(2), alpha=0.3)) for f, f0, g in zip(m.fisher, fisher, grads))
+
+
 def test_ewcpp_skips_parameters_without_a_gradient_and_goes_on() -> None:
     q = torch.nn.Parameter(torch.zeros(2))
     m, p = bare_ewcpp(0.2, q)
