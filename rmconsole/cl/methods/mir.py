@@ -133,7 +133,12 @@ class MIR(TaskFree, Method[MIRParams]):
         logits = functional_call(self.model, {**dict(zip(names, params)), **buffers}, (x_s,))
         loss = nnf.cross_entropy(self.mask_unseen(logits), y_s)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
-        virtual = {n: (p - lr * g if g is not None else p).detach() for n, p, g in zip(names, params, grads)}
+        virtual = {n: p.detach() for n, p, g in zip(names, params, grads) if g is None}
+        stepped = [(n, p, g) for n, p, g in zip(names, params, grads) if g is not None]
+        if stepped:  # theta - lr x g, every parameter in two multi-tensor operations (not two each)
+            with torch.no_grad():
+                moved = torch._foreach_sub([p for _, p, _ in stepped], torch._foreach_mul([g for *_, g in stepped], lr))
+            virtual.update({n: m for (n, _, _), m in zip(stepped, moved)})
         # train: theta' is scored on a copy of the statistics (theirs: a deep copy of the model)
         virtual.update({n: b.clone() for n, b in live.items()} if train_mode else live)
         self.model.train(train_mode)
