@@ -19,8 +19,9 @@ state and lr on the device) are graphed, under both protocols (a task-free run's
 a new class's head row is re-initialised in place, the lr is a device tensor the schedule
 fills). A method whose own step is declared capturable (`Method.capturable_step`: ER-ACE, SCR,
 PCR, GSA...) is replayed the same way by `MethodStep`: its `step_loss` on the static batch,
-backward, its `after_backward`, the optimiser, its `after_step`; its host decisions are made before the replay
-(`step_key`) and reach the graph as device tensors the method updates in place. Methods with
+backward, its `after_backward`, the optimiser, its `after_step`; its host decisions are made
+before the replay (`step_key`) and reach the graph as device tensors the method updates in
+place. Methods with
 gradient hooks or host decisions inside their step (EWC, Rwalk, iCaRL, ...) and multi-process
 runs stay eager.
 """
@@ -592,9 +593,9 @@ def made_for(step: GraphedStep | CapturedCall, method: Any) -> bool:
 class MethodStep(GraphedStep):
     """A method's own capturable step (`Method.capturable_step`) for batches of one shape and one
     `step_key`, as a CUDA graph: `method.step_loss` on the static batch, backward,
-    `method.after_backward`, the optimiser step, `method.after_step`, the loss added to `loss_sum`. No CutMix draw enters (a capturable
-    step draws none); the method's per-step host decisions are in its device tensors, written by
-    its `step_key` before `__call__`."""
+    `method.after_backward`, the optimiser step, `method.after_step`, the loss added to
+    `loss_sum`. No CutMix draw enters (a capturable step draws none); the method's per-step host
+    decisions are in its device tensors, written by its `step_key` before `__call__`."""
 
     def __init__(self, method: Any, batch: int, key: tuple[Any, ...], **kwargs: Any) -> None:
         super().__init__(*step_inputs(method, batch), **kwargs)

@@ -217,9 +217,9 @@ def _epoch_loss(losses: list[Tensor], sizes: list[int], graphed: Iterable[Graphe
 
 class Stepper:
     """The one place an optimiser step happens. `stepper(x, y, weight)`: one step on an
-    augmented batch — the method's loss, backward (and its `after_backward`), the ranks' gradients averaged (weighted by
-    their shard), the update, then the method's `after_step`; on a single-process CUDA run of a
-    default-step method, a CUDA graph replay. Returns the step's mean loss, detached (no host
+    augmented batch — the method's loss, backward, its `after_backward`, the ranks' gradients
+    averaged (weighted by their shard), the update, then the method's `after_step`; on a
+    single-process CUDA run of a default-step method, a CUDA graph replay. Returns the step's mean loss, detached (no host
     sync), or None for a graphed step, whose graph adds it (× batch size) to its own `loss_sum`.
 
     What stays the same from step to step is looked up once: whether steps are graphed, whether

@@ -67,8 +67,9 @@ Hooks a method may override (called by)                          default
 A regulariser is part of `step_loss` (BiC's distillation, iCaRL's targets); for EWC and
 Rwalk, a gradient added by parameter hooks during backward (quadratic.py); for EWC++, whose
 step is captured, a gradient added to all parameters at once in `after_backward` (a few
-multi-tensor operations where autograd would run a handful of nodes per parameter). Images always come from the dataset (`images_of`, decoded ahead when
-it streams); a method does not rewrite them.
+multi-tensor operations where autograd would run a handful of nodes per parameter). Images
+always come from the dataset (`images_of`, decoded ahead when it streams); a method does not
+rewrite them.
 
 Building blocks a method calls: `fit` (train.fit), `shuffled_batches`, `labels_of`,
 `images_of`, `mask_unseen`, `uncertainty_of` / `features_of` (inference.py), `report`,
