@@ -35,7 +35,8 @@ from .taskfree import TaskFree
 def memory_order(t: Tensor) -> list[int]:
     """The dimensions of `t` from its largest stride to its smallest: `t.permute(order)` walks
     its memory in order (a channels_last weight: 0, 2, 3, 1)."""
-    return sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    strides = t.stride()
+    return sorted(range(t.dim()), key=lambda d: -strides[d])
 
 
 class EWCpp(TaskFree, Method[EWCppParams]):
@@ -127,7 +128,7 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         """weight x F* for the penalty's gradient, after a snapshot: in place once made (a
         captured step reads it), with the buffer its gradient is written into."""
         assert self.anchor is not None and self.importance is not None
-        weighted = torch._foreach_mul(self.importance, self.params.ewcpp_weight)
+        weighted = list(torch._foreach_mul(self.importance, self.params.ewcpp_weight))
         if self.weighted is None or self.pull is None:
             self.weighted, self.pull = weighted, [torch.empty_like(a) for a in self.anchor]
         else:
