@@ -87,6 +87,26 @@ def test_mir_retrieves_the_candidates_whose_loss_rises_most() -> None:
     assert rise[torch.isin(candidates, chosen)].min() >= rise[~torch.isin(candidates, chosen)].max()
 
 
+def test_mir_copies_a_models_buffers_as_clones_would() -> None:
+    """`copies` (one multi-tensor copy per dtype): the buffers' values, dtypes and layouts in
+    tensors of their own, so the look-ahead's statistics never move the model's."""
+    from rmconsole.cl.methods.mir import copies
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.BatchNorm1d(2))
+    model.train()
+    model[1](torch.randn(5, 4, 6, 6))  # statistics moved, num_batches_tracked 1
+    live = dict(model.named_buffers())
+    live["layout"] = torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last)
+    out = copies(live)
+    assert list(out) == list(live)
+    for name, b in live.items():
+        c = out[name]
+        assert torch.equal(c, b) and c.dtype == b.dtype and c.stride() == b.stride(), name
+        assert c.untyped_storage().data_ptr() != b.untyped_storage().data_ptr(), name
+    out["1.running_mean"].add_(1.0)
+    assert not torch.equal(out["1.running_mean"], live["1.running_mean"])
+
+
 def test_mir_batches_are_stream_plus_retrieved() -> None:
     m, proto, _ = built("mir", mir_candidates=10)
     seen_batches = []
