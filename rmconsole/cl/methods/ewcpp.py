@@ -56,6 +56,7 @@ class EWCpp(TaskFree, Method[EWCppParams]):
     def _track(self, penalised: list[Tensor]) -> None:
         """The Fisher's and the penalty's state for these parameters, before any update."""
         self.penalised = penalised
+        self.__dict__.pop("segment", None)  # (made for the parameters tracked before, if any)
         self.orders = [memory_order(p) for p in penalised]
         sizes = [p.numel() for p in penalised]
         self.fisher_flat = torch.zeros(sum(sizes), device=self.device)
@@ -67,10 +68,6 @@ class EWCpp(TaskFree, Method[EWCppParams]):
         ]
         # per parameter, on the device: whether a finite gradient came yet (the first sets F = g^2)
         self.started = torch.zeros(len(penalised), dtype=torch.bool, device=self.device)
-        # each element of the flat buffer's parameter index: a per-parameter choice spread over
-        # the buffer by one gather (`_blend_all`)
-        index = torch.arange(len(sizes), dtype=torch.int32).repeat_interleave(torch.tensor(sizes, dtype=torch.long))
-        self.segment = index.to(self.device)
         self.updated: set[int] = set()  # host mirror: the parameters whose Fisher had its first update
         self.anchor: list[Tensor] | None = None  # theta* at the last task boundary
         self.importance: list[Tensor] | None = None  # F at the last task boundary
@@ -133,6 +130,16 @@ class EWCpp(TaskFree, Method[EWCppParams]):
             self.weighted, self.pull = weighted, [torch.empty_like(a) for a in self.anchor]
         else:
             torch._foreach_copy_(self.weighted, weighted)
+
+    @cached_property
+    def segment(self) -> Tensor:
+        """Each element of the flat Fisher's parameter index (int32): a per-parameter choice spread
+        over the buffer by one gather (`_blend_all`). Made by the flat form's first update, an
+        eager step (a captured step's first step of a key is its warm-up), as `blend` is: a CPU
+        run, which keeps the per-tensor loop, never holds it."""
+        sizes = torch.tensor([p.numel() for p in self.penalised])
+        index = torch.arange(len(self.penalised), dtype=torch.int32).repeat_interleave(sizes)
+        return index.to(self.device)
 
     @cached_property
     def blend(self) -> Tensor:
