@@ -652,7 +652,7 @@ def _sqlite_events(engine: Engine, path: Path, writable: bool = True) -> None:
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if writable:  # (setting WAL is a write: a read-only store is read as it is)
-            cur.execute("PRAGMA journal_mode = WAL")
+            _set_wal(cur)
             cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
@@ -671,6 +671,25 @@ def _sqlite_events(engine: Engine, path: Path, writable: bool = True) -> None:
         busy = options.get("sqlite_busy_s", BUSY_TIMEOUT_S)  # per transaction: a pooled connection keeps it
         conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(busy * 1000)}")
         conn.exec_driver_sql("BEGIN " + options.get("sqlite_begin", "DEFERRED"))
+
+
+def _set_wal(cur: sqlite3.Cursor) -> None:
+    """Switch the file to WAL, retried while another connection holds its write lock: on a file
+    not yet in WAL (a new store, whose first writer has begun) SQLite answers the switch with
+    "database is locked" at once, without waiting its busy timeout (8 processes opening a new
+    store together met it about once in 200)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.002
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            text = str(err).lower()
+            if ("locked" not in text and "busy" not in text) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.1)
 
 
 _ENGINES: dict[str, Engine] = {}

@@ -126,3 +126,35 @@ def test_a_write_held_up_by_another_writer_says_what_it_waits_on(isolated_home, 
     for bad in ("soon", "-1", "inf", ""):
         monkeypatch.setenv(db.NOTICE_ENV, bad)
         assert db._notice_after() == 2.0
+
+
+def test_opening_a_new_store_while_its_first_writer_holds_the_lock_waits(isolated_home) -> None:
+    """A new store file is not yet in WAL mode; while another process's first write holds its lock,
+    SQLite answers the switch to WAL with "database is locked" at once, busy timeout or not. The
+    opener waits for the lock instead (it failed once in eight writers opening a new store)."""
+    import sqlite3
+    import threading
+
+    from rmconsole.store import db
+
+    url = store.database_url()
+    if not url.startswith("sqlite:///"):
+        pytest.skip("SQLite's journal mode: PostgreSQL has none")
+    path = Path(url.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sqlite3.connect(path).close()  # a new store's empty file, as _prepare_sqlite_file leaves it
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")  # the first writer, mid-transaction, file still not WAL
+    released = threading.Timer(0.5, blocker.rollback)
+    released.start()
+    try:
+        started = time.monotonic()
+        engine = db.get_engine()
+        waited = time.monotonic() - started
+    finally:
+        released.join()
+        blocker.close()
+    assert waited >= 0.4, waited  # it waited for the lock (and did not fail)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    assert store.list_runs() == []
