@@ -107,6 +107,44 @@ def test_mir_copies_a_models_buffers_as_clones_would() -> None:
     assert not torch.equal(out["1.running_mean"], live["1.running_mean"])
 
 
+def test_mir_virtual_step_is_theta_minus_lr_g_whichever_memory_it_writes() -> None:
+    """`stepped_away`: theta - lr x g as `p - lr * g` rounds it, bit for bit, for the CPU's form
+    written over the gradients and for the allocating form (a GPU's; a CPU under an audit); the
+    CPU writes over the gradients only where each is a storage of its own: one gradient handed
+    to two parameters, or an expanded one, is left as it was."""
+    from rmconsole.cl import step_audit
+    from rmconsole.cl.methods.mir import own_memory, stepped_away
+
+    gen = torch.Generator().manual_seed(3)
+    params = [torch.randn(7, 5, generator=gen, requires_grad=True), torch.randn(5, generator=gen, requires_grad=True)]
+    grads = [torch.randn(5, 7, generator=gen).t(), torch.randn(5, generator=gen) * 1e30]  # a transposed fresh product
+    grads[1][0], grads[1][1] = float("inf"), float("nan")
+    params[0].data[0, 0] = -0.0
+    grads[0][0, 0] = 0.0
+    lr = 0.37
+    expected = [(p - lr * g).detach() for p, g in zip(params, grads)]
+    same = lambda a, b: torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)) and torch.equal(a.signbit(), b.signbit())  # noqa: E731
+    kept = [g.clone() for g in grads]
+    with step_audit.StepAudit():  # the GPU's path: new tensors, the gradients kept
+        moved = stepped_away(params, grads, lr)
+    assert all(same(m, e) for m, e in zip(moved, expected))
+    assert all(same(g, k) for g, k in zip(grads, kept))
+    assert own_memory(grads)
+    moved = stepped_away(params, grads, lr)  # the CPU's: over the gradients
+    assert all(m is g for m, g in zip(moved, grads))
+    assert all(same(m, e) for m, e in zip(moved, expected))
+    # one gradient for two parameters (autograd's add passes it to both), and an expanded one
+    shared = torch.randn(5, generator=gen)
+    for grads in ([shared, shared], [torch.randn(5, generator=gen), torch.ones(()).expand(5)]):
+        pair = [torch.randn(5, generator=gen, requires_grad=True) for _ in range(2)]
+        kept = [g.clone() for g in grads]
+        expected = [(p - lr * g).detach() for p, g in zip(pair, grads)]
+        assert not own_memory(grads)
+        moved = stepped_away(pair, grads, lr)
+        assert all(torch.equal(m, e) for m, e in zip(moved, expected))
+        assert all(torch.equal(g, k) for g, k in zip(grads, kept))
+
+
 def test_mir_batches_are_stream_plus_retrieved() -> None:
     m, proto, _ = built("mir", mir_candidates=10)
     seen_batches = []
