@@ -148,7 +148,12 @@ MODULES: dict[str, list[str]] = {
         "ewcpp", "test_ewcpp_fisher_is_an_ema_of_squared_gradients_and_the_penalty_starts_at_a_boundary"
     ),
     "rmconsole.cl.methods.mir": _taskfree(
-        "mir", "test_mir_retrieves_the_candidates_whose_loss_rises_most", "test_mir_batches_are_stream_plus_retrieved"
+        "mir",
+        "test_mir_retrieves_the_candidates_whose_loss_rises_most",
+        "test_mir_batches_are_stream_plus_retrieved",
+        "test_mir_copies_a_models_buffers_as_clones_would",
+        "test_mir_virtual_step_is_theta_minus_lr_g_whichever_memory_it_writes",
+        "test_mir_look_ahead_keeps_a_parameter_the_loss_does_not_reach",
     )
     + [f"{DEVIATIONS}test_mir_train_mode_scoring_moves_batch_norm_statistics_and_eval_mode_does_not"]
     + CAPTURED_REGIONS,

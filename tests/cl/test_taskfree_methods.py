@@ -145,6 +145,20 @@ def test_mir_virtual_step_is_theta_minus_lr_g_whichever_memory_it_writes() -> No
         assert all(torch.equal(g, k) for g, k in zip(grads, kept))
 
 
+def test_mir_look_ahead_keeps_a_parameter_the_loss_does_not_reach() -> None:
+    """A model may hold a parameter its forward never uses: it has no gradient, the virtual step
+    leaves it where it is, and the retrieval is the one the model makes without it."""
+    m, proto, _ = built("mir", mir_candidates=20, augment="none")
+    feed(m, proto, 120)
+    stream = torch.cat(proto.tasks)[120:124]
+    x_s, y_s = m.setup.augmenter.train(m.images_of(stream)), m.labels_of(stream)
+    candidates = m.memory.indices[:20].clone()
+    plain = m.retrieve(x_s, y_s, candidates, 4)
+    m.model.register_parameter("unused", torch.nn.Parameter(torch.ones(3)))
+    assert torch.equal(m.retrieve(x_s, y_s, candidates, 4), plain)
+    assert torch.equal(m.model.unused, torch.ones(3))
+
+
 def test_mir_batches_are_stream_plus_retrieved() -> None:
     m, proto, _ = built("mir", mir_candidates=10)
     seen_batches = []
