@@ -158,6 +158,23 @@ def test_ewcpp_device_rule_is_bit_identical_to_the_host_rule(flat: bool, monkeyp
     assert m.started.tolist() == [True, True, True]
 
 
+def test_ewcpp_later_update_on_a_cpu_allocates_nothing_parameter_sized() -> None:
+    """A CPU pays page faults for every fresh parameter-sized tensor (they took a third of EWC++'s
+    update): a later update of the per-tensor loop writes g x 0 and g^2 into one scratch buffer,
+    the largest parameter's size, made once."""
+    from torch.profiler import ProfilerActivity, profile
+
+    big = torch.nn.Parameter(torch.zeros(256, 1024))
+    m, p = bare_ewcpp(0.5, big)
+    for _ in range(3):
+        p.grad, big.grad = torch.randn(3), torch.randn(256, 1024)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            m.after_step()
+    largest = max(e.cpu_memory_usage for e in prof.events())
+    assert 0 <= largest < big.numel() * big.element_size() // 4, largest
+    assert m.scratch.numel() == big.numel()
+
+
 def test_ewcpp_penalty_is_weight_times_fisher_weighted_squared_distance() -> None:
     m, p = bare_ewcpp(0.2)
     assert float(m.penalty()) == 0.0
