@@ -62,6 +62,7 @@ class _Block:
         "running_mean",
         "running_var",
         "weight",
+        "weight_grad",
         "weight_t",
     )
 
@@ -69,6 +70,7 @@ class _Block:
         self.weight, self.bias = lin.weight, lin.bias
         with torch.no_grad():  # a view of the weight: it sees every in-place update of it
             self.weight_t = lin.weight.t()
+        self.weight_grad = torch.empty_like(lin.weight)  # written by each step (MLPStep.grads_into)
         self.bn_weight, self.bn_bias = bn.weight, bn.bias
         self.running_mean, self.running_var = bn.running_mean, bn.running_var
         # MLPStep.of admits only norms tracking running stats with a fixed momentum: neither is None
@@ -83,6 +85,7 @@ class MLPStep:
         self.fc_weight, self.fc_bias = fc.weight, fc.bias
         with torch.no_grad():
             self.fc_weight_t = fc.weight.t()
+        self.fc_weight_grad = torch.empty_like(fc.weight)
         self.one = torch.ones((), dtype=fc.weight.dtype, device=fc.weight.device)
         self.lowest = torch.finfo(fc.weight.dtype).min
         self._mask: tuple[Tensor, int, Tensor | None] | None = None  # (seen, its version, ~seen or None)
@@ -170,7 +173,7 @@ class MLPStep:
         assert grad is not None  # terms holds one or two targets
         if unseen is not None:
             grad = grad.masked_fill(unseen, 0)
-        self.fc_weight.grad = torch.mm(grad.t(), h)
+        self.fc_weight.grad = torch.mm(grad.t(), h, out=self.fc_weight_grad)
         self.fc_bias.grad = grad.sum(0)
         grad = torch.mm(grad, self.fc_weight)
         for i in range(len(self.blocks) - 1, -1, -1):
@@ -179,7 +182,7 @@ class MLPStep:
             grad, b.bn_weight.grad, b.bn_bias.grad = aten.native_batch_norm_backward(
                 grad, z, b.bn_weight, b.running_mean, b.running_var, mean, invstd, True, b.eps, [True, True, True]
             )
-            b.weight.grad = torch.mm(grad.t(), inp)
+            b.weight.grad = torch.mm(grad.t(), inp, out=b.weight_grad)
             b.bias.grad = grad.sum(0)
             if i:  # the input needs no gradient
                 grad = torch.mm(grad, b.weight)

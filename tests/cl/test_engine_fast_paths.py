@@ -173,6 +173,30 @@ def test_the_mlp_step_equals_autograd_bit_for_bit(shape, blocks: int) -> None:
         assert torch.equal(a["momentum_buffer"], b["momentum_buffer"]), name
 
 
+def test_the_mlp_step_writes_weight_gradients_into_buffers_of_its_own() -> None:
+    """A CPU pays page faults for every fresh parameter-sized tensor: each weight's gradient is
+    written into a buffer the step made once (ER's update at the MNIST preset 13.2 -> 11.4 ms),
+    so a step allocates nothing near a weight's size, even after zero_grad(set_to_none=True)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = build_model("mlp400", (1, 28, 28), 10)
+    opt = _sgd(model)
+    step = MLPStep.of(model, opt)
+    assert step is not None
+    data = torch.Generator().manual_seed(5)
+    grads = []
+    for _ in range(3):
+        opt.zero_grad(set_to_none=True)
+        x, y = torch.randn(8, 1, 28, 28, generator=data), torch.randint(0, 10, (8,), generator=data)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step(x, y, None, None)
+        opt.step()
+        grads.append(model.features[1].weight.grad)
+    weight = model.features[1].weight
+    assert max(e.cpu_memory_usage for e in prof.events()) < weight.numel() * weight.element_size() // 4
+    assert grads[0] is grads[1] is grads[2]
+
+
 def test_the_mlp_step_declines_what_it_does_not_compute() -> None:
     mlp = build_model("mlp400", (1, 8, 8), 10)
     assert MLPStep.of(mlp, _sgd(mlp)) is not None
