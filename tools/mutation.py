@@ -124,6 +124,8 @@ MODULES: dict[str, list[str]] = {
     "rmconsole.cl.metrics": ["tests/cl/test_metrics_schedule.py", *SCIENCE],
     "rmconsole.cl.schedule": ["tests/cl/test_metrics_schedule.py", *SCIENCE],
     "rmconsole.cl.online": ["tests/cl/test_taskfree_driver_and_anytime.py"],
+    # the default step of an MLP without autograd: bit for bit autograd's (its test trains both)
+    "rmconsole.cl.mlp_step": ["tests/cl/test_engine_fast_paths.py"],
     # seeds stacked in one process: each seed's weights and draws as alone
     "rmconsole.cl.stacked:StackedModels,StackedStep,SeedStack": ["tests/cl/test_stacked.py"],
     # the graphed step's casts and counters at once: autocast's and batch norm's numbers, bit for bit
