@@ -211,6 +211,29 @@ def test_the_mlp_step_declines_what_it_does_not_compute() -> None:
     assert MLPStep.of(mlp, _sgd(mlp)) is None
     handle.remove()
     assert MLPStep.of(mlp.double(), _sgd(mlp)) is None
+    flat_all = build_model("mlp400", (1, 8, 8), 10)
+    flat_all.features[0] = torch.nn.Flatten(0, -1)  # not the batch-keeping flatten it computes
+    assert MLPStep.of(flat_all, _sgd(flat_all)) is None
+    no_bias = build_model("mlp400", (1, 8, 8), 10)
+    no_bias.features[1] = torch.nn.Linear(64, 400, bias=False)
+    assert MLPStep.of(no_bias, _sgd(no_bias)) is None
+
+
+def test_the_mlp_step_counts_every_class_label_in_its_loss() -> None:
+    """Labels past 99 (Tiny-ImageNet has 200 classes) are targets like any other: only -100 is
+    ignored, as autograd's cross-entropy ignores it."""
+    torch.manual_seed(0)
+    model = build_model("mlp400", (1, 8, 8), 200)
+    twin = copy.deepcopy(model)
+    step = MLPStep.of(twin, _sgd(twin))
+    assert step is not None
+    x, y = torch.randn(8, 1, 8, 8), torch.tensor([100, 100, 150, 3, 199, 100, 0, 42])
+    loss = step(x, y, None, None)
+    expected = nnf.cross_entropy(model(x), y)
+    expected.backward()
+    assert torch.equal(loss, expected.detach())
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(a.grad, b.grad)
 
 
 def test_the_engine_uses_the_mlp_step_only_for_the_default_step(monkeypatch) -> None:
