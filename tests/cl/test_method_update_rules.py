@@ -157,7 +157,8 @@ def test_ewcpp_device_rule_is_bit_identical_to_the_host_rule(flat: bool, monkeyp
         assert all(torch.equal(a, b) for a, b in zip(m.fisher, ref)), k
     assert m.started.tolist() == [True, True, True]
     assert ("segment" in vars(m)) is flat  # the form asked for ran (the flat one's index is made by its first update)
-    assert "scratch" in vars(m)  # the loop's buffer: every later update on a CPU, and the flat form's with q's missing gradient
+    # the loop's buffer: every later update on a CPU, and the flat form's with q's missing gradient
+    assert "scratch" in vars(m)
 
 
 def test_ewcpp_later_update_on_a_cpu_allocates_nothing_parameter_sized() -> None:
