@@ -70,7 +70,7 @@ class _Block:
         self.weight, self.bias = lin.weight, lin.bias
         with torch.no_grad():  # a view of the weight: it sees every in-place update of it
             self.weight_t = lin.weight.t()
-        self.weight_grad = torch.empty_like(lin.weight)  # written by each step (MLPStep.grads_into)
+        self.weight_grad = torch.empty_like(lin.weight)  # each step's mm writes its gradient here (no fresh tensor)
         self.bn_weight, self.bn_bias = bn.weight, bn.bias
         self.running_mean, self.running_var = bn.running_mean, bn.running_var
         # MLPStep.of admits only norms tracking running stats with a fixed momentum: neither is None
